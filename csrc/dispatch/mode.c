@@ -1,0 +1,84 @@
+/* mode.c: the thread-local dispatch mode (eager, meta, trace) and grad mode. */
+#include "ember.h"
+
+_Thread_local em_ThreadState em_tls = {EM_MODE_EAGER, 1, NULL};
+
+bool
+em_grad_enabled(void)
+{
+    return em_tls.grad_enabled != 0;
+}
+
+static PyObject *
+is_grad_enabled(PyObject *self, PyObject *noargs)
+{
+    return PyBool_FromLong(em_tls.grad_enabled);
+}
+
+/* _set_grad_enabled(flag) -> previous flag */
+static PyObject *
+set_grad_enabled(PyObject *self, PyObject *flag)
+{
+    int v = PyObject_IsTrue(flag);
+    if (v < 0)
+        return NULL;
+    int prev = em_tls.grad_enabled;
+    em_tls.grad_enabled = v;
+    return PyBool_FromLong(prev);
+}
+
+/* _set_mode(mode, tracer=None) -> (previous mode, previous tracer) */
+static PyObject *
+set_mode(PyObject *self, PyObject *args)
+{
+    int mode;
+    PyObject *tracer = Py_None;
+    if (!PyArg_ParseTuple(args, "i|O:_set_mode", &mode, &tracer))
+        return NULL;
+    if (mode < EM_MODE_EAGER || mode > EM_MODE_TRACE) {
+        PyErr_Format(PyExc_ValueError, "unknown dispatch mode %d", mode);
+        return NULL;
+    }
+    if (mode == EM_MODE_TRACE && !PyCallable_Check(tracer)) {
+        PyErr_SetString(PyExc_TypeError, "trace mode needs a callable tracer");
+        return NULL;
+    }
+    PyObject *prev_tracer = em_tls.tracer ? em_tls.tracer : Py_None;
+    PyObject *res = Py_BuildValue("(iO)", em_tls.mode, prev_tracer);
+    if (res == NULL)
+        return NULL;
+    Py_XDECREF(em_tls.tracer);
+    em_tls.tracer = NULL;
+    if (tracer != Py_None) {
+        Py_INCREF(tracer);
+        em_tls.tracer = tracer;
+    }
+    em_tls.mode = mode;
+    return res;
+}
+
+static PyObject *
+get_mode(PyObject *self, PyObject *noargs)
+{
+    return Py_BuildValue("(iO)", em_tls.mode, em_tls.tracer ? em_tls.tracer : Py_None);
+}
+
+static PyMethodDef mode_methods[] = {
+    {"is_grad_enabled", is_grad_enabled, METH_NOARGS,
+     "True when operations record autograd history in this thread."},
+    {"_set_grad_enabled", set_grad_enabled, METH_O, NULL},
+    {"_set_mode", set_mode, METH_VARARGS,
+     "_set_mode(mode, tracer=None): set this thread's dispatch mode; returns the previous."},
+    {"_get_mode", get_mode, METH_NOARGS, NULL},
+    {NULL},
+};
+
+int
+em_mode_init(PyObject *module)
+{
+    if (PyModule_AddIntConstant(module, "MODE_EAGER", EM_MODE_EAGER) < 0 ||
+        PyModule_AddIntConstant(module, "MODE_META", EM_MODE_META) < 0 ||
+        PyModule_AddIntConstant(module, "MODE_TRACE", EM_MODE_TRACE) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, mode_methods);
+}

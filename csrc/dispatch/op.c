@@ -1,0 +1,931 @@
+/* op.c: the Op type, argument binding, and the dispatcher.
+ *
+ * An Op is one overload of an entry of the op table (python/ember/ops). It is
+ * callable (vectorcall) and is also a method descriptor, so `t.add(y)` reaches
+ * op_vectorcall(add, [t, y]) with no bound-method object and no Python frame.
+ *
+ * A call: bind arguments to the signature (trying overloads in order), then
+ * dispatch by the thread's mode (eager or meta: the kernel, which produces
+ * meta outputs from meta inputs; trace: the Python tracer), then record an
+ * autograd node when grad mode is on and an input requires grad.
+ */
+#include "ember.h"
+#include <structmember.h>
+
+em_Op *em_slots[EM_NSLOTS];
+
+PyObject *
+em_op_error(PyObject *exc, const char *opname, const char *fmt, ...)
+{
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    if (msg == NULL)
+        return NULL;
+    PyErr_Format(exc, "%s(): %U", opname, msg);
+    Py_DECREF(msg);
+    return NULL;
+}
+
+bool
+em_is_number(PyObject *o)
+{
+    if (PyFloat_Check(o) || PyLong_Check(o))
+        return true;
+    return PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool);
+}
+
+/* Python number for a number-like object (NumPy scalars become int/float/bool). */
+PyObject *
+em_number_from(PyObject *o)
+{
+    if (PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o)) {
+        Py_INCREF(o);
+        return o;
+    }
+    if (PyArray_IsScalar(o, Bool))
+        return PyBool_FromLong(PyObject_IsTrue(o));
+    if (PyArray_IsScalar(o, Integer) || (PyLong_Check(o)))
+        return PyNumber_Long(o);
+    if (PyArray_IsScalar(o, Floating) || PyFloat_Check(o))
+        return PyNumber_Float(o);
+    PyErr_Format(PyExc_TypeError, "expected a number, got %s", Py_TYPE(o)->tp_name);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ binding */
+
+static const char *
+type_name(em_argtype_t t)
+{
+    switch (t) {
+    case EM_ARG_TENSOR: return "Tensor";
+    case EM_ARG_SCALAR: return "Number";
+    case EM_ARG_INT: return "int";
+    case EM_ARG_INTLIST: return "tuple of ints";
+    case EM_ARG_BOOL: return "bool";
+    case EM_ARG_FLOAT: return "float";
+    case EM_ARG_DTYPE: return "ember.dtype";
+    case EM_ARG_STR: return "str";
+    case EM_ARG_TENSORLIST: return "tuple of Tensors";
+    case EM_ARG_DEVICE: return "ember.device";
+    case EM_ARG_GENERATOR: return "ember.Generator";
+    default: return "object";
+    }
+}
+
+static const char *
+display_name(PyObject *name)
+{
+    const char *s = PyUnicode_AsUTF8(name);
+    return (s != NULL && strcmp(s, "self") == 0) ? "input" : s;
+}
+
+static bool
+is_int_like(PyObject *o)
+{
+    if (PyLong_Check(o))
+        return true;
+    if (PyArray_IsScalar(o, Integer))
+        return true;
+    if (em_Tensor_Check(o)) {
+        em_Tensor *t = (em_Tensor *)o;
+        return t->ndim == 0 && em_is_int(t->dtype) && t->array != NULL;
+    }
+    return false;
+}
+
+/* Converts one argument; *conv receives a new reference (the value to bind).
+ * Returns 1 on success, 0 on a type mismatch (no exception set), -1 on error. */
+static int
+convert_arg(const em_Param *p, PyObject *v, PyObject **conv)
+{
+    if (v == Py_None && p->optional) {
+        Py_INCREF(v);
+        *conv = v;
+        return 1;
+    }
+    switch (p->type) {
+    case EM_ARG_TENSOR:
+        if (em_Tensor_Check(v)) {
+            Py_INCREF(v);
+            *conv = v;
+            return 1;
+        }
+        if (p->number_ok && em_is_number(v)) {
+            *conv = em_number_from(v);
+            return *conv ? 1 : -1;
+        }
+        return 0;
+    case EM_ARG_SCALAR:
+        if (em_is_number(v)) {
+            *conv = em_number_from(v);
+            return *conv ? 1 : -1;
+        }
+        if (em_Tensor_Check(v) && ((em_Tensor *)v)->numel == 1 && !em_is_meta((em_Tensor *)v)) {
+            *conv = PyObject_CallMethod(v, "item", NULL);
+            return *conv ? 1 : -1;
+        }
+        return 0;
+    case EM_ARG_INT:
+        if (PyBool_Check(v) || !is_int_like(v))
+            return 0;
+        *conv = PyNumber_Index(v);
+        return *conv ? 1 : -1;
+    case EM_ARG_INTLIST: {
+        if (is_int_like(v) && !PyBool_Check(v)) {
+            if (!p->int1 && !p->varargs_list)
+                return 0;
+            PyObject *i = PyNumber_Index(v);
+            if (i == NULL)
+                return -1;
+            *conv = PyTuple_Pack(1, i);
+            Py_DECREF(i);
+            return *conv ? 1 : -1;
+        }
+        if (!PyTuple_Check(v) && !PyList_Check(v))
+            return 0;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        PyObject *t = PyTuple_New(n);
+        if (t == NULL)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(v, i);
+            if (PyBool_Check(item) || !is_int_like(item)) {
+                Py_DECREF(t);
+                return 0;
+            }
+            PyObject *iv = PyNumber_Index(item);
+            if (iv == NULL) {
+                Py_DECREF(t);
+                return -1;
+            }
+            PyTuple_SET_ITEM(t, i, iv);
+        }
+        *conv = t;
+        return 1;
+    }
+    case EM_ARG_BOOL:
+        if (!PyBool_Check(v) && !PyArray_IsScalar(v, Bool))
+            return 0;
+        *conv = PyBool_FromLong(PyObject_IsTrue(v));
+        return 1;
+    case EM_ARG_FLOAT:
+        if (!PyFloat_Check(v) && !PyLong_Check(v) && !PyArray_IsScalar(v, Number))
+            return 0;
+        *conv = PyNumber_Float(v);
+        return *conv ? 1 : -1;
+    case EM_ARG_DTYPE: {
+        if (PyObject_TypeCheck(v, &em_DType_Type)) {
+            Py_INCREF(v);
+            *conv = v;
+            return 1;
+        }
+        if (v == (PyObject *)&PyFloat_Type || v == (PyObject *)&PyLong_Type ||
+            v == (PyObject *)&PyBool_Type) {
+            em_dtype_t t = em_dtype_from_object(v);
+            *conv = (PyObject *)em_dtypes[t];
+            Py_INCREF(*conv);
+            return 1;
+        }
+        return 0;
+    }
+    case EM_ARG_STR:
+        if (!PyUnicode_Check(v))
+            return 0;
+        Py_INCREF(v);
+        *conv = v;
+        return 1;
+    case EM_ARG_TENSORLIST: {
+        if (!PyTuple_Check(v) && !PyList_Check(v))
+            return 0;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!em_Tensor_Check(PySequence_Fast_GET_ITEM(v, i)))
+                return 0;
+        *conv = PySequence_Tuple(v);
+        return *conv ? 1 : -1;
+    }
+    case EM_ARG_DEVICE:
+    case EM_ARG_GENERATOR:
+    case EM_ARG_ANY:
+        Py_INCREF(v);
+        *conv = v;
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    int kind;          /* 0 ok, 1 arity/keyword problem, 2 type mismatch, -1 exception */
+    int param;         /* offending parameter */
+    PyObject *value;   /* offending value (borrowed) */
+    char msg[200];
+} bind_status;
+
+static void
+clear_bound(PyObject **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(out[i]);
+}
+
+/* Binds args to op's signature into out[0..nparams) (new references). */
+static int
+bind(em_Op *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out,
+     bind_status *st)
+{
+    PyObject *raw[EM_MAX_PARAMS] = {NULL};
+    PyObject *packed = NULL;
+    int np = op->nparams;
+    st->kind = 0;
+    if (nargs > op->npositional) {
+        /* view(2, 3): trailing ints pack into a final int[] parameter */
+        int last = op->npositional - 1;
+        if (last >= 0 && op->params[last].varargs_list) {
+            packed = PyTuple_New(nargs - last);
+            if (packed == NULL) {
+                st->kind = -1;
+                return -1;
+            }
+            for (Py_ssize_t i = last; i < nargs; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(packed, i - last, args[i]);
+            }
+            for (int i = 0; i < last; i++)
+                raw[i] = args[i];
+            raw[last] = packed;
+        }
+        else {
+            st->kind = 1;
+            snprintf(st->msg, sizeof st->msg, "takes %d positional arguments but %zd were given",
+                     op->npositional, nargs);
+            return -1;
+        }
+    }
+    else {
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            raw[i] = args[i];
+    }
+    if (kwnames != NULL) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+            int found = -1;
+            for (int i = 0; i < np; i++) {
+                if (op->params[i].name == key) {
+                    found = i;
+                    break;
+                }
+            }
+            if (found < 0) {
+                for (int i = 0; i < np; i++) {
+                    if (PyUnicode_Compare(op->params[i].name, key) == 0) {
+                        found = i;
+                        break;
+                    }
+                }
+                /* PyTorch spells the first tensor 'input' in functions */
+                if (found < 0 && np > 0 && PyUnicode_CompareWithASCIIString(key, "input") == 0 &&
+                    PyUnicode_CompareWithASCIIString(op->params[0].name, "self") == 0)
+                    found = 0;
+            }
+            if (found < 0) {
+                st->kind = 1;
+                snprintf(st->msg, sizeof st->msg, "got an unexpected keyword argument '%s'",
+                         PyUnicode_AsUTF8(key));
+                goto fail;
+            }
+            if (raw[found] != NULL) {
+                st->kind = 1;
+                snprintf(st->msg, sizeof st->msg, "got multiple values for argument '%s'",
+                         display_name(op->params[found].name));
+                goto fail;
+            }
+            raw[found] = args[nargs + k];
+        }
+    }
+    for (int i = 0; i < np; i++) {
+        const em_Param *p = &op->params[i];
+        PyObject *v = raw[i];
+        if (v == NULL) {
+            if (p->defval == NULL) {
+                st->kind = 1;
+                snprintf(st->msg, sizeof st->msg, "missing required argument '%s'",
+                         display_name(p->name));
+                goto fail;
+            }
+            Py_INCREF(p->defval);
+            out[i] = p->defval;
+            continue;
+        }
+        int r = convert_arg(p, v, &out[i]);
+        if (r < 0) {
+            st->kind = -1;
+            goto fail;
+        }
+        if (r == 0) {
+            out[i] = NULL;
+            st->kind = 2;
+            st->param = i;
+            st->value = v;
+            goto fail;
+        }
+    }
+    Py_XDECREF(packed);
+    return 0;
+fail:
+    clear_bound(out, np);
+    Py_XDECREF(packed);
+    return -1;
+}
+
+static PyObject *
+describe_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL)
+        return NULL;
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nargs + nk; i++) {
+        PyObject *s;
+        const char *tn = em_Tensor_Check(args[i]) ? "Tensor" : Py_TYPE(args[i])->tp_name;
+        if (i < nargs)
+            s = PyUnicode_FromString(tn);
+        else
+            s = PyUnicode_FromFormat("%U=%s", PyTuple_GET_ITEM(kwnames, i - nargs), tn);
+        if (s == NULL || PyList_Append(parts, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(parts);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *r = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    return r;
+}
+
+static void
+raise_bind_error(em_Op *op, bind_status *st, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames)
+{
+    const char *name = PyUnicode_AsUTF8(op->name);
+    if (op->next != NULL) {
+        PyObject *got = describe_args(args, nargs, kwnames);
+        if (got == NULL)
+            return;
+        PyObject *expected = PyUnicode_FromString("");
+        for (em_Op *o = op; o != NULL && expected != NULL; o = o->next) {
+            PyObject *line = PyUnicode_FromFormat("%U\n * %U", expected, o->schema);
+            Py_SETREF(expected, line);
+        }
+        if (expected != NULL)
+            PyErr_Format(PyExc_TypeError,
+                         "%s() received an invalid combination of arguments - got (%U), but "
+                         "expected one of:%U",
+                         name, got, expected);
+        Py_XDECREF(expected);
+        Py_DECREF(got);
+        return;
+    }
+    if (st->kind == 1) {
+        PyErr_Format(PyExc_TypeError, "%s() %s", name, st->msg);
+        return;
+    }
+    const em_Param *p = &op->params[st->param];
+    const char *tn = em_Tensor_Check(st->value) ? "Tensor" : Py_TYPE(st->value)->tp_name;
+    if (p->kwonly)
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be %s, not %s", name,
+                     display_name(p->name), type_name(p->type), tn);
+    else
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' (position %d) must be %s, not %s",
+                     name, display_name(p->name), st->param + 1, type_name(p->type), tn);
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+static PyObject *
+call_tracer(em_Op *op, PyObject **args)
+{
+    PyObject *tup = PyTuple_New(op->nparams);
+    if (tup == NULL)
+        return NULL;
+    for (int i = 0; i < op->nparams; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(tup, i, args[i]);
+    }
+    PyObject *tracer = em_tls.tracer;
+    Py_INCREF(tracer);
+    PyObject *res = PyObject_CallFunctionObjArgs(tracer, (PyObject *)op, tup, NULL);
+    Py_DECREF(tracer);
+    Py_DECREF(tup);
+    return res;
+}
+
+PyObject *
+em_op_call_bound(em_Op *op, PyObject **args)
+{
+    PyObject *result;
+    if (op->composite)
+        return op->kernel(op, args);
+    if (em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL)
+        result = call_tracer(op, args);
+    else
+        result = op->kernel(op, args);
+    if (result == NULL)
+        return NULL;
+    if (op->backward != NULL && em_tls.grad_enabled) {
+        if (em_autograd_record(op, args, result) < 0) {
+            Py_DECREF(result);
+            return NULL;
+        }
+    }
+    return result;
+}
+
+static PyObject *
+op_vectorcall(em_Op *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *bound[EM_MAX_PARAMS];
+    bind_status st, first = {0};
+    em_Op *o;
+    for (o = op; o != NULL; o = o->next) {
+        if (bind(o, args, nargs, kwnames, bound, &st) == 0)
+            break;
+        if (st.kind < 0)
+            return NULL;
+        if (o == op)
+            first = st;
+    }
+    if (o == NULL) {
+        raise_bind_error(op, &first, args, nargs, kwnames);
+        return NULL;
+    }
+    PyObject *res = em_op_call_bound(o, bound);
+    clear_bound(bound, o->nparams);
+    return res;
+}
+
+PyObject *
+em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    return op_vectorcall(op, args, (size_t)nargs, NULL);
+}
+
+/* ------------------------------------------------------------------ the type */
+
+static void
+op_dealloc(em_Op *self)
+{
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->overload);
+    Py_XDECREF(self->schema);
+    Py_XDECREF(self->entry);
+    Py_XDECREF(self->backward);
+    Py_XDECREF(self->ufunc);
+    Py_XDECREF(self->reduce_ufunc);
+    Py_XDECREF(self->backward_name);
+    Py_XDECREF(self->next);
+    for (int i = 0; i < self->nparams; i++) {
+        Py_XDECREF(self->params[i].name);
+        Py_XDECREF(self->params[i].defval);
+    }
+    PyObject_Free(self);
+}
+
+/* Op(name, overload, schema, params, kind, rule, kernel, backward, ufunc, reduce_ufunc,
+ *    nouts, inplace, composite, entry, backward_name)
+ * params: sequence of (name, type, optional, kwonly, has_default, default,
+ *                      varargs_list, int1, number_ok). */
+static PyObject *
+op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *name, *overload, *schema, *params, *backward, *ufunc, *reduce_ufunc, *entry,
+        *bname;
+    int kind, rule, nouts, inplace, composite;
+    const char *kernel;
+    if (!PyArg_ParseTuple(args, "UUUOiisOOOiipOU:Op", &name, &overload, &schema, &params, &kind,
+                          &rule, &kernel, &backward, &ufunc, &reduce_ufunc, &nouts, &inplace,
+                          &composite, &entry, &bname))
+        return NULL;
+    if (kind < 0 || kind >= EM_NKINDS) {
+        PyErr_Format(PyExc_ValueError, "unknown op kind %d", kind);
+        return NULL;
+    }
+    em_kernel_fn fn = em_find_kernel(kernel);
+    if (fn == NULL) {
+        PyErr_Format(PyExc_ValueError, "op %U: no C kernel named '%s'", name, kernel);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(params, "params must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t np = PySequence_Fast_GET_SIZE(seq);
+    if (np > EM_MAX_PARAMS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "op %U has more than %d parameters", name, EM_MAX_PARAMS);
+        return NULL;
+    }
+    em_Op *op = PyObject_New(em_Op, type);
+    if (op == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    memset(((char *)op) + sizeof(PyObject), 0, sizeof(em_Op) - sizeof(PyObject));
+    op->vectorcall = (vectorcallfunc)op_vectorcall;
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    op->name = name;
+    Py_INCREF(overload);
+    op->overload = overload;
+    Py_INCREF(schema);
+    op->schema = schema;
+    op->kind = (em_kind_t)kind;
+    op->kernel = fn;
+    op->nouts = nouts;
+    op->inplace = inplace;
+    op->composite = composite;
+    op->rule = rule;
+    op->npositional = 0;
+    if (backward != Py_None) {
+        Py_INCREF(backward);
+        op->backward = backward;
+    }
+    if (ufunc != Py_None) {
+        Py_INCREF(ufunc);
+        op->ufunc = ufunc;
+    }
+    if (reduce_ufunc != Py_None) {
+        Py_INCREF(reduce_ufunc);
+        op->reduce_ufunc = reduce_ufunc;
+    }
+    Py_INCREF(entry);
+    op->entry = entry;
+    Py_INCREF(bname);
+    op->backward_name = bname;
+    for (Py_ssize_t i = 0; i < np; i++) {
+        PyObject *pname, *pdef;
+        int ptype, popt, pkw, phas, pvar, pint1, pnum;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UipppOppp", &pname, &ptype,
+                              &popt, &pkw, &phas, &pdef, &pvar, &pint1, &pnum))
+            goto error;
+        em_Param *p = &op->params[i];
+        Py_INCREF(pname);
+        PyUnicode_InternInPlace(&pname);
+        p->name = pname;
+        p->type = (em_argtype_t)ptype;
+        p->optional = popt;
+        p->kwonly = pkw;
+        p->varargs_list = pvar;
+        p->int1 = pint1;
+        p->number_ok = pnum;
+        if (phas) {
+            Py_INCREF(pdef);
+            p->defval = pdef;
+        }
+        op->nparams = (int)i + 1;
+        if (!pkw)
+            op->npositional = (int)i + 1;
+    }
+    Py_DECREF(seq);
+    return (PyObject *)op;
+error:
+    Py_DECREF(seq);
+    Py_DECREF(op);
+    return NULL;
+}
+
+static PyObject *
+op_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+op_repr(em_Op *self)
+{
+    return PyUnicode_FromFormat("<ember op %U>", self->schema);
+}
+
+static PyObject *
+op_add_overload(em_Op *self, PyObject *other)
+{
+    if (!em_Op_Check(other)) {
+        PyErr_SetString(PyExc_TypeError, "expected an Op");
+        return NULL;
+    }
+    em_Op *o = self;
+    while (o->next != NULL)
+        o = o->next;
+    Py_INCREF(other);
+    o->next = (em_Op *)other;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+op_overloads(em_Op *self, void *c)
+{
+    PyObject *list = PyList_New(0);
+    for (em_Op *o = self; o != NULL && list != NULL; o = o->next) {
+        if (PyList_Append(list, (PyObject *)o) < 0)
+            Py_CLEAR(list);
+    }
+    return list;
+}
+
+/* Bind without running: returns the overload that matches and the bound args. */
+static PyObject *
+op_bind(em_Op *self, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    Py_ssize_t nk = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+    PyObject **flat = PyMem_Malloc(sizeof(PyObject *) * (nargs + nk + 1));
+    PyObject *kwnames = NULL, *res = NULL;
+    if (flat == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        flat[i] = PyTuple_GET_ITEM(args, i);
+    if (nk > 0) {
+        kwnames = PyTuple_New(nk);
+        if (kwnames == NULL)
+            goto done;
+        Py_ssize_t pos = 0, k = 0;
+        PyObject *key, *val;
+        while (PyDict_Next(kwargs, &pos, &key, &val)) {
+            Py_INCREF(key);
+            PyTuple_SET_ITEM(kwnames, k, key);
+            flat[nargs + k] = val;
+            k++;
+        }
+    }
+    PyObject *bound[EM_MAX_PARAMS];
+    bind_status st, first = {0};
+    em_Op *o;
+    for (o = self; o != NULL; o = o->next) {
+        if (bind(o, flat, nargs, kwnames, bound, &st) == 0)
+            break;
+        if (st.kind < 0)
+            goto done;
+        if (o == self)
+            first = st;
+    }
+    if (o == NULL) {
+        raise_bind_error(self, &first, flat, nargs, kwnames);
+        goto done;
+    }
+    PyObject *tup = PyTuple_New(o->nparams);
+    if (tup == NULL) {
+        clear_bound(bound, o->nparams);
+        goto done;
+    }
+    for (int i = 0; i < o->nparams; i++)
+        PyTuple_SET_ITEM(tup, i, bound[i]);
+    res = Py_BuildValue("(ON)", (PyObject *)o, tup);
+done:
+    Py_XDECREF(kwnames);
+    PyMem_Free(flat);
+    return res;
+}
+
+/* Runs this overload's kernel on bound args, bypassing mode and autograd. */
+static PyObject *
+op_run_kernel(em_Op *self, PyObject *args)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
+        PyErr_Format(PyExc_TypeError, "%U._kernel expects a tuple of %d bound arguments",
+                     self->name, self->nparams);
+        return NULL;
+    }
+    PyObject *bound[EM_MAX_PARAMS];
+    for (int i = 0; i < self->nparams; i++)
+        bound[i] = PyTuple_GET_ITEM(args, i);
+    return self->kernel(self, bound);
+}
+
+/* Runs bound args through the dispatcher (mode, then autograd). */
+static PyObject *
+op_call_bound_py(em_Op *self, PyObject *args)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
+        PyErr_Format(PyExc_TypeError, "%U._call_bound expects a tuple of %d bound arguments",
+                     self->name, self->nparams);
+        return NULL;
+    }
+    PyObject *bound[EM_MAX_PARAMS];
+    for (int i = 0; i < self->nparams; i++)
+        bound[i] = PyTuple_GET_ITEM(args, i);
+    return em_op_call_bound(self, bound);
+}
+
+/* The C rule: this op's kernel run on meta copies of the tensor arguments;
+ * returns what it returns (meta tensors). */
+static PyObject *
+op_infer(em_Op *self, PyObject *args)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
+        PyErr_Format(PyExc_TypeError, "%U._infer expects a tuple of %d bound arguments",
+                     self->name, self->nparams);
+        return NULL;
+    }
+    PyObject *bound[EM_MAX_PARAMS];
+    int nb = 0;
+    PyObject *res = NULL;
+    for (int i = 0; i < self->nparams; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (em_Tensor_Check(a))
+            a = (PyObject *)em_tensor_meta_like((em_Tensor *)a);
+        else if (PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0 &&
+                 em_Tensor_Check(PyTuple_GET_ITEM(a, 0))) {
+            Py_ssize_t n = PyTuple_GET_SIZE(a);
+            PyObject *t = PyTuple_New(n);
+            for (Py_ssize_t k = 0; t != NULL && k < n; k++) {
+                PyObject *e = PyTuple_GET_ITEM(a, k);
+                e = em_Tensor_Check(e) ? (PyObject *)em_tensor_meta_like((em_Tensor *)e)
+                                       : (Py_INCREF(e), e);
+                if (e == NULL)
+                    Py_CLEAR(t);
+                else
+                    PyTuple_SET_ITEM(t, k, e);
+            }
+            a = t;
+        }
+        else
+            Py_INCREF(a);
+        if (a == NULL)
+            goto done;
+        bound[nb++] = a;
+    }
+    int saved = em_tls.mode;
+    em_tls.mode = EM_MODE_META;
+    int grad = em_tls.grad_enabled;
+    em_tls.grad_enabled = 0;
+    res = self->composite ? self->kernel(self, bound) : em_op_call_bound(self, bound);
+    em_tls.mode = saved;
+    em_tls.grad_enabled = grad;
+done:
+    for (int i = 0; i < nb; i++)
+        Py_DECREF(bound[i]);
+    return res;
+}
+
+static PyMethodDef op_methods[] = {
+    {"_add_overload", (PyCFunction)op_add_overload, METH_O, NULL},
+    {"_bind", (PyCFunction)(void (*)(void))op_bind, METH_VARARGS | METH_KEYWORDS,
+     "_bind(*args, **kwargs) -> (overload, bound args): match a call to a signature."},
+    {"_kernel", (PyCFunction)op_run_kernel, METH_O,
+     "_kernel(bound): run the eager kernel only (no mode, no autograd)."},
+    {"_call_bound", (PyCFunction)op_call_bound_py, METH_O,
+     "_call_bound(bound): dispatch bound args (mode, kernel, autograd)."},
+    {"_infer", (PyCFunction)op_infer, METH_O,
+     "_infer(bound): the C rule: the kernel run on meta copies of the arguments."},
+    {NULL},
+};
+
+static PyObject *op_get_overloads(em_Op *self, void *c) { return op_overloads(self, c); }
+
+static PyObject *
+op_get_kind(em_Op *self, void *c)
+{
+    return PyLong_FromLong(self->kind);
+}
+
+static PyObject *
+op_get_params(em_Op *self, void *c)
+{
+    PyObject *t = PyTuple_New(self->nparams);
+    if (t == NULL)
+        return NULL;
+    for (int i = 0; i < self->nparams; i++) {
+        Py_INCREF(self->params[i].name);
+        PyTuple_SET_ITEM(t, i, self->params[i].name);
+    }
+    return t;
+}
+
+static PyObject *
+op_get_module(em_Op *self, void *c)
+{
+    return PyUnicode_FromString("ember");
+}
+
+static PyGetSetDef op_getset[] = {
+    {"overloads", (getter)op_get_overloads, NULL, NULL, NULL},
+    {"kind", (getter)op_get_kind, NULL, NULL, NULL},
+    {"param_names", (getter)op_get_params, NULL, NULL, NULL},
+    {"__module__", (getter)op_get_module, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyMemberDef op_members[] = {
+    {"__name__", T_OBJECT, offsetof(em_Op, name), READONLY, NULL},
+    {"__qualname__", T_OBJECT, offsetof(em_Op, name), READONLY, NULL},
+    {"name", T_OBJECT, offsetof(em_Op, name), READONLY, NULL},
+    {"overload", T_OBJECT, offsetof(em_Op, overload), READONLY, NULL},
+    {"schema", T_OBJECT, offsetof(em_Op, schema), READONLY, NULL},
+    {"entry", T_OBJECT, offsetof(em_Op, entry), READONLY, NULL},
+    {"backward", T_OBJECT, offsetof(em_Op, backward), READONLY, NULL},
+    {"ufunc", T_OBJECT, offsetof(em_Op, ufunc), READONLY, NULL},
+    {"nouts", T_INT, offsetof(em_Op, nouts), READONLY, NULL},
+    {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
+    {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
+    {"__doc__", T_OBJECT, offsetof(em_Op, schema), READONLY, NULL},
+    {NULL},
+};
+
+PyTypeObject em_Op_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember.Op",
+    .tp_basicsize = sizeof(em_Op),
+    .tp_dealloc = (destructor)op_dealloc,
+    .tp_vectorcall_offset = offsetof(em_Op, vectorcall),
+    .tp_repr = (reprfunc)op_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "An operator of the op table (one overload).",
+    .tp_methods = op_methods,
+    .tp_members = op_members,
+    .tp_getset = op_getset,
+    .tp_descr_get = op_descr_get,
+    .tp_new = op_new,
+};
+
+/* ------------------------------------------------------------------ module functions */
+
+static const struct {
+    const char *name;
+    em_slot_t slot;
+} slot_names[] = {
+    {"add", EM_SLOT_ADD}, {"sub", EM_SLOT_SUB}, {"mul", EM_SLOT_MUL}, {"div", EM_SLOT_DIV},
+    {"pow", EM_SLOT_POW}, {"neg", EM_SLOT_NEG}, {"matmul", EM_SLOT_MATMUL},
+    {"eq", EM_SLOT_EQ}, {"ne", EM_SLOT_NE}, {"lt", EM_SLOT_LT}, {"le", EM_SLOT_LE},
+    {"gt", EM_SLOT_GT}, {"ge", EM_SLOT_GE}, {"abs", EM_SLOT_ABS},
+    {"bitwise_not", EM_SLOT_INVERT}, {"bitwise_and", EM_SLOT_AND},
+    {"bitwise_or", EM_SLOT_OR}, {"bitwise_xor", EM_SLOT_XOR},
+    {"floor_divide", EM_SLOT_FLOORDIV}, {"remainder", EM_SLOT_MOD},
+    {"__getitem__", EM_SLOT_INDEX}, {"__setitem__", EM_SLOT_SETITEM},
+    {"bitwise_left_shift", EM_SLOT_LSHIFT}, {"bitwise_right_shift", EM_SLOT_RSHIFT},
+    {"add_", EM_SLOT_IADD}, {"sub_", EM_SLOT_ISUB}, {"mul_", EM_SLOT_IMUL},
+    {"div_", EM_SLOT_IDIV}, {"select", EM_SLOT_SELECT}, {"slice", EM_SLOT_SLICE},
+    {"unsqueeze", EM_SLOT_UNSQUEEZE}, {"alias", EM_SLOT_ALIAS},
+};
+
+/* _bind_slot(name, op): the op a Python operator (+, [], ...) calls. */
+static PyObject *
+bind_slot(PyObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *op;
+    if (!PyArg_ParseTuple(args, "sO!:_bind_slot", &name, &em_Op_Type, &op))
+        return NULL;
+    for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0]; i++) {
+        if (strcmp(slot_names[i].name, name) == 0) {
+            Py_INCREF(op);
+            Py_XSETREF(em_slots[slot_names[i].slot], (em_Op *)op);
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef op_module_methods[] = {
+    {"_bind_slot", bind_slot, METH_VARARGS, NULL},
+    {NULL},
+};
+
+int
+em_op_init(PyObject *module)
+{
+    if (PyType_Ready(&em_Op_Type) < 0)
+        return -1;
+    Py_INCREF(&em_Op_Type);
+    if (PyModule_AddObject(module, "Op", (PyObject *)&em_Op_Type) < 0)
+        return -1;
+    static const char *argtypes[] = {"TENSOR", "SCALAR", "INT", "INTLIST", "BOOL", "FLOAT",
+                                     "DTYPE", "STR", "TENSORLIST", "ANY", "DEVICE",
+                                     "GENERATOR"};
+    for (int i = 0; i < (int)(sizeof argtypes / sizeof argtypes[0]); i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "ARG_%s", argtypes[i]);
+        if (PyModule_AddIntConstant(module, buf, i) < 0)
+            return -1;
+    }
+    static const char *kinds[] = {"UNARY", "UNARY_FLOAT", "BINARY", "BINARY_FLOAT", "COMPARE",
+                                  "REDUCE", "REDUCE_INDEX", "MATMUL", "VIEW", "FACTORY",
+                                  "CUSTOM"};
+    for (int i = 0; i < EM_NKINDS; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "KIND_%s", kinds[i]);
+        if (PyModule_AddIntConstant(module, buf, i) < 0)
+            return -1;
+    }
+    return PyModule_AddFunctions(module, op_module_methods);
+}

@@ -1,0 +1,349 @@
+/* ember.h: the one core header shared by every C file of ember._C.
+ *
+ * Names shared between files carry the em_ prefix; everything else is static.
+ * Functions returning PyObject* return NULL with an exception set on failure;
+ * functions returning int return -1 with an exception set.
+ */
+#ifndef EMBER_H
+#define EMBER_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PY_ARRAY_UNIQUE_SYMBOL em_ARRAY_API
+#define PY_UFUNC_UNIQUE_SYMBOL em_UFUNC_API
+#ifndef EM_IMPORT_ARRAY
+#define NO_IMPORT_ARRAY
+#define NO_IMPORT_UFUNC
+#endif
+#include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
+
+#define EM_MAX_DIMS 64
+#define EM_INLINE_DIMS 6
+#define EM_MAX_PARAMS 16
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum {
+    EM_BOOL = 0,
+    EM_UINT8,
+    EM_INT8,
+    EM_INT16,
+    EM_INT32,
+    EM_INT64,
+    EM_FLOAT16,
+    EM_FLOAT32,
+    EM_FLOAT64,
+    EM_NDTYPES,
+    EM_UNDEFINED = -1
+} em_dtype_t;
+
+typedef struct {
+    PyObject_HEAD
+    em_dtype_t code;
+    int npy_type;
+    int itemsize;
+    const char *name;        /* "float32" */
+    PyArray_Descr *descr;    /* NumPy descriptor, borrowed from NumPy */
+} em_DType;
+
+extern PyTypeObject em_DType_Type;
+extern em_DType *em_dtypes[EM_NDTYPES];
+extern em_dtype_t em_default_dtype;   /* float32 unless set_default_dtype */
+
+static inline bool em_is_float(em_dtype_t t) { return t >= EM_FLOAT16 && t <= EM_FLOAT64; }
+static inline bool em_is_int(em_dtype_t t) { return t >= EM_UINT8 && t <= EM_INT64; }
+static inline int em_category(em_dtype_t t)
+{
+    return t == EM_BOOL ? 0 : (em_is_float(t) ? 2 : 1);
+}
+em_dtype_t em_promote_types(em_dtype_t a, em_dtype_t b);
+em_dtype_t em_dtype_from_npy(int npy_type);
+em_dtype_t em_dtype_from_object(PyObject *obj);   /* ember or NumPy dtype; -1 + error */
+const char *em_dtype_torch_name(em_dtype_t t);    /* "Float", "Long" as in PyTorch errors */
+int em_dtype_init(PyObject *module);
+
+/* ------------------------------------------------------------------ storage */
+
+/* The memory behind a tensor and all its views: a NumPy array (NULL for meta
+ * tensors) and the version counter that in-place operations bump. */
+typedef struct {
+    PyObject_HEAD
+    PyArrayObject *array;
+    uint64_t version;
+} em_Storage;
+
+extern PyTypeObject em_Storage_Type;
+em_Storage *em_storage_new(PyArrayObject *array);   /* steals nothing */
+
+/* ------------------------------------------------------------------ tensor */
+
+typedef struct em_Tensor {
+    PyObject_HEAD
+    PyArrayObject *array;      /* NumPy view of the data; NULL for meta tensors */
+    em_Storage *storage;
+    em_dtype_t dtype;
+    int ndim;
+    Py_ssize_t *sizes;         /* inline_geom or heap */
+    Py_ssize_t *strides;       /* in elements */
+    Py_ssize_t offset;         /* storage offset, in elements */
+    Py_ssize_t numel;
+    Py_ssize_t inline_geom[2 * EM_INLINE_DIMS];
+    /* autograd */
+    char requires_grad;
+    char retains_grad;
+    int output_nr;
+    PyObject *grad;            /* Tensor or NULL */
+    PyObject *grad_fn;         /* em_Node or NULL for leaves */
+    PyObject *hooks;           /* list or NULL */
+    PyObject *base;            /* tensor this one is a view of, or NULL */
+    PyObject *trace;           /* opaque slot for tracers (graph proxies) */
+    PyObject *dict;
+    PyObject *weakreflist;
+} em_Tensor;
+
+extern PyTypeObject em_Tensor_Type;
+#define em_Tensor_Check(o) PyObject_TypeCheck((o), &em_Tensor_Type)
+#define em_is_meta(t) ((t)->array == NULL)
+
+/* A tensor geometry, used to build outputs and views before any data exists. */
+typedef struct {
+    int ndim;
+    em_dtype_t dtype;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    Py_ssize_t strides[EM_MAX_DIMS];   /* elements; filled by em_contiguous_strides */
+} em_Geom;
+
+void em_contiguous_strides(em_Geom *g);
+Py_ssize_t em_geom_numel(const em_Geom *g);
+/* New tensor owning fresh (uninitialised) memory of geometry g, or a meta tensor. */
+em_Tensor *em_tensor_empty(const em_Geom *g, bool meta);
+em_Tensor *em_tensor_empty_like_layout(const em_Geom *g, bool meta); /* honours g->strides */
+/* Wraps an existing array (no copy). storage NULL: the array becomes the storage. */
+em_Tensor *em_tensor_from_array(PyArrayObject *array, em_Storage *storage,
+                                Py_ssize_t offset);
+/* A view of base with new geometry (sizes/strides in elements) and offset. */
+em_Tensor *em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes,
+                          const Py_ssize_t *strides, Py_ssize_t offset);
+/* A detached alias sharing storage and geometry (no autograd history). */
+em_Tensor *em_tensor_alias(em_Tensor *src);
+int em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes,
+                       const Py_ssize_t *strides);
+bool em_tensor_is_contiguous(const em_Tensor *t);
+PyObject *em_tensor_to_array(em_Tensor *t);   /* new ref to the NumPy view; error if meta */
+em_Tensor *em_tensor_contiguous(em_Tensor *t); /* new ref: t itself or a contiguous copy */
+PyObject *em_sizes_tuple(const em_Tensor *t);
+PyObject *em_format_shape(int ndim, const Py_ssize_t *sizes); /* "[2, 3]" */
+int em_tensor_init_type(PyObject *module);
+em_Tensor *em_scalar_tensor(PyObject *number, em_dtype_t dtype); /* 0-d tensor */
+
+/* ------------------------------------------------------------------ modes */
+
+typedef enum { EM_MODE_EAGER = 0, EM_MODE_META = 1, EM_MODE_TRACE = 2 } em_mode_t;
+
+typedef struct {
+    int mode;
+    int grad_enabled;
+    PyObject *tracer;          /* callable(op, args) for EM_MODE_TRACE */
+} em_ThreadState;
+
+extern _Thread_local em_ThreadState em_tls;
+int em_mode_init(PyObject *module);
+
+/* ------------------------------------------------------------------ ops */
+
+typedef enum {
+    EM_ARG_TENSOR,       /* Tensor (numbers accepted for elementwise kinds) */
+    EM_ARG_SCALAR,       /* Python int/float/bool */
+    EM_ARG_INT,
+    EM_ARG_INTLIST,      /* int[]; also int[1]: a bare int is accepted */
+    EM_ARG_BOOL,
+    EM_ARG_FLOAT,
+    EM_ARG_DTYPE,
+    EM_ARG_STR,
+    EM_ARG_TENSORLIST,
+    EM_ARG_ANY,
+    EM_ARG_DEVICE,
+    EM_ARG_GENERATOR,
+} em_argtype_t;
+
+typedef struct {
+    PyObject *name;          /* interned */
+    em_argtype_t type;
+    bool optional;           /* accepts None */
+    bool kwonly;
+    bool varargs_list;       /* int[] that may be given as *args */
+    bool int1;               /* int[1]: a bare int is accepted */
+    bool number_ok;          /* a Tensor parameter that also takes Python numbers */
+    PyObject *defval;        /* NULL: required */
+} em_Param;
+
+typedef enum {
+    EM_KIND_UNARY = 0,       /* same dtype as input */
+    EM_KIND_UNARY_FLOAT,     /* integers and bool promote to the default float dtype */
+    EM_KIND_BINARY,          /* promote, broadcast */
+    EM_KIND_BINARY_FLOAT,    /* promote, integers to the default float dtype */
+    EM_KIND_COMPARE,         /* promote to compute, bool result */
+    EM_KIND_REDUCE,          /* dim, keepdim */
+    EM_KIND_REDUCE_INDEX,    /* dim, keepdim; (values, indices) */
+    EM_KIND_MATMUL,
+    EM_KIND_VIEW,
+    EM_KIND_FACTORY,
+    EM_KIND_CUSTOM,
+    EM_NKINDS
+} em_kind_t;
+
+typedef struct em_Op em_Op;
+/* args: the bound arguments in signature order (borrowed). Returns a new
+ * reference to the result (a Tensor or a tuple of Tensors). */
+typedef PyObject *(*em_kernel_fn)(em_Op *op, PyObject **args);
+
+struct em_Op {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *name;            /* "add" */
+    PyObject *overload;        /* "Tensor", "" */
+    PyObject *schema;          /* the signature string */
+    PyObject *entry;           /* the Python OpEntry */
+    PyObject *backward;        /* Python formula or NULL (not differentiable) */
+    PyObject *ufunc;           /* NumPy ufunc for ufunc-backed kernels, or NULL */
+    PyObject *reduce_ufunc;    /* second ufunc (e.g. argmax for max.dim) or NULL */
+    PyObject *backward_name;   /* "AddBackward0" */
+    em_Op *next;               /* next overload of the same name, or NULL */
+    em_kernel_fn kernel;
+    em_kind_t kind;
+    int nparams;
+    int npositional;
+    int nouts;
+    int inplace;               /* mutates its first argument */
+    int composite;             /* runs its kernel in every mode; the ops it calls dispatch */
+    int rule;                  /* variant of the kind's dtype rule (EM_RULE_*) */
+    em_Param params[EM_MAX_PARAMS];
+};
+
+extern PyTypeObject em_Op_Type;
+#define em_Op_Check(o) PyObject_TypeCheck((o), &em_Op_Type)
+
+/* The operators the Tensor type's number/mapping slots call, bound at import. */
+typedef enum {
+    EM_SLOT_ADD, EM_SLOT_SUB, EM_SLOT_RSUB, EM_SLOT_MUL, EM_SLOT_DIV, EM_SLOT_RDIV,
+    EM_SLOT_POW, EM_SLOT_RPOW, EM_SLOT_NEG, EM_SLOT_MATMUL, EM_SLOT_EQ, EM_SLOT_NE,
+    EM_SLOT_LT, EM_SLOT_LE, EM_SLOT_GT, EM_SLOT_GE, EM_SLOT_SELECT, EM_SLOT_SLICE,
+    EM_SLOT_UNSQUEEZE, EM_SLOT_ALIAS, EM_SLOT_ABS, EM_SLOT_POS, EM_SLOT_INVERT,
+    EM_SLOT_AND, EM_SLOT_OR, EM_SLOT_XOR, EM_SLOT_FLOORDIV, EM_SLOT_RFLOORDIV,
+    EM_SLOT_MOD, EM_SLOT_RMOD, EM_SLOT_SETITEM, EM_SLOT_INDEX, EM_SLOT_LSHIFT,
+    EM_SLOT_RSHIFT, EM_SLOT_IADD, EM_SLOT_ISUB, EM_SLOT_IMUL, EM_SLOT_IDIV,
+    EM_NSLOTS
+} em_slot_t;
+extern em_Op *em_slots[EM_NSLOTS];
+
+/* Calls an op with already-bound arguments (dispatch by mode, then autograd). */
+PyObject *em_op_call_bound(em_Op *op, PyObject **args);
+/* Calls an op by positional arguments only (missing trailing args take defaults). */
+PyObject *em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs);
+em_kernel_fn em_find_kernel(const char *name);
+int em_op_init(PyObject *module);
+
+/* ------------------------------------------------------------------ rules (C side)
+ * Shape and dtype rules per op kind, shared by eager kernels and the meta path. */
+
+/* Broadcast geometry of operands (Tensors or numbers); raises RuntimeError
+ * naming the op and the shapes. */
+int em_broadcast(const char *opname, PyObject **operands, int n, em_Geom *out);
+/* PyTorch's type promotion over operands (Tensors and Python numbers). */
+em_dtype_t em_result_type(PyObject **operands, int n);
+/* Output strides for an elementwise result, following PyTorch's TensorIterator:
+ * the layout of the inputs is kept. */
+void em_elementwise_strides(PyObject **operands, int n, em_Geom *g);
+/* Normalises dim into [0, ndim); IndexError as PyTorch words it. */
+int em_wrap_dim(Py_ssize_t *dim, int ndim);
+/* dims: None, int or sequence -> mask of reduced dims; ndim 0 accepts 0 and -1. */
+int em_reduce_dims(PyObject *dims, int ndim, bool *mask);
+em_Tensor *em_tensor_meta_like(em_Tensor *t);
+
+/* Variants of a kind's dtype rule. */
+#define EM_RULE_INT_TO_LONG 1   /* sum, prod: integers and bool accumulate in int64 */
+#define EM_RULE_FLOAT_ONLY 2    /* mean: integer inputs are an error */
+#define EM_RULE_NO_BOOL 4       /* neg, sub: bool inputs are an error */
+
+/* ------------------------------------------------------------------ kernels */
+
+typedef struct {
+    const char *name;
+    em_kernel_fn fn;
+} em_KernelEntry;
+
+extern const em_KernelEntry em_elementwise_kernels[];
+extern const em_KernelEntry em_reduction_kernels[];
+extern const em_KernelEntry em_view_kernels[];
+extern const em_KernelEntry em_linalg_kernels[];
+extern const em_KernelEntry em_factory_kernels[];
+
+/* Calls a NumPy ufunc: ufunc(ins..., out=out, signature=sig, casting="unsafe"). */
+int em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out,
+                  em_dtype_t compute, em_dtype_t result);
+PyObject *em_number_from(PyObject *obj);  /* numbers pass through; error otherwise */
+bool em_is_number(PyObject *obj);
+/* Tensor and numbers in args -> result geometry for an elementwise kind. */
+int em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g,
+                        em_dtype_t *compute);
+bool em_any_meta(PyObject **operands, int n);
+
+/* ------------------------------------------------------------------ autograd */
+
+typedef struct {
+    PyObject *fn;     /* em_Node, em_Tensor (leaf accumulation) or NULL */
+    int input_nr;
+} em_Edge;
+
+typedef struct {
+    int ndim;
+    em_dtype_t dtype;
+    Py_ssize_t *sizes;
+    bool meta;
+} em_OutMeta;
+
+typedef struct em_Node {
+    PyObject_HEAD
+    em_Op *op;                 /* op-table node, or NULL */
+    PyObject *py_backward;     /* Python-callable node: fn(*grads) -> grads */
+    PyObject *name;
+    PyObject *saved;           /* tuple: bound args; tensors as saved values */
+    PyObject *saved_versions;  /* tuple of ints or None, parallel to saved */
+    PyObject *saved_outputs;   /* tuple of detached aliases, or NULL */
+    int nedges;
+    em_Edge *edges;
+    int nout;
+    em_OutMeta *outmeta;
+    uint64_t seq;
+    bool released;
+    PyObject *pre_hooks;       /* list or NULL */
+    PyObject *dict;
+    PyObject *weakreflist;
+} em_Node;
+
+extern PyTypeObject em_Node_Type;
+#define em_Node_Check(o) PyObject_TypeCheck((o), &em_Node_Type)
+
+/* Records an autograd node for op if grad mode is on and an input requires grad. */
+int em_autograd_record(em_Op *op, PyObject **args, PyObject *result);
+/* A node whose backward calls fn(*grads); attaches it to outputs. */
+int em_node_init_type(PyObject *module);
+int em_engine_init(PyObject *module);
+bool em_grad_enabled(void);
+
+/* ------------------------------------------------------------------ errors */
+/* Sets exc with "op(): message" formatting. Returns NULL. */
+PyObject *em_op_error(PyObject *exc, const char *opname, const char *fmt, ...);
+
+/* ------------------------------------------------------------------ misc */
+PyObject *em_llvm_info(PyObject *self, PyObject *noargs);
+extern PyObject *em_numpy;    /* the numpy module */
+extern PyObject *em_str_out, *em_str_signature, *em_str_casting, *em_str_unsafe,
+    *em_str_axis, *em_str_keepdims, *em_str_dtype, *em_str_reduce;
+
+#endif /* EMBER_H */

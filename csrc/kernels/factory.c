@@ -1,0 +1,327 @@
+/* factory.c: tensors made from sizes or from another tensor's metadata:
+ * zeros, ones, full, empty, arange, rand, randn and their *_like forms.
+ *
+ * Keyword parameters are found by name: dtype, device, requires_grad, generator.
+ */
+#include "ember.h"
+#include <math.h>
+
+static PyObject *default_generator;    /* ember.Generator, set from Python */
+
+static PyObject *
+named(em_Op *op, PyObject **args, const char *name)
+{
+    for (int i = 0; i < op->nparams; i++)
+        if (PyUnicode_CompareWithASCIIString(op->params[i].name, name) == 0)
+            return args[i];
+    return NULL;
+}
+
+/* -1 error, 0 cpu, 1 meta */
+static int
+device_is_meta(PyObject *device)
+{
+    if (device == NULL || device == Py_None)
+        return em_tls.mode == EM_MODE_META;
+    PyObject *s = PyUnicode_Check(device) ? (Py_INCREF(device), device)
+                                          : PyObject_GetAttrString(device, "type");
+    if (s == NULL)
+        return -1;
+    int r = -1;
+    if (!PyUnicode_Check(s))
+        PyErr_Format(PyExc_TypeError, "expected a device, got %R", device);
+    else if (PyUnicode_CompareWithASCIIString(s, "meta") == 0)
+        r = 1;
+    else if (PyUnicode_CompareWithASCIIString(s, "cpu") == 0 ||
+             strncmp(PyUnicode_AsUTF8(s), "cpu:", 4) == 0)
+        r = em_tls.mode == EM_MODE_META;
+    else
+        PyErr_Format(PyExc_RuntimeError,
+                     "ember runs on the CPU only: device %R is not available", device);
+    Py_DECREF(s);
+    return r;
+}
+
+static em_dtype_t
+dtype_arg(em_Op *op, PyObject **args, em_dtype_t dflt)
+{
+    PyObject *d = named(op, args, "dtype");
+    if (d == NULL || d == Py_None)
+        return dflt;
+    return ((em_DType *)d)->code;
+}
+
+static int
+sizes_geom(PyObject *sizes, em_Geom *g)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(sizes);
+    if (n > EM_MAX_DIMS) {
+        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported", EM_MAX_DIMS);
+        return -1;
+    }
+    g->ndim = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        g->sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, i));
+        if (g->sizes[i] == -1 && PyErr_Occurred())
+            return -1;
+        if (g->sizes[i] < 0) {
+            PyObject *s = em_format_shape(g->ndim, g->sizes);
+            if (s)
+                PyErr_Format(PyExc_RuntimeError,
+                             "Trying to create tensor with negative dimension %zd: %U",
+                             g->sizes[i], s);
+            Py_XDECREF(s);
+            return -1;
+        }
+    }
+    em_contiguous_strides(g);
+    return 0;
+}
+
+static PyObject *
+finish(em_Op *op, PyObject **args, em_Tensor *t)
+{
+    if (t == NULL)
+        return NULL;
+    PyObject *rg = named(op, args, "requires_grad");
+    if (rg == Py_True) {
+        if (!em_is_float(t->dtype)) {
+            Py_DECREF(t);
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Only Tensors of floating point dtype can require gradients");
+            return NULL;
+        }
+        t->requires_grad = 1;
+    }
+    return (PyObject *)t;
+}
+
+static int
+fill(em_Tensor *t, PyObject *value)
+{
+    if (em_is_meta(t) || t->numel == 0)
+        return 0;
+    return PyArray_FillWithScalar(t->array, value);
+}
+
+/* Geometry from either a size tuple (args[0]) or a tensor (the *_like forms). */
+static int
+target_geom(em_Op *op, PyObject **args, em_Geom *g, bool *meta)
+{
+    PyObject *first = args[0];
+    int m = device_is_meta(named(op, args, "device"));
+    if (m < 0)
+        return -1;
+    if (em_Tensor_Check(first)) {
+        em_Tensor *like = (em_Tensor *)first;
+        g->ndim = like->ndim;
+        memcpy(g->sizes, like->sizes, sizeof(Py_ssize_t) * like->ndim);
+        em_contiguous_strides(g);
+        g->dtype = dtype_arg(op, args, like->dtype);
+        *meta = m || em_is_meta(like);
+        return 0;
+    }
+    if (sizes_geom(first, g) < 0)
+        return -1;
+    g->dtype = dtype_arg(op, args, em_default_dtype);
+    *meta = m;
+    return 0;
+}
+
+static PyObject *
+make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
+{
+    em_Geom g;
+    bool meta;
+    if (target_geom(op, args, &g, &meta) < 0)
+        return NULL;
+    if (infer_from_value && !em_Tensor_Check(args[0])) {
+        PyObject *d = named(op, args, "dtype");
+        if (d == NULL || d == Py_None)
+            g.dtype = PyBool_Check(value) ? EM_BOOL
+                      : PyLong_Check(value) ? EM_INT64 : em_default_dtype;
+    }
+    em_Tensor *t = em_tensor_empty(&g, meta);
+    if (t != NULL && value != NULL && fill(t, value) < 0)
+        Py_CLEAR(t);
+    return finish(op, args, t);
+}
+
+static PyObject *
+k_zeros(em_Op *op, PyObject **args)
+{
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *r = zero ? make_filled(op, args, zero, false) : NULL;
+    Py_XDECREF(zero);
+    return r;
+}
+
+static PyObject *
+k_ones(em_Op *op, PyObject **args)
+{
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *r = one ? make_filled(op, args, one, false) : NULL;
+    Py_XDECREF(one);
+    return r;
+}
+
+static PyObject *
+k_empty(em_Op *op, PyObject **args)
+{
+    return make_filled(op, args, NULL, false);
+}
+
+/* full(size, fill_value) / full_like(self, fill_value) */
+static PyObject *
+k_full(em_Op *op, PyObject **args)
+{
+    return make_filled(op, args, args[1], true);
+}
+
+/* arange(end) or arange(start, end, step=1) */
+static PyObject *
+k_arange(em_Op *op, PyObject **args)
+{
+    PyObject *start, *end, *step;
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
+    PyObject *res = NULL;
+    if (zero == NULL || one == NULL)
+        goto done;
+    if (op->nparams >= 3 && PyUnicode_CompareWithASCIIString(op->params[1].name, "end") == 0) {
+        start = args[0];
+        end = args[1];
+        step = args[2];
+    }
+    else {
+        start = zero;
+        end = args[0];
+        step = one;
+    }
+    bool is_float = PyFloat_Check(start) || PyFloat_Check(end) || PyFloat_Check(step);
+    em_dtype_t dt = dtype_arg(op, args, is_float ? em_default_dtype : EM_INT64);
+    double s = PyFloat_AsDouble(start), e = PyFloat_AsDouble(end), st = PyFloat_AsDouble(step);
+    if (PyErr_Occurred())
+        goto done;
+    if (st == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "arange(): step must be nonzero");
+        goto done;
+    }
+    if ((st > 0 && e < s) || (st < 0 && e > s)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "arange(): upper bound and larger bound inconsistent with step sign");
+        goto done;
+    }
+    int m = device_is_meta(named(op, args, "device"));
+    if (m < 0)
+        goto done;
+    Py_ssize_t n;
+    if (!is_float) {
+        long long ls = PyLong_AsLongLong(start), le = PyLong_AsLongLong(end),
+                  lst = PyLong_AsLongLong(step);
+        if (PyErr_Occurred())
+            goto done;
+        n = (Py_ssize_t)((le - ls + lst + (lst > 0 ? -1 : 1)) / lst);
+    }
+    else {
+        n = (Py_ssize_t)ceil((e - s) / st);
+    }
+    if (n < 0)
+        n = 0;
+    em_Geom g = {.ndim = 1, .dtype = dt, .sizes = {n}};
+    em_contiguous_strides(&g);
+    em_Tensor *t = em_tensor_empty(&g, m);
+    if (t != NULL && !m && n > 0) {
+        /* values start + i * step, computed in double (int64 for integers) */
+        PyObject *r = PyObject_CallMethod(em_numpy, "arange", "(n)", n);
+        PyObject *v = NULL;
+        if (r != NULL) {
+            PyObject *mul = PyNumber_Multiply(r, step);
+            if (mul != NULL) {
+                v = PyNumber_Add(mul, start);
+                Py_DECREF(mul);
+            }
+            Py_DECREF(r);
+        }
+        if (v == NULL || PyArray_CopyInto(t->array, (PyArrayObject *)v) < 0)
+            Py_CLEAR(t);
+        Py_XDECREF(v);
+    }
+    res = finish(op, args, t);
+done:
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    return res;
+}
+
+static PyObject *
+random_fill(em_Op *op, PyObject **args, const char *method)
+{
+    em_Geom g;
+    bool meta;
+    if (target_geom(op, args, &g, &meta) < 0)
+        return NULL;
+    if (!em_is_float(g.dtype)) {
+        PyErr_Format(PyExc_RuntimeError, "%U(): expected a floating point dtype, got %s",
+                     op->name, em_dtype_torch_name(g.dtype));
+        return NULL;
+    }
+    em_Tensor *t = em_tensor_empty(&g, meta);
+    if (t == NULL || meta || t->numel == 0)
+        return finish(op, args, t);
+    PyObject *gen = named(op, args, "generator");
+    if (gen == NULL || gen == Py_None)
+        gen = default_generator;
+    if (gen == NULL) {
+        Py_DECREF(t);
+        PyErr_SetString(PyExc_RuntimeError, "ember's default generator is not initialised");
+        return NULL;
+    }
+    PyObject *np_gen = PyObject_GetAttrString(gen, "_np");
+    if (np_gen == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    em_dtype_t gen_dt = g.dtype == EM_FLOAT64 ? EM_FLOAT64 : EM_FLOAT32;
+    PyObject *size = em_sizes_tuple(t);
+    PyObject *vals = size ? PyObject_CallMethod(np_gen, method, "(OO)", size,
+                                                (PyObject *)em_dtypes[gen_dt]->descr)
+                          : NULL;
+    Py_XDECREF(size);
+    Py_DECREF(np_gen);
+    if (vals == NULL ||
+        PyArray_CopyInto(t->array, (PyArrayObject *)vals) < 0)
+        Py_CLEAR(t);
+    Py_XDECREF(vals);
+    return finish(op, args, t);
+}
+
+static PyObject *
+k_rand(em_Op *op, PyObject **args)
+{
+    return random_fill(op, args, "random");
+}
+
+static PyObject *
+k_randn(em_Op *op, PyObject **args)
+{
+    return random_fill(op, args, "standard_normal");
+}
+
+const em_KernelEntry em_factory_kernels[] = {
+    {"zeros", k_zeros},
+    {"ones", k_ones},
+    {"empty", k_empty},
+    {"full", k_full},
+    {"arange", k_arange},
+    {"rand", k_rand},
+    {"randn", k_randn},
+    {NULL, NULL},
+};
+
+PyObject *
+em_set_default_generator(PyObject *self, PyObject *gen)
+{
+    Py_INCREF(gen);
+    Py_XSETREF(default_generator, gen);
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,65 @@
+/* storage.c: the memory shared by a tensor and its views, with its version counter. */
+#include "ember.h"
+
+em_Storage *
+em_storage_new(PyArrayObject *array)
+{
+    em_Storage *s = PyObject_New(em_Storage, &em_Storage_Type);
+    if (s == NULL)
+        return NULL;
+    Py_XINCREF(array);
+    s->array = array;
+    s->version = 0;
+    return s;
+}
+
+static void
+storage_dealloc(em_Storage *self)
+{
+    Py_XDECREF(self->array);
+    PyObject_Free(self);
+}
+
+static PyObject *
+storage_nbytes(em_Storage *self, void *c)
+{
+    if (self->array == NULL)
+        return PyLong_FromLong(0);
+    return PyLong_FromSsize_t(PyArray_NBYTES(self->array));
+}
+
+static PyObject *
+storage_version(em_Storage *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->version);
+}
+
+static PyObject *
+storage_data_ptr(em_Storage *self, PyObject *noargs)
+{
+    if (self->array == NULL)
+        return PyLong_FromLong(0);
+    return PyLong_FromVoidPtr(PyArray_DATA(self->array));
+}
+
+static PyGetSetDef storage_getset[] = {
+    {"nbytes", (getter)storage_nbytes, NULL, NULL, NULL},
+    {"version", (getter)storage_version, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyMethodDef storage_methods[] = {
+    {"data_ptr", (PyCFunction)storage_data_ptr, METH_NOARGS, NULL},
+    {NULL},
+};
+
+PyTypeObject em_Storage_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember.UntypedStorage",
+    .tp_basicsize = sizeof(em_Storage),
+    .tp_dealloc = (destructor)storage_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_getset = storage_getset,
+    .tp_methods = storage_methods,
+    .tp_doc = "The memory behind a tensor and its views; holds the version counter.",
+};

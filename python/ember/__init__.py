@@ -1,0 +1,42 @@
+"""Ember: a small deep-learning compiler.
+
+An eager, PyTorch-style tensor library whose tensors live in NumPy arrays (`import ember
+as torch` runs common model code), and the compile stack around it.
+"""
+from . import _C
+from ._C import (Size, Tensor, UntypedStorage, dtype, from_numpy, get_default_dtype,
+                 is_grad_enabled, promote_types, result_type, set_default_dtype)
+from ._C import (bool as _bool, float16, float32, float64, int8, int16, int32, int64,
+                 uint8)
+from . import ops as _ops
+from .device import device
+
+_ops.install(globals())
+
+from ._tensor_new import as_tensor, tensor  # noqa: E402
+from ._tensor_str import set_printoptions, tensor_repr as _tensor_repr  # noqa: E402
+from . import autograd  # noqa: E402
+from .autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: E402
+from . import random  # noqa: E402
+from .random import (Generator, get_rng_state, initial_seed, manual_seed, seed,  # noqa: E402
+                     set_rng_state)
+from . import _tensor  # noqa: E402,F401
+from . import prims  # noqa: E402,F401
+
+_C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))
+
+# PyTorch's dtype aliases (assigned last: they shadow builtins in this module)
+globals().update({"bool": _bool, "float": float32, "double": float64, "half": float16,
+                  "long": int64, "int": int32, "short": int16})
+preserve_format = "preserve_format"
+contiguous_format = "contiguous_format"
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(t):
+    return t.numel()

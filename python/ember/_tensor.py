@@ -1,0 +1,136 @@
+"""Tensor methods written in Python: autograd entry points, hooks, conversions and
+protocols that run once per call site rather than per element. Installed on the C type."""
+from __future__ import annotations
+
+import weakref
+
+from . import _C
+from . import autograd as _autograd
+
+
+class RemovableHandle:
+    """Returned by register_hook; remove() unregisters the hook."""
+
+    def __init__(self, hooks, entry):
+        self._hooks = hooks
+        self._entry = entry
+
+    def remove(self):
+        try:
+            self._hooks.remove(self._entry)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulates the gradient of this tensor into the .grad of the leaves."""
+    _autograd.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+def register_hook(self, hook):
+    """hook(grad) -> None or a replacement gradient, called when this tensor's gradient
+    is computed."""
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if self.grad_fn is None:
+        hooks = self._backward_hooks
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+    entry = (self.output_nr, hook)
+    hooks = self.grad_fn._pre_hooks
+    hooks.append(entry)
+    return RemovableHandle(hooks, entry)
+
+
+def retain_grad(self):
+    """Keeps the gradient of a non-leaf tensor in .grad after backward."""
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    if self.grad_fn is None or getattr(self, "_retain_handle", None) is not None:
+        return
+    ref = weakref.ref(self)
+
+    def keep(grad):
+        t = ref()
+        if t is not None:
+            g = grad.detach()
+            t.grad = g if t.grad is None else (t.grad + g)
+    self._retain_handle = register_hook(self, keep)
+    _C.Tensor.retain_grad_flag(self) if hasattr(_C.Tensor, "retain_grad_flag") else None
+
+
+def __iter__(self):
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter([self[i] for i in range(self.shape[0])])
+
+
+def __reversed__(self):
+    return self.flip(0) if hasattr(self, "flip") else iter(list(self)[::-1])
+
+
+def __contains__(self, element):
+    if isinstance(element, (_C.Tensor, int, float, bool)):
+        return bool((self == element).sum().item() > 0)
+    raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed "
+                       f"in a {type(element)}.")
+
+
+def __format__(self, spec):
+    if self.ndim == 0 and not self.is_meta:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def _cast(dtype_name):
+    def method(self, memory_format=None):
+        return self.to(getattr(_C, dtype_name))
+    method.__name__ = dtype_name
+    method.__doc__ = f"self.to(ember.{dtype_name})"
+    return method
+
+
+def type_as(self, other):
+    return self.to(other.dtype)
+
+
+def cpu(self, memory_format=None):
+    return self
+
+
+def cuda(self, *args, **kwargs):
+    raise RuntimeError("ember runs on the CPU only: CUDA is not available")
+
+
+def _T(self):
+    return self.permute(list(range(self.ndim))[::-1])
+
+
+def _mT(self):
+    if self.ndim < 2:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
+                           f"Got {self.ndim}-D tensor.")
+    return self.transpose(-2, -1)
+
+
+def _install():
+    attrs = dict(
+        backward=backward, register_hook=register_hook, retain_grad=retain_grad,
+        __iter__=__iter__, __contains__=__contains__, __format__=__format__,
+        float=_cast("float32"), double=_cast("float64"), half=_cast("float16"),
+        long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
+        char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
+        type_as=type_as, cpu=cpu, cuda=cuda,
+        T=property(_T), mT=property(_mT),
+        __array_priority__=1000,
+    )
+    _C._add_tensor_attrs(attrs)
+
+
+_install()

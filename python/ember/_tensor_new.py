@@ -1,0 +1,140 @@
+"""Making tensors from Python data: ember.tensor, ember.as_tensor, Tensor(...)."""
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+
+from . import _C
+
+
+_ALL = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def dtype_from_numpy(np_dtype):
+    """The ember dtype of a NumPy dtype; TypeError for dtypes ember lacks."""
+    np_dtype = np.dtype(np_dtype)
+    for name in _ALL:
+        d = getattr(_C, name)
+        if d.numpy_dtype == np_dtype:
+            return d
+    raise TypeError(f"can't convert np.ndarray of type numpy.{np_dtype}. The only supported "
+                    "types are: float64, float32, float16, int64, int32, int16, int8, uint8, "
+                    "and bool.")
+
+
+def _infer_dtype(data):
+    """PyTorch's inference for Python data: any float -> default dtype; else int64; all
+    bools -> bool. NumPy arrays and scalars keep their dtype."""
+    kinds = set()
+
+    def walk(x):
+        if isinstance(x, _C.Tensor):
+            kinds.add(("tensor", x.dtype))
+        elif isinstance(x, np.ndarray) or isinstance(x, np.generic):
+            kinds.add(("numpy", np.asarray(x).dtype))
+        elif isinstance(x, bool):
+            kinds.add("bool")
+        elif isinstance(x, numbers.Integral):
+            kinds.add("int")
+        elif isinstance(x, numbers.Real):
+            kinds.add("float")
+        elif isinstance(x, complex):
+            raise TypeError("ember does not support complex numbers")
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        else:
+            raise TypeError(f"Could not infer dtype of {type(x).__name__}")
+
+    walk(data)
+    dtypes = [k[1] for k in kinds if isinstance(k, tuple) and k[0] == "tensor"]
+    dtypes += [dtype_from_numpy(k[1]) for k in kinds if isinstance(k, tuple) and
+               k[0] == "numpy"]
+    result = None
+    for d in dtypes:
+        result = d if result is None else _C.promote_types(result, d)
+    if "float" in kinds:
+        result = _C.promote_types(result, _C.get_default_dtype()) if result else \
+            _C.get_default_dtype()
+    elif "int" in kinds:
+        result = _C.promote_types(result, _C.int64) if result else _C.int64
+    elif "bool" in kinds:
+        result = result or _C.bool
+    return result if result is not None else _C.get_default_dtype()
+
+
+def _to_numpy(data):
+    def conv(x):
+        if isinstance(x, _C.Tensor):
+            if x.requires_grad:
+                x = x.detach()
+            return x.numpy()
+        if isinstance(x, (list, tuple)):
+            return [conv(y) for y in x]
+        return x
+    try:
+        return np.array(conv(data))
+    except ValueError as e:
+        raise ValueError(f"expected a rectangular nested sequence of numbers: {e}") from None
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of data (nested sequences, numbers, arrays, tensors)."""
+    _check_device(device)
+    if isinstance(data, _C.Tensor):
+        warnings.warn("To copy construct from a tensor, it is recommended to use "
+                      "sourceTensor.clone().detach() rather than ember.tensor(sourceTensor).",
+                      UserWarning, stacklevel=2)
+        src = data.detach()
+        out = src.clone() if dtype is None else src.to(dtype, copy=True)
+    else:
+        if isinstance(data, np.ndarray):
+            inferred = dtype_from_numpy(data.dtype)
+        else:
+            inferred = _infer_dtype(data)
+        target = dtype if dtype is not None else inferred
+        arr = np.array(_to_numpy(data), dtype=target.numpy_dtype, copy=True)
+        out = _C.from_numpy(np.ascontiguousarray(arr))
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def as_tensor(data, dtype=None, device=None):
+    """data as a tensor, sharing memory when it already is one (or a NumPy array)."""
+    _check_device(device)
+    if isinstance(data, _C.Tensor):
+        return data if dtype is None or dtype is data.dtype else data.to(dtype)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "biuf" and \
+            all(s >= 0 for s in data.strides):
+        t = _C.from_numpy(data)
+        return t if dtype is None or dtype is t.dtype else t.to(dtype)
+    return tensor(data, dtype=dtype)
+
+
+def _check_device(device):
+    if device is None:
+        return
+    name = device if isinstance(device, str) else getattr(device, "type", str(device))
+    if name.split(":")[0] not in ("cpu",):
+        raise RuntimeError(f"ember runs on the CPU only: device {device!r} is not available")
+
+
+def legacy_new(cls, *args, **kwargs):
+    """Tensor(*sizes) or Tensor(data): the default dtype, as torch.Tensor(...) does."""
+    if kwargs:
+        raise TypeError(f"Tensor() got unexpected keyword arguments {sorted(kwargs)}")
+    dtype = _C.get_default_dtype()
+    if not args:
+        t = _C.from_numpy(np.empty((0,), dtype=dtype.numpy_dtype))
+    elif all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        t = _C.from_numpy(np.zeros(args, dtype=dtype.numpy_dtype))
+    elif len(args) == 1:
+        t = tensor(args[0], dtype=dtype) if not isinstance(args[0], _C.Tensor) else args[0]
+    else:
+        raise TypeError("Tensor() takes sizes (ints) or one sequence of data")
+    if cls is not _C.Tensor:
+        return _C.Tensor._make_subclass(cls, t, False)
+    return t

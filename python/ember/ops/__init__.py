@@ -1,0 +1,27 @@
+"""The op table (see registry.py): every operator, declared once, by family."""
+from . import registry, schema, meta  # noqa: F401
+from . import elementwise, reductions, views, linalg, factories  # noqa: F401  (declarations)
+from . import api
+from .. import prims as _prims
+
+_public = None
+
+
+def install(namespace):
+    """Binds the table to C and fills `namespace`, ember.ops.api and ember.prims."""
+    global _public
+    _public = registry.install(namespace)
+    for name, c_op in _public.items():
+        setattr(api, name, c_op)
+    for entry in registry.ENTRIES:
+        if entry.prim:
+            setattr(_prims, entry.name, _public[entry.name])
+    return _public
+
+
+def public():
+    return dict(_public)
+
+
+def entries():
+    return list(registry.ENTRIES)

@@ -1,0 +1,535 @@
+"""Meta rules: the shape, dtype and strides of an op's result from its inputs' metadata.
+
+These are the Python twins of the C rules in csrc/dispatch/rules.c and the kernels'
+geometry code; tracers use them to propagate fake tensors, and tests/test_op_rules.py
+checks that both agree on every op of the table. A rule receives the op entry and
+its bound arguments (tensors may be meta) and returns meta tensors.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _C
+from . import registry as R
+
+_ORDER = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+DTYPES = {n: getattr(_C, n) for n in _ORDER}
+
+
+def is_float(dt):
+    return dt.is_floating_point
+
+
+def _category(dt):
+    return 0 if dt is _C.bool else (2 if dt.is_floating_point else 1)
+
+
+def _bits(dt):
+    return dt.itemsize * 8
+
+
+def promote_types(a, b):
+    """PyTorch's promotion lattice for two dtypes."""
+    if a is None:
+        return b
+    if b is None or a is b:
+        return a
+    if a is _C.bool:
+        return b
+    if b is _C.bool:
+        return a
+    if is_float(a) or is_float(b):
+        if not is_float(a):
+            return b
+        if not is_float(b):
+            return a
+        return a if _bits(a) >= _bits(b) else b
+    if _C.uint8 in (a, b):
+        other = b if a is _C.uint8 else a
+        return _C.int16 if other is _C.int8 else other
+    return a if _bits(a) >= _bits(b) else b
+
+
+def _number_dtype(x):
+    if isinstance(x, bool):
+        return _C.bool
+    if isinstance(x, int):
+        return _C.int64
+    return _C.get_default_dtype()
+
+
+def result_type(*operands):
+    """PyTorch's result_type: tensors with dimensions decide, then 0-d tensors, then
+    Python numbers, each group only able to raise the category of the one before."""
+    dim_r = zero_r = wrap_r = None
+    for o in operands:
+        if o is None:
+            continue
+        if isinstance(o, _C.Tensor):
+            if o.ndim > 0:
+                dim_r = promote_types(dim_r, o.dtype)
+            else:
+                zero_r = promote_types(zero_r, o.dtype)
+        else:
+            wrap_r = promote_types(wrap_r, _number_dtype(o))
+
+    def combine(higher, lower):
+        if higher is not None and is_float(higher):
+            return higher
+        if higher is _C.bool or (lower is not None and is_float(lower)):
+            return promote_types(higher, lower)
+        return higher if higher is not None else lower
+
+    return combine(dim_r, combine(zero_r, wrap_r))
+
+
+def broadcast_shapes(opname, *shapes):
+    nd = max((len(s) for s in shapes), default=0)
+    out = [1] * nd
+    for s in shapes:
+        off = nd - len(s)
+        for i, n in enumerate(s):
+            o = out[off + i]
+            if n == o or n == 1:
+                continue
+            if o == 1:
+                out[off + i] = n
+            else:
+                raise RuntimeError(
+                    f"{opname}(): The size of tensor a ({o}) must match the size of tensor b "
+                    f"({n}) at non-singleton dimension {off + i}")
+    return tuple(out)
+
+
+def contiguous_strides(shape):
+    strides, s = [], 1
+    for n in reversed(shape):
+        strides.append(s)
+        s *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(t):
+    expected = 1
+    if t.numel() == 0:
+        return True
+    for n, s in zip(reversed(t.shape), reversed(t.stride())):
+        if n == 1:
+            continue
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def elementwise_strides(operands, shape):
+    """TensorIterator's output layout: contiguous if all inputs are contiguous and of the
+    output's shape; else dimensions ordered by the inputs' strides."""
+    tensors = [o for o in operands if isinstance(o, _C.Tensor)]
+    nd = len(shape)
+    if nd <= 1 or all(tuple(t.shape) == tuple(shape) and is_contiguous(t) for t in tensors):
+        return contiguous_strides(shape)
+    strides = []
+    for t in tensors:
+        off = nd - t.ndim
+        st = []
+        for d in range(nd):
+            if d < off or (t.shape[d - off] == 1 and shape[d] != 1):
+                st.append(0)
+            else:
+                st.append(t.stride()[d - off])
+        strides.append(st)
+    perm = list(range(nd - 1, -1, -1))    # perm[0] is the innermost dimension
+
+    def should_swap(a, b):
+        for st in strides:
+            s0, s1 = st[a], st[b]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[a] > shape[b]:
+                return 1
+        return 0
+
+    for i in range(1, nd):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            c = should_swap(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    out, nxt = [0] * nd, 1
+    for d in perm:
+        out[d] = nxt
+        nxt *= shape[d]
+    return tuple(out)
+
+
+def meta_tensor(shape, dtype, strides=None):
+    shape = tuple(shape)
+    return _C._meta_tensor(shape, dtype, strides if strides is not None else
+                           contiguous_strides(shape))
+
+
+def wrap_dim(d, ndim):
+    n = max(ndim, 1)
+    if d < -n or d >= n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {d})")
+    return (d + n) % n if ndim > 0 else 0
+
+
+def reduce_mask(dims, ndim):
+    if dims is None or (isinstance(dims, tuple) and len(dims) == 0):
+        return [True] * ndim
+    mask = [False] * ndim
+    for d in dims:
+        w = wrap_dim(d, ndim)
+        if ndim == 0:
+            continue
+        if mask[w]:
+            raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+        mask[w] = True
+    return mask
+
+
+# ---------------------------------------------------------------- rules by kind
+
+def _operands(entry, args):
+    return [a for p, a in zip(entry.schema.params, args) if p.is_tensor][:3]
+
+
+def elementwise(entry, args):
+    ops = _operands(entry, args)
+    shape = broadcast_shapes(entry.name, *[tuple(o.shape) for o in ops
+                                            if isinstance(o, _C.Tensor)])
+    rt = result_type(*ops)
+    if entry.rule & R.NO_BOOL and rt is _C.bool:
+        raise RuntimeError(f"{entry.name}(): not supported on bool tensors")
+    kind = entry.kind
+    if kind in (R.UNARY_FLOAT, R.BINARY_FLOAT) and not is_float(rt):
+        rt = _C.get_default_dtype()
+    if kind == R.COMPARE:
+        rt = _C.bool
+    if entry.name == "div" and len(args) > 2 and args[2] is not None:
+        rt = result_type(*ops)
+    return meta_tensor(shape, rt, elementwise_strides(ops, shape))
+
+
+def _reduced_shape(shape, mask, keepdim):
+    return tuple(1 if m else n for n, m in zip(shape, mask) if keepdim or not m)
+
+
+def reduce(entry, args):
+    self, dims, keepdim = args[0], args[1], args[2]
+    dtype = args[3] if len(args) > 3 else None
+    mask = reduce_mask(dims, self.ndim)
+    out = dtype if dtype is not None else self.dtype
+    if dtype is None and entry.rule & R.INT_TO_LONG and not is_float(out):
+        out = _C.int64
+    if entry.rule & R.FLOAT_ONLY and not is_float(out):
+        raise RuntimeError(f"{entry.name}(): could not infer output dtype")
+    if entry.ufunc in ("maximum", "minimum"):
+        for d, m in enumerate(mask):
+            if m and self.shape[d] == 0:
+                raise IndexError(f"{entry.name}(): Expected reduction dim {d} to have "
+                                 "non-zero size.")
+    return meta_tensor(_reduced_shape(self.shape, mask, keepdim), out)
+
+
+def reduce_index(entry, args):
+    self, dim, keepdim = args
+    d = wrap_dim(dim, self.ndim)
+    mask = [i == d for i in range(self.ndim)]
+    if self.ndim and self.shape[d] == 0:
+        raise IndexError(f"{entry.name}(): Expected reduction dim {d} to have non-zero size.")
+    shape = _reduced_shape(self.shape, mask, keepdim)
+    return meta_tensor(shape, self.dtype), meta_tensor(shape, _C.int64)
+
+
+def reduce_all(entry, args):
+    self = args[0]
+    if self.numel() == 0:
+        raise RuntimeError(f"{entry.name}(): Expected reduction dim to be specified for "
+                           "input.numel() == 0.")
+    return meta_tensor((), self.dtype)
+
+
+def argreduce(entry, args):
+    self, dim, keepdim = args
+    if dim is None:
+        if self.numel() == 0:
+            raise IndexError(f"{entry.name}(): Expected reduction dim to be specified for "
+                             "input.numel() == 0.")
+        return meta_tensor((1,) * self.ndim if keepdim else (), _C.int64)
+    d = wrap_dim(dim, self.ndim)
+    mask = [i == d for i in range(self.ndim)]
+    if self.ndim and self.shape[d] == 0:
+        raise IndexError(f"{entry.name}(): Expected reduction dim {d} to have non-zero size.")
+    return meta_tensor(_reduced_shape(self.shape, mask, keepdim), _C.int64)
+
+
+def matmul(entry, args):
+    a, b = args[0], args[1]
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError("matmul(): both arguments to matmul need to be at least 1D")
+    if a.dtype is not b.dtype:
+        raise RuntimeError("matmul(): expected m1 and m2 to have the same dtype")
+    ka = a.shape[-1]
+    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if ka != kb:
+        raise RuntimeError("matmul(): mat1 and mat2 shapes cannot be multiplied")
+    batch = broadcast_shapes("matmul", tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    shape = batch + ((a.shape[-2],) if a.ndim > 1 else ()) + ((b.shape[-1],) if b.ndim > 1
+                                                               else ())
+    return meta_tensor(shape, a.dtype)
+
+
+# ---------------------------------------------------------------- views
+
+def infer_size(shape, numel):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    known = math.prod(n for n in shape if n != -1)
+    for n in shape:
+        if n < -1:
+            raise RuntimeError(f"invalid shape dimension {n}")
+    if -1 in shape:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    elif known != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def compute_stride(oshape, ostride, numel, nshape):
+    """PyTorch's computeStride: strides viewing (oshape, ostride) as nshape, or None."""
+    if numel == 0 or len(oshape) == 0:
+        if tuple(oshape) == tuple(nshape):
+            return tuple(ostride)
+        return contiguous_strides(nshape)
+    nstride = [0] * len(nshape)
+    view_d = len(nshape) - 1
+    chunk_base = ostride[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(oshape) - 1, -1, -1):
+        tensor_numel *= oshape[tensor_d]
+        if tensor_d == 0 or (oshape[tensor_d - 1] != 1 and
+                             ostride[tensor_d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or nshape[view_d] == 1):
+                nstride[view_d] = view_numel * chunk_base
+                view_numel *= nshape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base = ostride[tensor_d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(nstride) if view_d == -1 else None
+
+
+def _view(self, shape, strides):
+    return meta_tensor(shape, self.dtype, strides)
+
+
+def view(entry, args):
+    self, size = args
+    shape = infer_size(size, self.numel())
+    st = compute_stride(tuple(self.shape), self.stride(), self.numel(), shape)
+    if st is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride")
+    return _view(self, shape, st)
+
+
+def permute(entry, args):
+    self, dims = args
+    if len(dims) != self.ndim:
+        raise RuntimeError("permute(): number of dims don't match")
+    dims = [wrap_dim(d, self.ndim) for d in dims]
+    if len(set(dims)) != len(dims):
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return _view(self, [self.shape[d] for d in dims], [self.stride()[d] for d in dims])
+
+
+def _swap(self, d0, d1):
+    d0, d1 = wrap_dim(d0, self.ndim), wrap_dim(d1, self.ndim)
+    shape, st = list(self.shape), list(self.stride())
+    if self.ndim:
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+        st[d0], st[d1] = st[d1], st[d0]
+    return _view(self, shape, st)
+
+
+def transpose(entry, args):
+    return _swap(args[0], args[1], args[2])
+
+
+def t(entry, args):
+    self = args[0]
+    if self.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{self.ndim}D")
+    return _swap(self, 0, 1 if self.ndim == 2 else 0)
+
+
+def expand(entry, args):
+    self, size = args[0], list(args[1])
+    if len(size) < self.ndim:
+        raise RuntimeError("expand(): the number of sizes provided must be greater or equal "
+                           "to the number of dimensions in the tensor")
+    off = len(size) - self.ndim
+    strides = [0] * len(size)
+    for i in range(len(size) - 1, -1, -1):
+        j = i - off
+        if j < 0:
+            if size[i] < 0:
+                raise RuntimeError("expand(): -1 is not allowed in a leading, non-existing "
+                                   "dimension")
+            continue
+        if size[i] == -1:
+            size[i] = self.shape[j]
+        if self.shape[j] == size[i]:
+            strides[i] = self.stride()[j]
+        elif self.shape[j] != 1:
+            raise RuntimeError(f"The expanded size of the tensor ({size[i]}) must match the "
+                               f"existing size ({self.shape[j]}) at non-singleton dimension {i}")
+    return _view(self, size, strides)
+
+
+def unsqueeze(entry, args):
+    self, dim = args
+    d = wrap_dim(dim, self.ndim + 1)
+    shape, st = list(self.shape), list(self.stride())
+    new_stride = 1 if d >= self.ndim else shape[d] * st[d]
+    shape.insert(d, 1)
+    st.insert(d, new_stride)
+    return _view(self, shape, st)
+
+
+def squeeze(entry, args):
+    self, dims = args
+    mask = reduce_mask(dims, self.ndim)
+    keep = [i for i in range(self.ndim) if not (mask[i] and self.shape[i] == 1)]
+    return _view(self, [self.shape[i] for i in keep], [self.stride()[i] for i in keep])
+
+
+def select(entry, args):
+    self, dim, index = args
+    if self.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = wrap_dim(dim, self.ndim)
+    if not -self.shape[d] <= index < self.shape[d]:
+        raise IndexError(f"select(): index {index} out of range")
+    keep = [i for i in range(self.ndim) if i != d]
+    return _view(self, [self.shape[i] for i in keep], [self.stride()[i] for i in keep])
+
+
+def _slice_len(size, start, end, step):
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return (end - start + step - 1) // step
+
+
+def slice_(entry, args):
+    self, dim, start, end, step = args
+    if self.ndim == 0:
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    d = wrap_dim(dim, self.ndim)
+    shape, st = list(self.shape), list(self.stride())
+    shape[d] = _slice_len(shape[d], start, end, step)
+    st[d] *= step
+    return _view(self, shape, st)
+
+
+def alias(entry, args):
+    self = args[0]
+    return _view(self, self.shape, self.stride())
+
+
+def _dense_like(self, dtype, contiguous=False):
+    shape = tuple(self.shape)
+    st = contiguous_strides(shape) if contiguous else elementwise_strides([self], shape)
+    return meta_tensor(shape, dtype, st)
+
+
+def clone(entry, args):
+    fmt = args[1]
+    return _dense_like(args[0], args[0].dtype,
+                       contiguous=fmt is not None and str(fmt) != "preserve_format")
+
+
+def to_copy(entry, args):
+    return _dense_like(args[0], args[1] if args[1] is not None else args[0].dtype)
+
+
+def scatter_like(entry, args):
+    return _dense_like(args[0], args[0].dtype, contiguous=True)
+
+
+# ---------------------------------------------------------------- factories
+
+def _factory_dtype(args, names, default):
+    dt = args[names.index("dtype")] if "dtype" in names else None
+    return dt if dt is not None else default
+
+
+def factory(entry, args):
+    names = [p.name for p in entry.schema.params]
+    first = args[0]
+    if isinstance(first, _C.Tensor):
+        shape, default = tuple(first.shape), first.dtype
+    else:
+        shape, default = tuple(first), _C.get_default_dtype()
+        if entry.name == "full":
+            fv = args[1]
+            default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
+                       else _C.get_default_dtype())
+    return meta_tensor(shape, _factory_dtype(args, names, default))
+
+
+def arange(entry, args):
+    names = [p.name for p in entry.schema.params]
+    if "start" in names and names[1] == "end":
+        start, end, step = args[0], args[1], args[2]
+    else:
+        start, end, step = 0, args[0], 1
+    floaty = any(isinstance(v, float) for v in (start, end, step))
+    if step == 0:
+        raise RuntimeError("arange(): step must be nonzero")
+    n = max(0, math.ceil((end - start) / step))
+    dt = _factory_dtype(args, names, _C.get_default_dtype() if floaty else _C.int64)
+    return meta_tensor((n,), dt)
+
+
+_BY_KIND = {
+    R.UNARY: elementwise, R.UNARY_FLOAT: elementwise, R.BINARY: elementwise,
+    R.BINARY_FLOAT: elementwise, R.COMPARE: elementwise, R.REDUCE: reduce,
+    R.REDUCE_INDEX: reduce_index, R.MATMUL: matmul, R.FACTORY: factory,
+}
+
+
+def rule_for(entry):
+    """The Python meta rule of an entry: its own, or its kind's."""
+    if entry.meta is not None:
+        return entry.meta
+    return _BY_KIND.get(entry.kind)
+
+
+def infer(entry, args):
+    rule = rule_for(entry)
+    if rule is None:
+        raise NotImplementedError(f"{entry.qualified_name} has no meta rule")
+    return rule(entry, args)

@@ -1,0 +1,168 @@
+"""The op table: one entry per operator overload, declared with `op(...)`.
+
+An entry holds everything every stage needs to know about an operator:
+
+- schema: PyTorch's signature (names, argument order, defaults);
+- kind: the family whose shape and dtype rule it follows (ember._C.KIND_*), and
+  `rule`, a variant of that rule (int to int64 accumulation, float only, no bool);
+- kernel: the name of the C kernel that computes it eagerly (csrc/kernels/), with
+  the NumPy ufunc it drives where the kind is ufunc-backed;
+- meta: the Python shape/dtype/stride rule (ops/meta.py, by kind unless given);
+- backward: the gradient formula, written with ember ops:
+      backward(grad, result, *args) -> one gradient per parameter (None where none);
+- decompose: the same computation written with prims, or prim=True;
+- where it appears: as ember.<name>, as a Tensor method, as Python operators.
+
+`install()` turns every entry into a C Op (csrc/dispatch/op.c) and puts it in place.
+Adding an operator is one `op(...)` call plus its kernel.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import _C
+from . import schema as _schema
+
+UNARY = _C.KIND_UNARY
+UNARY_FLOAT = _C.KIND_UNARY_FLOAT
+BINARY = _C.KIND_BINARY
+BINARY_FLOAT = _C.KIND_BINARY_FLOAT
+COMPARE = _C.KIND_COMPARE
+REDUCE = _C.KIND_REDUCE
+REDUCE_INDEX = _C.KIND_REDUCE_INDEX
+MATMUL = _C.KIND_MATMUL
+VIEW = _C.KIND_VIEW
+FACTORY = _C.KIND_FACTORY
+CUSTOM = _C.KIND_CUSTOM
+
+KIND_NAMES = {v: k for k, v in dict(
+    UNARY=UNARY, UNARY_FLOAT=UNARY_FLOAT, BINARY=BINARY, BINARY_FLOAT=BINARY_FLOAT,
+    COMPARE=COMPARE, REDUCE=REDUCE, REDUCE_INDEX=REDUCE_INDEX, MATMUL=MATMUL, VIEW=VIEW,
+    FACTORY=FACTORY, CUSTOM=CUSTOM).items()}
+
+# variants of a kind's dtype rule (csrc/ember.h EM_RULE_*)
+INT_TO_LONG = 1
+FLOAT_ONLY = 2
+NO_BOOL = 4
+
+_NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
+
+
+@dataclass
+class OpEntry:
+    schema: _schema.Schema
+    kind: int
+    kernel: str
+    rule: int = 0
+    ufunc: Optional[str] = None
+    reduce_ufunc: Optional[str] = None
+    backward: Optional[Callable] = None
+    decompose: Optional[Callable] = None
+    prim: bool = False
+    method: bool = True
+    function: bool = True
+    composite: bool = False
+    impl: Optional[Callable] = None
+    meta: Optional[Callable] = None
+    inplace: bool = False
+    numbers: bool = False     # tensor parameters also take Python numbers
+    operators: tuple = ()
+    aliases: tuple = ()
+    doc: str = ""
+    c_op: object = field(default=None, repr=False)
+
+    @property
+    def name(self):
+        return self.schema.name
+
+    @property
+    def overload(self):
+        return self.schema.overload
+
+    @property
+    def qualified_name(self):
+        return self.name + ("." + self.overload if self.overload else "")
+
+    @property
+    def nouts(self):
+        return max(1, len(self.schema.returns)) if self.schema.returns else 0
+
+    @property
+    def differentiable(self):
+        return self.backward is not None
+
+    def __repr__(self):
+        return f"<op {self.schema.text}>"
+
+
+ENTRIES: list = []        # every overload, in declaration order
+BY_NAME: dict = {}        # name -> [entries], overloads in declaration order
+
+
+def op(schema: str, kind: int, kernel: str, **kw) -> OpEntry:
+    """Declares one operator overload of the table."""
+    entry = OpEntry(_schema.parse(schema), kind, kernel, **kw)
+    if entry.prim and entry.decompose is not None:
+        raise ValueError(f"{entry.qualified_name}: a prim has no decomposition")
+    if entry.composite and entry.backward is not None:
+        raise ValueError(f"{entry.qualified_name}: a composite's autograd comes from the ops "
+                         "it calls")
+    ENTRIES.append(entry)
+    BY_NAME.setdefault(entry.name, []).append(entry)
+    return entry
+
+
+def backward_name(name: str) -> str:
+    camel = "".join(part.capitalize() for part in re.split(r"_+", name) if part)
+    return f"{camel}Backward0"
+
+
+def _make_c_op(entry: OpEntry):
+    s = entry.schema
+    ufunc = getattr(np, entry.ufunc) if entry.ufunc else None
+    reduce_ufunc = getattr(np, entry.reduce_ufunc) if entry.reduce_ufunc else None
+    params = s.c_params(number_ok=entry.kind in _NUMBER_KINDS or entry.numbers)
+    return _C.Op(s.name, s.overload, s.text, params, entry.kind, entry.rule, entry.kernel,
+                 entry.backward, ufunc, reduce_ufunc, entry.nouts, int(entry.inplace),
+                 entry.composite, entry, backward_name(s.name))
+
+
+def install(namespace: dict) -> dict:
+    """Makes the C ops; puts functions in namespace and methods on Tensor.
+    Returns name -> public op (the first overload, which tries the others)."""
+    public = {}
+    for name, entries in BY_NAME.items():
+        head = None
+        for e in entries:
+            e.c_op = _make_c_op(e)
+            if head is None:
+                head = e.c_op
+            else:
+                head._add_overload(e.c_op)
+        public[name] = head
+        first = entries[0]
+        if first.function:
+            namespace[name] = head
+            for alias in first.aliases:
+                namespace[alias] = head
+        if first.method:
+            methods = {name: head}
+            methods.update({alias: head for alias in first.aliases})
+            _C._add_tensor_attrs(methods)
+        for slot in (name, *first.operators):
+            _C._bind_slot(slot, head)
+    _C._bind_view_ops(public["view"], public["clone"], public["_to_copy"])
+    _C._bind_engine_ops(public["add"], public["sum_to_size"], public["_to_copy"])
+    return public
+
+
+def entry_of(c_op) -> OpEntry:
+    return c_op.entry
+
+
+def prims() -> list:
+    return [e for e in ENTRIES if e.prim]
