@@ -96,7 +96,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
             inferred = _infer_dtype(data)
         target = dtype if dtype is not None else inferred
         arr = np.array(_to_numpy(data), dtype=target.numpy_dtype, copy=True)
-        out = _C.from_numpy(np.ascontiguousarray(arr))
+        out = _C.from_numpy(arr)
     if requires_grad:
         out.requires_grad_(True)
     return out

@@ -1,0 +1,58 @@
+# Ember: `make demo` and `make test` work on a fresh machine (see README.md).
+# Each creates or reuses .venv with python3, installs ember with its extras, then runs.
+# CI=true: -Werror, and torch==2.13.0 is installed so the PyTorch parity tests run.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+PYTEST_ARGS ?=
+
+.PHONY: setup llvm demo test verify bench sanitize build clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# LLVM 14..19 development files: installed with apt-get where none is found.
+llvm:
+	@if [ -z "$$LLVM_CONFIG" ] && ! ls /usr/bin/llvm-config* >/dev/null 2>&1 && \
+	    ! command -v llvm-config >/dev/null 2>&1; then \
+	  echo "ember: no llvm-config found; installing llvm-dev with apt-get"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq llvm-dev; \
+	fi
+
+setup: $(PY) llvm
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[test]"
+	@if [ "$$CI" = "true" ]; then $(PIP) install -q "torch==2.13.0"; fi
+
+demo: setup
+	$(PY) -m ember.demo
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+verify: setup
+	$(PY) -m ember.verify
+
+bench: setup
+	$(PIP) install -q -e ".[bench]"
+	$(PY) benchmarks/eager_overhead.py
+
+# Rebuild the extension in place (after editing csrc/).
+build: $(PY)
+	$(PY) setup.py -q build_ext --inplace -j 2
+
+# The op tests under AddressSanitizer and UndefinedBehaviorSanitizer; rebuilds the
+# normal extension afterwards.
+sanitize: setup
+	EMBER_SANITIZE=1 $(PY) setup.py -q build_ext --inplace --force -j 2
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_ops.py tests/test_tensor.py \
+	  tests/test_autograd.py; status=$$?; \
+	$(PY) setup.py -q build_ext --inplace --force -j 2; exit $$status
+
+clean:
+	rm -rf build python/ember/*.so python/*.egg-info
