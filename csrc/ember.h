@@ -214,6 +214,7 @@ struct em_Op {
     PyObject *reduce_ufunc;    /* second ufunc (e.g. argmax for max.dim) or NULL */
     PyObject *backward_name;   /* "AddBackward0" */
     em_Op *next;               /* next overload of the same name, or NULL */
+    em_Op *functional;         /* in-place ops: the out-of-place op they update self with */
     em_kernel_fn kernel;
     em_kind_t kind;
     int nparams;
@@ -243,6 +244,9 @@ extern em_Op *em_slots[EM_NSLOTS];
 
 /* Calls an op with already-bound arguments (dispatch by mode, then autograd). */
 PyObject *em_op_call_bound(em_Op *op, PyObject **args);
+/* Runs an in-place op: the functional op's kernel, written back into self, with
+ * autograd history rebased onto self. */
+PyObject *em_inplace_call(em_Op *op, PyObject **args);
 /* Calls an op by positional arguments only (missing trailing args take defaults). */
 PyObject *em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs);
 em_kernel_fn em_find_kernel(const char *name);
@@ -305,6 +309,7 @@ typedef struct {
     em_dtype_t dtype;
     Py_ssize_t *sizes;
     bool meta;
+    uint64_t version;          /* of the output's storage when saved */
 } em_OutMeta;
 
 typedef struct em_Node {

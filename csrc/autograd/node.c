@@ -170,6 +170,7 @@ attach_outputs(em_Node *node, PyObject **outs, int nout)
         em_Tensor *o = (em_Tensor *)outs[k];
         if (fill_meta(&node->outmeta[k], o) < 0)
             return -1;
+        node->outmeta[k].version = o->storage->version;
         PyObject *alias = (PyObject *)em_tensor_alias(o);
         if (alias == NULL)
             return -1;
@@ -326,6 +327,21 @@ static PyObject *
 unpack_output(em_Node *node, int k)
 {
     PyObject *alias = PyTuple_GET_ITEM(node->saved_outputs, k);
+    if (em_Tensor_Check(alias) &&
+        ((em_Tensor *)alias)->storage->version != node->outmeta[k].version) {
+        em_Tensor *t = (em_Tensor *)alias;
+        PyObject *shape = em_format_shape(t->ndim, t->sizes);
+        if (shape)
+            PyErr_Format(PyExc_RuntimeError,
+                         "one of the variables needed for gradient computation has been "
+                         "modified by an inplace operation: [ember.%s %U], which is output %d "
+                         "of %U, is at version %llu; expected version %llu instead.",
+                         em_dtypes[t->dtype]->name, shape, k, node->name,
+                         (unsigned long long)t->storage->version,
+                         (unsigned long long)node->outmeta[k].version);
+        Py_XDECREF(shape);
+        return NULL;
+    }
     if (!em_Tensor_Check(alias) || !em_tls.grad_enabled ||
         !em_is_float(((em_Tensor *)alias)->dtype)) {
         Py_INCREF(alias);

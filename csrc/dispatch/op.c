@@ -432,6 +432,8 @@ em_op_call_bound(em_Op *op, PyObject **args)
     PyObject *result;
     if (op->composite)
         return op->kernel(op, args);
+    if (op->inplace && op->functional != NULL)
+        return em_inplace_call(op, args);
     if (em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL)
         result = call_tracer(op, args);
     else
@@ -491,6 +493,7 @@ op_dealloc(em_Op *self)
     Py_XDECREF(self->reduce_ufunc);
     Py_XDECREF(self->backward_name);
     Py_XDECREF(self->next);
+    Py_XDECREF(self->functional);
     for (int i = 0; i < self->nparams; i++) {
         Py_XDECREF(self->params[i].name);
         Py_XDECREF(self->params[i].defval);
@@ -628,6 +631,18 @@ op_add_overload(em_Op *self, PyObject *other)
         o = o->next;
     Py_INCREF(other);
     o->next = (em_Op *)other;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+op_set_functional(em_Op *self, PyObject *other)
+{
+    if (!em_Op_Check(other)) {
+        PyErr_SetString(PyExc_TypeError, "expected an Op");
+        return NULL;
+    }
+    Py_INCREF(other);
+    Py_XSETREF(self->functional, (em_Op *)other);
     Py_RETURN_NONE;
 }
 
@@ -779,6 +794,8 @@ done:
 
 static PyMethodDef op_methods[] = {
     {"_add_overload", (PyCFunction)op_add_overload, METH_O, NULL},
+    {"_set_functional", (PyCFunction)op_set_functional, METH_O,
+     "_set_functional(op): the out-of-place op this in-place op updates self with."},
     {"_bind", (PyCFunction)(void (*)(void))op_bind, METH_VARARGS | METH_KEYWORDS,
      "_bind(*args, **kwargs) -> (overload, bound args): match a call to a signature."},
     {"_kernel", (PyCFunction)op_run_kernel, METH_O,

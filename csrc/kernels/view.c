@@ -643,6 +643,60 @@ error:
     return NULL;
 }
 
+/* fill(self, value): a tensor like self, every element value */
+static PyObject *
+k_fill(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = as_tensor(args[0]);
+    em_Geom g = {.ndim = self->ndim, .dtype = self->dtype};
+    memcpy(g.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
+    PyObject *operand = args[0];
+    em_elementwise_strides(&operand, 1, &g);
+    bool meta = want_meta(self);
+    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (PyArray_FillWithScalar(out->array, args[1]) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
+/* copy(self, src): src broadcast to self's shape, in self's dtype and layout */
+static PyObject *
+k_copy(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = as_tensor(args[0]);
+    PyObject *pair[2] = {args[0], args[1]};
+    em_Geom g;
+    if (em_broadcast("copy_", pair, 2, &g) < 0)
+        return NULL;
+    if (g.ndim != self->ndim || memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim)) {
+        em_Tensor *src = as_tensor(args[1]);
+        PyObject *a = em_format_shape(src->ndim, src->sizes);
+        PyObject *b = em_format_shape(self->ndim, self->sizes);
+        if (a && b)
+            PyErr_Format(PyExc_RuntimeError,
+                         "copy_(): the source of shape %U cannot be broadcast to the "
+                         "destination of shape %U", a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    g.dtype = self->dtype;
+    em_elementwise_strides(&pair[0], 1, &g);
+    bool meta = want_meta(self) || em_any_meta(pair, 2);
+    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (copy_into(out, args[1]) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
 /* ------------------------------------------------------------------ indexing */
 
 static bool
@@ -843,6 +897,8 @@ const em_KernelEntry em_view_kernels[] = {
     {"contiguous", k_contiguous},
     {"select_scatter", k_select_scatter},
     {"slice_scatter", k_slice_scatter},
+    {"fill", k_fill},
+    {"copy", k_copy},
     {"getitem", k_getitem},
     {"setitem", k_setitem},
     {"python", k_python},

@@ -15,6 +15,7 @@ def _is_tensor(x):
 
 op("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
    BINARY, "binary_alpha", ufunc="add", prim=True,
+   inplace_variant=True,
    backward=lambda g, out, self, other, alpha: (g, g if alpha == 1 else g * alpha),
    doc="self + alpha * other, broadcasting, with PyTorch's type promotion.")
 
@@ -27,12 +28,14 @@ def _sub_decompose(self, other, alpha):
 
 op("sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
    BINARY, "binary_alpha", ufunc="subtract", rule=NO_BOOL, aliases=("subtract",),
+   inplace_variant=True,
    backward=lambda g, out, self, other, alpha: (g, -g if alpha == 1 else g * -alpha),
    decompose=_sub_decompose,
    doc="self - alpha * other.")
 
 op("mul(Tensor self, Tensor other) -> Tensor",
    BINARY, "ufunc", ufunc="multiply", prim=True, aliases=("multiply",),
+   inplace_variant=True,
    backward=lambda g, out, self, other: (g * other, g * self))
 
 
@@ -52,16 +55,19 @@ def _div_decompose(self, other, rounding_mode):
 
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
+   inplace_variant=True,
    backward=_div_backward, decompose=_div_decompose,
    doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'.")
 
 op("neg(Tensor self) -> Tensor",
    UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, aliases=("negative",),
+   inplace_variant=True,
    operators=("__neg__",),
    backward=lambda g, out, self: (-g,))
 
 op("reciprocal(Tensor self) -> Tensor",
    UNARY_FLOAT, "ufunc", ufunc="reciprocal", prim=True,
+   inplace_variant=True,
    backward=lambda g, out, self: (-g * out * out,))
 
 
@@ -80,26 +86,32 @@ def _pow_backward(g, out, self, exponent):
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
    BINARY, "pow", ufunc="power", prim=True,
+   inplace_variant=True,
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")
 
 # ------------------------------------------------------------------ transcendental
 
 op("exp(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp", prim=True,
+   inplace_variant=True,
    backward=lambda g, out, self: (g * out,))
 
 op("log(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log", prim=True,
+   inplace_variant=True,
    backward=lambda g, out, self: (g / self,))
 
 op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
+   inplace_variant=True,
    backward=lambda g, out, self: (g * (1 - out * out),))
 
 op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "sigmoid",
    backward=lambda g, out, self: (g * out * (1 - out),),
+   inplace_variant=True,
    decompose=lambda self: P.reciprocal(P.add(P.exp(P.neg(self)), 1)),
    doc="1 / (1 + exp(-self)).")
 
 op("relu(Tensor self) -> Tensor", UNARY, "relu", ufunc="maximum", rule=NO_BOOL,
+   inplace_variant=True,
    backward=lambda g, out, self: (g * (out > 0),),
    decompose=lambda self: P.maximum(self, 0),
    doc="max(self, 0); NaN stays NaN.")

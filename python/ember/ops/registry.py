@@ -69,11 +69,13 @@ class OpEntry:
     impl: Optional[Callable] = None
     meta: Optional[Callable] = None
     inplace: bool = False
+    inplace_variant: bool = False   # also declare name_ (in place, e.g. add_)
     numbers: bool = False     # tensor parameters also take Python numbers
     operators: tuple = ()
     aliases: tuple = ()
     doc: str = ""
     c_op: object = field(default=None, repr=False)
+    functional: object = field(default=None, repr=False)   # in-place ops: their twin
 
     @property
     def name(self):
@@ -113,7 +115,23 @@ def op(schema: str, kind: int, kernel: str, **kw) -> OpEntry:
                          "it calls")
     ENTRIES.append(entry)
     BY_NAME.setdefault(entry.name, []).append(entry)
+    if entry.inplace_variant:
+        _declare_inplace(entry)
     return entry
+
+
+def _declare_inplace(functional: OpEntry):
+    """name_: the same signature, updating self with the functional op's result."""
+    s = functional.schema
+    text = re.sub(r"^(\w+)", r"\1_", s.text)
+    sch = _schema.parse(text)
+    entry = OpEntry(sch, functional.kind, functional.kernel, rule=functional.rule,
+                    ufunc=functional.ufunc, reduce_ufunc=functional.reduce_ufunc,
+                    inplace=True, function=False, numbers=functional.numbers,
+                    doc=f"In-place {s.name}: self = {s.name}(self, ...), returns self.")
+    entry.functional = functional
+    ENTRIES.append(entry)
+    BY_NAME.setdefault(entry.name, []).append(entry)
 
 
 def backward_name(name: str) -> str:
@@ -155,6 +173,9 @@ def install(namespace: dict) -> dict:
             _C._add_tensor_attrs(methods)
         for slot in (name, *first.operators):
             _C._bind_slot(slot, head)
+    for e in ENTRIES:
+        if e.functional is not None:
+            e.c_op._set_functional(e.functional.c_op)
     _C._bind_view_ops(public["view"], public["clone"], public["_to_copy"])
     _C._bind_engine_ops(public["add"], public["sum_to_size"], public["_to_copy"])
     return public

@@ -180,3 +180,21 @@ op("slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt
        O.slice_scatter(g, O.zeros(src.shape, dtype=g.dtype), dim, start, end, step),
        g.slice(dim, start, end, step)),
    doc="A copy of self with src written at slice(dim, start, end, step).")
+
+# ------------------------------------------------------------------ writes (with in-place twins)
+
+op("fill.Scalar(Tensor self, Scalar value) -> Tensor", CUSTOM, "fill", inplace_variant=True,
+   meta=lambda entry, args: M._dense_like(args[0], args[0].dtype), method=False,
+   backward=lambda g, out, self, value: (g * 0,),
+   decompose=lambda self, value: P.full(self.shape, value, dtype=self.dtype),
+   doc="A tensor like self filled with value (fill_ writes it into self).")
+
+op("copy(Tensor self, Tensor src) -> Tensor", CUSTOM, "copy", inplace_variant=True,
+   meta=lambda entry, args: M._dense_like(args[0], args[0].dtype), method=False,
+   backward=lambda g, out, self, src: (g * 0, g),
+   decompose=lambda self, src: P._to_copy(P.expand(src, self.shape), dtype=self.dtype),
+   doc="src broadcast to self's shape and converted to self's dtype (copy_ writes it "
+       "into self).")
+
+op("zero_(Tensor(a!) self) -> Tensor(a!)", CUSTOM, "python", composite=True, function=False,
+   impl=lambda self: self.fill_(0))
