@@ -296,7 +296,9 @@ k_div(em_Op *op, PyObject **args)
     return finish(out, st);
 }
 
-/* sigmoid(x) = 1 / (1 + exp(-x)), in four in-place passes. */
+int em_unary_cloop(const char *name, em_Tensor *in, em_Tensor *out);
+
+/* sigmoid(x) = 1 / (1 + exp(-x)): a C loop for floats, else four ufunc passes. */
 static PyObject *
 k_sigmoid(em_Op *op, PyObject **args)
 {
@@ -306,6 +308,9 @@ k_sigmoid(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
+    int c = em_unary_cloop("sigmoid", (em_Tensor *)args[0], out);
+    if (c != 0)
+        return finish(out, c);
     static const char *steps[] = {"negative", "exp", "add", "reciprocal"};
     int st = 0;
     PyObject *one = PyLong_FromLong(1);
@@ -335,6 +340,9 @@ k_relu(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
+    int c = em_unary_cloop("relu", (em_Tensor *)args[0], out);
+    if (c != 0)
+        return finish(out, c);
     PyObject *zero = PyLong_FromLong(0);
     if (zero == NULL)
         return finish(out, -1);
