@@ -286,6 +286,7 @@ extern const em_KernelEntry em_reduction_kernels[];
 extern const em_KernelEntry em_view_kernels[];
 extern const em_KernelEntry em_linalg_kernels[];
 extern const em_KernelEntry em_factory_kernels[];
+extern const em_KernelEntry em_random_kernels[];
 
 /* Calls a NumPy ufunc: ufunc(ins..., out=out, signature=sig, casting="unsafe"). */
 int em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out,
