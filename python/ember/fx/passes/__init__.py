@@ -1,0 +1,1 @@
+"""Analyses and rewrites over FX graphs, one module per pass."""
