@@ -40,3 +40,6 @@ def is_tensor(obj):
 
 def numel(t):
     return t.numel()
+
+from . import nn, optim, utils  # noqa: E402
+from .serialization import load, save  # noqa: E402
