@@ -273,6 +273,8 @@ em_Tensor *em_tensor_meta_like(em_Tensor *t);
 #define EM_RULE_INT_TO_LONG 1   /* sum, prod: integers and bool accumulate in int64 */
 #define EM_RULE_FLOAT_ONLY 2    /* mean: integer inputs are an error */
 #define EM_RULE_NO_BOOL 4       /* neg, sub: bool inputs are an error */
+#define EM_RULE_INTEGRAL 8      /* bitwise ops: no floating point kernel (NotImplementedError) */
+#define EM_RULE_NOT_BOOL 16     /* pow: no bool kernel (NotImplementedError) */
 
 /* ------------------------------------------------------------------ kernels */
 

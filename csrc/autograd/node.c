@@ -324,10 +324,10 @@ check_version(em_Node *node, int i)
 /* The result as the formula sees it: detached, or (when building a graph of
  * the backward) re-attached to this node. */
 static PyObject *
-unpack_output(em_Node *node, int k)
+unpack_output(em_Node *node, int k, bool check)
 {
     PyObject *alias = PyTuple_GET_ITEM(node->saved_outputs, k);
-    if (em_Tensor_Check(alias) &&
+    if (check && em_Tensor_Check(alias) &&
         ((em_Tensor *)alias)->storage->version != node->outmeta[k].version) {
         em_Tensor *t = (em_Tensor *)alias;
         PyObject *shape = em_format_shape(t->ndim, t->sizes);
@@ -394,9 +394,22 @@ em_node_apply(em_Node *node, PyObject *grads)
         return raw;
     }
     em_Op *op = node->op;
-    for (int i = 0; i < op->nparams; i++)
-        if (check_version(node, i) < 0)
+    /* Only what the formula reads must be unmodified: the entry says which of
+     * (result, *args) that is (None: all of them). */
+    PyObject *uses = PyObject_GetAttrString(op->entry, "backward_uses");
+    if (uses == NULL)
+        return NULL;
+    bool known = PyTuple_Check(uses) && PyTuple_GET_SIZE(uses) == op->nparams + 1;
+    for (int i = 0; i < op->nparams; i++) {
+        if (known && !PyObject_IsTrue(PyTuple_GET_ITEM(uses, i + 1)))
+            continue;
+        if (check_version(node, i) < 0) {
+            Py_DECREF(uses);
             return NULL;
+        }
+    }
+    bool check_result = !known || PyObject_IsTrue(PyTuple_GET_ITEM(uses, 0));
+    Py_DECREF(uses);
     int n = op->nparams + 2;
     PyObject **call = PyMem_Malloc(sizeof(PyObject *) * n);
     if (call == NULL)
@@ -405,14 +418,14 @@ em_node_apply(em_Node *node, PyObject *grads)
     if (node->nout == 1) {
         Py_INCREF(PyTuple_GET_ITEM(grads, 0));
         call[0] = PyTuple_GET_ITEM(grads, 0);
-        result = unpack_output(node, 0);
+        result = unpack_output(node, 0, check_result);
     }
     else {
         Py_INCREF(grads);
         call[0] = grads;
         result = PyTuple_New(node->nout);
         for (int k = 0; result != NULL && k < node->nout; k++) {
-            PyObject *o = unpack_output(node, k);
+            PyObject *o = unpack_output(node, k, check_result);
             if (o == NULL)
                 Py_CLEAR(result);
             else

@@ -82,14 +82,15 @@ display_name(PyObject *name)
     return (s != NULL && strcmp(s, "self") == 0) ? "input" : s;
 }
 
+/* strict: a 0-d integer tensor is not an int (see bind_overload) */
 static bool
-is_int_like(PyObject *o)
+is_int_like(PyObject *o, bool strict)
 {
     if (PyLong_Check(o))
         return true;
     if (PyArray_IsScalar(o, Integer))
         return true;
-    if (em_Tensor_Check(o)) {
+    if (em_Tensor_Check(o) && !strict) {
         em_Tensor *t = (em_Tensor *)o;
         return t->ndim == 0 && em_is_int(t->dtype) && t->array != NULL;
     }
@@ -99,7 +100,7 @@ is_int_like(PyObject *o)
 /* Converts one argument; *conv receives a new reference (the value to bind).
  * Returns 1 on success, 0 on a type mismatch (no exception set), -1 on error. */
 static int
-convert_arg(const em_Param *p, PyObject *v, PyObject **conv)
+convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
 {
     if (v == Py_None && p->optional) {
         Py_INCREF(v);
@@ -129,12 +130,12 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv)
         }
         return 0;
     case EM_ARG_INT:
-        if (PyBool_Check(v) || !is_int_like(v))
+        if (PyBool_Check(v) || !is_int_like(v, strict))
             return 0;
         *conv = PyNumber_Index(v);
         return *conv ? 1 : -1;
     case EM_ARG_INTLIST: {
-        if (is_int_like(v) && !PyBool_Check(v)) {
+        if (is_int_like(v, strict) && !PyBool_Check(v)) {
             if (!p->int1 && !p->varargs_list)
                 return 0;
             PyObject *i = PyNumber_Index(v);
@@ -152,7 +153,7 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *item = PySequence_Fast_GET_ITEM(v, i);
-            if (PyBool_Check(item) || !is_int_like(item)) {
+            if (PyBool_Check(item) || !is_int_like(item, strict)) {
                 Py_DECREF(t);
                 return 0;
             }
@@ -222,6 +223,7 @@ typedef struct {
     int param;         /* offending parameter */
     PyObject *value;   /* offending value (borrowed) */
     char msg[200];
+    bool strict;       /* input: 0-d integer tensors do not bind to int parameters */
 } bind_status;
 
 static void
@@ -320,7 +322,7 @@ bind(em_Op *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyOb
             out[i] = p->defval;
             continue;
         }
-        int r = convert_arg(p, v, &out[i]);
+        int r = convert_arg(p, v, &out[i], st->strict);
         if (r < 0) {
             st->kind = -1;
             goto fail;
@@ -406,6 +408,30 @@ raise_bind_error(em_Op *op, bind_status *st, PyObject *const *args, Py_ssize_t n
                      name, display_name(p->name), st->param + 1, type_name(p->type), tn);
 }
 
+/* Binds a call to the first overload that accepts it (new references in bound).
+ * With several overloads a 0-d integer tensor first binds only to Tensor
+ * parameters, as in PyTorch: max(x, t) is max.other, max(x, 1) is max.dim.
+ * Returns NULL with an exception set when no overload accepts the call. */
+static em_Op *
+bind_overload(em_Op *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+              PyObject **bound)
+{
+    bind_status st = {0}, first = {0};
+    for (int pass = op->next != NULL ? 0 : 1; pass < 2; pass++) {
+        st.strict = pass == 0;
+        for (em_Op *o = op; o != NULL; o = o->next) {
+            if (bind(o, args, nargs, kwnames, bound, &st) == 0)
+                return o;
+            if (st.kind < 0)
+                return NULL;
+            if (o == op)
+                first = st;
+        }
+    }
+    raise_bind_error(op, &first, args, nargs, kwnames);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ dispatch */
 
 static PyObject *
@@ -426,20 +452,80 @@ call_tracer(em_Op *op, PyObject **args)
     return res;
 }
 
+/* Whether msg starts with "name(" (or "name_(", the in-place twin's name). */
+static bool
+message_names(PyObject *msg, PyObject *name)
+{
+    bool r = false;
+    for (int k = 0; k < 2 && !r && name != NULL; k++) {
+        PyObject *prefix = PyUnicode_FromFormat(k == 0 ? "%U(" : "%U_(", name);
+        if (prefix == NULL) {
+            PyErr_Clear();
+            return true;
+        }
+        r = PyUnicode_Tailmatch(msg, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
+        Py_DECREF(prefix);
+    }
+    return r;
+}
+
+/* A kernel failed: makes the message name the op ("view(): ..."), as invariant 2
+ * asks. Only plain messages of the built-in exception types change; the type,
+ * traceback and cause stay. Indexing (__getitem__) keeps Python's wording. */
+static void
+name_error(em_Op *op)
+{
+    static PyObject *dunder;
+    PyObject *type, *value, *tb, *args = NULL;
+    PyErr_Fetch(&type, &value, &tb);
+    if (dunder == NULL && (dunder = PyUnicode_InternFromString("__")) == NULL)
+        goto restore;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value == NULL || PyUnicode_Tailmatch(op->name, dunder, 0, 2, -1) == 1 ||
+        (type != PyExc_RuntimeError && type != PyExc_IndexError &&
+         type != PyExc_ValueError && type != PyExc_TypeError &&
+         type != PyExc_NotImplementedError))
+        goto restore;
+    args = PyObject_GetAttrString(value, "args");
+    if (args == NULL || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(args, 0)))
+        goto restore;
+    PyObject *msg = PyTuple_GET_ITEM(args, 0);
+    if (message_names(msg, op->name) ||
+        (op->functional != NULL && message_names(msg, op->functional->name)))
+        goto restore;
+    PyObject *named = PyUnicode_FromFormat("%U(): %U", op->name, msg);
+    PyObject *new_args = named ? PyTuple_Pack(1, named) : NULL;
+    if (new_args == NULL || PyObject_SetAttrString(value, "args", new_args) < 0)
+        PyErr_Clear();
+    Py_XDECREF(named);
+    Py_XDECREF(new_args);
+restore:
+    PyErr_Clear();
+    Py_XDECREF(args);
+    PyErr_Restore(type, value, tb);
+}
+
 PyObject *
 em_op_call_bound(em_Op *op, PyObject **args)
 {
     PyObject *result;
-    if (op->composite)
-        return op->kernel(op, args);
-    if (op->inplace && op->functional != NULL)
-        return em_inplace_call(op, args);
-    if (em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL)
+    bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
+    if (op->composite || (op->inplace && op->functional != NULL)) {
+        result = op->composite ? op->kernel(op, args) : em_inplace_call(op, args);
+        if (result == NULL && !tracing)
+            name_error(op);
+        return result;
+    }
+    if (tracing)
         result = call_tracer(op, args);
     else
         result = op->kernel(op, args);
-    if (result == NULL)
+    if (result == NULL) {
+        if (!tracing)
+            name_error(op);
         return NULL;
+    }
     if (op->backward != NULL && em_tls.grad_enabled) {
         if (em_autograd_record(op, args, result) < 0) {
             Py_DECREF(result);
@@ -454,20 +540,9 @@ op_vectorcall(em_Op *op, PyObject *const *args, size_t nargsf, PyObject *kwnames
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *bound[EM_MAX_PARAMS];
-    bind_status st, first = {0};
-    em_Op *o;
-    for (o = op; o != NULL; o = o->next) {
-        if (bind(o, args, nargs, kwnames, bound, &st) == 0)
-            break;
-        if (st.kind < 0)
-            return NULL;
-        if (o == op)
-            first = st;
-    }
-    if (o == NULL) {
-        raise_bind_error(op, &first, args, nargs, kwnames);
+    em_Op *o = bind_overload(op, args, nargs, kwnames, bound);
+    if (o == NULL)
         return NULL;
-    }
     PyObject *res = em_op_call_bound(o, bound);
     clear_bound(bound, o->nparams);
     return res;
@@ -683,20 +758,9 @@ op_bind(em_Op *self, PyObject *args, PyObject *kwargs)
         }
     }
     PyObject *bound[EM_MAX_PARAMS];
-    bind_status st, first = {0};
-    em_Op *o;
-    for (o = self; o != NULL; o = o->next) {
-        if (bind(o, flat, nargs, kwnames, bound, &st) == 0)
-            break;
-        if (st.kind < 0)
-            goto done;
-        if (o == self)
-            first = st;
-    }
-    if (o == NULL) {
-        raise_bind_error(self, &first, flat, nargs, kwnames);
+    em_Op *o = bind_overload(self, flat, nargs, kwnames, bound);
+    if (o == NULL)
         goto done;
-    }
     PyObject *tup = PyTuple_New(o->nparams);
     if (tup == NULL) {
         clear_bound(bound, o->nparams);

@@ -259,10 +259,21 @@ em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g, em_dtype_
     if (em_broadcast(name, operands, n, g) < 0)
         return -1;
     em_dtype_t rt = em_result_type(operands, n);
-    if ((op->rule & EM_RULE_NO_BOOL) && rt == EM_BOOL) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s(): not supported on bool tensors (use the logical_* or bitwise ops "
-                     "instead)", name);
+    for (int i = 0; (op->rule & EM_RULE_NO_BOOL) && i < n; i++) {
+        /* as in PyTorch, any bool operand is refused (sub(x, True) too) */
+        PyObject *o = operands[i];
+        if (o != NULL && (PyBool_Check(o) ||
+                          (em_Tensor_Check(o) && ((em_Tensor *)o)->dtype == EM_BOOL))) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "%s(): not supported on bool tensors (use the logical_* or bitwise "
+                         "ops instead)", name);
+            return -1;
+        }
+    }
+    if (((op->rule & EM_RULE_INTEGRAL) && em_is_float(rt)) ||
+        ((op->rule & EM_RULE_NOT_BOOL) && rt == EM_BOOL)) {
+        PyErr_Format(PyExc_NotImplementedError, "%s(): \"%s\" not implemented for '%s'", name,
+                     name, em_dtype_torch_name(rt));
         return -1;
     }
     switch (op->kind) {

@@ -77,11 +77,13 @@ want_meta(PyObject **operands, int n)
     return em_tls.mode == EM_MODE_META || em_any_meta(operands, n);
 }
 
-/* Allocates the result; *done is set when nothing is left to compute. */
+/* Allocates the result; *done is set when nothing is left to compute (also on
+ * error, when the result is NULL). */
 static em_Tensor *
 elementwise_out(em_Op *op, PyObject **operands, int n, em_dtype_t *compute, bool *done)
 {
     em_Geom g;
+    *done = true;
     if (em_elementwise_geom(op, operands, n, &g, compute) < 0)
         return NULL;
     bool meta = want_meta(operands, n);
@@ -175,7 +177,49 @@ any_negative_int(PyObject *o)
     return r;
 }
 
-/* pow(self, exponent): NumPy's integer power, with PyTorch's error for negative exponents. */
+/* Integer power with negative exponents in a tensor, as PyTorch computes it:
+ * 1 ** e = 1, (-1) ** e = +-1, anything else ** e = 0 (NumPy refuses these). */
+static int
+int_pow_negative(em_Op *op, PyObject **args, em_Tensor *out, em_dtype_t compute)
+{
+    PyObject *exp = (PyObject *)((em_Tensor *)args[1])->array;
+    PyObject *base = em_Tensor_Check(args[0]) ? (PyObject *)((em_Tensor *)args[0])->array
+                                             : args[0];
+    PyObject *absexp = NULL, *neg = NULL, *absbase = NULL, *not_one = NULL, *mask = NULL,
+             *r = NULL;
+    int st = -1;
+    absexp = PyObject_CallMethod(em_numpy, "absolute", "(O)", exp);
+    if (absexp == NULL)
+        goto error;
+    PyObject *ins[2] = {args[0], absexp};
+    if (em_ufunc_call(op->ufunc, ins, 2, out->array, compute, compute) < 0)
+        goto error;
+    neg = PyObject_CallMethod(em_numpy, "less", "(Oi)", exp, 0);
+    absbase = neg ? PyObject_CallMethod(em_numpy, "absolute", "(O)", base) : NULL;
+    not_one = absbase ? PyObject_CallMethod(em_numpy, "not_equal", "(Oi)", absbase, 1) : NULL;
+    mask = not_one ? PyObject_CallMethod(em_numpy, "logical_and", "(OO)", neg, not_one) : NULL;
+    if (mask == NULL)
+        goto error;
+    PyObject *copyto = PyObject_GetAttrString(em_numpy, "copyto");
+    PyObject *kw = copyto ? Py_BuildValue("{sO}", "where", mask) : NULL;
+    PyObject *a = kw ? Py_BuildValue("(Oi)", (PyObject *)out->array, 0) : NULL;
+    r = a ? PyObject_Call(copyto, a, kw) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(kw);
+    Py_XDECREF(copyto);
+    st = r != NULL ? 0 : -1;
+error:
+    Py_XDECREF(r);
+    Py_XDECREF(mask);
+    Py_XDECREF(not_one);
+    Py_XDECREF(absbase);
+    Py_XDECREF(neg);
+    Py_XDECREF(absexp);
+    return st;
+}
+
+/* pow(self, exponent): NumPy's power; integers to a negative Python int are an error
+ * (as in PyTorch), to negative exponents in a tensor as int_pow_negative says. */
 static PyObject *
 k_pow(em_Op *op, PyObject **args)
 {
@@ -183,9 +227,9 @@ k_pow(em_Op *op, PyObject **args)
     em_dtype_t compute;
     bool done;
     em_Tensor *out = elementwise_out(op, operands, 2, &compute, &done);
-    if (done)
-        return (PyObject *)out;
-    if (!em_is_float(compute)) {
+    if (out == NULL)
+        return NULL;
+    if (!em_is_float(compute) && !em_Tensor_Check(args[1])) {
         int neg = any_negative_int(args[1]);
         if (neg != 0) {
             Py_DECREF(out);
@@ -194,6 +238,15 @@ k_pow(em_Op *op, PyObject **args)
                                 "pow(): Integers to negative integer powers are not allowed.");
             return NULL;
         }
+    }
+    if (done)
+        return (PyObject *)out;
+    if (!em_is_float(compute)) {
+        int neg = any_negative_int(args[1]);
+        if (neg < 0)
+            return finish(out, -1);
+        if (neg > 0)
+            return finish(out, int_pow_negative(op, args, out, compute));
     }
     return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
 }
@@ -244,6 +297,11 @@ k_div(em_Op *op, PyObject **args)
     if (em_broadcast("div", operands, 2, &g) < 0)
         return NULL;
     em_dtype_t rt = em_result_type(operands, 2);
+    if (rt == EM_BOOL) {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "div(): \"div_%s_cpu\" not implemented for 'Bool'", m);
+        return NULL;
+    }
     g.dtype = rt;
     em_elementwise_strides(operands, 2, &g);
     bool meta = want_meta(operands, 2);

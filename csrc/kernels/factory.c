@@ -116,7 +116,7 @@ target_geom(em_Op *op, PyObject **args, em_Geom *g, bool *meta)
         em_Tensor *like = (em_Tensor *)first;
         g->ndim = like->ndim;
         memcpy(g->sizes, like->sizes, sizeof(Py_ssize_t) * like->ndim);
-        em_contiguous_strides(g);
+        em_elementwise_strides(&first, 1, g);   /* preserve_format, as PyTorch's *_like */
         g->dtype = dtype_arg(op, args, like->dtype);
         *meta = m || em_is_meta(like);
         return 0;
@@ -141,7 +141,7 @@ make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
             g.dtype = PyBool_Check(value) ? EM_BOOL
                       : PyLong_Check(value) ? EM_INT64 : em_default_dtype;
     }
-    em_Tensor *t = em_tensor_empty(&g, meta);
+    em_Tensor *t = em_tensor_empty_like_layout(&g, meta);
     if (t != NULL && value != NULL && fill(t, value) < 0)
         Py_CLEAR(t);
     return finish(op, args, t);
@@ -261,11 +261,14 @@ random_fill(em_Op *op, PyObject **args, const char *method)
     if (target_geom(op, args, &g, &meta) < 0)
         return NULL;
     if (!em_is_float(g.dtype)) {
-        PyErr_Format(PyExc_RuntimeError, "%U(): expected a floating point dtype, got %s",
-                     op->name, em_dtype_torch_name(g.dtype));
+        /* as PyTorch's kernels say it */
+        PyErr_Format(PyExc_NotImplementedError, "%U(): \"%s\" not implemented for '%s'",
+                     op->name, strcmp(method, "random") == 0 ? "check_uniform_bounds"
+                                                             : "normal_kernel_cpu",
+                     em_dtype_torch_name(g.dtype));
         return NULL;
     }
-    em_Tensor *t = em_tensor_empty(&g, meta);
+    em_Tensor *t = em_tensor_empty_like_layout(&g, meta);
     if (t == NULL || meta || t->numel == 0)
         return finish(op, args, t);
     PyObject *gen = named(op, args, "generator");
@@ -288,6 +291,19 @@ random_fill(em_Op *op, PyObject **args, const char *method)
                           : NULL;
     Py_XDECREF(size);
     Py_DECREF(np_gen);
+    if (vals != NULL && g.dtype == EM_FLOAT16 && strcmp(method, "random") == 0) {
+        /* keep [0, 1): float32 draws near 1 would round up to 1 in float16, so
+         * take multiples of 2**-11, as PyTorch's half uniform does */
+        PyObject *scale = PyFloat_FromDouble(2048.0);
+        PyObject *scaled = scale ? PyNumber_Multiply(vals, scale) : NULL;
+        PyObject *floored = scaled ? PyObject_CallMethod(em_numpy, "floor", "(O)", scaled)
+                                   : NULL;
+        PyObject *r = floored ? PyNumber_TrueDivide(floored, scale) : NULL;
+        Py_XDECREF(scale);
+        Py_XDECREF(scaled);
+        Py_XDECREF(floored);
+        Py_SETREF(vals, r);
+    }
     if (vals == NULL ||
         PyArray_CopyInto(t->array, (PyArrayObject *)vals) < 0)
         Py_CLEAR(t);

@@ -72,6 +72,12 @@ matmul_geom(em_Tensor *a, em_Tensor *b, em_Geom *g)
         g->sizes[nd++] = b->sizes[nb - 1];
     g->ndim = nd;
     em_contiguous_strides(g);
+    if (a->dtype == EM_BOOL && k_a > 0 && em_geom_numel(g) > 0) {
+        /* PyTorch has no bool kernel (empty products never reach one) */
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "matmul(): \"addmm_impl_cpu_\" not implemented for 'Bool'");
+        return -1;
+    }
     return 0;
 }
 

@@ -307,12 +307,13 @@ k_bernoulli(em_Op *op, PyObject **args)
     PyObject *pval = em_Tensor_Check(p) ? em_tensor_to_array((em_Tensor *)p)
                                         : (Py_INCREF(p), p);
     PyArrayObject *u = pval ? draw_like(op, args, out, "random", EM_FLOAT64) : NULL;
-    PyObject *mask = u ? PyObject_RichCompare((PyObject *)u, pval, Py_LT) : NULL;
+    PyObject *cmp = u ? PyObject_RichCompare((PyObject *)u, pval, Py_LT) : NULL;
+    /* a 0-d comparison gives a NumPy scalar */
+    PyObject *mask = cmp ? PyArray_FROM_O(cmp) : NULL;
     int st = -1;
-    if (mask != NULL && PyArray_Check(mask))
+    if (mask != NULL)
         st = PyArray_CopyInto(out->array, (PyArrayObject *)mask);
-    else if (mask != NULL)
-        PyErr_SetString(PyExc_RuntimeError, "bernoulli(): comparison gave no array");
+    Py_XDECREF(cmp);
     Py_XDECREF(mask);
     Py_XDECREF(u);
     Py_XDECREF(pval);

@@ -195,12 +195,15 @@ arg_reduce(PyObject *fn, em_Tensor *self, int d, bool keepdim, const em_Geom *g,
     }
     if (res == NULL)
         return NULL;
-    PyObject *arr = PyArray_FromAny(res, PyArray_DescrFromType(NPY_INT64), 0, 0,
-                                    NPY_ARRAY_DEFAULT | NPY_ARRAY_ENSURECOPY, NULL);
+    /* copied into a fresh tensor of the result's geometry (an empty NumPy result
+     * has zero strides) */
+    PyObject *arr = PyArray_FROM_O(res);   /* a 0-d result is a NumPy scalar */
     Py_DECREF(res);
     if (arr == NULL)
         return NULL;
-    em_Tensor *t = em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
+    em_Tensor *t = em_tensor_empty(&ig, false);
+    if (t != NULL && PyArray_CopyInto(t->array, (PyArrayObject *)arr) < 0)
+        Py_CLEAR(t);
     Py_DECREF(arr);
     return t;
 }
@@ -275,6 +278,10 @@ k_argreduce(em_Op *op, PyObject **args)
     em_Tensor *self = (em_Tensor *)args[0];
     bool keepdim = args[2] == Py_True;
     bool meta = want_meta(self);
+    if (self->dtype == EM_BOOL) {
+        PyErr_Format(PyExc_RuntimeError, "%U(): does not support bool input", op->name);
+        return NULL;
+    }
     if (args[1] == Py_None) {
         if (self->numel == 0) {
             PyErr_Format(PyExc_IndexError,

@@ -133,10 +133,17 @@ k_view(em_Op *op, PyObject **args)
         return NULL;
     if (!compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape,
                         strides)) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "view size is not compatible with input tensor's size and stride (at "
-                        "least one dimension spans across two contiguous subspaces). Use "
-                        ".reshape(...) instead.");
+        PyObject *sz = em_format_shape(self->ndim, self->sizes);
+        PyObject *st = em_format_shape(self->ndim, self->strides);
+        PyObject *to = em_format_shape(n, shape);
+        if (sz && st && to)
+            PyErr_Format(PyExc_RuntimeError,
+                         "view size is not compatible with input tensor's size and stride (at "
+                         "least one dimension spans across two contiguous subspaces): size %U "
+                         "and stride %U viewed as %U. Use .reshape(...) instead.", sz, st, to);
+        Py_XDECREF(sz);
+        Py_XDECREF(st);
+        Py_XDECREF(to);
         return NULL;
     }
     return view_of(self, n, shape, strides, self->offset);
@@ -210,7 +217,7 @@ k_permute(em_Op *op, PyObject **args)
         return NULL;
     if (n != self->ndim) {
         PyErr_Format(PyExc_RuntimeError,
-                     "permute(sparse_coo): number of dimensions in the tensor input does not "
+                     "permute(): number of dimensions in the tensor input does not "
                      "match the length of the desired ordering of dimensions i.e. input.dim() "
                      "= %d is not equal to len(dims) = %d", self->ndim, n);
         return NULL;
@@ -305,6 +312,12 @@ k_expand(em_Op *op, PyObject **args)
         }
         if (sizes[i] == -1)
             sizes[i] = self->sizes[j];
+        if (sizes[i] < 0) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "expand(): the expanded size of the tensor (%zd) isn't allowed at "
+                         "dimension %d", sizes[i], i);
+            return NULL;
+        }
         if (self->sizes[j] == sizes[i]) {
             strides[i] = self->strides[j];
         }
@@ -453,7 +466,7 @@ slice_geom(em_Tensor *self, PyObject *dimo, PyObject *starto, PyObject *endo, Py
     if (em_wrap_dim(&dim, self->ndim) < 0)
         return -1;
     if (step <= 0) {
-        PyErr_SetString(PyExc_ValueError, "step must be greater than zero");
+        PyErr_SetString(PyExc_RuntimeError, "slice step must be positive");
         return -1;
     }
     Py_ssize_t size = self->sizes[dim];
@@ -601,7 +614,7 @@ k_select_scatter(em_Op *op, PyObject **args)
     Py_ssize_t dim = PyLong_AsSsize_t(args[2]), index = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    em_Tensor *out = copy_with_dtype(self, self->dtype, true);
+    em_Tensor *out = copy_with_dtype(self, self->dtype, false);
     if (out == NULL)
         return NULL;
     if (select_geom(out, dim, index, sizes, strides, &offset, &wd) < 0)
@@ -625,7 +638,7 @@ k_slice_scatter(em_Op *op, PyObject **args)
 {
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
-    em_Tensor *out = copy_with_dtype(self, self->dtype, true);
+    em_Tensor *out = copy_with_dtype(self, self->dtype, false);
     if (out == NULL)
         return NULL;
     if (slice_geom(out, args[2], args[3], args[4], args[5], sizes, strides, &offset) < 0)
@@ -769,6 +782,13 @@ k_getitem(em_Op *op, PyObject **args)
         else if (PySlice_Check(k)) {
             PySliceObject *s = (PySliceObject *)k;
             PyObject *step = s->step == Py_None ? NULL : s->step;
+            if (step != NULL && PyLong_Check(step) && _PyLong_Sign(step) <= 0) {
+                /* Python's indexing error, before the op's own */
+                PyErr_SetString(PyExc_ValueError, "step must be greater than zero");
+                Py_DECREF(pdim);
+                Py_CLEAR(cur);
+                break;
+            }
             PyObject *one = PyLong_FromLong(1);
             PyObject *a[5] = {cur, pdim, s->start, s->stop, step ? step : one};
             next = one ? call_slot(EM_SLOT_SLICE, "slice", a, 5) : NULL;

@@ -923,6 +923,36 @@ tensor_setitem(PyObject *self, PyObject *key, PyObject *value)
     return 0;
 }
 
+/* Protocols written in Python (ember/_tensor.py puts them in the type's dict) reach
+ * their slots through these: a dict entry alone does not fill a static type's slot. */
+static PyObject *
+call_python_protocol(PyObject *self, const char *name, PyObject *arg)
+{
+    PyObject *fn = PyDict_GetItemString(em_Tensor_Type.tp_dict, name);
+    if (fn == NULL) {
+        PyErr_Format(PyExc_TypeError, "'ember.Tensor' object has no %s", name);
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(fn, self, arg, NULL);
+}
+
+static PyObject *
+tensor_iter(PyObject *self)
+{
+    return call_python_protocol(self, "__iter__", NULL);
+}
+
+static int
+tensor_contains(PyObject *self, PyObject *element)
+{
+    PyObject *r = call_python_protocol(self, "__contains__", element);
+    if (r == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return truth;
+}
+
 static PyMappingMethods tensor_as_mapping = {
     .mp_length = (lenfunc)tensor_len,
     .mp_subscript = tensor_getitem,
@@ -931,6 +961,7 @@ static PyMappingMethods tensor_as_mapping = {
 
 static PySequenceMethods tensor_as_sequence = {
     .sq_length = (lenfunc)tensor_len,
+    .sq_contains = tensor_contains,
 };
 
 /* Tensor(*sizes) / Tensor(data): the legacy constructor, default dtype. */
@@ -976,6 +1007,7 @@ PyTypeObject em_Tensor_Type = {
     .tp_traverse = (traverseproc)tensor_traverse,
     .tp_clear = (inquiry)tensor_clear,
     .tp_richcompare = tensor_richcompare,
+    .tp_iter = tensor_iter,
     .tp_weaklistoffset = offsetof(em_Tensor, weakreflist),
     .tp_methods = tensor_methods,
     .tp_getset = tensor_getset,

@@ -153,6 +153,12 @@ em_tensor_empty(const em_Geom *g, bool meta)
         return NULL;
     t = em_tensor_from_array(arr, NULL, 0);
     Py_DECREF(arr);
+    if (t != NULL && t->numel == 0) {
+        /* NumPy gives empty arrays zero strides; PyTorch keeps contiguous ones */
+        em_Geom c = *g;
+        em_contiguous_strides(&c);
+        memcpy(t->strides, c.strides, sizeof(Py_ssize_t) * g->ndim);
+    }
     return t;
 }
 

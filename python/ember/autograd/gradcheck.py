@@ -24,17 +24,19 @@ def numerical_jacobian(fn, inputs, eps=1e-6):
                 if not (isinstance(t, _C.Tensor) and t.requires_grad):
                     rows.append(None)
                     continue
-                flat = t.detach().numpy().reshape(-1) if t.is_contiguous() else None
-                if flat is None:
-                    raise ValueError("gradcheck needs contiguous inputs")
+                # the tensor's own (possibly strided) memory, perturbed in place
+                data = t.detach().numpy()
+                if any(s == 0 and n > 1 for s, n in zip(data.strides, data.shape)):
+                    raise ValueError("gradcheck needs inputs whose elements don't overlap "
+                                     "(no expanded dimensions)")
                 j = np.zeros((o.numel(), t.numel()))
-                for i in range(t.numel()):
-                    orig = flat[i]
-                    flat[i] = orig + eps
+                for i, idx in enumerate(np.ndindex(*data.shape)):
+                    orig = data[idx]
+                    data[idx] = orig + eps
                     plus = _flat_outputs(fn(*inputs))[k].detach().numpy().astype(np.float64)
-                    flat[i] = orig - eps
+                    data[idx] = orig - eps
                     minus = _flat_outputs(fn(*inputs))[k].detach().numpy().astype(np.float64)
-                    flat[i] = orig
+                    data[idx] = orig
                     j[:, i] = ((plus - minus) / (2 * eps)).reshape(-1)
                 rows.append(j)
             jac.append(rows)
@@ -42,7 +44,7 @@ def numerical_jacobian(fn, inputs, eps=1e-6):
 
 
 def analytical_jacobian(fn, inputs):
-    from .. import autograd, zeros_like
+    from .. import autograd, zeros
     outs = _flat_outputs(fn(*inputs))
     diff = [t for t in inputs if isinstance(t, _C.Tensor) and t.requires_grad]
     jac = []
@@ -53,8 +55,8 @@ def analytical_jacobian(fn, inputs):
             jac.append(rows)
             continue
         for r in range(o.numel()):
-            seed = zeros_like(o)
-            seed.numpy().reshape(-1)[r] = 1.0
+            seed = zeros(o.shape, dtype=o.dtype)
+            seed.numpy()[np.unravel_index(r, tuple(o.shape))] = 1.0
             grads = autograd.grad(o, diff, seed, retain_graph=True, allow_unused=True)
             gi = iter(grads)
             for idx, t in enumerate(inputs):

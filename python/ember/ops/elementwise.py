@@ -1,8 +1,8 @@
 """Elementwise ops: arithmetic, transcendental functions, activations, comparisons."""
 from .. import _C
 from . import meta as M
-from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, NO_BOOL, UNARY, UNARY_FLOAT,
-                       op)
+from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, INTEGRAL, NO_BOOL, NOT_BOOL,
+                       UNARY, UNARY_FLOAT, op)
 from .. import prims as P
 from . import api as O
 
@@ -85,7 +85,7 @@ def _pow_backward(g, out, self, exponent):
 
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
-   BINARY, "pow", ufunc="power", prim=True,
+   BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True,
    inplace_variant=True,
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")
@@ -141,15 +141,17 @@ op("ge(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater_e
    decompose=lambda self, other: P.le(other, self))
 
 op("bitwise_and(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_and",
-   prim=True)
+   rule=INTEGRAL, prim=True)
 op("bitwise_or(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_or",
-   prim=True)
+   rule=INTEGRAL, prim=True)
 
 # ------------------------------------------------------------------ selection
 
 
 def _where_meta(entry, args):
     cond, self, other = args
+    if not _is_tensor(cond) or cond.dtype is not _C.bool:
+        raise RuntimeError("where(): expected condition to be a boolean tensor")
     shapes = [tuple(a.shape) for a in args if _is_tensor(a)]
     shape = M.broadcast_shapes("where", *shapes)
     return M.meta_tensor(shape, M.result_type(self, other),

@@ -127,7 +127,7 @@ def elementwise_strides(operands, shape):
     output's shape; else dimensions ordered by the inputs' strides."""
     tensors = [o for o in operands if isinstance(o, _C.Tensor)]
     nd = len(shape)
-    if nd <= 1 or all(tuple(t.shape) == tuple(shape) and is_contiguous(t) for t in tensors):
+    if nd <= 1 or 0 in shape or all(tuple(t.shape) == tuple(shape) and is_contiguous(t) for t in tensors):
         return contiguous_strides(shape)
     strides = []
     for t in tensors:
@@ -207,8 +207,24 @@ def elementwise(entry, args):
     shape = broadcast_shapes(entry.name, *[tuple(o.shape) for o in ops
                                             if isinstance(o, _C.Tensor)])
     rt = result_type(*ops)
-    if entry.rule & R.NO_BOOL and rt is _C.bool:
+    if entry.rule & R.NO_BOOL and any(isinstance(o, bool) or (
+            isinstance(o, _C.Tensor) and o.dtype is _C.bool) for o in ops):
         raise RuntimeError(f"{entry.name}(): not supported on bool tensors")
+    if (entry.rule & R.INTEGRAL and is_float(rt)) or (entry.rule & R.NOT_BOOL and
+                                                       rt is _C.bool):
+        raise NotImplementedError(f"{entry.name}(): \"{entry.name}\" not implemented for "
+                                  f"{rt}")
+    names = [p.name for p in entry.schema.params]
+    if "alpha" in names:
+        alpha = args[names.index("alpha")]
+        if isinstance(alpha, float) and not is_float(rt):
+            raise RuntimeError(f"{entry.name}(): For integral input tensors, argument alpha "
+                               "must not be a floating point number.")
+    if entry.name == "div" and args[2] not in (None, "trunc", "floor"):
+        raise RuntimeError(f"div(): div expected rounding_mode to be one of None, 'trunc', or "
+                           f"'floor' but found '{args[2]}'")
+    if entry.name == "pow" and not is_float(rt) and isinstance(args[1], int) and args[1] < 0:
+        raise RuntimeError("pow(): Integers to negative integer powers are not allowed.")
     kind = entry.kind
     if kind in (R.UNARY_FLOAT, R.BINARY_FLOAT) and not is_float(rt):
         rt = _C.get_default_dtype()
@@ -216,6 +232,9 @@ def elementwise(entry, args):
         rt = _C.bool
     if entry.name == "div" and len(args) > 2 and args[2] is not None:
         rt = result_type(*ops)
+        if rt is _C.bool:
+            raise NotImplementedError(f"div(): \"div_{args[2]}_cpu\" not implemented for "
+                                      "'Bool'")
     return meta_tensor(shape, rt, elementwise_strides(ops, shape))
 
 
@@ -260,6 +279,8 @@ def reduce_all(entry, args):
 
 def argreduce(entry, args):
     self, dim, keepdim = args
+    if self.dtype is _C.bool:
+        raise RuntimeError(f"{entry.name}(): does not support bool input")
     if dim is None:
         if self.numel() == 0:
             raise IndexError(f"{entry.name}(): Expected reduction dim to be specified for "
@@ -285,6 +306,8 @@ def matmul(entry, args):
     batch = broadcast_shapes("matmul", tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     shape = batch + ((a.shape[-2],) if a.ndim > 1 else ()) + ((b.shape[-1],) if b.ndim > 1
                                                                else ())
+    if a.dtype is _C.bool and ka > 0 and math.prod(shape) > 0:
+        raise NotImplementedError("matmul(): \"addmm_impl_cpu_\" not implemented for 'Bool'")
     return meta_tensor(shape, a.dtype)
 
 
@@ -393,6 +416,9 @@ def expand(entry, args):
             continue
         if size[i] == -1:
             size[i] = self.shape[j]
+        if size[i] < 0:
+            raise RuntimeError(f"expand(): the expanded size of the tensor ({size[i]}) isn't "
+                               f"allowed at dimension {i}")
         if self.shape[j] == size[i]:
             strides[i] = self.stride()[j]
         elif self.shape[j] != 1:
@@ -431,7 +457,7 @@ def select(entry, args):
 
 def _slice_len(size, start, end, step):
     if step <= 0:
-        raise ValueError("step must be greater than zero")
+        raise RuntimeError("slice(): slice step must be positive")
     start = 0 if start is None else start
     end = size if end is None else end
     if start < 0:
@@ -476,7 +502,12 @@ def to_copy(entry, args):
 
 
 def scatter_like(entry, args):
-    return _dense_like(args[0], args[0].dtype, contiguous=True)
+    """select_scatter / slice_scatter: self's layout; the view written must exist."""
+    if entry.name == "select_scatter":
+        select(entry, (args[0], args[2], args[3]))
+    else:
+        slice_(entry, (args[0],) + tuple(args[2:6]))
+    return _dense_like(args[0], args[0].dtype)
 
 
 # ---------------------------------------------------------------- factories
@@ -491,13 +522,30 @@ def factory(entry, args):
     first = args[0]
     if isinstance(first, _C.Tensor):
         shape, default = tuple(first.shape), first.dtype
+        dtype = _factory_dtype(args, names, default)
+        _check_random_dtype(entry, dtype)
+        return _dense_like(first, dtype)      # preserve_format, as PyTorch's *_like
     else:
         shape, default = tuple(first), _C.get_default_dtype()
+        check_sizes(entry, shape)
         if entry.name == "full":
             fv = args[1]
             default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
                        else _C.get_default_dtype())
-    return meta_tensor(shape, _factory_dtype(args, names, default))
+    dtype = _factory_dtype(args, names, default)
+    _check_random_dtype(entry, dtype)
+    return meta_tensor(shape, dtype)
+
+
+def check_sizes(entry, shape):
+    if any(n < 0 for n in shape):
+        raise RuntimeError(f"{entry.name}(): Trying to create tensor with negative dimension "
+                           f"{min(shape)}: {list(shape)}")
+
+
+def _check_random_dtype(entry, dtype):
+    if entry.kernel in ("rand", "randn") and not is_float(dtype):
+        raise NotImplementedError(f"{entry.name}(): not implemented for {dtype}")
 
 
 def arange(entry, args):
@@ -509,6 +557,8 @@ def arange(entry, args):
     floaty = any(isinstance(v, float) for v in (start, end, step))
     if step == 0:
         raise RuntimeError("arange(): step must be nonzero")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise RuntimeError("arange(): upper bound and larger bound inconsistent with step sign")
     n = max(0, math.ceil((end - start) / step))
     dt = _factory_dtype(args, names, _C.get_default_dtype() if floaty else _C.int64)
     return meta_tensor((n,), dt)
@@ -525,10 +575,40 @@ def rule_for(entry):
     """The Python meta rule of an entry: its own, or its kind's."""
     if entry.meta is not None:
         return entry.meta
+    if entry.inplace and entry.functional is not None:
+        return inplace
     return _BY_KIND.get(entry.kind)
 
 
+def _can_cast(frm, to):
+    """PyTorch's canCast: no floats into integers, nothing but bool into bool."""
+    if is_float(frm) and not is_float(to):
+        return False
+    return not (to is _C.bool and frm is not _C.bool)
+
+
+def inplace(entry, args):
+    """An in-place op (add_): its functional twin's result must fit self; the result is
+    self."""
+    self = args[0]
+    return meta_tensor(tuple(self.shape), self.dtype, tuple(self.stride()))
+
+
+def _check_inplace(entry, args):
+    res = infer(entry.functional, args)
+    res = res[0] if isinstance(res, tuple) else res
+    self = args[0]
+    if tuple(res.shape) != tuple(self.shape):
+        raise RuntimeError(f"{entry.name}(): output with shape {list(self.shape)} doesn't "
+                           f"match the broadcast shape {list(res.shape)}")
+    if not _can_cast(res.dtype, self.dtype):
+        raise RuntimeError(f"{entry.name}(): result type {res.dtype} can't be cast to the "
+                           f"desired output type {self.dtype}")
+
+
 def infer(entry, args):
+    if entry.inplace and entry.functional is not None:
+        _check_inplace(entry, args)
     rule = rule_for(entry)
     if rule is None:
         raise NotImplementedError(f"{entry.qualified_name} has no meta rule")

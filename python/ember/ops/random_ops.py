@@ -24,8 +24,33 @@ _OPTS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 
 
 def _like_self(entry, args):
-    """Fresh samples: self's shape and dtype, contiguous."""
-    return M.meta_tensor(tuple(args[0].shape), args[0].dtype)
+    """Fresh samples: self's shape and dtype, contiguous; the kernels' argument checks."""
+    self, name = args[0], entry.name
+    if name in ("uniform", "normal_functional", "exponential") and \
+            not self.dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): expected a floating point tensor, got {self.dtype}")
+    if name == "uniform" and not args[1] <= args[2]:
+        raise RuntimeError(f"uniform_(): expects to return a [from, to) range, but found "
+                           f"from={args[1]} > to={args[2]}")
+    if name == "normal_functional" and not args[2] >= 0.0:
+        raise RuntimeError(f"normal_(): expects std >= 0.0, but found std={args[2]}")
+    if name == "exponential" and not args[1] > 0.0:
+        raise RuntimeError(f"exponential_(): expects lambda > 0.0, but found "
+                           f"lambda={args[1]}")
+    if name == "bernoulli":
+        p = args[1] if entry.overload else self
+        if isinstance(p, _C.Tensor):
+            if not p.dtype.is_floating_point:
+                raise RuntimeError(f"bernoulli(): expected p to be a floating point tensor, "
+                                   f"got {p.dtype}")
+            if p is not self:
+                shape = M.broadcast_shapes("bernoulli_", tuple(self.shape), tuple(p.shape))
+                if shape != tuple(self.shape):
+                    raise RuntimeError(f"bernoulli_(): p of shape {list(p.shape)} cannot be "
+                                       f"broadcast to self's shape {list(self.shape)}")
+        elif not 0.0 <= p <= 1.0:
+            raise RuntimeError(f"bernoulli_(): expects p to be in [0, 1], but got p={p}")
+    return M.meta_tensor(tuple(self.shape), self.dtype)
 
 
 def _as_self(entry, args):
@@ -107,6 +132,13 @@ op(f"bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, {_GEN}) -> Tensor(a!)", CUS
 def _int_factory_meta(shape_of):
     def rule(entry, args):
         names = [p.name for p in entry.schema.params]
+        if "high" in names:
+            low = args[names.index("low")] if "low" in names else 0
+            high = args[names.index("high")]
+            if low >= high:
+                raise RuntimeError(f"random_(): expects 'from' to be less than 'to', but got "
+                                   f"from={low} >= to={high}")
+        M.check_sizes(entry, shape_of(names, args))
         dtype = args[names.index("dtype")]
         return M.meta_tensor(shape_of(names, args),
                              dtype if dtype is not None else _C.int64)

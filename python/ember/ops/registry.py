@@ -18,6 +18,8 @@ Adding an operator is one `op(...)` call plus its kernel.
 """
 from __future__ import annotations
 
+import dis
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -48,6 +50,8 @@ KIND_NAMES = {v: k for k, v in dict(
 INT_TO_LONG = 1
 FLOAT_ONLY = 2
 NO_BOOL = 4
+INTEGRAL = 8       # bitwise ops: no floating point kernel (NotImplementedError)
+NOT_BOOL = 16      # pow: no bool kernel (NotImplementedError)
 
 _NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
 
@@ -97,6 +101,15 @@ class OpEntry:
     def differentiable(self):
         return self.backward is not None
 
+    @property
+    def backward_uses(self):
+        """Which of (result, *args) the backward formula reads, as a tuple of bools (None
+        when that can't be told): the autograd engine checks only those for in-place
+        changes, as PyTorch checks only saved tensors."""
+        if "_uses" not in self.__dict__:
+            self.__dict__["_uses"] = _formula_reads(self.backward, len(self.schema.params))
+        return self.__dict__["_uses"]
+
     def __repr__(self):
         return f"<op {self.schema.text}>"
 
@@ -132,6 +145,20 @@ def _declare_inplace(functional: OpEntry):
     entry.functional = functional
     ENTRIES.append(entry)
     BY_NAME.setdefault(entry.name, []).append(entry)
+
+
+def _formula_reads(fn, nparams):
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return None
+    names = code.co_varnames[:code.co_argcount]
+    if len(names) != nparams + 2:
+        return None
+    read = set(code.co_cellvars)      # captured by a nested function
+    for ins in dis.get_instructions(code):
+        if "FAST" in ins.opname or "DEREF" in ins.opname:
+            read.update(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+    return tuple(n in read for n in names[1:])
 
 
 def backward_name(name: str) -> str:

@@ -189,8 +189,17 @@ op("fill.Scalar(Tensor self, Scalar value) -> Tensor", CUSTOM, "fill", inplace_v
    decompose=lambda self, value: P.full(self.shape, value, dtype=self.dtype),
    doc="A tensor like self filled with value (fill_ writes it into self).")
 
+def _copy_meta(entry, args):
+    self, src = args
+    shape = M.broadcast_shapes("copy_", tuple(self.shape), tuple(src.shape))
+    if shape != tuple(self.shape):
+        raise RuntimeError(f"copy_(): the source of shape {list(src.shape)} cannot be "
+                           f"broadcast to the destination of shape {list(self.shape)}")
+    return M._dense_like(self, self.dtype)
+
+
 op("copy(Tensor self, Tensor src) -> Tensor", CUSTOM, "copy", inplace_variant=True,
-   meta=lambda entry, args: M._dense_like(args[0], args[0].dtype), method=False,
+   meta=_copy_meta, method=False,
    backward=lambda g, out, self, src: (g * 0, g),
    decompose=lambda self, src: P._to_copy(P.expand(src, self.shape), dtype=self.dtype),
    doc="src broadcast to self's shape and converted to self's dtype (copy_ writes it "

@@ -1,0 +1,1351 @@
+"""The op database: sample inputs and an independent float64 reference per op-table entry.
+
+Every entry of ember.ops.registry.ENTRIES is keyed here by its qualified name ("max.dim").
+test_ops.py fails when an entry has no OpInfo (composites, covered by the ops they call,
+and the random factories, which get distribution tests, are exempt), so adding an op
+without a test fails CI.
+
+References never make the NumPy call the kernel makes: elementwise ones apply a Python
+function (math module) to every element through np.frompyfunc, reductions loop in Python
+(math.fsum), matmul is an explicit loop, and views index NumPy arrays (the kernels never
+call NumPy for views). A reference receives the sample's arguments with every tensor
+turned into a NumPy object array of Python numbers, and returns an array (or a tuple of
+arrays) of Python numbers; the test casts it to the result's dtype (integers wrap).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+import ember
+from ember.ops import registry
+
+BOOL = ("bool",)
+INTS = ("uint8", "int8", "int16", "int32", "int64")
+FLOATS = ("float16", "float32", "float64")
+ALL = BOOL + INTS + FLOATS
+NO_BOOL = INTS + FLOATS
+NUMBERS = INTS + FLOATS
+
+
+def dt(name):
+    return getattr(ember, name) if name != "bool" else ember.bool
+
+
+# ---------------------------------------------------------------- samples
+
+
+@dataclass
+class Sample:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    desc: str = ""
+    grad: bool = True            # usable for gradcheck (smooth at these values)
+    noncontig: bool = True       # may be re-laid out non-contiguously
+
+    def __repr__(self):
+        return f"Sample({self.desc or describe(self.args, self.kwargs)})"
+
+
+@dataclass
+class ErrorSample:
+    args: tuple
+    kwargs: dict
+    exc: type
+    match: str                   # regex the message must match (names the op)
+    desc: str = ""
+    data: bool = False           # depends on the values (meta rules cannot see it)
+
+
+def describe(args, kwargs):
+    def d(a):
+        if isinstance(a, ember.Tensor):
+            return f"T{list(a.shape)}:{a.dtype}"
+        return repr(a)
+    parts = [d(a) for a in args] + [f"{k}={d(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def make(shape, dtype, rng, low=-3.0, high=3.0, nonzero=False):
+    """A contiguous ember tensor of shape and dtype (a name) with values in [low, high)."""
+    shape = tuple(shape)
+    if dtype == "bool":
+        a = rng.integers(0, 2, size=shape).astype(bool)
+    elif dtype in INTS:
+        lo = max(int(math.floor(low)), 0 if dtype == "uint8" else -100)
+        hi = max(int(math.ceil(high)), lo + 1)
+        a = rng.integers(lo, hi, size=shape).astype(dtype)
+        if nonzero:
+            a[a == 0] = 1
+    else:
+        a = rng.uniform(low, high, size=shape)
+        if nonzero:
+            a[np.abs(a) < 0.25] = 0.5
+        a = a.astype(dtype)
+    return ember.from_numpy(np.array(a, order="C", copy=True))
+
+
+def noncontig(t):
+    """The same values as t, laid out non-contiguously (transposed or strided); t when it
+    has nothing to re-lay out."""
+    if not isinstance(t, ember.Tensor) or t.numel() <= 1 or t.ndim == 0:
+        return t
+    a = t.detach().numpy()
+    if t.ndim >= 2 and a.shape[-1] > 1 and a.shape[-2] > 1:
+        base = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+        return ember.from_numpy(np.swapaxes(base, -1, -2))
+    base = np.zeros(a.shape[:-1] + (a.shape[-1] * 2,), dtype=a.dtype)
+    base[..., ::2] = a
+    return ember.from_numpy(base[..., ::2])
+
+
+def expanded(shape, target, dtype, rng, **kw):
+    """A tensor of shape `target` that is `shape` broadcast (zero strides)."""
+    small = make(shape, dtype, rng, **kw).numpy()
+    return ember.from_numpy(np.broadcast_to(small, target))
+
+
+# ---------------------------------------------------------------- reference helpers
+
+
+def to_ref(x):
+    """A sample argument as references see it: tensors become object arrays of Python
+    numbers; tuples are converted element by element."""
+    if isinstance(x, ember.Tensor):
+        return np.array(x.detach().numpy().astype(object), dtype=object)
+    if isinstance(x, tuple) and any(isinstance(e, ember.Tensor) for e in x):
+        return tuple(to_ref(e) for e in x)
+    return x
+
+
+def elementwise(fn, nin):
+    """Applies the Python function fn to every element (broadcasting), as an object array."""
+    uf = np.frompyfunc(fn, nin, 1)
+
+    def ref(*args):
+        with np.errstate(all="ignore"):
+            out = uf(*args[:nin])
+        return np.asarray(out, dtype=object)
+    return ref
+
+
+def _nan_or(fn):
+    def safe(*a):
+        try:
+            return fn(*a)
+        except ValueError:
+            return math.nan
+        except ZeroDivisionError:
+            return _signed_inf(*a)
+        except OverflowError:
+            return math.inf
+    return safe
+
+
+def _signed_inf(a, b=None):
+    if b is None:      # reciprocal of zero
+        return math.copysign(math.inf, 1.0 if not isinstance(a, float) else a or 1.0)
+    if a == 0 or (isinstance(a, float) and math.isnan(a)):
+        return math.nan
+    sb = math.copysign(1.0, b) if isinstance(b, float) else 1.0
+    return math.copysign(math.inf, a * sb)
+
+
+def _fl(x):
+    return float(x)
+
+
+def _ref_exp(x):
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _ref_sigmoid(x):
+    x = float(x)
+    if x < -700:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _ref_log(x):
+    x = float(x)
+    if x == 0:
+        return -math.inf
+    if x < 0 or math.isnan(x):
+        return math.nan
+    return math.log(x)
+
+
+def _ref_reciprocal(x):
+    x = float(x)
+    if x == 0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
+def _ref_max2(a, b):
+    if isinstance(a, float) and math.isnan(a):
+        return a
+    if isinstance(b, float) and math.isnan(b):
+        return b
+    return a if a >= b else b
+
+
+def _ref_relu(x):
+    if isinstance(x, float) and math.isnan(x):
+        return x
+    return x if x > 0 else type(x)(0)
+
+
+def _ref_pow(a, b):
+    if isinstance(a, bool):
+        a = int(a)
+    if isinstance(b, bool):
+        b = int(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a ** b
+    try:
+        return math.pow(a, b)
+    except ValueError:
+        return math.nan
+    except ZeroDivisionError:
+        return math.inf
+    except OverflowError:
+        return math.inf
+
+
+def _ref_div(a, b, rounding_mode=None):
+    exact_ints = isinstance(a, int) and isinstance(b, int)
+    if rounding_mode is None:
+        a, b = float(a), float(b)
+        if b == 0:
+            return _signed_inf(a, b)
+        return a / b
+    if exact_ints:
+        a, b = int(a), int(b)
+        if rounding_mode == "floor":
+            return a // b
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    q = float(a) / float(b)
+    return float(math.floor(q) if rounding_mode == "floor" else math.trunc(q))
+
+
+def _ref_and(a, b):
+    return a & b
+
+
+def _ref_or(a, b):
+    return a | b
+
+
+def reduce_ref(fn, empty=None):
+    """A reduction over dims (None or () = all) with Python's own arithmetic."""
+    def ref(a, dim=None, keepdim=False, *rest, **kw):
+        a = np.asarray(a, dtype=object)
+        nd = a.ndim
+        if dim is None or (isinstance(dim, tuple) and len(dim) == 0):
+            dims = list(range(nd))
+        else:
+            dims = sorted({d % max(nd, 1) for d in ((dim,) if isinstance(dim, int) else dim)})
+            if nd == 0:
+                dims = []
+        keep = [d for d in range(nd) if d not in dims]
+        outer_shape = [a.shape[d] for d in keep]
+        inner = math.prod(a.shape[d] for d in dims)
+        moved = np.transpose(a, keep + dims).reshape(math.prod(outer_shape), inner)
+        vals = [fn(list(row)) for row in moved]
+        out = np.empty(len(vals), dtype=object)
+        out[:] = vals
+        out = out.reshape(outer_shape)
+        if keepdim:
+            out = out.reshape([1 if d in dims else a.shape[d] for d in range(nd)])
+        return out
+    return ref
+
+
+def _sum(xs):
+    if any(isinstance(x, float) for x in xs):
+        return math.fsum(xs)
+    return sum(int(x) for x in xs)
+
+
+def _mean(xs):
+    if not xs:
+        return math.nan
+    return math.fsum(float(x) for x in xs) / len(xs)
+
+
+def _amax(xs):
+    best = xs[0]
+    for x in xs:
+        if isinstance(x, float) and math.isnan(x):
+            return x
+        if x > best:
+            best = x
+    return best
+
+
+def _argmax(xs):
+    best, idx = xs[0], 0
+    for i, x in enumerate(xs):
+        if isinstance(best, float) and math.isnan(best):
+            break
+        if isinstance(x, float) and math.isnan(x):
+            return i
+        if x > best:
+            best, idx = x, i
+    return idx
+
+
+def _ref_sum(a, dim=None, keepdim=False, dtype=None):
+    return reduce_ref(_sum)(a, dim, keepdim)
+
+
+def _ref_mean(a, dim=None, keepdim=False, dtype=None):
+    return reduce_ref(_mean)(a, dim, keepdim)
+
+
+def _ref_amax(a, dim=(), keepdim=False):
+    return reduce_ref(_amax)(a, dim, keepdim)
+
+
+def _ref_max_all(a):
+    return reduce_ref(_amax)(a, None, False)
+
+
+def _ref_max_dim(a, dim, keepdim=False):
+    return (reduce_ref(_amax)(a, dim, keepdim), reduce_ref(_argmax)(a, dim, keepdim))
+
+
+def _ref_argmax(a, dim=None, keepdim=False):
+    if dim is None:
+        flat = np.asarray(a, dtype=object).reshape(-1)
+        r = np.empty((), dtype=object)
+        r[()] = _argmax(list(flat))
+        return r.reshape((1,) * np.ndim(a)) if keepdim else r
+    return reduce_ref(_argmax)(a, dim, keepdim)
+
+
+def _ref_matmul(a, b):
+    a = np.asarray(a, dtype=object)
+    b = np.asarray(b, dtype=object)
+    va, vb = a.ndim == 1, b.ndim == 1
+    if va:
+        a = a.reshape(1, -1)
+    if vb:
+        b = b.reshape(-1, 1)
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = np.empty(batch + (n, m), dtype=object)
+    floaty = any(isinstance(x, float) for x in a.reshape(-1)) or \
+        any(isinstance(x, float) for x in b.reshape(-1))
+    for idx in np.ndindex(*batch):
+        for i in range(n):
+            for j in range(m):
+                terms = [a[idx + (i, p)] * b[idx + (p, j)] for p in range(k)]
+                out[idx + (i, j)] = math.fsum(terms) if floaty else sum(terms)
+    if va:
+        out = out[..., 0, :]
+    if vb:
+        out = out[..., 0]
+    return out
+
+
+def _copy_ref(a, *rest, **kw):
+    return np.array(a, dtype=object)
+
+
+def _ref_view(a, size):
+    a = np.asarray(a, dtype=object)
+    return a.reshape(tuple(size))
+
+
+def _ref_expand(a, size, implicit=False):
+    a = np.asarray(a, dtype=object)
+    size = list(size)
+    off = len(size) - a.ndim
+    for i in range(a.ndim):
+        if size[off + i] == -1:
+            size[off + i] = a.shape[i]
+    return np.broadcast_to(a, tuple(size))
+
+
+def _ref_squeeze(a, dim=None):
+    a = np.asarray(a, dtype=object)
+    if a.ndim == 0:
+        return a
+    if dim is None:
+        dims = range(a.ndim)
+    else:
+        dims = [d % a.ndim for d in ((dim,) if isinstance(dim, int) else dim)]
+    return a.reshape([n for i, n in enumerate(a.shape) if not (i in dims and n == 1)])
+
+
+def _ref_select(a, dim, index):
+    a = np.asarray(a, dtype=object)
+    return np.take(a, index, axis=dim)
+
+
+def _ref_slice(a, dim=0, start=None, end=None, step=1):
+    a = np.asarray(a, dtype=object)
+    key = [slice(None)] * a.ndim
+    key[dim] = slice(start, end, step)
+    return a[tuple(key)]
+
+
+def _ref_select_scatter(a, src, dim, index):
+    out = np.array(a, dtype=object)
+    key = [slice(None)] * out.ndim
+    key[dim] = index
+    out[tuple(key)] = src
+    return out
+
+
+def _ref_slice_scatter(a, src, dim=0, start=None, end=None, step=1):
+    out = np.array(a, dtype=object)
+    key = [slice(None)] * out.ndim
+    key[dim] = slice(start, end, step)
+    out[tuple(key)] = src
+    return out
+
+
+def _filled(value):
+    def ref(size, *rest, **kw):
+        out = np.empty(tuple(size), dtype=object)
+        out.fill(value)
+        return out
+    return ref
+
+
+def _like_filled(value):
+    def ref(self, *rest, **kw):
+        out = np.empty(np.shape(self), dtype=object)
+        out.fill(value)
+        return out
+    return ref
+
+
+def _ref_full(size, fill_value, **kw):
+    return _filled(fill_value)(size)
+
+
+def _ref_full_like(self, fill_value, **kw):
+    return _like_filled(fill_value)(self)
+
+
+def _ref_arange(*args, **kw):
+    if len(args) == 1:
+        start, end, step = 0, args[0], 1
+    else:
+        start, end = args[0], args[1]
+        step = args[2] if len(args) > 2 else kw.get("step", 1)
+    n = max(0, math.ceil((end - start) / step))
+    out = np.empty(n, dtype=object)
+    out[:] = [start + i * step for i in range(n)]
+    return out
+
+
+def _ref_where(cond, a, b):
+    return elementwise(lambda c, x, y: x if c else y, 3)(cond, a, b)
+
+
+def _ref_permute(a, dims):
+    return np.transpose(np.asarray(a, dtype=object), [d % max(np.ndim(a), 1) for d in dims])
+
+
+def _ref_transpose(a, d0, d1):
+    a = np.asarray(a, dtype=object)
+    if a.ndim == 0:
+        return a
+    return np.swapaxes(a, d0, d1)
+
+
+def _ref_t(a):
+    a = np.asarray(a, dtype=object)
+    return a.T if a.ndim == 2 else a
+
+
+def _ref_unsqueeze(a, dim):
+    a = np.asarray(a, dtype=object)
+    return np.expand_dims(a, dim % (a.ndim + 1))
+
+
+def _ref_sum_to_size(a, size):
+    a = np.asarray(a, dtype=object)
+    lead = a.ndim - len(size)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
+                                      if s == 1 and a.shape[lead + i] != 1)
+    r = reduce_ref(_sum)(a, dims, True) if dims else a
+    return r.reshape(tuple(size))
+
+
+# ---------------------------------------------------------------- the OpInfo
+
+
+@dataclass
+class OpInfo:
+    name: str                                  # qualified name of the table entry
+    samples: Callable                          # samples(dtype_name, rng) -> [Sample]
+    ref: Optional[Callable]                    # None: values are not checked (empty, random)
+    dtypes: tuple = ALL                        # dtypes the op computes (others raise)
+    reduction: bool = False                    # tolerance grows with the reduced size
+    errors: Callable = None                    # errors() -> [ErrorSample]
+    torch_fn: Optional[Callable] = None        # torch_fn(torch, *args, **kw); default by name
+    grad_samples: Optional[Callable] = None    # float64 samples for gradcheck (default: samples)
+    inplace: bool = False
+    random: bool = False
+    check: Optional[Callable] = None           # random ops: check(out, *args, **kw) -> bool
+
+    @property
+    def entry(self):
+        return ENTRY[self.name]
+
+    @property
+    def differentiable(self):
+        e = self.entry
+        if e.inplace and e.functional is not None:
+            return e.functional.differentiable
+        return e.differentiable
+
+    def call(self, *args, **kwargs):
+        """Calls the op as users do: ember.<name>(...) or a method of the first argument."""
+        e = self.entry
+        if e.function:
+            return getattr(ember, e.name)(*args, **kwargs)
+        if e.method:
+            return getattr(args[0], e.name)(*args[1:], **kwargs)
+        return ember.ops.public()[e.name](*args, **kwargs)
+
+    def reference(self, *args, **kwargs):
+        return self.ref(*[to_ref(a) for a in args],
+                        **{k: to_ref(v) for k, v in kwargs.items()})
+
+    def call_torch(self, torch, *args, **kwargs):
+        if self.torch_fn is not None:
+            return self.torch_fn(torch, *args, **kwargs)
+        e = self.entry
+        if e.function and hasattr(torch, e.name):
+            return getattr(torch, e.name)(*args, **kwargs)
+        return getattr(args[0], e.name)(*args[1:], **kwargs)
+
+
+ENTRY = {e.qualified_name: e for e in registry.ENTRIES}
+OPS: dict = {}
+
+
+def add(info: OpInfo):
+    if info.name in OPS:
+        raise ValueError(f"duplicate OpInfo {info.name}")
+    OPS[info.name] = info
+    return info
+
+
+def exempt(entry) -> bool:
+    """Entries that need no OpInfo: composites and the random factories."""
+    return entry.composite or entry.kernel in ("rand", "randn")
+
+
+# ---------------------------------------------------------------- elementwise samples
+
+_UNARY_SHAPES = [(2, 3), (5,), (), (0,), (2, 0, 3)]
+
+
+def unary_samples(low=-3.0, high=3.0, nonzero=False):
+    def samples(dtype, rng):
+        out = [Sample((make(s, dtype, rng, low, high, nonzero),), desc=f"{s}")
+               for s in _UNARY_SHAPES]
+        out.append(Sample((expanded((1, 3), (4, 3), dtype, rng, low=low, high=high,
+                                    nonzero=nonzero),), desc="expanded", grad=False))
+        return out
+    return samples
+
+
+_BINARY_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1), (1, 3)), ((2, 1, 3), (4, 1)),
+                  ((), (2, 3)), ((2, 3), ()), ((), ()), ((0, 3), (3,)), ((2, 0), (1,))]
+
+
+def binary_samples(low=-3.0, high=3.0, other_low=None, other_high=None, nonzero=False,
+                   numbers=(2, -1.5, True), kwargs=None, other_dtype=None, mixed=True):
+    olow = low if other_low is None else other_low
+    ohigh = high if other_high is None else other_high
+
+    def samples(dtype, rng):
+        kw = dict(kwargs or {})
+        out = []
+        for sa, sb in _BINARY_SHAPES:
+            out.append(Sample((make(sa, dtype, rng, low, high),
+                               make(sb, other_dtype or dtype, rng, olow, ohigh, nonzero)),
+                              dict(kw), desc=f"{sa} {sb}"))
+        out.append(Sample((expanded((1, 3), (4, 3), dtype, rng, low=low, high=high),
+                           make((4, 3), dtype, rng, olow, ohigh, nonzero)), dict(kw),
+                          desc="expanded self", grad=False))
+        for n in numbers:
+            if nonzero and not n:
+                continue
+            out.append(Sample((make((2, 3), dtype, rng, low, high), n), dict(kw),
+                              desc=f"number {n!r}"))
+        if mixed and dtype != "float64":
+            # promotion: a float64 0-d tensor does not raise a dim tensor's category
+            out.append(Sample((make((2, 3), dtype, rng, low, high),
+                               make((), "float64", rng, olow, ohigh, nonzero)), dict(kw),
+                              desc="0-d float64 other", grad=False))
+            out.append(Sample((make((2, 3), dtype, rng, low, high),
+                               make((3,), "int32", rng, olow, ohigh, nonzero)), dict(kw),
+                              desc="int32 other", grad=False))
+        return out
+    return samples
+
+
+def binary_errors(name, number_ok=True):
+    def errors():
+        a, b = ember.ones(2, 3), ember.ones(4)
+        out = [ErrorSample((a, b), {}, RuntimeError,
+                           rf"{name}\(\).*\(3\).*\(4\).*\[2, 3\].*\[4\]", "shape mismatch"),
+               ErrorSample((a, "x"), {}, TypeError, rf"{name}\(\)", "wrong type")]
+        return out
+    return errors
+
+
+def unary_errors(name):
+    def errors():
+        return [ErrorSample(("x",), {}, TypeError, rf"{name}\(\)", "not a tensor")]
+    return errors
+
+
+def _t(name):
+    """torch_fn calling torch.ops.aten.<name> (for ops torch only has as aten ops)."""
+    def fn(torch, *args, **kwargs):
+        return getattr(torch.ops.aten, name)(*args, **kwargs)
+    return fn
+
+
+# ---------------------------------------------------------------- elementwise ops
+
+add(OpInfo("add", binary_samples(), elementwise(lambda a, b: a + b, 2),
+           errors=lambda: binary_errors("add")() + [
+               ErrorSample((ember.ones(2, dtype=ember.int64), ember.ones(2, dtype=ember.int64)),
+                           {"alpha": 0.5}, RuntimeError, r"add\(\).*alpha", "float alpha")]))
+add(OpInfo("sub", binary_samples(numbers=(2, -1.5)), elementwise(lambda a, b: a - b, 2),
+           dtypes=NO_BOOL,
+           errors=lambda: binary_errors("sub")() + [
+               ErrorSample((ember.ones(2, dtype=ember.bool), ember.ones(2, dtype=ember.bool)),
+                           {}, RuntimeError, r"sub\(\).*bool", "bool"),
+               ErrorSample((ember.ones(2), True), {}, RuntimeError, r"sub\(\).*bool",
+                           "bool number")]))
+add(OpInfo("mul", binary_samples(), elementwise(lambda a, b: a * b, 2),
+           errors=binary_errors("mul")))
+add(OpInfo("div", binary_samples(nonzero=True, low=-4, high=4), elementwise(_ref_div, 2),
+           errors=lambda: binary_errors("div")() + [
+               ErrorSample((ember.ones(2), ember.ones(2)), {"rounding_mode": "bad"},
+                           RuntimeError, r"div\(\).*rounding_mode", "bad rounding mode"),
+               ErrorSample((ember.ones(2, dtype=ember.int64), ember.zeros(2, dtype=ember.int64)),
+                           {"rounding_mode": "floor"}, RuntimeError, r"div\(\).*ZeroDivision",
+                           "integer division by zero", data=True)]))
+
+
+def _div_rounding_samples(mode):
+    base = binary_samples(nonzero=True, low=-7, high=7, kwargs={"rounding_mode": mode},
+                          numbers=(3, -2.5))
+
+    def samples(dtype, rng):
+        out = base(dtype, rng)
+        for s in out:       # piecewise constant: zero gradient away from the jumps
+            s.grad = s.grad and "expanded" not in s.desc
+        return out
+    return samples
+
+
+def _div_rounding_ref(a, b, rounding_mode=None):
+    return elementwise(lambda x, y: _ref_div(x, y, rounding_mode), 2)(a, b)
+
+
+# rounding modes are the same entry, with other samples and dtypes (bool has none)
+_DIV_FLOOR = OpInfo("div", _div_rounding_samples("floor"), _div_rounding_ref, dtypes=NO_BOOL)
+_DIV_TRUNC = OpInfo("div", _div_rounding_samples("trunc"), _div_rounding_ref, dtypes=NO_BOOL)
+EXTRA = {"div[floor]": _DIV_FLOOR, "div[trunc]": _DIV_TRUNC}
+
+add(OpInfo("neg", unary_samples(), elementwise(lambda a: -a, 1), dtypes=NO_BOOL,
+           errors=lambda: unary_errors("neg")() + [
+               ErrorSample((ember.ones(2, dtype=ember.bool),), {}, RuntimeError,
+                           r"neg\(\).*bool", "bool")]))
+add(OpInfo("reciprocal", unary_samples(nonzero=True), elementwise(_ref_reciprocal, 1),
+           errors=unary_errors("reciprocal")))
+
+
+def _pow_samples(dtype, rng):
+    if dtype in FLOATS:
+        s = binary_samples(low=0.5, high=2.0, other_low=-2, other_high=2,
+                           numbers=(2, 0.5, -1), mixed=False)(dtype, rng)
+        s.append(Sample((make((2, 3), dtype, rng, -2, 2), 3), desc="negative base, int exp"))
+        # torch's pow.Scalar returns a contiguous result whatever the exponent's layout
+        s.append(Sample((2.0, make((2, 3), dtype, rng, -2, 2)), desc="number base",
+                        noncontig=False))
+        return s
+    return binary_samples(low=-3, high=4, other_low=0, other_high=4, numbers=(2, 0, 3),
+                          mixed=False)(dtype, rng)
+
+
+add(OpInfo("pow", _pow_samples, elementwise(_ref_pow, 2), dtypes=NO_BOOL,
+           errors=lambda: binary_errors("pow")() + [
+               ErrorSample((ember.ones(2, dtype=ember.int64), -1), {}, RuntimeError,
+                           r"pow\(\).*negative", "int to a negative number"),
+               ErrorSample((ember.ones(2, dtype=ember.bool), ember.ones(2, dtype=ember.bool)),
+                           {}, NotImplementedError, r"pow\(\).*Bool", "bool")]))
+
+add(OpInfo("exp", unary_samples(), elementwise(_ref_exp, 1), errors=unary_errors("exp")))
+add(OpInfo("log", unary_samples(low=0.1, high=5.0), elementwise(_ref_log, 1),
+           errors=unary_errors("log")))
+add(OpInfo("tanh", unary_samples(), elementwise(lambda a: math.tanh(a), 1),
+           errors=unary_errors("tanh")))
+add(OpInfo("sigmoid", unary_samples(), elementwise(_ref_sigmoid, 1),
+           errors=unary_errors("sigmoid")))
+add(OpInfo("relu", unary_samples(), elementwise(_ref_relu, 1), dtypes=NO_BOOL,
+           errors=lambda: unary_errors("relu")() + [
+               ErrorSample((ember.ones(2, dtype=ember.bool),), {}, RuntimeError,
+                           r"relu\(\).*[Bb]ool", "bool")]))
+
+
+def _tie_samples(base):
+    def samples(dtype, rng):
+        out = base(dtype, rng)
+        a = make((2, 3), dtype, rng)
+        out.append(Sample((a, a.clone()), desc="all tied", grad=False))
+        if dtype in FLOATS:
+            x = np.array([1.0, math.nan, 2.0, -1.0], dtype=dtype)
+            y = np.array([math.nan, 0.5, 3.0, -2.0], dtype=dtype)
+            out.append(Sample((ember.from_numpy(x), ember.from_numpy(y)), desc="nan",
+                              grad=False))
+        return out
+    return samples
+
+
+add(OpInfo("maximum", _tie_samples(binary_samples(numbers=())), elementwise(_ref_max2, 2),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                                       r"maximum\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+
+for _name, _fn in (("eq", lambda a, b: a == b), ("ne", lambda a, b: a != b),
+                   ("lt", lambda a, b: a < b), ("le", lambda a, b: a <= b),
+                   ("gt", lambda a, b: a > b), ("ge", lambda a, b: a >= b)):
+    add(OpInfo(_name, _tie_samples(binary_samples(low=-2, high=2)), elementwise(_fn, 2),
+               errors=binary_errors(_name)))
+
+for _name, _fn in (("bitwise_and", _ref_and), ("bitwise_or", _ref_or)):
+    add(OpInfo(_name, binary_samples(low=0, high=16, numbers=(5, True), mixed=False),
+               elementwise(_fn, 2), dtypes=BOOL + INTS,
+               errors=(lambda n: lambda: binary_errors(n)() + [
+                   ErrorSample((ember.ones(2), ember.ones(2)), {}, NotImplementedError,
+                               rf"{n}\(\).*Float", "float")])(_name)))
+
+
+def _where_samples(dtype, rng):
+    out = []
+    for sc, sa, sb in (((2, 3), (2, 3), (2, 3)), ((2, 3), (3,), (2, 1)), ((), (2, 3), ()),
+                       ((0, 3), (3,), (3,)), ((2, 1), (1, 3), (2, 3))):
+        c = make(sc, "bool", rng)
+        out.append(Sample((c, make(sa, dtype, rng), make(sb, dtype, rng)),
+                          desc=f"{sc} {sa} {sb}"))
+    out.append(Sample((make((2, 3), "bool", rng), make((2, 3), dtype, rng), 0),
+                      desc="number other"))
+    out.append(Sample((make((2, 3), "bool", rng), 1.5, make((2, 3), dtype, rng)),
+                      desc="number self"))
+    return out
+
+
+add(OpInfo("where", _where_samples, _ref_where,
+           errors=lambda: [
+               ErrorSample((ember.ones(2, 3), ember.ones(2, 3), ember.ones(2, 3)), {},
+                           RuntimeError, r"where\(\).*bool", "float condition"),
+               ErrorSample((ember.ones(2, 3, dtype=ember.bool), ember.ones(2, 3),
+                            ember.ones(4)), {}, RuntimeError,
+                           r"where\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+
+# ---------------------------------------------------------------- reductions
+
+_RED_SHAPES = [((2, 3, 4), None), ((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 3, 4), (0, 2)),
+               ((5,), 0), ((), None), ((), 0), ((0, 3), 0), ((0, 3), 1), ((3, 1), ())]
+
+
+def _reduce_samples(dims_kw="dim", with_dtype=False, nonempty=False, low=-3, high=3):
+    def samples(dtype, rng):
+        out = []
+        for shape, dim in _RED_SHAPES:
+            if nonempty and 0 in shape:
+                continue
+            for keepdim in (False, True):
+                kw = {dims_kw: dim, "keepdim": keepdim}
+                out.append(Sample((make(shape, dtype, rng, low, high),), kw,
+                                  desc=f"{shape} dim={dim} keepdim={keepdim}"))
+        if with_dtype:
+            out.append(Sample((make((2, 3), dtype, rng),), {"dtype": ember.float64},
+                              desc="dtype=float64"))
+        return out
+    return samples
+
+
+add(OpInfo("sum", _reduce_samples(with_dtype=True), _ref_sum, reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(2, 3),), {"dim": 2}, IndexError,
+                                       r"sum\(\).*range", "bad dim"),
+                           ErrorSample((ember.ones(2, 3),), {"dim": (0, 0)}, RuntimeError,
+                                       r"sum\(\).*multiple", "repeated dim")]))
+add(OpInfo("mean", _reduce_samples(with_dtype=True), _ref_mean, reduction=True,
+           dtypes=FLOATS,
+           errors=lambda: [ErrorSample((ember.ones(2, 3, dtype=ember.int64),), {},
+                                       RuntimeError, r"mean\(\).*dtype", "int input"),
+                           ErrorSample((ember.ones(2, 3),), {"dim": -3}, IndexError,
+                                       r"mean\(\).*range", "bad dim")]))
+
+
+def _amax_samples(dtype, rng):
+    out = []
+    for shape, dim in _RED_SHAPES:
+        if 0 in shape:
+            continue
+        for keepdim in (False, True):
+            kw = {"keepdim": keepdim}
+            if dim is not None:
+                kw["dim"] = dim
+            out.append(Sample((make(shape, dtype, rng),), kw, desc=f"{shape} {dim} {keepdim}"))
+    out.append(Sample((make((0, 3), dtype, rng),), {"dim": 1}, desc="empty, nonempty dim"))
+    return out
+
+
+add(OpInfo("amax", _amax_samples, _ref_amax, reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(0, 3),), {"dim": 0}, IndexError,
+                                       r"amax\(\).*non-zero size", "empty dim"),
+                           ErrorSample((ember.ones(2, 3),), {"dim": 5}, IndexError,
+                                       r"amax\(\).*range", "bad dim")]))
+
+
+def _max_all_samples(dtype, rng):
+    out = [Sample((make(s, dtype, rng),), desc=str(s)) for s in ((2, 3, 4), (5,), ())]
+    if dtype in FLOATS:
+        out.append(Sample((ember.from_numpy(np.array([1.0, math.nan, 3.0], dtype=dtype)),),
+                          desc="nan", grad=False))
+    return out
+
+
+add(OpInfo("max", _max_all_samples, _ref_max_all, reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(0, 3),), {}, RuntimeError,
+                                       r"max\(\).*numel\(\) == 0", "empty")]))
+
+
+def _dim_samples(dtype, rng, allow_none=False):
+    out = []
+    for shape, dim in (((2, 3, 4), 1), ((2, 3, 4), -1), ((5,), 0), ((), 0), ((), -1),
+                       ((0, 3), 1), ((3, 1), 1)):
+        for keepdim in (False, True):
+            out.append(Sample((make(shape, dtype, rng), dim, keepdim),
+                              desc=f"{shape} {dim} {keepdim}"))
+    if dtype in FLOATS:
+        nan = np.array([[1.0, math.nan, 3.0, math.nan], [2.0, 1.0, 0.0, 5.0]], dtype=dtype)
+        out.append(Sample((ember.from_numpy(nan), 1), desc="nan", grad=False))
+    tie = np.array([[1, 3, 3, 0], [2, 2, 1, 2]], dtype=dtype)
+    out.append(Sample((ember.from_numpy(tie), 1), desc="ties", grad=False))
+    if allow_none:
+        for shape in ((2, 3, 4), (), (5,)):
+            out.append(Sample((make(shape, dtype, rng),), desc=f"{shape} None"))
+            out.append(Sample((make(shape, dtype, rng),), {"keepdim": True},
+                              desc=f"{shape} None keepdim"))
+    return out
+
+
+add(OpInfo("max.dim", _dim_samples, _ref_max_dim, reduction=True,
+           torch_fn=lambda torch, *a, **k: tuple(torch.max(*a, **k)),
+           errors=lambda: [ErrorSample((ember.ones(0, 3), 0), {}, IndexError,
+                                       r"max\(\).*non-zero size", "empty dim"),
+                           ErrorSample((ember.ones(2, 3), 2), {}, IndexError,
+                                       r"max\(\).*range", "bad dim")]))
+add(OpInfo("max.other", _tie_samples(binary_samples(numbers=(), mixed=False)),
+           elementwise(_ref_max2, 2),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                                       r"max\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+add(OpInfo("argmax", lambda dtype, rng: _dim_samples(dtype, rng, allow_none=True),
+           _ref_argmax, dtypes=NO_BOOL,
+           errors=lambda: [ErrorSample((ember.ones(0, 3),), {}, IndexError,
+                                       r"argmax\(\).*numel\(\) == 0", "empty"),
+                           ErrorSample((ember.ones(2, 3), 3), {}, IndexError,
+                                       r"argmax\(\).*range", "bad dim")]))
+
+add(OpInfo("sum_to_size", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), (3, 1)), desc="lead and inner"),
+    Sample((make((2, 3), dtype, rng), (2, 3)), desc="same"),
+    Sample((make((2, 3), dtype, rng), (1, 3)), desc="keep")],
+    _ref_sum_to_size, dtypes=NUMBERS, reduction=True,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (4,)), {}, RuntimeError,
+                                r"sum_to_size\(\).*\[4\].*\[2, 3\]", "not expandable")]))
+
+# ---------------------------------------------------------------- views
+
+
+def _view_samples(dtype, rng):
+    a = make((2, 3, 4), dtype, rng)
+    return [Sample((a, (6, 4)), noncontig=False, desc="merge"),
+            Sample((a, (2, -1)), noncontig=False, desc="infer"),
+            Sample((a, (24,)), noncontig=False, desc="flatten"),
+            Sample((a, (2, 3, 2, 2)), desc="split last (works strided)"),
+            Sample((make((), dtype, rng), (1, 1)), desc="0-d"),
+            Sample((make((1,), dtype, rng), ()), desc="to 0-d"),
+            Sample((make((0, 3), dtype, rng), (3, 0)), desc="empty"),
+            Sample((make((4, 3), dtype, rng).t(), (3, 2, 2)), noncontig=False,
+                   desc="transposed, split the outer dim")]
+
+
+def _shape_errors(name):
+    def errors():
+        a = ember.ones(2, 3)
+        return [ErrorSample((a, (5,)), {}, RuntimeError, rf"{name}\(\).*\[5\].*6",
+                            "bad numel"),
+                ErrorSample((a, (-1, -1)), {}, RuntimeError, rf"{name}\(\).*one dimension",
+                            "two -1")]
+    return errors
+
+
+add(OpInfo("view", _view_samples, _ref_view,
+           errors=lambda: _shape_errors("view")() + [
+               ErrorSample((ember.ones(4, 3).t(), (12,)), {}, RuntimeError,
+                           r"view\(\).*stride", "incompatible strides")]))
+add(OpInfo("reshape", lambda dtype, rng: _view_samples(dtype, rng) + [
+    Sample((make((4, 3), dtype, rng).t(), (12,)), noncontig=False, desc="needs a copy")],
+    _ref_view, errors=_shape_errors("reshape")))
+
+
+def _permute_samples(dtype, rng):
+    return [Sample((make((2, 3, 4), dtype, rng), (2, 0, 1))),
+            Sample((make((2, 3, 4), dtype, rng), (-1, 1, 0))),
+            Sample((make((), dtype, rng), ())),
+            Sample((make((0, 3), dtype, rng), (1, 0)))]
+
+
+add(OpInfo("permute", _permute_samples, _ref_permute,
+           errors=lambda: [ErrorSample((ember.ones(2, 3), (0,)), {}, RuntimeError,
+                                       r"permute\(\)", "wrong length"),
+                           ErrorSample((ember.ones(2, 3), (0, 0)), {}, RuntimeError,
+                                       r"permute\(\).*duplicate", "repeated"),
+                           ErrorSample((ember.ones(2, 3), (0, 2)), {}, IndexError,
+                                       r"permute\(\).*range", "bad dim")]))
+add(OpInfo("transpose", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), 0, 2)), Sample((make((2, 3), dtype, rng), -1, 0)),
+    Sample((make((), dtype, rng), 0, -1)), Sample((make((4,), dtype, rng), 0, 0))],
+    _ref_transpose,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 0, 2), {}, IndexError,
+                                r"transpose\(\).*range", "bad dim")]))
+add(OpInfo("t", lambda dtype, rng: [Sample((make(s, dtype, rng),))
+                                     for s in ((2, 3), (4,), (), (0, 2))],
+           _ref_t, errors=lambda: [ErrorSample((ember.ones(2, 3, 4),), {}, RuntimeError,
+                                               r"t\(\).*3D", "3-d")]))
+
+
+def _expand_samples(dtype, rng):
+    return [Sample((make((3, 1), dtype, rng), (3, 4))),
+            Sample((make((3, 1), dtype, rng), (2, 3, 4))),
+            Sample((make((3, 1), dtype, rng), (-1, 5))),
+            Sample((make((), dtype, rng), (2, 2))),
+            Sample((make((1,), dtype, rng), (0,))),
+            Sample((make((2, 3), dtype, rng), (2, 3)))]
+
+
+add(OpInfo("expand", _expand_samples, _ref_expand,
+           errors=lambda: [ErrorSample((ember.ones(2, 3), (3, 3)), {}, RuntimeError,
+                                       r"expand\(\).*\(3\).*\(2\).*\[3, 3\].*\[2, 3\]",
+                                       "bad size"),
+                           ErrorSample((ember.ones(2, 3), (3,)), {}, RuntimeError,
+                                       r"expand\(\).*number of sizes", "too few sizes"),
+                           ErrorSample((ember.ones(2, 1), (2, -2)), {}, RuntimeError,
+                                       r"expand\(\)", "negative size")]))
+add(OpInfo("expand_as", lambda dtype, rng: [
+    Sample((make((3, 1), dtype, rng), make((2, 3, 4), dtype, rng)))],
+    lambda a, other: _ref_expand(a, np.shape(other))))
+add(OpInfo("unsqueeze", lambda dtype, rng: [
+    Sample((make((2, 3), dtype, rng), d)) for d in (0, 1, 2, -1, -3)] + [
+    Sample((make((), dtype, rng), 0))], _ref_unsqueeze,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 3), {}, IndexError,
+                                r"unsqueeze\(\).*range", "bad dim")]))
+add(OpInfo("squeeze", lambda dtype, rng: [
+    Sample((make((2, 1, 3, 1), dtype, rng),)),
+    Sample((make((2, 1, 3, 1), dtype, rng), 1)),
+    Sample((make((2, 1, 3, 1), dtype, rng), 0)),
+    Sample((make((2, 1, 3, 1), dtype, rng), (1, -1))),
+    Sample((make((), dtype, rng),)), Sample((make((1,), dtype, rng),))], _ref_squeeze,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 4), {}, IndexError,
+                                r"squeeze\(\).*range", "bad dim")]))
+add(OpInfo("select", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), 1, 2)), Sample((make((2, 3, 4), dtype, rng), -1, -1)),
+    Sample((make((3,), dtype, rng), 0, 1)), Sample((make((2, 0), dtype, rng), 0, 1))],
+    _ref_select, torch_fn=lambda torch, *a: torch.select(*a),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 1, 3), {}, IndexError,
+                                r"select\(\).*3.*\[2, 3\]", "index out of range"),
+                    ErrorSample((ember.ones(()), 0, 0), {}, IndexError, r"select\(\)",
+                                "0-d"),
+                    ErrorSample((ember.ones(2, 3), 2, 0), {}, IndexError,
+                                r"select\(\).*range", "bad dim")]))
+add(OpInfo("slice", lambda dtype, rng: [
+    Sample((make((5, 4), dtype, rng), 0, 1, 4, 2)), Sample((make((5, 4), dtype, rng), 1, -3)),
+    Sample((make((5, 4), dtype, rng), -1, None, None, 3)),
+    Sample((make((5,), dtype, rng), 0, 4, 2)), Sample((make((5,), dtype, rng), 0, -100, 100)),
+    Sample((make((5,), dtype, rng), 0, 10, 20))],
+    _ref_slice, torch_fn=_t("slice"),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 0, 0, 2, 0), {}, RuntimeError,
+                                r"slice\(\).*step", "zero step"),
+                    ErrorSample((ember.ones(()), 0), {}, IndexError, r"slice\(\)", "0-d")]))
+add(OpInfo("alias", lambda dtype, rng: [Sample((make(s, dtype, rng),))
+                                         for s in ((2, 3), (), (0,))],
+           _copy_ref, torch_fn=_t("alias")))
+add(OpInfo("clone", lambda dtype, rng: [Sample((make(s, dtype, rng),)) for s in
+                                         ((2, 3), (), (0, 2))] + [
+    Sample((make((2, 3), dtype, rng),), {"memory_format": ember.contiguous_format},
+           desc="contiguous_format")], _copy_ref,
+    torch_fn=lambda torch, a, memory_format=None: a.clone(
+        memory_format=torch.contiguous_format if memory_format else torch.preserve_format)))
+add(OpInfo("contiguous", lambda dtype, rng: [Sample((make((2, 3), dtype, rng),)),
+                                              Sample((make((3, 2), dtype, rng).t(),),
+                                                     noncontig=False)],
+           _copy_ref))
+
+
+def _to_copy_samples(dtype, rng):
+    out = []
+    for target in ALL:
+        out.append(Sample((make((2, 3), dtype, rng, -3, 3),), {"dtype": dt(target)},
+                          desc=f"to {target}", grad=target == "float64"))
+    out.append(Sample((make((), dtype, rng),), {}, desc="0-d, same dtype"))
+    return out
+
+
+def _ref_to_copy(a, dtype=None):
+    a = np.array(a, dtype=object)
+    if dtype is None:
+        return a
+    if dtype is ember.bool:
+        return elementwise(lambda x: bool(x), 1)(a)
+    if not dtype.is_floating_point:
+        return elementwise(lambda x: int(math.trunc(x)) if isinstance(x, float) else int(x),
+                           1)(a)
+    return elementwise(lambda x: float(x), 1)(a)
+
+
+add(OpInfo("_to_copy", _to_copy_samples, _ref_to_copy, torch_fn=_t("_to_copy")))
+add(OpInfo("to", lambda dtype, rng: [
+    Sample((make((2, 3), dtype, rng), ember.float64)),
+    Sample((make((2, 3), dtype, rng),), {"dtype": ember.int32}),
+    Sample((make((2, 3), dtype, rng), "cpu"))],
+    lambda a, *r, **k: _ref_to_copy(a, next((x for x in list(r) + list(k.values())
+                                             if isinstance(x, ember.dtype)), None))))
+
+
+def _scatter_samples(kind):
+    def samples(dtype, rng):
+        if kind == "select":
+            return [Sample((make((3, 4), dtype, rng), make((4,), dtype, rng), 0, 1)),
+                    Sample((make((3, 4), dtype, rng), make((3,), dtype, rng), -1, -1)),
+                    Sample((make((2, 3, 4), dtype, rng), make((2, 4), dtype, rng), 1, 0))]
+        return [Sample((make((5, 4), dtype, rng), make((2, 4), dtype, rng), 0, 1, 5, 2)),
+                Sample((make((5, 4), dtype, rng), make((5, 2), dtype, rng), 1, 2)),
+                Sample((make((5, 4), dtype, rng), make((5, 4), dtype, rng))),
+                Sample((make((5,), dtype, rng), make((0,), dtype, rng), 0, 3, 3),
+                       noncontig=False)]
+    return samples
+
+
+add(OpInfo("select_scatter", _scatter_samples("select"), _ref_select_scatter,
+           errors=lambda: [ErrorSample((ember.ones(3, 4), ember.ones(4), 0, 3), {},
+                                       IndexError, r"select_scatter\(\)", "bad index")]))
+add(OpInfo("slice_scatter", _scatter_samples("slice"), _ref_slice_scatter,
+           errors=lambda: [ErrorSample((ember.ones(3, 4), ember.ones(3, 4), 2), {},
+                                       IndexError, r"slice_scatter\(\).*range", "bad dim")]))
+
+def _fill_samples(dtype, rng):
+    return [Sample((make((2, 3), dtype, rng), 1)),
+            Sample((make((), dtype, rng), True)),
+            Sample((make((0, 2), dtype, rng), 2), grad=False),
+            Sample((make((2, 3), dtype, rng), make((), dtype, rng)), desc="0-d tensor value",
+                   grad=False)] + ([Sample((make((2, 3), dtype, rng), -1.5), grad=False)]
+                                   if dtype in FLOATS else [])
+
+
+def _ref_fill(a, value):
+    out = np.empty(np.shape(a), dtype=object)
+    out.fill(value.item() if isinstance(value, np.ndarray) else value)
+    return out
+
+
+add(OpInfo("fill.Scalar", _fill_samples, _ref_fill,
+           torch_fn=lambda torch, a, v: torch.fill(a, v)))
+
+
+def _copy_samples(dtype, rng):
+    return [Sample((make((2, 3), dtype, rng), make((2, 3), dtype, rng))),
+            Sample((make((2, 3), dtype, rng), make((3,), dtype, rng)), desc="broadcast src"),
+            Sample((make((2, 3), dtype, rng), make((2, 3), "float64", rng)),
+                   desc="float64 src", grad=False),
+            Sample((make((2, 3), dtype, rng), make((2, 3), "int32", rng)),
+                   desc="int32 src", grad=False),
+            Sample((make((), dtype, rng), make((), dtype, rng)), desc="0-d"),
+            Sample((make((0, 3), dtype, rng), make((3,), dtype, rng)), desc="empty")]
+
+
+def _ref_copy(a, src):
+    out = np.empty(np.shape(a), dtype=object)
+    out[...] = np.broadcast_to(src, np.shape(a))
+    return out
+
+
+add(OpInfo("copy", _copy_samples, _ref_copy, torch_fn=_t("copy"),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                                       r"copy_?\(\)(?=.*\[4\])(?=.*\[2, 3\])",
+                                       "shape mismatch")]))
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+def _matmul_samples(dtype, rng):
+    out = []
+    for sa, sb in (((2, 3), (3, 4)), ((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)),
+                   ((2, 2, 3), (3, 4)), ((2, 1, 2, 3), (3, 3, 2)), ((4,), (2, 4, 3)),
+                   ((2, 0), (0, 3)), ((0, 3), (3, 2)), ((1, 3), (3, 1))):
+        out.append(Sample((make(sa, dtype, rng, -2, 2), make(sb, dtype, rng, -2, 2)),
+                          desc=f"{sa}@{sb}"))
+    return out
+
+
+add(OpInfo("matmul", _matmul_samples, _ref_matmul, reduction=True, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample((ember.ones(2, 3), ember.ones(4, 5)), {}, RuntimeError,
+                           r"matmul\(\).*2x3.*4x5", "inner mismatch"),
+               ErrorSample((ember.ones(3), ember.ones(4)), {}, RuntimeError,
+                           r"matmul\(\).*\[3\].*\[4\]", "vector mismatch"),
+               ErrorSample((ember.ones(()), ember.ones(3)), {}, RuntimeError,
+                           r"matmul\(\).*1D", "0-d"),
+               ErrorSample((ember.ones(2, 3), ember.ones(3, 2, dtype=ember.float64)), {},
+                           RuntimeError, r"matmul\(\).*dtype", "dtype mismatch"),
+               ErrorSample((ember.ones(2, 2, 3), ember.ones(3, 3, 2)), {}, RuntimeError,
+                           r"matmul\(\).*\[2, 2, 3\].*\[3, 3, 2\]", "batch mismatch")]))
+
+# ---------------------------------------------------------------- factories
+
+
+def _size_samples(extra=()):
+    def samples(dtype, rng):
+        out = []
+        for size in ((2, 3), (), (0, 4), (5,)):
+            out.append(Sample((size,) + tuple(extra), {"dtype": dt(dtype)}, desc=f"{size}",
+                              noncontig=False, grad=False))
+        out.append(Sample(((2, 3),) + tuple(extra), {}, desc="default dtype",
+                          noncontig=False, grad=False))
+        return out
+    return samples
+
+
+def _like_samples(extra=()):
+    def samples(dtype, rng):
+        out = [Sample((make((2, 3), dtype, rng),) + tuple(extra), desc="like",
+                      grad=False),
+               Sample((make((), dtype, rng),) + tuple(extra), {"dtype": ember.float64},
+                      desc="like, dtype", grad=False)]
+        return out
+    return samples
+
+
+def _factory_errors(name, extra=()):
+    def errors():
+        return [ErrorSample(((2, -1),) + tuple(extra), {}, RuntimeError,
+                            rf"{name}\(\).*negative dimension -1", "negative size")]
+    return errors
+
+
+for _name, _v in (("zeros", 0), ("ones", 1)):
+    add(OpInfo(_name, _size_samples(), _filled(_v), errors=_factory_errors(_name)))
+add(OpInfo("empty", _size_samples(), None, errors=_factory_errors("empty")))
+add(OpInfo("full", lambda dtype, rng: _size_samples((2,))(dtype, rng) + [
+    Sample(((2, 2), 1.5), desc="float fill, inferred dtype"),
+    Sample(((2, 2), True), desc="bool fill, inferred dtype"),
+    Sample(((2, 2), 7), desc="int fill, inferred dtype")],
+    lambda size, fill_value, **kw: _filled(fill_value)(size),
+    errors=_factory_errors("full", (1.0,))))
+for _name, _v in (("zeros_like", 0), ("ones_like", 1)):
+    add(OpInfo(_name, _like_samples(), _like_filled(_v)))
+add(OpInfo("empty_like", _like_samples(), None))
+add(OpInfo("full_like", _like_samples((3,)), _ref_full_like))
+
+
+def _arange_samples(dtype, rng):
+    return [Sample((5,), noncontig=False), Sample((0,), noncontig=False),
+            Sample((2.5,), noncontig=False), Sample((7,), {"dtype": ember.float64},
+                                                    noncontig=False)]
+
+
+def _arange_start_samples(dtype, rng):
+    return [Sample((1, 7), noncontig=False), Sample((1, 7, 2), noncontig=False),
+            Sample((7, 1, -2), noncontig=False), Sample((0.0, 1.0, 0.1), noncontig=False),
+            Sample((-3, 3, 0.5), noncontig=False),
+            Sample((1, 7, 3), {"dtype": ember.float32}, noncontig=False),
+            Sample((5, 5), noncontig=False)]
+
+
+add(OpInfo("arange", _arange_samples, _ref_arange, dtypes=("int64",),
+           errors=lambda: [ErrorSample((-5,), {}, RuntimeError, r"arange\(\).*sign",
+                                       "negative end")]))
+add(OpInfo("arange.start", _arange_start_samples, _ref_arange, dtypes=("int64",),
+           torch_fn=lambda torch, *a, **k: torch.arange(*a, **k),
+           errors=lambda: [ErrorSample((0, 5, 0), {}, RuntimeError, r"arange\(\).*step",
+                                       "zero step"),
+                           ErrorSample((5, 0, 1), {}, RuntimeError, r"arange\(\).*sign",
+                                       "wrong sign")]))
+
+# random factories: no values to compare; the samples serve the rule and shape tests
+for _name in ("rand", "randn"):
+    add(OpInfo(_name, lambda dtype, rng: [Sample(((2, 3),), {"dtype": dt(dtype)},
+                                                 noncontig=False)
+                                          for _ in (0,)] + [
+        Sample(((0, 3),), noncontig=False), Sample(((),), noncontig=False)],
+        None, dtypes=FLOATS, random=True,
+        errors=(lambda n: lambda: [ErrorSample(((2,),), {"dtype": ember.int64},
+                                               NotImplementedError, rf"{n}\(\)",
+                                               "int dtype")])(
+            _name)))
+for _name in ("rand_like", "randn_like"):
+    add(OpInfo(_name, _like_samples(), None, dtypes=FLOATS, random=True))
+
+
+# the samplers (random_ops.py): shapes, dtypes and value ranges; no reference values
+
+
+def _sampler_samples(extra=(), kw=None, self_low=0.0, self_high=1.0):
+    def samples(dtype, rng):
+        return [Sample((make((2, 3), dtype, rng, self_low, self_high),) + tuple(extra),
+                       dict(kw or {}), grad=False, noncontig=False),
+                Sample((make((), dtype, rng, self_low, self_high),) + tuple(extra),
+                       dict(kw or {}), grad=False, noncontig=False),
+                Sample((make((0, 2), dtype, rng, self_low, self_high),) + tuple(extra),
+                       dict(kw or {}), grad=False, noncontig=False)]
+    return samples
+
+
+def _within(lo, hi, closed=False):
+    def check(out, *args, **kw):
+        a = out.numpy().astype(np.float64)
+        return bool(np.all(a >= lo) and (np.all(a <= hi) if closed else np.all(a < hi)))
+    return check
+
+
+def _binary_values(out, *args, **kw):
+    return bool(np.all(np.isin(out.numpy().astype(np.float64), (0.0, 1.0))))
+
+
+def _is_permutation(out, n, **kw):
+    return sorted(out.numpy().tolist()) == list(range(n))
+
+
+_SAMPLERS = [
+    OpInfo("uniform", _sampler_samples((-2.0, 3.0)), None, dtypes=FLOATS, random=True,
+           check=_within(-2.0, 3.0, closed=True), torch_fn=_t("uniform")),
+    OpInfo("normal_functional", _sampler_samples((1.0, 0.5)), None, dtypes=FLOATS,
+           random=True, torch_fn=_t("normal_functional")),
+    OpInfo("exponential", _sampler_samples((2.0,)), None, dtypes=FLOATS, random=True,
+           check=_within(0.0, math.inf, closed=True), torch_fn=_t("exponential")),
+    OpInfo("bernoulli", _sampler_samples(), None, dtypes=FLOATS, random=True,
+           check=_binary_values),
+    OpInfo("bernoulli.p", _sampler_samples((0.3,)), None, dtypes=FLOATS, random=True,
+           check=_binary_values),
+    OpInfo("bernoulli.Tensor", lambda dtype, rng: [
+        Sample((make((2, 3), dtype, rng), make((2, 3), "float32", rng, 0, 1)),
+               grad=False, noncontig=False)], None, dtypes=FLOATS, random=True,
+        check=_binary_values, torch_fn=_t("bernoulli")),
+    OpInfo("randint", lambda dtype, rng: [
+        Sample((5, (2, 3)), {"dtype": dt(dtype)}, grad=False, noncontig=False),
+        Sample((5, (0,)), grad=False, noncontig=False),
+        Sample((3, ()), grad=False, noncontig=False)], None, dtypes=NUMBERS, random=True,
+        check=lambda out, high, size, **kw: _within(0, high)(out)),
+    OpInfo("randint.low", lambda dtype, rng: [
+        Sample((-3, 4, (2, 3)), {"dtype": dt(dtype)}, grad=False, noncontig=False),
+        Sample((2, 3, (4,)), grad=False, noncontig=False)], None, dtypes=NO_BOOL[1:],
+        random=True, check=lambda out, low, high, size, **kw: _within(low, high)(out),
+        torch_fn=lambda torch, *a, **k: torch.randint(*a, **k)),
+    OpInfo("randperm", lambda dtype, rng: [
+        Sample((7,), {"dtype": dt(dtype)}, grad=False, noncontig=False),
+        Sample((0,), grad=False, noncontig=False),
+        Sample((1,), grad=False, noncontig=False)], None, dtypes=("int32", "int64", "float32",
+                                                                  "float64"),
+        random=True, check=_is_permutation),
+]
+for _info in _SAMPLERS:
+    if _info.name in ENTRY:      # the samplers are optional while random_ops lands
+        add(_info)
+
+
+# ---------------------------------------------------------------- in-place variants
+
+
+def _can_cast(frm, to):
+    """PyTorch's canCast: no floats into integers, nothing but bool into bool."""
+    if frm.is_floating_point and not to.is_floating_point:
+        return False
+    return not (to is ember.bool and frm is not ember.bool)
+
+
+def _inplace_info(name, functional: OpInfo):
+    """name_: the functional op's samples whose result fits self (shape and dtype)."""
+    method = ENTRY[name].name
+    def samples(dtype, rng):
+        out = []
+        for s in functional.samples(dtype, rng):
+            self = s.args[0]
+            if not isinstance(self, ember.Tensor):
+                continue
+            try:
+                r = functional.call(*s.args, **s.kwargs)
+            except Exception:  # noqa: BLE001 - the functional op's own tests cover it
+                continue
+            if tuple(r.shape) != tuple(self.shape) or not _can_cast(r.dtype, self.dtype):
+                continue
+            out.append(Sample(s.args, s.kwargs, s.desc, s.grad, s.noncontig))
+        return out
+
+    def errors():
+        params = functional.entry.schema.params
+        if len(params) < 2 or not params[1].is_tensor:
+            return []
+        return [ErrorSample((ember.ones(2, 1), ember.ones(2, 3)), {}, RuntimeError,
+                            rf"{method}\(\)(?=.*\[2, 1\])(?=.*\[2, 3\])",
+                            "result does not fit self")]
+
+    def call(*args, **kwargs):
+        self = args[0].clone()
+        r = getattr(self, method)(*args[1:], **kwargs)
+        assert r is self, f"{name} must return self"
+        return r
+
+    info = OpInfo(name, samples, functional.ref, dtypes=functional.dtypes,
+                  reduction=functional.reduction, inplace=True,
+                  random=functional.random, check=functional.check, errors=errors,
+                  torch_fn=lambda torch, *a, **k: getattr(a[0].clone(), method)(*a[1:], **k))
+    info.call = call
+    return info
+
+
+for _e in registry.ENTRIES:
+    if _e.inplace and _e.functional is not None and _e.qualified_name not in OPS:
+        _f = OPS.get(_e.functional.qualified_name)
+        if _f is not None:
+            add(_inplace_info(_e.qualified_name, _f))
+
+
+def missing():
+    """Table entries that need an OpInfo and have none."""
+    return [e.qualified_name for e in registry.ENTRIES
+            if not exempt(e) and e.qualified_name not in OPS]
+
+
+def all_infos():
+    """Every OpInfo plus the extra sample sets (div's rounding modes), by test id."""
+    out = dict(OPS)
+    out.update(EXTRA)
+    return out

@@ -1,0 +1,354 @@
+"""Every op of the table, from tests/op_db.py: values against an independent float64
+reference, non-contiguous inputs, gradients against finite differences, dtype/shape/strides
+and error types against PyTorch.
+
+Tolerances (documented here, relied on by the compiler tests): float32 rtol 1e-5 /
+atol 1e-6, float64 1e-10, float16 1e-3, integers and bool exact; reductions scale the
+float tolerances by sqrt(reduced size).
+"""
+import math
+import re
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+
+import ember
+from ember.autograd import gradcheck
+
+import op_db
+from op_db import ALL, FLOATS, ErrorSample, Sample, noncontig
+
+INFOS = op_db.all_infos()
+TOL = {"float16": (1e-3, 1e-3), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}
+
+
+def rng_for(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _outputs(out):
+    return tuple(out) if isinstance(out, tuple) else (out,)
+
+
+def _reduced_size(info, sample, out):
+    if not info.reduction:
+        return 1
+    n_in = max((a.numel() for a in sample.args if isinstance(a, ember.Tensor)), default=1)
+    return max(1, n_in // max(out.numel(), 1))
+
+
+def _expected_values(ref, dtype_name):
+    """The reference (object array of Python numbers) in the result's dtype."""
+    ref = np.asarray(ref, dtype=object)
+    if dtype_name == "bool":
+        return np.vectorize(bool, otypes=[bool])(ref) if ref.size else ref.astype(bool)
+    if dtype_name in FLOATS:
+        return ref.astype(np.float64)
+    bits = np.dtype(dtype_name).itemsize * 8
+    lo = 0 if dtype_name == "uint8" else -(1 << (bits - 1))
+
+    def wrap(x):
+        x = int(math.trunc(x)) if isinstance(x, float) else int(x)
+        return (x - lo) % (1 << bits) + lo
+    vals = [wrap(x) for x in ref.reshape(-1)]
+    return np.array(vals, dtype=np.int64).reshape(ref.shape)
+
+
+def check_values(info, sample, out, ref, what=""):
+    outs, refs = _outputs(out), (ref if isinstance(ref, tuple) else (ref,))
+    assert len(outs) == len(refs), what
+    for o, r in zip(outs, refs):
+        assert isinstance(o, ember.Tensor), what
+        assert tuple(o.shape) == np.shape(r), f"{what}: shape {tuple(o.shape)} != {np.shape(r)}"
+        name = str(o.dtype).split(".")[-1]
+        exp = _expected_values(r, name)
+        got = o.detach().numpy()
+        if name in FLOATS:
+            rtol, atol = TOL[name]
+            scale = math.sqrt(_reduced_size(info, sample, o))
+            np.testing.assert_allclose(got.astype(np.float64), exp, rtol=rtol * scale,
+                                       atol=atol * scale, equal_nan=True, err_msg=what)
+        else:
+            np.testing.assert_array_equal(got.astype(exp.dtype), exp, err_msg=what)
+
+
+def _noncontig_variant(sample):
+    args = tuple(noncontig(a) for a in sample.args)
+    kwargs = {k: noncontig(v) for k, v in sample.kwargs.items()}
+    changed = any(a is not b for a, b in zip(args, sample.args)) or \
+        any(kwargs[k] is not sample.kwargs[k] for k in kwargs)
+    return (args, kwargs) if changed else None
+
+
+# ---------------------------------------------------------------- the table is covered
+
+
+def test_every_table_entry_has_an_opinfo():
+    assert op_db.missing() == [], "add an OpInfo to tests/op_db.py for these entries"
+
+
+def test_opinfos_name_table_entries():
+    for name in op_db.OPS:
+        assert name in op_db.ENTRY, f"op_db has {name}, the table has no such entry"
+
+
+def test_inplace_variants_are_derived():
+    for e in op_db.ENTRY.values():
+        if e.inplace and e.functional is not None:
+            assert e.qualified_name in op_db.OPS
+
+
+# ---------------------------------------------------------------- forward
+
+
+FORWARD = [(key, d) for key, info in sorted(INFOS.items()) if info.ref is not None
+           for d in info.dtypes]
+
+
+@pytest.mark.parametrize("key,dtype", FORWARD, ids=[f"{k}-{d}" for k, d in FORWARD])
+def test_forward(key, dtype):
+    info = INFOS[key]
+    for s in info.samples(dtype, rng_for(key, dtype)):
+        what = f"{key} {dtype} {s}"
+        out = info.call(*s.args, **s.kwargs)
+        ref = info.reference(*s.args, **s.kwargs)
+        check_values(info, s, out, ref, what)
+        if s.noncontig:
+            nc = _noncontig_variant(s)
+            if nc is not None:
+                out2 = info.call(*nc[0], **nc[1])
+                check_values(info, s, out2, ref, what + " (non-contiguous inputs)")
+                for a, b in zip(_outputs(out), _outputs(out2)):
+                    assert a.dtype is b.dtype and a.shape == b.shape, what
+
+
+META_KEYS = sorted(k for k, i in op_db.OPS.items() if i.ref is None)
+
+
+@pytest.mark.parametrize("key", META_KEYS)
+def test_forward_metadata_only(key):
+    """empty and the random ops: shape, dtype and value ranges (no reference values)."""
+    info = INFOS[key]
+    for d in info.dtypes:
+        for s in info.samples(d, rng_for(key, d)):
+            out = info.call(*s.args, **s.kwargs)
+            first = s.args[0]
+            if isinstance(first, ember.Tensor):
+                assert tuple(out.shape) == tuple(first.shape), s
+            elif isinstance(first, tuple):
+                assert tuple(out.shape) == first, s
+            if "dtype" in s.kwargs:
+                assert out.dtype is s.kwargs["dtype"], s
+            elif isinstance(first, ember.Tensor):
+                assert out.dtype is first.dtype, s
+            if info.check is not None:
+                assert info.check(out, *s.args, **s.kwargs), f"{key} {s}: {out}"
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def _grad_keys():
+    out = []
+    for key, info in sorted(INFOS.items()):
+        if info.random or not info.differentiable or "float64" not in info.dtypes:
+            continue
+        out.append(key)
+    return out
+
+
+def _as_leaf(t):
+    c = ember.from_numpy(np.array(t.detach().numpy(), dtype=np.float64))
+    return c.requires_grad_(True)
+
+
+@pytest.mark.parametrize("key", _grad_keys())
+def test_gradients_match_finite_differences(key):
+    info = INFOS[key]
+    checked = 0
+    for s in info.samples("float64", rng_for(key, "grad")):
+        if not s.grad:
+            continue
+        pos = [i for i, a in enumerate(s.args) if isinstance(a, ember.Tensor) and
+               a.dtype is ember.float64 and a.numel() > 0]
+        if not pos:
+            continue
+        leaves = [_as_leaf(s.args[i]) for i in pos]
+
+        def fn(*ts, s=s, pos=pos):
+            args = list(s.args)
+            for i, t in zip(pos, ts):
+                args[i] = t
+            return info.call(*args, **s.kwargs)
+        assert gradcheck(fn, leaves, eps=1e-6, atol=1e-6, rtol=1e-5), f"{key} {s}"
+        checked += 1
+    assert checked, f"{key}: no sample exercised the gradient"
+
+
+@pytest.mark.parametrize("key", ["add", "mul", "sigmoid", "matmul", "sum", "permute",
+                                 "select"])
+def test_gradients_of_noncontiguous_inputs(key):
+    info = INFOS[key]
+    for s in info.samples("float64", rng_for(key, "nc-grad"))[:3]:
+        leaves = []
+        args = []
+        for a in s.args:
+            if isinstance(a, ember.Tensor) and a.dtype is ember.float64 and a.numel() > 1:
+                t = noncontig(a).requires_grad_(True)
+                leaves.append(t)
+                args.append(t)
+            else:
+                args.append(a)
+        if not leaves:
+            continue
+        idx = [i for i, a in enumerate(args) if any(a is t for t in leaves)]
+
+        def fn(*ts, args=args, idx=idx, s=s):
+            full = list(args)
+            for i, t in zip(idx, ts):
+                full[i] = t
+            return info.call(*full, **s.kwargs)
+        assert gradcheck(fn, leaves, atol=1e-6, rtol=1e-5), f"{key} {s}"
+
+
+# ---------------------------------------------------------------- errors
+
+
+ERROR_CASES = [(key, i) for key, info in sorted(op_db.OPS.items()) if info.errors
+               for i in range(len(info.errors()))]
+
+
+@pytest.mark.parametrize("key,i", ERROR_CASES, ids=[f"{k}-{i}" for k, i in ERROR_CASES])
+def test_errors(key, i):
+    info = op_db.OPS[key]
+    case = info.errors()[i]
+    with pytest.raises(case.exc) as exc:
+        info.call(*case.args, **case.kwargs)
+    assert type(exc.value) is case.exc, f"{case.desc}: {type(exc.value).__name__}: {exc.value}"
+    assert re.search(case.match, str(exc.value), re.S), \
+        f"{case.desc}: message {str(exc.value)!r} does not match {case.match!r}"
+
+
+# ---------------------------------------------------------------- PyTorch parity
+
+
+def to_torch(torch, x):
+    if isinstance(x, ember.Tensor):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.from_numpy(x.detach().numpy())
+    if isinstance(x, ember.dtype):
+        return getattr(torch, str(x).split(".")[-1])
+    if isinstance(x, tuple):
+        return tuple(to_torch(torch, e) for e in x)
+    return x
+
+
+def _run(fn):
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 - compared with torch's
+        return None, e
+
+
+def compare_with_torch(torch, info, args, kwargs, what, values=True):
+    got, err = _run(lambda: info.call(*args, **kwargs))
+    targs = [to_torch(torch, a) for a in args]
+    tkwargs = {k: to_torch(torch, v) for k, v in kwargs.items()}
+    want, terr = _run(lambda: info.call_torch(torch, *targs, **tkwargs))
+    if terr is not None or err is not None:
+        assert terr is not None, f"{what}: ember raised {err!r}, torch returned"
+        assert err is not None, f"{what}: torch raised {terr!r}, ember returned"
+        assert type(err) is type(terr), \
+            f"{what}: ember raised {type(err).__name__} ({err}), torch {type(terr).__name__}"
+        return
+    for o, t in zip(_outputs(got), _outputs(want)):
+        tname = str(t.dtype).split(".")[-1]
+        assert str(o.dtype) == f"ember.{tname}", f"{what}: dtype {o.dtype} != {t.dtype}"
+        assert tuple(o.shape) == tuple(t.shape), f"{what}: shape {o.shape} != {t.shape}"
+        if o.numel() > 0:
+            so = [s for s, n in zip(o.stride(), o.shape) if n > 1]
+            st = [s for s, n in zip(t.stride(), t.shape) if n > 1]
+            assert so == st, f"{what}: strides {o.stride()} != torch {t.stride()}"
+        if values and o.numel() > 0:
+            got_a = o.detach().numpy().astype(np.float64)
+            want_a = t.detach().to(torch.float64).numpy()
+            rtol, atol = TOL.get(tname, (0, 0))
+            np.testing.assert_allclose(got_a, want_a, rtol=max(rtol, 1e-6) * 10,
+                                       atol=max(atol, 1e-6) * 10, equal_nan=True,
+                                       err_msg=what)
+
+
+PARITY = sorted(INFOS)
+
+
+@pytest.mark.parametrize("key", PARITY)
+def test_matches_torch(torch, key):
+    """Every sample in every dtype (supported or not): the same exception type, or the same
+    dtype, shape, strides and values as torch; also for non-contiguous inputs."""
+    info = INFOS[key]
+    for d in ALL:
+        if info.random and d not in FLOATS:
+            continue
+        for s in info.samples(d, rng_for(key, d, "torch")):
+            what = f"{key} {d} {s}"
+            values = info.ref is not None
+            compare_with_torch(torch, info, s.args, s.kwargs, what, values)
+            nc = _noncontig_variant(s) if s.noncontig else None
+            if nc is not None:
+                compare_with_torch(torch, info, nc[0], nc[1], what + " non-contiguous", values)
+
+
+@pytest.mark.parametrize("key,i", ERROR_CASES, ids=[f"{k}-{i}" for k, i in ERROR_CASES])
+def test_error_types_match_torch(torch, key, i):
+    info = op_db.OPS[key]
+    case = info.errors()[i]
+    targs = [to_torch(torch, a) for a in case.args]
+    tkwargs = {k: to_torch(torch, v) for k, v in case.kwargs.items()}
+    _, terr = _run(lambda: info.call_torch(torch, *targs, **tkwargs))
+    assert terr is not None, f"{case.desc}: torch accepts this call"
+    assert type(terr) is case.exc, f"{case.desc}: torch raises {type(terr).__name__}: {terr}"
+
+
+# ---------------------------------------------------------------- random factories
+
+
+@pytest.mark.parametrize("name", ["rand", "randn"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_random_distribution(name, dtype):
+    ember.manual_seed(1234)
+    t = getattr(ember, name)(20000, dtype=getattr(ember, dtype))
+    assert t.dtype is getattr(ember, dtype) and tuple(t.shape) == (20000,)
+    a = t.numpy().astype(np.float64)
+    se = 1 / math.sqrt(a.size)
+    if name == "rand":
+        assert a.min() >= 0 and a.max() < 1
+        assert abs(a.mean() - 0.5) < 5 * se * math.sqrt(1 / 12)
+        assert abs(a.var() - 1 / 12) < 0.005
+        counts = np.histogram(a, bins=10, range=(0, 1))[0]
+        assert counts.min() > 1700 and counts.max() < 2300
+    else:
+        assert abs(a.mean()) < 5 * se
+        assert abs(a.var() - 1) < 0.05
+        assert abs(np.mean(a ** 3)) < 0.1            # skewness
+        assert abs(np.mean(a ** 4) - 3) < 0.2        # kurtosis
+        assert 0.66 < np.mean(np.abs(a) < 1) < 0.70  # 68% within one sigma
+
+
+@pytest.mark.parametrize("name", ["rand", "randn", "rand_like", "randn_like"])
+def test_random_reproducible(name):
+    fn = getattr(ember, name)
+    arg = (ember.zeros(3, 4),) if name.endswith("_like") else ((3, 4),)
+    ember.manual_seed(7)
+    a = fn(*arg).numpy().copy()
+    b = fn(*arg).numpy().copy()
+    ember.manual_seed(7)
+    c = fn(*arg).numpy().copy()
+    np.testing.assert_array_equal(a, c)
+    assert not np.array_equal(a, b)
+    g = ember.Generator().manual_seed(7)
+    if not name.endswith("_like"):
+        d = fn(*arg, generator=g).numpy()
+        np.testing.assert_array_equal(a, d)
