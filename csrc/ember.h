@@ -344,6 +344,10 @@ int em_node_init_type(PyObject *module);
 int em_engine_init(PyObject *module);
 bool em_grad_enabled(void);
 
+/* ------------------------------------------------------------------ capture */
+/* Adds ember._C._capture: the frame hook, its cache and guards (csrc/capture/). */
+int em_capture_init(PyObject *module);
+
 /* ------------------------------------------------------------------ errors */
 /* Sets exc with "op(): message" formatting. Returns NULL. */
 PyObject *em_op_error(PyObject *exc, const char *opname, const char *fmt, ...);
