@@ -11,6 +11,7 @@ int em_reduction_init(void);
 int em_registry_init(PyObject *module);
 PyObject *em_bind_view_ops(PyObject *self, PyObject *args);
 PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
+int em_compiled_frame_init(PyObject *module);
 
 static PyObject *
 result_type(PyObject *self, PyObject *args)
@@ -117,7 +118,8 @@ PyInit__C(void)
     if (em_numpy == NULL || intern_strings() < 0 || em_dtype_init(m) < 0 ||
         em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 || em_op_init(m) < 0 ||
         em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_elementwise_init() < 0 ||
-        em_reduction_init() < 0 || em_registry_init(m) < 0) {
+        em_reduction_init() < 0 || em_registry_init(m) < 0 || em_capture_init(m) < 0 ||
+        em_compiled_frame_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -43,3 +43,11 @@ def numel(t):
 
 from . import nn, optim, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from . import capture  # noqa: E402
+from . import compiler  # noqa: E402
+from .capture import compile  # noqa: E402,F811
+
+_dynamo = capture
+sys_modules = __import__("sys").modules
+sys_modules[__name__ + "._dynamo"] = capture
+del sys_modules

@@ -1,0 +1,22 @@
+"""Capture (TorchDynamo's role): a PEP 523 frame hook that turns the tensor code of
+Python functions and module forwards into FX graphs, guarded so later calls reuse them.
+ember._dynamo is this package."""
+from . import _hook
+from .api import compile
+from .backends import list_backends, lookup as lookup_backend, register_backend
+from .config import config
+from .exc import CaptureError, Unsupported, counters
+from .explain import explain
+
+
+def reset():
+    """Forgets every compiled entry (torch._dynamo.reset)."""
+    from .convert import reset_warnings
+    _hook.reset_all()
+    _hook.reset_counters()
+    counters.clear()
+    reset_warnings()
+
+
+__all__ = ["compile", "reset", "explain", "counters", "config", "list_backends",
+           "register_backend", "lookup_backend", "CaptureError", "Unsupported"]

@@ -1,0 +1,122 @@
+"""ember.compile: capture a function's or module's tensor code into graphs and run them
+through a backend, as torch.compile does.
+
+    @ember.compile
+    def f(x, w, b):
+        return (x @ w + b).relu().sum()
+
+Calling f turns the frame hook on for this thread for the duration of the call; the hook
+converts f's frame on a miss (ember/capture/convert.py) and runs the cached entry on a
+hit. Code that cannot be captured runs in CPython, counted in ember.capture.counters;
+fullgraph=True or strict mode (ember.compiler.config.strict, EMBER_STRICT=1) raise
+instead.
+"""
+from __future__ import annotations
+
+import functools
+import platform
+import sys
+import warnings
+
+from . import _hook, backends
+from .convert import CompileContext, make_callback
+
+_SUPPORTED = "CPython 3.11 (3.11.4 or later)"
+_warned_modes = set()
+
+
+def _check_python():
+    if not _hook.available:
+        raise RuntimeError(f"ember.compile needs {_SUPPORTED}: its PEP 523 frame hook "
+                           f"depends on that interpreter's frame layout; this is "
+                           f"{platform.python_implementation()} {platform.python_version()}. "
+                           "Eager ember works on this interpreter.")
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None,
+            options=None, disable=False):
+    """Compiles a function or an nn.Module; usable as @ember.compile or
+    @ember.compile(backend=...)."""
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic,
+                                 backend=backend, mode=mode, options=options,
+                                 disable=disable)
+    if mode is not None and options is not None:
+        raise ValueError("Either mode or options can be specified, but both can't be "
+                         "specified at the same time.")
+    if dynamic:
+        raise NotImplementedError("ember.compile(dynamic=True): dynamic shapes are not "
+                                  "supported yet; every shape is specialised (use "
+                                  "dynamic=None or False)")
+    if mode not in (None, "default") and mode not in _warned_modes:
+        _warned_modes.add(mode)
+        warnings.warn(f"ember.compile: mode={mode!r} is accepted but behaves as "
+                      f"'default'", UserWarning, stacklevel=2)
+    if disable:
+        return model
+    _check_python()
+    name, fn = backends.lookup(backend if backend is not None else
+                               backends.default_backend())
+    ctx = CompileContext(name, fn, fullgraph)
+    callback = make_callback(ctx)
+    from ..nn import Module
+    if isinstance(model, Module):
+        return optimized_module_class()(model, callback, ctx)
+    if not callable(model):
+        raise TypeError(f"ember.compile expects a function or an nn.Module, got "
+                        f"{type(model).__name__}")
+    return _wrap(model, callback, ctx)
+
+
+def _wrap(fn, callback, ctx):
+    set_state = _hook.set_state
+
+    @functools.wraps(fn)
+    def compiled(*args, **kwargs):
+        prev = set_state(callback)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            set_state(prev)
+
+    compiled._ember_compile_context = ctx
+    compiled._orig_fn = fn
+    return compiled
+
+
+_OPTIMIZED = None
+
+
+def optimized_module_class():
+    """OptimizedModule, made on first use (ember.nn imports after ember.capture)."""
+    global _OPTIMIZED
+    if _OPTIMIZED is not None:
+        return _OPTIMIZED
+    from ..nn import Module
+
+    class OptimizedModule(Module):
+        """What ember.compile(module) returns: calls the module with capture on.
+        Attributes read through to the original module (`_orig_mod`)."""
+
+        def __init__(self, mod, callback, ctx):
+            super().__init__()
+            self._orig_mod = mod
+            object.__setattr__(self, "_ember_callback", callback)
+            object.__setattr__(self, "_ember_compile_context", ctx)
+
+        def __call__(self, *args, **kwargs):
+            prev = _hook.set_state(self._ember_callback)
+            try:
+                return self._orig_mod(*args, **kwargs)
+            finally:
+                _hook.set_state(prev)
+
+        forward = __call__
+
+        def __getattr__(self, name):
+            if name == "_orig_mod":
+                return self._modules["_orig_mod"]
+            return getattr(self._modules["_orig_mod"], name)
+
+    _OPTIMIZED = OptimizedModule
+    return OptimizedModule

@@ -1,0 +1,280 @@
+"""From a frame the hook missed to a cache entry: interpret its bytecode into an FX graph,
+compile the graph with the backend, and return (guard program, compiled frame).
+
+This is the callback of the frame hook (csrc/capture/eval_frame.c); see
+ember/capture/_hook.py for the protocol.
+"""
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+import sys
+import time
+import warnings
+
+from .. import _C
+from .. import fx
+from . import _hook, skip
+from .config import config
+from .exc import CaptureError, Unsupported, counters
+from .guards import GuardSet
+from .source import ClosureSource, LocalSource
+from .symbolic import OutputGraph, Translator
+from .variables import (CellVar, ConstVar, DictVar, ListVar, TensorVar, TupleVar,
+                        VariableTracker)
+
+_CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+                    | inspect.CO_ITERABLE_COROUTINE)
+
+OUT_TENSOR, OUT_CONST, OUT_TUPLE, OUT_LIST, OUT_DICT = range(5)
+
+
+class CompileContext:
+    """The options of one ember.compile() call: what its callback uses."""
+
+    def __init__(self, backend_name, backend, fullgraph):
+        self.backend_name = backend_name
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.graphs = []          # GraphModules compiled under this context, in order
+        self.recompile_reasons = []
+
+    def strict(self):
+        return self.fullgraph or config.strict or os.environ.get("EMBER_STRICT") == "1"
+
+
+def make_callback(ctx: CompileContext):
+    def callback(frame_info, entries):
+        return convert_frame(frame_info, entries, ctx)
+    return callback
+
+
+def convert_frame(frame_info, entries, ctx: CompileContext):
+    code = frame_info.code
+    if skip.is_ember_internal(code.co_filename) or code.co_flags & _CODE_FLAGS_SKIP:
+        return _hook.SKIP
+    if entries:
+        reason = entries[0][0].check_verbose(frame_info)
+        ctx.recompile_reasons.append((code.co_name, reason))
+        counters["recompiles"][reason or "unknown"] += 1
+        if len(entries) >= config.cache_size_limit:
+            _warn_once(code, "cache_size_limit",
+                       f"ember.compile: {code.co_name} ({code.co_filename}:"
+                       f"{code.co_firstlineno}) was recompiled {len(entries)} times "
+                       f"(config.cache_size_limit); from now on it uses the entries it has "
+                       f"and runs eagerly otherwise. Last reason: {reason}")
+            if ctx.strict():
+                raise CaptureError(f"recompile limit reached for {code.co_name}: {reason}")
+            return _hook.RUN_ONLY
+    counters["stats"]["calls_captured"] += 1
+    t0 = time.perf_counter()
+    try:
+        out, ret = trace_frame(frame_info)
+    except Unsupported as e:
+        counters["unsupported"][e.reason] += 1
+        counters["stats"]["frames_fallback"] += 1
+        if ctx.strict():
+            raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
+                               f"{code.co_name}: {e.reason} at {e.location}") from None
+        return _hook.SKIP
+    gm, getters, spec = build_graph_module(out, ret, code)
+    compiled = compile_graph(gm, out, ctx, code)
+    guards = build_guard_program(out.guards, frame_info)
+    frame = _C.CompiledFrame(compiled, getters, spec, frame_info.globals,
+                             frame_info.closure, _user_frame_hook(gm), code.co_name)
+    counters["stats"]["unique_graphs"] += 1
+    counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
+    ctx.graphs.append(gm)
+    return guards, frame
+
+
+def trace_frame(frame_info):
+    """Interprets the frame's code with its argument values; returns (OutputGraph, VT)."""
+    code = frame_info.code
+    out = OutputGraph(code)
+    nargs = code.co_argcount + code.co_kwonlyargcount + \
+        bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    names = code.co_varnames[:nargs]
+    builtins_ = frame_info.builtins
+    root = Translator(code, frame_info.globals, builtins_, {}, {}, out)
+    locals_ = {}
+    for i, (name, value) in enumerate(zip(names, frame_info.args)):
+        locals_[name] = root.wrap(value, LocalSource(i, name))
+    cells = {name: CellVar(locals_.get(name)) for name in code.co_cellvars}
+    closure = frame_info.closure or ()
+    for i, name in enumerate(code.co_freevars):
+        try:
+            contents = closure[i].cell_contents
+        except (IndexError, ValueError):
+            raise Unsupported(f"closure variable {name!r} is not set") from None
+        src = ClosureSource(i, name)
+        var = root.wrap(contents, src)
+        if isinstance(var, TensorVar) or not var.is_constant():
+            # the compiled frame reads the cells it was built with: pin their contents
+            out.guards.add("ID_MATCH", src, contents)
+        cells[name] = CellVar(var)
+    tx = Translator(code, frame_info.globals, builtins_, locals_, cells, out)
+    ret = tx.run()
+    out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
+    return out, ret
+
+
+def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
+    """Adds the output node; returns (GraphModule, input getters, output spec)."""
+    outputs = []
+
+    def spec_of(v):
+        if isinstance(v, TensorVar):
+            outputs.append(v.node)
+            return (OUT_TENSOR, len(outputs) - 1)
+        if isinstance(v, ConstVar):
+            return (OUT_CONST, v.value)
+        if isinstance(v, TupleVar):
+            return (OUT_TUPLE, tuple(spec_of(i) for i in v.items))
+        if isinstance(v, ListVar):
+            return (OUT_LIST, tuple(spec_of(i) for i in v.items))
+        if isinstance(v, DictVar):
+            keys = tuple(v.items.keys())
+            return (OUT_DICT, keys, tuple(spec_of(v.items[k]) for k in keys))
+        if v.is_constant():
+            return (OUT_CONST, v.as_constant())
+        raise Unsupported(f"returning {v} from a compiled function")
+
+    spec = spec_of(ret)
+    graph = out.graph
+    graph.output(tuple(outputs))
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm = fx.GraphModule({}, graph, class_name=f"GraphModule_{code.co_name}")
+    gm.meta = {"code": code, "inputs": [src.name() for src, _, _ in out.inputs]}
+    getters = tuple(src.getter() for src, _, _ in out.inputs)
+    return gm, getters, spec
+
+
+def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
+    """Runs the backend; a failing backend falls back to running the graph eagerly, with
+    one warning per (code, reason), unless strict."""
+    example_inputs = [value for _, _, value in out.inputs]
+    try:
+        compiled = ctx.backend(gm, example_inputs)
+        if not callable(compiled):
+            raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
+    except Exception as e:   # noqa: BLE001 - any backend failure falls back
+        if ctx.strict():
+            raise
+        reason = f"{type(e).__name__}: {e}"
+        counters["backend_fallback"][reason] += 1
+        _warn_once(code, reason, f"ember.compile: backend {ctx.backend_name!r} failed on "
+                   f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}); running "
+                   f"that graph eagerly instead. {reason}")
+        compiled = gm.forward
+    _mark_skip(compiled)
+    return compiled
+
+
+def _mark_skip(fn):
+    """Frames of generated code must not come back to the hook."""
+    for f in (fn, getattr(fn, "__func__", None), getattr(fn, "forward", None)):
+        code = getattr(f, "__code__", None) or getattr(getattr(f, "__func__", None),
+                                                       "__code__", None)
+        if code is not None:
+            _hook.skip_code(code)
+
+
+def build_guard_program(guards: GuardSet, frame_info):
+    tuples = []
+    for g in guards:
+        if g.kind == "GRAD_MODE":
+            tuples.append(("GRAD_MODE", bool(g.value)))
+            continue
+        src = g.source.getter()
+        if g.kind == "TENSOR_MATCH":
+            tuples.append(_hook.tensor_match(src, g.value))
+        elif g.kind == "EQUALS_MATCH":
+            tuples.append(_equals_guard(src, g.value))
+        elif g.kind == "DICT_KEYS":
+            keys = g.value
+            tuples.append(("LEN_MATCH", src, len(keys)))
+            tuples.append(("LAMBDA", src, lambda d, keys=keys: tuple(d.keys()) == keys,
+                           f"dict keys {list(keys)!r}"))
+        else:
+            tuples.append((g.kind, src, g.value))
+    code = frame_info.code
+    nslots = len(frame_info.args)
+    return _hook.GuardProgram(tuples, code.co_varnames[:nslots], code.co_freevars)
+
+
+def _equals_guard(src, value):
+    if _equals_ok(value):
+        return ("EQUALS_MATCH", src, value)
+    if value is Ellipsis or value is NotImplemented:
+        return ("ID_MATCH", src, value)
+    return ("LAMBDA", src, lambda v, value=value: type(v) is type(value) and v == value,
+            f"== {value!r}")
+
+
+def _equals_ok(value, depth=0):
+    if value is None or type(value) in (bool, int, float, str):
+        return True
+    if type(value) is tuple and depth < 8:
+        return all(_equals_ok(v, depth + 1) for v in value)
+    return False
+
+
+# ------------------------------------------------------------------ errors
+
+def _user_frame_hook(gm):
+    """on_error for CompiledFrame: re-raises the graph's exception from a frame at the
+    user's source line of the node that failed."""
+    def on_error(exc):
+        loc = _failing_user_location(gm, exc.__traceback__)
+        if loc is None:
+            return exc
+        filename, lineno, name = loc
+        return _reraise_at(exc, filename, lineno, name)
+    return on_error
+
+
+def _failing_user_location(gm, tb):
+    node = None
+    while tb is not None:
+        fname = tb.tb_frame.f_code.co_filename
+        if fname.startswith("<ember.fx generated"):
+            import linecache
+            line = linecache.getline(fname, tb.tb_lineno).strip()
+            target = line.split("=", 1)[0].split(":", 1)[0].strip()
+            node = next((n for n in gm.graph.nodes if n.name == target), node)
+        tb = tb.tb_next
+    if node is None:
+        return None
+    stack = node.meta.get("stack") or []
+    for frame in stack:   # innermost first: the first frame of the user's own code
+        if not skip.is_ember_internal(frame[0]):
+            return frame
+    return stack[-1] if stack else None
+
+
+def _reraise_at(exc, filename, lineno, name):
+    src = "\n" * (lineno - 1) + "raise __ember_exc__"
+    code = compile(src, filename, "exec").replace(co_name=name)
+    try:
+        exec(code, {"__ember_exc__": exc})
+    except BaseException as e:   # noqa: BLE001 - it is exc, now with the frame
+        return e.with_traceback(e.__traceback__)
+    return exc
+
+
+_warned = set()
+
+
+def _warn_once(code, reason, message):
+    key = (code, reason)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+def reset_warnings():
+    _warned.clear()

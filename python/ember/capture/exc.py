@@ -1,0 +1,28 @@
+"""Why capture stopped, and how often."""
+from __future__ import annotations
+
+import collections
+
+
+class Unsupported(Exception):
+    """The interpreter met something it cannot put in a graph; the frame runs in CPython
+    instead (or, with fullgraph=True / strict mode, the user gets this error)."""
+
+    def __init__(self, reason: str, location: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.location = location
+
+    def __str__(self):
+        if self.location:
+            return f"{self.reason} (at {self.location})"
+        return self.reason
+
+
+class CaptureError(RuntimeError):
+    """Raised instead of falling back when fullgraph=True or strict mode is on."""
+
+
+# counters["unsupported"][reason] -> count, counters["stats"][...] -> count, as
+# torch._dynamo.utils.counters
+counters = collections.defaultdict(collections.Counter)

@@ -1,0 +1,1060 @@
+"""The bytecode interpreter: runs a frame's CPython 3.11 bytecode on symbolic values and
+records its tensor operations into an FX graph.
+
+Python values that are not tensors are evaluated for real (constant folding, loops over
+known sequences, calls of plain Python functions, which are inlined); tensor operations
+run on fake (meta) tensors, so shapes, dtypes and errors are the eager ones, and each
+becomes a graph node. Every value read from outside the frame (arguments, globals,
+closures, module attributes) is guarded, so a cached graph is reused only when those
+values are what they were. Anything else raises Unsupported; the caller then runs the
+frame in CPython.
+"""
+from __future__ import annotations
+
+import dis
+import inspect
+import operator
+import types
+
+from .. import _C
+from .. import fx
+from .exc import Unsupported
+from .guards import GuardSet
+from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
+    ClosureSource, ObjectSource
+from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
+                        CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
+                        ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
+                        TensorMethodVar, TensorVar, TupleVar, VariableTracker,
+                        constant_args, is_constant)
+
+MAX_INLINE_DEPTH = 32
+MAX_INSTRUCTIONS = 200_000
+
+_BINARY = {
+    0: operator.add, 1: operator.and_, 2: operator.floordiv, 3: operator.lshift,
+    4: operator.matmul, 5: operator.mul, 6: operator.mod, 7: operator.or_, 8: operator.pow,
+    9: operator.rshift, 10: operator.sub, 11: operator.truediv, 12: operator.xor,
+    13: operator.iadd, 14: operator.iand, 15: operator.ifloordiv, 16: operator.ilshift,
+    17: operator.imatmul, 18: operator.imul, 19: operator.imod, 20: operator.ior,
+    21: operator.ipow, 22: operator.irshift, 23: operator.isub, 24: operator.itruediv,
+    25: operator.ixor,
+}
+_INPLACE_TO_PURE = {
+    operator.iadd: operator.add, operator.iand: operator.and_,
+    operator.ifloordiv: operator.floordiv, operator.ilshift: operator.lshift,
+    operator.imatmul: operator.matmul, operator.imul: operator.mul,
+    operator.imod: operator.mod, operator.ior: operator.or_, operator.ipow: operator.pow,
+    operator.irshift: operator.rshift, operator.isub: operator.sub,
+    operator.itruediv: operator.truediv, operator.ixor: operator.xor,
+}
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, ">=": operator.ge}
+
+# Tensor attributes that are metadata: answered from the fake tensor as constants.
+_META_ATTRS = {"shape", "dtype", "ndim", "requires_grad", "is_leaf", "is_cuda",
+               "is_sparse", "is_quantized", "layout"}
+_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride",
+                 "is_contiguous", "element_size", "is_floating_point", "is_complex",
+                 "storage_offset", "get_device"}
+_UNSUPPORTED_METHODS = {
+    "item": "Tensor.item() (a Python number from tensor data)",
+    "tolist": "Tensor.tolist() (Python data from tensor data)",
+    "numpy": "Tensor.numpy()", "__array__": "conversion to a NumPy array",
+    "backward": "Tensor.backward() inside a compiled function",
+    "data_ptr": "Tensor.data_ptr()", "register_hook": "Tensor.register_hook()",
+    "retain_grad": "Tensor.retain_grad()", "requires_grad_": "Tensor.requires_grad_()",
+}
+_VIEW_METHODS = {"view", "reshape", "permute", "transpose", "t", "expand", "expand_as",
+                 "unsqueeze", "squeeze", "select", "slice", "alias", "detach", "flatten",
+                 "unflatten", "narrow", "view_as", "as_strided", "contiguous", "T", "mT",
+                 "unbind", "split", "chunk", "movedim", "swapaxes", "diagonal"}
+
+
+def _is_ember_file(filename: str) -> bool:
+    from . import skip
+    return skip.is_ember_internal(filename)
+
+
+class OutputGraph:
+    """What a capture produces: the FX graph, its inputs (with sources) and the guards."""
+
+    def __init__(self, code):
+        self.code = code
+        self.graph = fx.Graph()
+        self.inputs = []              # [(source, placeholder node, real value)]
+        self.tensor_vars = {}         # id(real tensor) -> TensorVar (one input per object)
+        self.guards = GuardSet()
+        self.keepalive = []           # real input objects, so ids stay unique
+        self.nodes_by_line = {}
+        self._first_op = None
+
+    def add_input(self, value, source) -> TensorVar:
+        known = self.tensor_vars.get(id(value))
+        if known is not None:
+            return known
+        name = _placeholder_name(source)
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is not None:
+            with self.graph.inserting_before(first):
+                node = self.graph.placeholder(name)
+        else:
+            node = self.graph.placeholder(name)
+        fake = _fake_of(value)
+        node.meta["example_value"] = fake
+        node.meta["source"] = source.name()
+        tv = TensorVar(node, fake, source, from_input=True)
+        tv.real_type = type(value)
+        self.tensor_vars[id(value)] = tv
+        self.inputs.append((source, node, value))
+        self.keepalive.append(value)
+        return tv
+
+
+def _placeholder_name(source) -> str:
+    raw = source.name() if source is not None else "input"
+    out = "".join(c if c.isalnum() else "_" for c in raw).strip("_") or "input"
+    if out[0].isdigit():
+        out = "_" + out
+    return "L_" + out if isinstance(source, LocalSource) else out
+
+
+def _fake_of(t):
+    fake = _C._meta_tensor(tuple(t.shape), t.dtype, t.stride())
+    if t.requires_grad:
+        fake.requires_grad_(True)
+    return fake
+
+
+class _MetaMode:
+    """Runs ops on fake tensors: meta mode, grad mode as the caller's."""
+
+    def __enter__(self):
+        self._prev = _C._set_mode(_C.MODE_META)
+
+    def __exit__(self, *exc):
+        _C._set_mode(*self._prev)
+        return False
+
+
+class Translator:
+    """Interprets one code object (the frame's, or an inlined function's)."""
+
+    def __init__(self, code, f_globals, f_builtins, locals_, cells, output: OutputGraph,
+                 parent=None, globals_source_root=None):
+        self.code = code
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins
+        self.locals = locals_
+        self.cells = cells             # name -> CellVar (cellvars and freevars)
+        self.output = output
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.globals_root = globals_source_root   # None: the frame's own globals
+        self.stack = []
+        self.kw_names = None
+        self.instructions = list(dis.get_instructions(code))
+        self.index_of = {ins.offset: i for i, ins in enumerate(self.instructions)}
+        self.lineno = code.co_firstlineno
+        self.result = None
+
+    # ------------------------------------------------------------ running
+
+    def location(self) -> str:
+        return f"{self.code.co_filename}:{self.lineno} in {self.code.co_name}"
+
+    def user_stack(self):
+        frames, tx = [], self
+        while tx is not None:
+            frames.append((tx.code.co_filename, tx.lineno, tx.code.co_name))
+            tx = tx.parent
+        return frames
+
+    def run(self):
+        ip, steps = 0, 0
+        try:
+            while True:
+                ins = self.instructions[ip]
+                if ins.positions is not None and ins.positions.lineno is not None:
+                    self.lineno = ins.positions.lineno
+                steps += 1
+                if steps > MAX_INSTRUCTIONS:
+                    raise Unsupported("the frame runs too many instructions to capture")
+                handler = getattr(self, ins.opname, None)
+                if handler is None:
+                    raise Unsupported(f"bytecode {ins.opname}")
+                jump = handler(ins)
+                if ins.opname == "RETURN_VALUE":
+                    return self.result
+                ip = self.index_of[jump] if jump is not None else ip + 1
+        except Unsupported as e:
+            if e.location is None:
+                e.location = self.location()
+            raise
+
+    def push(self, v):
+        self.stack.append(v)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def popn(self, n):
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    # ------------------------------------------------------------ wrapping real values
+
+    def guard(self, kind, source, value=None):
+        if source is not None and not self._trusted(source):
+            self.output.guards.add(kind, source, value)
+
+    def _trusted(self, source):
+        """Values ember's own modules read from their globals are not guarded."""
+        root = source
+        while hasattr(root, "base"):
+            root = root.base
+        if isinstance(root, ObjectSource) and isinstance(root.obj, dict):
+            return _is_ember_file(root.obj.get("__file__", "") or "")
+        return False
+
+    def wrap(self, value, source) -> VariableTracker:
+        """A VT for a real value read from `source` (None: no way to fetch it again)."""
+        if isinstance(value, _C.Tensor):
+            if source is None:
+                raise Unsupported("a tensor the compiled code could not fetch again "
+                                  "(no source)")
+            self.guard("TENSOR_MATCH", source, value)
+            return self.output.add_input(value, source)
+        if is_constant(value):
+            self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
+                       source, value)
+            return ConstVar(value, source)
+        if isinstance(value, _module_type()):
+            self.guard("TYPE_MATCH", source, type(value))
+            return ModuleVar(value, source)
+        if isinstance(value, _C.Op):
+            self.guard("ID_MATCH", source, value)
+            return OpVar(value, source)
+        if isinstance(value, (tuple, list)):
+            self.guard("TYPE_MATCH", source, type(value))
+            self.guard("LEN_MATCH", source, len(value))
+            items = [self.wrap(v, ItemSource(source, i) if source is not None else None)
+                     for i, v in enumerate(value)]
+            if isinstance(value, list):
+                return ListVar(items, source)
+            fields = getattr(type(value), "_fields", None)
+            return TupleVar(items, source, fields=list(fields) if fields else None)
+        if type(value) is dict:
+            if not all(is_constant(k) for k in value):
+                raise Unsupported("a dict with non-constant keys")
+            self.guard("TYPE_MATCH", source, dict)
+            self.guard("DICT_KEYS", source, tuple(value.keys()))
+            return DictVar({k: self.wrap(v, DictSource(source, k) if source is not None
+                                         else None) for k, v in value.items()}, source)
+        if isinstance(value, types.FunctionType):
+            self.guard("ID_MATCH", source, value)
+            return FunctionVar(value, source)
+        if isinstance(value, types.ModuleType):
+            self.guard("ID_MATCH", source, value)
+            return PythonModuleVar(value, source)
+        if isinstance(value, types.MethodType) and isinstance(value.__func__,
+                                                              types.FunctionType):
+            self.guard("ID_MATCH", source, value.__func__)   # the function
+            self_var = self.wrap(value.__self__, AttrSource(source, "__self__")
+                                 if source is not None else None)
+            return BoundMethodVar(value.__func__, self_var)
+        if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
+                value in _pure_builtin_ids():
+            self.guard("ID_MATCH", source, value)
+            return BuiltinVar(value, source)
+        self.guard("ID_MATCH", source, value)
+        return ObjectVar(value, source)
+
+    def wrap_constant_result(self, value):
+        if is_constant(value):
+            return ConstVar(value)
+        raise Unsupported(f"a {type(value).__name__} computed from constants")
+
+    # ------------------------------------------------------------ tensor operations
+
+    def fake_of(self, v):
+        if isinstance(v, TensorVar):
+            return v.fake
+        if isinstance(v, ConstVar):
+            return v.value
+        if isinstance(v, TupleVar):
+            return tuple(self.fake_of(i) for i in v.items)
+        if isinstance(v, ListVar):
+            return [self.fake_of(i) for i in v.items]
+        if isinstance(v, DictVar):
+            return {k: self.fake_of(i) for k, i in v.items.items()}
+        if isinstance(v, (OpVar, ObjectVar)) and v.is_constant():
+            return v.as_constant()
+        raise Unsupported(f"passing {v} to a tensor operation")
+
+    def node_arg(self, v):
+        if isinstance(v, TensorVar):
+            return v.node
+        if isinstance(v, ConstVar):
+            return v.value
+        if isinstance(v, TupleVar):
+            return tuple(self.node_arg(i) for i in v.items)
+        if isinstance(v, ListVar):
+            return [self.node_arg(i) for i in v.items]
+        if isinstance(v, DictVar):
+            return {k: self.node_arg(i) for k, i in v.items.items()}
+        if isinstance(v, OpVar):
+            return v.value
+        raise Unsupported(f"passing {v} to a tensor operation")
+
+    def call_op(self, target, args, kwargs, method=False):
+        """Records target(*args, **kwargs) (or args[0].<target>(...)) as a node, with its
+        result computed on fake tensors."""
+        name = target if method else getattr(target, "__name__", str(target))
+        inplace = (method and name.endswith("_") and not name.startswith("_")) or \
+            target in _INPLACE_TO_PURE or (isinstance(target, _C.Op) and target.inplace)
+        if inplace:
+            t = args[0]
+            if isinstance(t, TensorVar) and t.from_input:
+                raise Unsupported(f"in-place {name} on an input of the compiled function "
+                                  "(or a view of one)")
+        fake_args = [self.fake_of(a) for a in args]
+        fake_kwargs = {k: self.fake_of(v) for k, v in kwargs.items()}
+        try:
+            with _MetaMode():
+                if method:
+                    result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    result = target(*fake_args, **fake_kwargs)
+        except Unsupported:
+            raise
+        except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
+            raise Unsupported(f"{name} raised {type(e).__name__} on its inputs: {e}") \
+                from None
+        node_args = tuple(self.node_arg(a) for a in args)
+        node_kwargs = {k: self.node_arg(v) for k, v in kwargs.items()}
+        graph = self.output.graph
+        if method:
+            node = graph.call_method(target, node_args, node_kwargs)
+        else:
+            node = graph.call_function(target, node_args, node_kwargs)
+        node.meta["stack"] = self.user_stack()
+        node.stack_trace = "".join(f'File "{f}", line {ln}, in {fn}\n'
+                                   for f, ln, fn in reversed(node.meta["stack"]))
+        view = (method and target in _VIEW_METHODS) or target is operator.getitem or \
+            (isinstance(target, _C.Op) and target.entry.kind == _C.KIND_VIEW)
+        from_input = view and any(isinstance(a, TensorVar) and a.from_input for a in args)
+        return self.wrap_result(node, result, from_input)
+
+    def wrap_result(self, node, value, from_input=False):
+        node.meta.setdefault("example_value", value)
+        if isinstance(value, _C.Tensor):
+            tv = TensorVar(node, value, from_input=from_input)
+            tv.real_type = _C.Tensor
+            return tv
+        if isinstance(value, tuple):
+            items = []
+            for i, v in enumerate(value):
+                item = self.output.graph.call_function(operator.getitem, (node, i), {})
+                item.meta["stack"] = node.meta.get("stack")
+                items.append(self.wrap_result(item, v, from_input))
+            fields = getattr(type(value), "_fields", None) or \
+                getattr(type(value), "__match_args__", None)
+            return TupleVar(items, fields=list(fields) if fields else None)
+        if value is None or is_constant(value):
+            return ConstVar(value)
+        raise Unsupported(f"an operation returned a {type(value).__name__}")
+
+    def tensor_getattr(self, tv, name):
+        if name in _UNSUPPORTED_METHODS:
+            raise Unsupported(_UNSUPPORTED_METHODS[name])
+        if name in _META_ATTRS:
+            return ConstVar(getattr(tv.fake, name))
+        if name == "device":
+            from ..device import device
+            return ConstVar(device("cpu"))
+        if name in ("grad", "grad_fn", "data", "_version", "_base"):
+            raise Unsupported(f"Tensor.{name} inside a compiled function")
+        attr = inspect.getattr_static(_C.Tensor, name, None)
+        if isinstance(attr, _C.Op):
+            return TensorMethodVar(tv, name)
+        if name in _META_METHODS:
+            return _MetaMethodVar(tv, name)
+        if name in ("detach",):
+            return TensorMethodVar(tv, name)
+        if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+            return BoundMethodVar(attr.fget, tv).call(self, [], {})
+        if isinstance(attr, types.FunctionType):
+            return BoundMethodVar(attr, tv)
+        raise Unsupported(f"Tensor.{name}")
+
+    # ------------------------------------------------------------ calls
+
+    def call_function(self, fn, args, kwargs):
+        return fn.call(self, args, kwargs)
+
+    def inline_call(self, fvar: FunctionVar, args, kwargs):
+        fn = fvar.value
+        code = fn.__code__
+        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                            inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
+            raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Unsupported("inlining too deep (recursion?)")
+        tx = self
+        while tx is not None:
+            if tx.code is code:
+                raise Unsupported(f"recursive call of {fn.__qualname__}")
+            tx = tx.parent
+        try:
+            sig = inspect.signature(fn)
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"calling {fn.__qualname__}: {e}") from None
+        locals_ = {}
+        for pname, param in sig.parameters.items():
+            if pname in bound.arguments:
+                v = bound.arguments[pname]
+                if param.kind == param.VAR_POSITIONAL:
+                    v = TupleVar(list(v))
+                elif param.kind == param.VAR_KEYWORD:
+                    v = DictVar(dict(v))
+                locals_[pname] = v
+            elif param.kind == param.VAR_POSITIONAL:
+                locals_[pname] = TupleVar([])
+            elif param.kind == param.VAR_KEYWORD:
+                locals_[pname] = DictVar({})
+            else:
+                default = param.default
+                if isinstance(default, VariableTracker):
+                    locals_[pname] = default
+                elif is_constant(default):
+                    locals_[pname] = ConstVar(default)
+                else:
+                    locals_[pname] = self.wrap(default, None)
+        cells = {}
+        for name in code.co_cellvars:
+            cells[name] = CellVar(locals_.get(name))
+        if code.co_freevars:
+            if fvar.closure is not None:
+                for name, cell in zip(code.co_freevars, fvar.closure):
+                    cells[name] = cell
+            else:
+                for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__)):
+                    src = None
+                    if fvar.source is not None:
+                        src = AttrSource(ItemSource(AttrSource(fvar.source, "__closure__"), i),
+                                         "cell_contents")
+                    try:
+                        contents = cell.cell_contents
+                    except ValueError:
+                        raise Unsupported(f"closure variable {name} is not set") from None
+                    cells[name] = CellVar(self.wrap(contents, src))
+        groot = ObjectSource(fn.__globals__, f"{fn.__module__}.__dict__") \
+            if fn.__globals__ is not self.output_frame_globals() else None
+        child = Translator(code, fn.__globals__, self.f_builtins, locals_, cells, self.output,
+                           parent=self, globals_source_root=groot)
+        return child.run()
+
+    def output_frame_globals(self):
+        tx = self
+        while tx.parent is not None:
+            tx = tx.parent
+        return tx.f_globals
+
+    def call_module(self, mvar: ModuleVar, args, kwargs):
+        m = mvar.value
+        d = object.__getattribute__(m, "__dict__")
+        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks"):
+            table = d.get(hooks)
+            if table:
+                raise Unsupported(f"module {type(m).__name__} has {hooks.strip('_')}")
+            if table is not None and mvar.source is not None:
+                self.guard("LEN_MATCH", AttrSource(mvar.source, hooks), 0)
+        if "forward" in d:
+            raise Unsupported("a module whose forward was replaced on the instance")
+        forward = inspect.getattr_static(type(m), "forward", None)
+        if not isinstance(forward, types.FunctionType):
+            raise Unsupported(f"module {type(m).__name__} has no Python forward")
+        return FunctionVar(forward).call(self, [mvar] + list(args), kwargs)
+
+    def call_builtin(self, fn, args, kwargs):
+        consts = constant_args(args, kwargs)
+        if fn is len:
+            (a,) = args
+            if isinstance(a, TensorVar):
+                if a.fake.ndim == 0:
+                    raise Unsupported("len() of a 0-d tensor")
+                return ConstVar(a.fake.shape[0])
+            if isinstance(a, (SequenceVar, DictVar)):
+                return ConstVar(len(a.items))
+            if isinstance(a, ModuleVar):
+                return ConstVar(len(a.value))
+        if fn is isinstance or fn is issubclass:
+            obj, cls = args
+            cls = cls.as_constant()
+            if fn is isinstance:
+                t = getattr(obj, "real_type", None) or obj.python_type()
+                return ConstVar(issubclass(t, cls))
+        if fn is type and len(args) == 1 and not kwargs:
+            a = args[0]
+            t = getattr(a, "real_type", None) or a.python_type()
+            return ObjectVar(t)
+        if fn in (getattr, hasattr) and 2 <= len(args) <= 3:
+            obj, name = args[0], args[1].as_constant()
+            try:
+                v = obj.getattr(self, name)
+                return ConstVar(True) if fn is hasattr else v
+            except Unsupported:
+                if fn is hasattr or len(args) == 3:
+                    # only constants can answer 'no such attribute' safely
+                    if obj.is_constant():
+                        value = obj.as_constant()
+                        has = hasattr(value, name)
+                        if fn is hasattr:
+                            return ConstVar(has)
+                        return args[2] if not has else self.wrap_constant_result(
+                            getattr(value, name))
+                raise
+        if fn in (tuple, list) and len(args) == 1 and not kwargs:
+            items = args[0].unpack(self)
+            return TupleVar(items) if fn is tuple else ListVar(items)
+        if fn is enumerate and not kwargs:
+            start = args[1].as_constant() if len(args) > 1 else 0
+            return ListVar([TupleVar([ConstVar(i + start), v])
+                            for i, v in enumerate(args[0].unpack(self))])
+        if fn is zip and not kwargs:
+            seqs = [a.unpack(self) for a in args]
+            return ListVar([TupleVar(list(t)) for t in zip(*seqs)])
+        if fn is reversed and not kwargs:
+            return ListVar(list(reversed(args[0].unpack(self))))
+        if fn is dict and not args:
+            return DictVar(kwargs)
+        if fn is print:
+            raise Unsupported("print() inside a compiled function")
+        if consts is not None and fn in _pure_builtin_ids():
+            cargs, ckwargs = consts
+            try:
+                value = fn(*cargs, **ckwargs)
+            except Exception as e:   # noqa: BLE001 - eager would raise it; run eager
+                raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {e!r}") from None
+            return self.wrap_constant_result(value)
+        if any(isinstance(a, TensorVar) for a in args):
+            if fn in (abs,) or getattr(fn, "__module__", None) in ("_operator", "operator"):
+                return self.call_op(fn, args, kwargs)
+            if fn in (min, max, sum, int, float, bool):
+                raise Unsupported(f"{fn.__name__}() of a tensor (needs its data)")
+        raise Unsupported(f"calling builtin {getattr(fn, '__qualname__', fn)}")
+
+    # ------------------------------------------------------------ opcodes
+
+    def NOP(self, ins):
+        pass
+
+    RESUME = NOP
+    PRECALL = NOP
+    CACHE = NOP
+    EXTENDED_ARG = NOP
+    MAKE_CELL = NOP          # cells are made before the run starts
+    COPY_FREE_VARS = NOP
+
+    def POP_TOP(self, ins):
+        self.pop()
+
+    def PUSH_NULL(self, ins):
+        self.push(NullVar())
+
+    def COPY(self, ins):
+        self.push(self.stack[-ins.arg])
+
+    def SWAP(self, ins):
+        i = ins.arg
+        self.stack[-1], self.stack[-i] = self.stack[-i], self.stack[-1]
+
+    def LOAD_CONST(self, ins):
+        value = ins.argval
+        if isinstance(value, types.CodeType):
+            self.push(ObjectVar(value))
+        else:
+            self.push(ConstVar(value))
+
+    def LOAD_FAST(self, ins):
+        name = ins.argval
+        if name in self.cells and name not in self.locals:
+            self.push(self.cells[name].content)
+            return
+        if name not in self.locals:
+            raise Unsupported(f"local variable {name!r} read before assignment")
+        self.push(self.locals[name])
+
+    def STORE_FAST(self, ins):
+        self.locals[ins.argval] = self.pop()
+
+    def DELETE_FAST(self, ins):
+        self.locals.pop(ins.argval, None)
+
+    def LOAD_DEREF(self, ins):
+        cell = self.cells.get(ins.argval)
+        if cell is None or cell.content is None:
+            raise Unsupported(f"free variable {ins.argval!r} read before assignment")
+        self.push(cell.content)
+
+    def STORE_DEREF(self, ins):
+        cell = self.cells.get(ins.argval)
+        if cell is None:
+            raise Unsupported(f"STORE_DEREF {ins.argval}")
+        if self.parent is None and ins.argval in self.code.co_freevars:
+            raise Unsupported("assigning a nonlocal variable of an enclosing function")
+        cell.content = self.pop()
+
+    def LOAD_CLOSURE(self, ins):
+        self.push(self.cells[ins.argval])
+
+    def LOAD_GLOBAL(self, ins):
+        if ins.arg & 1:
+            self.push(NullVar())
+        name = ins.argval
+        self.push(self.load_global(name))
+
+    def load_global(self, name):
+        if name in self.f_globals:
+            if self.globals_root is None:
+                src = GlobalSource(name)
+            else:
+                src = DictSource(self.globals_root, name)
+            return self.wrap(self.f_globals[name], src)
+        builtins_ = self.f_builtins if isinstance(self.f_builtins, dict) else \
+            vars(self.f_builtins)
+        if name in builtins_:
+            value = builtins_[name]
+            return self.wrap(value, None) if not callable(value) or is_constant(value) \
+                else BuiltinVar(value)
+        raise Unsupported(f"name {name!r} is not defined")
+
+    def STORE_GLOBAL(self, ins):
+        raise Unsupported(f"assigning global {ins.argval!r}")
+
+    def LOAD_ATTR(self, ins):
+        obj = self.pop()
+        self.push(obj.getattr(self, ins.argval))
+
+    def LOAD_METHOD(self, ins):
+        obj = self.pop()
+        self.push(NullVar())
+        self.push(obj.getattr(self, ins.argval))
+
+    def STORE_ATTR(self, ins):
+        raise Unsupported(f"assigning attribute {ins.argval!r}")
+
+    def KW_NAMES(self, ins):
+        self.kw_names = ins.argval
+
+    def CALL(self, ins):
+        argc = ins.arg
+        args = self.popn(argc)
+        fn = self.pop()
+        below = self.pop()
+        if not isinstance(below, NullVar):
+            args = [fn] + args
+            fn = below
+        kwargs = {}
+        if self.kw_names:
+            n = len(self.kw_names)
+            kwargs = dict(zip(self.kw_names, args[-n:]))
+            args = args[:-n]
+            self.kw_names = None
+        self.push(fn.call(self, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, ins):
+        kwargs = self.pop() if ins.arg & 1 else DictVar({})
+        args = self.pop()
+        fn = self.pop()
+        below = self.pop()
+        if not isinstance(below, NullVar):
+            raise Unsupported("CALL_FUNCTION_EX on a method")
+        if not isinstance(kwargs, DictVar):
+            raise Unsupported("**kwargs that are not a dict")
+        self.push(fn.call(self, args.unpack(self), dict(kwargs.items)))
+
+    def MAKE_FUNCTION(self, ins):
+        code = self.pop().as_constant()
+        flags = ins.arg
+        closure = self.pop() if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop()   # annotations
+        kwdefaults = self.pop() if flags & 0x02 else None
+        defaults = self.pop() if flags & 0x01 else None
+        fn = types.FunctionType(code, self.f_globals, code.co_name)
+        if defaults is not None:
+            fn.__defaults__ = tuple(_SymbolicDefault(v) for v in defaults.unpack(self))
+        if kwdefaults is not None:
+            fn.__kwdefaults__ = {k: _SymbolicDefault(v) for k, v in kwdefaults.items.items()}
+        cells = closure.unpack(self) if closure is not None else None
+        self.push(_LocalFunctionVar(fn, closure=cells, globals_root=self.globals_root))
+
+    def RETURN_VALUE(self, ins):
+        self.result = self.pop()
+
+    # binary, unary, compare
+
+    def BINARY_OP(self, ins):
+        b = self.pop()
+        a = self.pop()
+        fn = _BINARY[ins.arg]
+        self.push(self.binary(fn, a, b))
+
+    def binary(self, fn, a, b):
+        if a.is_constant() and b.is_constant() and not isinstance(a, (ModuleVar,)):
+            pure = _INPLACE_TO_PURE.get(fn, fn)
+            try:
+                return self.wrap_constant_result(pure(a.as_constant(), b.as_constant()))
+            except Unsupported:
+                raise
+            except Exception as e:   # noqa: BLE001
+                raise Unsupported(f"{pure.__name__} raised {e!r}") from None
+        if isinstance(a, TensorVar) or isinstance(b, TensorVar):
+            return self.call_op(fn, [a, b], {})
+        if isinstance(a, SequenceVar) and isinstance(b, SequenceVar) and \
+                fn in (operator.add, operator.iadd):
+            cls = ListVar if isinstance(a, ListVar) else TupleVar
+            if fn is operator.iadd and isinstance(a, ListVar):
+                a.items.extend(b.items)
+                return a
+            return cls(a.items + b.items)
+        if isinstance(a, SequenceVar) and b.is_constant() and fn is operator.mul:
+            return type(a)(a.items * b.as_constant())
+        raise Unsupported(f"{fn.__name__} of {a} and {b}")
+
+    def BINARY_SUBSCR(self, ins):
+        key = self.pop()
+        obj = self.pop()
+        self.push(self.subscript(obj, key))
+
+    def subscript(self, obj, key):
+        if isinstance(obj, TensorVar):
+            return self.call_op(operator.getitem, [obj, key], {})
+        if isinstance(obj, SequenceVar) and key.is_constant():
+            k = key.as_constant()
+            if isinstance(k, slice):
+                return type(obj)(obj.items[k])
+            return obj.items[k]
+        if isinstance(obj, DictVar) and key.is_constant():
+            k = key.as_constant()
+            if k not in obj.items:
+                raise Unsupported(f"KeyError {k!r}")
+            return obj.items[k]
+        if isinstance(obj, ModuleVar) and key.is_constant():
+            k = key.as_constant()
+            items = obj.unpack(self)
+            return items[k] if not isinstance(k, slice) else ListVar(items[k])
+        if obj.is_constant() and key.is_constant():
+            return self.wrap_constant_result(obj.as_constant()[key.as_constant()])
+        raise Unsupported(f"subscript of {obj} with {key}")
+
+    def STORE_SUBSCR(self, ins):
+        key = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        if isinstance(obj, ListVar) and key.is_constant():
+            obj.items[key.as_constant()] = value
+        elif isinstance(obj, DictVar) and key.is_constant():
+            obj.items[key.as_constant()] = value
+        elif isinstance(obj, TensorVar):
+            if obj.from_input:
+                raise Unsupported("item assignment into an input of the compiled function")
+            self.call_op(operator.setitem, [obj, key, value], {})
+        else:
+            raise Unsupported(f"item assignment into {obj}")
+
+    def BUILD_SLICE(self, ins):
+        parts = self.popn(ins.arg)
+        if not all(p.is_constant() for p in parts):
+            raise Unsupported("a slice with non-constant bounds")
+        self.push(ConstVar(slice(*[p.as_constant() for p in parts])))
+
+    def UNARY_NEGATIVE(self, ins):
+        self.push(self.unary(operator.neg, self.pop()))
+
+    def UNARY_POSITIVE(self, ins):
+        self.push(self.unary(operator.pos, self.pop()))
+
+    def UNARY_INVERT(self, ins):
+        self.push(self.unary(operator.invert, self.pop()))
+
+    def unary(self, fn, a):
+        if a.is_constant():
+            return self.wrap_constant_result(fn(a.as_constant()))
+        if isinstance(a, TensorVar):
+            return self.call_op(fn, [a], {})
+        raise Unsupported(f"{fn.__name__} of {a}")
+
+    def UNARY_NOT(self, ins):
+        self.push(ConstVar(not self.pop().truth(self)))
+
+    def COMPARE_OP(self, ins):
+        b = self.pop()
+        a = self.pop()
+        fn = _COMPARE[ins.argval]
+        if a.is_constant() and b.is_constant():
+            self.push(self.wrap_constant_result(fn(a.as_constant(), b.as_constant())))
+        elif isinstance(a, TensorVar) or isinstance(b, TensorVar):
+            self.push(self.call_op(fn, [a, b], {}))
+        else:
+            raise Unsupported(f"comparing {a} and {b}")
+
+    def IS_OP(self, ins):
+        b = self.pop()
+        a = self.pop()
+        if a.is_constant() and b.is_constant():
+            r = a.as_constant() is b.as_constant()
+        elif isinstance(b, ConstVar) and b.value is None:
+            r = False     # a tensor, container or object is not None
+        elif a is b:
+            r = True
+        else:
+            raise Unsupported(f"'is' between {a} and {b}")
+        self.push(ConstVar(r != bool(ins.arg)))
+
+    def CONTAINS_OP(self, ins):
+        container = self.pop()
+        item = self.pop()
+        if isinstance(container, DictVar) and item.is_constant():
+            r = item.as_constant() in container.items
+        elif container.is_constant() and item.is_constant():
+            r = item.as_constant() in container.as_constant()
+        elif isinstance(container, SequenceVar) and item.is_constant() and \
+                container.is_constant():
+            r = item.as_constant() in [i.as_constant() for i in container.items]
+        else:
+            raise Unsupported(f"'in' with {container}")
+        self.push(ConstVar(r != bool(ins.arg)))
+
+    # containers
+
+    def BUILD_TUPLE(self, ins):
+        self.push(TupleVar(self.popn(ins.arg)))
+
+    def BUILD_LIST(self, ins):
+        self.push(ListVar(self.popn(ins.arg)))
+
+    def BUILD_MAP(self, ins):
+        items = self.popn(2 * ins.arg)
+        d = {}
+        for k, v in zip(items[::2], items[1::2]):
+            d[k.as_constant()] = v
+        self.push(DictVar(d))
+
+    def BUILD_CONST_KEY_MAP(self, ins):
+        keys = self.pop().as_constant()
+        values = self.popn(ins.arg)
+        self.push(DictVar(dict(zip(keys, values))))
+
+    def LIST_APPEND(self, ins):
+        v = self.pop()
+        self.stack[-ins.arg].items.append(v)
+
+    def LIST_EXTEND(self, ins):
+        v = self.pop()
+        self.stack[-ins.arg].items.extend(v.unpack(self))
+
+    def LIST_TO_TUPLE(self, ins):
+        self.push(TupleVar(self.pop().items))
+
+    def DICT_MERGE(self, ins):
+        v = self.pop()
+        if not isinstance(v, DictVar):
+            raise Unsupported("** of a non-dict")
+        self.stack[-ins.arg].items.update(v.items)
+
+    DICT_UPDATE = DICT_MERGE
+
+    def MAP_ADD(self, ins):
+        v = self.pop()
+        k = self.pop()
+        self.stack[-ins.arg].items[k.as_constant()] = v
+
+    def UNPACK_SEQUENCE(self, ins):
+        items = self.pop().unpack(self)
+        if len(items) != ins.arg:
+            raise Unsupported(f"unpacking {len(items)} values into {ins.arg}")
+        for v in reversed(items):
+            self.push(v)
+
+    def UNPACK_EX(self, ins):
+        items = self.pop().unpack(self)
+        before, after = ins.arg & 0xFF, ins.arg >> 8
+        if len(items) < before + after:
+            raise Unsupported("not enough values to unpack")
+        middle = items[before:len(items) - after]
+        out = items[:before] + [ListVar(middle)] + items[len(items) - after:]
+        for v in reversed(out):
+            self.push(v)
+
+    def FORMAT_VALUE(self, ins):
+        fmt_spec = self.pop().as_constant() if (ins.arg & 0x04) else ""
+        v = self.pop()
+        if not v.is_constant():
+            raise Unsupported(f"formatting {v} into a string")
+        conv = {0x01: str, 0x02: repr, 0x03: ascii}.get(ins.arg & 0x03)
+        value = v.as_constant()
+        if conv is not None:
+            value = conv(value)
+        self.push(ConstVar(format(value, fmt_spec)))
+
+    def BUILD_STRING(self, ins):
+        parts = self.popn(ins.arg)
+        self.push(ConstVar("".join(p.as_constant() for p in parts)))
+
+    # control flow
+
+    def GET_ITER(self, ins):
+        v = self.pop()
+        if isinstance(v, IteratorVar):
+            self.push(v)
+            return
+        self.push(IteratorVar(v.unpack(self)))
+
+    def FOR_ITER(self, ins):
+        it = self.stack[-1]
+        nxt = it.next()
+        if nxt is None:
+            self.pop()
+            return ins.argval
+        self.push(nxt)
+
+    def JUMP_FORWARD(self, ins):
+        return ins.argval
+
+    JUMP_BACKWARD = JUMP_FORWARD
+    JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
+
+    def _pop_jump(self, ins, when):
+        v = self.pop()
+        if v.truth(self) == when:
+            return ins.argval
+
+    def POP_JUMP_FORWARD_IF_TRUE(self, ins):
+        return self._pop_jump(ins, True)
+
+    def POP_JUMP_FORWARD_IF_FALSE(self, ins):
+        return self._pop_jump(ins, False)
+
+    POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_FORWARD_IF_TRUE
+    POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_FORWARD_IF_FALSE
+
+    def _none_jump(self, ins, when_none):
+        v = self.pop()
+        is_none = isinstance(v, ConstVar) and v.value is None
+        if is_none == when_none:
+            return ins.argval
+
+    def POP_JUMP_FORWARD_IF_NONE(self, ins):
+        return self._none_jump(ins, True)
+
+    def POP_JUMP_FORWARD_IF_NOT_NONE(self, ins):
+        return self._none_jump(ins, False)
+
+    POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_FORWARD_IF_NONE
+    POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_FORWARD_IF_NOT_NONE
+
+    def JUMP_IF_TRUE_OR_POP(self, ins):
+        if self.stack[-1].truth(self):
+            return ins.argval
+        self.pop()
+
+    def JUMP_IF_FALSE_OR_POP(self, ins):
+        if not self.stack[-1].truth(self):
+            return ins.argval
+        self.pop()
+
+    def LOAD_ASSERTION_ERROR(self, ins):
+        raise Unsupported("a failing assert")
+
+    def RAISE_VARARGS(self, ins):
+        raise Unsupported("raise statement reached")
+
+
+class _MetaMethodVar(VariableTracker):
+    """tensor.size(), .dim(), ...: answered from the fake tensor."""
+
+    def __init__(self, tv, name):
+        self.tv = tv
+        self.name = name
+
+    def call(self, tx, args, kwargs):
+        consts = constant_args(args, kwargs)
+        if consts is None:
+            raise Unsupported(f"Tensor.{self.name} with non-constant arguments")
+        value = getattr(self.tv.fake, self.name)(*consts[0], **consts[1])
+        return tx.wrap_constant_result(value)
+
+
+class _SymbolicDefault:
+    """A default value of a function made by the interpreted code."""
+
+    def __init__(self, var):
+        self.var = var
+
+
+class _LocalFunctionVar(FunctionVar):
+    """A function the interpreted code made (lambda, nested def, comprehension)."""
+
+    def __init__(self, fn, closure, globals_root):
+        super().__init__(fn, None, closure=closure)
+        self.globals_root = globals_root
+
+    def call(self, tx, args, kwargs):
+        fn = self.value
+        if fn.__defaults__ or fn.__kwdefaults__:
+            # defaults made symbolically: bind them as the VTs they are
+            defaults = tuple(d.var for d in (fn.__defaults__ or ()))
+            kwdefaults = {k: d.var for k, d in (fn.__kwdefaults__ or {}).items()}
+            fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, defaults,
+                                    fn.__closure__)
+            fn.__kwdefaults__ = kwdefaults
+            clone = _LocalFunctionVar(fn, self.closure, self.globals_root)
+            return tx.inline_call(clone, args, kwargs)
+        return tx.inline_call(self, args, kwargs)
+
+
+_PURE_IDS = None
+
+
+class _NoModule:
+    pass
+
+
+def _module_type():
+    """ember.nn.Module (the nn package may be absent or importing)."""
+    try:
+        from ..nn import Module
+        return Module
+    except ImportError:
+        return _NoModule
+
+
+def _pure_builtin_ids():
+    global _PURE_IDS
+    if _PURE_IDS is None:
+        _PURE_IDS = _IdSet(PURE_BUILTINS)
+    return _PURE_IDS
+
+
+class _IdSet:
+    def __init__(self, items):
+        self._ids = {id(i) for i in items}
+        self._keep = list(items)
+
+    def __contains__(self, item):
+        return id(item) in self._ids
+
+
+def _is_variable(v):
+    return isinstance(v, VariableTracker)
+
+
+__all__ = ["Translator", "OutputGraph", "Unsupported", "BuiltinMethodVar",
+           "ClosureSource", "LocalSource"]
