@@ -30,8 +30,6 @@ def _vector_norm(x, norm_type):
     return (_abs(x) ** norm_type).sum() ** (1.0 / norm_type)
 
 
-
-
 def _total_norm(grads, norm_type, error_if_nonfinite):
     from ... import tensor
     norm_type = float(norm_type)
