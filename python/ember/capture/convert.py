@@ -52,7 +52,7 @@ def make_callback(ctx: CompileContext):
 
 def convert_frame(frame_info, entries, ctx: CompileContext):
     code = frame_info.code
-    if skip.is_ember_internal(code.co_filename) or code.co_flags & _CODE_FLAGS_SKIP:
+    if skip.should_skip(code) or code.co_flags & _CODE_FLAGS_SKIP:
         return _hook.SKIP
     if entries:
         reason = entries[0][0].check_verbose(frame_info)
@@ -77,6 +77,16 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         if ctx.strict():
             raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
                                f"{code.co_name}: {e.reason} at {e.location}") from None
+        return _hook.SKIP
+    except Exception as e:   # noqa: BLE001 - a converter bug must not break the program
+        reason = f"internal error: {type(e).__name__}: {e}"
+        counters["unsupported"][reason] += 1
+        counters["stats"]["frames_fallback"] += 1
+        if ctx.strict():
+            raise
+        _warn_once(code, reason, f"ember.compile: could not capture {code.co_name} "
+                   f"({code.co_filename}:{code.co_firstlineno}) because of an internal "
+                   f"error; it runs eagerly. {reason}")
         return _hook.SKIP
     gm, getters, spec = build_graph_module(out, ret, code)
     compiled = compile_graph(gm, out, ctx, code)

@@ -17,3 +17,21 @@ def is_ember_internal(filename: str) -> bool:
         return os.path.abspath(filename).startswith(_EMBER_DIR)
     except (TypeError, ValueError):
         return False
+
+
+_NN_DIR = _EMBER_DIR + "nn" + os.sep
+
+
+def should_skip(code) -> bool:
+    """Frames the converter leaves to CPython: Ember's internals, except the forward
+    methods of its nn modules (nn.Sequential's forward is model code, and is what
+    ember.compile(nn.Sequential(...)) must capture)."""
+    filename = code.co_filename
+    if not is_ember_internal(filename):
+        return False
+    if code.co_name == "forward":
+        try:
+            return not os.path.abspath(filename).startswith(_NN_DIR)
+        except (TypeError, ValueError):
+            return True
+    return True

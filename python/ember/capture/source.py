@@ -114,6 +114,9 @@ class ItemSource(Source):
         return root, steps + [("item", self.key)]
 
 
+_MODULE_STORES = ("_parameters", "_buffers", "_modules")
+
+
 @dataclass(frozen=True)
 class DictSource(Source):
     """d[key] read straight from a dict (also a module's _parameters/_modules)."""
@@ -121,6 +124,8 @@ class DictSource(Source):
     key: object
 
     def name(self):
+        if isinstance(self.base, AttrSource) and self.base.attr in _MODULE_STORES:
+            return f"{self.base.base.name()}.{self.key}"   # what the user wrote
         return f"{self.base.name()}[{self.key!r}]"
 
     def _chain(self):

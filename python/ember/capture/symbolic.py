@@ -114,9 +114,14 @@ class OutputGraph:
 def _placeholder_name(source) -> str:
     raw = source.name() if source is not None else "input"
     out = "".join(c if c.isalnum() else "_" for c in raw).strip("_") or "input"
+    while "__" in out:
+        out = out.replace("__", "_")
     if out[0].isdigit():
         out = "_" + out
-    return "L_" + out if isinstance(source, LocalSource) else out
+    root = source
+    while hasattr(root, "base"):
+        root = root.base
+    return ("L_" if isinstance(root, LocalSource) else "G_") + out
 
 
 def _fake_of(t):
@@ -650,7 +655,7 @@ class Translator:
         raise Unsupported(f"assigning attribute {ins.argval!r}")
 
     def KW_NAMES(self, ins):
-        self.kw_names = ins.argval
+        self.kw_names = self.code.co_consts[ins.arg]
 
     def CALL(self, ins):
         argc = ins.arg
