@@ -573,7 +573,8 @@ _BINARY_SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((4, 1), (1, 3)), ((2, 1, 3)
 
 
 def binary_samples(low=-3.0, high=3.0, other_low=None, other_high=None, nonzero=False,
-                   numbers=(2, -1.5, True), kwargs=None, other_dtype=None, mixed=True):
+                   numbers=(2, -1.5, True), kwargs=None, other_dtype=None, mixed=True,
+                   wrap=True):
     olow = low if other_low is None else other_low
     ohigh = high if other_high is None else other_high
 
@@ -587,6 +588,11 @@ def binary_samples(low=-3.0, high=3.0, other_low=None, other_high=None, nonzero=
         out.append(Sample((expanded((1, 3), (4, 3), dtype, rng, low=low, high=high),
                            make((4, 3), dtype, rng, olow, ohigh, nonzero)), dict(kw),
                           desc="expanded self", grad=False))
+        if wrap and dtype in ("uint8", "int8") and 2 in numbers:
+            # an int out of the dtype's range wraps, as PyTorch casts scalars
+            out.append(Sample((make((2, 3), dtype, rng, low, high), -1 if dtype == "uint8"
+                               else 300), dict(kw), desc="number out of range",
+                              grad=False))
         for n in numbers:
             if nonzero and not n:
                 continue
@@ -683,14 +689,14 @@ add(OpInfo("reciprocal", unary_samples(nonzero=True), elementwise(_ref_reciproca
 def _pow_samples(dtype, rng):
     if dtype in FLOATS:
         s = binary_samples(low=0.5, high=2.0, other_low=-2, other_high=2,
-                           numbers=(2, 0.5, -1), mixed=False)(dtype, rng)
+                           numbers=(2, 0.5, -1), mixed=False, wrap=False)(dtype, rng)
         s.append(Sample((make((2, 3), dtype, rng, -2, 2), 3), desc="negative base, int exp"))
         # torch's pow.Scalar returns a contiguous result whatever the exponent's layout
         s.append(Sample((2.0, make((2, 3), dtype, rng, -2, 2)), desc="number base",
                         noncontig=False))
         return s
     return binary_samples(low=-3, high=4, other_low=0, other_high=4, numbers=(2, 0, 3),
-                          mixed=False)(dtype, rng)
+                          mixed=False, wrap=False)(dtype, rng)
 
 
 add(OpInfo("pow", _pow_samples, elementwise(_ref_pow, 2), dtypes=NO_BOOL,
@@ -734,7 +740,9 @@ add(OpInfo("maximum", _tie_samples(binary_samples(numbers=())), elementwise(_ref
 for _name, _fn in (("eq", lambda a, b: a == b), ("ne", lambda a, b: a != b),
                    ("lt", lambda a, b: a < b), ("le", lambda a, b: a <= b),
                    ("gt", lambda a, b: a > b), ("ge", lambda a, b: a >= b)):
-    add(OpInfo(_name, _tie_samples(binary_samples(low=-2, high=2)), elementwise(_fn, 2),
+    # (a number out of an integer dtype's range wraps before comparing: not sampled)
+    add(OpInfo(_name, _tie_samples(binary_samples(low=-2, high=2, wrap=False)),
+               elementwise(_fn, 2),
                errors=binary_errors(_name)))
 
 for _name, _fn in (("bitwise_and", _ref_and), ("bitwise_or", _ref_or)):
@@ -820,6 +828,8 @@ def _amax_samples(dtype, rng):
 add(OpInfo("amax", _amax_samples, _ref_amax, reduction=True,
            errors=lambda: [ErrorSample((ember.ones(0, 3),), {"dim": 0}, IndexError,
                                        r"amax\(\).*non-zero size", "empty dim"),
+                           ErrorSample((ember.ones(0, 3),), {}, RuntimeError,
+                                       r"amax\(\).*numel\(\) == 0", "empty, all dims"),
                            ErrorSample((ember.ones(2, 3),), {"dim": 5}, IndexError,
                                        r"amax\(\).*range", "bad dim")]))
 
@@ -1056,10 +1066,16 @@ def _scatter_samples(kind):
 
 add(OpInfo("select_scatter", _scatter_samples("select"), _ref_select_scatter,
            errors=lambda: [ErrorSample((ember.ones(3, 4), ember.ones(4), 0, 3), {},
-                                       IndexError, r"select_scatter\(\)", "bad index")]))
+                                       IndexError, r"select_scatter\(\)", "bad index"),
+                           ErrorSample((ember.ones(3, 4), ember.ones(5), 0, 1), {},
+                                       RuntimeError, r"select_scatter\(\).*\[5\].*\[4\]",
+                                       "src of the wrong size")]))
 add(OpInfo("slice_scatter", _scatter_samples("slice"), _ref_slice_scatter,
            errors=lambda: [ErrorSample((ember.ones(3, 4), ember.ones(3, 4), 2), {},
-                                       IndexError, r"slice_scatter\(\).*range", "bad dim")]))
+                                       IndexError, r"slice_scatter\(\).*range", "bad dim"),
+                           ErrorSample((ember.ones(3, 4), ember.ones(2, 5), 0, 0, 2), {},
+                                       RuntimeError, r"slice_scatter\(\).*\[2, 5\].*\[2, 4\]",
+                                       "src of the wrong size")]))
 
 def _fill_samples(dtype, rng):
     return [Sample((make((2, 3), dtype, rng), 1)),

@@ -453,6 +453,10 @@ def test_reflected_operators_keep_promotion():
     assert (ember.tensor([True, False]) & ember.tensor([True, True])).tolist() == [True, False]
     assert (ember.tensor([1, 4]) | 2).tolist() == [3, 6]
     assert +x is x or (+x).tolist() == [1, 2, 3]
+    u = ember.tensor([1, 2], dtype=ember.uint8)
+    assert (u + -1).tolist() == [0, 1]              # numbers wrap to the tensor's type
+    assert (u < -1).tolist() == [True, True]        # -1 is 255 in uint8
+    assert (ember.tensor([100], dtype=ember.int8) + 300).tolist() == [-112]
 
 
 def test_inplace_operators():

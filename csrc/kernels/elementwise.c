@@ -30,34 +30,73 @@ signature(int nin, em_dtype_t compute, em_dtype_t result)
     return *slot;
 }
 
+/* A Python int operand of an integer loop, wrapped to the loop's width as PyTorch
+ * casts scalars (uint8 + -1 adds 255); NumPy 2 would raise OverflowError. */
+static PyObject *
+wrapped_int(PyObject *o, em_dtype_t t)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow) {
+        PyErr_Format(PyExc_RuntimeError, "value cannot be converted to type %s without "
+                     "overflow", em_dtypes[t]->name);
+        return NULL;
+    }
+    switch (t) {
+    case EM_UINT8: v = (uint8_t)v; break;
+    case EM_INT8: v = (int8_t)v; break;
+    case EM_INT16: v = (int16_t)v; break;
+    case EM_INT32: v = (int32_t)v; break;
+    default: break;
+    }
+    return PyLong_FromLongLong(v);
+}
+
 int
 em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out, em_dtype_t compute,
               em_dtype_t result)
 {
-    PyObject *args[8];
+    PyObject *args[8], *owned[8] = {NULL};
     PyObject *sig = signature(nin, compute, result);
+    int st = -1;
     if (sig == NULL)
         return -1;
     for (int i = 0; i < nin; i++) {
         PyObject *o = ins[i];
-        args[i] = em_Tensor_Check(o) ? (PyObject *)((em_Tensor *)o)->array : o;
+        if (em_Tensor_Check(o)) {
+            args[i] = (PyObject *)((em_Tensor *)o)->array;
+        }
+        else if (em_is_int(compute) && PyLong_Check(o) && !PyBool_Check(o)) {
+            if ((owned[i] = wrapped_int(o, compute)) == NULL)
+                goto done;
+            args[i] = owned[i];
+        }
+        else {
+            args[i] = o;
+        }
     }
     args[nin] = (PyObject *)out;
     args[nin + 1] = sig;
     args[nin + 2] = em_str_unsafe;
     PyObject *token = PyContextVar_Set(extobj_var, extobj_ignore);
     if (token == NULL)
-        return -1;
+        goto done;
     PyObject *r = PyObject_Vectorcall(ufunc, args, nin, ufunc_kwnames);
     if (PyContextVar_Reset(extobj_var, token) < 0) {
         Py_XDECREF(r);
         r = NULL;
     }
     Py_DECREF(token);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    if (r != NULL) {
+        Py_DECREF(r);
+        st = 0;
+    }
+done:
+    for (int i = 0; i < nin; i++)
+        Py_XDECREF(owned[i]);
+    return st;
 }
 
 /* Collects the tensor-typed parameters (the operands) of an elementwise op. */

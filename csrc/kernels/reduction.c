@@ -144,6 +144,13 @@ k_reduce(em_Op *op, PyObject **args)
         has_identity = ident != Py_None;
         Py_DECREF(ident);
     }
+    if (!has_identity && self->numel == 0 &&
+        (args[1] == Py_None || (PyTuple_Check(args[1]) && PyTuple_GET_SIZE(args[1]) == 0))) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U(): Expected reduction dim to be specified for input.numel() == 0. "
+                     "Specify the reduction dim with the 'dim' argument.", op->name);
+        return NULL;
+    }
     if (!has_identity && check_nonempty(op, self, mask) < 0)
         return NULL;
     bool meta = want_meta(self);

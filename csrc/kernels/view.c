@@ -605,6 +605,24 @@ k_contiguous(em_Op *op, PyObject **args)
     return r;
 }
 
+/* The scatter ops write src into a view of self: PyTorch wants src of the view's size. */
+static int
+check_scatter_src(em_Tensor *view, PyObject *src)
+{
+    em_Tensor *s = as_tensor(src);
+    if (s->ndim == view->ndim &&
+        memcmp(s->sizes, view->sizes, sizeof(Py_ssize_t) * s->ndim) == 0)
+        return 0;
+    PyObject *a = em_format_shape(s->ndim, s->sizes);
+    PyObject *b = em_format_shape(view->ndim, view->sizes);
+    if (a && b)
+        PyErr_Format(PyExc_RuntimeError, "expected src to have a size equal to the slice of "
+                     "self. src size = %U, slice size = %U", a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
 /* select_scatter(self, src, dim, index): self with src written at select(dim, index) */
 static PyObject *
 k_select_scatter(em_Op *op, PyObject **args)
@@ -622,7 +640,7 @@ k_select_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim - 1, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;
@@ -646,7 +664,7 @@ k_slice_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;

@@ -252,6 +252,9 @@ def reduce(entry, args):
     if entry.rule & R.FLOAT_ONLY and not is_float(out):
         raise RuntimeError(f"{entry.name}(): could not infer output dtype")
     if entry.ufunc in ("maximum", "minimum"):
+        if self.numel() == 0 and (dims is None or dims == ()):
+            raise RuntimeError(f"{entry.name}(): Expected reduction dim to be specified for "
+                               "input.numel() == 0.")
         for d, m in enumerate(mask):
             if m and self.shape[d] == 0:
                 raise IndexError(f"{entry.name}(): Expected reduction dim {d} to have "
@@ -504,9 +507,13 @@ def to_copy(entry, args):
 def scatter_like(entry, args):
     """select_scatter / slice_scatter: self's layout; the view written must exist."""
     if entry.name == "select_scatter":
-        select(entry, (args[0], args[2], args[3]))
+        view = select(entry, (args[0], args[2], args[3]))
     else:
-        slice_(entry, (args[0],) + tuple(args[2:6]))
+        view = slice_(entry, (args[0],) + tuple(args[2:6]))
+    if tuple(args[1].shape) != tuple(view.shape):
+        raise RuntimeError(f"{entry.name}(): expected src to have a size equal to the slice "
+                           f"of self. src size = {list(args[1].shape)}, slice size = "
+                           f"{list(view.shape)}")
     return _dense_like(args[0], args[0].dtype)
 
 
