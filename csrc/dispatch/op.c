@@ -242,6 +242,8 @@ bind(em_Op *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyOb
     PyObject *packed = NULL;
     int np = op->nparams;
     st->kind = 0;
+    for (int i = 0; i < np; i++)
+        out[i] = NULL;   /* a failed bind clears out[], converted or not */
     if (nargs > op->npositional) {
         /* view(2, 3): trailing ints pack into a final int[] parameter */
         int last = op->npositional - 1;

@@ -48,9 +48,9 @@ tensor_dealloc(em_Tensor *self)
     Py_CLEAR(self->storage);
     if (self->sizes != self->inline_geom)
         PyMem_Free(self->sizes);
+    /* heap subclasses (nn.Parameter) are freed through subtype_dealloc, which
+     * releases their type's reference itself */
     tp->tp_free((PyObject *)self);
-    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE)
-        Py_DECREF(tp);
 }
 
 /* ------------------------------------------------------------------ Size */
