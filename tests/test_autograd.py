@@ -65,10 +65,27 @@ def test_gradient_accumulates_over_two_backward_calls():
     g1 = x.grad
     (x * x).sum().backward()
     close(x.grad, [3 + 2, 3 + 4])
-    close(g1, [3, 3])                     # the first gradient was not modified in place
+    assert g1 is x.grad                   # accumulated in place, as PyTorch does
     x.grad = None
     (x * 2).sum().backward()
     close(x.grad, [2, 2])
+
+
+def test_leaf_grads_own_dense_memory():
+    a = leaf(np.ones((2, 3)).tolist())
+    b = leaf(np.ones((2, 3)).tolist())
+    (a + b).sum().backward()            # both receive the same (expanded) gradient
+    assert a.grad is not b.grad
+    assert a.grad.is_contiguous() and a.grad.stride() == (3, 1)
+    a.grad[0, 0] = 5.0                  # an optimizer's in-place update
+    close(a.grad, [[5, 1, 1], [1, 1, 1]])
+    close(b.grad, np.ones((2, 3)))
+    g = ember.tensor([1.0, 2.0], dtype=ember.float64)
+    x = leaf([0.0, 0.0])
+    x.backward(g)
+    assert x.grad is not g
+    x.grad.mul_(2)
+    close(g, [1.0, 2.0])
 
 
 def test_backward_with_explicit_gradient():
@@ -234,6 +251,29 @@ def test_hooks_on_leaf_and_non_leaf():
     assert len(calls) == 1
     with pytest.raises(RuntimeError):
         ember.ones(2).register_hook(lambda g: g)
+
+
+def test_hooks_run_for_autograd_grad():
+    x = leaf([1.0, 2.0])
+    calls = []
+    x.register_hook(lambda g: (calls.append(1), g * 2)[1])
+    (g,) = autograd.grad((x * 3).sum(), x)
+    close(g, [6.0, 6.0])
+    assert calls == [1] and x.grad is None
+    h = x * 2
+    h.register_hook(lambda g: g * 10)
+    (gh,) = autograd.grad((h * h).sum(), h)
+    close(gh, [40.0, 80.0])
+
+
+def test_retain_grad_sees_the_hooked_gradient():
+    x = leaf([1.0, 2.0])
+    h = x * 2
+    h.retain_grad()
+    h.register_hook(lambda g: g * 100)      # registered later, still runs first
+    h.sum().backward()
+    close(h.grad, [100.0, 100.0])
+    close(x.grad, [200.0, 200.0])
 
 
 def test_leaf_hook_can_replace_the_accumulated_gradient():

@@ -163,48 +163,101 @@ store_capture(run_state *st, PyObject *key, PyObject *g)
     return PyList_SetItem(st->results, i, sum) < 0 ? -1 : 1;
 }
 
+/* A dense copy of g for a leaf's .grad: the leaf owns it (optimizers update it in
+ * place), so it must not alias another gradient, a user's tensor or a broadcast. */
+static PyObject *
+owned_copy(em_Tensor *g)
+{
+    em_Geom geom = {.ndim = g->ndim, .dtype = g->dtype};
+    memcpy(geom.sizes, g->sizes, sizeof(Py_ssize_t) * g->ndim);
+    em_contiguous_strides(&geom);
+    em_Tensor *c = em_tensor_empty(&geom, em_is_meta(g));
+    if (c != NULL && !em_is_meta(g) && PyArray_CopyInto(c->array, g->array) < 0)
+        Py_CLEAR(c);
+    return (PyObject *)c;
+}
+
+/* grad += g in place, as PyTorch accumulates outside create_graph; 0 when grad
+ * can't take it (a graph, meta, overlapping memory), -1 on error. */
+static int
+add_in_place(em_Tensor *grad, em_Tensor *g)
+{
+    if (grad->grad_fn != NULL || em_is_meta(grad) || em_is_meta(g) || grad->dtype != g->dtype ||
+        grad->ndim != g->ndim ||
+        memcmp(grad->sizes, g->sizes, sizeof(Py_ssize_t) * g->ndim) != 0 ||
+        !PyArray_ISWRITEABLE(grad->array))
+        return 0;
+    for (int d = 0; d < grad->ndim; d++)
+        if (grad->strides[d] == 0 && grad->sizes[d] > 1)
+            return 0;
+    PyObject *ins[2] = {(PyObject *)grad, (PyObject *)g};
+    if (em_ufunc_call(op_add->ufunc, ins, 2, grad->array, grad->dtype, grad->dtype) < 0)
+        return -1;
+    grad->storage->version++;
+    return 1;
+}
+
+/* A gradient reached a leaf: the leaf's hooks run, then it is captured (autograd.grad)
+ * and/or accumulated into .grad (backward). */
 static int
 accumulate_leaf(run_state *st, em_Tensor *leaf, PyObject *g)
 {
     PyObject *key = capture_key((PyObject *)leaf, 0);
     if (key == NULL)
         return -1;
-    int r = store_capture(st, key, g);
-    Py_DECREF(key);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    if (!st->accumulate)
-        return 0;
-    if (st->only != NULL) {
+    int captured = 0;
+    if (st->captures != NULL) {
+        captured = PyDict_Contains(st->captures, key);
+        if (captured < 0) {
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    int into_grad = st->accumulate && !captured;
+    if (into_grad && st->only != NULL) {
         PyObject *id = PyLong_FromVoidPtr(leaf);
-        int in = id ? PySet_Contains(st->only, id) : -1;
+        into_grad = id ? PySet_Contains(st->only, id) : -1;
         Py_XDECREF(id);
-        if (in <= 0)
-            return in;
+    }
+    if (into_grad < 0 || (!captured && !into_grad)) {
+        Py_DECREF(key);
+        return into_grad < 0 ? -1 : 0;
     }
     Py_INCREF(g);
-    if (leaf->hooks != NULL) {
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(leaf->hooks); i++) {
-            PyObject *res = PyObject_CallOneArg(PyList_GET_ITEM(leaf->hooks, i), g);
-            if (res == NULL) {
-                Py_DECREF(g);
-                return -1;
-            }
-            if (res != Py_None)
-                Py_SETREF(g, res);
-            else
-                Py_DECREF(res);
+    for (Py_ssize_t i = 0; leaf->hooks != NULL && i < PyList_GET_SIZE(leaf->hooks); i++) {
+        PyObject *res = PyObject_CallOneArg(PyList_GET_ITEM(leaf->hooks, i), g);
+        if (res == NULL)
+            goto error;
+        if (res != Py_None && !em_Tensor_Check(res)) {
+            PyErr_Format(PyExc_TypeError, "a gradient hook returned %s, not a Tensor or None",
+                         Py_TYPE(res)->tp_name);
+            Py_DECREF(res);
+            goto error;
         }
+        if (res != Py_None)
+            Py_SETREF(g, res);
+        else
+            Py_DECREF(res);
     }
+    if (captured) {
+        int r = store_capture(st, key, g);
+        Py_DECREF(key);
+        Py_DECREF(g);
+        return r < 0 ? -1 : 0;
+    }
+    Py_DECREF(key);
     if (leaf->grad == NULL) {
-        if (!st->create && ((em_Tensor *)g)->grad_fn != NULL) {
-            PyObject *d = (PyObject *)em_tensor_alias((em_Tensor *)g);
-            Py_SETREF(g, d);
-            if (g == NULL)
-                return -1;
-        }
+        if (!st->create)
+            Py_SETREF(g, owned_copy((em_Tensor *)g));
         leaf->grad = g;
-        return 0;
+        return g == NULL ? -1 : 0;
+    }
+    if (!st->create && em_Tensor_Check(leaf->grad)) {
+        int r = add_in_place((em_Tensor *)leaf->grad, (em_Tensor *)g);
+        if (r != 0) {
+            Py_DECREF(g);
+            return r < 0 ? -1 : 0;
+        }
     }
     PyObject *sum = add_grads(leaf->grad, g);
     Py_DECREF(g);
@@ -212,6 +265,10 @@ accumulate_leaf(run_state *st, em_Tensor *leaf, PyObject *g)
         return -1;
     Py_SETREF(leaf->grad, sum);
     return 0;
+error:
+    Py_DECREF(key);
+    Py_DECREF(g);
+    return -1;
 }
 
 static PyObject *
@@ -274,19 +331,6 @@ run_node(run_state *st, em_Node *node)
         Py_XDECREF(grads);
         return -1;
     }
-    /* captures of non-leaf tensors: the gradient of that output is complete now */
-    for (int k = 0; st->captures != NULL && k < node->nout; k++) {
-        PyObject *g = PyTuple_GET_ITEM(grads, k);
-        if (g == Py_None)
-            continue;
-        PyObject *key = capture_key((PyObject *)node, k);
-        int r = key ? store_capture(st, key, g) : -1;
-        Py_XDECREF(key);
-        if (r < 0) {
-            Py_DECREF(grads);
-            return -1;
-        }
-    }
     if (node->pre_hooks != NULL) {
         /* tensor hooks on this node's outputs: (output_nr, fn) */
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(node->pre_hooks); i++) {
@@ -312,6 +356,20 @@ run_node(run_state *st, em_Node *node)
             Py_DECREF(res);
             if (grads == NULL)
                 return -1;
+        }
+    }
+    /* captures of non-leaf tensors: the gradient of that output is complete now,
+     * and its tensor's hooks have run */
+    for (int k = 0; st->captures != NULL && k < node->nout; k++) {
+        PyObject *g = PyTuple_GET_ITEM(grads, k);
+        if (g == Py_None)
+            continue;
+        PyObject *key = capture_key((PyObject *)node, k);
+        int r = key ? store_capture(st, key, g) : -1;
+        Py_XDECREF(key);
+        if (r < 0) {
+            Py_DECREF(grads);
+            return -1;
         }
     }
     /* missing gradients of single-output nodes cannot happen; of multi-output

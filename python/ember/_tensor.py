@@ -44,7 +44,10 @@ def register_hook(self, hook):
         return RemovableHandle(hooks, hook)
     entry = (self.output_nr, hook)
     hooks = self.grad_fn._pre_hooks
-    hooks.append(entry)
+    # retain_grad's hook stays last, so .grad sees what the other hooks made of it
+    at = next((i for i, (_, h) in enumerate(hooks) if getattr(h, "_retains_grad", False)),
+              len(hooks))
+    hooks.insert(at, entry)
     return RemovableHandle(hooks, entry)
 
 
@@ -61,6 +64,7 @@ def retain_grad(self):
         if t is not None:
             g = grad.detach()
             t.grad = g if t.grad is None else (t.grad + g)
+    keep._retains_grad = True
     self._retain_handle = register_hook(self, keep)
     _C.Tensor.retain_grad_flag(self) if hasattr(_C.Tensor, "retain_grad_flag") else None
 
