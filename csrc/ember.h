@@ -247,6 +247,8 @@ PyObject *em_op_call_bound(em_Op *op, PyObject **args);
 /* Runs an in-place op: the functional op's kernel, written back into self, with
  * autograd history rebased onto self. */
 PyObject *em_inplace_call(em_Op *op, PyObject **args);
+/* Hands a call to the thread's tracer (trace mode): tracer(op, bound_args). */
+PyObject *em_call_tracer(em_Op *op, PyObject **args);
 /* Calls an op by positional arguments only (missing trailing args take defaults). */
 PyObject *em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs);
 em_kernel_fn em_find_kernel(const char *name);

@@ -64,6 +64,8 @@ snapshot(em_Tensor *self)
         }
     }
     copy->requires_grad = self->requires_grad;
+    Py_XINCREF(self->trace);
+    Py_XSETREF(copy->trace, self->trace);
     Py_XINCREF(self->grad_fn);
     Py_XSETREF(copy->grad_fn, self->grad_fn);
     copy->output_nr = self->output_nr;
@@ -101,19 +103,10 @@ em_inplace_call(em_Op *op, PyObject **args)
                      "tensors that require grad; use the out-of-place op", op->name);
         return NULL;
     }
-    if (em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL) {
-        PyObject *tup = PyTuple_New(op->nparams);
-        if (tup == NULL)
-            return NULL;
-        for (int i = 0; i < op->nparams; i++) {
-            Py_INCREF(args[i]);
-            PyTuple_SET_ITEM(tup, i, args[i]);
-        }
-        PyObject *r = PyObject_CallFunctionObjArgs(em_tls.tracer, (PyObject *)op, tup, NULL);
-        Py_DECREF(tup);
-        return r;
-    }
-    PyObject *res = fn->kernel(fn, args);
+    /* under tracing the tracer sees the functional op: in-place becomes a new value
+     * that self stands for from now on (functionalization) */
+    bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
+    PyObject *res = tracing ? em_call_tracer(fn, args) : fn->kernel(fn, args);
     if (res == NULL)
         return NULL;
     em_Tensor *r = (em_Tensor *)res;
@@ -124,6 +117,10 @@ em_inplace_call(em_Op *op, PyObject **args)
         goto error;
     if (!em_is_meta(self) && !em_is_meta(r) && PyArray_CopyInto(self->array, r->array) < 0)
         goto error;
+    if (tracing) {
+        Py_XINCREF(r->trace);
+        Py_XSETREF(self->trace, r->trace);
+    }
     self->storage->version++;
     if (grad) {
         PyObject *fargs[EM_MAX_PARAMS];

@@ -436,8 +436,8 @@ bind_overload(em_Op *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
 
 /* ------------------------------------------------------------------ dispatch */
 
-static PyObject *
-call_tracer(em_Op *op, PyObject **args)
+PyObject *
+em_call_tracer(em_Op *op, PyObject **args)
 {
     PyObject *tup = PyTuple_New(op->nparams);
     if (tup == NULL)
@@ -520,7 +520,7 @@ em_op_call_bound(em_Op *op, PyObject **args)
         return result;
     }
     if (tracing)
-        result = call_tracer(op, args);
+        result = em_call_tracer(op, args);
     else
         result = op->kernel(op, args);
     if (result == NULL) {

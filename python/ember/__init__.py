@@ -44,6 +44,7 @@ def numel(t):
 from . import nn, optim, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import capture  # noqa: E402
+from . import aot  # noqa: E402,F401  (registers backend "aot_eager")
 from . import compiler  # noqa: E402
 from .capture import compile  # noqa: E402,F811
 

@@ -1,0 +1,66 @@
+"""AOT autograd (AOTAutograd's and PrimTorch's roles): from a captured graph to a forward
+graph and a backward graph over prims, wrapped as one eager-autograd node.
+
+    captured graph --trace on fake tensors--> joint forward+backward graph (ops)
+                   --decompose--> prims only (verified)
+                   --partition--> forward graph (saves what backward needs) + backward graph
+                   --fw/bw compilers--> CompiledFunction (runtime.py)
+
+Backend "aot_eager" compiles both graphs with eager ops.
+"""
+from __future__ import annotations
+
+from .. import fx
+from ..capture.backends import register_backend
+from .decompose import PrimVerificationError, decompose, verify_prims
+from .joint import JointGraph, trace_joint
+from .partition import log_graphs, partition, saved_bytes
+from .runtime import CompiledFunction, InferenceFunction
+
+
+def _graph_fn(graph, name):
+    return fx.GraphModule({}, graph, class_name=name).forward
+
+
+def eager_compiler(graph, name):
+    """Runs a prim graph with eager ops."""
+    return _graph_fn(graph, name)
+
+
+def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eager_compiler,
+                name="graph"):
+    """Compiles a captured GraphModule (called with example_inputs) into a callable
+    returning a tuple of outputs, differentiable through one autograd node."""
+    def run(*args):
+        return gm(*args)
+
+    joint = trace_joint(run, example_inputs)
+    if joint.num_tangents == 0:
+        graph = decompose(joint.graph)
+        _strip_grads(graph, joint.num_forward_outputs)
+        return InferenceFunction(fw_compiler(graph, f"{name}_inference"), name)
+    prim_joint = JointGraph(decompose(joint.graph), joint.num_primals,
+                            joint.num_forward_outputs, joint.num_tangents,
+                            joint.differentiable_outputs, joint.primals_requiring_grad,
+                            joint.forward_output_meta)
+    fw, bw, saved = partition(prim_joint)
+    log_graphs(fw, bw, saved, name)
+    return CompiledFunction(prim_joint, fw_compiler(fw, f"{name}_forward"),
+                            bw_compiler(bw, f"{name}_backward"), len(saved), name)
+
+
+def _strip_grads(graph, n):
+    out = next(n_ for n_ in graph.nodes if n_.op == "output")
+    out.args = (tuple(out.args[0][:n]),)
+    graph.eliminate_dead_code()
+    graph.lint()
+
+
+@register_backend("aot_eager")
+def aot_eager(gm, example_inputs):
+    code = getattr(gm, "meta", {}).get("code")
+    return aot_compile(gm, example_inputs, name=code.co_name if code else "graph")
+
+
+__all__ = ["aot_compile", "aot_eager", "trace_joint", "decompose", "verify_prims",
+           "partition", "saved_bytes", "PrimVerificationError", "CompiledFunction"]

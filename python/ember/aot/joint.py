@@ -1,0 +1,90 @@
+"""The joint graph: a captured graph's forward and, for inputs that require grad, its
+backward, traced together at op level on fake tensors.
+
+The forward runs under the tracer with grad mode on, so the dispatcher records autograd
+nodes on the fake outputs exactly as eager would. Then ember.autograd.grad runs the C
+engine over them, still under the tracer: the op table's backward formulas, and the
+engine's own gradient sums, reductions and casts, dispatch ops that record themselves.
+The joint graph's inputs are the primals and one tangent per differentiable output; its
+outputs are the forward outputs followed by a gradient per primal (None where none).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import _C
+from .. import autograd
+from .trace import OpTracer
+
+
+@dataclass
+class JointGraph:
+    graph: object              # fx.Graph
+    num_primals: int
+    num_forward_outputs: int
+    num_tangents: int
+    differentiable_outputs: list   # indices of forward outputs that get a tangent
+    primals_requiring_grad: list   # indices of primals that get a gradient
+    forward_output_meta: list      # (shape, dtype) per forward output
+
+
+def _flat_outputs(out):
+    if isinstance(out, _C.Tensor):
+        return [out], False
+    if isinstance(out, (tuple, list)):
+        if not all(isinstance(o, _C.Tensor) for o in out):
+            raise TypeError("AOT autograd: graph outputs must be tensors")
+        return list(out), True
+    raise TypeError(f"AOT autograd: graph returned {type(out).__name__}")
+
+
+def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
+    """Traces fn(*inputs) (and its backward when an input requires grad)."""
+    tracer = OpTracer()
+    primals = [tracer.placeholder(f"primals_{i + 1}", x)
+               for i, x in enumerate(example_inputs)]
+    needs_grad = [i for i, p in enumerate(primals) if p.requires_grad]
+    grad_on = with_backward and bool(needs_grad) and _C.is_grad_enabled()
+    prev_grad = _C._set_grad_enabled(grad_on)
+    try:
+        with tracer.tracing():
+            outs, _ = _flat_outputs(fn(*primals))
+    finally:
+        _C._set_grad_enabled(prev_grad)
+    out_nodes = [tracer.node_of(o) for o in outs]
+    diff = [i for i, o in enumerate(outs) if grad_on and o.requires_grad and
+            o.dtype.is_floating_point]
+    grads = []
+    tangents = []
+    if diff:
+        tangents = [tracer.placeholder(f"tangents_{k + 1}", _detached(outs[i]))
+                    for k, i in enumerate(diff)]
+        # placeholders must come first: move the tangents before the first op
+        _hoist_placeholders(tracer.graph)
+        inputs = [primals[i] for i in needs_grad]
+        with tracer.tracing():
+            g = autograd.grad([outs[i] for i in diff], inputs, tangents,
+                              allow_unused=True)
+        grads = [tracer.node_of(x) if x is not None else None for x in g]
+    grad_nodes = [None] * len(primals)
+    for i, node in zip(needs_grad if diff else [], grads):
+        grad_nodes[i] = node
+    tracer.graph.output(tuple(out_nodes) + (tuple(grad_nodes) if diff else ()))
+    tracer.graph.eliminate_dead_code()
+    tracer.graph.lint()
+    return JointGraph(tracer.graph, len(primals), len(outs), len(tangents), diff,
+                      needs_grad if diff else [],
+                      [(tuple(o.shape), o.dtype) for o in outs])
+
+
+def _detached(t):
+    return _C._meta_tensor(tuple(t.shape), t.dtype, t.stride())
+
+
+def _hoist_placeholders(graph):
+    first_op = next((n for n in graph.nodes if n.op != "placeholder"), None)
+    if first_op is None:
+        return
+    for n in list(graph.nodes):
+        if n.op == "placeholder":
+            first_op.prepend(n)

@@ -1,0 +1,95 @@
+"""Partition a joint graph into a forward graph and a backward graph.
+
+The forward graph computes the forward outputs and saves every value the backward
+needs (the min-cut partitioner that recomputes cheap values instead comes later); the
+backward graph takes the saved values and the tangents and returns the gradients."""
+from __future__ import annotations
+
+import os
+
+from .. import fx
+from .joint import JointGraph
+
+
+def _ancestors(nodes):
+    seen, stack = set(), [n for n in nodes if isinstance(n, fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def partition(joint: JointGraph):
+    """Returns (forward graph, backward graph, saved nodes of the joint graph)."""
+    g = joint.graph
+    nodes = list(g.nodes)
+    output = nodes[-1]
+    outs = output.args[0]
+    fw_outs = list(outs[:joint.num_forward_outputs])
+    grads = list(outs[joint.num_forward_outputs:])
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    primals = placeholders[:joint.num_primals]
+    tangents = placeholders[joint.num_primals:]
+    fw_set = _ancestors(fw_outs) | set(primals)
+    bw_needed = _ancestors([x for x in grads if x is not None])
+    bw_nodes = [n for n in nodes if n in bw_needed and n not in fw_set and n.op != "placeholder"]
+    saved = []
+    for n in nodes:
+        if n in fw_set and any(u in bw_needed and u not in fw_set for u in n.users):
+            saved.append(n)
+
+    fw = fx.Graph()
+    env = {}
+    for p in primals:
+        env[p] = fw.placeholder(p.name)
+        env[p].meta.update(p.meta)
+    for n in nodes:
+        if n in fw_set and n.op == "call_function":
+            env[n] = fw.node_copy(n, lambda a: env[a])
+    fw.output(tuple(env[o] for o in fw_outs) + tuple(env[s] for s in saved))
+    fw.eliminate_dead_code()
+    fw.lint()
+
+    bw = fx.Graph()
+    benv = {}
+    for s in saved:
+        benv[s] = bw.placeholder(s.name)
+        benv[s].meta.update(s.meta)
+    for t in tangents:
+        benv[t] = bw.placeholder(t.name)
+        benv[t].meta.update(t.meta)
+    for n in bw_nodes:
+        benv[n] = bw.node_copy(n, lambda a: benv[a])
+    bw.output(tuple(benv[grads[i]] if grads[i] is not None else None
+                    for i in joint.primals_requiring_grad))
+    bw.eliminate_dead_code()
+    bw.lint()
+    return fw, bw, saved
+
+
+def saved_bytes(saved) -> list:
+    """(name, shape, dtype, bytes) of each saved value."""
+    rows = []
+    for n in saved:
+        v = n.meta.get("val")
+        shape = tuple(v.shape) if v is not None else ()
+        nbytes = v.numel() * v.element_size() if v is not None else 0
+        rows.append((n.name, shape, v.dtype if v is not None else None, nbytes))
+    return rows
+
+
+def log_graphs(fw, bw, saved, name):
+    if "aot_graphs" not in os.environ.get("EMBER_LOGS", "").split(","):
+        return
+    print(f"===== AOT forward graph ({name}) =====")
+    print(fw)
+    print(f"===== AOT backward graph ({name}) =====")
+    print(bw)
+    rows = saved_bytes(saved)
+    total = sum(r[3] for r in rows)
+    print(f"===== saved for backward: {len(rows)} tensors, {total} bytes =====")
+    for nm, shape, dtype, nbytes in rows:
+        print(f"  {nm}: {dtype} {list(shape)}  {nbytes} bytes")

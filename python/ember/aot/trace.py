@@ -1,0 +1,121 @@
+"""Op-level tracing: run code on fake (meta) tensors under the dispatcher's trace mode, so
+that every op it dispatches records itself as a node of a new FX graph.
+
+Each fake tensor carries its graph value in the C tensor's `_trace` slot. The tracer is
+the callback the dispatcher hands every call to in trace mode (csrc/dispatch/op.c): it
+records `call_function(op_overload, args)` and returns fake outputs computed by the op's
+Python meta rule (ember/ops/meta.py). Composite ops never reach it (their kernels run
+and dispatch the ops they are made of); in-place ops reach it as their functional twin,
+and the tensor they update then stands for the new node.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from .. import _C
+from .. import fx
+from ..ops import meta as M
+
+
+class TraceError(RuntimeError):
+    pass
+
+
+class OpTracer:
+    """Records dispatched ops into self.graph. With `decompose`, an op that is not a prim
+    is replaced by its decomposition (which dispatches prims, recorded in turn)."""
+
+    def __init__(self, decompose=False):
+        self.graph = fx.Graph()
+        self.decompose = decompose
+
+    # ------------------------------------------------------------ values
+
+    def placeholder(self, name, example):
+        """A fake input standing for a new placeholder shaped like `example`."""
+        node = self.graph.placeholder(name)
+        fake = _C._meta_tensor(tuple(example.shape), example.dtype, example.stride())
+        if example.requires_grad:
+            fake.requires_grad_(True)
+        fake._trace = node
+        node.meta["val"] = fake
+        return fake
+
+    def node_of(self, value):
+        if isinstance(value, _C.Tensor):
+            node = value._trace
+            if node is None:
+                raise TraceError(
+                    f"a tensor of shape {list(value.shape)} reached a traced op without "
+                    "a graph value: it was made outside the traced code")
+            return node
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.node_of(v) for v in value)
+        return value
+
+    # ------------------------------------------------------------ the tracer callback
+
+    def __call__(self, op, args):
+        entry = op.entry
+        if self.decompose and not entry.prim:
+            if entry.decompose is None:
+                raise TraceError(f"{entry.qualified_name} is not a prim and has no "
+                                 "decomposition")
+            return entry.decompose(*args)
+        out = self._meta(op, entry, args)
+        node = self._record(op, entry, args)
+        return self._bind(node, out)
+
+    def _meta(self, op, entry, args):
+        with _mode(_C.MODE_META):
+            rule = M.rule_for(entry)
+            if rule is not None:
+                out = rule(entry, args)
+            else:
+                out = op._kernel(args)
+        return out
+
+    def _record(self, op, entry, args):
+        params = entry.schema.params
+        pos, kw = [], {}
+        for p, a in zip(params, args):
+            v = self.node_of(a)
+            if p.kwonly:
+                kw[p.name] = v
+            else:
+                pos.append(v)
+        return self.graph.call_function(op, tuple(pos), kw)
+
+    def _bind(self, node, out):
+        node.meta["val"] = out
+        if isinstance(out, _C.Tensor):
+            out._trace = node
+            return out
+        if isinstance(out, tuple):
+            import operator
+            for i, v in enumerate(out):
+                item = self.graph.call_function(operator.getitem, (node, i), {})
+                item.meta["val"] = v
+                if isinstance(v, _C.Tensor):
+                    v._trace = item
+            return out
+        return out
+
+    # ------------------------------------------------------------ running
+
+    @contextlib.contextmanager
+    def tracing(self):
+        prev = _C._set_mode(_C.MODE_TRACE, self)
+        try:
+            yield self
+        finally:
+            _C._set_mode(*prev)
+
+
+@contextlib.contextmanager
+def _mode(mode):
+    prev = _C._set_mode(mode)
+    try:
+        yield
+    finally:
+        _C._set_mode(*prev)
