@@ -215,6 +215,9 @@ def test_metadata():
         t.stride(-4)
     with pytest.raises(TypeError):
         len(ember.tensor(1.0))
+    with pytest.raises(TypeError):
+        t.size(foo=1)
+    assert t.size(dim=2) == 4 and t.stride(dim=0) == 12
 
 
 def test_item_and_tolist():
@@ -229,6 +232,8 @@ def test_item_and_tolist():
     x = ember.arange(6).view(2, 3).t()
     assert x.tolist() == [[0, 3], [1, 4], [2, 5]]
     assert float(ember.tensor(2)) == 2.0 and int(ember.tensor(2.7)) == 2
+    with pytest.raises(ValueError):
+        float(ember.ones(2))
     assert bool(ember.tensor([1])) is True
     with pytest.raises(RuntimeError):
         bool(ember.ones(2))
@@ -279,6 +284,12 @@ def test_requires_grad_grad_grad_fn_is_leaf():
     assert x.grad.tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(RuntimeError):
         x.grad = ember.zeros(4)
+    with pytest.raises(RuntimeError):
+        x.grad = ember.zeros(3, dtype=ember.float64)
+    with pytest.raises(TypeError):
+        x.grad = 3
+    with pytest.raises(RuntimeError):
+        x.requires_grad = 1
     x.grad = None
     assert x.grad is None
 
@@ -489,6 +500,7 @@ def test_iteration_and_contains():
     rows = list(x)
     assert len(rows) == 2 and rows[1].tolist() == [3, 4]
     assert 3 in x and 7 not in x
+    assert [int(v) for v in reversed(ember.tensor([1, 2, 3]))] == [3, 2, 1]
     with pytest.raises(TypeError):
         iter(ember.tensor(1))
     assert f"{ember.tensor(2.5):.2f}" == "2.50"

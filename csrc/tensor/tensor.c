@@ -177,8 +177,12 @@ set_requires_grad(em_Tensor *self, int flag)
 static int
 tensor_set_requires_grad(em_Tensor *self, PyObject *value, void *c)
 {
-    if (value == NULL || !PyBool_Check(value)) {
-        PyErr_SetString(PyExc_TypeError, "requires_grad must be a bool");
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "can't delete requires_grad");
+        return -1;
+    }
+    if (!PyBool_Check(value)) {
+        PyErr_SetString(PyExc_RuntimeError, "requires_grad must be a bool");
         return -1;
     }
     return set_requires_grad(self, value == Py_True);
@@ -205,7 +209,9 @@ tensor_set_grad(em_Tensor *self, PyObject *value, void *c)
     }
     em_Tensor *g = (em_Tensor *)value;
     if (g->dtype != self->dtype) {
-        PyErr_SetString(PyExc_TypeError, "assigned grad has data of a different type");
+        PyErr_Format(PyExc_RuntimeError, "attempting to assign a gradient with dtype '%s' to "
+                     "a tensor with dtype '%s'", em_dtypes[g->dtype]->name,
+                     em_dtypes[self->dtype]->name);
         return -1;
     }
     if (g->ndim != self->ndim ||
@@ -375,12 +381,36 @@ dim_arg(em_Tensor *self, PyObject *arg, Py_ssize_t *dim)
     return 0;
 }
 
+/* The optional dim of size(dim=None) and stride(dim=None); NULL when absent. */
+static int
+dim_param(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+          PyObject **dim)
+{
+    Py_ssize_t nk = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    *dim = nargs > 0 ? args[0] : NULL;
+    if (nargs + nk > 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most 1 argument (%zd given)", fname,
+                     nargs + nk);
+        return -1;
+    }
+    if (nk == 1) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, 0);
+        if (PyUnicode_CompareWithASCIIString(key, "dim") != 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+                         fname, key);
+            return -1;
+        }
+        *dim = args[0];
+    }
+    return 0;
+}
+
 static PyObject *
 tensor_size(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim = nargs > 0 ? args[0] : NULL;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0)
-        dim = args[0];
+    PyObject *dim;
+    if (dim_param("size", args, nargs, kwnames, &dim) < 0)
+        return NULL;
     if (dim == NULL || dim == Py_None)
         return em_sizes_tuple(self);
     Py_ssize_t d;
@@ -392,9 +422,9 @@ tensor_size(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
 static PyObject *
 tensor_stride(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim = nargs > 0 ? args[0] : NULL;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0)
-        dim = args[0];
+    PyObject *dim;
+    if (dim_param("stride", args, nargs, kwnames, &dim) < 0)
+        return NULL;
     if (dim == NULL || dim == Py_None) {
         PyObject *t = PyTuple_New(self->ndim);
         if (t == NULL)
@@ -810,9 +840,22 @@ tensor_nb_bool(em_Tensor *self)
     return r;
 }
 
+/* float(t), int(t): one element, as PyTorch words it */
+static int
+check_one_element(em_Tensor *self)
+{
+    if (self->numel == 1)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "only one element tensors can be converted to Python "
+                    "scalars");
+    return -1;
+}
+
 static PyObject *
 tensor_nb_float(em_Tensor *self)
 {
+    if (check_one_element(self) < 0)
+        return NULL;
     PyObject *v = tensor_item(self, NULL);
     if (v == NULL)
         return NULL;
@@ -824,6 +867,8 @@ tensor_nb_float(em_Tensor *self)
 static PyObject *
 tensor_nb_int(em_Tensor *self)
 {
+    if (check_one_element(self) < 0)
+        return NULL;
     PyObject *v = tensor_item(self, NULL);
     if (v == NULL)
         return NULL;

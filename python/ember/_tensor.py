@@ -126,7 +126,8 @@ def _mT(self):
 def _install():
     attrs = dict(
         backward=backward, register_hook=register_hook, retain_grad=retain_grad,
-        __iter__=__iter__, __contains__=__contains__, __format__=__format__,
+        __iter__=__iter__, __reversed__=__reversed__, __contains__=__contains__,
+        __format__=__format__,
         float=_cast("float32"), double=_cast("float64"), half=_cast("float16"),
         long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
