@@ -352,3 +352,15 @@ def test_random_reproducible(name):
     if not name.endswith("_like"):
         d = fn(*arg, generator=g).numpy()
         np.testing.assert_array_equal(a, d)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean"])
+def test_float16_reductions_accumulate_in_float32(name):
+    """Strided float16 reductions are as accurate as the float16 result allows."""
+    rng = rng_for("f16", name)
+    a = rng.uniform(0.0, 1.0, (400, 300)).astype(np.float16)
+    t = ember.from_numpy(a)
+    for dim in (0, 1, None):
+        got = getattr(t, name)(dim).numpy().astype(np.float64)
+        exact = getattr(a.astype(np.float64), name)(axis=dim)
+        np.testing.assert_allclose(got, exact, rtol=2e-3, err_msg=f"{name} dim={dim}")

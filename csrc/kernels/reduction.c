@@ -157,6 +157,35 @@ k_reduce(em_Op *op, PyObject **args)
     em_Tensor *out = em_tensor_empty(&g, meta);
     if (out == NULL || meta)
         return (PyObject *)out;
+    if (out_t == EM_FLOAT16) {
+        /* float16 accumulates in float32, as PyTorch's reductions do (NumPy would
+         * accumulate strided reductions in float16) */
+        em_Geom acc_g = g;
+        acc_g.dtype = EM_FLOAT32;
+        em_Tensor *acc = em_tensor_empty(&acc_g, false);
+        if (acc == NULL)
+            goto error;
+        int st = ufunc_reduce(op->ufunc, self, mask, keepdim, EM_FLOAT32, acc);
+        if (st == 0 && (op->rule & EM_RULE_FLOAT_ONLY)) {
+            Py_ssize_t count = 1;
+            for (int d = 0; d < self->ndim; d++)
+                if (mask[d])
+                    count *= self->sizes[d];
+            PyObject *n = PyLong_FromSsize_t(count);
+            PyObject *div = PyObject_GetAttrString(em_numpy, "true_divide");
+            PyObject *in2[2] = {(PyObject *)acc, n};
+            st = (n && div) ? em_ufunc_call(div, in2, 2, acc->array, EM_FLOAT32, EM_FLOAT32)
+                            : -1;
+            Py_XDECREF(n);
+            Py_XDECREF(div);
+        }
+        if (st == 0)
+            st = PyArray_CopyInto(out->array, acc->array);
+        Py_DECREF(acc);
+        if (st < 0)
+            goto error;
+        return (PyObject *)out;
+    }
     if (ufunc_reduce(op->ufunc, self, mask, keepdim, out_t, out) < 0)
         goto error;
     if (op->rule & EM_RULE_FLOAT_ONLY) {
