@@ -2,6 +2,7 @@
 another tensor's shape (the *_like forms)."""
 import math
 
+from .. import _C
 from .. import prims as P
 from . import meta as M
 from .registry import FACTORY, op
@@ -14,7 +15,8 @@ def _factory(name, kernel, fill=None, prim=False, opts=_OPTS):
     decompose = None
     if fill is not None:
         def decompose(size, dtype, device, requires_grad, _fill=fill):
-            return P.full(size, _fill, dtype=dtype)
+            return P.full(size, _fill, dtype=dtype if dtype is not None
+                          else _C.get_default_dtype())
     op(f"{name}(SymInt[] size, *, {opts}) -> Tensor", FACTORY, kernel, prim=prim,
        method=False, decompose=decompose)
 

@@ -45,7 +45,7 @@ def _mean_decompose(self, dim, keepdim, dtype):
 op("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
    REDUCE, "reduce", ufunc="add", rule=FLOAT_ONLY,
    backward=lambda g, out, self, dim, keepdim, dtype: (
-       _unreduce(g, self, dim, keepdim).expand(self.shape) / _count(self, dim),),
+       _unreduce(g, self, dim, keepdim).expand(self.shape) / max(_count(self, dim), 1),),
    decompose=_mean_decompose,
    doc="Mean over dim; floating point inputs only (or give dtype).")
 
