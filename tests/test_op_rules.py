@@ -76,7 +76,8 @@ def test_meta_rule_agrees_with_c_rule_and_eager(key):
                 assert py_err is not None, f"{what}: C rule raised {c_err!r}, Python did not"
                 assert type(py_err) is type(c_err), \
                     f"{what}: C rule raised {c_err!r}, Python rule {py_err!r}"
-                assert e_err is not None and type(e_err) is type(c_err), \
+                # (in place, eager ran on a dense copy of self: it may accept the call)
+                assert entry.inplace or (e_err is not None and type(e_err) is type(c_err)), \
                     f"{what}: C rule raised {c_err!r}, eager {e_err!r}"
                 continue
             assert py_err is None, f"{what}: Python rule raised {py_err!r}, C did not"

@@ -485,6 +485,31 @@ def test_inplace_operators():
         i /= 2
 
 
+def test_inplace_ops_write_through_non_contiguous_views():
+    base = ember.zeros(3, 4)
+    v = base.t()
+    r = v.add_(ember.arange(12, dtype=ember.float32).view(4, 3))
+    assert r is v and base._version == 1
+    np.testing.assert_array_equal(base.numpy(), np.arange(12, dtype=np.float32).reshape(4, 3).T)
+    s = base[:, ::2]
+    s.mul_(2)
+    want = np.arange(12, dtype=np.float32).reshape(4, 3).T.copy()
+    want[:, ::2] *= 2
+    np.testing.assert_array_equal(base.numpy(), want)
+    base[1].fill_(7)
+    assert base[1].tolist() == [7.0] * 4
+    base[2].copy_(ember.tensor([1, 2, 3, 4]))
+    assert base[2].tolist() == [1.0, 2.0, 3.0, 4.0] and base.dtype is ember.float32
+    with pytest.raises(RuntimeError, match=r"add_?\(\).*\[2, 3\]"):
+        ember.ones(2, 3).add_(ember.ones(3, 3))
+    e = ember.zeros(1, 3).expand(2, 3)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        e.add_(ember.ones(2, 3))
+    assert e.tolist() == [[0.0] * 3] * 2
+    e[0] = 5.0                      # a view without overlap may be written
+    assert e.tolist() == [[5.0] * 3] * 2
+
+
 def test_operator_errors():
     x = ember.ones(2, 3)
     with pytest.raises(TypeError):

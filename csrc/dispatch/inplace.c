@@ -22,6 +22,15 @@ can_cast(em_dtype_t from, em_dtype_t to)
 static int
 check_fits(em_Op *op, em_Tensor *self, em_Tensor *res)
 {
+    for (int d = 0; self->numel > 0 && d < self->ndim; d++) {
+        if (self->strides[d] == 0 && self->sizes[d] > 1) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "%U(): unsupported operation: more than one element of the "
+                         "written-to tensor refers to a single memory location. Please "
+                         "clone() the tensor before performing the operation.", op->name);
+            return -1;
+        }
+    }
     if (res->ndim != self->ndim ||
         memcmp(res->sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim) != 0) {
         PyObject *a = em_format_shape(self->ndim, self->sizes);

@@ -605,6 +605,9 @@ def _check_inplace(entry, args):
     res = infer(entry.functional, args)
     res = res[0] if isinstance(res, tuple) else res
     self = args[0]
+    if self.numel() and any(st == 0 and n > 1 for st, n in zip(self.stride(), self.shape)):
+        raise RuntimeError(f"{entry.name}(): unsupported operation: more than one element of "
+                           "the written-to tensor refers to a single memory location.")
     if tuple(res.shape) != tuple(self.shape):
         raise RuntimeError(f"{entry.name}(): output with shape {list(self.shape)} doesn't "
                            f"match the broadcast shape {list(res.shape)}")
