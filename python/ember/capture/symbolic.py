@@ -281,6 +281,8 @@ class Translator:
     def wrap_constant_result(self, value):
         if is_constant(value):
             return ConstVar(value)
+        if type(value) is list and all(is_constant(v) for v in value):
+            return ListVar([ConstVar(v) for v in value])    # sorted(), str.split()
         raise Unsupported(f"a {type(value).__name__} computed from constants")
 
     # ------------------------------------------------------------ tensor operations
@@ -421,25 +423,26 @@ class Translator:
             raise Unsupported(f"calling {fn.__qualname__}: {e}") from None
         locals_ = {}
         for pname, param in sig.parameters.items():
+            local = _local_name(code, pname)
             if pname in bound.arguments:
                 v = bound.arguments[pname]
                 if param.kind == param.VAR_POSITIONAL:
                     v = TupleVar(list(v))
                 elif param.kind == param.VAR_KEYWORD:
                     v = DictVar(dict(v))
-                locals_[pname] = v
+                locals_[local] = v
             elif param.kind == param.VAR_POSITIONAL:
-                locals_[pname] = TupleVar([])
+                locals_[local] = TupleVar([])
             elif param.kind == param.VAR_KEYWORD:
-                locals_[pname] = DictVar({})
+                locals_[local] = DictVar({})
             else:
                 default = param.default
                 if isinstance(default, VariableTracker):
-                    locals_[pname] = default
+                    locals_[local] = default
                 elif is_constant(default):
-                    locals_[pname] = ConstVar(default)
+                    locals_[local] = ConstVar(default)
                 else:
-                    locals_[pname] = self.wrap(default, None)
+                    locals_[local] = self.wrap(default, None)
         cells = {}
         for name in code.co_cellvars:
             cells[name] = CellVar(locals_.get(name))
@@ -497,7 +500,7 @@ class Translator:
             if isinstance(a, (SequenceVar, DictVar)):
                 return ConstVar(len(a.items))
             if isinstance(a, ModuleVar):
-                return ConstVar(len(a.value))
+                return ConstVar(a.length(self))
         if fn is isinstance or fn is issubclass:
             obj, cls = args
             cls = cls.as_constant()
@@ -515,7 +518,10 @@ class Translator:
                 return ConstVar(True) if fn is hasattr else v
             except Unsupported:
                 if fn is hasattr or len(args) == 3:
-                    # only constants can answer 'no such attribute' safely
+                    # only constants and tensors (their class and fake tensor say
+                    # what exists) can answer 'no such attribute' safely
+                    if isinstance(obj, TensorVar) and not hasattr(obj.fake, name):
+                        return ConstVar(False) if fn is hasattr else args[2]
                     if obj.is_constant():
                         value = obj.as_constant()
                         has = hasattr(value, name)
@@ -547,6 +553,19 @@ class Translator:
             except Exception as e:   # noqa: BLE001 - eager would raise it; run eager
                 raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {e!r}") from None
             return self.wrap_constant_result(value)
+        if fn in (sorted, min, max, any, all) and consts is None and len(args) == 1 and \
+                not isinstance(args[0], TensorVar) and \
+                all(v.is_constant() for v in kwargs.values()):
+            # over a container whose items are constants (a dict of tensors' keys)
+            items = args[0].unpack(self)
+            if all(i.is_constant() for i in items):
+                return self.call_builtin(fn, [ListVar(items)], kwargs)
+        if fn is sum and consts is None and not kwargs and 1 <= len(args) <= 2:
+            # sum(xs, start) adds the items one by one, as CPython does
+            total = args[1] if len(args) == 2 else ConstVar(0)
+            for item in args[0].unpack(self):
+                total = self.binary(operator.add, total, item)
+            return total
         if any(isinstance(a, TensorVar) for a in args):
             if fn in (abs,) or getattr(fn, "__module__", None) in ("_operator", "operator"):
                 return self.call_op(fn, args, kwargs)
@@ -692,7 +711,11 @@ class Translator:
             self.pop()   # annotations
         kwdefaults = self.pop() if flags & 0x02 else None
         defaults = self.pop() if flags & 0x01 else None
-        fn = types.FunctionType(code, self.f_globals, code.co_name)
+        # placeholder cells: the function is only a template for inline_call, which
+        # uses the symbolic cells kept in the VT (FunctionType insists on a closure of
+        # the right length when the code has free variables)
+        dummy = tuple(types.CellType() for _ in code.co_freevars) or None
+        fn = types.FunctionType(code, self.f_globals, code.co_name, None, dummy)
         if defaults is not None:
             fn.__defaults__ = tuple(_SymbolicDefault(v) for v in defaults.unpack(self))
         if kwdefaults is not None:
@@ -752,9 +775,7 @@ class Translator:
                 raise Unsupported(f"KeyError {k!r}")
             return obj.items[k]
         if isinstance(obj, ModuleVar) and key.is_constant():
-            k = key.as_constant()
-            items = obj.unpack(self)
-            return items[k] if not isinstance(k, slice) else ListVar(items[k])
+            return obj.item(self, key.as_constant())
         if obj.is_constant() and key.is_constant():
             return self.wrap_constant_result(obj.as_constant()[key.as_constant()])
         raise Unsupported(f"subscript of {obj} with {key}")
@@ -828,6 +849,9 @@ class Translator:
         item = self.pop()
         if isinstance(container, DictVar) and item.is_constant():
             r = item.as_constant() in container.items
+        elif isinstance(container, ModuleVar) and item.is_constant():
+            r = item.as_constant() in [k.as_constant() for k in container.unpack(self)
+                                       if k.is_constant()]
         elif container.is_constant() and item.is_constant():
             r = item.as_constant() in container.as_constant()
         elif isinstance(container, SequenceVar) and item.is_constant() and \
@@ -924,6 +948,9 @@ class Translator:
 
     def FOR_ITER(self, ins):
         it = self.stack[-1]
+        if not isinstance(it, IteratorVar):
+            # a real iterator object (a comprehension frame's `.0` argument)
+            raise Unsupported(f"iterating over {it}")
         nxt = it.next()
         if nxt is None:
             self.pop()
@@ -980,6 +1007,16 @@ class Translator:
 
     def RAISE_VARARGS(self, ins):
         raise Unsupported("raise statement reached")
+
+
+def _local_name(code, pname):
+    """The code's own name of a parameter: inspect.signature calls a comprehension's
+    implicit argument `.0` "implicit0"."""
+    if pname.startswith("implicit") and pname[8:].isdigit():
+        dotted = "." + pname[8:]
+        if dotted in code.co_varnames[:code.co_argcount]:
+            return dotted
+    return pname
 
 
 class _MetaMethodVar(VariableTracker):

@@ -394,6 +394,8 @@ class ModuleVar(VariableTracker):
                                if src is not None else None)
         if name in d:
             return tx.wrap(d[name], AttrSource(src, name) if src is not None else None)
+        if name in ("keys", "values", "items") and self._container() == "dict":
+            return _ModuleDictMethod(self, name)
         cls_attr = inspect.getattr_static(type(m), name, None)
         if isinstance(cls_attr, types.FunctionType):
             return BoundMethodVar(cls_attr, self)
@@ -412,14 +414,84 @@ class ModuleVar(VariableTracker):
     def call(self, tx, args, kwargs):
         return tx.call_module(self, args, kwargs)
 
+    def _container(self):
+        """"dict" for ModuleDict/ParameterDict (iterating gives keys), "plist" for
+        ParameterList, "list" for other modules (iterating gives submodules)."""
+        from ..nn.modules import container
+        if isinstance(self.value, (container.ModuleDict, container.ParameterDict)):
+            return "dict"
+        if isinstance(self.value, container.ParameterList):
+            return "plist"
+        return "list"
+
+    def keys(self, tx):
+        """The container's keys (submodule names; ParameterDict's keys), guarded: a
+        module added or removed later must not reuse a graph unrolled over the old
+        ones."""
+        d = object.__getattribute__(self.value, "__dict__")
+        store = "_keys" if "_keys" in d else "_modules"
+        table = d.get(store)
+        if not isinstance(table, dict):
+            raise Unsupported(f"iterating over {type(self.value).__name__}")
+        if self.source is not None:
+            tx.guard("DICT_KEYS", AttrSource(self.source, store), tuple(table))
+        return list(table)
+
+    def length(self, tx):
+        if self._container() == "plist":
+            return len(self.unpack(tx))
+        return len(self.keys(tx))
+
     def unpack(self, tx):
         m = self.value
+        kind = self._container()
+        if kind == "dict":
+            return [ConstVar(k) for k in self.keys(tx)]
+        if kind == "plist":
+            n = object.__getattribute__(m, "__dict__").get("_size")
+            if self.source is not None:
+                tx.guard("EQUALS_MATCH", AttrSource(self.source, "_size"), n)
+            return [self.getattr(tx, str(i)) for i in range(n)]
+        self.keys(tx)
         modules = object.__getattribute__(m, "__dict__").get("_modules")
-        if modules is None:
-            raise Unsupported(f"iterating over {type(m).__name__}")
         src = AttrSource(self.source, "_modules") if self.source is not None else None
         return [tx.wrap(sub, DictSource(src, k) if src is not None else None)
                 for k, sub in modules.items() if sub is not None]
+
+    def item(self, tx, k):
+        """self[k] for ember.nn's containers, through the same dict sources as
+        attributes (so guards and the compiled frame read the live entries)."""
+        kind = self._container()
+        if kind == "dict" and isinstance(k, str):
+            return self.getattr(tx, k)
+        if kind != "dict" and isinstance(k, int) and not isinstance(k, bool):
+            items = self.unpack(tx)
+            if -len(items) <= k < len(items):
+                return items[k]
+        if kind == "list" and isinstance(k, slice):
+            return ListVar(self.unpack(tx)[k])
+        raise Unsupported(f"indexing {type(self.value).__name__} with {k!r}")
+
+    def dict_method(self, tx, name):
+        """ModuleDict/ParameterDict .keys(), .values(), .items() as lists."""
+        keys = self.keys(tx)
+        if name == "keys":
+            return ListVar([ConstVar(k) for k in keys])
+        values = [self.getattr(tx, k) for k in keys]
+        if name == "values":
+            return ListVar(values)
+        return ListVar([TupleVar([ConstVar(k), v]) for k, v in zip(keys, values)])
+
+
+class _ModuleDictMethod(VariableTracker):
+    def __init__(self, mvar, name):
+        self.mvar = mvar
+        self.name = name
+
+    def call(self, tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"{type(self.mvar.value).__name__}.{self.name} with arguments")
+        return self.mvar.dict_method(tx, self.name)
 
 
 class BuiltinVar(VariableTracker):
