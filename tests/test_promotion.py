@@ -3,6 +3,7 @@ dtypes, in the three categories (dim tensor with dim tensor, dim tensor with 0-d
 tensor with a Python number), plus the rules that need no torch to state."""
 import itertools
 
+import numpy as np
 import pytest
 
 import ember
@@ -106,6 +107,14 @@ def test_python_numbers_follow_the_default_dtype():
     assert ember.result_type(ember.tensor([True]), 3) is ember.int64
     assert ember.result_type(ember.tensor([1], dtype=ember.uint8), -3) is ember.uint8
     assert ember.result_type(ember.tensor([1.0], dtype=ember.float16), 1e10) is ember.float16
+
+
+def test_numpy_scalars_count_as_python_numbers():
+    x = ember.tensor([1, 2], dtype=ember.int8)
+    assert ember.result_type(x, np.int64(3)) is ember.int8
+    assert ember.result_type(ember.tensor([True]), np.bool_(True)) is ember.bool
+    assert ember.result_type(x, np.float64(0.5)) is ember.float32
+    assert (x + np.int64(3)).dtype is ember.int8
 
 
 def test_uint8_int8_promote_to_int16():

@@ -63,9 +63,9 @@ error:
 static em_dtype_t
 number_dtype(PyObject *o)
 {
-    if (PyBool_Check(o))
+    if (PyBool_Check(o) || PyArray_IsScalar(o, Bool))
         return EM_BOOL;
-    if (PyLong_Check(o))
+    if (PyLong_Check(o) || PyArray_IsScalar(o, Integer))
         return EM_INT64;
     return em_default_dtype;   /* Python floats take the default dtype's place */
 }
