@@ -203,11 +203,6 @@ def build_guard_program(guards: GuardSet, frame_info):
             tuples.append(_hook.tensor_match(src, g.value))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
-        elif g.kind == "DICT_KEYS":
-            keys = g.value
-            tuples.append(("LEN_MATCH", src, len(keys)))
-            tuples.append(("LAMBDA", src, lambda d, keys=keys: tuple(d.keys()) == keys,
-                           f"dict keys {list(keys)!r}"))
         else:
             tuples.append((g.kind, src, g.value))
     code = frame_info.code
