@@ -18,7 +18,7 @@ import ember
 from ember.autograd import gradcheck
 
 import op_db
-from op_db import ALL, FLOATS, ErrorSample, Sample, noncontig
+from op_db import ALL, FLOATS, noncontig
 
 INFOS = op_db.all_infos()
 TOL = {"float16": (1e-3, 1e-3), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}

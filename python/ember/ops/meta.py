@@ -127,7 +127,8 @@ def elementwise_strides(operands, shape):
     output's shape; else dimensions ordered by the inputs' strides."""
     tensors = [o for o in operands if isinstance(o, _C.Tensor)]
     nd = len(shape)
-    if nd <= 1 or 0 in shape or all(tuple(t.shape) == tuple(shape) and is_contiguous(t) for t in tensors):
+    if nd <= 1 or 0 in shape or all(tuple(t.shape) == tuple(shape) and is_contiguous(t)
+                                     for t in tensors):
         return contiguous_strides(shape)
     strides = []
     for t in tensors:
