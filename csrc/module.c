@@ -12,6 +12,8 @@ int em_registry_init(PyObject *module);
 PyObject *em_bind_view_ops(PyObject *self, PyObject *args);
 PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
 int em_compiled_frame_init(PyObject *module);
+int em_compiled_graph_init(PyObject *module);
+int em_jit_init_type(PyObject *module);
 
 static PyObject *
 result_type(PyObject *self, PyObject *args)
@@ -119,7 +121,8 @@ PyInit__C(void)
         em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 || em_op_init(m) < 0 ||
         em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_elementwise_init() < 0 ||
         em_reduction_init() < 0 || em_registry_init(m) < 0 || em_capture_init(m) < 0 ||
-        em_compiled_frame_init(m) < 0) {
+        em_compiled_frame_init(m) < 0 || em_compiled_graph_init(m) < 0 ||
+        em_jit_init_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

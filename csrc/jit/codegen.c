@@ -1,0 +1,668 @@
+/* codegen.c: one kernel spec -> one LLVM function, through the LLVM-C builder.
+ *
+ * A kernel spec is the plain tuple python/ember/compiler/codegen.py makes:
+ *
+ *     (sizes, nreduce, params, instrs)
+ *
+ * sizes: the iteration domain, outer to inner; the last `nreduce` dims are reduced.
+ * params: the dtype code of each pointer argument. The function is
+ * `void f(void **args)`: args[i] points at element 0 of buffer i.
+ * instrs, in order, on numbered registers (an index is offset + sum(coeffs[d]*i_d)):
+ *
+ *     ("load", dst, param, coeffs, offset)
+ *     ("const", dst, dtype, value)            ("iota", dst, dtype, dim)
+ *     ("cast", dst, dtype, src)
+ *     (unary, dst, dtype, src)                neg exp log tanh reciprocal abs sqrt not
+ *     (binary, dst, dtype, a, b)              add sub mul div max min pow and or xor
+ *     (compare, dst, dtype, a, b)             lt le gt ge eq ne; dtype of a and b;
+ *                                             the result is bool
+ *     ("select", dst, dtype, cond, a, b)
+ *     ("store", param, coeffs, offset, src)   every point of the domain
+ *     ("reduce", param, op, coeffs, offset, src)
+ *                                             sum/max/min/prod over the reduced dims
+ *                                             (their coeffs are 0), kept in a register
+ *                                             and stored once per outer point
+ *
+ * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser
+ * (run by jit.c at O2) turns the innermost one into vector code of the host's width.
+ * Float sum reductions carry llvm.loop.vectorize.enable so that it may reorder them.
+ */
+#include "jit/jit.h"
+
+#include <math.h>
+
+typedef struct {
+    LLVMContextRef C;
+    LLVMModuleRef M;
+    LLVMBuilderRef B;
+    LLVMValueRef fn;
+    int ndim, nreduce;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    int nparams;
+    LLVMValueRef *ptr;
+    em_dtype_t *ptype;
+    PyObject *instrs;
+    LLVMValueRef iv[EM_MAX_DIMS];
+    int nregs;
+    LLVMValueRef *reg;
+    em_dtype_t *rtype;
+    LLVMValueRef *acc;        /* per instruction index: accumulator alloca or NULL */
+    bool float_sum;
+    LLVMTypeRef i64;
+} cg_t;
+
+/* ------------------------------------------------------------------ types */
+
+static LLVMTypeRef
+mem_type(cg_t *g, em_dtype_t t)
+{
+    switch (t) {
+    case EM_BOOL: case EM_UINT8: case EM_INT8: return LLVMInt8TypeInContext(g->C);
+    case EM_INT16: return LLVMInt16TypeInContext(g->C);
+    case EM_INT32: return LLVMInt32TypeInContext(g->C);
+    case EM_INT64: return LLVMInt64TypeInContext(g->C);
+    case EM_FLOAT32: return LLVMFloatTypeInContext(g->C);
+    case EM_FLOAT64: return LLVMDoubleTypeInContext(g->C);
+    default: return NULL;
+    }
+}
+
+static LLVMTypeRef
+reg_type(cg_t *g, em_dtype_t t)
+{
+    return t == EM_BOOL ? LLVMInt1TypeInContext(g->C) : mem_type(g, t);
+}
+
+static int
+check_dtype(em_dtype_t t)
+{
+    if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16) {
+        PyErr_Format(PyExc_NotImplementedError, "ember JIT: dtype %s is not supported",
+                     t >= 0 && t < EM_NDTYPES ? em_dtypes[t]->name : "?");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+int_item(PyObject *tup, Py_ssize_t i, long *out)
+{
+    *out = PyLong_AsLong(PyTuple_GET_ITEM(tup, i));
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static LLVMValueRef
+get_reg(cg_t *g, long r)
+{
+    if (r < 0 || r >= g->nregs || g->reg[r] == NULL) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: register %ld used before definition", r);
+        return NULL;
+    }
+    return g->reg[r];
+}
+
+static int
+set_reg(cg_t *g, long r, LLVMValueRef v, em_dtype_t t)
+{
+    if (r < 0 || r >= g->nregs) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad register %ld", r);
+        return -1;
+    }
+    g->reg[r] = v;
+    g->rtype[r] = t;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static LLVMValueRef
+intrinsic(cg_t *g, const char *name, LLVMTypeRef type, LLVMValueRef *args, int nargs)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->M, id, &type, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(g->C, id, &type, 1);
+    return LLVMBuildCall2(g->B, ft, f, args, nargs, "");
+}
+
+static LLVMValueRef
+call_fn(cg_t *g, LLVMValueRef f, LLVMValueRef *args, int nargs)
+{
+    return LLVMBuildCall2(g->B, LLVMGlobalGetValueType(f), f, args, nargs, "");
+}
+
+/* offset + sum(coeffs[d] * iv[d]) as i64 */
+static LLVMValueRef
+index_of(cg_t *g, PyObject *coeffs, PyObject *offset)
+{
+    long off = PyLong_AsLong(offset);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyTuple_Check(coeffs) || PyTuple_GET_SIZE(coeffs) != g->ndim) {
+        PyErr_SetString(PyExc_ValueError, "ember JIT: index coefficients do not match the domain");
+        return NULL;
+    }
+    LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)off, 1);
+    for (int d = 0; d < g->ndim; d++) {
+        long c;
+        if (int_item(coeffs, d, &c) < 0)
+            return NULL;
+        if (c == 0)
+            continue;
+        LLVMValueRef term = c == 1 ? g->iv[d]
+                                   : LLVMBuildMul(g->B, g->iv[d],
+                                                  LLVMConstInt(g->i64, (unsigned long long)c, 1), "");
+        idx = LLVMBuildAdd(g->B, idx, term, "");
+    }
+    return idx;
+}
+
+static LLVMValueRef
+address(cg_t *g, long param, PyObject *coeffs, PyObject *offset)
+{
+    if (param < 0 || param >= g->nparams) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %ld", param);
+        return NULL;
+    }
+    LLVMValueRef idx = index_of(g, coeffs, offset);
+    if (idx == NULL)
+        return NULL;
+    return LLVMBuildInBoundsGEP2(g->B, mem_type(g, g->ptype[param]), g->ptr[param], &idx, 1, "");
+}
+
+static LLVMValueRef
+convert(cg_t *g, LLVMValueRef v, em_dtype_t from, em_dtype_t to)
+{
+    if (from == to)
+        return v;
+    LLVMTypeRef tt = reg_type(g, to);
+    bool ff = em_is_float(from), tf = em_is_float(to);
+    if (to == EM_BOOL) {
+        if (ff)
+            return LLVMBuildFCmp(g->B, LLVMRealUNE, v, LLVMConstReal(LLVMTypeOf(v), 0.0), "");
+        return LLVMBuildICmp(g->B, LLVMIntNE, v, LLVMConstInt(LLVMTypeOf(v), 0, 0), "");
+    }
+    if (ff && tf)
+        return LLVMBuildFPCast(g->B, v, tt, "");
+    if (ff)
+        return LLVMBuildFPToSI(g->B, v, tt, "");
+    bool unsigned_src = from == EM_BOOL || from == EM_UINT8;
+    if (tf)
+        return unsigned_src ? LLVMBuildUIToFP(g->B, v, tt, "") : LLVMBuildSIToFP(g->B, v, tt, "");
+    return LLVMBuildIntCast2(g->B, v, tt, !unsigned_src, "");
+}
+
+static LLVMValueRef
+fmax_nan(cg_t *g, LLVMValueRef a, LLVMValueRef b, bool is_max)
+{
+    LLVMValueRef gt = LLVMBuildFCmp(g->B, is_max ? LLVMRealOGT : LLVMRealOLT, a, b, "");
+    LLVMValueRef r = LLVMBuildSelect(g->B, gt, a, b, "");
+    LLVMValueRef a_nan = LLVMBuildFCmp(g->B, LLVMRealUNO, a, a, "");
+    return LLVMBuildSelect(g->B, a_nan, a, r, "");   /* NaN propagates, as in PyTorch */
+}
+
+static LLVMValueRef
+binary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
+{
+    bool f = em_is_float(t), u = t == EM_UINT8 || t == EM_BOOL;
+    if (strcmp(op, "add") == 0)
+        return f ? LLVMBuildFAdd(g->B, a, b, "") : LLVMBuildAdd(g->B, a, b, "");
+    if (strcmp(op, "sub") == 0)
+        return f ? LLVMBuildFSub(g->B, a, b, "") : LLVMBuildSub(g->B, a, b, "");
+    if (strcmp(op, "mul") == 0)
+        return f ? LLVMBuildFMul(g->B, a, b, "") : LLVMBuildMul(g->B, a, b, "");
+    if (strcmp(op, "div") == 0 && f)
+        return LLVMBuildFDiv(g->B, a, b, "");
+    if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
+        bool mx = op[1] == 'a';
+        if (f)
+            return fmax_nan(g, a, b, mx);
+        LLVMIntPredicate p = mx ? (u ? LLVMIntUGT : LLVMIntSGT) : (u ? LLVMIntULT : LLVMIntSLT);
+        return LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, p, a, b, ""), a, b, "");
+    }
+    if (strcmp(op, "pow") == 0 && f) {
+        LLVMValueRef args[2] = {a, b};
+        return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "powf" : "pow",
+                                     reg_type(g, t), 2), args, 2);
+    }
+    if (!f && strcmp(op, "and") == 0)
+        return LLVMBuildAnd(g->B, a, b, "");
+    if (!f && strcmp(op, "or") == 0)
+        return LLVMBuildOr(g->B, a, b, "");
+    if (!f && strcmp(op, "xor") == 0)
+        return LLVMBuildXor(g->B, a, b, "");
+    PyErr_Format(PyExc_NotImplementedError, "ember JIT: binary %s on %s", op,
+                 em_dtypes[t]->name);
+    return NULL;
+}
+
+static LLVMValueRef
+unary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a)
+{
+    bool f = em_is_float(t);
+    LLVMTypeRef ty = reg_type(g, t);
+    if (strcmp(op, "neg") == 0)
+        return f ? LLVMBuildFNeg(g->B, a, "") : LLVMBuildNeg(g->B, a, "");
+    if (strcmp(op, "not") == 0)
+        return LLVMBuildNot(g->B, a, "");
+    if (!f)
+        goto unsupported;
+    if (strcmp(op, "reciprocal") == 0)
+        return LLVMBuildFDiv(g->B, LLVMConstReal(ty, 1.0), a, "");
+    if (strcmp(op, "abs") == 0)
+        return intrinsic(g, "llvm.fabs", ty, &a, 1);
+    if (strcmp(op, "sqrt") == 0)
+        return intrinsic(g, "llvm.sqrt", ty, &a, 1);
+    if (strcmp(op, "exp") == 0) {
+        if (t == EM_FLOAT32)
+            return call_fn(g, em_ir_expf(g->M), &a, 1);
+        return call_fn(g, em_ir_libm(g->M, "exp", ty, 1), &a, 1);
+    }
+    if (strcmp(op, "log") == 0)
+        return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "logf" : "log", ty, 1), &a, 1);
+    if (strcmp(op, "tanh") == 0)
+        return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "tanhf" : "tanh", ty, 1), &a, 1);
+unsupported:
+    PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", op, em_dtypes[t]->name);
+    return NULL;
+}
+
+static LLVMValueRef
+compare(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
+{
+    static const struct {
+        const char *name;
+        LLVMRealPredicate fp;
+        LLVMIntPredicate sp, up;
+    } preds[] = {
+        {"lt", LLVMRealOLT, LLVMIntSLT, LLVMIntULT}, {"le", LLVMRealOLE, LLVMIntSLE, LLVMIntULE},
+        {"gt", LLVMRealOGT, LLVMIntSGT, LLVMIntUGT}, {"ge", LLVMRealOGE, LLVMIntSGE, LLVMIntUGE},
+        {"eq", LLVMRealOEQ, LLVMIntEQ, LLVMIntEQ}, {"ne", LLVMRealUNE, LLVMIntNE, LLVMIntNE},
+    };
+    for (size_t i = 0; i < sizeof preds / sizeof preds[0]; i++) {
+        if (strcmp(op, preds[i].name) != 0)
+            continue;
+        if (em_is_float(t))
+            return LLVMBuildFCmp(g->B, preds[i].fp, a, b, "");
+        bool u = t == EM_UINT8 || t == EM_BOOL;
+        return LLVMBuildICmp(g->B, u ? preds[i].up : preds[i].sp, a, b, "");
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static LLVMValueRef
+identity(cg_t *g, const char *op, em_dtype_t t)
+{
+    LLVMTypeRef ty = reg_type(g, t);
+    bool f = em_is_float(t);
+    if (strcmp(op, "sum") == 0)
+        return f ? LLVMConstReal(ty, 0.0) : LLVMConstInt(ty, 0, 0);
+    if (strcmp(op, "prod") == 0)
+        return f ? LLVMConstReal(ty, 1.0) : LLVMConstInt(ty, 1, 0);
+    if (strcmp(op, "max") == 0)
+        return f ? LLVMConstReal(ty, -INFINITY)
+                 : LLVMConstInt(ty, t == EM_UINT8 || t == EM_BOOL ? 0 : (1ULL << (LLVMGetIntTypeWidth(ty) - 1)), 0);
+    if (strcmp(op, "min") == 0)
+        return f ? LLVMConstReal(ty, INFINITY)
+                 : LLVMConstInt(ty, t == EM_UINT8 || t == EM_BOOL ? ~0ULL
+                                                                   : ~(1ULL << (LLVMGetIntTypeWidth(ty) - 1)), 0);
+    return NULL;
+}
+
+static LLVMValueRef
+combine(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef acc, LLVMValueRef v)
+{
+    if (strcmp(op, "sum") == 0)
+        return binary(g, "add", t, acc, v);
+    if (strcmp(op, "prod") == 0)
+        return binary(g, "mul", t, acc, v);
+    if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
+        if (em_is_float(t))   /* the new value first: a NaN anywhere sticks */
+            return fmax_nan(g, v, acc, op[1] == 'a');
+        return binary(g, op, t, acc, v);
+    }
+    PyErr_Format(PyExc_NotImplementedError, "ember JIT: reduction %s", op);
+    return NULL;
+}
+
+/* The dtype a reduce instruction accumulates in: its destination's. */
+static em_dtype_t
+reduce_dtype(cg_t *g, PyObject *ins)
+{
+    long param;
+    if (int_item(ins, 1, &param) < 0 || param < 0 || param >= g->nparams)
+        return EM_UNDEFINED;
+    return g->ptype[param];
+}
+
+static int
+init_accumulators(cg_t *g)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(g->instrs); k++) {
+        PyObject *ins = PyTuple_GET_ITEM(g->instrs, k);
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ins, 0), "reduce") != 0)
+            continue;
+        em_dtype_t t = reduce_dtype(g, ins);
+        const char *op = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
+        if (t == EM_UNDEFINED || op == NULL)
+            return -1;
+        LLVMValueRef id = identity(g, op, t);
+        if (id == NULL) {
+            PyErr_Format(PyExc_NotImplementedError, "ember JIT: reduction %s", op);
+            return -1;
+        }
+        LLVMBuildStore(g->B, id, g->acc[k]);
+    }
+    return 0;
+}
+
+static int
+store_accumulators(cg_t *g)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(g->instrs); k++) {
+        PyObject *ins = PyTuple_GET_ITEM(g->instrs, k);
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ins, 0), "reduce") != 0)
+            continue;
+        long param;
+        if (int_item(ins, 1, &param) < 0)
+            return -1;
+        em_dtype_t t = g->ptype[param];
+        LLVMValueRef v = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+        LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 3), PyTuple_GET_ITEM(ins, 4));
+        if (addr == NULL)
+            return -1;
+        if (t == EM_BOOL)
+            v = LLVMBuildZExt(g->B, v, mem_type(g, t), "");
+        LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), (unsigned)em_dtypes[t]->itemsize);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the body */
+
+static int
+emit_body(cg_t *g)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(g->instrs); k++) {
+        PyObject *ins = PyTuple_GET_ITEM(g->instrs, k);
+        if (!PyTuple_Check(ins) || PyTuple_GET_SIZE(ins) < 2) {
+            PyErr_SetString(PyExc_ValueError, "ember JIT: malformed instruction");
+            return -1;
+        }
+        const char *op = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 0));
+        if (op == NULL)
+            return -1;
+        Py_ssize_t n = PyTuple_GET_SIZE(ins);
+        long dst = -1, a0 = 0, a1 = 0, a2 = 0;
+        if (strcmp(op, "store") == 0 || strcmp(op, "reduce") == 0) {
+            long param;
+            if (int_item(ins, 1, &param) < 0)
+                return -1;
+            long src;
+            bool red = op[0] == 'r';
+            if (int_item(ins, red ? 5 : 4, &src) < 0)
+                return -1;
+            LLVMValueRef v = get_reg(g, src);
+            if (v == NULL)
+                return -1;
+            em_dtype_t t = g->ptype[param];
+            v = convert(g, v, g->rtype[src], t);
+            if (red) {
+                const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
+                LLVMValueRef cur = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+                LLVMValueRef nv = rop ? combine(g, rop, t, cur, v) : NULL;
+                if (nv == NULL)
+                    return -1;
+                LLVMBuildStore(g->B, nv, g->acc[k]);
+                continue;
+            }
+            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 2), PyTuple_GET_ITEM(ins, 3));
+            if (addr == NULL)
+                return -1;
+            if (t == EM_BOOL)
+                v = LLVMBuildZExt(g->B, v, mem_type(g, t), "");
+            LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), (unsigned)em_dtypes[t]->itemsize);
+            continue;
+        }
+        if (int_item(ins, 1, &dst) < 0)
+            return -1;
+        if (strcmp(op, "load") == 0) {
+            long param;
+            if (n != 5 || int_item(ins, 2, &param) < 0)
+                return -1;
+            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 3), PyTuple_GET_ITEM(ins, 4));
+            if (addr == NULL)
+                return -1;
+            em_dtype_t t = g->ptype[param];
+            LLVMValueRef v = LLVMBuildLoad2(g->B, mem_type(g, t), addr, "");
+            LLVMSetAlignment(v, (unsigned)em_dtypes[t]->itemsize);
+            if (t == EM_BOOL)
+                v = LLVMBuildICmp(g->B, LLVMIntNE, v, LLVMConstInt(mem_type(g, t), 0, 0), "");
+            if (set_reg(g, dst, v, t) < 0)
+                return -1;
+            continue;
+        }
+        long dt_code;
+        if (int_item(ins, 2, &dt_code) < 0)
+            return -1;
+        em_dtype_t t = (em_dtype_t)dt_code;
+        if (check_dtype(t) < 0)
+            return -1;
+        LLVMTypeRef ty = reg_type(g, t);
+        LLVMValueRef v = NULL;
+        if (strcmp(op, "const") == 0) {
+            PyObject *val = PyTuple_GET_ITEM(ins, 3);
+            if (em_is_float(t))
+                v = LLVMConstReal(ty, PyFloat_AsDouble(val));
+            else
+                v = LLVMConstInt(ty, (unsigned long long)PyLong_AsLongLong(val), 1);
+            if (PyErr_Occurred())
+                return -1;
+        }
+        else if (strcmp(op, "iota") == 0) {
+            if (int_item(ins, 3, &a0) < 0 || a0 < 0 || a0 >= g->ndim)
+                return -1;
+            v = convert(g, g->iv[a0], EM_INT64, t);
+        }
+        else if (strcmp(op, "cast") == 0) {
+            if (int_item(ins, 3, &a0) < 0 || get_reg(g, a0) == NULL)
+                return -1;
+            v = convert(g, g->reg[a0], g->rtype[a0], t);
+        }
+        else if (strcmp(op, "select") == 0) {
+            if (int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0 ||
+                int_item(ins, 5, &a2) < 0 || !get_reg(g, a0) || !get_reg(g, a1) ||
+                !get_reg(g, a2))
+                return -1;
+            LLVMValueRef c = convert(g, g->reg[a0], g->rtype[a0], EM_BOOL);
+            v = LLVMBuildSelect(g->B, c, convert(g, g->reg[a1], g->rtype[a1], t),
+                                convert(g, g->reg[a2], g->rtype[a2], t), "");
+        }
+        else if (n == 4) {
+            if (int_item(ins, 3, &a0) < 0 || get_reg(g, a0) == NULL)
+                return -1;
+            v = unary(g, op, t, convert(g, g->reg[a0], g->rtype[a0], t));
+            if (v == NULL)
+                return -1;
+        }
+        else if (n == 5) {
+            if (int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0 || !get_reg(g, a0) ||
+                !get_reg(g, a1))
+                return -1;
+            LLVMValueRef x = convert(g, g->reg[a0], g->rtype[a0], t);
+            LLVMValueRef y = convert(g, g->reg[a1], g->rtype[a1], t);
+            v = compare(g, op, t, x, y);
+            if (v != NULL) {
+                if (set_reg(g, dst, v, EM_BOOL) < 0)
+                    return -1;
+                continue;
+            }
+            v = binary(g, op, t, x, y);
+            if (v == NULL)
+                return -1;
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "ember JIT: unknown instruction %s", op);
+            return -1;
+        }
+        if (set_reg(g, dst, v, t) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ loops */
+
+static void
+mark_vectorize(cg_t *g, LLVMValueRef latch_br)
+{
+    LLVMMetadataRef tmp = LLVMTemporaryMDNode(g->C, NULL, 0);
+    LLVMMetadataRef kv[2] = {
+        LLVMMDStringInContext2(g->C, "llvm.loop.vectorize.enable", 26),
+        LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(g->C), 1, 0)),
+    };
+    LLVMMetadataRef prop = LLVMMDNodeInContext2(g->C, kv, 2);
+    LLVMMetadataRef ops[2] = {tmp, prop};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(g->C, ops, 2);
+    LLVMMetadataReplaceAllUsesWith(tmp, id);
+    LLVMSetMetadata(latch_br, LLVMGetMDKindIDInContext(g->C, "llvm.loop", 9),
+                    LLVMMetadataAsValue(g->C, id));
+}
+
+static int
+emit_nest(cg_t *g, int d)
+{
+    if (d == g->ndim)
+        return emit_body(g);
+    bool first_reduced = g->nreduce > 0 && d == g->ndim - g->nreduce;
+    if (first_reduced && init_accumulators(g) < 0)
+        return -1;
+    if (g->sizes[d] > 0) {
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
+        LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
+        LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
+        LLVMBuildBr(g->B, head);
+        LLVMPositionBuilderAtEnd(g->B, head);
+        LLVMValueRef phi = LLVMBuildPhi(g->B, g->i64, "i");
+        g->iv[d] = phi;
+        if (emit_nest(g, d + 1) < 0)
+            return -1;
+        LLVMValueRef next = LLVMBuildAdd(g->B, phi, LLVMConstInt(g->i64, 1, 0), "");
+        LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next,
+                                          LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0), "");
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
+        LLVMValueRef br = LLVMBuildCondBr(g->B, more, head, exit);
+        if (d == g->ndim - 1 && g->float_sum)
+            mark_vectorize(g, br);
+        LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0);
+        LLVMAddIncoming(phi, &zero, &pre, 1);
+        LLVMAddIncoming(phi, &next, &latch, 1);
+        LLVMPositionBuilderAtEnd(g->B, exit);
+    }
+    if (first_reduced && store_accumulators(g) < 0)
+        return -1;
+    return 0;
+}
+
+static bool
+nonreduced_empty(cg_t *g)
+{
+    for (int d = 0; d < g->ndim - g->nreduce; d++)
+        if (g->sizes[d] == 0)
+            return true;
+    return false;
+}
+
+int
+em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
+{
+    cg_t g = {0};
+    PyObject *sizes, *params;
+    int status = -1;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "O!iO!O!", &PyTuple_Type, &sizes,
+                                                  &g.nreduce, &PyTuple_Type, &params,
+                                                  &PyTuple_Type, &g.instrs)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "ember JIT: a kernel spec is (sizes, nreduce, "
+                                             "params, instrs)");
+        return -1;
+    }
+    g.M = M;
+    g.C = LLVMGetModuleContext(M);
+    g.i64 = LLVMInt64TypeInContext(g.C);
+    g.ndim = (int)PyTuple_GET_SIZE(sizes);
+    if (g.ndim > EM_MAX_DIMS || g.nreduce < 0 || g.nreduce > g.ndim) {
+        PyErr_SetString(PyExc_ValueError, "ember JIT: bad domain");
+        return -1;
+    }
+    for (int d = 0; d < g.ndim; d++) {
+        long s;
+        if (int_item(sizes, d, &s) < 0)
+            return -1;
+        g.sizes[d] = s;
+    }
+    g.nparams = (int)PyTuple_GET_SIZE(params);
+    Py_ssize_t ninstr = PyTuple_GET_SIZE(g.instrs);
+    g.nregs = (int)ninstr + 1;
+    g.ptr = PyMem_Calloc(g.nparams + 1, sizeof(LLVMValueRef));
+    g.ptype = PyMem_Calloc(g.nparams + 1, sizeof(em_dtype_t));
+    g.reg = PyMem_Calloc(g.nregs, sizeof(LLVMValueRef));
+    g.rtype = PyMem_Calloc(g.nregs, sizeof(em_dtype_t));
+    g.acc = PyMem_Calloc(ninstr + 1, sizeof(LLVMValueRef));
+    if (!g.ptr || !g.ptype || !g.reg || !g.rtype || !g.acc) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < g.nparams; i++) {
+        long t;
+        if (int_item(params, i, &t) < 0 || check_dtype((em_dtype_t)t) < 0)
+            goto done;
+        g.ptype[i] = (em_dtype_t)t;
+    }
+    LLVMTypeRef ptr_t = LLVMPointerType(LLVMInt8TypeInContext(g.C), 0);
+    LLVMTypeRef argv_t = LLVMPointerType(ptr_t, 0);
+    LLVMTypeRef fn_t = LLVMFunctionType(LLVMVoidTypeInContext(g.C), &argv_t, 1, 0);
+    g.fn = LLVMAddFunction(M, name, fn_t);
+    unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(g.fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(g.C, nounwind, 0));
+    g.B = LLVMCreateBuilderInContext(g.C);
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g.C, g.fn, "entry");
+    LLVMPositionBuilderAtEnd(g.B, entry);
+    LLVMValueRef argv = LLVMGetParam(g.fn, 0);
+    for (int i = 0; i < g.nparams; i++) {
+        LLVMValueRef idx = LLVMConstInt(g.i64, (unsigned long long)i, 0);
+        LLVMValueRef slot = LLVMBuildInBoundsGEP2(g.B, ptr_t, argv, &idx, 1, "");
+        LLVMValueRef p = LLVMBuildLoad2(g.B, ptr_t, slot, "");
+        /* buffers never overlap: outputs are fresh, inputs are only read */
+        g.ptr[i] = LLVMBuildBitCast(g.B, p, LLVMPointerType(mem_type(&g, g.ptype[i]), 0), "");
+    }
+    for (Py_ssize_t k = 0; k < ninstr; k++) {
+        PyObject *ins = PyTuple_GET_ITEM(g.instrs, k);
+        if (PyTuple_Check(ins) && PyTuple_GET_SIZE(ins) == 6 &&
+            PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ins, 0), "reduce") == 0) {
+            em_dtype_t t = reduce_dtype(&g, ins);
+            if (t == EM_UNDEFINED) {
+                PyErr_SetString(PyExc_ValueError, "ember JIT: bad reduce instruction");
+                goto done;
+            }
+            g.acc[k] = LLVMBuildAlloca(g.B, reg_type(&g, t), "acc");
+            if (em_is_float(t) && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ins, 2), "sum") == 0)
+                g.float_sum = true;
+        }
+    }
+    if (!nonreduced_empty(&g) && emit_nest(&g, 0) < 0)
+        goto done;
+    LLVMBuildRetVoid(g.B);
+    status = 0;
+done:
+    if (g.B)
+        LLVMDisposeBuilder(g.B);
+    PyMem_Free(g.ptr);
+    PyMem_Free(g.ptype);
+    PyMem_Free(g.reg);
+    PyMem_Free(g.rtype);
+    PyMem_Free(g.acc);
+    return status;
+}

@@ -1,0 +1,30 @@
+/* jit.h: the LLVM JIT (jit.c) and kernel code generation (codegen.c, vecmath_ir.c). */
+#ifndef EMBER_JIT_H
+#define EMBER_JIT_H
+
+#include "ember.h"
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/DebugInfo.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+/* Builds `void name(void **args)` for one kernel spec (see codegen.c) into M.
+ * Returns 0, or -1 with a Python exception set (the module is then discarded). */
+int em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name);
+
+/* Internal helper functions of a module (expf polynomial, ...), made on demand. */
+LLVMValueRef em_ir_expf(LLVMModuleRef M);
+LLVMValueRef em_ir_libm(LLVMModuleRef M, const char *name, LLVMTypeRef type, int nargs);
+
+/* Absolute symbols every module may call (libm functions). */
+int em_jit_define_symbols(LLVMOrcLLJITRef J);
+
+int em_jit_init_type(PyObject *module);
+
+#endif /* EMBER_JIT_H */
