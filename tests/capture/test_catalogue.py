@@ -256,6 +256,12 @@ def combine(a, b, **kw):
 def fn(x, y):
     return combine(x, y, factor=3) - helper(helper(x))
 """, "T(3,), T(3,)"),
+    Case("recursion_with_constant_depth", """
+def power(x, n):
+    return x if n <= 1 else x * power(x, n - 1)
+def fn(x):
+    return power(x, 4) + power(x.t(), 2).t()
+""", "T(3, 3)"),
     Case("lambdas", """
 def fn(x, y):
     sq = lambda t: t * t

@@ -27,6 +27,11 @@ from .variables import (CellVar, ConstVar, DictVar, ListVar, TensorVar, TupleVar
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
 
+# A comprehension's own frame is only reached when the frame around it runs in CPython
+# (a captured frame inlines it); its argument is a live iterator, which cannot be
+# guarded or fetched again, so converting it could only fail, and be counted again.
+_COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
+
 OUT_TENSOR, OUT_CONST, OUT_TUPLE, OUT_LIST, OUT_DICT = range(5)
 
 
@@ -52,7 +57,8 @@ def make_callback(ctx: CompileContext):
 
 def convert_frame(frame_info, entries, ctx: CompileContext):
     code = frame_info.code
-    if skip.should_skip(code) or code.co_flags & _CODE_FLAGS_SKIP:
+    if skip.should_skip(code) or code.co_flags & _CODE_FLAGS_SKIP or \
+            code.co_name in _COMPREHENSIONS:
         return _hook.SKIP
     if entries:
         reason = entries[0][0].check_verbose(frame_info)

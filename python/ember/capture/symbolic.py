@@ -411,11 +411,6 @@ class Translator:
             raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
         if self.depth >= MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)")
-        tx = self
-        while tx is not None:
-            if tx.code is code:
-                raise Unsupported(f"recursive call of {fn.__qualname__}")
-            tx = tx.parent
         try:
             sig = inspect.signature(fn)
             bound = sig.bind(*args, **kwargs)
@@ -546,6 +541,9 @@ class Translator:
             return DictVar(kwargs)
         if fn is print:
             raise Unsupported("print() inside a compiled function")
+        if isinstance(fn, type) and issubclass(fn, BaseException) and consts is not None:
+            # an exception about to be raised: made for real, so the reason names it
+            return ObjectVar(fn(*consts[0], **consts[1]))
         if consts is not None and fn in _pure_builtin_ids():
             cargs, ckwargs = consts
             try:
@@ -1006,7 +1004,11 @@ class Translator:
         raise Unsupported("a failing assert")
 
     def RAISE_VARARGS(self, ins):
-        raise Unsupported("raise statement reached")
+        exc = self.stack[-ins.arg] if ins.arg else None
+        value = exc.as_constant() if isinstance(exc, ObjectVar) else None
+        what = repr(value) if isinstance(value, BaseException) else \
+            getattr(value, "__name__", None) if isinstance(value, type) else None
+        raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
 
 
 def _local_name(code, pname):

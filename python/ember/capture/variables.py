@@ -242,6 +242,8 @@ class ObjectVar(VariableTracker):
         return tx.wrap(attr, src)
 
     def call(self, tx, args, kwargs):
+        if isinstance(self.value, type) and issubclass(self.value, BaseException):
+            return tx.call_builtin(self.value, args, kwargs)
         if isinstance(self.value, type):
             raise Unsupported(f"constructing {self.value.__name__} objects")
         raise Unsupported(f"calling {self.value!r}")

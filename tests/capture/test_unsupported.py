@@ -1,0 +1,203 @@
+"""What ember.compile cannot capture (yet). Ember has no graph breaks: such a frame runs
+whole in CPython, with the eager result, and the reason is counted in
+ember.capture.counters["unsupported"]; fullgraph=True (or strict mode) raises instead,
+naming the construct and its file:line.
+
+The cases are written like the catalogue's (test_catalogue.py); `torch_graphs` records
+what torch._dynamo.explain() reports for them (PyTorch breaks the graph, or captures
+what Ember cannot yet), re-checked when torch is installed.
+"""
+import dataclasses
+import re
+
+import pytest
+
+import ember
+from ember.capture import CaptureError, _hook, counters
+
+from test_catalogue import assert_same, make_namespace
+
+pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
+
+
+@dataclasses.dataclass
+class Break:
+    name: str
+    src: str
+    args: str
+    reason: str              # a regex the counted reason matches
+    line: int                # the line (of src) the error points at
+    torch_graphs: int        # torch._dynamo.explain(fn)(...).graph_count, torch 2.13
+                             # (None: explain raises the function's own exception)
+    torch_breaks: int = 0    # ... .graph_break_count
+    kwargs: str = "{}"
+    # reasons counted after two calls, when other frames than fn are tried as well
+    # (they run in CPython with capture on); default {reason: 1}
+    counted: dict = None
+
+    def __str__(self):
+        return self.name
+
+
+BREAKS = [
+    Break("print", """
+def fn(x):
+    y = x * 2
+    print("between two ops")
+    return y + 1
+""", "T(3,)", r"print\(\) inside a compiled function", 4, 2, 1),
+    Break("data_dependent_branch", """
+def fn(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+""", "T(3,)", r"data-dependent control flow", 3, 2, 1),
+    Break("item", """
+def fn(x):
+    return x * x.sum().item()
+""", "T(3,)", r"Tensor\.item\(\)", 3, 2, 1),
+    Break("tolist", """
+def fn(x):
+    return [v * 2 for v in x.tolist()]
+""", "T(3,)", r"Tensor\.tolist\(\)", 3, 0, -1),    # sic: torch 2.13 says -1 breaks
+    Break("raise_statement", """
+def fn(x, strict=True):
+    y = x + 1
+    if strict:
+        raise ValueError("strict mode")
+    return y
+""", "T(3,)", r"raise statement reached: raise ValueError\('strict mode'\)", 5, None),
+    Break("generator_expression", """
+def fn(xs):
+    return sum(t * 2 for t in xs)
+""", "[T(2,), T(2,)]", r"generator", 3, 1, 0),
+    Break("global_assignment", """
+CALLS = 0
+def fn(x):
+    global CALLS
+    CALLS += 1
+    return x * CALLS
+""", "T(3,)", r"assigning global 'CALLS'", 5, 1, 0),
+    Break("attribute_assignment", """
+class Box:
+    pass
+box = Box()
+def fn(x):
+    box.last = x * 2
+    return box.last + 1
+""", "T(3,)", r"assigning attribute 'last'", 6, 1, 0),
+    Break("inplace_on_input", """
+def fn(x):
+    x.add_(1)
+    return x * 2
+""", "T(3,)", r"in-place add_ on an input", 3, 1, 0),
+    Break("deep_recursion", """
+def fact(x, n):
+    return x if n <= 1 else x * fact(x, n - 1)
+def fn(x):
+    return fact(x, 40)
+""", "T(3,)", r"inlining too deep", 3, 1, 0,
+          counted={r"inlining too deep": 2}),     # fn, then fact's own frame
+    Break("constructing_objects", """
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+def fn(x):
+    p = Pair(x, x * 2)
+    return p.a + p.b
+""", "T(3,)", r"constructing Pair objects", 6, 1, 0,
+          counted={r"constructing Pair objects": 1, r"assigning attribute 'a'": 1}),
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    ember.compiler.reset()
+    yield
+    ember.compiler.reset()
+
+
+def eager_result(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:   # noqa: BLE001 - the compiled call must raise the same
+        return None, e
+
+
+@pytest.mark.parametrize("case", BREAKS, ids=str)
+def test_falls_back_with_eager_result_and_a_counted_reason(case):
+    ns, args, kwargs = make_namespace(ember, case)
+    fn = ns["fn"]
+    want, want_exc = eager_result(fn, args, kwargs)
+    if "CALLS" in ns:
+        ns["CALLS"] = 0
+    ns2, args, kwargs = make_namespace(ember, case)    # fresh inputs (some cases mutate)
+    compiled = ember.compile(ns2["fn"], backend="eager")
+    for _ in range(2):       # the second call does not try again (the code is skipped)
+        got, got_exc = eager_result(compiled, args, kwargs)
+        if want_exc is not None:
+            assert type(got_exc) is type(want_exc) and str(got_exc) == str(want_exc)
+        elif case.name != "inplace_on_input":
+            assert_same(got, want)
+        ns2.get("CALLS") and ns2.update(CALLS=0)
+    if case.name == "inplace_on_input":
+        ref = make_namespace(ember, case)[1][0]
+        assert_same(args[0], ref + 2)                  # two calls, two add_(1)
+    reasons = dict(counters["unsupported"])
+    counted = case.counted or {case.reason: 1}
+    assert len(reasons) == len(counted), reasons
+    for pattern, n in counted.items():
+        assert any(re.search(pattern, r) and c == n for r, c in reasons.items()), reasons
+    assert counters["stats"]["frames_fallback"] == sum(counted.values())
+    assert compiled._ember_compile_context.graphs == []
+
+
+@pytest.mark.parametrize("case", BREAKS, ids=str)
+def test_fullgraph_raises_naming_the_construct_and_line(case):
+    ns, args, kwargs = make_namespace(ember, case)
+    compiled = ember.compile(ns["fn"], backend="eager", fullgraph=True)
+    with pytest.raises(CaptureError) as info:
+        compiled(*args, **kwargs)
+    msg = str(info.value)
+    assert re.search(case.reason, msg), msg
+    assert f"<catalogue {case.name}>:{case.line} " in msg, msg
+    assert "fullgraph=True" in msg
+
+
+def test_strict_mode_raises_too(monkeypatch):
+    case = BREAKS[0]
+    for turn_on in (lambda: monkeypatch.setattr(ember.compiler.config, "strict", True),
+                    lambda: monkeypatch.setenv("EMBER_STRICT", "1")):
+        monkeypatch.undo()
+        turn_on()
+        ember.compiler.reset()
+        ns, args, kwargs = make_namespace(ember, case)
+        with pytest.raises(CaptureError, match="print"):
+            ember.compile(ns["fn"], backend="eager")(*args)
+
+
+def test_explain_reports_the_reason():
+    case = BREAKS[1]
+    ns, args, kwargs = make_namespace(ember, case)
+    out = ember.capture.explain(ns["fn"])(*args)
+    assert out.graph_count == 0 and out.graph_break_count == 1
+    assert "data-dependent" in out.break_reasons[0]
+
+
+def test_torch_counts_for_the_break_cases(torch):
+    import torch._dynamo
+    wrong = {}
+    for case in BREAKS:
+        torch._dynamo.reset()
+        ns, args, kwargs = make_namespace(torch, case)
+        _, eager_exc = eager_result(ns["fn"], args, kwargs)
+        try:
+            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
+            got = (out.graph_count, out.graph_break_count)
+        except Exception as e:   # noqa: BLE001 - None: the function's own exception
+            same = repr(e) == repr(eager_exc)
+            got = (None, case.torch_breaks) if same else repr(e)[:200]
+        if got != (case.torch_graphs, case.torch_breaks):
+            wrong[case.name] = got
+    torch._dynamo.reset()
+    assert wrong == {}
