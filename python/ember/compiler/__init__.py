@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from ..capture import _hook
+from . import backend as _backend  # noqa: F401  (registers backend "llvm")
 from ..capture import reset as _reset_capture
 from ..capture.config import config
 

@@ -1,0 +1,73 @@
+"""Backend "llvm" (the default; "inductor" is an alias): AOT autograd with forward and
+backward graphs compiled to fused LLVM kernels plus BLAS calls.
+
+A graph the LLVM path cannot compile (an op without a lowering, a dtype it does not
+support, an LLVM failure) runs under "aot_eager" instead, with one warning per
+(graph, reason); strict mode raises.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+from .. import _C
+from ..aot import aot_compile, eager_compiler
+from ..capture.backends import register_backend
+from ..capture.config import config
+from ..capture.exc import counters
+from .codegen import kernel_spec
+from .lowering import LoweringError, lower
+
+_warned = set()
+
+
+class CompiledLLVMGraph:
+    """A graph compiled by the LLVM backend: the loop IR, the JIT module, the plan."""
+
+    def __init__(self, graph, name):
+        self.lowered = lower(graph, name)
+        specs = tuple(kernel_spec(k) for k in self.lowered.kernels)
+        self.module = _C.JitModule(specs, name) if specs else None
+        addresses = self.module.addresses if self.module is not None else ()
+        self.run = _C.CompiledGraph(self.module, addresses, self.lowered.plan())
+        self.name = name
+        if "output_code" in os.environ.get("EMBER_LOGS", "").split(","):
+            print(self.describe(llvm=True))
+
+    def describe(self, llvm=False):
+        text = f"===== loop IR ({self.name}) =====\n{self.lowered}\n"
+        if llvm and self.module is not None:
+            text += f"===== LLVM IR ({self.name}, optimised) =====\n{self.module.optimized_ir}"
+        return text
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+
+def llvm_compiler(graph, name):
+    """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot."""
+    try:
+        return CompiledLLVMGraph(graph, name).run
+    except Exception as e:   # noqa: BLE001 - lowering or LLVM failure: run eagerly
+        strict = config.strict or os.environ.get("EMBER_STRICT") == "1"
+        if strict:
+            raise
+        reason = f"{type(e).__name__}: {e}"
+        counters["llvm_fallback"][reason] += 1
+        key = (name, reason)
+        if key not in _warned:
+            _warned.add(key)
+            warnings.warn(f"ember.compile: the LLVM backend could not compile {name} "
+                          f"({reason}); that graph runs under 'aot_eager' instead.",
+                          RuntimeWarning, stacklevel=2)
+        return eager_compiler(graph, name)
+
+
+@register_backend("llvm")
+def llvm(gm, example_inputs):
+    code = getattr(gm, "meta", {}).get("code")
+    return aot_compile(gm, example_inputs, fw_compiler=llvm_compiler,
+                       bw_compiler=llvm_compiler, name=code.co_name if code else "graph")
+
+
+register_backend("inductor", llvm)

@@ -1,0 +1,677 @@
+"""Lowering a prim graph to kernels and a plan: which loops run, which BLAS calls, which
+buffers live, in what order.
+
+Every node's value is lazy. A *buffer value* is data that exists (a graph input, a BLAS
+result, a kernel output) seen through a strided view: views (view, permute, expand,
+slice) only change its sizes, strides and offset. A *pointwise value* is a function
+from an index (one affine expression per dim) to a register of the kernel being built:
+elementwise prims compose these functions, so a chain of them is inlined into whoever
+consumes it. Values are realized (computed into a buffer) only when they must be: a
+graph output, a BLAS operand, a view that is not affine, or a value many consumers
+would otherwise recompute. A reduction becomes one kernel over its input's domain,
+with the reduced dims innermost; the elementwise chain feeding it runs in the same
+loops, and values of that chain that must also be realized are stored from there too.
+So (x @ w + b).relu().sum() is one BLAS call and one kernel, with no intermediate
+buffer.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+from .. import _C
+from ..ops import meta as M
+from .loop_ir import Affine, Kernel, Param, Stmt, verify
+
+
+class LoweringError(NotImplementedError):
+    """The graph uses something the LLVM backend cannot compile (it then runs eagerly)."""
+
+
+SUPPORTED_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64")
+INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
+
+
+def _check_dtype(dtype, what):
+    if repr(dtype).split(".")[-1] not in SUPPORTED_DTYPES:
+        raise LoweringError(f"{what}: dtype {dtype} is not supported by the LLVM backend")
+
+
+def contiguous_strides(shape):
+    return M.contiguous_strides(tuple(shape))
+
+
+# ------------------------------------------------------------------ values
+
+
+class BufferValue:
+    def __init__(self, ref, dtype, sizes, strides, offset=0, extent=None):
+        self.ref = ref
+        self.dtype = dtype
+        self.shape = tuple(sizes)
+        self.strides = tuple(strides)
+        self.offset = offset
+        self.extent = extent if extent is not None else _span(sizes, strides, offset)
+
+    def load(self, kb, index):
+        coeffs = [0] * len(kb.sizes)
+        off = self.offset
+        for a, st in zip(index, self.strides):
+            off += a.offset * st
+            for d, c in enumerate(a.coeffs):
+                coeffs[d] += c * st
+        return kb.load(self, Affine(tuple(coeffs), off))
+
+    def view_spec(self):
+        return (self.ref, self.shape, self.strides, self.offset)
+
+
+def _span(sizes, strides, offset):
+    if any(n == 0 for n in sizes):
+        return offset
+    return offset + sum((n - 1) * s for n, s in zip(sizes, strides)) + 1
+
+
+class PointwiseValue:
+    """fn(kb, index) -> register; `cost` counts the ops inlining it would repeat."""
+
+    def __init__(self, shape, dtype, fn, cost, node=None):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.fn = fn
+        self.cost = cost
+        self.node = node
+        self.realized = None        # BufferValue once computed into a buffer
+        self.must_realize = False
+
+    def load(self, kb, index):
+        if self.realized is not None:
+            return self.realized.load(kb, index)
+        reg = self.fn(kb, index)
+        if self.must_realize:
+            kb.maybe_store(self, index, reg)
+        return reg
+
+
+def load(value, kb, index):
+    return value.load(kb, index)
+
+
+# ------------------------------------------------------------------ kernel building
+
+
+class KernelBuilder:
+    def __init__(self, lowering, name, sizes, nreduce):
+        self.lowering = lowering
+        self.kernel = Kernel(name, tuple(sizes), nreduce)
+        self.sizes = tuple(sizes)
+        self.params = {}
+        self.loads = {}
+        self.next_reg = 0
+        self.stored = []            # pointwise values this kernel realizes
+
+    def param(self, buf: BufferValue):
+        key = buf.ref
+        if key not in self.params:
+            extent = self.lowering.extent_of(buf.ref)
+            self.params[key] = len(self.kernel.params)
+            self.kernel.params.append(Param(buf.ref, buf.dtype, extent))
+        return self.params[key]
+
+    def emit(self, op, dtype=None, args=(), param=None, index=None, value=None, dst=True):
+        reg = None
+        if dst:
+            reg = self.next_reg
+            self.next_reg += 1
+        self.kernel.stmts.append(Stmt(op, reg, dtype, tuple(args), param, index, value))
+        return reg
+
+    def load(self, buf, index):
+        p = self.param(buf)
+        key = (p, index)
+        if key not in self.loads:
+            self.loads[key] = self.emit("load", buf.dtype, param=p, index=index)
+        return self.loads[key]
+
+    def const(self, value, dtype):
+        if dtype.is_floating_point:
+            value = float(value)
+        elif dtype is _C.bool:
+            value = int(bool(value))
+        else:
+            value = int(value)
+        key = ("const", value, dtype)
+        if key not in self.loads:
+            self.loads[key] = self.emit("const", dtype, value=value)
+        return self.loads[key]
+
+    def cast(self, reg, src, dst):
+        if src is dst:
+            return reg
+        return self.emit("cast", dst, args=(reg,))
+
+    def identity_dims(self, index):
+        """The loop dim each index entry is, if index is a permutation of loop dims."""
+        dims = []
+        for a in index:
+            nz = [d for d, c in enumerate(a.coeffs) if c != 0]
+            if a.offset != 0 or len(nz) != 1 or a.coeffs[nz[0]] != 1:
+                return None
+            dims.append(nz[0])
+        if sorted(dims) != list(range(len(self.sizes))):
+            return None
+        return dims
+
+    def maybe_store(self, value, index, reg):
+        """Stores a value that must be realized when this kernel visits all of it."""
+        if value.realized is not None or value in self.stored:
+            return
+        dims = self.identity_dims(index)
+        if dims is None or tuple(self.sizes[d] for d in dims) != value.shape:
+            return
+        buf = self.lowering.new_buffer(value.dtype, value.shape)
+        coeffs = [0] * len(self.sizes)
+        for k, d in enumerate(dims):
+            coeffs[d] = buf.strides[k]
+        self.emit("store", param=self.param(buf), index=Affine(tuple(coeffs)),
+                  args=(self.cast(reg, value.dtype, value.dtype),), dst=False)
+        self.stored.append(value)
+        value.realized = buf
+
+    def finish(self):
+        return self.kernel
+
+
+def _domain_index(ndim):
+    return [Affine(tuple(1 if d == k else 0 for d in range(ndim))) for k in range(ndim)]
+
+
+# ------------------------------------------------------------------ the lowering
+
+
+class Lowered:
+    def __init__(self):
+        self.kernels = []
+        self.input_geoms = []       # (sizes, strides) per graph input
+        self.buffers = []           # (dtype, sizes) per buffer
+        self.steps = []             # ("kernel", k, refs) / ("matmul", a, b, j)
+        self.outputs = []           # view specs, or None
+
+    def plan(self):
+        return (tuple(self.input_geoms),
+                tuple((d._code, tuple(s)) for d, s in self.buffers),
+                tuple(self.steps), tuple(self.outputs))
+
+    def __str__(self):
+        lines = []
+        for step in self.steps:
+            if step[0] == "kernel":
+                lines.append(str(self.kernels[step[1]]).rstrip())
+            else:
+                lines.append(f"blas matmul {_ref(step[1])} @ {_ref(step[2])} -> buf{step[3]}")
+        outs = ", ".join("None" if o is None else _ref(o) for o in self.outputs)
+        lines.append(f"return ({outs})")
+        return "\n".join(lines)
+
+
+def _ref(view):
+    (kind, i), sizes, strides, offset = view
+    s = f"{kind}{i}{list(sizes)}"
+    if offset or strides != contiguous_strides(sizes):
+        s += f"(strides {list(strides)}, offset {offset})"
+    return s
+
+
+class Lowering:
+    def __init__(self, graph, name):
+        self.graph = graph
+        self.name = name
+        self.out = Lowered()
+        self.env = {}
+        self.input_extents = {}
+
+    # -------------------------------------------------- buffers
+
+    def new_buffer(self, dtype, shape):
+        _check_dtype(dtype, "a buffer")
+        j = len(self.out.buffers)
+        self.out.buffers.append((dtype, tuple(shape)))
+        return BufferValue(("buf", j), dtype, shape, contiguous_strides(shape))
+
+    def extent_of(self, ref):
+        if ref[0] == "in":
+            return self.input_extents[ref[1]]
+        dtype, shape = self.out.buffers[ref[1]]
+        return math.prod(shape)
+
+    def kernel(self, sizes, nreduce, tag):
+        name = f"{self.name}_{tag}{len(self.out.kernels)}"
+        return KernelBuilder(self, name, sizes, nreduce)
+
+    def add_kernel(self, kb):
+        k = verify(kb.finish())
+        idx = len(self.out.kernels)
+        self.out.kernels.append(k)
+        self.out.steps.append(("kernel", idx, tuple(p.ref for p in k.params)))
+
+    def realize(self, value) -> BufferValue:
+        if isinstance(value, BufferValue):
+            return value
+        if value.realized is not None:
+            return value.realized
+        shape = value.shape
+        kb = self.kernel(shape, 0, "pointwise")
+        value.must_realize = True
+        reg = value.fn(kb, _domain_index(len(shape)))
+        kb.maybe_store(value, _domain_index(len(shape)), reg)
+        if value.realized is None:
+            raise LoweringError("could not store a pointwise value")
+        self.add_kernel(kb)
+        return value.realized
+
+    # -------------------------------------------------- the graph
+
+    def _must_realize(self):
+        """Nodes whose values will have to exist as buffers: graph outputs and BLAS
+        operands (known before lowering, so a kernel that computes one on the way to
+        something else can store it then)."""
+        must = set()
+        for node in self.graph.nodes:
+            if node.op == "output":
+                must.update(a for a in node.args[0] if a is not None)
+            elif node.op == "call_function" and isinstance(node.target, _C.Op) and \
+                    node.target.entry.name == "matmul":
+                must.update(a for a in node.args if hasattr(a, "users"))
+        return must
+
+    def run(self):
+        users = {n: len(n.users) for n in self.graph.nodes}
+        must = self._must_realize()
+        inputs = 0
+        for node in self.graph.nodes:
+            if node.op == "placeholder":
+                v = node.meta["val"]
+                _check_dtype(v.dtype, f"input {node.name}")
+                self.out.input_geoms.append((tuple(v.shape), tuple(v.stride())))
+                extent = _span(tuple(v.shape), tuple(v.stride()), 0)
+                self.input_extents[inputs] = extent
+                self.env[node] = BufferValue(("in", inputs), v.dtype, v.shape, v.stride(),
+                                             0, extent)
+                inputs += 1
+            elif node.op == "call_function":
+                self.env[node] = self.lower_node(node)
+                val = self.env[node]
+                if isinstance(val, PointwiseValue) and (node in must or (
+                        users[node] > 1 and val.cost > INLINE_LIMIT)):
+                    val.must_realize = True
+            elif node.op == "output":
+                self.lower_output(node)
+            else:
+                raise LoweringError(f"node {node.format_node()}")
+        return self.out
+
+    def lower_output(self, node):
+        outs = node.args[0]
+        for o in outs:
+            if o is not None:
+                v = self.env[o]
+                if isinstance(v, PointwiseValue):
+                    v.must_realize = True
+        for o in outs:
+            if o is None:
+                self.out.outputs.append(None)
+                continue
+            buf = self.realize(self.env[o])
+            self.out.outputs.append(buf.view_spec())
+
+    def arg(self, a):
+        if hasattr(a, "op") and hasattr(a, "users"):
+            return self.env[a]
+        return a
+
+    def lower_node(self, node):
+        target = node.target
+        if target is operator.getitem:
+            raise LoweringError("multi-output ops are not lowered yet")
+        if not isinstance(target, _C.Op):
+            raise LoweringError(f"call of {target!r}")
+        name = target.entry.name
+        val = node.meta.get("val")
+        if isinstance(val, _C.Tensor):
+            _check_dtype(val.dtype, name)
+        handler = getattr(self, "op_" + name.lstrip("_"), None)
+        if handler is None:
+            raise LoweringError(f"prim {name} has no loop-IR lowering yet")
+        args = [self.arg(a) for a in node.args]
+        kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        return handler(node, val, *args, **kwargs)
+
+    # -------------------------------------------------- elementwise
+
+    def pointwise(self, node, val, operands, body, compute=None, cost=1):
+        """A pointwise value: operands broadcast to val's shape, each loaded and cast to
+        `compute` (default: val's dtype); body(kb, regs) -> register."""
+        shape = tuple(val.shape)
+        dtype = val.dtype
+        compute = compute or dtype
+        for o in operands:
+            if not _is_value(o) and not isinstance(o, (int, float, bool)):
+                raise LoweringError(f"{node.target.entry.name}: operand {o!r}")
+        total = cost + sum(o.cost for o in operands if isinstance(o, PointwiseValue))
+
+        def fn(kb, index):
+            regs = []
+            for o in operands:
+                if _is_value(o):
+                    r = o.load(kb, _broadcast_index(index, shape, o.shape))
+                    regs.append(kb.cast(r, o.dtype, compute))
+                else:
+                    regs.append(kb.const(o, compute))
+            return body(kb, regs)
+
+        return PointwiseValue(shape, dtype, fn, total, node)
+
+    def _binary(self, node, val, a, b, op, compute=None):
+        compute = compute or val.dtype
+        return self.pointwise(node, val, [a, b],
+                              lambda kb, r: kb.emit(op, compute, r), compute)
+
+    def op_add(self, node, val, a, b, alpha=1):
+        if alpha != 1:
+            b = self.pointwise(node, _shape_of(b, val), [b, alpha],
+                               lambda kb, r: kb.emit("mul", val.dtype, r))
+        return self._binary(node, val, a, b, "add")
+
+    def op_mul(self, node, val, a, b):
+        return self._binary(node, val, a, b, "mul")
+
+    def op_maximum(self, node, val, a, b):
+        return self._binary(node, val, a, b, "max")
+
+    def op_bitwise_and(self, node, val, a, b):
+        return self._binary(node, val, a, b, "and")
+
+    def op_bitwise_or(self, node, val, a, b):
+        return self._binary(node, val, a, b, "or")
+
+    def _unary(self, node, val, a, op):
+        return self.pointwise(node, val, [a], lambda kb, r: kb.emit(op, val.dtype, r))
+
+    def op_neg(self, node, val, a):
+        return self._unary(node, val, a, "neg")
+
+    def op_reciprocal(self, node, val, a):
+        return self._unary(node, val, a, "reciprocal")
+
+    def op_exp(self, node, val, a):
+        return self._unary(node, val, a, "exp")
+
+    def op_log(self, node, val, a):
+        return self._unary(node, val, a, "log")
+
+    def op_tanh(self, node, val, a):
+        return self._unary(node, val, a, "tanh")
+
+    def op_pow(self, node, val, a, b):
+        if not _is_value(b) and isinstance(b, (int, float)) and _is_value(a) and \
+                float(b) in (1.0, 2.0, 3.0, 0.5) and val.dtype.is_floating_point:
+            e = float(b)
+
+            def body(kb, r, e=e):
+                x = r[0]
+                if e == 0.5:
+                    return kb.emit("sqrt", val.dtype, (x,))
+                y = x
+                for _ in range(int(e) - 1):
+                    y = kb.emit("mul", val.dtype, (y, x))
+                return y
+            return self.pointwise(node, val, [a], body)
+        if not val.dtype.is_floating_point:
+            raise LoweringError("integer pow")
+        return self._binary(node, val, a, b, "pow")
+
+    def _compare(self, node, val, a, b, op):
+        compute = M.result_type(_fake(a), _fake(b))
+        return self.pointwise(node, val, [a, b],
+                              lambda kb, r: kb.emit(op, compute, r), compute)
+
+    def op_eq(self, node, val, a, b):
+        return self._compare(node, val, a, b, "eq")
+
+    def op_ne(self, node, val, a, b):
+        return self._compare(node, val, a, b, "ne")
+
+    def op_lt(self, node, val, a, b):
+        return self._compare(node, val, a, b, "lt")
+
+    def op_le(self, node, val, a, b):
+        return self._compare(node, val, a, b, "le")
+
+    def op_where(self, node, val, cond, a, b):
+        dtype = val.dtype
+        operands = [cond, a, b]
+
+        def body(kb, r):
+            return kb.emit("select", dtype, r)
+
+        shape = tuple(val.shape)
+
+        def fn(kb, index):
+            regs = []
+            for o, want in zip(operands, (_C.bool, dtype, dtype)):
+                if _is_value(o):
+                    reg = o.load(kb, _broadcast_index(index, shape, o.shape))
+                    regs.append(kb.cast(reg, o.dtype, want))
+                else:
+                    regs.append(kb.const(o, want))
+            return body(kb, regs)
+
+        cost = 1 + sum(o.cost for o in operands if isinstance(o, PointwiseValue))
+        return PointwiseValue(shape, dtype, fn, cost, node)
+
+    def op_to_copy(self, node, val, a, dtype=None):
+        return self.pointwise(node, val, [a], lambda kb, r: r[0])
+
+    def op_clone(self, node, val, a, memory_format=None):
+        return self.pointwise(node, val, [a], lambda kb, r: r[0])
+
+    def op_full(self, node, val, size, fill_value, dtype=None, device=None,
+                requires_grad=False):
+        return self.pointwise(node, val, [fill_value], lambda kb, r: r[0], cost=0)
+
+    def op_arange(self, node, val, end, dtype=None, device=None, requires_grad=False):
+        out = val.dtype
+        return PointwiseValue(tuple(val.shape), out,
+                              lambda kb, index: _iota(kb, index[0], out), 1, node)
+
+    # -------------------------------------------------- views
+
+    def _view_of(self, value, shape, strides_fn, index_fn):
+        """A view: strided for buffers, an index transform for pointwise values."""
+        if isinstance(value, PointwiseValue) and value.realized is not None:
+            value = value.realized
+        if isinstance(value, BufferValue):
+            sizes, strides, offset = strides_fn(value)
+            return BufferValue(value.ref, value.dtype, sizes, strides, offset, value.extent)
+        src = value
+
+        def fn(kb, index):
+            return src.load(kb, index_fn(index))
+        return PointwiseValue(shape, src.dtype, fn, src.cost, None)
+
+    def op_permute(self, node, val, a, dims):
+        nd = len(dims)
+        dims = [M.wrap_dim(d, nd) for d in dims]
+        inv = [0] * nd
+        for i, d in enumerate(dims):
+            inv[d] = i
+        return self._view_of(
+            a, tuple(val.shape),
+            lambda b: (tuple(b.shape[d] for d in dims), tuple(b.strides[d] for d in dims),
+                       b.offset),
+            lambda index: [index[inv[k]] for k in range(nd)])
+
+    def op_expand(self, node, val, a, size, implicit=False):
+        shape = tuple(val.shape)
+        off = len(shape) - len(a.shape)
+
+        def strides(b):
+            st = [0] * len(shape)
+            for k in range(len(b.shape)):
+                if b.shape[k] == shape[k + off]:
+                    st[k + off] = b.strides[k]
+            return shape, tuple(st), b.offset
+        return self._view_of(a, shape, strides,
+                             lambda index: _broadcast_index(index, shape, a.shape))
+
+    def op_slice(self, node, val, a, dim=0, start=None, end=None, step=1):
+        nd = len(a.shape)
+        d = M.wrap_dim(dim, nd)
+        size = a.shape[d]
+        s = 0 if start is None else start
+        if s < 0:
+            s += size
+        s = min(max(s, 0), size)
+
+        def strides(b):
+            sizes = list(val.shape)
+            st = list(b.strides)
+            st[d] = b.strides[d] * step
+            return tuple(sizes), tuple(st), b.offset + s * b.strides[d]
+
+        def index_fn(index):
+            out = list(index)
+            a_d = index[d]
+            out[d] = Affine(tuple(c * step for c in a_d.coeffs), a_d.offset * step + s)
+            return out
+        return self._view_of(a, tuple(val.shape), strides, index_fn)
+
+    def op_view(self, node, val, a, size):
+        shape = tuple(val.shape)
+        if isinstance(a, PointwiseValue) and a.realized is None:
+            mapping = _refinement(a.shape, shape)
+            if mapping is None:
+                a = self.realize(a)
+            else:
+                def index_fn(index, mapping=mapping, shape=shape):
+                    out = []
+                    for group in mapping:
+                        coeffs = [0] * len(index[0].coeffs) if index else []
+                        offset, mult = 0, 1
+                        for k in reversed(group):
+                            coeffs = [c + mult * x for c, x in zip(coeffs, index[k].coeffs)]
+                            offset += mult * index[k].offset
+                            mult *= shape[k]
+                        out.append(Affine(tuple(coeffs), offset))
+                    return out
+                return self._view_of(a, shape, None, index_fn)
+
+        def strides(b):
+            st = M.compute_stride(b.shape, b.strides, math.prod(b.shape), shape)
+            if st is None:
+                raise LoweringError("view of a buffer its strides cannot express")
+            return shape, st, b.offset
+        return self._view_of(a, shape, strides, None)
+
+    # -------------------------------------------------- reductions and BLAS
+
+    def _reduce(self, node, val, a, dims, keepdim, op, acc_dtype):
+        nd = len(a.shape)
+        mask = M.reduce_mask(dims if dims != () else None, nd) if nd else []
+        kept = [d for d in range(nd) if not mask[d]]
+        reduced = [d for d in range(nd) if mask[d]]
+        order = kept + reduced
+        sizes = tuple(a.shape[d] for d in order)
+        kb = self.kernel(sizes, len(reduced), "reduce")
+        index = [None] * nd
+        for pos, d in enumerate(order):
+            index[d] = Affine(tuple(1 if k == pos else 0 for k in range(nd)))
+        out = self.new_buffer(val.dtype, tuple(val.shape))
+        out_coeffs = [0] * nd
+        out_dims = [d for d in range(nd) if keepdim or not mask[d]]
+        for k, d in enumerate(out_dims):
+            if not mask[d]:
+                out_coeffs[order.index(d)] = out.strides[k]
+        reg = a.load(kb, index) if nd else a.load(kb, [])
+        reg = kb.cast(reg, a.dtype, acc_dtype)
+        kb.emit("reduce", param=kb.param(out), index=Affine(tuple(out_coeffs)), args=(reg,),
+                value=op, dst=False)
+        self.add_kernel(kb)
+        return out
+
+    def op_sum(self, node, val, a, dim=None, keepdim=False, dtype=None):
+        if not a.shape or math.prod(a.shape) == 0 and False:
+            pass
+        return self._reduce(node, val, a, dim, keepdim, "sum", val.dtype)
+
+    def op_amax(self, node, val, a, dim=(), keepdim=False):
+        return self._reduce(node, val, a, dim, keepdim, "max", val.dtype)
+
+    def op_matmul(self, node, val, a, b):
+        if not val.dtype.is_floating_point:
+            raise LoweringError("integer matmul")
+        av, bv = self.realize(a), self.realize(b)
+        out = self.new_buffer(val.dtype, tuple(val.shape))
+        self.out.steps.append(("matmul", av.view_spec(), bv.view_spec(), out.ref[1]))
+        return out
+
+
+def _is_value(o):
+    return isinstance(o, (BufferValue, PointwiseValue))
+
+
+def _fake(o):
+    if _is_value(o):
+        return _C._meta_tensor(o.shape, o.dtype)
+    return o
+
+
+def _shape_of(o, val):
+    class _V:
+        shape = o.shape if _is_value(o) else tuple(val.shape)
+        dtype = val.dtype
+    return _V
+
+
+def _broadcast_index(index, out_shape, in_shape):
+    """The index into an operand of in_shape broadcast to out_shape."""
+    off = len(out_shape) - len(in_shape)
+    zero = Affine(tuple(0 for _ in (index[0].coeffs if index else ())))
+    return [zero if in_shape[k] == 1 and out_shape[k + off] != 1 else index[k + off]
+            for k in range(len(in_shape))]
+
+
+def _refinement(src, dst):
+    """For a reshape that only splits dims (or adds/drops size-1 dims): for each src dim,
+    the dst dims it splits into; else None."""
+    groups, j = [], 0
+    for n in src:
+        group, prod = [], 1
+        while j < len(dst) and (prod < n or (dst[j] == 1 and prod == n and n != 1)):
+            if dst[j] == 1 and prod == n:
+                break
+            group.append(j)
+            prod *= dst[j]
+            j += 1
+        if prod != n:
+            return None
+        if n == 1 and not group:
+            pass
+        groups.append(group)
+    if any(dst[k] != 1 for k in range(j, len(dst))):
+        return None
+    if sorted(k for g in groups for k in g) != [k for k in range(len(dst)) if
+                                                  any(k in g for g in groups)]:
+        return None
+    return groups
+
+
+def _iota(kb, affine, dtype):
+    nz = [d for d, c in enumerate(affine.coeffs) if c != 0]
+    if len(nz) != 1 or affine.coeffs[nz[0]] != 1 or affine.offset != 0:
+        raise LoweringError("arange read through a non-trivial view")
+    return kb.emit("iota", dtype, value=nz[0])
+
+
+def lower(graph, name="graph") -> Lowered:
+    return Lowering(graph, name).run()
