@@ -7,6 +7,7 @@ support, an LLVM failure) runs under "aot_eager" instead, with one warning per
 """
 from __future__ import annotations
 
+import collections
 import os
 import warnings
 
@@ -19,6 +20,8 @@ from .codegen import kernel_spec
 from .lowering import LoweringError, lower
 
 _warned = set()
+# the most recent compiled graphs, for inspection (tests, the demo, debugging)
+recent = collections.deque(maxlen=32)
 
 
 class CompiledLLVMGraph:
@@ -47,7 +50,9 @@ class CompiledLLVMGraph:
 def llvm_compiler(graph, name):
     """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot."""
     try:
-        return CompiledLLVMGraph(graph, name).run
+        compiled = CompiledLLVMGraph(graph, name)
+        recent.append(compiled)
+        return compiled.run
     except Exception as e:   # noqa: BLE001 - lowering or LLVM failure: run eagerly
         strict = config.strict or os.environ.get("EMBER_STRICT") == "1"
         if strict:

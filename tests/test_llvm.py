@@ -1,0 +1,236 @@
+"""The LLVM backend (issue llvm-1): loop IR, fusion, LLVM codegen, runtime.
+
+Every test here runs in strict mode (a lowering or LLVM failure raises instead of
+falling back) and checks that nothing fell back."""
+import numpy as np
+import pytest
+
+import ember
+from ember import _C
+from ember.aot import decompose, trace_joint
+from ember.capture import counters
+from ember.compiler import backend as llvm_backend
+from ember.compiler.backend import CompiledLLVMGraph
+from ember.compiler.loop_ir import Affine, Kernel, LoopIRError, Param, Stmt, verify
+from ember.compiler.lowering import LoweringError
+
+F32 = dict(rtol=1e-5, atol=1e-6)
+F64 = dict(rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    ember.compiler.reset()
+    monkeypatch.setattr(ember.compiler.config, "strict", True)
+    yield
+    assert not counters["llvm_fallback"], dict(counters["llvm_fallback"])
+    assert not counters["backend_fallback"], dict(counters["backend_fallback"])
+    assert not counters["unsupported"], dict(counters["unsupported"])
+    ember.compiler.reset()
+
+
+def example(x, w, b):
+    return (x @ w + b).relu().sum()
+
+
+def _leaves(dtype, seed=0, shapes=((8, 5), (5, 3), (3,))):
+    g = np.random.default_rng(seed)
+    return [ember.tensor(g.standard_normal(s), dtype=dtype, requires_grad=True)
+            for s in shapes]
+
+
+def test_llvm_is_the_default_backend():
+    assert ember.capture.backends.default_backend() == "llvm"
+    assert ember.capture.lookup_backend("inductor")[1] is ember.capture.lookup_backend("llvm")[1]
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float32, F32), (ember.float64, F64)])
+def test_example_and_its_backward_match_eager(dtype, tol):
+    xs = _leaves(dtype)
+    want = example(*xs)
+    want.backward()
+    want_grads = [t.grad.numpy().copy() for t in xs]
+    ys = _leaves(dtype)
+    got = ember.compile(example, fullgraph=True)(*ys)
+    got.backward()
+    np.testing.assert_allclose(got.item(), want.item(), **tol)
+    for t, w in zip(ys, want_grads):
+        np.testing.assert_allclose(t.grad.numpy(), w, **tol)
+
+
+def test_forward_is_one_blas_call_and_one_fused_kernel():
+    xs = _leaves(ember.float32)
+    llvm_backend.recent.clear()
+    ember.compile(example)(*xs)
+    forward = next(c for c in llvm_backend.recent if c.name.endswith("_forward"))
+    plan = forward.lowered
+    kinds = [s[0] for s in plan.steps]
+    assert sorted(kinds) == ["kernel", "matmul"], str(plan)
+    outputs = {o[0] for o in plan.outputs if o is not None}
+    matmul_out = {("buf", s[3]) for s in plan.steps if s[0] == "matmul"}
+    buffers = {("buf", j) for j in range(len(plan.buffers))}
+    assert buffers <= outputs | matmul_out, f"intermediate buffers in\n{plan}"
+    kernel = plan.kernels[0]
+    assert kernel.nreduce == 2 and any(s.op == "reduce" for s in kernel.stmts)
+
+
+def test_inference_graph_has_no_saved_outputs():
+    xs = [t.detach() for t in _leaves(ember.float32)]
+    llvm_backend.recent.clear()
+    with ember.no_grad():
+        out = ember.compile(example)(*xs)
+    np.testing.assert_allclose(out.item(), example(*xs).item(), **F32)
+    (graph,) = list(llvm_backend.recent)
+    assert [s[0] for s in graph.lowered.steps] == ["matmul", "kernel"]
+    assert len(graph.lowered.buffers) == 2        # the BLAS result and the sum
+
+
+def test_optimized_ir_uses_host_vector_width():
+    features = _C._jit_target()["features"]
+    width = "<16 x float>" if "+avx512f" in features else "<8 x float>"
+    a, b = ember.randn(64, 256), ember.randn(64, 256)
+    joint = trace_joint(lambda x, y: (x * y + 1.0).exp().relu(), [a, b])
+    g = CompiledLLVMGraph(decompose(joint.graph), "width")
+    assert width in g.module.optimized_ir
+
+
+def test_output_code_log(monkeypatch, capsys):
+    monkeypatch.setenv("EMBER_LOGS", "output_code")
+    ember.compile(example)(*[t.detach() for t in _leaves(ember.float32)])
+    text = capsys.readouterr().out
+    assert "loop IR" in text and "kernel" in text and "define" in text
+
+
+def test_bad_shapes_raise_the_eager_error(monkeypatch):
+    monkeypatch.setattr(ember.compiler.config, "strict", False)
+    x, w, b = _leaves(ember.float32, shapes=((8, 5), (4, 3), (3,)))
+    with pytest.raises(RuntimeError) as eager:
+        example(x, w, b)
+    f = ember.compile(example)
+    with pytest.raises(RuntimeError) as compiled:
+        f(x, w, b)
+    assert str(compiled.value) == str(eager.value)
+    counters.clear()
+
+
+def test_compiled_graph_rejects_wrong_inputs():
+    a, b = ember.randn(4, 8), ember.randn(4, 8)
+    joint = trace_joint(lambda x, y: x * y, [a, b])
+    g = CompiledLLVMGraph(decompose(joint.graph), "check")
+    with pytest.raises(RuntimeError, match="compiled for"):
+        g(ember.randn(4, 9), b)
+    with pytest.raises(TypeError):
+        g(a)
+    out = g(a.t().contiguous().t(), b)        # another layout is copied in, not misread
+    np.testing.assert_allclose(out[0].numpy(), (a * b).numpy())
+
+
+# ------------------------------------------------------------------ graphs vs eager
+
+
+def _cases():
+    g = np.random.default_rng(1)
+
+    def t(*shape, dtype=ember.float32):
+        return ember.tensor(g.standard_normal(shape), dtype=dtype)
+
+    return [
+        ("broadcast chain", lambda x, y: (x * 2 + y).tanh() - x / 3, (t(6, 7), t(7))),
+        ("exp and log", lambda x: (x.exp() + 1).log(), (t(33, 17),)),
+        ("sigmoid", lambda x: x.sigmoid(), (t(100),)),
+        ("sum over dims", lambda x: x.sum((0, 2)), (t(3, 4, 5),)),
+        ("sum keepdim", lambda x: x.sum(1, keepdim=True) * x, (t(4, 6),)),
+        ("mean", lambda x: x.mean(-1), (t(5, 9),)),
+        ("amax", lambda x: x.amax(0), (t(7, 3),)),
+        ("softmax by hand", lambda x: (x - x.amax(-1, keepdim=True)).exp() /
+         (x - x.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True), (t(4, 10),)),
+        ("where and compare", lambda x, y: ember.where(x > y, x, y * 0.5), (t(5, 5), t(5))),
+        ("int to float", lambda x: x.float() * 0.5, (ember.arange(12).view(3, 4),)),
+        ("sum of bool", lambda x: (x > 0).sum(), (t(50),)),
+        ("transposed input", lambda x: (x.t() * 2).exp(), (t(8, 3),)),
+        ("permute and slice", lambda x: x.permute(2, 0, 1)[1:, :, ::2] + 1, (t(3, 4, 6),)),
+        ("expand", lambda x: x.unsqueeze(1).expand(4, 3, 5) * 2, (t(4, 5),)),
+        ("reshape of a chain", lambda x: (x * 3).view(6, 4).sum(0), (t(2, 3, 4),)),
+        ("batched matmul", lambda x, y: (x @ y).relu(), (t(2, 3, 4), t(2, 4, 5))),
+        ("matmul of views", lambda x, y: x.t() @ y.t(), (t(4, 3), t(5, 4))),
+        ("float64", lambda x, y: (x * y).sum(-1).exp(), (t(5, 6, dtype=ember.float64),
+                                                         t(6, dtype=ember.float64))),
+        ("pow", lambda x: x ** 2 + x.abs() ** 0.5 if hasattr(x, "abs") else x ** 2,
+         (t(9),)),
+        ("constant output", lambda x: ember.zeros(3) + x.sum(), (t(4),)),
+    ]
+
+
+@pytest.mark.parametrize("name,fn,args", _cases(), ids=[c[0] for c in _cases()])
+def test_graph_matches_eager(name, fn, args):
+    want = fn(*args)
+    got = ember.compile(fn, fullgraph=True)(*args)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    tol = F64 if want.dtype is ember.float64 else F32
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+
+
+@pytest.mark.parametrize("name,fn,args", _cases()[:10], ids=[c[0] for c in _cases()[:10]])
+def test_graph_gradients_match_eager(name, fn, args):
+    floats = [a.detach().requires_grad_(a.dtype.is_floating_point) for a in args]
+    want = fn(*floats)
+    if not want.requires_grad:
+        pytest.skip("nothing to differentiate")
+    want.sum().backward()
+    want_grads = [a.grad.numpy().copy() if a.grad is not None else None for a in floats]
+    again = [a.detach().requires_grad_(a.dtype.is_floating_point) for a in args]
+    ember.compile(fn, fullgraph=True)(*again).sum().backward()
+    for a, w in zip(again, want_grads):
+        if w is not None:
+            np.testing.assert_allclose(a.grad.numpy(), w, rtol=1e-4, atol=1e-5)
+
+
+def test_expf_accuracy():
+    x = np.linspace(-87.0, 88.0, 200_001).astype(np.float32)
+    x = np.concatenate([x, np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, -100, 100])])
+    joint = trace_joint(lambda t: t.exp(), [ember.from_numpy(x)])
+    g = CompiledLLVMGraph(decompose(joint.graph), "expf")
+    got = g(ember.from_numpy(x))[0].numpy()
+    want = np.exp(x.astype(np.float64))
+    finite = (want < 3.0e38) & (want > 1e-37)
+    ulp = np.spacing(want[finite].astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got[finite] - want[finite]) / ulp) <= 2.5
+    assert np.isnan(got[-3]) and got[-5] == np.inf and got[-4] == 0.0
+
+
+# ------------------------------------------------------------------ the loop IR
+
+
+def test_loop_ir_prints_and_verifies():
+    xs = _leaves(ember.float32)
+    joint = trace_joint(example, [t.detach() for t in xs])
+    g = CompiledLLVMGraph(decompose(joint.graph), "text")
+    text = g.describe()
+    assert "blas matmul" in text and "reduce sum" in text and "load p" in text
+    for k in g.lowered.kernels:
+        verify(k)
+
+
+def test_verifier_rejects_bad_kernels():
+    f32 = ember.float32
+    k = Kernel("bad", (4,), 0, [Param(("in", 0), f32, 4), Param(("buf", 0), f32, 4)],
+               [Stmt("load", 0, f32, param=0, index=Affine((2,), 0)),
+                Stmt("store", None, None, (0,), param=1, index=Affine((1,), 0))])
+    with pytest.raises(LoopIRError, match="reaches elements"):
+        verify(k)
+    k2 = Kernel("bad2", (4,), 0, [Param(("buf", 0), f32, 4)],
+                [Stmt("store", None, None, (3,), param=0, index=Affine((1,), 0))])
+    with pytest.raises(LoopIRError, match="before definition"):
+        verify(k2)
+    k3 = Kernel("bad3", (4, 2), 1, [Param(("in", 0), f32, 8), Param(("buf", 0), f32, 8)],
+                [Stmt("load", 0, f32, param=0, index=Affine((2, 1), 0)),
+                 Stmt("reduce", None, None, (0,), param=1, index=Affine((1, 1), 0),
+                      value="sum")])
+    with pytest.raises(LoopIRError, match="reduced dim"):
+        verify(k3)
+
+
+def test_unsupported_prims_raise_lowering_errors():
+    joint = trace_joint(lambda x: x.argmax(), [ember.randn(5)])
+    with pytest.raises(LoweringError):
+        CompiledLLVMGraph(decompose(joint.graph), "argmax")
