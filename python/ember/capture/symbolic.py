@@ -261,6 +261,12 @@ class Translator:
                                          else None) for k, v in value.items()}, source)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
+            orig = getattr(value, "_orig_fn", None)
+            if isinstance(orig, types.FunctionType) and \
+                    hasattr(value, "_ember_compile_context"):
+                # ember.compile(f) called inside a compiled region: inline f itself
+                return FunctionVar(orig, AttrSource(source, "_orig_fn")
+                                   if source is not None else None)
             return FunctionVar(value, source)
         if isinstance(value, types.ModuleType):
             self.guard("ID_MATCH", source, value)
@@ -469,6 +475,9 @@ class Translator:
         return tx.f_globals
 
     def call_module(self, mvar: ModuleVar, args, kwargs):
+        orig = mvar.compiled_original(self)
+        if orig is not None:
+            return orig.call(self, args, kwargs)
         m = mvar.value
         d = object.__getattribute__(m, "__dict__")
         for hooks in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks"):

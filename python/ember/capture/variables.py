@@ -384,10 +384,23 @@ class ModuleVar(VariableTracker):
     def as_constant(self):
         return self.value
 
-    def getattr(self, tx, name):
+    def compiled_original(self, tx):
+        """For what ember.compile(module) returned (an OptimizedModule): the module it
+        wraps, which the interpreter uses in its place (compiling inside a compiled
+        region inlines, as torch.compile does); else None."""
+        from . import api
+        if api._OPTIMIZED is None or type(self.value) is not api._OPTIMIZED:
+            return None
+        return ModuleVar.getattr(self, tx, "_orig_mod", delegate=False)
+
+    def getattr(self, tx, name, delegate=True):
         m = self.value
         src = self.source
         d = object.__getattribute__(m, "__dict__")
+        if delegate and name != "_orig_mod":
+            orig = self.compiled_original(tx)
+            if orig is not None:
+                return orig.getattr(tx, name)
         for store in ("_parameters", "_buffers", "_modules"):
             table = d.get(store)
             if table is not None and name in table:
