@@ -20,6 +20,8 @@
 
 typedef void (*kernel_fn)(void **args);
 
+int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -162,8 +164,11 @@ run_matmul(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tens
     int st = -1;
     if (a != NULL && b != NULL) {
         em_Tensor *out = bufs[out_i];
-        PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
-        st = em_ufunc_call(self->matmul, ins, 2, out->array, out->dtype, out->dtype);
+        st = em_blas_matmul(a, b, out);
+        if (st == 1) {
+            PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
+            st = em_ufunc_call(self->matmul, ins, 2, out->array, out->dtype, out->dtype);
+        }
     }
     Py_XDECREF(a);
     Py_XDECREF(b);

@@ -34,6 +34,14 @@ def llvm() -> dict:
             "vector_features": vector, "vector_bits": width}
 
 
+def openblas_path():
+    """The OpenBLAS library NumPy loaded (its wheels bundle one), or None."""
+    libdir = os.path.join(os.path.dirname(np.__file__) + ".libs")
+    for path in sorted(glob.glob(os.path.join(libdir, "*openblas*"))):
+        return path
+    return None
+
+
 def _openblas_lib():
     libdir = os.path.join(os.path.dirname(np.__file__) + ".libs")
     for path in glob.glob(os.path.join(libdir, "*openblas*")):

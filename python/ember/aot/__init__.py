@@ -15,7 +15,7 @@ from ..capture.backends import register_backend
 from .decompose import PrimVerificationError, decompose, verify_prims
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, partition, saved_bytes
-from .runtime import CompiledFunction, InferenceFunction
+from .runtime import CompiledFunction
 
 
 def _graph_fn(graph, name):
@@ -36,9 +36,11 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
 
     joint = trace_joint(run, example_inputs)
     if joint.num_tangents == 0:
+        # nothing needs a gradient: the forward alone, called directly (its ops record
+        # no autograd history, as no input requires grad or grad mode is off)
         graph = decompose(joint.graph)
         _strip_grads(graph, joint.num_forward_outputs)
-        return InferenceFunction(fw_compiler(graph, f"{name}_inference"), name)
+        return fw_compiler(graph, f"{name}_inference")
     prim_joint = JointGraph(decompose(joint.graph), joint.num_primals,
                             joint.num_forward_outputs, joint.num_tangents,
                             joint.differentiable_outputs, joint.primals_requiring_grad,

@@ -56,22 +56,3 @@ class CompiledFunction:
                 out[i] = g
             return tuple(out)
         return run_backward
-
-
-class InferenceFunction:
-    """No input requires grad (or grad mode is off): only a forward graph."""
-
-    def __init__(self, forward, name):
-        self.forward = forward
-        self.name = name
-
-    def __call__(self, *inputs):
-        prev = _C._set_grad_enabled(False)
-        try:
-            outs = self.forward(*inputs)
-        finally:
-            _C._set_grad_enabled(prev)
-        ids = {id(x) for x in inputs}
-        if any(id(o) in ids for o in outs):
-            outs = tuple(o.alias() if id(o) in ids else o for o in outs)
-        return outs

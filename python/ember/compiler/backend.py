@@ -20,6 +20,16 @@ from .codegen import kernel_spec
 from .lowering import LoweringError, lower
 
 _warned = set()
+
+
+def _find_blas():
+    """Points compiled graphs at the BLAS NumPy bundles (else they call numpy.matmul)."""
+    from .._sysinfo import openblas_path
+    path = openblas_path()
+    return bool(path) and _C._set_blas(path)
+
+
+BLAS = _find_blas()
 # the most recent compiled graphs, for inspection (tests, the demo, debugging)
 recent = collections.deque(maxlen=32)
 

@@ -1,0 +1,165 @@
+/* blas.c: matrix products of compiled graphs, straight into the BLAS NumPy bundles.
+ *
+ * NumPy 2's wheels ship OpenBLAS as scipy_openblas64 (symbols prefixed scipy_ and
+ * suffixed 64_, 64-bit integers). _C._set_blas(path) finds its cblas_?gemm; a
+ * product whose operands BLAS can read directly (row- or column-major 2-D views,
+ * batches of them) is then one call per matrix, with no NumPy machinery on the way.
+ * Anything else (no BLAS found, other layouts) returns 1 and the caller uses
+ * numpy.matmul.
+ */
+#include "ember.h"
+
+#include <dlfcn.h>
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
+                          int64_t, const float *, int64_t, float, float *, int64_t);
+typedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
+                          int64_t, const double *, int64_t, double, double *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, int,
+                          const float *, int, float, float *, int);
+typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
+                          const double *, int, double, double *, int);
+
+static void *sgemm, *dgemm;
+static bool ilp64;
+static PyObject *blas_name;
+
+static PyObject *
+set_blas(PyObject *self, PyObject *path)
+{
+    const char *p = PyUnicode_AsUTF8(path);
+    if (p == NULL)
+        return NULL;
+    void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h == NULL)
+        h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        Py_RETURN_FALSE;
+    static const struct {
+        const char *s, *d;
+        bool ilp64;
+    } names[] = {
+        {"scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", true},
+        {"cblas_sgemm64_", "cblas_dgemm64_", true},
+        {"scipy_cblas_sgemm", "scipy_cblas_dgemm", false},
+        {"cblas_sgemm", "cblas_dgemm", false},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *s = dlsym(h, names[i].s), *d = dlsym(h, names[i].d);
+        if (s != NULL && d != NULL) {
+            sgemm = s;
+            dgemm = d;
+            ilp64 = names[i].ilp64;
+            Py_XSETREF(blas_name, PyUnicode_FromString(names[i].s));
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *
+blas_info(PyObject *self, PyObject *noargs)
+{
+    if (blas_name == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(blas_name);
+    return blas_name;
+}
+
+/* How BLAS reads a (rows x cols) view with strides (rs, cs): 0 no-trans, 1 trans,
+ * -1 unreadable; *ld receives the leading dimension. */
+static int
+layout(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t rs, Py_ssize_t cs, int64_t *ld)
+{
+    if (cs == 1 || cols == 1) {
+        Py_ssize_t l = rows == 1 ? cols : rs;
+        if (l >= cols && l >= 1) {
+            *ld = l;
+            return 0;
+        }
+    }
+    if (rs == 1 || rows == 1) {
+        Py_ssize_t l = cols == 1 ? rows : cs;
+        if (l >= rows && l >= 1) {
+            *ld = l;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+static void
+gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const char *a, int64_t lda,
+     const char *b, int64_t ldb, char *c, int64_t ldc)
+{
+    int A = ta ? TRANS : NO_TRANS, B = tb ? TRANS : NO_TRANS;
+    if (t == EM_FLOAT32) {
+        if (ilp64)
+            ((sgemm64_t)sgemm)(ROW_MAJOR, A, B, m, n, k, 1.0f, (const float *)a, lda,
+                               (const float *)b, ldb, 0.0f, (float *)c, ldc);
+        else
+            ((sgemm32_t)sgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0f, (const float *)a,
+                               (int)lda, (const float *)b, (int)ldb, 0.0f, (float *)c, (int)ldc);
+    }
+    else {
+        if (ilp64)
+            ((dgemm64_t)dgemm)(ROW_MAJOR, A, B, m, n, k, 1.0, (const double *)a, lda,
+                               (const double *)b, ldb, 0.0, (double *)c, ldc);
+        else
+            ((dgemm32_t)dgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0, (const double *)a,
+                               (int)lda, (const double *)b, (int)ldb, 0.0, (double *)c, (int)ldc);
+    }
+}
+
+/* out = a @ b with a (..., m, k), b (..., k, n), out contiguous (..., m, n), batch
+ * dims equal or broadcast (stride 0). Returns 0 done, 1 not handled here. */
+int
+em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
+{
+    if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
+        a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
+        a->ndim != b->ndim || out->ndim != a->ndim || out->numel == 0)
+        return 1;
+    int nd = a->ndim;
+    int64_t m = a->sizes[nd - 2], k = a->sizes[nd - 1], n = b->sizes[nd - 1];
+    if (k == 0 || b->sizes[nd - 2] != k)
+        return 1;
+    int64_t lda, ldb;
+    int ta = layout(m, k, a->strides[nd - 2], a->strides[nd - 1], &lda);
+    int tb = layout(k, n, b->strides[nd - 2], b->strides[nd - 1], &ldb);
+    if (ta < 0 || tb < 0)
+        return 1;
+    Py_ssize_t batch = out->numel / (m * n);
+    int itemsize = em_dtypes[out->dtype]->itemsize;
+    const char *abase = PyArray_BYTES(a->array), *bbase = PyArray_BYTES(b->array);
+    char *cbase = PyArray_BYTES(out->array);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < batch; i++) {
+        /* batch index -> offsets through each operand's batch strides */
+        Py_ssize_t rem = i, ao = 0, bo = 0;
+        for (int d = nd - 3; d >= 0; d--) {
+            Py_ssize_t idx = rem % out->sizes[d];
+            rem /= out->sizes[d];
+            ao += (a->sizes[d] == 1 ? 0 : idx) * a->strides[d];
+            bo += (b->sizes[d] == 1 ? 0 : idx) * b->strides[d];
+        }
+        gemm(out->dtype, ta, tb, m, n, k, abase + ao * itemsize, lda, bbase + bo * itemsize, ldb,
+             cbase + i * m * n * itemsize, n);
+    }
+    Py_END_ALLOW_THREADS
+    return 0;
+}
+
+static PyMethodDef blas_methods[] = {
+    {"_set_blas", set_blas, METH_O, "_set_blas(path): use this library's cblas_?gemm."},
+    {"_blas_info", blas_info, METH_NOARGS, "The gemm symbol compiled graphs call, or None."},
+    {NULL},
+};
+
+int
+em_blas_init(PyObject *module)
+{
+    return PyModule_AddFunctions(module, blas_methods);
+}
