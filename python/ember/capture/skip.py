@@ -2,10 +2,18 @@
 compiled code, and are inlined when traced, but are never captured as frames of their
 own) and code the compiler generates. Model code that happens to live in the package
 stays capturable: ember.models, the forward methods of ember.nn's modules, and the
-demo and verify scripts."""
+demo and verify scripts.
+
+The standard library and NumPy are skipped too (TorchDynamo's skipfiles): their Python
+helpers run inside eager kernels (numpy's argmax wrapper under Tensor.max), and
+capturing them would cost a conversion each and make fullgraph=True fail on code that
+is not the user's."""
 from __future__ import annotations
 
 import os
+import site
+import sys
+import sysconfig
 
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NN_DIR = _EMBER_DIR + "nn" + os.sep
@@ -30,12 +38,44 @@ def is_ember_internal(filename: str) -> bool:
     return path.startswith(_EMBER_DIR) and not path.startswith(_MODEL_CODE)
 
 
+_DIRS = None
+
+
+def _library_dirs():
+    """(stdlib dirs, site-packages dirs, NumPy's dir). Site-packages may live inside the
+    stdlib dir, and code installed there (a user's model library) is captured."""
+    global _DIRS
+    if _DIRS is None:
+        def norm(dirs):
+            return tuple(sorted({os.path.abspath(d) + os.sep for d in dirs if d}))
+        stdlib = [os.path.dirname(os.__file__), sysconfig.get_path("stdlib"),
+                  sysconfig.get_path("platstdlib")]
+        sites = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
+                 getattr(site, "USER_SITE", None)]
+        sites += getattr(site, "getsitepackages", lambda: [])()
+        numpy_dir = sys.modules.get("numpy")
+        numpy_dir = [os.path.dirname(numpy_dir.__file__)] if numpy_dir else []
+        _DIRS = norm(stdlib), norm(sites), norm(numpy_dir)
+    return _DIRS
+
+
+def is_library(filename: str) -> bool:
+    """Standard library (also frozen modules such as <frozen posixpath>) or NumPy."""
+    if not filename or filename.startswith("<"):
+        return filename.startswith("<frozen ")
+    stdlib, sites, numpy_dir = _library_dirs()
+    path = _abs(filename)
+    if numpy_dir and path.startswith(numpy_dir):
+        return True
+    return path.startswith(stdlib) and not path.startswith(sites)
+
+
 def should_skip(code) -> bool:
     """Frames the converter leaves to CPython: Ember's internals, except the forward
     methods of its nn modules (nn.Sequential's forward is model code, and is what
-    ember.compile(nn.Sequential(...)) must capture)."""
+    ember.compile(nn.Sequential(...)) must capture), and library code."""
     if not is_ember_internal(code.co_filename):
-        return False
+        return is_library(code.co_filename)
     if code.co_name == "forward":
         return not _abs(code.co_filename).startswith(_NN_DIR)
     return True
