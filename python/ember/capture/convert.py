@@ -95,6 +95,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
                    f"error; it runs eagerly. {reason}")
         return _hook.SKIP
     gm, getters, spec = build_graph_module(out, ret, code)
+    _log_graph(gm, code, out)
     compiled = compile_graph(gm, out, ctx, code)
     guards = build_guard_program(out.guards, frame_info)
     frame = _C.CompiledFrame(compiled, getters, spec, frame_info.globals,
@@ -166,6 +167,14 @@ def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     gm.meta = {"code": code, "inputs": [src.name() for src, _, _ in out.inputs]}
     getters = tuple(src.getter() for src, _, _ in out.inputs)
     return gm, getters, spec
+
+
+def _log_graph(gm, code, out):
+    if not (config.verbose or "graph" in os.environ.get("EMBER_LOGS", "").split(",")):
+        return
+    print(f"===== captured graph of {code.co_name} ({code.co_filename}:"
+          f"{code.co_firstlineno}), {len(out.guards)} guards =====")
+    print(gm.print_readable(print_output=False))
 
 
 def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
