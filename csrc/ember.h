@@ -277,6 +277,7 @@ em_Tensor *em_tensor_meta_like(em_Tensor *t);
 #define EM_RULE_NO_BOOL 4       /* neg, sub: bool inputs are an error */
 #define EM_RULE_INTEGRAL 8      /* bitwise ops: no floating point kernel (NotImplementedError) */
 #define EM_RULE_NOT_BOOL 16     /* pow: no bool kernel (NotImplementedError) */
+#define EM_RULE_FLOATING 32     /* gelu, lerp: no integer or bool kernel (NotImplementedError) */
 
 /* ------------------------------------------------------------------ kernels */
 

@@ -232,8 +232,9 @@ def _ref_div(a, b, rounding_mode=None):
             return a // b
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
-    q = float(a) / float(b)
-    return float(math.floor(q) if rounding_mode == "floor" else math.trunc(q))
+    if rounding_mode == "floor":
+        return float(a) // float(b)      # Python's floor division, as PyTorch's div_floor
+    return float(math.trunc(float(a) / float(b)))
 
 
 def _ref_and(a, b):
@@ -775,6 +776,550 @@ add(OpInfo("where", _where_samples, _ref_where,
                             ember.ones(4)), {}, RuntimeError,
                            r"where\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
 
+# ---------------------------------------------------------------- elementwise: the rest
+# (floor_divide .. nan_to_num, activations; references in Python's own arithmetic and the
+# math module, one element at a time)
+
+
+def _special_sample(dtype, values=(math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5, -2.5)):
+    """A float sample of special values (NaN, infinities, signed zeros); none for ints."""
+    if dtype not in FLOATS:
+        return []
+    return [Sample((ember.from_numpy(np.array(values, dtype=dtype)),), desc="specials",
+                   grad=False, noncontig=False)]
+
+
+def _with_specials(base, values=None):
+    def samples(dtype, rng):
+        extra = _special_sample(dtype) if values is None else _special_sample(dtype, values)
+        return base(dtype, rng) + extra
+    return samples
+
+
+def _float_ref(fn):
+    """fn on float(x), NaN where math raises (domain), +-inf on overflow."""
+    def f(*a):
+        a = [float(x) for x in a]
+        if any(math.isnan(x) for x in a):
+            return math.nan
+        try:
+            return fn(*a)
+        except (ValueError, ZeroDivisionError):
+            return math.nan
+        except OverflowError:
+            return math.inf
+    return f
+
+
+def _ref_floor_divide(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        if b == 0:
+            return _signed_inf(float(a), float(b))     # a / 0, as IEEE division
+        return float(a) // float(b)
+    return int(a) // int(b)
+
+
+def _ref_remainder(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        return math.nan if b == 0 else float(a) % float(b)
+    return int(a) % int(b)
+
+
+def _int_div_errors(name):
+    def errors():
+        return binary_errors(name)() + [
+            ErrorSample((ember.ones(2, dtype=ember.int64), ember.zeros(2, dtype=ember.int64)),
+                        {}, RuntimeError, rf"{name}\(\)|ZeroDivision", "integer division by "
+                        "zero", data=True),
+            ErrorSample((ember.ones(2, dtype=ember.int32), 0), {}, RuntimeError,
+                        rf"{name}\(\)|ZeroDivision", "by the number 0", data=True),
+            ErrorSample((ember.ones(2, dtype=ember.bool), ember.ones(2, dtype=ember.bool)), {},
+                        NotImplementedError, rf"{name}\(\).*Bool", "bool")]
+    return errors
+
+
+def _divmod_samples(dtype, rng):
+    out = binary_samples(nonzero=True, low=-7, high=7, numbers=(3, -2.5))(dtype, rng)
+    if dtype in FLOATS:
+        a = np.array([7.0, -7.0, 7.0, -7.0, 0.0, 5.5, -5.5, 1.0], dtype=dtype)
+        b = np.array([2.0, 2.0, -2.0, -2.0, 3.0, 0.0, 0.0, 0.1], dtype=dtype)
+        out.append(Sample((ember.from_numpy(a), ember.from_numpy(b)), desc="signs, zero",
+                          grad=False))
+    else:
+        out.append(Sample((make((2, 3), dtype, rng, -7, 7), -3 if dtype != "uint8" else 3),
+                          desc="negative number", grad=False))
+    divisor = ember.ones(2, 3, dtype=dt(dtype)) if dtype == "bool" else \
+        make((2, 3), dtype, rng, 1, 7, nonzero=True)
+    out.append(Sample((5, divisor), desc="number self", grad=False, noncontig=False))
+    return out
+
+
+add(OpInfo("floor_divide", _divmod_samples, elementwise(_ref_floor_divide, 2),
+           dtypes=NO_BOOL, errors=_int_div_errors("floor_divide")))
+add(OpInfo("remainder", _divmod_samples, elementwise(_ref_remainder, 2), dtypes=NO_BOOL,
+           errors=_int_div_errors("remainder"),
+           torch_fn=lambda torch, a, b: torch.remainder(a, b)))
+
+add(OpInfo("abs", _with_specials(unary_samples(nonzero=True)), elementwise(abs, 1),
+           dtypes=NO_BOOL,
+           errors=lambda: unary_errors("abs")() + [
+               ErrorSample((ember.ones(2, dtype=ember.bool),), {}, NotImplementedError,
+                           r"abs\(\).*Bool", "bool")]))
+
+
+def _ref_sign(a):
+    if isinstance(a, bool):
+        return a
+    return (a > 0) - (a < 0)
+
+
+add(OpInfo("sign", _with_specials(unary_samples(nonzero=True)), elementwise(_ref_sign, 1),
+           errors=unary_errors("sign")))
+
+_UNARY_FLOAT_REFS = [
+    # name, reference, sample range, wider range (no gradient), NaN/inf/signed zeros
+    ("exp2", lambda x: 2.0 ** x, (-3.0, 3.0), (-14.0, 14.0), True),
+    ("expm1", math.expm1, (-3.0, 3.0), (-1e-3, 1e-3), True),
+    ("log2", lambda x: -math.inf if x == 0 else math.log2(x), (0.1, 5.0), (1e-3, 1e3), True),
+    ("log10", lambda x: -math.inf if x == 0 else math.log10(x), (0.1, 5.0), (1e-3, 1e3),
+     True),
+    ("log1p", lambda x: -math.inf if x == -1 else math.log1p(x), (-0.9, 5.0), (-1e-4, 1e-4),
+     True),
+    ("sqrt", math.sqrt, (0.1, 5.0), (-2.0, 100.0), True),
+    ("rsqrt", lambda x: math.copysign(math.inf, x) if x == 0 else 1.0 / math.sqrt(x),
+     (0.1, 5.0), (-2.0, 100.0), True),
+    ("sin", math.sin, (-4.0, 4.0), (-100.0, 100.0), True),
+    ("cos", math.cos, (-4.0, 4.0), (-100.0, 100.0), True),
+    ("tan", math.tan, (-1.4, 1.4), None, True),
+    ("erf", math.erf, (-3.0, 3.0), (-6.0, 6.0), True),
+    ("erfc", math.erfc, (-3.0, 3.0), (-6.0, 9.0), True),
+]
+
+
+def _unary_float_samples(lo, hi, wide=None, specials=False):
+    def samples(dtype, rng):
+        out = unary_samples(lo, hi)(dtype, rng)
+        if wide is not None and dtype in FLOATS:
+            out.append(Sample((make((4, 5), dtype, rng, wide[0], wide[1]),), desc="wide",
+                              grad=False))
+        if specials:
+            out += _special_sample(dtype)
+        return out
+    return samples
+
+
+for _name, _fn, (_lo, _hi), _wide, _specials in _UNARY_FLOAT_REFS:
+    add(OpInfo(_name, _unary_float_samples(_lo, _hi, _wide, _specials),
+               elementwise(_float_ref(_fn), 1), errors=unary_errors(_name)))
+
+
+def _ref_min2(a, b):
+    if isinstance(a, float) and math.isnan(a):
+        return a
+    if isinstance(b, float) and math.isnan(b):
+        return b
+    return a if a <= b else b
+
+
+add(OpInfo("minimum", _tie_samples(binary_samples(numbers=())), elementwise(_ref_min2, 2),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                                       r"minimum\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+
+
+def _ref_isnan(a):
+    return isinstance(a, float) and math.isnan(a)
+
+
+def _ref_isinf(a):
+    return isinstance(a, float) and math.isinf(a)
+
+
+def _ref_isfinite(a):
+    return not isinstance(a, float) or math.isfinite(a)
+
+
+for _name, _fn in (("isnan", _ref_isnan), ("isinf", _ref_isinf), ("isfinite", _ref_isfinite)):
+    add(OpInfo(_name, _with_specials(unary_samples()), elementwise(_fn, 1),
+               errors=unary_errors(_name)))
+
+
+def _logical_samples(dtype, rng):
+    out = binary_samples(low=-1, high=2, numbers=(), wrap=False)(dtype, rng)
+    if dtype in FLOATS:
+        out.append(Sample((
+            ember.from_numpy(np.array([math.nan, 0.0, -0.0, math.inf], dtype=dtype)),
+            ember.from_numpy(np.array([1.0, math.nan, 0.0, 0.0], dtype=dtype))),
+            desc="specials", grad=False))
+    return out
+
+
+def _logical_errors(name):
+    def errors():
+        return [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                            rf"{name}\(\).*\[2, 3\].*\[4\]", "shape mismatch"),
+                ErrorSample((ember.ones(2, 3), 1), {}, TypeError, rf"{name}\(\)",
+                            "a number")]
+    return errors
+
+
+for _name, _fn in (("logical_and", lambda a, b: bool(a) and bool(b)),
+                   ("logical_or", lambda a, b: bool(a) or bool(b)),
+                   ("logical_xor", lambda a, b: bool(a) != bool(b))):
+    add(OpInfo(_name, _logical_samples, elementwise(_fn, 2), errors=_logical_errors(_name)))
+add(OpInfo("logical_not", _with_specials(unary_samples(-1, 2)), elementwise(lambda a: not a, 1),
+           errors=unary_errors("logical_not")))
+
+
+def _bitwise_errors(name, bool_ok=True):
+    def errors():
+        out = binary_errors(name)() + [
+            ErrorSample((ember.ones(2, dtype=ember.int64), ember.ones(2)), {},
+                        NotImplementedError, rf"{name}\(\).*Float", "float")]
+        if not bool_ok:
+            out.append(ErrorSample((ember.ones(2, dtype=ember.bool),
+                                    ember.ones(2, dtype=ember.bool)), {},
+                                   NotImplementedError, rf"{name}\(\).*Bool", "bool"))
+        return out
+    return errors
+
+
+add(OpInfo("bitwise_xor", binary_samples(low=-16, high=16, numbers=(5, -3, True),
+                                         mixed=False),
+           elementwise(lambda a, b: a ^ b, 2), dtypes=BOOL + INTS,
+           errors=_bitwise_errors("bitwise_xor")))
+add(OpInfo("bitwise_not", unary_samples(-16, 16), elementwise(
+    lambda a: (not a) if isinstance(a, bool) else ~a, 1), dtypes=BOOL + INTS,
+    errors=lambda: unary_errors("bitwise_not")() + [
+        ErrorSample((ember.ones(2),), {}, NotImplementedError, r"bitwise_not\(\).*Float",
+                    "float")]))
+
+
+def _shift_samples(dtype, rng):
+    out = binary_samples(low=-20, high=20, other_low=0, other_high=10, numbers=(1, 3),
+                         mixed=False, wrap=False)(dtype, rng)
+    if dtype in INTS:
+        bits = np.dtype(dtype).itemsize * 8
+        counts = ember.from_numpy(np.array([0, 1, bits - 1, bits, bits + 3], dtype=dtype))
+        base = ember.from_numpy(np.array([1, 5, -3 if dtype != "uint8" else 200, 7, 9],
+                                         dtype=dtype))
+        out.append(Sample((base, counts), desc="counts up to the width", grad=False))
+        out.append(Sample((3, make((4,), dtype, rng, 0, 5)), desc="number self",
+                          grad=False, noncontig=False))
+    return out
+
+
+for _name, _fn in (("bitwise_left_shift", lambda a, b: int(a) << int(b)),
+                   ("bitwise_right_shift", lambda a, b: int(a) >> int(b))):
+    add(OpInfo(_name, _shift_samples, elementwise(_fn, 2), dtypes=INTS,
+               errors=_bitwise_errors(_name, bool_ok=False)))
+
+# ---- clamp
+
+
+def _ref_clamp_elem(a, lo, hi):
+    for v in (a, lo, hi):
+        if isinstance(v, float) and math.isnan(v):
+            return math.nan
+    r = a
+    if lo is not None and r < lo:
+        r = lo
+    if hi is not None and r > hi:
+        r = hi
+    return r
+
+
+def _ref_clamp(a, min=None, max=None):
+    return elementwise(_ref_clamp_elem, 3)(a, min, max)
+
+
+def _clamp_samples(dtype, rng):
+    lo, hi = (-1.5, 1.0) if dtype in FLOATS else (-1, 2)
+    if dtype == "uint8":
+        lo = 1
+    t = lambda shape, a=-3, b=3: make(shape, dtype, rng, a, b)  # noqa: E731
+    out = [Sample((t((2, 3)), lo, hi), desc="numbers"),
+           Sample((t((2, 3)),), {"min": lo}, desc="min only"),
+           Sample((t((2, 3)),), {"max": hi}, desc="max only"),
+           Sample((t((5,)), hi, lo), desc="min > max", grad=False),
+           Sample((t(()), lo, hi), desc="0-d"),
+           Sample((t((0, 3)), lo, hi), desc="empty"),
+           Sample((t((2, 3)), make((3,), dtype, rng, -3, 0), make((2, 1), dtype, rng, 0, 3)),
+                  desc="tensor bounds"),
+           Sample((t((2, 3)), None, make((2, 3), dtype, rng, -1, 1)), desc="tensor max"),
+           Sample((t((2, 3)), make((), dtype, rng, -3, 0)), desc="0-d min"),
+           Sample((expanded((1, 3), (4, 3), dtype, rng), lo, hi), desc="expanded",
+                  grad=False),
+           Sample((t((2, 3)), 0.5, 2.5), desc="float bounds (promote integers)", grad=False)]
+    if dtype in FLOATS:
+        x = np.array([math.nan, 1.0, -3.0, math.inf, -math.inf], dtype=dtype)
+        out.append(Sample((ember.from_numpy(x), -1.0, 1.0), desc="specials", grad=False))
+        out.append(Sample((ember.from_numpy(x), math.nan, 1.0), desc="NaN bound", grad=False))
+        out.append(Sample((t((2, 3)), make((2, 3), "float64", rng, -1, 0)),
+                          desc="float64 bound", grad=False))
+    return out
+
+
+add(OpInfo("clamp", _clamp_samples, _ref_clamp, dtypes=NO_BOOL,
+           errors=lambda: [
+               ErrorSample((ember.ones(2, 3),), {}, RuntimeError, r"clamp.*min.*max",
+                           "no bounds"),
+               ErrorSample((ember.ones(2, dtype=ember.bool), True, True), {},
+                           NotImplementedError, r"clamp\(\).*Bool", "bool"),
+               ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                           r"clamp\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+
+# ---- lerp, addcmul, addcdiv, nan_to_num
+
+
+def _ref_lerp(s, e, w):
+    return elementwise(lambda a, b, c: a + c * (b - a), 3)(s, e, w)
+
+
+def _lerp_samples(scalar):
+    def samples(dtype, rng):
+        t = lambda shape, lo=-3, hi=3: make(shape, dtype, rng, lo, hi)  # noqa: E731
+        if scalar:
+            return [Sample((t((2, 3)), t((2, 3)), 0.3)), Sample((t((2, 3)), t((3,)), 0.75)),
+                    Sample((t(()), t((2, 3)), -0.5)), Sample((t((0, 3)), t((3,)), 1.0)),
+                    Sample((t((4, 1)), t((1, 3)), 1.0), desc="weight 1"),
+                    Sample((expanded((1, 3), (4, 3), dtype, rng), t((4, 3)), 0.6),
+                           grad=False, desc="expanded")]
+        w = lambda shape: make(shape, dtype, rng, -0.5, 1.5)  # noqa: E731
+        return [Sample((t((2, 3)), t((2, 3)), w((2, 3)))),
+                Sample((t((2, 3)), t((3,)), w((2, 1)))),
+                Sample((t((2, 1)), t((1, 3)), w(()))),
+                Sample((t(()), t(()), w(()))),
+                Sample((t((0, 3)), t((3,)), w((3,)))),
+                Sample((expanded((1, 3), (4, 3), dtype, rng), t((4, 3)), w((4, 3))),
+                       grad=False, desc="expanded")]
+    return samples
+
+
+def _lerp_errors(scalar):
+    def errors():
+        f, d = ember.ones(2), ember.ones(2, dtype=ember.float64)
+        i = ember.ones(2, dtype=ember.int64)
+        w = (lambda t: 0.5) if scalar else (lambda t: t)
+        out = [ErrorSample((f, d, w(f)), {}, RuntimeError, r"lerp\(\).*dtype", "end's dtype"),
+               ErrorSample((i, i, w(i)), {}, NotImplementedError, r"lerp\(\).*Long",
+                           "integers"),
+               ErrorSample((f, ember.ones(3), w(f)), {}, RuntimeError,
+                           r"lerp\(\).*\[2\].*\[3\]", "shape mismatch")]
+        if not scalar:
+            out.append(ErrorSample((f, f, d), {}, RuntimeError, r"lerp\(\).*dtype",
+                                   "weight's dtype"))
+        return out
+    return errors
+
+
+add(OpInfo("lerp.Tensor", _lerp_samples(False), _ref_lerp, dtypes=FLOATS,
+           errors=_lerp_errors(False), torch_fn=lambda torch, *a, **k: torch.lerp(*a, **k)))
+add(OpInfo("lerp.Scalar", _lerp_samples(True), _ref_lerp, dtypes=FLOATS,
+           errors=_lerp_errors(True), torch_fn=lambda torch, *a, **k: torch.lerp(*a, **k)))
+
+
+def _addc_ref(div):
+    def ref(a, b, c, value=1):
+        def f(x, y, z):
+            ints = not any(isinstance(v, float) for v in (x, y, z))
+            v = int(value) if ints and not div else value
+            return x + v * (y / z if div else y * z)
+        return elementwise(f, 3)(a, b, c)
+    return ref
+
+
+def _addc_samples(div):
+    def samples(dtype, rng):
+        nz = dict(nonzero=True) if div else {}
+        t = lambda shape: make(shape, dtype, rng)  # noqa: E731
+        u = lambda shape: make(shape, dtype, rng, **nz)  # noqa: E731
+        value = 0.5 if dtype in FLOATS else 2
+        out = [Sample((t((2, 3)), t((2, 3)), u((2, 3)))),
+               Sample((t((2, 3)), t((3,)), u((2, 1))), {"value": value}),
+               Sample((t(()), t((2, 3)), u(())), {"value": -2}),
+               Sample((t((0, 3)), t((3,)), u((3,))), {"value": value}),
+               Sample((expanded((1, 3), (4, 3), dtype, rng), t((4, 3)), u((4, 3))),
+                      grad=False, desc="expanded"),
+               Sample((t((2, 3)), make((2, 3), "float32", rng),
+                       make((3,), "float64", rng, nonzero=True)), {"value": 2},
+                      desc="mixed dtypes", grad=False)]
+        if not div and dtype in INTS:
+            out.append(Sample((t((2, 3)), t((2, 3)), t((2, 3))), {"value": 2.5},
+                              desc="float value, integer tensors"))
+        return out
+    return samples
+
+
+add(OpInfo("addcmul", _addc_samples(False), _addc_ref(False), dtypes=NO_BOOL,
+           errors=lambda: [
+               ErrorSample((ember.ones(2, dtype=ember.bool),) * 3, {}, NotImplementedError,
+                           r"addcmul\(\).*Bool", "bool"),
+               ErrorSample((ember.ones(2), ember.ones(2), 2), {}, TypeError, r"addcmul\(\)",
+                           "a number"),
+               ErrorSample((ember.ones(2), ember.ones(3), ember.ones(2)), {}, RuntimeError,
+                           r"addcmul\(\).*\[2\].*\[3\]", "shape mismatch")]))
+add(OpInfo("addcdiv", _addc_samples(True), _addc_ref(True), dtypes=FLOATS,
+           errors=lambda: [
+               ErrorSample((ember.ones(2), ember.ones(2, dtype=ember.int64),
+                            ember.ones(2, dtype=ember.int32)), {}, RuntimeError,
+                           r"addcdiv\(\).*Integer division", "integer division"),
+               ErrorSample((ember.ones(2), ember.ones(3), ember.ones(2)), {}, RuntimeError,
+                           r"addcdiv\(\).*\[2\].*\[3\]", "shape mismatch")]))
+
+
+def _nan_to_num_samples(dtype, rng):
+    out = unary_samples()(dtype, rng)
+    out += [Sample((make((2, 3), dtype, rng),), {"nan": 1.0, "posinf": 2.0, "neginf": -3.0},
+                   desc="all given")]
+    if dtype in FLOATS:
+        x = ember.from_numpy(np.array([math.nan, math.inf, -math.inf, 1.5, -0.0], dtype=dtype))
+        out += [Sample((x,), {"nan": 1.0, "posinf": 2.0, "neginf": -3.0}, desc="specials",
+                       grad=False),
+                Sample((x,), {"nan": -7.5, "posinf": 100.0, "neginf": -100.0},
+                       desc="specials 2", grad=False),
+                Sample((ember.from_numpy(np.array([math.nan, 2.0], dtype=dtype)),),
+                       desc="NaN, default replacement", grad=False)]
+    return out
+
+
+def _ref_nan_to_num(a, nan=None, posinf=None, neginf=None):
+    def f(x):
+        if isinstance(x, float):
+            if math.isnan(x):
+                return 0.0 if nan is None else nan
+            if x == math.inf:
+                return posinf        # the tests give posinf and neginf with infinities
+            if x == -math.inf:
+                return neginf
+        return x
+    return elementwise(f, 1)(a)
+
+
+add(OpInfo("nan_to_num", _nan_to_num_samples, _ref_nan_to_num,
+           errors=unary_errors("nan_to_num")))
+
+# ---- activations (torch.nn.functional)
+
+
+def _F(name):
+    def fn(torch, *args, **kwargs):
+        return getattr(torch.nn.functional, name)(*args, **kwargs)
+    return fn
+
+
+def _ref_gelu(a, approximate="none"):
+    def f(x):
+        x = float(x)
+        if approximate == "tanh":
+            inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+            return 0.5 * x * (1 + math.tanh(inner))
+        return 0.5 * x * math.erfc(-x / math.sqrt(2))
+    return elementwise(f, 1)(a)
+
+
+def _act_samples(lo=-4.0, hi=4.0, kwargs=(), specials=True):
+    def samples(dtype, rng):
+        out = unary_samples(lo, hi)(dtype, rng)
+        for kw in kwargs:
+            out.append(Sample((make((2, 3), dtype, rng, lo, hi),), dict(kw), desc=str(kw)))
+        if specials and dtype in FLOATS:
+            x = np.array([math.nan, 0.0, -0.0, 20.0, -20.0, 1e-3], dtype=dtype)
+            out.append(Sample((ember.from_numpy(x),), desc="specials", grad=False))
+        return out
+    return samples
+
+
+def _act_errors(name, int_exc=NotImplementedError):
+    def errors():
+        return unary_errors(name)() + [
+            ErrorSample((ember.ones(2, dtype=ember.int64),), {}, int_exc,
+                        rf"{name}\(\)", "integer input")]
+    return errors
+
+
+def _ref_softplus(a, beta=1, threshold=20):
+    def f(x):
+        x = float(x)
+        if math.isnan(x):
+            return x
+        if x * beta > threshold:
+            return x
+        return math.log1p(math.exp(x * beta)) / beta
+    return elementwise(f, 1)(a)
+
+
+def _ref_elu(a, alpha=1, scale=1, input_scale=1):
+    def f(x):
+        x = float(x)
+        return scale * x if x > 0 else alpha * scale * math.expm1(x * input_scale)
+    return elementwise(f, 1)(a)
+
+
+def _ref_hardtanh(a, min_val=-1, max_val=1):
+    def f(x):
+        lo, hi = (min_val, max_val) if isinstance(x, float) else (int(min_val), int(max_val))
+        if isinstance(x, float) and math.isnan(x):
+            return x
+        return min(max(x, lo), hi)
+    return elementwise(f, 1)(a)
+
+
+def _ref_mish(a):
+    def f(x):
+        x = float(x)
+        sp = x if x > 30 else math.log1p(math.exp(x))
+        return x * math.tanh(sp)
+    return elementwise(f, 1)(a)
+
+
+add(OpInfo("gelu", _act_samples(kwargs=({"approximate": "tanh"}, {"approximate": "none"})),
+           _ref_gelu, dtypes=FLOATS, torch_fn=_F("gelu"),
+           errors=lambda: _act_errors("gelu")() + [
+               ErrorSample((ember.ones(2),), {"approximate": "bad"}, RuntimeError,
+                           r"gelu\(\).*approximate", "bad approximate")]))
+add(OpInfo("silu", _act_samples(), elementwise(_float_ref(lambda x: x / (1 + math.exp(-x))
+                                                          if x > -700 else -0.0), 1),
+           dtypes=FLOATS, torch_fn=_F("silu"), errors=_act_errors("silu")))
+add(OpInfo("mish", _act_samples(), _ref_mish, dtypes=FLOATS, torch_fn=_F("mish"),
+           errors=_act_errors("mish")))
+add(OpInfo("softplus", _act_samples(kwargs=({"beta": 2, "threshold": 3},
+                                            {"beta": 0.5, "threshold": 1.0})),
+           _ref_softplus, dtypes=FLOATS, torch_fn=_F("softplus"),
+           errors=_act_errors("softplus")))
+add(OpInfo("elu", _act_samples(kwargs=({"alpha": 0.5},
+                                       {"alpha": 1.6732632, "scale": 1.0507010},
+                                       {"alpha": 2.0, "scale": 1.5, "input_scale": 0.5})),
+           _ref_elu, dtypes=FLOATS, errors=_act_errors("elu"),
+           torch_fn=lambda torch, x, *a, **k: torch.ops.aten.elu(x, *a, **k)
+           if isinstance(x, torch.Tensor) else torch.nn.functional.elu(x, *a, **k)))
+add(OpInfo("leaky_relu", _act_samples(kwargs=({"negative_slope": 0.2},
+                                              {"negative_slope": -1.5})),
+           lambda a, negative_slope=0.01: elementwise(
+               lambda x: x if x > 0 else x * negative_slope, 1)(a),
+           dtypes=FLOATS, torch_fn=_F("leaky_relu"), errors=_act_errors("leaky_relu")))
+
+
+def _hardtanh_samples(dtype, rng):
+    out = unary_samples(-3, 3)(dtype, rng)
+    lo = 0 if dtype == "uint8" else -1.5
+    out += [Sample((make((2, 3), dtype, rng, -3, 3),), {"min_val": lo, "max_val": 2.5},
+                   desc="bounds"),
+            Sample((make((2, 3), dtype, rng, -3, 3), lo, 0.5), desc="positional bounds")]
+    if dtype in FLOATS:
+        out.append(Sample((ember.from_numpy(np.array([math.nan, math.inf, -math.inf, 0.5],
+                                                     dtype=dtype)),), desc="specials",
+                          grad=False))
+    return out
+
+
+add(OpInfo("hardtanh", _hardtanh_samples, _ref_hardtanh,
+           dtypes=("int8", "int16", "int32", "int64") + FLOATS, torch_fn=_F("hardtanh"),
+           errors=lambda: unary_errors("hardtanh")() + [
+               ErrorSample((ember.ones(2, dtype=ember.bool),), {}, RuntimeError,
+                           r"hardtanh\(\).*Bool", "bool"),
+               ErrorSample((ember.ones(2, dtype=ember.uint8),), {}, RuntimeError,
+                           r"hardtanh\(\).*unsigned", "uint8 with a negative bound")]))
+
 # ---------------------------------------------------------------- reductions
 
 _RED_SHAPES = [((2, 3, 4), None), ((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 3, 4), (0, 2)),
@@ -1216,6 +1761,98 @@ add(OpInfo("arange.start", _arange_start_samples, _ref_arange, dtypes=("int64",)
                            ErrorSample((5, 0, 1), {}, RuntimeError, r"arange\(\).*sign",
                                        "wrong sign")]))
 
+def _ref_linspace(start, end, steps, dtype=None, **kw):
+    if dtype is not None and not dtype.is_floating_point:
+        # PyTorch converts the bounds to the integer dtype first
+        start, end = math.trunc(start), math.trunc(end)
+        if dtype is ember.uint8:
+            start, end = start % 256, end % 256
+    out = np.empty(steps, dtype=object)
+    if steps == 1:
+        out[0] = float(start)
+    elif steps > 1:
+        step = (end - start) / (steps - 1)
+        out[:] = [start + step * i if i < steps // 2 else end - step * (steps - 1 - i)
+                  for i in range(steps)]
+    return out
+
+
+def _linspace_samples(dtype, rng):
+    kw = {"dtype": dt(dtype)}
+    return [Sample((0, 10, 5), dict(kw), noncontig=False),
+            Sample((-3, 10, 7), dict(kw), noncontig=False),
+            Sample((10, -10, 6), dict(kw), noncontig=False),
+            Sample((0, 1, 0), dict(kw), noncontig=False),
+            Sample((2, 5, 1), dict(kw), noncontig=False),
+            Sample((0.5, 3.9, 3), dict(kw), noncontig=False, desc="float bounds"),
+            Sample((0.0, 1.0, 7), noncontig=False, desc="default dtype"),
+            Sample((1.5, -2.5, 4), noncontig=False, desc="default dtype, descending")]
+
+
+add(OpInfo("linspace", _linspace_samples, _ref_linspace, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample((0, 1, -1), {}, RuntimeError, r"linspace\(\).*non-negative",
+                           "negative steps"),
+               ErrorSample((0, 1, 3), {"dtype": ember.bool}, NotImplementedError,
+                           r"linspace\(\).*Bool", "bool"),
+               ErrorSample((300, 0, 4), {"dtype": ember.int8}, RuntimeError,
+                           r"linspace\(\).*overflow", "a bound out of int8's range")]))
+
+
+def _ref_eye(n, m=None, **kw):
+    m = n if m is None else m
+    out = np.empty((n, m), dtype=object)
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = int(i == j)
+    return out
+
+
+def _eye_samples(dtype, rng):
+    kw = {"dtype": dt(dtype)}
+    return [Sample((3,), dict(kw), noncontig=False), Sample((2, 3), dict(kw), noncontig=False),
+            Sample((4, 2), dict(kw), noncontig=False), Sample((0,), dict(kw), noncontig=False),
+            Sample((2, 0), dict(kw), noncontig=False),
+            Sample((3,), noncontig=False, desc="default dtype")]
+
+
+add(OpInfo("eye", _eye_samples, _ref_eye,
+           errors=lambda: [ErrorSample((-1,), {}, RuntimeError, r"eye\(\).*n must be",
+                                       "negative n"),
+                           ErrorSample((2, -3), {}, RuntimeError, r"eye\(\).*m must be",
+                                       "negative m")]))
+
+
+def _ref_triangle(lower):
+    def ref(a, diagonal=0):
+        out = np.array(a, dtype=object)
+        zero = False if out.size and isinstance(out.reshape(-1)[0], bool) else 0
+        n, m = out.shape[-2], out.shape[-1]
+        for i in range(n):
+            for j in range(m):
+                if (j > i + diagonal) if lower else (j < i + diagonal):
+                    out[..., i, j] = zero
+        return out
+    return ref
+
+
+def _triangle_samples(dtype, rng):
+    out = []
+    for shape, k in (((3, 4), 0), ((4, 3), 1), ((3, 3), -1), ((2, 3, 4), 2), ((3, 4), -5),
+                     ((3, 4), 5), ((0, 3), 0), ((2, 0, 2), 0), ((1, 1), 0)):
+        out.append(Sample((make(shape, dtype, rng), k), desc=f"{shape} diagonal {k}"))
+    out.append(Sample((make((3, 4), dtype, rng),), desc="default diagonal"))
+    out.append(Sample((expanded((1, 4), (3, 4), dtype, rng),), desc="expanded", grad=False))
+    return out
+
+
+for _name, _lower in (("tril", True), ("triu", False)):
+    add(OpInfo(_name, _triangle_samples, _ref_triangle(_lower),
+               errors=(lambda n: lambda: [
+                   ErrorSample((ember.ones(3),), {}, RuntimeError, rf"{n}\(\).*2 dimensions",
+                               "1-d input"),
+                   ErrorSample(("x",), {}, TypeError, rf"{n}\(\)", "not a tensor")])(_name)))
+
 # random factories: no values to compare; the samples serve the rule and shape tests
 for _name in ("rand", "randn"):
     add(OpInfo(_name, lambda dtype, rng: [Sample(((2, 3),), {"dtype": dt(dtype)},
@@ -1307,6 +1944,14 @@ def _can_cast(frm, to):
     return not (to is ember.bool and frm is not ember.bool)
 
 
+def _torch_inplace(torch, method, self, *args, **kwargs):
+    """torch's self.method_(...) on a copy of self; aten's for the nn ones (elu_, ...)."""
+    self = self.clone()
+    if hasattr(torch.Tensor, method):
+        return getattr(self, method)(*args, **kwargs)
+    return getattr(torch.ops.aten, method)(self, *args, **kwargs)
+
+
 def _inplace_info(name, functional: OpInfo):
     """name_: the functional op's samples whose result fits self (shape and dtype)."""
     method = ENTRY[name].name
@@ -1329,7 +1974,13 @@ def _inplace_info(name, functional: OpInfo):
         params = functional.entry.schema.params
         if len(params) < 2 or not params[1].is_tensor:
             return []
-        return [ErrorSample((ember.ones(2, 1), ember.ones(2, 3)), {}, RuntimeError,
+        d = ember.float32 if "float32" in functional.dtypes else dt(functional.dtypes[-1])
+        args = [ember.ones(2, 1, dtype=d), ember.ones(2, 3, dtype=d)]
+        for p in params[2:]:          # further required operands
+            if p.kwonly or p.has_default:
+                break
+            args.append(ember.ones(2, 3, dtype=d) if p.is_tensor else 1)
+        return [ErrorSample(tuple(args), {}, RuntimeError,
                             rf"{method}\(\)(?=.*\[2, 1\])(?=.*\[2, 3\])",
                             "result does not fit self")]
 
@@ -1342,7 +1993,7 @@ def _inplace_info(name, functional: OpInfo):
     info = OpInfo(name, samples, functional.ref, dtypes=functional.dtypes,
                   reduction=functional.reduction, inplace=True,
                   random=functional.random, check=functional.check, errors=errors,
-                  torch_fn=lambda torch, *a, **k: getattr(a[0].clone(), method)(*a[1:], **k))
+                  torch_fn=lambda torch, *a, **k: _torch_inplace(torch, method, *a, **k))
     info.call = call
     return info
 

@@ -271,7 +271,8 @@ em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g, em_dtype_
         }
     }
     if (((op->rule & EM_RULE_INTEGRAL) && em_is_float(rt)) ||
-        ((op->rule & EM_RULE_NOT_BOOL) && rt == EM_BOOL)) {
+        ((op->rule & EM_RULE_NOT_BOOL) && rt == EM_BOOL) ||
+        ((op->rule & EM_RULE_FLOATING) && !em_is_float(rt))) {
         PyErr_Format(PyExc_NotImplementedError, "%s(): \"%s\" not implemented for '%s'", name,
                      name, em_dtype_torch_name(rt));
         return -1;

@@ -1,8 +1,14 @@
-/* cloops.c: elementwise loops written in C, for ops NumPy has no single ufunc for.
+/* cloops.c: elementwise loops written in C, for ops NumPy has no single ufunc for
+ * (sigmoid, erf, gelu, silu, softplus, elu, mish, lerp, ...).
  *
- * Contiguous float32 and float64 inputs run a tight loop (cloned for AVX-512 and
- * AVX2 on x86-64, so the compiler vectorises it for the CPU at hand); any other
- * layout is first copied to a contiguous buffer.
+ * Each op has a float32 and a float64 loop over contiguous memory; the float32 loops
+ * are cloned for AVX-512 and AVX2 on x86-64 and call the branch-free functions of
+ * vecmath.h, so the compiler vectorises them for the CPU at hand; the float64 loops
+ * call libm where they need a transcendental. em_cloop runs a loop for any operands:
+ * inputs already laid out like the output (and of the compute dtype) are read in
+ * place; any other input (another dtype, broadcast, strided) is first copied into a
+ * buffer laid out like the output. float16 results are computed in float32 and
+ * rounded once at the end, as PyTorch computes half ops in float.
  */
 #include "ember.h"
 
@@ -19,78 +25,325 @@
 #define EM_CLONES
 #endif
 
+typedef void (*loop32_fn)(const float *const *in, float *restrict y, Py_ssize_t n,
+                          const double *p);
+typedef void (*loop64_fn)(const double *const *in, double *restrict y, Py_ssize_t n,
+                          const double *p);
+
+/* A unary loop without parameters: y = EXPR(v), v the input element. */
+#define UNARY32(fname, EXPR)                                                          \
+    EM_CLONES static void fname(const float *const *in, float *restrict y, Py_ssize_t n, \
+                                const double *p)                                      \
+    {                                                                                 \
+        const float *restrict x = in[0];                                              \
+        for (Py_ssize_t i = 0; i < n; i++) {                                          \
+            float v = x[i];                                                           \
+            y[i] = (EXPR);                                                            \
+        }                                                                             \
+    }
+#define UNARY64(fname, EXPR)                                                          \
+    static void fname(const double *const *in, double *restrict y, Py_ssize_t n,      \
+                      const double *p)                                                \
+    {                                                                                 \
+        const double *restrict x = in[0];                                             \
+        for (Py_ssize_t i = 0; i < n; i++) {                                          \
+            double v = x[i];                                                          \
+            y[i] = (EXPR);                                                            \
+        }                                                                             \
+    }
+/* float64 loops the compiler can vectorise without libm (selects, sqrt, division) */
+#define UNARY64V(fname, EXPR)                                                         \
+    EM_CLONES static void fname(const double *const *in, double *restrict y, Py_ssize_t n, \
+                                const double *p)                                      \
+    {                                                                                 \
+        const double *restrict x = in[0];                                             \
+        for (Py_ssize_t i = 0; i < n; i++) {                                          \
+            double v = x[i];                                                          \
+            y[i] = (EXPR);                                                            \
+        }                                                                             \
+    }
+
+#define SQRT1_2 0.70710678118654752440
+#define SQRT_2_OVER_PI 0.79788456080286535588
+#define GELU_KAPPA 0.044715
+
+/* sigmoid(x) = 1 / (1 + exp(-x)) */
+UNARY32(sigmoid_f32, 1.0f / (1.0f + em_expf(-v)))
+UNARY64(sigmoid_f64, 1.0 / (1.0 + exp(-v)))
+
+/* relu: max(x, 0), NaN stays NaN */
+UNARY32(relu_f32, v != v ? v : (v > 0.0f ? v : 0.0f))
+UNARY64V(relu_f64, v != v ? v : (v > 0.0 ? v : 0.0))
+
+/* sign: (x > 0) - (x < 0); 0 for zeros of either sign and for NaN, as PyTorch gives */
+UNARY32(sign_f32, (float)(v > 0.0f) - (float)(v < 0.0f))
+UNARY64V(sign_f64, (double)(v > 0.0) - (double)(v < 0.0))
+
+/* rsqrt = 1 / sqrt(x) */
+UNARY32(rsqrt_f32, 1.0f / sqrtf(v))
+UNARY64V(rsqrt_f64, 1.0 / sqrt(v))
+
+UNARY32(erf_f32, em_erff(v))
+UNARY64(erf_f64, erf(v))
+UNARY32(erfc_f32, em_erfcf(v))
+UNARY64(erfc_f64, erfc(v))
+
+/* gelu(x) = x Phi(x) = x/2 erfc(-x/sqrt(2)) (no cancellation for negative x) */
+UNARY32(gelu_f32, 0.5f * v * em_erfcf(-v * (float)SQRT1_2))
+UNARY64(gelu_f64, 0.5 * v * erfc(-v * SQRT1_2))
+
+/* gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+UNARY32(gelu_tanh_f32,
+        0.5f * v * (1.0f + em_tanhf((float)SQRT_2_OVER_PI * (v + (float)GELU_KAPPA * v * v * v))))
+UNARY64(gelu_tanh_f64, 0.5 * v * (1.0 + tanh(SQRT_2_OVER_PI * (v + GELU_KAPPA * v * v * v))))
+
+/* silu(x) = x sigmoid(x) = x / (1 + exp(-x)) */
+UNARY32(silu_f32, v / (1.0f + em_expf(-v)))
+UNARY64(silu_f64, v / (1.0 + exp(-v)))
+
+/* mish(x) = x tanh(softplus(x)) = x tanh(log1p(exp(x))) */
+UNARY32(mish_f32, v * em_tanhf(em_log1pf(em_expf(v))))
+UNARY64(mish_f64, v * tanh(log1p(exp(v))))
+
+/* softplus(x; beta, threshold) = x where beta x > threshold, else log1p(exp(beta x)) / beta */
 EM_CLONES static void
-sigmoid_f32(const float *restrict x, float *restrict y, Py_ssize_t n)
+softplus_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-        y[i] = 1.0f / (1.0f + em_expf(-x[i]));
+    const float *restrict x = in[0];
+    const float beta = (float)p[0], threshold = (float)p[1];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float bx = x[i] * beta;
+        float s = em_log1pf(em_expf(bx)) / beta;
+        y[i] = bx > threshold ? x[i] : s;
+    }
 }
 
 static void
-sigmoid_f64(const double *restrict x, double *restrict y, Py_ssize_t n)
+softplus_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
 {
+    const double *restrict x = in[0];
+    const double beta = p[0], threshold = p[1];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double bx = x[i] * beta;
+        y[i] = bx > threshold ? x[i] : log1p(exp(bx)) / beta;
+    }
+}
+
+/* elu(x; alpha, scale, input_scale) = scale x for x > 0, else
+ * alpha scale expm1(input_scale x) (NaN goes the first way, as in PyTorch) */
+EM_CLONES static void
+elu_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict x = in[0];
+    const float negcoef = (float)(p[0] * p[1]), poscoef = (float)p[1], incoef = (float)p[2];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = x[i];
+        float neg = em_expm1f(v * incoef) * negcoef;
+        y[i] = v <= 0.0f ? neg : v * poscoef;
+    }
+}
+
+static void
+elu_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
+{
+    const double *restrict x = in[0];
+    const double negcoef = p[0] * p[1], poscoef = p[1], incoef = p[2];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = v <= 0.0 ? expm1(v * incoef) * negcoef : v * poscoef;
+    }
+}
+
+/* leaky_relu(x; slope) = x for x > 0, else slope x */
+EM_CLONES static void
+leaky_relu_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict x = in[0];
+    const float slope = (float)p[0];
     for (Py_ssize_t i = 0; i < n; i++)
-        y[i] = 1.0 / (1.0 + exp(-x[i]));
+        y[i] = x[i] > 0.0f ? x[i] : x[i] * slope;
 }
 
 EM_CLONES static void
-relu_f32(const float *restrict x, float *restrict y, Py_ssize_t n)
+leaky_relu_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
 {
+    const double *restrict x = in[0];
+    const double slope = p[0];
     for (Py_ssize_t i = 0; i < n; i++)
-    {
-        float m = x[i] > 0.0f ? x[i] : 0.0f;
-        y[i] = x[i] != x[i] ? x[i] : m;   /* NaN stays NaN */
+        y[i] = x[i] > 0.0 ? x[i] : x[i] * slope;
+}
+
+/* nan_to_num(x; nan, posinf, neginf) */
+EM_CLONES static void
+nan_to_num_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict x = in[0];
+    const float nanv = (float)p[0], pos = (float)p[1], neg = (float)p[2];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = x[i];
+        float r = v != v ? nanv : v;
+        r = v == INFINITY ? pos : r;
+        y[i] = v == -INFINITY ? neg : r;
     }
 }
 
 EM_CLONES static void
-relu_f64(const double *restrict x, double *restrict y, Py_ssize_t n)
+nan_to_num_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-    {
-        double m = x[i] > 0.0 ? x[i] : 0.0;
-        y[i] = x[i] != x[i] ? x[i] : m;
+    const double *restrict x = in[0];
+    const double nanv = p[0], pos = p[1], neg = p[2];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = x[i];
+        double r = v != v ? nanv : v;
+        r = v == INFINITY ? pos : r;
+        y[i] = v == -INFINITY ? neg : r;
     }
+}
+
+/* lerp(start, end, weight), as PyTorch computes it: from start for |weight| < 0.5, from
+ * end otherwise, so that weight 1 gives end exactly. */
+#define LERP(s, e, w) (fabs(w) < 0.5 ? (s) + (w) * ((e) - (s)) : (e) - ((e) - (s)) * (1 - (w)))
+#define LERPF(s, e, w) \
+    (fabsf(w) < 0.5f ? (s) + (w) * ((e) - (s)) : (e) - ((e) - (s)) * (1.0f - (w)))
+
+EM_CLONES static void
+lerp_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict s = in[0], *restrict e = in[1], *restrict w = in[2];
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = LERPF(s[i], e[i], w[i]);
+}
+
+EM_CLONES static void
+lerp_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
+{
+    const double *restrict s = in[0], *restrict e = in[1], *restrict w = in[2];
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = LERP(s[i], e[i], w[i]);
+}
+
+EM_CLONES static void
+lerp_scalar_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict s = in[0], *restrict e = in[1];
+    const float w = (float)p[0];
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = LERPF(s[i], e[i], w);
+}
+
+EM_CLONES static void
+lerp_scalar_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
+{
+    const double *restrict s = in[0], *restrict e = in[1];
+    const double w = p[0];
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = LERP(s[i], e[i], w);
 }
 
 typedef struct {
     const char *name;
-    void (*f32)(const float *, float *, Py_ssize_t);
-    void (*f64)(const double *, double *, Py_ssize_t);
+    int nin;
+    loop32_fn f32;
+    loop64_fn f64;
 } loop_entry;
 
 static const loop_entry loops[] = {
-    {"sigmoid", sigmoid_f32, sigmoid_f64},
-    {"relu", relu_f32, relu_f64},
-    {NULL, NULL, NULL},
+    {"sigmoid", 1, sigmoid_f32, sigmoid_f64},
+    {"relu", 1, relu_f32, relu_f64},
+    {"sign", 1, sign_f32, sign_f64},
+    {"rsqrt", 1, rsqrt_f32, rsqrt_f64},
+    {"erf", 1, erf_f32, erf_f64},
+    {"erfc", 1, erfc_f32, erfc_f64},
+    {"gelu", 1, gelu_f32, gelu_f64},
+    {"gelu_tanh", 1, gelu_tanh_f32, gelu_tanh_f64},
+    {"silu", 1, silu_f32, silu_f64},
+    {"mish", 1, mish_f32, mish_f64},
+    {"softplus", 1, softplus_f32, softplus_f64},
+    {"elu", 1, elu_f32, elu_f64},
+    {"leaky_relu", 1, leaky_relu_f32, leaky_relu_f64},
+    {"nan_to_num", 1, nan_to_num_f32, nan_to_num_f64},
+    {"lerp", 3, lerp_f32, lerp_f64},
+    {"lerp_scalar", 2, lerp_scalar_f32, lerp_scalar_f64},
+    {NULL, 0, NULL, NULL},
 };
 
-/* Runs the named loop from in to out (same shape; out freshly allocated, contiguous
- * or dense). Returns 1 when done, 0 when this dtype has no C loop, -1 on error. */
+/* t holds its elements in the memory order of out (a dense tensor): the same sizes,
+ * and the same strides wherever a size exceeds 1. */
+static bool
+same_layout(const em_Tensor *t, const em_Tensor *out)
+{
+    if (t->ndim != out->ndim)
+        return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->sizes[d] != out->sizes[d] || (t->sizes[d] > 1 && t->strides[d] != out->strides[d]))
+            return false;
+    return true;
+}
+
+#define EM_CLOOP_MAX_IN 3
+#define EM_CLOOP_NOGIL 32768    /* elements from which the loop runs without the GIL */
+
+/* Runs the named loop over the tensors ins (broadcast to out's shape) into out, a
+ * freshly allocated dense tensor of a floating dtype; params are the op's numbers.
+ * Returns 1 when done, 0 when there is no such loop or out is not floating point
+ * (the caller computes another way), -1 on error. */
 int
-em_unary_cloop(const char *name, em_Tensor *in, em_Tensor *out)
+em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params)
 {
     const loop_entry *e = loops;
     while (e->name != NULL && strcmp(e->name, name) != 0)
         e++;
-    if (e->name == NULL || in->dtype != out->dtype ||
-        (in->dtype != EM_FLOAT32 && in->dtype != EM_FLOAT64))
+    if (e->name == NULL || !em_is_float(out->dtype))
         return 0;
-    em_Tensor *src = em_tensor_contiguous(in);
-    if (src == NULL)
+    if (nin != e->nin || nin > EM_CLOOP_MAX_IN) {
+        PyErr_Format(PyExc_SystemError, "cloop %s takes %d inputs, got %d", name, e->nin, nin);
         return -1;
-    int status = 1;
-    if (!em_tensor_is_contiguous(out)) {
-        status = 0;   /* caller's generic path handles strided outputs */
+    }
+    if (out->numel == 0)
+        return 1;
+    em_dtype_t compute = out->dtype == EM_FLOAT64 ? EM_FLOAT64 : EM_FLOAT32;
+    PyArray_Descr *descr = em_dtypes[compute]->descr;
+    PyArrayObject *bufs[EM_CLOOP_MAX_IN] = {NULL}, *dst = NULL;
+    const void *ptrs[EM_CLOOP_MAX_IN];
+    int status = -1;
+    for (int i = 0; i < nin; i++) {
+        em_Tensor *t = (em_Tensor *)ins[i];
+        if (t->dtype == compute && same_layout(t, out)) {
+            ptrs[i] = PyArray_DATA(t->array);
+            continue;
+        }
+        Py_INCREF(descr);
+        bufs[i] = (PyArrayObject *)PyArray_NewLikeArray(out->array, NPY_KEEPORDER, descr, 0);
+        if (bufs[i] == NULL || PyArray_CopyInto(bufs[i], t->array) < 0)
+            goto done;
+        ptrs[i] = PyArray_DATA(bufs[i]);
+    }
+    if (out->dtype == compute) {
+        dst = out->array;
+        Py_INCREF(dst);
     }
     else {
-        Py_BEGIN_ALLOW_THREADS
-        if (in->dtype == EM_FLOAT32)
-            e->f32(PyArray_DATA(src->array), PyArray_DATA(out->array), out->numel);
-        else
-            e->f64(PyArray_DATA(src->array), PyArray_DATA(out->array), out->numel);
-        Py_END_ALLOW_THREADS
+        Py_INCREF(descr);
+        dst = (PyArrayObject *)PyArray_NewLikeArray(out->array, NPY_KEEPORDER, descr, 0);
+        if (dst == NULL)
+            goto done;
     }
-    Py_DECREF(src);
+    {
+        Py_ssize_t n = out->numel;
+        PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
+        if (compute == EM_FLOAT32)
+            e->f32((const float *const *)ptrs, PyArray_DATA(dst), n, params);
+        else
+            e->f64((const double *const *)ptrs, PyArray_DATA(dst), n, params);
+        if (ts != NULL)
+            PyEval_RestoreThread(ts);
+    }
+    if (dst != out->array && PyArray_CopyInto(out->array, dst) < 0)
+        goto done;
+    status = 1;
+done:
+    for (int i = 0; i < nin; i++)
+        Py_XDECREF(bufs[i]);
+    Py_XDECREF(dst);
     return status;
 }

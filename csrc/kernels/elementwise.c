@@ -6,6 +6,7 @@
  * the allocation.
  */
 #include "ember.h"
+#include <float.h>
 
 static PyObject *extobj_var;       /* numpy's errstate context variable */
 static PyObject *extobj_ignore;    /* errstate(all="ignore"): PyTorch never warns */
@@ -383,9 +384,16 @@ k_div(em_Op *op, PyObject **args)
         Py_DECREF(fd);
         return finish(out, st);
     }
+    if (floor) {
+        /* Python's floor division (fmod-based), as PyTorch's div_floor: 1 // 0.1 is 9 */
+        PyObject *fd = numpy_ufunc("floor_divide");
+        st = fd ? em_ufunc_call(fd, operands, 2, out->array, rt, rt) : -1;
+        Py_XDECREF(fd);
+        return finish(out, st);
+    }
     st = em_ufunc_call(op->ufunc, operands, 2, out->array, rt, rt);
     if (st == 0) {
-        PyObject *round = numpy_ufunc(floor ? "floor" : "trunc");
+        PyObject *round = numpy_ufunc("trunc");
         PyObject *one[1] = {(PyObject *)out};
         st = round ? em_ufunc_call(round, one, 1, out->array, rt, rt) : -1;
         Py_XDECREF(round);
@@ -393,11 +401,26 @@ k_div(em_Op *op, PyObject **args)
     return finish(out, st);
 }
 
-int em_unary_cloop(const char *name, em_Tensor *in, em_Tensor *out);
+int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
 
-/* sigmoid(x) = 1 / (1 + exp(-x)): a C loop for floats, else four ufunc passes. */
+/* Runs the C loop `loop` (cloops.c) over the tensors ins into out; out is floating
+ * point for every op that gets here. */
 static PyObject *
-k_sigmoid(em_Op *op, PyObject **args)
+run_cloop(em_Tensor *out, const char *loop, PyObject **ins, int nin, const double *params)
+{
+    int c = em_cloop(loop, ins, nin, out, params);
+    if (c == 0) {
+        PyErr_Format(PyExc_SystemError, "no C loop %s for %s", loop,
+                     em_dtypes[out->dtype]->name);
+        c = -1;
+    }
+    return finish(out, c < 0 ? -1 : 0);
+}
+
+/* Kernels of unary ops computed by one C loop: sigmoid, erf, gelu, silu, ... The loop
+ * has the op's name unless given; params are the op's numbers. */
+static PyObject *
+unary_cloop(em_Op *op, PyObject **args, const char *loop, const double *params)
 {
     PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
@@ -405,29 +428,30 @@ k_sigmoid(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
-    int c = em_unary_cloop("sigmoid", (em_Tensor *)args[0], out);
-    if (c != 0)
-        return finish(out, c);
-    static const char *steps[] = {"negative", "exp", "add", "reciprocal"};
-    int st = 0;
-    PyObject *one = PyLong_FromLong(1);
-    for (int i = 0; i < 4 && st == 0 && one != NULL; i++) {
-        PyObject *uf = numpy_ufunc(steps[i]);
-        if (uf == NULL) {
-            st = -1;
-            break;
-        }
-        PyObject *in[2] = {i == 0 ? args[0] : (PyObject *)out, one};
-        st = em_ufunc_call(uf, in, i == 2 ? 2 : 1, out->array, compute, compute);
-        Py_DECREF(uf);
-    }
-    if (one == NULL)
-        st = -1;
-    Py_XDECREF(one);
-    return finish(out, st);
+    return run_cloop(out, loop != NULL ? loop : PyUnicode_AsUTF8(op->name), operands, 1,
+                     params);
 }
 
-/* relu(x) = maximum(x, 0), NaN-propagating. */
+/* Python numbers among the arguments as doubles (an op's Scalar parameters). */
+static int
+number_params(PyObject **args, const int *which, int n, double *params)
+{
+    for (int i = 0; i < n; i++) {
+        params[i] = PyFloat_AsDouble(args[which[i]]);
+        if (params[i] == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* sigmoid(x) = 1 / (1 + exp(-x)); also erf, erfc, rsqrt, silu, mish */
+static PyObject *
+k_cloop(em_Op *op, PyObject **args)
+{
+    return unary_cloop(op, args, NULL, NULL);
+}
+
+/* relu(x) = maximum(x, 0), NaN-propagating: a C loop for floats, the ufunc for integers. */
 static PyObject *
 k_relu(em_Op *op, PyObject **args)
 {
@@ -437,9 +461,8 @@ k_relu(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
-    int c = em_unary_cloop("relu", (em_Tensor *)args[0], out);
-    if (c != 0)
-        return finish(out, c);
+    if (em_is_float(out->dtype))
+        return run_cloop(out, "relu", operands, 1, NULL);
     PyObject *zero = PyLong_FromLong(0);
     if (zero == NULL)
         return finish(out, -1);
@@ -447,6 +470,368 @@ k_relu(em_Op *op, PyObject **args)
     int st = em_ufunc_call(op->ufunc, in, 2, out->array, compute, compute);
     Py_DECREF(zero);
     return finish(out, st);
+}
+
+/* sign(x): the C loop for floats (0 for NaN, as PyTorch), NumPy's sign for integers,
+ * the identity for bool. */
+static PyObject *
+k_sign(em_Op *op, PyObject **args)
+{
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    if (em_is_float(out->dtype))
+        return run_cloop(out, "sign", operands, 1, NULL);
+    if (out->dtype == EM_BOOL)
+        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+    return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+}
+
+/* gelu(self, *, approximate='none'|'tanh') */
+static PyObject *
+k_gelu(em_Op *op, PyObject **args)
+{
+    const char *a = PyUnicode_AsUTF8(args[1]);
+    if (a == NULL)
+        return NULL;
+    bool tanh_ = strcmp(a, "tanh") == 0;
+    if (!tanh_ && strcmp(a, "none") != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "gelu(): approximate argument must be either none or tanh.");
+        return NULL;
+    }
+    return unary_cloop(op, args, tanh_ ? "gelu_tanh" : "gelu", NULL);
+}
+
+/* softplus(self, beta=1, threshold=20) */
+static PyObject *
+k_softplus(em_Op *op, PyObject **args)
+{
+    double p[2];
+    static const int which[2] = {1, 2};
+    if (number_params(args, which, 2, p) < 0)
+        return NULL;
+    return unary_cloop(op, args, "softplus", p);
+}
+
+/* elu(self, alpha=1, scale=1, input_scale=1) */
+static PyObject *
+k_elu(em_Op *op, PyObject **args)
+{
+    double p[3];
+    static const int which[3] = {1, 2, 3};
+    if (number_params(args, which, 3, p) < 0)
+        return NULL;
+    return unary_cloop(op, args, "elu", p);
+}
+
+/* leaky_relu(self, negative_slope=0.01) */
+static PyObject *
+k_leaky_relu(em_Op *op, PyObject **args)
+{
+    double p[1];
+    static const int which[1] = {1};
+    if (number_params(args, which, 1, p) < 0)
+        return NULL;
+    return unary_cloop(op, args, "leaky_relu", p);
+}
+
+/* nan_to_num(self, nan=None, posinf=None, neginf=None): floats through a C loop (the
+ * defaults: 0 and the dtype's largest and lowest finite values); integers and bool
+ * are copied. */
+static PyObject *
+k_nan_to_num(em_Op *op, PyObject **args)
+{
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    if (!em_is_float(out->dtype))
+        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+    double big = out->dtype == EM_FLOAT16 ? 65504.0 : out->dtype == EM_FLOAT32 ? FLT_MAX
+                                                                                : DBL_MAX;
+    double p[3] = {0.0, big, -big};
+    for (int i = 0; i < 3; i++) {
+        if (args[i + 1] == Py_None)
+            continue;
+        p[i] = PyFloat_AsDouble(args[i + 1]);
+        if (p[i] == -1.0 && PyErr_Occurred())
+            return finish(out, -1);
+    }
+    return run_cloop(out, "nan_to_num", operands, 1, p);
+}
+
+/* cached NumPy ufuncs the composite kernels below chain */
+static PyObject *uf_maximum, *uf_minimum, *uf_multiply, *uf_add, *uf_true_divide;
+
+/* out = minimum(maximum(x, lo), hi), either bound optional (None); NaN propagates
+ * from x and from the bounds, and lo > hi gives hi, as PyTorch's clamp. */
+static int
+clamp_into(em_Tensor *out, PyObject *x, PyObject *lo, PyObject *hi, em_dtype_t compute)
+{
+    int st = 0;
+    PyObject *src = x;
+    if (lo != Py_None) {
+        PyObject *in[2] = {x, lo};
+        st = em_ufunc_call(uf_maximum, in, 2, out->array, compute, compute);
+        src = (PyObject *)out;
+    }
+    if (st == 0 && hi != Py_None) {
+        PyObject *in[2] = {src, hi};
+        st = em_ufunc_call(uf_minimum, in, 2, out->array, compute, compute);
+    }
+    return st;
+}
+
+/* hardtanh(self, min_val=-1, max_val=1): clamp keeping self's dtype (the bounds are
+ * converted to it). */
+static PyObject *
+k_hardtanh(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    if (self->dtype == EM_BOOL) {
+        PyErr_SetString(PyExc_RuntimeError, "hardtanh(): Bool inputs not supported for hardtanh");
+        return NULL;
+    }
+    if (self->dtype == EM_UINT8) {
+        double lo = PyFloat_AsDouble(args[1]);
+        if (lo == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (lo < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "hardtanh(): cannot do hardtanh on an unsigned "
+                            "type with negative lower bound.");
+            return NULL;
+        }
+    }
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    return finish(out, clamp_into(out, args[0], args[1], args[2], compute));
+}
+
+/* clamp(self, min=None, max=None): bounds are tensors or numbers, and promote. */
+static PyObject *
+k_clamp(em_Op *op, PyObject **args)
+{
+    if (args[1] == Py_None && args[2] == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "clamp(): At least one of 'min' or 'max' must not be None");
+        return NULL;
+    }
+    em_Geom g;
+    if (em_broadcast("clamp", args, 3, &g) < 0)
+        return NULL;
+    em_dtype_t rt = em_result_type(args, 3);
+    /* as PyTorch: bool only has the one-sided kernels with a tensor bound */
+    bool one_tensor_bound = (args[1] == Py_None) != (args[2] == Py_None) &&
+                            em_Tensor_Check(args[1] == Py_None ? args[2] : args[1]);
+    if (rt == EM_BOOL && !one_tensor_bound) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "clamp(): \"clamp\" not implemented for 'Bool'");
+        return NULL;
+    }
+    g.dtype = rt;
+    em_elementwise_strides(args, 3, &g);
+    bool meta = want_meta(args, 3);
+    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    return finish(out, clamp_into(out, args[0], args[1], args[2], rt));
+}
+
+/* floor_divide / remainder: Python's floor semantics (NumPy's); an integer divisor of
+ * zero is an error, as in PyTorch. */
+static PyObject *
+k_int_checked(em_Op *op, PyObject **args)
+{
+    PyObject *operands[2] = {args[0], args[1]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 2, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    if (!em_is_float(compute)) {
+        int zero = any_zero(args[1]);
+        if (zero < 0)
+            return finish(out, -1);
+        if (zero) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
+            return NULL;
+        }
+    }
+    return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
+}
+
+/* out = self + value * (tensor1 (op) tensor2), op multiply or true_divide */
+static int
+add_scaled(em_Tensor *out, PyObject **args, PyObject *ufunc, em_dtype_t compute)
+{
+    PyObject *value = args[3];
+    PyObject *in[2] = {args[1], args[2]};
+    if (em_ufunc_call(ufunc, in, 2, out->array, compute, compute) < 0)
+        return -1;
+    if (!(PyLong_CheckExact(value) && PyLong_AsLong(value) == 1)) {
+        PyObject *v = value;
+        if (!em_is_float(compute) && PyFloat_Check(value)) {
+            /* PyTorch converts value to the integer dtype first (2.5 -> 2) */
+            v = PyNumber_Long(value);
+            if (v == NULL)
+                return -1;
+        }
+        else {
+            Py_INCREF(v);
+        }
+        PyObject *sc[2] = {(PyObject *)out, v};
+        int st = em_ufunc_call(uf_multiply, sc, 2, out->array, compute, compute);
+        Py_DECREF(v);
+        if (st < 0)
+            return -1;
+    }
+    PyObject *sum[2] = {args[0], (PyObject *)out};
+    return em_ufunc_call(uf_add, sum, 2, out->array, compute, compute);
+}
+
+/* addcmul(self, tensor1, tensor2, *, value=1) = self + value * tensor1 * tensor2 */
+static PyObject *
+k_addcmul(em_Op *op, PyObject **args)
+{
+    PyObject *operands[3] = {args[0], args[1], args[2]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    return finish(out, add_scaled(out, args, uf_multiply, compute));
+}
+
+/* addcdiv(self, tensor1, tensor2, *, value=1) = self + value * tensor1 / tensor2; the
+ * division is true division, so integer tensor1 and tensor2 are refused as PyTorch
+ * refuses them. */
+static PyObject *
+k_addcdiv(em_Op *op, PyObject **args)
+{
+    if (em_Tensor_Check(args[1]) && em_Tensor_Check(args[2]) &&
+        !em_is_float(((em_Tensor *)args[1])->dtype) &&
+        !em_is_float(((em_Tensor *)args[2])->dtype)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "addcdiv(): Integer division with addcdiv is no longer supported, and "
+                        "in a future release addcdiv will perform a true division of tensor1 "
+                        "and tensor2. The historic addcdiv behavior can be implemented as "
+                        "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+                        "integer inputs and as (input + value * tensor1 / tensor2) for float "
+                        "inputs. The future addcdiv behavior is just the latter "
+                        "implementation: (input + value * tensor1 / tensor2), for all dtypes.");
+        return NULL;
+    }
+    PyObject *operands[3] = {args[0], args[1], args[2]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    return finish(out, add_scaled(out, args, uf_true_divide, compute));
+}
+
+/* lerp(self, end, weight): weight a tensor (lerp.Tensor) or a number (lerp.Scalar);
+ * every tensor must have self's dtype, a floating one. */
+static PyObject *
+k_lerp(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    static const char *what[3] = {"self", "end", "weight"};
+    for (int i = 1; i < 3; i++) {
+        if (em_Tensor_Check(args[i]) && ((em_Tensor *)args[i])->dtype != self->dtype) {
+            PyErr_Format(PyExc_RuntimeError, "lerp(): expected dtype %s for `%s` but got dtype %s",
+                         em_dtypes[self->dtype]->name, what[i],
+                         em_dtypes[((em_Tensor *)args[i])->dtype]->name);
+            return NULL;
+        }
+    }
+    if (!em_is_float(self->dtype)) {
+        PyErr_Format(PyExc_NotImplementedError, "lerp(): \"lerp\" not implemented for '%s'",
+                     em_dtype_torch_name(self->dtype));
+        return NULL;
+    }
+    em_Geom g;
+    if (em_broadcast("lerp", args, 3, &g) < 0)
+        return NULL;
+    g.dtype = self->dtype;
+    em_elementwise_strides(args, 3, &g);
+    bool meta = want_meta(args, 3);
+    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (em_Tensor_Check(args[2]))
+        return run_cloop(out, "lerp", args, 3, NULL);
+    double w = PyFloat_AsDouble(args[2]);
+    if (w == -1.0 && PyErr_Occurred())
+        return finish(out, -1);
+    return run_cloop(out, "lerp_scalar", args, 2, &w);
+}
+
+/* tril / triu(self, diagonal=0): self with the elements above (tril) or below (triu)
+ * the diagonal-th diagonal of the last two dims zeroed; a contiguous result. */
+static PyObject *
+triangle(em_Op *op, PyObject **args, bool lower)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    const char *name = lower ? "tril" : "triu";
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->ndim < 2) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): input tensor must have at least 2 dimensions",
+                     name);
+        return NULL;
+    }
+    em_Geom g;
+    g.ndim = self->ndim;
+    g.dtype = self->dtype;
+    memcpy(g.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
+    em_contiguous_strides(&g);
+    bool meta = em_tls.mode == EM_MODE_META || em_is_meta(self);
+    em_Tensor *out = em_tensor_empty(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (PyArray_CopyInto(out->array, self->array) < 0)
+        return finish(out, -1);
+    Py_ssize_t rows = g.sizes[g.ndim - 2], cols = g.sizes[g.ndim - 1];
+    Py_ssize_t batch = out->numel / (rows * cols);
+    size_t item = (size_t)em_dtypes[g.dtype]->itemsize;
+    char *base = PyArray_DATA(out->array);
+    for (Py_ssize_t b = 0; b < batch; b++) {
+        for (Py_ssize_t i = 0; i < rows; i++) {
+            char *row = base + (size_t)((b * rows + i) * cols) * item;
+            /* tril keeps j <= i + k: zero [i + k + 1, cols); triu keeps j >= i + k */
+            Py_ssize_t lo = lower ? i + k + 1 : 0, hi = lower ? cols : i + k;
+            lo = lo < 0 ? 0 : (lo > cols ? cols : lo);
+            hi = hi < 0 ? 0 : (hi > cols ? cols : hi);
+            if (hi > lo)
+                memset(row + (size_t)lo * item, 0, (size_t)(hi - lo) * item);
+        }
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *
+k_tril(em_Op *op, PyObject **args)
+{
+    return triangle(op, args, true);
+}
+
+static PyObject *
+k_triu(em_Op *op, PyObject **args)
+{
+    return triangle(op, args, false);
 }
 
 static PyObject *copyto_kwnames;   /* ("casting", "where") */
@@ -497,8 +882,23 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {"binary_alpha", k_binary_alpha},
     {"pow", k_pow},
     {"div", k_div},
-    {"sigmoid", k_sigmoid},
+    {"sigmoid", k_cloop},
+    {"cloop", k_cloop},
     {"relu", k_relu},
+    {"sign", k_sign},
+    {"gelu", k_gelu},
+    {"softplus", k_softplus},
+    {"elu", k_elu},
+    {"leaky_relu", k_leaky_relu},
+    {"nan_to_num", k_nan_to_num},
+    {"hardtanh", k_hardtanh},
+    {"clamp", k_clamp},
+    {"int_checked", k_int_checked},
+    {"addcmul", k_addcmul},
+    {"addcdiv", k_addcdiv},
+    {"lerp", k_lerp},
+    {"tril", k_tril},
+    {"triu", k_triu},
     {NULL, NULL},
 };
 
@@ -524,6 +924,13 @@ em_elementwise_init(void)
     Py_DECREF(make);
     if (extobj_ignore == NULL)
         return -1;
+    struct { PyObject **slot; const char *name; } ufs[] = {
+        {&uf_maximum, "maximum"}, {&uf_minimum, "minimum"}, {&uf_multiply, "multiply"},
+        {&uf_add, "add"}, {&uf_true_divide, "true_divide"},
+    };
+    for (size_t i = 0; i < sizeof ufs / sizeof ufs[0]; i++)
+        if ((*ufs[i].slot = numpy_ufunc(ufs[i].name)) == NULL)
+            return -1;
     ufunc_kwnames = Py_BuildValue("(sss)", "out", "signature", "casting");
     copyto_kwnames = Py_BuildValue("(ss)", "casting", "where");
     return (ufunc_kwnames && copyto_kwnames) ? 0 : -1;

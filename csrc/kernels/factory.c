@@ -253,6 +253,147 @@ done:
     return res;
 }
 
+/* A linspace bound as PyTorch converts it to the result's dtype before computing:
+ * floats round to the dtype's precision, integers truncate and must fit (unsigned
+ * types also take negative values, which wrap: -3 is 253 in uint8). */
+static int
+bound_in_dtype(PyObject *v, em_dtype_t dt, double *out)
+{
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    switch (dt) {
+    case EM_FLOAT64:
+        *out = d;
+        return 0;
+    case EM_FLOAT32:
+        *out = (double)(float)d;
+        return 0;
+    case EM_FLOAT16: {
+        PyObject *f = PyFloat_FromDouble(d);
+        PyObject *h = f ? PyObject_CallOneArg((PyObject *)em_dtypes[dt]->descr->typeobj, f)
+                        : NULL;
+        Py_XDECREF(f);
+        *out = h ? PyFloat_AsDouble(h) : -1.0;
+        Py_XDECREF(h);
+        return h != NULL && !PyErr_Occurred() ? 0 : -1;
+    }
+    case EM_BOOL:
+        *out = d != 0.0;
+        return 0;
+    default: {
+        double t = trunc(d);
+        int bits = 8 * em_dtypes[dt]->itemsize;
+        double hi = ldexp(1.0, bits - (dt == EM_UINT8 ? 0 : 1)) - 1.0;
+        double lo = dt == EM_UINT8 ? -ldexp(1.0, 63) : -ldexp(1.0, bits - 1);
+        if (!(t >= lo && t <= hi)) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "linspace(): value cannot be converted to type %s without overflow",
+                         em_dtypes[dt]->name);
+            return -1;
+        }
+        if (dt == EM_UINT8 && t < 0)
+            t = (double)(uint8_t)(int64_t)t;
+        *out = t;
+        return 0;
+    }
+    }
+}
+
+/* linspace(start, end, steps): steps values from start to end (both converted to dtype
+ * first), computed in double, from start for the first half and from end for the second
+ * (so both ends are exact) as PyTorch's kernel does, then converted to dtype (integers
+ * truncate). */
+static PyObject *
+k_linspace(em_Op *op, PyObject **args)
+{
+    Py_ssize_t steps = PyLong_AsSsize_t(args[2]);
+    if (steps == -1 && PyErr_Occurred())
+        return NULL;
+    if (steps < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "linspace(): number of steps must be non-negative");
+        return NULL;
+    }
+    em_dtype_t dt = dtype_arg(op, args, em_default_dtype);
+    if (dt == EM_BOOL && steps > 1) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "linspace(): \"linspace_cpu\" not implemented for 'Bool'");
+        return NULL;
+    }
+    double start, end;
+    if (bound_in_dtype(args[0], dt, &start) < 0 || bound_in_dtype(args[1], dt, &end) < 0)
+        return NULL;
+    int m = device_is_meta(named(op, args, "device"));
+    if (m < 0)
+        return NULL;
+    em_Geom g = {.ndim = 1, .dtype = dt, .sizes = {steps}};
+    em_contiguous_strides(&g);
+    em_Tensor *t = em_tensor_empty(&g, m);
+    if (t == NULL || m || steps == 0)
+        return finish(op, args, t);
+    PyArrayObject *vals = dt == EM_FLOAT64 ? t->array
+                          : (PyArrayObject *)PyArray_SimpleNew(1, &steps, NPY_DOUBLE);
+    if (vals == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    double *v = PyArray_DATA(vals);
+    double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0.0;
+    Py_ssize_t half = steps / 2;
+    for (Py_ssize_t i = 0; i < steps; i++)
+        v[i] = i < half ? start + step * (double)i : end - step * (double)(steps - i - 1);
+    if (steps == 1)
+        v[0] = start;
+    if (vals != t->array) {
+        if (PyArray_CopyInto(t->array, vals) < 0)
+            Py_CLEAR(t);
+        Py_DECREF(vals);
+    }
+    return finish(op, args, t);
+}
+
+/* eye(n, m=None): ones on the diagonal of an n x m matrix (m = n by default). */
+static PyObject *
+k_eye(em_Op *op, PyObject **args)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    Py_ssize_t m = args[1] == Py_None ? n : PyLong_AsSsize_t(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (n < 0 || m < 0) {
+        PyErr_Format(PyExc_RuntimeError, "eye(): %s must be greater or equal to 0, got %zd",
+                     n < 0 ? "n" : "m", n < 0 ? n : m);
+        return NULL;
+    }
+    em_dtype_t dt = dtype_arg(op, args, em_default_dtype);
+    int meta = device_is_meta(named(op, args, "device"));
+    if (meta < 0)
+        return NULL;
+    em_Geom g = {.ndim = 2, .dtype = dt, .sizes = {n, m}};
+    em_contiguous_strides(&g);
+    em_Tensor *t = em_tensor_empty(&g, meta);
+    if (t == NULL || meta || t->numel == 0)
+        return finish(op, args, t);
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
+    int st = (zero && one) ? PyArray_FillWithScalar(t->array, zero) : -1;
+    /* the diagonal: a strided view of (min(n, m),) with stride m + 1 */
+    npy_intp k = n < m ? n : m, stride = (npy_intp)((m + 1) * em_dtypes[dt]->itemsize);
+    if (st == 0 && k > 0) {
+        PyArray_Descr *d = em_dtypes[dt]->descr;
+        Py_INCREF(d);
+        PyObject *diag = PyArray_NewFromDescr(&PyArray_Type, d, 1, &k, &stride,
+                                              PyArray_DATA(t->array), NPY_ARRAY_WRITEABLE,
+                                              NULL);
+        st = diag ? PyArray_FillWithScalar((PyArrayObject *)diag, one) : -1;
+        Py_XDECREF(diag);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    if (st < 0)
+        Py_CLEAR(t);
+    return finish(op, args, t);
+}
+
 static PyObject *
 random_fill(em_Op *op, PyObject **args, const char *method)
 {
@@ -329,6 +470,8 @@ const em_KernelEntry em_factory_kernels[] = {
     {"empty", k_empty},
     {"full", k_full},
     {"arange", k_arange},
+    {"linspace", k_linspace},
+    {"eye", k_eye},
     {"rand", k_rand},
     {"randn", k_randn},
     {NULL, NULL},

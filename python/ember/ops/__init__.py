@@ -1,6 +1,7 @@
 """The op table (see registry.py): every operator, declared once, by family."""
 from . import registry, schema, meta  # noqa: F401
 from . import elementwise, reductions, views, linalg, factories, random_ops  # noqa: F401
+from . import activations  # noqa: F401
 from . import api
 from .. import prims as _prims
 

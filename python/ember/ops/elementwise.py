@@ -1,4 +1,13 @@
-"""Elementwise ops: arithmetic, transcendental functions, activations, comparisons."""
+"""Elementwise ops: arithmetic, transcendental functions, comparisons, logical and bitwise
+ops, selection (where, clamp, lerp). The activations (gelu, silu, ...) are in
+activations.py.
+
+Kernels: the generic "ufunc" kernel where NumPy has a ufunc with PyTorch's semantics; C
+loops (csrc/kernels/cloops.c) where it has none (erf, rsqrt, sign with PyTorch's NaN rule,
+lerp); a few kernels chain ufuncs (clamp, addcmul). Every non-prim decomposes into prims.
+"""
+import math
+
 from .. import _C
 from . import meta as M
 from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, INTEGRAL, NO_BOOL, NOT_BOOL,
@@ -6,9 +15,38 @@ from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, INTEGRAL, NO_BOOL,
 from .. import prims as P
 from . import api as O
 
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
 
 def _is_tensor(x):
     return isinstance(x, _C.Tensor)
+
+
+def _is_float(x):
+    """A tensor of floating dtype, or a Python float."""
+    return x.dtype.is_floating_point if _is_tensor(x) else isinstance(x, float)
+
+
+# prims-only helpers for decompositions
+
+def _p_sub(a, b):
+    return P.add(a, P.neg(b))
+
+
+def _p_abs(x):
+    """|x| with abs(-0.0) = +0.0 (0 - x where x <= 0)."""
+    return P.where(P.le(x, 0), P.add(P.neg(x), 0), x)
+
+
+def _p_minimum(a, b):
+    """minimum(a, b), NaN-propagating, from where: a where a < b or a is NaN, else b."""
+    return P.where(P.bitwise_or(P.lt(a, b), P.ne(a, a)), a, b)
+
+
+def _p_not_zero(x):
+    return P.ne(x, 0)
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -46,8 +84,23 @@ def _div_backward(g, out, self, other, rounding_mode):
 
 
 def _div_decompose(self, other, rounding_mode):
-    if rounding_mode is not None:
-        raise NotImplementedError("div with rounding_mode has no decomposition yet")
+    if rounding_mode == "floor":
+        return P.floor_divide(self, other)
+    if rounding_mode == "trunc":
+        if _is_float(self) or _is_float(other):
+            # trunc(a / b) of the rounded quotient: no exact prims for it yet
+            raise NotImplementedError("div with rounding_mode='trunc' on floating point has "
+                                      "no decomposition yet")
+        # integers: floor division, plus one where the quotient is negative and inexact
+        q = P.floor_divide(self, other)
+        inexact = P.ne(P.remainder(self, other), 0)
+        if not _is_tensor(other):
+            neg = P.lt(self, 0) if other > 0 else P.lt(0, self)
+        elif not _is_tensor(self):
+            neg = P.lt(other, 0) if self > 0 else P.lt(0, other)
+        else:
+            neg = P.bitwise_xor(P.lt(self, 0), P.lt(other, 0))
+        return P.add(q, P._to_copy(P.bitwise_and(inexact, neg), dtype=q.dtype))
     if not _is_tensor(other):
         return P.mul(self, 1.0 / other)
     return P.mul(self, P.reciprocal(other))
@@ -90,15 +143,99 @@ op("pow(Tensor self, Tensor exponent) -> Tensor",
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")
 
+
+
+def _remainder_backward(g, out, self, other):
+    return (g if _is_tensor(self) else None,
+            -g * O.floor_divide(self, other) if _is_tensor(other) else None)
+
+
+op("floor_divide(Tensor self, Tensor other) -> Tensor",
+   BINARY, "int_checked", ufunc="floor_divide", rule=NOT_BOOL, prim=True,
+   inplace_variant=True,
+   doc="floor(self / other) with Python's semantics (the quotient rounded towards -inf, "
+       "as // does); integer division by zero is an error. Not differentiable.")
+
+op("remainder(Tensor self, Tensor other) -> Tensor",
+   BINARY, "int_checked", ufunc="remainder", rule=NOT_BOOL, prim=True,
+   inplace_variant=True,
+   backward=_remainder_backward,
+   doc="self - floor_divide(self, other) * other, with the sign of other (Python's %); "
+       "integer division by zero is an error.")
+
+op("abs(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="absolute", rule=NOT_BOOL,
+   aliases=("absolute",), inplace_variant=True,
+   backward=lambda g, out, self: (g * self.sign(),),
+   decompose=_p_abs,
+   doc="|self|; integers keep their dtype (abs of the most negative value wraps).")
+
+
+def _sign_decompose(self):
+    if self.dtype is _C.bool:
+        return P.clone(self)
+    pos = P._to_copy(P.lt(0, self), dtype=self.dtype)
+    neg = P._to_copy(P.lt(self, 0), dtype=self.dtype)
+    return P.add(pos, P.neg(neg))
+
+
+op("sign(Tensor self) -> Tensor", UNARY, "sign", ufunc="sign", inplace_variant=True,
+   backward=lambda g, out, self: (O.zeros_like(g),),
+   decompose=_sign_decompose,
+   doc="-1, 0 or 1 in self's dtype; 0 for NaN (as PyTorch); bool stays bool.")
+
 # ------------------------------------------------------------------ transcendental
 
 op("exp(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp", prim=True,
    inplace_variant=True,
    backward=lambda g, out, self: (g * out,))
 
+op("exp2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp2", inplace_variant=True,
+   backward=lambda g, out, self: (g * out * _LN2,),
+   decompose=lambda self: P.pow(2.0, self),
+   doc="2 ** self.")
+
+op("expm1(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="expm1", prim=True,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g * (out + 1),),
+   doc="exp(self) - 1, accurate near 0.")
+
 op("log(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log", prim=True,
    inplace_variant=True,
    backward=lambda g, out, self: (g / self,))
+
+op("log2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log2", inplace_variant=True,
+   backward=lambda g, out, self: (g / (self * _LN2),),
+   decompose=lambda self: P.mul(P.log(self), 1.0 / _LN2))
+
+op("log10(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log10", inplace_variant=True,
+   backward=lambda g, out, self: (g / (self * _LN10),),
+   decompose=lambda self: P.mul(P.log(self), 1.0 / _LN10))
+
+op("log1p(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log1p", prim=True,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g / (self + 1),),
+   doc="log(1 + self), accurate near 0.")
+
+op("sqrt(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sqrt", prim=True,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g / (out * 2),))
+
+op("rsqrt(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", inplace_variant=True,
+   backward=lambda g, out, self: (g * out * out * out * -0.5,),
+   decompose=lambda self: P.reciprocal(P.sqrt(self)),
+   doc="1 / sqrt(self).")
+
+op("sin(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sin", prim=True,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g * self.cos(),))
+
+op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", prim=True,
+   inplace_variant=True,
+   backward=lambda g, out, self: (-g * self.sin(),))
+
+op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_variant=True,
+   backward=lambda g, out, self: (g * (out * out + 1),),
+   decompose=lambda self: P.mul(P.sin(self), P.reciprocal(P.cos(self))))
 
 op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
    inplace_variant=True,
@@ -109,6 +246,20 @@ op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "sigmoid",
    inplace_variant=True,
    decompose=lambda self: P.reciprocal(P.add(P.exp(P.neg(self)), 1)),
    doc="1 / (1 + exp(-self)).")
+
+
+def _erf_grad(g, self):
+    return g * (-(self * self)).exp() * _TWO_OVER_SQRT_PI
+
+
+op("erf(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_variant=True,
+   backward=lambda g, out, self: (_erf_grad(g, self),),
+   doc="The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to self.")
+
+op("erfc(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", inplace_variant=True,
+   backward=lambda g, out, self: (-_erf_grad(g, self),),
+   decompose=lambda self: P.add(P.neg(P.erf(self)), 1),
+   doc="1 - erf(self), accurate in the tail.")
 
 op("relu(Tensor self) -> Tensor", UNARY, "relu", ufunc="maximum", rule=NO_BOOL,
    inplace_variant=True,
@@ -123,27 +274,84 @@ def _max_binary_backward(g, out, self, other):
             half * (self <= other) if _is_tensor(other) else None)
 
 
+def _min_binary_backward(g, out, self, other):
+    half = O.where(self == other, g / 2, g)
+    return (half * (self <= other) if _is_tensor(self) else None,
+            half * (self >= other) if _is_tensor(other) else None)
+
+
 op("maximum(Tensor self, Tensor other) -> Tensor",
    BINARY, "ufunc", ufunc="maximum", prim=True,
    backward=_max_binary_backward,
    doc="Elementwise maximum; NaN propagates.")
 
+op("minimum(Tensor self, Tensor other) -> Tensor",
+   BINARY, "ufunc", ufunc="minimum",
+   backward=_min_binary_backward,
+   decompose=_p_minimum,
+   doc="Elementwise minimum; NaN propagates.")
+
 # ------------------------------------------------------------------ comparisons
 
-for _name, _ufunc, _op in (("eq", "equal", "__eq__"), ("ne", "not_equal", "__ne__"),
-                           ("lt", "less", "__lt__"), ("le", "less_equal", "__le__")):
+for _name, _ufunc, _alias in (("eq", "equal", ()), ("ne", "not_equal", ("not_equal",)),
+                              ("lt", "less", ("less",)), ("le", "less_equal", ("less_equal",))):
     op(f"{_name}(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc=_ufunc,
-       prim=True)
+       prim=True, aliases=_alias, inplace_variant=True)
 
 op("gt(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater",
+   aliases=("greater",), inplace_variant=True,
    decompose=lambda self, other: P.lt(other, self))
 op("ge(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater_equal",
+   aliases=("greater_equal",), inplace_variant=True,
    decompose=lambda self, other: P.le(other, self))
 
+op("isnan(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isnan",
+   decompose=lambda self: P.ne(self, self),
+   doc="True where self is NaN.")
+op("isinf(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isinf",
+   decompose=lambda self: P.bitwise_or(P.eq(self, math.inf), P.eq(self, -math.inf)),
+   doc="True where self is +inf or -inf.")
+op("isfinite(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isfinite",
+   decompose=lambda self: P.eq(P.add(self, P.neg(self)), 0) if self.dtype.is_floating_point
+   else P.eq(self, self),
+   doc="True where self is neither NaN nor infinite.")
+
+# ------------------------------------------------------------------ logical and bitwise
+
+op("logical_and(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="logical_and",
+   numbers=False, inplace_variant=True,
+   decompose=lambda self, other: P.bitwise_and(_p_not_zero(self), _p_not_zero(other)),
+   doc="self != 0 and other != 0, as bool.")
+op("logical_or(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="logical_or",
+   numbers=False, inplace_variant=True,
+   decompose=lambda self, other: P.bitwise_or(_p_not_zero(self), _p_not_zero(other)),
+   doc="self != 0 or other != 0, as bool.")
+op("logical_xor(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="logical_xor",
+   numbers=False, inplace_variant=True,
+   decompose=lambda self, other: P.ne(_p_not_zero(self), _p_not_zero(other)),
+   doc="(self != 0) != (other != 0), as bool.")
+op("logical_not(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="logical_not",
+   inplace_variant=True,
+   decompose=lambda self: P.eq(self, 0),
+   doc="self == 0, as bool.")
+
 op("bitwise_and(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_and",
-   rule=INTEGRAL, prim=True)
+   rule=INTEGRAL, prim=True, inplace_variant=True)
 op("bitwise_or(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_or",
-   rule=INTEGRAL, prim=True)
+   rule=INTEGRAL, prim=True, inplace_variant=True)
+op("bitwise_xor(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_xor",
+   rule=INTEGRAL, prim=True, inplace_variant=True)
+op("bitwise_not(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="invert", rule=INTEGRAL,
+   inplace_variant=True,
+   decompose=lambda self: P.bitwise_xor(self, True if self.dtype is _C.bool else -1),
+   doc="~self: logical not for bool, two's complement not for integers.")
+op("bitwise_left_shift(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc",
+   ufunc="left_shift", rule=INTEGRAL | NOT_BOOL, prim=True, inplace_variant=True,
+   doc="self << other in the result's width; shifts outside [0, width) give 0.")
+op("bitwise_right_shift(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc",
+   ufunc="right_shift", rule=INTEGRAL | NOT_BOOL, prim=True, inplace_variant=True,
+   doc="self >> other, arithmetic for signed integers; shifts outside [0, width) give 0 "
+       "or -1 (the sign).")
 
 # ------------------------------------------------------------------ selection
 
@@ -164,3 +372,140 @@ op("where(Tensor condition, Tensor self, Tensor other) -> Tensor",
        None, O.where(cond, g, 0) if _is_tensor(self) else None,
        O.where(cond, 0, g) if _is_tensor(other) else None),
    doc="self where condition is true, else other (broadcasting; numbers allowed).")
+
+
+def _clamp_meta(entry, args):
+    self, lo, hi = args
+    if lo is None and hi is None:
+        raise RuntimeError("clamp(): At least one of 'min' or 'max' must not be None")
+    shape = M.broadcast_shapes("clamp", *[tuple(a.shape) for a in args if _is_tensor(a)])
+    rt = M.result_type(self, lo, hi)
+    one_tensor_bound = (lo is None) != (hi is None) and _is_tensor(hi if lo is None else lo)
+    if rt is _C.bool and not one_tensor_bound:    # PyTorch's one-sided kernels take bool
+        raise NotImplementedError("clamp(): \"clamp\" not implemented for 'Bool'")
+    return M.meta_tensor(shape, rt, M.elementwise_strides(list(args), shape))
+
+
+def _clamp_backward(g, out, self, min, max):
+    keep = None
+    if min is not None:
+        keep = self >= min
+    if max is not None:
+        keep = self <= max if keep is None else keep & (self <= max)
+    g_min = g_max = None
+    if _is_tensor(min):
+        below = self < min
+        g_min = O.where(below if max is None else below & (min <= max), g, 0)
+    if _is_tensor(max):
+        above = self > max
+        g_max = O.where(above if min is None else above | (min > max), g, 0)
+    return O.where(keep, g, 0), g_min, g_max
+
+
+def _clamp_decompose(self, min, max):
+    rt = M.result_type(self, min, max)
+    x = self if self.dtype is rt else P._to_copy(self, dtype=rt)
+    if min is not None:
+        x = P.maximum(x, min)
+    if max is not None:
+        x = _p_minimum(x, max)
+    return x
+
+
+op("clamp(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", CUSTOM, "clamp",
+   numbers=True, meta=_clamp_meta, aliases=("clip",), inplace_variant=True,
+   backward=_clamp_backward, decompose=_clamp_decompose,
+   doc="minimum(maximum(self, min), max): the bounds are numbers or tensors, either may be "
+       "None, and they take part in type promotion; NaN propagates; min > max gives max.")
+
+
+def _lerp_meta(entry, args):
+    self = args[0]
+    for name, t in (("end", args[1]), ("weight", args[2])):
+        if _is_tensor(t) and t.dtype is not self.dtype:
+            raise RuntimeError(f"lerp(): expected dtype {self.dtype} for `{name}` but got "
+                               f"dtype {t.dtype}")
+    if not self.dtype.is_floating_point:
+        raise NotImplementedError(f"lerp(): \"lerp\" not implemented for {self.dtype}")
+    shape = M.broadcast_shapes("lerp", *[tuple(a.shape) for a in args if _is_tensor(a)])
+    return M.meta_tensor(shape, self.dtype, M.elementwise_strides(list(args), shape))
+
+
+def _lerp_backward(g, out, self, end, weight):
+    return (g * (1 - weight), g * weight, g * (end - self) if _is_tensor(weight) else None)
+
+
+def _lerp_decompose(self, end, weight):
+    diff = _p_sub(end, self)
+    small = P.add(self, P.mul(weight, diff))
+    big = _p_sub(end, P.mul(diff, P.add(P.neg(weight), 1) if _is_tensor(weight)
+                           else 1 - weight))
+    if not _is_tensor(weight):
+        return small if abs(weight) < 0.5 else big
+    return P.where(P.lt(_p_abs(weight), 0.5), small, big)
+
+
+_LERP_DOC = ("self + weight * (end - self), computed from end when |weight| >= 0.5 (so that "
+             "weight 1 gives end exactly), as PyTorch; one floating dtype throughout.")
+op("lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", CUSTOM, "lerp",
+   meta=_lerp_meta, numbers=False, inplace_variant=True,
+   backward=_lerp_backward, decompose=_lerp_decompose, doc=_LERP_DOC)
+op("lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor", CUSTOM, "lerp",
+   meta=_lerp_meta, numbers=False, inplace_variant=True,
+   backward=_lerp_backward, decompose=_lerp_decompose, doc=_LERP_DOC)
+
+
+def _value_in(value, dtype):
+    """value as PyTorch uses it for tensors of dtype: integers take int(value)."""
+    return value if dtype.is_floating_point or isinstance(value, bool) else int(value)
+
+
+def _addcmul_decompose(self, tensor1, tensor2, value):
+    rt = M.result_type(self, tensor1, tensor2)
+    prod = P.mul(tensor1, tensor2)
+    if value != 1:
+        prod = P.mul(prod, _value_in(value, rt))
+    return P.add(self, prod)
+
+
+op("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor",
+   BINARY, "addcmul", rule=NOT_BOOL, numbers=False, inplace_variant=True,
+   backward=lambda g, out, self, tensor1, tensor2, value: (
+       g, g * tensor2 * value, g * tensor1 * value),
+   decompose=_addcmul_decompose,
+   doc="self + value * tensor1 * tensor2, with promotion over the three tensors.")
+
+
+def _addcdiv_meta(entry, args):
+    t1, t2 = args[1], args[2]
+    if not t1.dtype.is_floating_point and not t2.dtype.is_floating_point:
+        raise RuntimeError("addcdiv(): Integer division with addcdiv is no longer supported")
+    return M.elementwise(entry, args)
+
+
+op("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor",
+   BINARY, "addcdiv", meta=_addcdiv_meta, numbers=False, inplace_variant=True,
+   backward=lambda g, out, self, tensor1, tensor2, value: (
+       g, g * value / tensor2, -g * value * tensor1 / (tensor2 * tensor2)),
+   decompose=lambda self, tensor1, tensor2, value: P.add(
+       self, P.mul(P.mul(tensor1, P.reciprocal(tensor2)), value)),
+   doc="self + value * tensor1 / tensor2 (true division: integer tensor1 and tensor2 are "
+       "an error).")
+
+
+def _nan_to_num_decompose(self, nan, posinf, neginf):
+    if not self.dtype.is_floating_point:
+        return P.clone(self)
+    big = {_C.float16: 65504.0, _C.float32: 3.4028234663852886e38,
+           _C.float64: 1.7976931348623157e308}[self.dtype]
+    x = P.where(P.eq(self, math.inf), big if posinf is None else posinf, self)
+    x = P.where(P.eq(self, -math.inf), -big if neginf is None else neginf, x)
+    return P.where(P.ne(self, self), 0.0 if nan is None else nan, x)
+
+
+op("nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> "
+   "Tensor", UNARY, "nan_to_num", inplace_variant=True,
+   backward=lambda g, out, self, nan, posinf, neginf: (g * self.isfinite(),),
+   decompose=_nan_to_num_decompose,
+   doc="NaN, +inf and -inf replaced by nan (0), posinf and neginf (the dtype's largest "
+       "and lowest finite values by default); integers pass through.")

@@ -212,7 +212,8 @@ def elementwise(entry, args):
             isinstance(o, _C.Tensor) and o.dtype is _C.bool) for o in ops):
         raise RuntimeError(f"{entry.name}(): not supported on bool tensors")
     if (entry.rule & R.INTEGRAL and is_float(rt)) or (entry.rule & R.NOT_BOOL and
-                                                       rt is _C.bool):
+                                                       rt is _C.bool) or \
+            (entry.rule & R.FLOATING and not is_float(rt)):
         raise NotImplementedError(f"{entry.name}(): \"{entry.name}\" not implemented for "
                                   f"{rt}")
     names = [p.name for p in entry.schema.params]

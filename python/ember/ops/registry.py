@@ -52,6 +52,7 @@ FLOAT_ONLY = 2
 NO_BOOL = 4
 INTEGRAL = 8       # bitwise ops: no floating point kernel (NotImplementedError)
 NOT_BOOL = 16      # pow: no bool kernel (NotImplementedError)
+FLOATING = 32      # gelu, lerp: no integer or bool kernel (NotImplementedError)
 
 _NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
 
@@ -74,7 +75,8 @@ class OpEntry:
     meta: Optional[Callable] = None
     inplace: bool = False
     inplace_variant: bool = False   # also declare name_ (in place, e.g. add_)
-    numbers: bool = False     # tensor parameters also take Python numbers
+    numbers: Optional[bool] = None   # tensor parameters also take Python numbers
+    #                                  (None: as the kind says; elementwise kinds do)
     operators: tuple = ()
     aliases: tuple = ()
     doc: str = ""
@@ -141,6 +143,7 @@ def _declare_inplace(functional: OpEntry):
     entry = OpEntry(sch, functional.kind, functional.kernel, rule=functional.rule,
                     ufunc=functional.ufunc, reduce_ufunc=functional.reduce_ufunc,
                     inplace=True, function=False, numbers=functional.numbers,
+                    aliases=tuple(a + "_" for a in functional.aliases),
                     doc=f"In-place {s.name}: self = {s.name}(self, ...), returns self.")
     entry.functional = functional
     ENTRIES.append(entry)
@@ -170,7 +173,8 @@ def _make_c_op(entry: OpEntry):
     s = entry.schema
     ufunc = getattr(np, entry.ufunc) if entry.ufunc else None
     reduce_ufunc = getattr(np, entry.reduce_ufunc) if entry.reduce_ufunc else None
-    params = s.c_params(number_ok=entry.kind in _NUMBER_KINDS or entry.numbers)
+    number_ok = entry.kind in _NUMBER_KINDS if entry.numbers is None else entry.numbers
+    params = s.c_params(number_ok=number_ok)
     return _C.Op(s.name, s.overload, s.text, params, entry.kind, entry.rule, entry.kernel,
                  entry.backward, ufunc, reduce_ufunc, entry.nouts, int(entry.inplace),
                  entry.composite, entry, backward_name(s.name))
