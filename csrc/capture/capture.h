@@ -93,6 +93,14 @@ extern Py_ssize_t em_cache_frees;
 
 int em_cache_init(void);
 
+/* Sets this thread's capture state (NULL: off, RUN_ONLY or a callback; borrowed)
+ * and stores the previous one, a new reference or NULL, in *old; installs or
+ * removes the hook as needed. Returns 0 or -1. CompiledFrame runs its graph with
+ * capture off this way, as torch runs compiled graphs under disable: the frames a
+ * graph calls (allow_in_graph functions, a backend's Python code) are not
+ * converted, while a compiled function they call turns its own capture on. */
+int em_capture_swap_state(PyObject *state, PyObject **old);
+
 #endif /* EM_CAPTURE_HOOK */
 
 #endif /* EMBER_CAPTURE_H */

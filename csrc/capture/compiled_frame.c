@@ -13,8 +13,10 @@
  * "object" (the object itself); step_kind: "attr", "item", "dict".
  * The output spec is a tree: ("t", i) the graph's i-th output, ("c", value) a
  * constant, ("tuple", specs), ("list", specs), ("dict", keys, specs).
+ *
+ * The graph runs with capture off on this thread (see em_capture_swap_state).
  */
-#include "ember.h"
+#include "capture.h"
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_CLOSURE, ROOT_OBJECT };
 enum { STEP_ATTR, STEP_ITEM, STEP_DICT };
@@ -208,11 +210,22 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
             goto done;
     }
     self->calls++;
-    outs = PyObject_Vectorcall(self->fn, inputs, n, NULL);
-    if (outs == NULL) {
-        add_user_frame(self);
+#if EM_CAPTURE_HOOK
+    PyObject *saved = NULL, *left = NULL;
+    if (em_capture_swap_state(NULL, &saved) < 0)
         goto done;
-    }
+#endif
+    outs = PyObject_Vectorcall(self->fn, inputs, n, NULL);
+    if (outs == NULL)
+        add_user_frame(self);
+#if EM_CAPTURE_HOOK
+    if (em_capture_swap_state(saved, &left) < 0)
+        Py_CLEAR(outs);
+    Py_XDECREF(saved);
+    Py_XDECREF(left);
+#endif
+    if (outs == NULL)
+        goto done;
     if (!PyTuple_Check(outs)) {
         PyErr_Format(PyExc_TypeError, "compiled graph returned %s, not a tuple",
                      Py_TYPE(outs)->tp_name);

@@ -134,6 +134,12 @@ swap_state(PyObject *state, PyObject **old)
     return 0;
 }
 
+int
+em_capture_swap_state(PyObject *state, PyObject **old)
+{
+    return swap_state(state, old);
+}
+
 static inline PyObject *
 eval_default(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {

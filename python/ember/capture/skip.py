@@ -14,6 +14,7 @@ import os
 import site
 import sys
 import sysconfig
+import weakref
 
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NN_DIR = _EMBER_DIR + "nn" + os.sep
@@ -70,10 +71,27 @@ def is_library(filename: str) -> bool:
     return path.startswith(stdlib) and not path.startswith(sites)
 
 
+# Code of functions given to ember.compiler.disable: never converted, and a call of one
+# inside captured code is unsupported (torch: a graph break). Kept apart from the
+# hook's SKIP marks, which ember.compiler.reset() clears.
+_disabled = weakref.WeakSet()
+
+
+def disable_code(code):
+    _disabled.add(code)
+
+
+def is_disabled(code) -> bool:
+    return code in _disabled
+
+
 def should_skip(code) -> bool:
     """Frames the converter leaves to CPython: Ember's internals, except the forward
     methods of its nn modules (nn.Sequential's forward is model code, and is what
-    ember.compile(nn.Sequential(...)) must capture), and library code."""
+    ember.compile(nn.Sequential(...)) must capture), library code, and disabled
+    functions."""
+    if code in _disabled:
+        return True
     if not is_ember_internal(code.co_filename):
         return is_library(code.co_filename)
     if code.co_name == "forward":

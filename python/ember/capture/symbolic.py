@@ -14,10 +14,12 @@ from __future__ import annotations
 import dis
 import inspect
 import operator
+import sys
 import types
 
 from .. import _C
 from .. import fx
+from . import skip
 from .exc import Unsupported
 from .guards import GuardSet
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
@@ -243,6 +245,10 @@ class Translator:
         if isinstance(value, _C.Op):
             self.guard("ID_MATCH", source, value)
             return OpVar(value, source)
+        role = _compiler_role(value)
+        if role is not None:
+            self.guard("ID_MATCH", source, value)
+            return _CompilerFnVar(value, role, source)
         if isinstance(value, (tuple, list)):
             self.guard("TYPE_MATCH", source, type(value))
             self.guard("LEN_MATCH", source, len(value))
@@ -1028,6 +1034,46 @@ def _local_name(code, pname):
         if dotted in code.co_varnames[:code.co_argcount]:
             return dotted
     return pname
+
+
+def _compiler_role(value):
+    """How ember.compiler asks for a function to be traced: "compiling" (is_compiling:
+    a constant True), "graph" (allow_in_graph: one opaque node), "disabled"
+    (ember.compiler.disable: unsupported), or None."""
+    if not callable(value) or isinstance(value, type):
+        return None
+    compiler = sys.modules.get("ember.compiler")
+    if compiler is None:
+        return None
+    if value is compiler.is_compiling or value is compiler.is_dynamo_compiling:
+        return "compiling"
+    if compiler.is_allowed_in_graph(value):
+        return "graph"
+    code = getattr(value, "__code__", None)
+    if code is not None and skip.is_disabled(code):
+        return "disabled"
+    return None
+
+
+class _CompilerFnVar(VariableTracker):
+    def __init__(self, fn, role, source=None):
+        self.value = fn
+        self.role = role
+        self.source = source
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.value
+
+    def call(self, tx, args, kwargs):
+        if self.role == "compiling":
+            return ConstVar(True)
+        if self.role == "graph":
+            return tx.call_op(self.value, args, kwargs)
+        name = getattr(self.value, "__qualname__", repr(self.value))
+        raise Unsupported(f"calling {name}, which is marked ember.compiler.disable")
 
 
 class _MetaMethodVar(VariableTracker):

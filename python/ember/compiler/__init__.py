@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from ..capture import _hook
+from ..capture import _hook, skip as _skip
 from . import backend as _backend  # noqa: F401  (registers backend "llvm")
 from ..capture import reset as _reset_capture
 from ..capture.config import config
@@ -18,12 +18,16 @@ def reset():
 
 
 def disable(fn=None, recursive=True):
-    """fn (or the decorated function) always runs in CPython, never captured."""
+    """fn (or the decorated function) always runs in CPython, never captured; with
+    recursive=True, neither are the functions it calls. Called inside captured code
+    it is unsupported there (torch: a graph break), so that frame runs in CPython."""
     if fn is None:
         return functools.partial(disable, recursive=recursive)
     code = getattr(fn, "__code__", None)
-    if code is not None and _hook.available:
-        _hook.skip_code(code)
+    if code is not None:
+        _skip.disable_code(code)
+        if _hook.available:
+            _hook.skip_code(code)
     if not recursive:
         return fn
 
@@ -33,6 +37,7 @@ def disable(fn=None, recursive=True):
             return fn(*args, **kwargs)
         with _hook.disable():
             return fn(*args, **kwargs)
+    _skip.disable_code(run_uncaptured.__code__)      # one code object for all wrappers
     return run_uncaptured
 
 
