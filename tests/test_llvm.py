@@ -158,6 +158,14 @@ def _cases():
         ("pow", lambda x: x ** 2 + x.abs() ** 0.5 if hasattr(x, "abs") else x ** 2,
          (t(9),)),
         ("constant output", lambda x: ember.zeros(3) + x.sum(), (t(4),)),
+        ("gelu and silu", lambda x: ember.ops.api.gelu(x) + ember.ops.api.silu(x),
+         (t(7, 9),)),
+        ("gelu tanh", lambda x: ember.ops.api.gelu(x, approximate="tanh"), (t(33),)),
+        ("softplus and mish", lambda x: ember.ops.api.softplus(x) * 0.5 +
+         ember.ops.api.mish(x), (t(40),)),
+        ("clamp and sqrt", lambda x: x.clamp(-1, 1) + (x * x + 1).sqrt(), (t(6, 6),)),
+        ("sin cos log1p expm1", lambda x: x.sin() * x.cos() + x.abs().log1p() - x.expm1(),
+         (t(50),)),
     ]
 
 

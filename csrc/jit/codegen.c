@@ -13,6 +13,7 @@
  *     ("const", dst, dtype, value)            ("iota", dst, dtype, dim)
  *     ("cast", dst, dtype, src)
  *     (unary, dst, dtype, src)                neg exp log tanh reciprocal abs sqrt not
+ *                                             floor sin cos erf expm1 log1p
  *     (binary, dst, dtype, a, b)              add sub mul div max min pow and or xor
  *     (compare, dst, dtype, a, b)             lt le gt ge eq ne; dtype of a and b;
  *                                             the result is bool
@@ -259,8 +260,15 @@ unary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a)
     }
     if (strcmp(op, "log") == 0)
         return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "logf" : "log", ty, 1), &a, 1);
-    if (strcmp(op, "tanh") == 0)
-        return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "tanhf" : "tanh", ty, 1), &a, 1);
+    if (strcmp(op, "floor") == 0)
+        return intrinsic(g, "llvm.floor", ty, &a, 1);
+    static const char *libm[][2] = {
+        {"tanh", "tanhf"}, {"sin", "sinf"}, {"cos", "cosf"}, {"erf", "erff"},
+        {"expm1", "expm1f"}, {"log1p", "log1pf"},
+    };
+    for (size_t i = 0; i < sizeof libm / sizeof libm[0]; i++)
+        if (strcmp(op, libm[i][0]) == 0)
+            return call_fn(g, em_ir_libm(g->M, libm[i][t == EM_FLOAT32], ty, 1), &a, 1);
 unsupported:
     PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", op, em_dtypes[t]->name);
     return NULL;

@@ -104,10 +104,17 @@ em_jit_define_symbols(LLVMOrcLLJITRef J)
         {"tanhf", (void *)(float (*)(float))tanhf}, {"tanh", (void *)(double (*)(double))tanh},
         {"powf", (void *)(float (*)(float, float))powf},
         {"pow", (void *)(double (*)(double, double))pow},
+        {"sinf", (void *)(float (*)(float))sinf}, {"sin", (void *)(double (*)(double))sin},
+        {"cosf", (void *)(float (*)(float))cosf}, {"cos", (void *)(double (*)(double))cos},
+        {"erff", (void *)(float (*)(float))erff}, {"erf", (void *)(double (*)(double))erf},
+        {"expm1f", (void *)(float (*)(float))expm1f},
+        {"expm1", (void *)(double (*)(double))expm1},
+        {"log1pf", (void *)(float (*)(float))log1pf},
+        {"log1p", (void *)(double (*)(double))log1p},
         {"memset", (void *)memset}, {"memcpy", (void *)memcpy},
     };
     size_t n = sizeof syms / sizeof syms[0];
-    LLVMJITCSymbolMapPair pairs[16];
+    LLVMJITCSymbolMapPair pairs[32];
     for (size_t i = 0; i < n; i++) {
         pairs[i].Name = LLVMOrcLLJITMangleAndIntern(J, syms[i].name);
         pairs[i].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)syms[i].addr;

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from .. import _C
 
-UNARY_OPS = {"neg", "exp", "log", "tanh", "reciprocal", "abs", "sqrt", "not"}
+UNARY_OPS = {"neg", "exp", "log", "tanh", "reciprocal", "abs", "sqrt", "not", "floor", "sin",
+             "cos", "erf", "expm1", "log1p"}
 BINARY_OPS = {"add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor"}
 COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
 REDUCE_OPS = {"sum", "max", "min", "prod"}

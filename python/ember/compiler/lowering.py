@@ -412,6 +412,34 @@ class Lowering:
     def op_tanh(self, node, val, a):
         return self._unary(node, val, a, "tanh")
 
+    def _float_unary(self, node, val, a, op):
+        if not val.dtype.is_floating_point:
+            raise LoweringError(f"{op} of {val.dtype}")
+        return self._unary(node, val, a, op)
+
+    def op_sqrt(self, node, val, a):
+        return self._float_unary(node, val, a, "sqrt")
+
+    def op_sin(self, node, val, a):
+        return self._float_unary(node, val, a, "sin")
+
+    def op_cos(self, node, val, a):
+        return self._float_unary(node, val, a, "cos")
+
+    def op_erf(self, node, val, a):
+        return self._float_unary(node, val, a, "erf")
+
+    def op_expm1(self, node, val, a):
+        return self._float_unary(node, val, a, "expm1")
+
+    def op_log1p(self, node, val, a):
+        return self._float_unary(node, val, a, "log1p")
+
+    def op_bitwise_xor(self, node, val, a, b):
+        if val.dtype.is_floating_point:
+            raise LoweringError("xor of floats")
+        return self._binary(node, val, a, b, "xor")
+
     def op_pow(self, node, val, a, b):
         if not _is_value(b) and isinstance(b, (int, float)) and _is_value(a) and \
                 float(b) in (1.0, 2.0, 3.0, 0.5) and val.dtype.is_floating_point:
@@ -600,8 +628,6 @@ class Lowering:
         return out
 
     def op_sum(self, node, val, a, dim=None, keepdim=False, dtype=None):
-        if not a.shape or math.prod(a.shape) == 0 and False:
-            pass
         return self._reduce(node, val, a, dim, keepdim, "sum", val.dtype)
 
     def op_amax(self, node, val, a, dim=(), keepdim=False):
