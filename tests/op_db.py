@@ -1934,6 +1934,10 @@ for _info in _SAMPLERS:
         add(_info)
 
 
+# the linear-algebra and nn ops (mm ... convolution, pooling, losses): tests/op_db_nn.py
+import op_db_nn  # noqa: E402,F401
+
+
 # ---------------------------------------------------------------- in-place variants
 
 

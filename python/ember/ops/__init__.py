@@ -2,6 +2,7 @@
 from . import registry, schema, meta  # noqa: F401
 from . import elementwise, reductions, views, linalg, factories, random_ops  # noqa: F401
 from . import activations  # noqa: F401
+from . import nn_ops  # noqa: F401
 from . import api
 from .. import prims as _prims
 
@@ -12,6 +13,7 @@ def install(namespace):
     """Binds the table to C and fills `namespace`, ember.ops.api and ember.prims."""
     global _public
     _public = registry.install(namespace)
+    namespace.update(linalg.WRAPPERS)     # einsum(equation, *operands)
     for name, c_op in _public.items():
         setattr(api, name, c_op)
     for entry in registry.ENTRIES:

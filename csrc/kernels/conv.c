@@ -1,0 +1,580 @@
+/* conv.c: the convolution prim (aten.convolution): 1-d and 2-d, strided, padded,
+ * dilated, grouped, and transposed.
+ *
+ *   convolution(input, weight, bias, stride, padding, dilation, transposed,
+ *               output_padding, groups)
+ *
+ * A 1-d convolution runs as a 2-d one with height 1. The forward convolution gathers
+ * every receptive field into columns (im2col: (C*kh*kw, OH*OW) per image) and
+ * multiplies them by the weight, group by group, with NumPy's matmul (BLAS); the
+ * transposed convolution multiplies the input by the transposed weight and scatters
+ * the columns back into the output (col2im). Integer inputs compute in float64 (exact
+ * for the sizes PyTorch's integer kernels are used at), float16 in float32. Meta
+ * inputs get the geometry only. The output is contiguous, or channels-last when the
+ * input or the weight is (as PyTorch picks).
+ *
+ * The backward formulas (python/ember/ops/nn_ops.py) are convolutions too: the input's
+ * gradient is the transposed convolution of the output's gradient, the weight's the
+ * convolution of the input with the output's gradient.
+ */
+#include "ember.h"
+
+typedef struct {
+    int nsp;                       /* spatial dims of the call: 1 or 2 */
+    bool transposed;
+    Py_ssize_t N, C, H, W;         /* input */
+    Py_ssize_t Cout, G;            /* output channels, groups */
+    Py_ssize_t kh, kw;
+    Py_ssize_t sh, sw, ph, pw, dh, dw, oph, opw;
+    Py_ssize_t OH, OW;
+} conv_params;
+
+/* One stride/padding/... argument: as many values as spatial dims (a single value
+ * repeats), with PyTorch's message otherwise. */
+static int
+int_params(PyObject *list, const char *what, int nsp, Py_ssize_t *out)
+{
+    if (PyLong_Check(list)) {     /* a default given as a bare int */
+        out[0] = out[1] = PyLong_AsSsize_t(list);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(list);
+    if (n != 1 && n != nsp) {
+        PyObject *l = PySequence_List(list);
+        PyObject *s = l ? PyObject_Repr(l) : NULL;
+        if (s != NULL)
+            PyErr_Format(PyExc_RuntimeError,
+                         "expected %s to be a single integer value or a list of %d values to "
+                         "match the convolution dimensions, but got %s=%U", what, nsp, what, s);
+        Py_XDECREF(s);
+        Py_XDECREF(l);
+        return -1;
+    }
+    for (int i = 0; i < nsp; i++) {
+        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(list, n == 1 ? 0 : i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+shape_of(em_Tensor *t)
+{
+    return em_format_shape(t->ndim, t->sizes);
+}
+
+/* "Given groups=1, weight of size [8, 3, 3, 3], expected input[1, 4, 5, 5] to have 3
+ * channels, but got 4 channels instead" */
+static int
+channels_error(const char *given, long value, em_Tensor *input, em_Tensor *weight,
+               Py_ssize_t expected)
+{
+    PyObject *ws = shape_of(weight), *is = shape_of(input);
+    if (ws && is)
+        PyErr_Format(PyExc_RuntimeError,
+                     "Given %s=%ld, weight of size %U, expected input%U to have %zd channels, "
+                     "but got %zd channels instead", given, value, ws, is, expected,
+                     input->sizes[1]);
+    Py_XDECREF(ws);
+    Py_XDECREF(is);
+    return -1;
+}
+
+/* Checks the arguments as PyTorch does and fills p. */
+static int
+conv_setup(PyObject **args, conv_params *p)
+{
+    em_Tensor *input = (em_Tensor *)args[0], *weight = (em_Tensor *)args[1];
+    PyObject *bias = args[2];
+    p->transposed = PyObject_IsTrue(args[6]);
+    long groups = PyLong_AsLong(args[8]);
+    if (groups == -1 && PyErr_Occurred())
+        return -1;
+    int wd = weight->ndim;
+    if (wd != 3 && wd != 4) {
+        if (wd == 5)
+            PyErr_SetString(PyExc_NotImplementedError,
+                            "3-d convolutions are not supported");
+        else {
+            PyObject *ws = shape_of(weight);
+            if (ws)
+                PyErr_Format(PyExc_RuntimeError,
+                             "weight should have at least three dimensions, but got weight "
+                             "of size %U", ws);
+            Py_XDECREF(ws);
+        }
+        return -1;
+    }
+    if (input->ndim != wd) {
+        PyObject *ws = shape_of(weight), *is = shape_of(input);
+        if (ws && is)
+            PyErr_Format(PyExc_RuntimeError,
+                         "Expected %d-dimensional input for %d-dimensional weight %U, but got "
+                         "%d-dimensional input of size %U instead", wd, wd, ws, input->ndim, is);
+        Py_XDECREF(ws);
+        Py_XDECREF(is);
+        return -1;
+    }
+    int nsp = p->nsp = wd - 2;
+    Py_ssize_t stride[2], padding[2], dilation[2], opad[2];
+    if (int_params(args[3], "stride", nsp, stride) < 0 ||
+        int_params(args[4], "padding", nsp, padding) < 0 ||
+        int_params(args[5], "dilation", nsp, dilation) < 0 ||
+        int_params(args[7], "output_padding", nsp, opad) < 0)
+        return -1;
+    if (weight->dtype != input->dtype) {
+        PyErr_Format(PyExc_RuntimeError, "expected scalar type %s but found %s",
+                     em_dtype_torch_name(input->dtype), em_dtype_torch_name(weight->dtype));
+        return -1;
+    }
+    for (int i = 0; i < nsp; i++) {
+        if (padding[i] < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "negative padding is not supported");
+            return -1;
+        }
+        if (opad[i] < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "negative output_padding is not supported");
+            return -1;
+        }
+        if (stride[i] <= 0) {
+            PyErr_SetString(PyExc_RuntimeError, "non-positive stride is not supported");
+            return -1;
+        }
+    }
+    for (int i = 0; i < nsp; i++) {
+        if (dilation[i] <= 0) {
+            PyObject *l = PySequence_List(args[5]);
+            PyObject *s = l ? PyObject_Repr(l) : NULL;
+            Py_XDECREF(l);
+            if (s)
+                PyErr_Format(PyExc_RuntimeError,
+                             "dilation should be greater than zero, but got %U", s);
+            Py_XDECREF(s);
+            return -1;
+        }
+    }
+    if (groups <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "non-positive groups is not supported");
+        return -1;
+    }
+    if (weight->sizes[0] < 1 || weight->sizes[0] % groups != 0) {
+        PyObject *ws = shape_of(weight);
+        if (ws)
+            PyErr_Format(PyExc_RuntimeError,
+                         "Given groups=%ld, expected weight to be %s %ld at dimension 0, but "
+                         "got weight of size %U instead", groups,
+                         weight->sizes[0] < 1 ? "at least" : "divisible by",
+                         weight->sizes[0] < 1 ? 1L : groups, ws);
+        Py_XDECREF(ws);
+        return -1;
+    }
+    p->G = groups;
+    p->N = input->sizes[0];
+    p->C = input->sizes[1];
+    if (!p->transposed) {
+        if (p->C != weight->sizes[1] * groups)
+            return channels_error("groups", groups, input, weight, weight->sizes[1] * groups);
+        p->Cout = weight->sizes[0];
+    }
+    else {
+        if (p->C != weight->sizes[0])
+            return channels_error("transposed", 1, input, weight, weight->sizes[0]);
+        p->Cout = weight->sizes[1] * groups;
+    }
+    if (bias != Py_None) {
+        em_Tensor *b = (em_Tensor *)bias;
+        if (b->ndim != 1 || b->sizes[0] != p->Cout) {
+            PyObject *ws = shape_of(weight), *bs = shape_of(b);
+            if (ws && bs)
+                PyErr_Format(PyExc_RuntimeError,
+                             "Given weight of size %U, expected bias to be 1-dimensional with "
+                             "%zd elements, but got bias of size %U instead", ws, p->Cout, bs);
+            Py_XDECREF(ws);
+            Py_XDECREF(bs);
+            return -1;
+        }
+    }
+    /* 1-d runs as 2-d with a unit height */
+    p->H = nsp == 2 ? input->sizes[2] : 1;
+    p->W = input->sizes[wd - 1];
+    p->kh = nsp == 2 ? weight->sizes[2] : 1;
+    p->kw = weight->sizes[wd - 1];
+    p->sh = nsp == 2 ? stride[0] : 1;
+    p->ph = nsp == 2 ? padding[0] : 0;
+    p->dh = nsp == 2 ? dilation[0] : 1;
+    p->oph = nsp == 2 ? opad[0] : 0;
+    p->sw = stride[nsp - 1];
+    p->pw = padding[nsp - 1];
+    p->dw = dilation[nsp - 1];
+    p->opw = opad[nsp - 1];
+    if (!p->transposed) {
+        Py_ssize_t eh = p->dh * (p->kh - 1) + 1, ew = p->dw * (p->kw - 1) + 1;
+        Py_ssize_t ih = p->H + 2 * p->ph, iw = p->W + 2 * p->pw;
+        if (ih < eh || iw < ew) {
+            if (nsp == 2)
+                PyErr_Format(PyExc_RuntimeError,
+                             "Calculated padded input size per channel: (%zd x %zd). Kernel "
+                             "size: (%zd x %zd). Kernel size can't be greater than actual "
+                             "input size", ih, iw, eh, ew);
+            else
+                PyErr_Format(PyExc_RuntimeError,
+                             "Calculated padded input size per channel: (%zd). Kernel size: "
+                             "(%zd). Kernel size can't be greater than actual input size",
+                             iw, ew);
+            return -1;
+        }
+        p->OH = (ih - eh) / p->sh + 1;
+        p->OW = (iw - ew) / p->sw + 1;
+    }
+    else {
+        for (int i = 0; i < nsp; i++) {
+            if (opad[i] >= stride[i] && opad[i] >= dilation[i]) {
+                if (nsp == 2)
+                    PyErr_Format(PyExc_RuntimeError,
+                                 "output padding must be smaller than either stride or "
+                                 "dilation, but got output_padding_height: %zd "
+                                 "output_padding_width: %zd stride_height: %zd stride_width: "
+                                 "%zd dilation_height: %zd dilation_width: %zd", opad[0],
+                                 opad[1], stride[0], stride[1], dilation[0], dilation[1]);
+                else
+                    PyErr_Format(PyExc_RuntimeError,
+                                 "output padding must be smaller than either stride or "
+                                 "dilation, but got output_padding: %zd stride: %zd "
+                                 "dilation: %zd", opad[0], stride[0], dilation[0]);
+                return -1;
+            }
+        }
+        p->OH = (p->H - 1) * p->sh - 2 * p->ph + p->dh * (p->kh - 1) + p->oph + 1;
+        p->OW = (p->W - 1) * p->sw - 2 * p->pw + p->dw * (p->kw - 1) + p->opw + 1;
+        if (p->OH <= 0 || p->OW <= 0) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "Given input size per channel: (%zd x %zd). Calculated output size "
+                         "per channel: (%zd x %zd). Output size is too small", p->H, p->W,
+                         p->OH, p->OW);
+            return -1;
+        }
+    }
+    /* PyTorch's CPU kernels: no bool one; integers other than int64 only in the plain
+     * (undilated, untransposed) one. Empty batches never reach a kernel. */
+    bool dilated = p->dh > 1 || p->dw > 1;
+    if (p->N > 0 && (input->dtype == EM_BOOL ||
+                     (em_is_int(input->dtype) && input->dtype != EM_INT64 &&
+                      (dilated || p->transposed)))) {
+        PyErr_Format(PyExc_NotImplementedError, "\"%s\" not implemented for '%s'",
+                     p->transposed ? "slow_conv_transpose2d_out_cpu"
+                     : dilated ? "slow_conv_dilated<>" : "slow_conv2d_cpu",
+                     em_dtype_torch_name(input->dtype));
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether t is laid out channels-last ((N, H, W, C) in memory; a 3-d (N, C, L) tensor
+ * counts as (N, C, 1, L), as PyTorch runs 1-d convolutions) and not plainly contiguous. */
+static bool
+is_channels_last(em_Tensor *t)
+{
+    if ((t->ndim != 4 && t->ndim != 3) || em_tensor_is_contiguous(t))
+        return false;
+    /* dims ordered from innermost to outermost: C, W, (H), N */
+    static const int order4[4] = {1, 3, 2, 0}, order3[3] = {1, 2, 0};
+    const int *order = t->ndim == 4 ? order4 : order3;
+    Py_ssize_t expected = 1;
+    for (int k = 0; k < t->ndim; k++) {
+        int d = order[k];
+        if (t->sizes[d] != 1 && t->strides[d] != expected)
+            return false;
+        expected *= t->sizes[d];
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------ loops */
+
+#define IM2COL(T)                                                                        \
+static void                                                                              \
+im2col_##T(const T *x, T *cols, Py_ssize_t C, const conv_params *p)                      \
+{                                                                                        \
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW;                                    \
+    for (Py_ssize_t c = 0; c < C; c++) {                                                 \
+        const T *xc = x + c * hw;                                                        \
+        for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
+            for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
+                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * ohw;                   \
+                for (Py_ssize_t oh = 0; oh < p->OH; oh++) {                              \
+                    Py_ssize_t ih = oh * p->sh - p->ph + ki * p->dh;                     \
+                    T *r = row + oh * p->OW;                                             \
+                    if (ih < 0 || ih >= p->H) {                                          \
+                        for (Py_ssize_t ow = 0; ow < p->OW; ow++)                        \
+                            r[ow] = 0;                                                   \
+                        continue;                                                        \
+                    }                                                                    \
+                    const T *xr = xc + ih * p->W;                                        \
+                    Py_ssize_t off = kj * p->dw - p->pw;                                 \
+                    for (Py_ssize_t ow = 0; ow < p->OW; ow++) {                          \
+                        Py_ssize_t iw = ow * p->sw + off;                                \
+                        r[ow] = (iw >= 0 && iw < p->W) ? xr[iw] : 0;                     \
+                    }                                                                    \
+                }                                                                        \
+            }                                                                            \
+    }                                                                                    \
+}
+
+/* cols: (Cout*kh*kw, H*W) of one image, added into out (Cout, OH, OW). */
+#define COL2IM(T)                                                                        \
+static void                                                                              \
+col2im_##T(const T *cols, T *out, Py_ssize_t C, const conv_params *p)                    \
+{                                                                                        \
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW;                                    \
+    for (Py_ssize_t c = 0; c < C; c++) {                                                 \
+        T *oc = out + c * ohw;                                                           \
+        for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
+            for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
+                const T *row = cols + ((c * p->kh + ki) * p->kw + kj) * hw;              \
+                for (Py_ssize_t i = 0; i < p->H; i++) {                                  \
+                    Py_ssize_t oh = i * p->sh - p->ph + ki * p->dh;                      \
+                    if (oh < 0 || oh >= p->OH)                                           \
+                        continue;                                                        \
+                    T *orow = oc + oh * p->OW;                                           \
+                    const T *r = row + i * p->W;                                         \
+                    Py_ssize_t off = kj * p->dw - p->pw;                                 \
+                    for (Py_ssize_t j = 0; j < p->W; j++) {                              \
+                        Py_ssize_t ow = j * p->sw + off;                                 \
+                        if (ow >= 0 && ow < p->OW)                                       \
+                            orow[ow] += r[j];                                            \
+                    }                                                                    \
+                }                                                                        \
+            }                                                                            \
+    }                                                                                    \
+}
+
+#define ADD_BIAS(T)                                                                      \
+static void                                                                              \
+add_bias_##T(T *out, const T *bias, Py_ssize_t N, Py_ssize_t C, Py_ssize_t hw)           \
+{                                                                                        \
+    for (Py_ssize_t n = 0; n < N; n++)                                                   \
+        for (Py_ssize_t c = 0; c < C; c++) {                                             \
+            T b = bias[c], *o = out + (n * C + c) * hw;                                  \
+            for (Py_ssize_t i = 0; i < hw; i++)                                          \
+                o[i] += b;                                                               \
+        }                                                                                \
+}
+
+IM2COL(float)
+IM2COL(double)
+COL2IM(float)
+COL2IM(double)
+ADD_BIAS(float)
+ADD_BIAS(double)
+
+/* ------------------------------------------------------------------ the kernel */
+
+/* A C-contiguous, aligned array of t's values in the NumPy type npy (new reference). */
+static PyArrayObject *
+as_compute(em_Tensor *t, int npy)
+{
+    PyArray_Descr *d = PyArray_DescrFromType(npy);
+    return (PyArrayObject *)PyArray_FromAny((PyObject *)t->array, d, 0, 0,
+                                            NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED |
+                                            NPY_ARRAY_FORCECAST, NULL);
+}
+
+static PyArrayObject *
+reshaped(PyArrayObject *a, int nd, const npy_intp *dims)
+{
+    PyArray_Dims shape = {(npy_intp *)dims, nd};
+    return (PyArrayObject *)PyArray_Newshape(a, &shape, NPY_CORDER);
+}
+
+static PyArrayObject *
+new_array(int nd, const npy_intp *dims, int npy, bool zero)
+{
+    return (PyArrayObject *)(zero ? PyArray_ZEROS(nd, (npy_intp *)dims, npy, 0)
+                                  : PyArray_EMPTY(nd, (npy_intp *)dims, npy, 0));
+}
+
+/* matmul(a, b, out=out) in the compute dtype. */
+static int
+matmul_into(PyObject *matmul, PyArrayObject *a, PyArrayObject *b, PyArrayObject *out,
+            em_dtype_t compute)
+{
+    PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
+    return em_ufunc_call(matmul, ins, 2, out, compute, compute);
+}
+
+/* The forward convolution: out (N, Cout, OH*OW) in the compute type. */
+static int
+conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayObject *w,
+             PyArrayObject *out, int npy, em_dtype_t compute)
+{
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
+    Py_ssize_t ohw = p->OH * p->OW;
+    PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
+    int st = -1;
+    bool pointwise = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
+    if (pointwise) {
+        cols = x;
+        Py_INCREF(cols);
+    }
+    else {
+        npy_intp cd[3] = {p->N, p->C * K, ohw};
+        cols = new_array(3, cd, npy, false);
+        if (cols == NULL)
+            goto done;
+        Py_ssize_t xs = p->C * p->H * p->W, cs = p->C * K * ohw;
+        char *xd = PyArray_DATA(x), *cdp = PyArray_DATA(cols);
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t n = 0; n < p->N; n++) {
+            if (npy == NPY_FLOAT)
+                im2col_float((float *)xd + n * xs, (float *)cdp + n * cs, p->C, p);
+            else
+                im2col_double((double *)xd + n * xs, (double *)cdp + n * cs, p->C, p);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    npy_intp c4[4] = {p->N, G, Cig * K, ohw}, w3d[3] = {G, Cog, Cig * K},
+             o4[4] = {p->N, G, Cog, ohw};
+    if ((cols4 = reshaped(cols, 4, c4)) == NULL || (w3 = reshaped(w, 3, w3d)) == NULL ||
+        (out4 = reshaped(out, 4, o4)) == NULL)
+        goto done;
+    st = matmul_into(matmul, w3, cols4, out4, compute);
+done:
+    Py_XDECREF(cols);
+    Py_XDECREF(cols4);
+    Py_XDECREF(w3);
+    Py_XDECREF(out4);
+    return st;
+}
+
+/* The transposed convolution: out (N, Cout, OH*OW), zeroed, in the compute type. */
+static int
+conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayObject *w,
+                PyArrayObject *out, int npy, em_dtype_t compute)
+{
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
+    Py_ssize_t hw = p->H * p->W;
+    PyArrayObject *w3 = NULL, *wt = NULL, *x4 = NULL, *cols = NULL;
+    int st = -1;
+    npy_intp w3d[3] = {G, Cig, Cog * K}, x4d[4] = {p->N, G, Cig, hw},
+             cd[4] = {p->N, G, Cog * K, hw};
+    if ((w3 = reshaped(w, 3, w3d)) == NULL ||
+        (wt = (PyArrayObject *)PyArray_SwapAxes(w3, 1, 2)) == NULL ||
+        (x4 = reshaped(x, 4, x4d)) == NULL || (cols = new_array(4, cd, npy, false)) == NULL)
+        goto done;
+    if (matmul_into(matmul, wt, x4, cols, compute) < 0)
+        goto done;
+    Py_ssize_t cs = p->Cout * K * hw, os = p->Cout * p->OH * p->OW;
+    char *cdp = PyArray_DATA(cols), *od = PyArray_DATA(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        if (npy == NPY_FLOAT)
+            col2im_float((float *)cdp + n * cs, (float *)od + n * os, p->Cout, p);
+        else
+            col2im_double((double *)cdp + n * cs, (double *)od + n * os, p->Cout, p);
+    }
+    Py_END_ALLOW_THREADS
+    st = 0;
+done:
+    Py_XDECREF(w3);
+    Py_XDECREF(wt);
+    Py_XDECREF(x4);
+    Py_XDECREF(cols);
+    return st;
+}
+
+/* convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+ *             groups) */
+static PyObject *
+k_convolution(em_Op *op, PyObject **args)
+{
+    em_Tensor *input = (em_Tensor *)args[0], *weight = (em_Tensor *)args[1];
+    PyObject *bias = args[2];
+    conv_params p = {0};
+    if (conv_setup(args, &p) < 0)
+        return NULL;
+    em_Geom g = {.ndim = input->ndim, .dtype = input->dtype};
+    g.sizes[0] = p.N;
+    g.sizes[1] = p.Cout;
+    if (p.nsp == 2)
+        g.sizes[2] = p.OH;
+    g.sizes[g.ndim - 1] = p.OW;
+    em_contiguous_strides(&g);
+    bool channels_last = is_channels_last(input) || is_channels_last(weight);
+    if (channels_last) {
+        /* (N, C, [H,] W) laid out as (N, [H,] W, C) */
+        g.strides[1] = 1;
+        g.strides[g.ndim - 1] = p.Cout;
+        if (p.nsp == 2)
+            g.strides[2] = p.Cout * p.OW;
+        g.strides[0] = p.Cout * p.OW * p.OH;
+    }
+    bool meta = em_tls.mode == EM_MODE_META || em_is_meta(input) || em_is_meta(weight) ||
+                (bias != Py_None && em_is_meta((em_Tensor *)bias));
+    em_Tensor *out = channels_last ? em_tensor_empty_like_layout(&g, meta)
+                                   : em_tensor_empty(&g, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+
+    em_dtype_t compute = input->dtype == EM_FLOAT32 || input->dtype == EM_FLOAT16
+                             ? EM_FLOAT32 : EM_FLOAT64;
+    int npy = compute == EM_FLOAT32 ? NPY_FLOAT : NPY_DOUBLE;
+    PyArrayObject *x = NULL, *w = NULL, *b = NULL, *res = NULL;
+    npy_intp rd[3] = {p.N, p.Cout, p.OH * p.OW};
+    if ((x = as_compute(input, npy)) == NULL || (w = as_compute(weight, npy)) == NULL ||
+        (bias != Py_None && (b = as_compute((em_Tensor *)bias, npy)) == NULL))
+        goto error;
+    bool direct = !channels_last && compute == input->dtype;   /* compute into out */
+    if (direct) {
+        res = reshaped(out->array, 3, rd);
+        if (res == NULL)
+            goto error;
+        if (p.transposed || p.C == 0)
+            PyArray_FILLWBYTE(res, 0);
+    }
+    else if ((res = new_array(3, rd, npy, p.transposed || p.C == 0)) == NULL)
+        goto error;
+    if (p.C > 0) {
+        int st = p.transposed ? conv_transposed(op->ufunc, &p, x, w, res, npy, compute)
+                              : conv_forward(op->ufunc, &p, x, w, res, npy, compute);
+        if (st < 0)
+            goto error;
+    }
+    if (b != NULL) {
+        char *od = PyArray_DATA(res), *bd = PyArray_DATA(b);
+        Py_BEGIN_ALLOW_THREADS
+        if (npy == NPY_FLOAT)
+            add_bias_float((float *)od, (float *)bd, p.N, p.Cout, p.OH * p.OW);
+        else
+            add_bias_double((double *)od, (double *)bd, p.N, p.Cout, p.OH * p.OW);
+        Py_END_ALLOW_THREADS
+    }
+    if (!direct) {
+        npy_intp od[EM_MAX_DIMS];
+        for (int i = 0; i < g.ndim; i++)
+            od[i] = g.sizes[i];
+        PyArrayObject *r = reshaped(res, g.ndim, od);
+        if (r == NULL || PyArray_CopyInto(out->array, r) < 0) {
+            Py_XDECREF(r);
+            goto error;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(x);
+    Py_DECREF(w);
+    Py_XDECREF(b);
+    Py_DECREF(res);
+    return (PyObject *)out;
+error:
+    Py_XDECREF(x);
+    Py_XDECREF(w);
+    Py_XDECREF(b);
+    Py_XDECREF(res);
+    Py_DECREF(out);
+    return NULL;
+}
+
+const em_KernelEntry em_conv_kernels[] = {
+    {"convolution", k_convolution},
+    {NULL, NULL},
+};

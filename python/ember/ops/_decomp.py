@@ -1,0 +1,15 @@
+"""Shared by the nn and linear-algebra entries whose eager kernel runs their
+decomposition (kernel "decomposed", csrc/kernels/nn.c)."""
+from .. import _C
+
+
+def run_decomposition(entry, args):
+    """The Python meta rule of such an op: its decomposition run on meta tensors (in meta
+    mode, grad off), which is exactly what its C kernel does on meta inputs."""
+    prev_mode = _C._set_mode(_C.MODE_META)
+    prev_grad = _C._set_grad_enabled(False)
+    try:
+        return entry.decompose(*args)
+    finally:
+        _C._set_grad_enabled(prev_grad)
+        _C._set_mode(*prev_mode)

@@ -1,0 +1,1978 @@
+"""nn ops: convolution, pooling, normalisation, embedding, dropout, resampling, attention
+and the losses.
+
+Prims (C kernels in csrc/kernels/conv.c and pool.c):
+
+- convolution: 1-d and 2-d, strided, padded, dilated, grouped, transposed (im2col + BLAS);
+  its backward is two convolutions (the input's gradient is the transposed convolution of
+  the output's gradient, the weight's a convolution of the input with it);
+- max_pool2d_with_indices and max_pool2d_with_indices_backward.
+
+Everything else decomposes into prims; those ops' eager kernels run their decomposition
+(kernel "decomposed", csrc/kernels/nn.c) and autograd records their own backward formula.
+Average pooling, adaptive average pooling and nearest/bilinear interpolation are linear
+maps that act on the rows and the columns separately: out = A_h @ x @ A_w^T with small
+matrices built from the geometry by prims (arange, comparisons), so they decompose into
+two matmuls and their backward is A_h^T @ g @ A_w. The composites (conv1d/conv2d/
+conv_transpose*, max_pool2d, batch_norm, dropout, scaled_dot_product_attention) run
+other ops, as PyTorch's CompositeImplicitAutograd functions do.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _C
+from .. import prims as P
+from . import api as O
+from . import meta as M
+from ._decomp import run_decomposition
+from .linalg import torch_type
+from .registry import CUSTOM, op
+
+
+def _is_tensor(x):
+    return isinstance(x, _C.Tensor)
+
+
+def _has_data(t):
+    """Whether t's values can be read (checks that depend on them are eager-only)."""
+    return not t.is_meta and _C._get_mode()[0] == _C.MODE_EAGER and t.numel() > 0
+
+
+def _shape(t):
+    return str(list(t.shape))
+
+
+def _reshape_p(x, shape):
+    """reshape with prims: a view when the strides allow, else a contiguous copy viewed."""
+    if M.compute_stride(tuple(x.shape), x.stride(), x.numel(),
+                        M.infer_size(shape, x.numel())) is None:
+        x = P.clone(x, memory_format="contiguous_format")
+    return P.view(x, shape)
+
+
+def _not_implemented(kernel, dtype):
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{torch_type(dtype)}'")
+
+
+def _float_or_raise(kernel, *ts):
+    for t in ts:
+        if t is not None and not t.dtype.is_floating_point:
+            raise _not_implemented(kernel, t.dtype)
+
+
+def _decomposed(schema, decompose, backward, doc, **kw):
+    """An op whose eager kernel runs its decomposition."""
+    kw.setdefault("method", False)
+    return op(schema, CUSTOM, "decomposed", meta=run_decomposition, decompose=decompose,
+              backward=backward, doc=doc, **kw)
+
+
+def _expand_param(values, n, name, opname=None):
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise RuntimeError(f"expected {name} to be a single integer value or a list of {n} "
+                           f"values to match the convolution dimensions, but got "
+                           f"{name}={list(values)}")
+    return values
+
+
+# ================================================================== convolution (prim)
+
+
+def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
+                   output_padding, groups):
+    """The output shape of convolution(...), with PyTorch's checks and messages (the
+    twin of conv_setup in csrc/kernels/conv.c)."""
+    wd = weight.ndim
+    if wd not in (3, 4):
+        if wd == 5:
+            raise NotImplementedError("3-d convolutions are not supported")
+        raise RuntimeError(f"weight should have at least three dimensions, but got weight "
+                           f"of size {_shape(weight)}")
+    if input.ndim != wd:
+        raise RuntimeError(f"Expected {wd}-dimensional input for {wd}-dimensional weight "
+                           f"{_shape(weight)}, but got {input.ndim}-dimensional input of "
+                           f"size {_shape(input)} instead")
+    nsp = wd - 2
+    s = _expand_param(stride, nsp, "stride")
+    p = _expand_param(padding, nsp, "padding")
+    d = _expand_param(dilation, nsp, "dilation")
+    op_ = _expand_param(output_padding, nsp, "output_padding")
+    if weight.dtype is not input.dtype:
+        raise RuntimeError(f"expected scalar type {torch_type(input.dtype)} but found "
+                           f"{torch_type(weight.dtype)}")
+    for i in range(nsp):
+        if p[i] < 0:
+            raise RuntimeError("negative padding is not supported")
+        if op_[i] < 0:
+            raise RuntimeError("negative output_padding is not supported")
+        if s[i] <= 0:
+            raise RuntimeError("non-positive stride is not supported")
+    if any(x <= 0 for x in d):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if weight.shape[0] < 1 or weight.shape[0] % groups:
+        what = "at least" if weight.shape[0] < 1 else "divisible by"
+        raise RuntimeError(f"Given groups={groups}, expected weight to be {what} "
+                           f"{1 if weight.shape[0] < 1 else groups} at dimension 0, but got "
+                           f"weight of size {_shape(weight)} instead")
+    C = input.shape[1]
+    if not transposed:
+        if C != weight.shape[1] * groups:
+            raise RuntimeError(f"Given groups={groups}, weight of size {_shape(weight)}, "
+                               f"expected input{_shape(input)} to have "
+                               f"{weight.shape[1] * groups} channels, but got {C} channels "
+                               "instead")
+        cout = weight.shape[0]
+    else:
+        if C != weight.shape[0]:
+            raise RuntimeError(f"Given transposed=1, weight of size {_shape(weight)}, "
+                               f"expected input{_shape(input)} to have {weight.shape[0]} "
+                               f"channels, but got {C} channels instead")
+        cout = weight.shape[1] * groups
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != cout):
+        raise RuntimeError(f"Given weight of size {_shape(weight)}, expected bias to be "
+                           f"1-dimensional with {cout} elements, but got bias of size "
+                           f"{_shape(bias)} instead")
+    spatial_in = tuple(input.shape[2:])
+    ks = tuple(weight.shape[2:])
+    out = []
+    if not transposed:
+        padded = [spatial_in[i] + 2 * p[i] for i in range(nsp)]
+        eff = [d[i] * (ks[i] - 1) + 1 for i in range(nsp)]
+        if any(padded[i] < eff[i] for i in range(nsp)):
+            raise RuntimeError(
+                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))})."
+                f" Kernel size: ({' x '.join(map(str, eff))}). Kernel size can't be greater "
+                "than actual input size")
+        out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(nsp)]
+    else:
+        for i in range(nsp):
+            if op_[i] >= s[i] and op_[i] >= d[i]:
+                if nsp == 2:
+                    raise RuntimeError(
+                        f"output padding must be smaller than either stride or dilation, but "
+                        f"got output_padding_height: {op_[0]} output_padding_width: {op_[1]} "
+                        f"stride_height: {s[0]} stride_width: {s[1]} dilation_height: {d[0]} "
+                        f"dilation_width: {d[1]}")
+                raise RuntimeError(
+                    f"output padding must be smaller than either stride or dilation, but got "
+                    f"output_padding: {op_[0]} stride: {s[0]} dilation: {d[0]}")
+        out = [(spatial_in[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
+               for i in range(nsp)]
+        if any(o <= 0 for o in out):
+            h = spatial_in[0] if nsp == 2 else 1
+            oh = out[0] if nsp == 2 else 1
+            raise RuntimeError(f"Given input size per channel: ({h} x {spatial_in[-1]}). "
+                               f"Calculated output size per channel: ({oh} x {out[-1]}). "
+                               "Output size is too small")
+    dilated = any(x > 1 for x in d)
+    dt = input.dtype
+    if input.shape[0] > 0 and (dt is _C.bool or (not dt.is_floating_point and
+                                                  dt is not _C.int64 and
+                                                  (dilated or transposed))):
+        name = "slow_conv_transpose2d_out_cpu" if transposed else \
+            "slow_conv_dilated<>" if dilated else "slow_conv2d_cpu"
+        raise _not_implemented(name, dt)
+    return (input.shape[0], cout) + tuple(out), (s, p, d, op_)
+
+
+def _channels_last(t):
+    """(N, C, H, W) stored as (N, H, W, C), or (N, C, L) as (N, L, C); not contiguous."""
+    if t.ndim not in (3, 4) or M.is_contiguous(t):
+        return False
+    expected = 1
+    for dim in ((1, 3, 2, 0) if t.ndim == 4 else (1, 2, 0)):
+        if t.shape[dim] != 1 and t.stride()[dim] != expected:
+            return False
+        expected *= t.shape[dim]
+    return True
+
+
+def _channels_last_strides(shape):
+    if len(shape) == 3:
+        n, c, w = shape
+        return (c * w, 1, c)
+    n, c, h, w = shape
+    return (c * h * w, 1, w * c, c)
+
+
+def _convolution_meta(entry, args):
+    input, weight = args[0], args[1]
+    shape, _ = _conv_geometry(*args)
+    if _channels_last(input) or _channels_last(weight):
+        return M.meta_tensor(shape, input.dtype, _channels_last_strides(shape))
+    return M.meta_tensor(shape, input.dtype)
+
+
+def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
+    """The weight gradient of a convolution of inp giving gout (channels: gout's dim 1),
+    as a convolution: batch = inp's channels per group, channels = groups x batch, with
+    gout as the weight (stride and dilation swap roles)."""
+    nsp = len(kshape)
+    N, Ci = inp.shape[0], inp.shape[1]
+    Co = gout.shape[1]
+    cig, cog = Ci // groups, Co // groups
+    sp_in, sp_out = tuple(inp.shape[2:]), tuple(gout.shape[2:])
+    rest = list(range(3, 3 + nsp))
+    x = inp.reshape((N, groups, cig) + sp_in).permute([2, 1, 0] + rest) \
+        .reshape((cig, groups * N) + sp_in)
+    w = gout.reshape((N, groups, cog) + sp_out).permute([1, 2, 0] + rest) \
+        .reshape((groups * cog, N) + sp_out)
+    r = O.convolution(x, w, None, list(d), list(p), list(s), False, [0] * nsp, groups)
+    for i, k in enumerate(kshape):
+        if r.shape[2 + i] != k:
+            r = r.slice(2 + i, 0, k)
+    return r.transpose(0, 1)
+
+
+def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation,
+                          transposed, output_padding, groups):
+    nsp = weight.ndim - 2
+    s = _expand_param(stride, nsp, "stride")
+    p = _expand_param(padding, nsp, "padding")
+    d = _expand_param(dilation, nsp, "dilation")
+    ks = tuple(weight.shape[2:])
+    sp_in = tuple(input.shape[2:])
+    gi = gw = gb = None
+    if input.requires_grad:
+        if not transposed:
+            sp_out = tuple(g.shape[2:])
+            opad = [sp_in[i] - ((sp_out[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + 1)
+                    for i in range(nsp)]
+            gi = O.convolution(g, weight, None, list(s), list(p), list(d), True, opad, groups)
+        else:
+            gi = O.convolution(g, weight, None, list(s), list(p), list(d), False, [0] * nsp,
+                               groups)
+            for i, n in enumerate(sp_in):
+                if gi.shape[2 + i] != n:
+                    gi = gi.slice(2 + i, 0, n)
+    if weight.requires_grad:
+        if not transposed:
+            gw = _conv_weight_grad(input, g, ks, s, p, d, groups)
+        else:
+            gw = _conv_weight_grad(g, input, ks, s, p, d, groups)
+    if bias is not None and bias.requires_grad:
+        gb = g.sum([0] + list(range(2, g.ndim)))
+    return gi, gw, gb
+
+
+op("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,"
+   " SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
+   CUSTOM, "convolution", ufunc="matmul", prim=True, method=False, meta=_convolution_meta,
+   backward=_convolution_backward,
+   doc="N-d (1-d, 2-d) convolution or transposed convolution: strided, padded, dilated, "
+       "grouped; output channels-last when the input or weight is.")
+
+
+# ------------------------------------------------------------------ conv1d/conv2d/... (composites)
+
+
+def _pad_right(x, extra):
+    """x with `extra[i]` zeros appended after spatial dim i (differentiable ops)."""
+    for i, e in enumerate(extra):
+        if e:
+            dim = 2 + i
+            shape = list(x.shape)
+            shape[dim] += e
+            x = O.slice_scatter(O.zeros(shape, dtype=x.dtype), x, dim, 0, x.shape[dim])
+    return x
+
+
+def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
+    if input.ndim not in (nsp + 1, nsp + 2):
+        raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
+                           f"{name}, but got input of size: {_shape(input)}")
+    batched = input.ndim == nsp + 2
+    x = input if batched else input.unsqueeze(0)
+    s = _expand_param(stride, nsp, "stride")
+    d = _expand_param(dilation, nsp, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            p = (0,) * nsp
+        elif padding == "same":
+            if any(v != 1 for v in s):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
+            ks = tuple(weight.shape[2:]) if weight.ndim == nsp + 2 else (1,) * nsp
+            total = [d[i] * (ks[i] - 1) for i in range(nsp)]
+            p = tuple(t // 2 for t in total)
+            x = _pad_right(x, [t - 2 * (t // 2) for t in total])
+        else:
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
+    else:
+        p = _expand_param(padding, nsp, "padding")
+    out = O.convolution(x, weight, bias, list(s), list(p), list(d), False, [0] * nsp, groups)
+    return out if batched else out.squeeze(0)
+
+
+def _conv_transpose_nd(name, nsp, input, weight, bias, stride, padding, output_padding, groups,
+                       dilation):
+    if input.ndim not in (nsp + 1, nsp + 2):
+        raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
+                           f"{name}, but got input of size: {_shape(input)}")
+    batched = input.ndim == nsp + 2
+    x = input if batched else input.unsqueeze(0)
+    out = O.convolution(x, weight, bias, list(_expand_param(stride, nsp, "stride")),
+                        list(_expand_param(padding, nsp, "padding")),
+                        list(_expand_param(dilation, nsp, "dilation")), True,
+                        list(_expand_param(output_padding, nsp, "output_padding")), groups)
+    return out if batched else out.squeeze(0)
+
+
+for _n in (1, 2):
+    _dims = "[1]" if _n == 1 else "[1, 1]"
+    _zeros = "[0]" if _n == 1 else "[0, 0]"
+    op(f"conv{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] stride={_dims}, "
+       f"int[{_n}] padding={_zeros}, int[{_n}] dilation={_dims}, SymInt groups=1) "
+       "-> Tensor", CUSTOM, "python", composite=True, method=False,
+       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
+           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       doc=f"{_n}-d convolution over a batched or unbatched input (convolution).")
+    op(f"conv{_n}d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
+       f"stride={_dims}, str padding=\"valid\", int[{_n}] dilation={_dims}, SymInt groups=1)"
+       " -> Tensor", CUSTOM, "python", composite=True, method=False,
+       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
+           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       doc=f"conv{_n}d with padding='valid' or 'same'.")
+    op(f"conv_transpose{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
+       f"stride={_dims}, int[{_n}] padding={_zeros}, int[{_n}] output_padding={_zeros}, "
+       f"SymInt groups=1, int[{_n}] dilation={_dims}) -> Tensor", CUSTOM, "python",
+       composite=True, method=False,
+       impl=(lambda n: lambda input, weight, bias, stride, padding, output_padding, groups,
+             dilation: _conv_transpose_nd(f"conv_transpose{n}d", n, input, weight, bias, stride,
+                                          padding, output_padding, groups, dilation))(_n),
+       doc=f"{_n}-d transposed convolution (the gradient of conv{_n}d with respect to its "
+           "input).")
+
+
+# ================================================================== max pooling (prims)
+
+
+def _as_tuple(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def _pool_pair(values, what, may_be_empty=False, fallback=None):
+    values = _as_tuple(values)
+    if not values and may_be_empty:
+        return tuple(fallback)
+    if len(values) not in (1, 2):
+        if may_be_empty:
+            raise RuntimeError(f"max_pool2d: {what} must either be omitted, a single int, or "
+                               "a tuple of two ints")
+        raise RuntimeError(f"max_pool2d: {what} must either be a single int, or a tuple of two "
+                           "ints")
+    return (values[0], values[-1])
+
+
+def _pool_out(n, k, pad, stride, dil, ceil_mode):
+    if stride == 0:
+        raise RuntimeError("stride should not be zero")
+    if pad < 0:
+        raise RuntimeError(f"pad must be non-negative, but got pad: {pad}")
+    if pad > ((k - 1) * dil + 1) // 2:
+        raise RuntimeError(f"pad should be at most half of effective kernel size, but got "
+                           f"pad={pad}, kernel_size={k} and dilation={dil}")
+    num = n + 2 * pad - dil * (k - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    o = num // stride + 1
+    if ceil_mode and (o - 1) * stride >= n + pad:
+        o -= 1
+    return o
+
+
+def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
+    kh, kw = _pool_pair(kernel_size, "kernel_size")
+    sh, sw = _pool_pair(stride, "stride", True, (kh, kw))
+    ph, pw = _pool_pair(padding, "padding")
+    dh, dw = _pool_pair(dilation, "dilation")
+    nd = self.ndim
+    if nd not in (3, 4):
+        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+    H, W = self.shape[-2], self.shape[-1]
+    oh = _pool_out(H, kh, ph, sh, dh, ceil_mode)
+    ow = _pool_out(W, kw, pw, sw, dw, ceil_mode)
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kh} kW: "
+                           f"{kw}")
+    if sh <= 0 or sw <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
+    if dh <= 0 or dw <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilationH: {dh} "
+                           f"dilationW: {dw}")
+    if any(n <= 0 for n in self.shape[-3:]):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
+                           f"size for input, but got:{_shape(self)}")
+    if kw // 2 < pw or kh // 2 < ph:
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but "
+                           f"got padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}")
+    if oh < 1 or ow < 1:
+        c = self.shape[-3]
+        raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
+                           f"({c}x{oh}x{ow}). Output size is too small")
+    if self.dtype is _C.bool:
+        raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
+    return tuple(self.shape[:-2]) + (oh, ow)
+
+
+def _pooled_meta(shape, dtype, like):
+    if like.ndim == 4 and _channels_last(like):
+        return M.meta_tensor(shape, dtype, _channels_last_strides(shape))
+    return M.meta_tensor(shape, dtype)
+
+
+def _max_pool_meta(entry, args):
+    shape = _max_pool_geometry(*args)
+    self = args[0]
+    return _pooled_meta(shape, self.dtype, self), _pooled_meta(shape, _C.int64, self)
+
+
+def _max_pool_backward(grads, outs, self, kernel_size, stride, padding, dilation, ceil_mode):
+    g = grads[0]
+    if g is None:
+        return (None,)
+    return (O.max_pool2d_with_indices_backward(g, self, kernel_size, stride, padding, dilation,
+                                               ceil_mode, outs[1]),)
+
+
+op("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], "
+   "int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
+   CUSTOM, "max_pool2d_with_indices", prim=True, method=False, meta=_max_pool_meta,
+   backward=_max_pool_backward,
+   doc="2-d max pooling: the maxima and their flat indices (h * W + w) in each input plane; "
+       "NaN propagates.")
+
+
+def _check_pooled(t, self, shape):
+    nd = self.ndim
+    if t.ndim != nd:
+        raise RuntimeError(f"Expected a tensor of dimension {nd} but got: dimension {t.ndim}")
+    for dim in range(nd):
+        if t.shape[dim] != shape[dim]:
+            raise RuntimeError(f"Expected a tensor of dimension {nd} and tensor.size[{dim}] == "
+                               f"{shape[dim]} but got: dimension {nd} and tensor.size[{dim}] = "
+                               f"{t.shape[dim]}")
+
+
+def _max_pool_backward_meta(entry, args):
+    g, self, kernel_size, stride, padding, dilation, ceil_mode, indices = args
+    shape = _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode)
+    if not self.dtype.is_floating_point:
+        raise _not_implemented("max_pool2d_backward", self.dtype)
+    if g.dtype is not self.dtype:
+        raise RuntimeError(f"expected dtype {str(self.dtype).split('.')[-1]} for `gradOutput` "
+                           f"but got dtype {str(g.dtype).split('.')[-1]}")
+    if indices.dtype is not _C.int64:
+        raise RuntimeError(f"expected scalar type Long but found {torch_type(indices.dtype)}")
+    _check_pooled(g, self, shape)
+    _check_pooled(indices, self, shape)
+    return _pooled_meta(tuple(self.shape), self.dtype, self)
+
+
+def _max_pool_backward_backward(g, out, grad_output, self, kernel_size, stride, padding,
+                                dilation, ceil_mode, indices):
+    """The gradient with respect to grad_output: g gathered at the indices (a max pool of
+    g with the same windows picks g where the recorded maxima were)."""
+    flat = g.reshape(tuple(g.shape[:-2]) + (-1,))
+    n = flat.shape[-1]
+    idx = indices.reshape(tuple(indices.shape[:-2]) + (-1,))
+    onehot = idx.unsqueeze(-1) == O.arange(n)
+    picked = O.where(onehot, flat.unsqueeze(-2), 0).sum(-1)
+    return picked.reshape(tuple(indices.shape)), None, None, None, None, None, None, None
+
+
+op("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, "
+   "int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
+   CUSTOM, "max_pool2d_with_indices_backward", prim=True, method=False,
+   meta=_max_pool_backward_meta, backward=_max_pool_backward_backward,
+   doc="The gradient of max_pool2d_with_indices: grad_output added at the indices.")
+
+
+def _max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode):
+    return O.max_pool2d_with_indices(self, kernel_size, stride, padding, dilation,
+                                     ceil_mode)[0]
+
+
+op("max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
+   "int[2] dilation=1, bool ceil_mode=False) -> Tensor", CUSTOM, "python", composite=True,
+   method=False, impl=_max_pool2d, doc="2-d max pooling (max_pool2d_with_indices' values).")
+
+
+# ================================================================== separable resampling
+#
+# Average pooling, adaptive average pooling and nearest/bilinear interpolation compute each
+# output pixel as a weighted sum over a window that factors into a row part and a column
+# part, so out = A_h @ x @ A_w^T for matrices A (out_size x in_size) that depend on the
+# geometry only. The matrices are built from prims (arange, comparisons, sums), so the
+# decompositions trace; the backward is A_h^T @ g @ A_w.
+
+_MATRIX_CACHE: dict = {}
+
+
+def _eager():
+    return _C._get_mode()[0] == _C.MODE_EAGER
+
+
+def _cached(key, build):
+    """Eager calls reuse the matrices of a geometry; tracing and meta mode rebuild them so
+    they are made of recorded prims (or meta tensors)."""
+    if not _eager():
+        return build()
+    r = _MATRIX_CACHE.get(key)
+    if r is None:
+        if len(_MATRIX_CACHE) > 256:
+            _MATRIX_CACHE.clear()
+        r = _MATRIX_CACHE[key] = build()
+    return r
+
+
+def _col(v):
+    return P.view(v, [v.shape[0], 1])
+
+
+def _row(v):
+    return P.view(v, [1, v.shape[0]])
+
+
+def _minimum(a, b):
+    return P.neg(P.maximum(P.neg(a), P.neg(b) if _is_tensor(b) else -b))
+
+
+def _window_mask(n_in, n_out, k, s, p):
+    """(n_out, n_in) bool: input i is in output o's window [o*s - p, o*s - p + k)."""
+    lo = P.add(P.mul(P.arange(n_out), s), -p)
+    i = _row(P.arange(n_in))
+    return P.bitwise_and(P.le(_col(lo), i), P.lt(i, _col(P.add(lo, k)))), lo
+
+
+def _avg_axis(n_in, n_out, k, s, p, include_pad, dtype):
+    """The averaging matrix of one axis (rows sum to 1), or (mask, counts) for integer
+    inputs (dtype None)."""
+    def build():
+        mask, lo = _window_mask(n_in, n_out, k, s, p)
+        if include_pad:
+            cnt = P.add(_minimum(P.add(lo, k), n_in + p), P.neg(lo))
+        else:
+            cnt = P.sum(mask, [1])
+        if dtype is None:
+            return P._to_copy(mask, dtype=_C.float64), cnt
+        return P.mul(P._to_copy(mask, dtype=dtype),
+                     _col(P.reciprocal(P._to_copy(cnt, dtype=dtype))))
+    return _cached(("avg", n_in, n_out, k, s, p, include_pad, dtype), build)
+
+
+def _sum_axis(n_in, n_out, k, s, p, dtype):
+    return _cached(("sum", n_in, n_out, k, s, p, dtype), lambda: P._to_copy(
+        _window_mask(n_in, n_out, k, s, p)[0], dtype=dtype))
+
+
+def _adaptive_axis(n_in, n_out, dtype):
+    """Row o averages inputs [floor(o*I/O), ceil((o+1)*I/O))."""
+    def build():
+        o = _col(P.arange(n_out))
+        i = _row(P.arange(n_in))
+        mask = P.bitwise_and(P.lt(P.mul(o, n_in), P.mul(P.add(i, 1), n_out)),
+                             P.lt(P.mul(i, n_out), P.mul(P.add(o, 1), n_in)))
+        cnt = P.sum(mask, [1])
+        return P.mul(P._to_copy(mask, dtype=dtype),
+                     _col(P.reciprocal(P._to_copy(cnt, dtype=dtype))))
+    return _cached(("adaptive", n_in, n_out, dtype), build)
+
+
+def _f32(x):
+    import numpy as np
+    return float(np.float32(x))
+
+
+def _nearest_axis(n_in, n_out, scale, dtype):
+    """PyTorch's nearest_idx: min(floor(o * scale), I - 1) in float32 (o when the sizes
+    match, o >> 1 when the output is twice the input)."""
+    if n_out == n_in:
+        return None
+    if n_out != 2 * n_in:
+        scale = _f32(1.0 / scale) if scale is not None and scale > 0 else \
+            _f32(_f32(n_in) / _f32(n_out))
+    else:
+        scale = 0.5
+
+    def build():
+        v = _col(P.mul(P.arange(n_out, dtype=_C.float32), scale))
+        i_f = _row(P.arange(n_in, dtype=_C.float32))
+        mask = P.bitwise_and(P.le(i_f, v), P.lt(v, P.add(i_f, 1)))
+        last = P.bitwise_and(P.eq(_row(P.arange(n_in)), n_in - 1), P.le(float(n_in), v))
+        return P._to_copy(P.bitwise_or(mask, last), dtype=dtype)
+    return _cached(("nearest", n_in, n_out, scale, dtype), build)
+
+
+def _linear_axis(n_in, n_out, align_corners, scale, dtype):
+    """PyTorch's linear interpolation weights along one axis (area_pixel_compute_scale,
+    area_pixel_compute_source_index, guard_index_and_lambda) in the op-math dtype."""
+    np_t = "float64" if dtype is _C.float64 else "float32"
+    import numpy as np
+    cast = getattr(np, np_t)
+    if align_corners:
+        sc = float(cast(n_in - 1) / cast(n_out - 1)) if n_out > 1 else 0.0
+    elif scale is not None and scale > 0:
+        sc = float(cast(1.0) / cast(scale))
+    else:
+        sc = float(cast(n_in) / cast(n_out))
+
+    def build():
+        o = P.arange(n_out, dtype=dtype)
+        if align_corners:
+            real = P.mul(o, sc)
+        else:
+            real = P.maximum(P.add(P.mul(P.add(o, 0.5), sc), -0.5), 0.0)
+        real = _col(real)
+        i_f = _row(P.arange(n_in, dtype=dtype))
+        m0 = P.bitwise_or(P.bitwise_and(P.le(i_f, real), P.lt(real, P.add(i_f, 1))),
+                          P.bitwise_and(P.eq(i_f, n_in - 1), P.le(float(n_in), real)))
+        m0f = P._to_copy(m0, dtype=dtype)
+        i0 = P.sum(P.mul(m0f, i_f), [1], True)
+        lam = _minimum(P.maximum(P.add(real, P.neg(i0)), 0.0), 1.0)
+        i1 = P.add(i0, P._to_copy(P.lt(i0, n_in - 1), dtype=dtype))
+        m1f = P._to_copy(P.eq(i_f, i1), dtype=dtype)
+        return P.add(P.mul(m0f, P.add(P.neg(lam), 1.0)), P.mul(m1f, lam))
+    return _cached(("linear", n_in, n_out, align_corners, sc, dtype), build)
+
+
+def _resample(x, ah, aw):
+    """ah @ x @ aw^T over the last two dims (None: that axis is left alone)."""
+    if ah is not None:
+        x = P.matmul(ah, x)
+    if aw is not None:
+        x = P.matmul(x, P.permute(aw, [1, 0]))
+    return x
+
+
+def _resample_backward(g, ah, aw):
+    if ah is not None:
+        g = O.matmul(ah.t(), g)
+    if aw is not None:
+        g = O.matmul(g, aw)
+    return g
+
+
+def _compute_dtype(dt):
+    """float16 computes in float32 (PyTorch's op math), others in their own dtype."""
+    return _C.float32 if dt is _C.float16 else dt
+
+
+# ------------------------------------------------------------------ avg_pool2d
+
+
+def _avg_pool_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
+    def pair(v, what, may_be_empty=False, fallback=None):
+        v = _as_tuple(v)
+        if not v and may_be_empty:
+            return tuple(fallback)
+        if len(v) not in (1, 2):
+            if may_be_empty:
+                raise RuntimeError(f"avg_pool2d: {what} must either be omitted, a single int, "
+                                   "or a tuple of two ints")
+            raise RuntimeError(f"avg_pool2d: {what} must either be a single int, or a tuple of "
+                               "two ints")
+        return v[0], v[-1]
+    kh, kw = pair(kernel_size, "kernel_size")
+    sh, sw = pair(stride, "stride", True, (kh, kw))
+    ph, pw = pair(padding, "padding")
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    if self.ndim not in (3, 4):
+        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+    H, W = self.shape[-2], self.shape[-1]
+    oh = _pool_out(H, kh, ph, sh, 1, ceil_mode)
+    ow = _pool_out(W, kw, pw, sw, 1, ceil_mode)
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kh} kW: "
+                           f"{kw}")
+    if sh <= 0 or sw <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
+    if any(n <= 0 for n in self.shape[-3:]):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
+                           f"size for input, but got:{_shape(self)}")
+    if kw // 2 < pw or kh // 2 < ph:
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but "
+                           f"got padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}")
+    if oh < 1 or ow < 1:
+        c = self.shape[-3]
+        raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
+                           f"({c}x{oh}x{ow}). Output size is too small")
+    if not self.dtype.is_floating_point and self.dtype is not _C.int64:
+        raise _not_implemented("avg_pool2d", self.dtype)
+    return (kh, kw, sh, sw, ph, pw, H, W, oh, ow)
+
+
+def _avg_pool2d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                          divisor_override):
+    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
+        self, kernel_size, stride, padding, ceil_mode, divisor_override)
+    if not self.dtype.is_floating_point:
+        # integers: exact window sums in float64, then PyTorch's truncating division
+        mh, ch = _avg_axis(H, oh, kh, sh, ph, count_include_pad, None)
+        mw, cw = _avg_axis(W, ow, kw, sw, pw, count_include_pad, None)
+        s = _resample(P._to_copy(self, dtype=_C.float64), mh, mw)
+        if divisor_override is not None:
+            d = P.full([], float(divisor_override), dtype=_C.float64)
+        else:
+            d = P._to_copy(P.mul(_col(ch), _row(cw)), dtype=_C.float64)
+        rd = P.reciprocal(d)
+        q = P.mul(s, rd)
+        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
+        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
+    cdt = _compute_dtype(self.dtype)
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    if divisor_override is not None:
+        out = P.mul(_resample(x, _sum_axis(H, oh, kh, sh, ph, cdt),
+                              _sum_axis(W, ow, kw, sw, pw, cdt)), 1.0 / divisor_override)
+    else:
+        out = _resample(x, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
+                        _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
+    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+
+
+def _avg_pool2d_backward(g, out, self, kernel_size, stride, padding, ceil_mode,
+                         count_include_pad, divisor_override):
+    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
+        self, kernel_size, stride, padding, ceil_mode, divisor_override)
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    if divisor_override is not None:
+        r = _resample_backward(gc, _sum_axis(H, oh, kh, sh, ph, cdt),
+                               _sum_axis(W, ow, kw, sw, pw, cdt)) * (1.0 / divisor_override)
+    else:
+        r = _resample_backward(gc, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
+                               _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
+    return (r if cdt is g.dtype else r.to(g.dtype),)
+
+
+_decomposed("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
+            "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
+            "-> Tensor", _avg_pool2d_decompose, _avg_pool2d_backward,
+            "2-d average pooling (two matmuls with averaging matrices; integers divide "
+            "truncating, as PyTorch's kernel).")
+
+
+# ------------------------------------------------------------------ adaptive_avg_pool2d
+
+
+def _adaptive_params(self, output_size):
+    if len(output_size) != 2:
+        raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
+    if self.ndim not in (3, 4):
+        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                           f"{_shape(self)}")
+    for d in range(self.ndim - 3 if self.ndim == 4 else 0, self.ndim):
+        if d > 0 or self.ndim == 3:
+            if self.shape[d] == 0:
+                raise RuntimeError(f"adaptive_avg_pool2d(): Expected input to have non-zero "
+                                   f"size for non-batch dimensions, but input has sizes "
+                                   f"{_shape(self)} with dimension {d} being empty")
+    if any(n < 0 for n in output_size):
+        raise RuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater than "
+                           f"or equal to 0 but received {list(output_size)}")
+    if tuple(output_size) == (1, 1) and not self.dtype.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
+    _float_or_raise("adaptive_avg_pool2d", self)
+    return self.shape[-2], self.shape[-1], output_size[0], output_size[1]
+
+
+def _adaptive_decompose(self, output_size):
+    H, W, oh, ow = _adaptive_params(self, output_size)
+    cdt = _compute_dtype(self.dtype)
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    out = _resample(x, None if oh == H else _adaptive_axis(H, oh, cdt),
+                    None if ow == W else _adaptive_axis(W, ow, cdt))
+    if out is x:
+        out = P.clone(x, memory_format="contiguous_format")
+    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+
+
+def _adaptive_backward(g, out, self, output_size):
+    H, W, oh, ow = _adaptive_params(self, output_size)
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    r = _resample_backward(gc, None if oh == H else _adaptive_axis(H, oh, cdt),
+                           None if ow == W else _adaptive_axis(W, ow, cdt))
+    return (r if cdt is g.dtype else r.to(g.dtype),)
+
+
+_decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
+            _adaptive_decompose, _adaptive_backward,
+            "2-d adaptive average pooling: output cell o averages inputs "
+            "[floor(o*I/O), ceil((o+1)*I/O)).")
+
+
+# ------------------------------------------------------------------ upsampling
+
+
+def _upsample_params(name, self, output_size):
+    if len(output_size) != 2:
+        raise RuntimeError(f"It is expected output_size equals to 2, but got size "
+                           f"{len(output_size)}")
+    if self.ndim != 4:
+        raise RuntimeError(f"It is expected input_size equals to 4, but got size {self.ndim}")
+    H, W = self.shape[2], self.shape[3]
+    oh, ow = output_size
+    if H <= 0 or W <= 0 or oh <= 0 or ow <= 0:
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                           f"(H: {H}, W: {W}) output (H: {oh}, W: {ow})")
+    if self.dtype is _C.bool or self.dtype in (_C.int8, _C.int16, _C.int32, _C.int64):
+        raise _not_implemented(f"{name}_channels_last", self.dtype)
+    return H, W, oh, ow
+
+
+def _nearest_decompose(self, output_size, scales_h, scales_w):
+    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    out = _resample(x, _nearest_axis(H, oh, scales_h, cdt), _nearest_axis(W, ow, scales_w, cdt))
+    if out is x:
+        out = P.clone(x, memory_format="contiguous_format")
+    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+
+
+def _nearest_backward(g, out, self, output_size, scales_h, scales_w):
+    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    r = _resample_backward(gc, _nearest_axis(H, oh, scales_h, cdt),
+                           _nearest_axis(W, ow, scales_w, cdt))
+    return (r if cdt is g.dtype else r.to(g.dtype),)
+
+
+_decomposed("upsample_nearest2d(Tensor self, int[2] output_size, float? scales_h=None, "
+            "float? scales_w=None) -> Tensor", _nearest_decompose, _nearest_backward,
+            "Nearest-neighbour resize of (N, C, H, W) to output_size: source index "
+            "floor(o * scale), scale = 1/scales or in/out.")
+
+
+def _uint8_precision(n_in, n_out, align_corners, scale):
+    """The fixed-point precision of PyTorch's uint8 linear-interpolation weights: the
+    largest p < 22 with round(w_max * 2^(p+1)) < 2^15."""
+    import numpy as np
+    o = np.arange(n_out, dtype=np.float32)
+    if align_corners:
+        sc = np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0)
+        real = o * sc
+    else:
+        sc = np.float32(1.0) / np.float32(scale) if scale else \
+            np.float32(n_in) / np.float32(n_out)
+        real = np.maximum((o + np.float32(0.5)) * sc - np.float32(0.5), np.float32(0))
+    i0 = np.minimum(np.floor(real), n_in - 1)
+    lam = np.clip(real - i0, 0, 1)
+    w = np.where(i0 < n_in - 1, np.maximum(lam, 1 - lam), 1.0)
+    w_max = float(w.max())
+    p = 0
+    while p < 22 and int(0.5 + w_max * (1 << (p + 1))) < (1 << 15):
+        p += 1
+    return p
+
+
+def _uint8_linear_pass(y, n_in, n_out, align_corners, scale, rows):
+    """One pass of PyTorch's uint8 kernel: int16 fixed-point weights, a rounding shift and
+    a clamp to [0, 255] (exact in float64)."""
+    p = _uint8_precision(n_in, n_out, align_corners, scale)
+    a = _linear_axis(n_in, n_out, align_corners, scale, _C.float64)
+    q = P._to_copy(P._to_copy(P.add(P.mul(a, float(1 << p)), 0.5), dtype=_C.int64),
+                   dtype=_C.float64)
+    y = P.matmul(q, y) if rows else P.matmul(y, P.permute(q, [1, 0]))
+    y = P._to_copy(P.mul(P.add(y, float(1 << (p - 1))), 1.0 / (1 << p)), dtype=_C.int64)
+    return P._to_copy(P.maximum(_minimum(y, 255), 0), dtype=_C.float64)
+
+
+def _bilinear_decompose(self, output_size, align_corners, scales_h, scales_w):
+    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
+    if self.dtype is _C.uint8:      # columns, then rows, each rounded to uint8
+        y = P._to_copy(self, dtype=_C.float64)
+        y = _uint8_linear_pass(y, W, ow, align_corners, scales_w, False)
+        y = _uint8_linear_pass(y, H, oh, align_corners, scales_h, True)
+        return P._to_copy(y, dtype=_C.uint8)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    out = _resample(x, _linear_axis(H, oh, align_corners, scales_h, cdt),
+                    _linear_axis(W, ow, align_corners, scales_w, cdt))
+    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+
+
+def _bilinear_backward(g, out, self, output_size, align_corners, scales_h, scales_w):
+    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    r = _resample_backward(gc, _linear_axis(H, oh, align_corners, scales_h, cdt),
+                           _linear_axis(W, ow, align_corners, scales_w, cdt))
+    return (r if cdt is g.dtype else r.to(g.dtype),)
+
+
+_decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_corners, "
+            "float? scales_h=None, float? scales_w=None) -> Tensor", _bilinear_decompose,
+            _bilinear_backward,
+            "Bilinear resize of (N, C, H, W) to output_size (align_corners as PyTorch).")
+
+
+# ================================================================== normalisation
+
+def _prod(xs):
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _upcast(x):
+    """float16 computes in float32; the result is cast back."""
+    return P._to_copy(x, dtype=_C.float32) if x.dtype is _C.float16 else x
+
+
+def _contiguous_p(x):
+    """x, or a contiguous copy (PyTorch's normalisation kernels work on and return
+    contiguous data)."""
+    return x if M.is_contiguous(x) else P.clone(x, memory_format="contiguous_format")
+
+
+def _normalize_p(x, dims, eps):
+    """(x - mean) * rstd over dims, with the mean and rstd (keepdim), in prims."""
+    n = _prod(x.shape[d] for d in dims)
+    inv = 1.0 / n if n else math.nan
+    mean = P.mul(P.sum(x, list(dims), True), inv)
+    xc = P.add(x, P.neg(mean))
+    var = P.mul(P.sum(P.mul(xc, xc), list(dims), True), inv)
+    rstd = P.pow(P.add(var, eps), -0.5)
+    return P.mul(xc, rstd), mean, rstd
+
+
+def _normalize_o(x, dims, eps):
+    """The same with ops (backward formulas: differentiable again)."""
+    n = _prod(x.shape[d] for d in dims)
+    mean = x.sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
+    xc = x - mean
+    var = (xc * xc).sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
+    rstd = (var + eps) ** -0.5
+    return xc * rstd, rstd
+
+
+def _norm_input_grad(gxhat, xhat, rstd, dims):
+    """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
+    n = _prod(gxhat.shape[d] for d in dims)
+    gm = gxhat.sum(list(dims), keepdim=True) * (1.0 / n)
+    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * (1.0 / n)
+    return rstd * (gxhat - gm - xhat * gxm)
+
+
+def _as_cdt(t):
+    return t.to(_C.float32) if t is not None and t.dtype is _C.float16 else t
+
+
+def _layer_norm_check(input, normalized_shape, weight, bias):
+    ns = list(normalized_shape)
+    if not ns:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., "
+                           "containing at least one element, but got normalized_shape = []")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and list(t.shape) != ns:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but "
+                               f"got {name} of shape {_shape(t)} and normalized_shape = {ns}")
+    k = len(ns)
+    if input.ndim < k or list(input.shape[input.ndim - k:]) != ns:
+        raise RuntimeError(f"Given normalized_shape={ns}, expected input with shape "
+                           f"[*, {', '.join(map(str, ns))}], but got input of size"
+                           f"{_shape(input)}")
+    _float_or_raise("LayerNormKernelImpl", input)
+    return list(range(input.ndim - k, input.ndim))
+
+
+def _layer_norm_decompose(input, normalized_shape, weight, bias, eps, cudnn_enable):
+    dims = _layer_norm_check(input, normalized_shape, weight, bias)
+    x = _upcast(_contiguous_p(input))
+    y, _, _ = _normalize_p(x, dims, eps)
+    if weight is not None:
+        y = P.mul(y, _upcast(weight))
+    if bias is not None:
+        y = P.add(y, _upcast(bias))
+    return P._to_copy(y, dtype=input.dtype) if y.dtype is not input.dtype else y
+
+
+def _layer_norm_backward(g, out, input, normalized_shape, weight, bias, eps, cudnn_enable):
+    dims = _layer_norm_check(input, normalized_shape, weight, bias)
+    x, gc = _as_cdt(input), _as_cdt(g)
+    xhat, rstd = _normalize_o(x, dims, eps)
+    lead = list(range(input.ndim - len(dims)))
+    gx = gw = gb = None
+    if input.requires_grad:
+        gxhat = gc * _as_cdt(weight) if weight is not None else gc
+        gx = _norm_input_grad(gxhat, xhat, rstd, dims).to(input.dtype)
+    if weight is not None and weight.requires_grad:
+        gw = ((gc * xhat).sum(lead) if lead else gc * xhat).to(weight.dtype)
+    if bias is not None and bias.requires_grad:
+        gb = (gc.sum(lead) if lead else gc).to(bias.dtype)
+    return gx, None, gw, gb, None, None
+
+
+_decomposed("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, "
+            "Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor",
+            _layer_norm_decompose, _layer_norm_backward,
+            "Normalises over the trailing normalized_shape dims (biased variance), then "
+            "weight and bias.")
+
+
+def _group_norm_check(input, num_groups, weight, bias):
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
+    C = input.shape[1]
+    if num_groups <= 0 or C % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {_shape(input)} and "
+                           f"num_groups={num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.shape[0] != C):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of "
+                               f"channels in input, but got {name} of shape {_shape(t)} and "
+                               f"input of shape {_shape(input)}")
+    _float_or_raise("GroupNormKernelImpl", input)
+    return C
+
+
+def _channel_view(t, ndim):
+    return [t.shape[0]] + [1] * (ndim - 2)
+
+
+def _group_norm_decompose(input, num_groups, weight, bias, eps, cudnn_enabled):
+    C = _group_norm_check(input, num_groups, weight, bias)
+    N = input.shape[0]
+    x = _upcast(_contiguous_p(input))
+    xg = _reshape_p(x, [N, num_groups, _prod(input.shape[1:]) // num_groups])
+    y, _, _ = _normalize_p(xg, [2], eps)
+    y = P.view(y, list(input.shape))
+    cs = [C] + [1] * (input.ndim - 2)
+    if weight is not None:
+        y = P.mul(y, P.view(_upcast(weight), cs))
+    if bias is not None:
+        y = P.add(y, P.view(_upcast(bias), cs))
+    return P._to_copy(y, dtype=input.dtype) if y.dtype is not input.dtype else y
+
+
+def _group_norm_backward(g, out, input, num_groups, weight, bias, eps, cudnn_enabled):
+    C = _group_norm_check(input, num_groups, weight, bias)
+    N = input.shape[0]
+    x, gc = _as_cdt(input), _as_cdt(g)
+    shape = list(input.shape)
+    cs = [C] + [1] * (input.ndim - 2)
+    xg = x.reshape(N, num_groups, -1)
+    xhat_g, rstd = _normalize_o(xg, [2], eps)
+    xhat = xhat_g.reshape(shape)
+    red = [0] + list(range(2, input.ndim))
+    gx = gw = gb = None
+    if input.requires_grad:
+        gxhat = gc * _as_cdt(weight).reshape(cs) if weight is not None else gc
+        gx = _norm_input_grad(gxhat.reshape(N, num_groups, -1), xhat_g, rstd, [2]) \
+            .reshape(shape).to(input.dtype)
+    if weight is not None and weight.requires_grad:
+        gw = (gc * xhat).sum(red).to(weight.dtype)
+    if bias is not None and bias.requires_grad:
+        gb = gc.sum(red).to(bias.dtype)
+    return gx, None, gw, gb, None, None
+
+
+_decomposed("group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
+            "float eps=1e-05, bool cudnn_enabled=True) -> Tensor",
+            _group_norm_decompose, _group_norm_backward,
+            "Normalises each group of C/num_groups channels (with the spatial dims) per "
+            "sample, then per-channel weight and bias.")
+
+
+def _batch_norm_check(input, weight, bias, running_mean, running_var, training):
+    if input.ndim < 2:
+        raise RuntimeError(f"batch_norm(): Expected at least 2 dimensions for input tensor "
+                           f"but received {input.ndim}")
+    C = input.shape[1]
+    for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                    ("running_var", running_var)):
+        if t is not None and t.numel() != C:
+            raise RuntimeError(f"{name} should contain {C} elements not {t.numel()}")
+    if not training and (running_mean is None or running_var is None):
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    _float_or_raise("batch_norm", input)
+    return C
+
+
+def _bn_functional_decompose(input, weight, bias, running_mean, running_var, training,
+                             momentum, eps):
+    C = _batch_norm_check(input, weight, bias, running_mean, running_var, training)
+    x = _upcast(_contiguous_p(input))
+    cdt = x.dtype
+    cs = [C] + [1] * (input.ndim - 2)
+    red = [0] + list(range(2, input.ndim))
+    empty = P.full([0], 0, dtype=input.dtype)
+
+    def stat(t):
+        return P._to_copy(P.view(t, [C]), dtype=cdt) if t.dtype is not cdt else P.view(t, [C])
+    if training:
+        y, mean, rstd = _normalize_p(x, red, eps)
+        mean, rstd = P.view(mean, [C]), P.view(rstd, [C])
+        n = input.numel() // C if C else 0
+        if running_mean is not None:
+            var = P.add(P.pow(rstd, -2.0), -eps)
+            unbiased = P.mul(var, n / (n - 1) if n > 1 else math.inf)
+            new_mean = P.add(P.mul(stat(running_mean), 1 - momentum), P.mul(mean, momentum))
+            new_var = P.add(P.mul(stat(running_var), 1 - momentum), P.mul(unbiased, momentum))
+            new_mean = P._to_copy(new_mean, dtype=running_mean.dtype)
+            new_var = P._to_copy(new_var, dtype=running_var.dtype)
+        else:
+            new_mean = new_var = empty
+    else:
+        mean = P.clone(stat(running_mean))           # an output: never a view of an input
+        rstd = P.pow(P.add(stat(running_var), eps), -0.5)
+        y = P.mul(P.add(x, P.neg(P.view(mean, cs))), P.view(rstd, cs))
+        new_mean, new_var = P.clone(running_mean), P.clone(running_var)
+    if weight is not None:
+        y = P.mul(y, P.view(_upcast(weight), cs))
+    if bias is not None:
+        y = P.add(y, P.view(_upcast(bias), cs))
+    if y.dtype is not input.dtype:
+        y = P._to_copy(y, dtype=input.dtype)
+    return y, mean, rstd, new_mean, new_var
+
+
+def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, running_var,
+                            training, momentum, eps):
+    """Gradients of all five outputs: the normalised output, the saved statistics and the
+    new running statistics (each a function of the input, or of the running ones)."""
+    g, g_mean, g_rstd, g_nm, g_nv = grads
+    C = input.shape[1]
+    cs = [C] + [1] * (input.ndim - 2)
+    red = [0] + list(range(2, input.ndim))
+    n = input.numel() // C if C else 0
+    x = _as_cdt(input)
+    cdt = x.dtype
+    if training:
+        xhat, rstd = _normalize_o(x, red, eps)
+    else:
+        rstd = (_as_cdt(running_var).reshape(cs) + eps) ** -0.5
+        xhat = (x - _as_cdt(running_mean).reshape(cs)) * rstd
+    gx = gw = gb = grm = grv = None
+
+    def add(a, b):
+        return b if a is None else a + b
+    if g is not None:
+        gc = g.to(cdt)
+        gxhat = gc * _as_cdt(weight).reshape(cs) if weight is not None else gc
+        if training:
+            gx = _norm_input_grad(gxhat, xhat, rstd, red)
+        else:
+            gx = gxhat * rstd
+            grm = -(gxhat * rstd).sum(red)
+            grv = (gxhat * xhat).sum(red) * (-0.5) * (rstd * rstd).reshape(C)
+        if weight is not None:
+            gw = (gc * xhat).sum(red)
+        if bias is not None:
+            gb = gc.sum(red)
+    if training:
+        xc = xhat / rstd                                      # x - mean
+        if g_mean is not None:
+            gx = add(gx, (g_mean.to(cdt) * (1.0 / n)).reshape(cs).expand(list(x.shape)))
+        if g_rstd is not None:                                # d rstd = -rstd^3 dvar / 2
+            gx = add(gx, (g_rstd.to(cdt).reshape(cs) * -(rstd ** 3)) * xc * (1.0 / n))
+        if g_nm is not None and running_mean is not None:
+            grm = add(grm, g_nm.to(cdt) * (1 - momentum))
+            gx = add(gx, (g_nm.to(cdt) * (momentum / n)).reshape(cs).expand(list(x.shape)))
+        if g_nv is not None and running_var is not None:
+            grv = add(grv, g_nv.to(cdt) * (1 - momentum))
+            gx = add(gx, g_nv.to(cdt).reshape(cs) * (momentum / (n - 1) * 2.0) * xc)
+    else:
+        if g_mean is not None:
+            grm = add(grm, g_mean.to(cdt))
+        if g_rstd is not None:
+            grv = add(grv, g_rstd.to(cdt) * -0.5 * rstd.reshape(C) ** 3)
+        if g_nm is not None:
+            grm = add(grm, g_nm.to(cdt))
+        if g_nv is not None:
+            grv = add(grv, g_nv.to(cdt))
+
+    def cast(t, like):
+        return None if t is None or like is None else t.to(like.dtype).reshape(like.shape)
+    return (cast(gx, input), cast(gw, weight), cast(gb, bias), cast(grm, running_mean),
+            cast(grv, running_var), None, None, None)
+
+
+_decomposed("_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, "
+            "Tensor? running_mean, Tensor? running_var, bool training, float momentum, "
+            "float eps) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+            _bn_functional_decompose, _bn_functional_backward,
+            "Batch normalisation without side effects: (output, mean, rstd, new_running_mean, "
+            "new_running_var); batch statistics in training (the running ones updated with "
+            "momentum and the unbiased variance), running statistics in evaluation.")
+
+
+def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                cudnn_enabled):
+    out, _, _, new_mean, new_var = O._native_batch_norm_legit_functional(
+        input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training and running_mean is not None:
+        prev = _C._set_grad_enabled(False)
+        try:
+            running_mean.copy_(new_mean)
+            running_var.copy_(new_var)
+        finally:
+            _C._set_grad_enabled(prev)
+    return out
+
+
+op("batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
+   "Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) "
+   "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_batch_norm,
+   doc="Batch normalisation; in training the running statistics are updated in place "
+       "(copy_ of _native_batch_norm_legit_functional's new statistics).")
+
+
+# ================================================================== dropout (composite)
+
+
+def _dropout(input, p, train, generator=None):
+    if p < 0 or p > 1:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not train or p == 0 or input.numel() == 0:
+        return input
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{torch_type(input.dtype)}")
+    if p == 1:
+        return input * 0
+    keep = O.rand(tuple(input.shape), generator=generator, dtype=input.dtype) >= p
+    return input * keep * (1.0 / (1.0 - p))
+
+
+op("dropout(Tensor input, float p, bool train, *, Generator? generator=None) -> Tensor",
+   CUSTOM, "python", composite=True, method=False, impl=_dropout,
+   doc="Zeroes each element with probability p (drawn from generator or the default one) "
+       "and scales the rest by 1/(1-p); the input itself when not training.")
+
+
+# ================================================================== embedding, one_hot
+
+
+def _embedding_check(weight, indices):
+    if indices.dtype not in (_C.int64, _C.int32):
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                           f"following scalar types: Long, Int; but got "
+                           f"{_legacy_name(indices)} instead (while checking arguments for "
+                           f"embedding)")
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    if _has_data(indices):
+        a = indices.detach().numpy()
+        if a.min() < 0 or a.max() >= weight.shape[0]:
+            raise IndexError("index out of range in self")
+
+
+def _legacy_name(t):
+    return "torch." + torch_type(t.dtype) + "Tensor"
+
+
+def _one_hot_p(idx, n, dtype):
+    """(*idx.shape, n): 1 where the class equals idx (dtype) — from eq and arange."""
+    return P._to_copy(P.eq(P.view(idx, list(idx.shape) + [1]), P.arange(n)), dtype=dtype)
+
+
+def _embedding_decompose(weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    _embedding_check(weight, indices)
+    V, D = weight.shape
+    flat = _reshape_p(indices, [indices.numel()])
+    if weight.dtype is _C.bool:
+        out = P.ne(P.matmul(_one_hot_p(flat, V, _C.int64), P._to_copy(weight, dtype=_C.int64)),
+                   0)
+    else:
+        out = P.matmul(_one_hot_p(flat, V, weight.dtype), weight)
+    return P.view(out, list(indices.shape) + [D])
+
+
+def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    V, D = weight.shape
+    flat = indices.reshape(-1)
+    onehot = (flat.unsqueeze(1) == O.arange(V)).to(g.dtype)
+    gw = O.mm(onehot.t(), g.reshape(-1, D))
+    keep = None
+    if padding_idx is not None and padding_idx >= 0:
+        keep = (O.arange(V) != padding_idx).to(g.dtype).unsqueeze(1)
+    if scale_grad_by_freq:
+        counts = onehot.sum(0)
+        gw = gw / O.maximum(counts, 1.0).unsqueeze(1)
+    if keep is not None:
+        gw = gw * keep
+    return gw, None, None, None, None
+
+
+op("embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
+   "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor", CUSTOM, "embedding",
+   method=False, meta=run_decomposition, decompose=_embedding_decompose,
+   backward=_embedding_backward,
+   doc="Rows of weight picked by indices (a one-hot matmul in the decomposition; the eager "
+       "kernel takes the rows); padding_idx rows get no gradient.")
+
+
+def _one_hot_decompose(self, num_classes):
+    if self.dtype is not _C.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if not _has_data(self) and self.numel():
+            raise RuntimeError("one_hot(): num_classes=-1 needs the values of self (the "
+                               "result's shape depends on them); give num_classes")
+        if self.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(self.detach().numpy().max()) + 1
+    elif num_classes < -1:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    if _has_data(self):
+        a = self.detach().numpy()
+        if a.min() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if a.max() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    return _contiguous_p(_one_hot_p(self, num_classes, _C.int64))
+
+
+_decomposed("one_hot(Tensor self, int num_classes=-1) -> Tensor", _one_hot_decompose, None,
+            "int64 one-hot encoding along a new last dim of size num_classes (-1: max + 1).")
+
+
+# ================================================================== attention (composite)
+
+
+def _safe_softmax(x, dim):
+    """softmax that gives 0 (not NaN) for rows that are all -inf (fully masked)."""
+    m = x.amax(dim, keepdim=True)
+    m = O.where(m == -math.inf, 0.0, m)
+    e = (x - m).exp()
+    s = e.sum(dim, keepdim=True)
+    return e / O.where(s == 0, 1.0, s)
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype is not query.dtype:
+            raise RuntimeError(f"Expected query, key, and value to have the same dtype, but "
+                               f"got query.dtype: {_dt(query)} key.dtype: {_dt(key)} and "
+                               f"value.dtype: {_dt(value)} instead.")
+    if not query.dtype.is_floating_point:
+        raise RuntimeError(f"expected scalar type Float but found {torch_type(query.dtype)}")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
+                           "when is_causal=True")
+    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        rep = query.shape[-3] // key.shape[-3]
+
+        def repeat(t):
+            shp = list(t.shape)
+            t = t.unsqueeze(-3).expand(shp[:-2] + [rep] + shp[-2:])
+            return t.reshape(shp[:-3] + [shp[-3] * rep] + shp[-2:])
+        key, value = repeat(key), repeat(value)
+    sc = 1.0 / math.sqrt(E) if scale is None else scale
+    attn = query.matmul(key.transpose(-2, -1)) * sc
+    if is_causal:
+        causal = O.arange(S).unsqueeze(0) <= O.arange(L).unsqueeze(1)
+        attn = O.where(causal, attn, -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype is _C.bool:
+            attn = O.where(attn_mask, attn, -math.inf)
+        else:
+            attn = attn + attn_mask
+    attn = _safe_softmax(attn, -1)
+    if dropout_p > 0.0:
+        attn = O.dropout(attn, dropout_p, True)
+    return attn.matmul(value)
+
+
+def _dt(t):
+    return "torch." + str(t.dtype).split(".")[-1]
+
+
+op("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, "
+   "Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, "
+   "bool enable_gqa=False) -> Tensor", CUSTOM, "python", composite=True, method=False,
+   impl=_sdpa,
+   doc="softmax(q k^T * scale + mask) v (PyTorch's math reference; fully masked rows give "
+       "0); attn_mask bool (True = attend) or float (added); is_causal; dropout_p.")
+
+
+# ================================================================== bilinear (composite)
+
+
+def _bilinear(input1, input2, weight, bias=None):
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.ndim} and "
+                           f"{input2.ndim}")
+    if weight.ndim != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, but got "
+                           f"{weight.ndim} dimensions")
+    if input1.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"bilinear(): input1 size does not match weight size: got "
+                           f"{input1.shape[-1]} but expected {weight.shape[1]}")
+    if input2.shape[-1] != weight.shape[2]:
+        raise RuntimeError(f"bilinear(): input2 size does not match weight size: got "
+                           f"{input2.shape[-1]} but expected {weight.shape[2]}")
+    O_, I, J = weight.shape
+    lead = list(input1.shape[:-1])
+    x1 = input1.reshape(-1, I)
+    x2 = input2.reshape(-1, J)
+    u = x1.matmul(weight.permute(1, 0, 2).reshape(I, O_ * J)).reshape(-1, O_, J)
+    out = (u * x2.unsqueeze(1)).sum(-1)
+    if out.dtype is not u.dtype:           # integer sums widen; PyTorch keeps the dtype
+        out = out.to(u.dtype)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(lead + [O_])
+
+
+op("bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor",
+   CUSTOM, "python", composite=True, method=False, impl=_bilinear,
+   doc="y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o].")
+
+
+# ================================================================== losses
+#
+# reduction as in ATen: 0 none, 1 mean, 2 sum (nn.functional maps the strings).
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _check_reduction(reduction):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _reduce_p(loss, reduction):
+    if reduction == 0:
+        return loss
+    s = P.sum(loss)
+    if reduction == 2:
+        return s
+    n = loss.numel()
+    return P.mul(s, 1.0 / n if n else math.nan)
+
+
+def _unreduce(g, reduction, shape):
+    """The gradient of each element from the gradient of the reduced loss."""
+    if reduction == 0:
+        return g
+    n = _prod(shape)
+    if reduction == 1:
+        g = g * (1.0 / n if n else math.nan)
+    return g.expand(list(shape))
+
+
+def _pair_shape(name, a, b):
+    return M.broadcast_shapes(name, tuple(a.shape), tuple(b.shape))
+
+
+def _loss_dtype(kernel, self, target):
+    dt = M.result_type(self, target)
+    if not dt.is_floating_point:
+        raise _not_implemented(kernel, dt)
+    return dt
+
+
+def _sub_p(a, b):
+    return P.add(a, P.neg(b))
+
+
+def _abs_p(x):
+    return P.where(P.lt(x, 0), P.neg(x), x)
+
+
+def _sign_o(x):
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+# ------------------------------------------------------------------ mse, l1, smooth_l1
+
+
+def _mse_decompose(self, target, reduction):
+    _check_reduction(reduction)
+    _pair_shape("mse_loss", self, target)
+    _loss_dtype("mse_cpu", self, target)
+    d = _sub_p(self, target)
+    return _reduce_p(P.mul(d, d), reduction)
+
+
+def _mse_backward(g, out, self, target, reduction):
+    d = self - target
+    gd = _unreduce(g, reduction, d.shape) * d * 2
+    return gd, -gd
+
+
+_decomposed("mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
+            _mse_decompose, _mse_backward,
+            "(self - target)^2, reduced (0 none, 1 mean, 2 sum).")
+
+
+def _l1_decompose(self, target, reduction):
+    _check_reduction(reduction)
+    _pair_shape("l1_loss", self, target)
+    if self.dtype is _C.bool and target.dtype is _C.bool:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    dt = M.result_type(self, target)
+    if reduction == 1 and not dt.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {torch_type(dt)}")
+    return _reduce_p(_abs_p(_sub_p(self, target)), reduction)
+
+
+def _l1_backward(g, out, self, target, reduction):
+    d = self - target
+    gd = _unreduce(g, reduction, d.shape) * _sign_o(d)
+    return gd, -gd
+
+
+_decomposed("l1_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
+            _l1_decompose, _l1_backward, "|self - target|, reduced.")
+
+
+def _smooth_l1_decompose(self, target, reduction, beta):
+    _check_reduction(reduction)
+    _pair_shape("smooth_l1_loss", self, target)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _loss_dtype("smooth_l1_cpu", self, target)
+    ad = _abs_p(_sub_p(self, target))
+    if beta == 0:
+        return _reduce_p(ad, reduction)
+    quad = P.mul(P.mul(ad, ad), 0.5 / beta)
+    return _reduce_p(P.where(P.lt(ad, beta), quad, P.add(ad, -0.5 * beta)), reduction)
+
+
+def _smooth_l1_backward(g, out, self, target, reduction, beta):
+    d = self - target
+    sg = _sign_o(d)
+    if beta > 0:
+        sg = O.where((d * sg) < beta, d * (1.0 / beta), sg)
+    gd = _unreduce(g, reduction, d.shape) * sg
+    return gd, -gd, None, None
+
+
+_decomposed("smooth_l1_loss(Tensor self, Tensor target, int reduction=1, float beta=1.) "
+            "-> Tensor", _smooth_l1_decompose, _smooth_l1_backward,
+            "0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = self - target).")
+
+
+def _huber_decompose(self, target, reduction, delta):
+    _check_reduction(reduction)
+    _pair_shape("huber_loss", self, target)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _loss_dtype("huber_cpu", self, target)
+    ad = _abs_p(_sub_p(self, target))
+    quad = P.mul(P.mul(ad, ad), 0.5)
+    lin = P.mul(P.add(ad, -0.5 * delta), delta)
+    return _reduce_p(P.where(P.lt(ad, delta), quad, lin), reduction)
+
+
+def _huber_backward(g, out, self, target, reduction, delta):
+    d = self - target
+    sg = O.where((d * _sign_o(d)) < delta, d, _sign_o(d) * delta)
+    gd = _unreduce(g, reduction, d.shape) * sg
+    return gd, -gd, None, None
+
+
+_decomposed("huber_loss(Tensor self, Tensor target, int reduction=1, float delta=1.) -> Tensor",
+            _huber_decompose, _huber_backward,
+            "0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta).")
+
+
+# ------------------------------------------------------------------ binary cross entropy
+
+
+def _bce_check(self, target, weight):
+    if not self.dtype.is_floating_point:
+        raise _not_implemented("binary_cross_entropy", self.dtype)
+    if target.dtype is not self.dtype:
+        raise RuntimeError(f"Found dtype {torch_type(target.dtype)} but expected "
+                           f"{torch_type(self.dtype)}")
+    if tuple(target.shape) != tuple(self.shape):
+        raise RuntimeError(f"binary_cross_entropy(): expected target of the input's shape "
+                           f"{_shape(self)}, got {_shape(target)}")
+    if weight is not None:
+        shape = M.broadcast_shapes("binary_cross_entropy", tuple(weight.shape),
+                                   tuple(self.shape))
+        if shape != tuple(self.shape):
+            raise RuntimeError(f"binary_cross_entropy(): weight of shape {_shape(weight)} does "
+                               f"not broadcast to the input's shape {_shape(self)}")
+
+
+def _bce_decompose(self, target, weight, reduction):
+    _check_reduction(reduction)
+    _bce_check(self, target, weight)
+    if _has_data(self):
+        a = self.detach().numpy()
+        if not ((a >= 0) & (a <= 1)).all():
+            raise RuntimeError("all elements of input should be between 0 and 1")
+    x, t = _upcast(self), _upcast(target)
+    logx = P.maximum(P.log(x), -100.0)
+    log1mx = P.maximum(P.log(P.add(P.neg(x), 1.0)), -100.0)
+    loss = P.neg(P.add(P.mul(t, logx), P.mul(P.add(P.neg(t), 1.0), log1mx)))
+    if weight is not None:
+        loss = P.mul(loss, _upcast(weight))
+    out = _reduce_p(loss, reduction)
+    return P._to_copy(out, dtype=self.dtype) if out.dtype is not self.dtype else out
+
+
+def _bce_backward(g, out, self, target, weight, reduction):
+    x, t, gc = _as_cdt(self), _as_cdt(target), _as_cdt(g)
+    ge = _unreduce(gc, reduction, x.shape)
+    if weight is not None:
+        ge = ge * _as_cdt(weight)
+    gx = ge * (x - t) / O.maximum((1 - x) * x, 1e-12)
+    gt = None
+    if target.requires_grad:
+        gt = (ge * (O.maximum((1 - x).log(), -100.0) - O.maximum(x.log(), -100.0))) \
+            .to(target.dtype)
+    return gx.to(self.dtype), gt, None, None
+
+
+_decomposed("binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, "
+            "int reduction=1) -> Tensor", _bce_decompose, _bce_backward,
+            "-w (t log x + (1 - t) log(1 - x)) with the logs clamped at -100, reduced.")
+
+
+def _softplus_neg_p(x):
+    """log(1 + exp(-x)) computed stably: max(-x, 0) + log(exp(-max) + exp(-x - max))."""
+    m = P.maximum(P.neg(x), 0.0)
+    return P.add(P.log(P.add(P.exp(P.neg(m)), P.exp(P.add(P.neg(x), P.neg(m))))), m)
+
+
+def _softplus_neg_o(x):
+    m = O.maximum(-x, 0.0)
+    return ((-m).exp() + (-x - m).exp()).log() + m
+
+
+def _bce_logits_decompose(self, target, weight, pos_weight, reduction):
+    _check_reduction(reduction)
+    dt = M.result_type(self, target)
+    if not dt.is_floating_point:
+        raise _not_implemented("log_sigmoid_cpu", dt)
+    M.broadcast_shapes("binary_cross_entropy_with_logits", tuple(self.shape),
+                       tuple(target.shape))
+    x, t = _upcast(self), _upcast(target)
+    sp = _softplus_neg_p(x)
+    if pos_weight is not None:
+        lw = P.add(P.mul(P.add(_upcast(pos_weight), -1.0), t), 1.0)
+        sp = P.mul(lw, sp)
+    loss = P.add(P.mul(P.add(P.neg(t), 1.0), x), sp)
+    if weight is not None:
+        loss = P.mul(loss, _upcast(weight))
+    out = _reduce_p(loss, reduction)
+    return P._to_copy(out, dtype=dt) if out.dtype is not dt else out
+
+
+def _bce_logits_backward(g, out, self, target, weight, pos_weight, reduction):
+    x, t, gc = _as_cdt(self), _as_cdt(target), _as_cdt(g)
+    shape = M.broadcast_shapes("binary_cross_entropy_with_logits", tuple(self.shape),
+                               tuple(target.shape))
+    ge = _unreduce(gc, reduction, shape)
+    if weight is not None:
+        ge = ge * _as_cdt(weight)
+    sig_neg = (-x).sigmoid()
+    lw = (_as_cdt(pos_weight) - 1) * t + 1 if pos_weight is not None else None
+    gx = ge * ((1 - t) - (lw * sig_neg if lw is not None else sig_neg))
+    gt = gpw = gw = None
+    if target.requires_grad:
+        gt = ge * (-x + ((_as_cdt(pos_weight) - 1) * _softplus_neg_o(x)
+                         if pos_weight is not None else 0))
+        gt = gt.to(target.dtype)
+    if pos_weight is not None and pos_weight.requires_grad:
+        gpw = (ge * t * _softplus_neg_o(x)).to(pos_weight.dtype)
+    if weight is not None and weight.requires_grad:
+        sp = _softplus_neg_o(x)
+        loss = (1 - t) * x + (lw * sp if lw is not None else sp)
+        gw = (_unreduce(gc, reduction, shape) * loss).to(weight.dtype)
+    return gx.to(self.dtype), gt, gw, gpw, None
+
+
+_decomposed("binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, "
+            "Tensor? pos_weight=None, int reduction=1) -> Tensor", _bce_logits_decompose,
+            _bce_logits_backward,
+            "(1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x)), weighted and reduced "
+            "(stable for large |x|).")
+
+
+# ------------------------------------------------------------------ kl_div
+
+
+def _kl_decompose(self, target, reduction, log_target):
+    _check_reduction(reduction)
+    if not self.dtype.is_floating_point or not target.dtype.is_floating_point:
+        raise RuntimeError("kl_div: Integral inputs not supported.")
+    M.broadcast_shapes("kl_div", tuple(self.shape), tuple(target.shape))
+    if log_target:
+        loss = P.mul(P.exp(target), _sub_p(target, self))
+    else:
+        xlogy = P.where(P.eq(target, 0), 0.0, P.mul(target, P.log(target)))
+        loss = _sub_p(xlogy, P.mul(target, self))
+    return _reduce_p(loss, reduction)
+
+
+def _kl_backward(g, out, self, target, reduction, log_target):
+    shape = M.broadcast_shapes("kl_div", tuple(self.shape), tuple(target.shape))
+    ge = _unreduce(g, reduction, shape)
+    if log_target:
+        et = target.exp()
+        gx = -ge * et
+        gt = ge * et * (target - self + 1) if target.requires_grad else None
+    else:
+        gx = -ge * target
+        gt = ge * (O.where(target == 0, 0.0, target.log() + 1) - self) \
+            if target.requires_grad else None
+    return gx, gt, None, None
+
+
+_decomposed("kl_div(Tensor self, Tensor target, int reduction=1, *, bool log_target=False) "
+            "-> Tensor", _kl_decompose, _kl_backward,
+            "target (log target - self) pointwise (self holds log-probabilities), reduced.")
+
+
+# ------------------------------------------------------------------ nll_loss, cross_entropy
+
+
+def _log_softmax_p(x, dim):
+    m = P.amax(x, [dim], True)
+    z = P.add(x, P.neg(m))
+    return P.add(z, P.neg(P.log(P.sum(P.exp(z), [dim], True))))
+
+
+def _log_softmax_o(x, dim):
+    z = x - x.amax(dim, keepdim=True).detach()
+    return z - z.exp().sum(dim, keepdim=True).log()
+
+
+def _class_targets_check(name, self, target, weight, kernel):
+    """Shape, dtype and weight checks of nll_loss / cross_entropy with class indices;
+    returns the class dim."""
+    if target.dtype not in (_C.int64, _C.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
+                           f"{torch_type(target.dtype)}")
+    if self.ndim == 0:
+        raise RuntimeError(f"{name}(): input tensor should be at least 1D")
+    cd = 1 if self.ndim >= 2 else 0
+    if self.ndim == 1:
+        if target.ndim != 0:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    else:
+        if target.ndim == 0 or (target.ndim >= 1 and self.shape[0] != target.shape[0] and
+                                self.ndim == target.ndim + 1):
+            if target.ndim == 0:
+                raise RuntimeError("0D or 1D target tensor expected, multi-target not "
+                                   "supported")
+            raise ValueError(f"Expected input batch_size ({self.shape[0]}) to match target "
+                             f"batch_size ({target.shape[0]}).")
+        if self.ndim == 2 and target.ndim != 1:
+            if target.ndim == 2 and target.shape[0] != self.shape[0]:
+                raise ValueError(f"Expected input batch_size ({self.shape[0]}) to match "
+                                 f"target batch_size ({target.shape[0]}).")
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        if self.ndim > 2:
+            if target.ndim == 1:
+                raise RuntimeError(f"only batches of spatial targets supported ("
+                                   f"{self.ndim - 1}D tensors) but got targets of dimension: 1")
+            want = [self.shape[0]] + list(self.shape[2:])
+            if list(target.shape) != want:
+                raise RuntimeError(f"Expected target size {want}, got {_shape(target)}")
+    C = self.shape[cd]
+    if weight is not None:
+        if weight.numel() != C:
+            raise RuntimeError(f"weight tensor should be defined either for all {C} classes "
+                               f"or no classes but got weight tensor of shape: "
+                               f"{_shape(weight)}")
+        if weight.dtype is not self.dtype:
+            raise RuntimeError(f"expected scalar type {torch_type(self.dtype)} but found "
+                               f"{torch_type(weight.dtype)}")
+    _float_or_raise(kernel, self)
+    return cd
+
+
+def _check_target_values(target, C, ignore_index):
+    if not _has_data(target):
+        return
+    a = target.detach().numpy().astype("int64")
+    bad = a[(a != ignore_index) & ((a < 0) | (a >= C))]
+    if bad.size:
+        raise IndexError(f"Target {int(bad.reshape(-1)[0])} is out of bounds.")
+
+
+def _class_view(t, ndim, cd):
+    shape = [1] * ndim
+    shape[cd] = t.numel()
+    return shape
+
+
+def _target_coeffs_p(self, target, weight, ignore_index, cd, cdt, smoothing=0.0):
+    """For class indices: the coefficients a (input's shape) with loss_n = -sum_c a logp,
+    and the per-sample weights w_t (target's shape; their sum divides 'mean')."""
+    C = self.shape[cd]
+    t = P._to_copy(target, dtype=_C.int64) if target.dtype is not _C.int64 else target
+    onehot = P.eq(P.view(t, list(t.shape[:cd]) + [1] + list(t.shape[cd:])),
+                  P.view(P.arange(C), _class_view(P.arange(C), self.ndim, cd)))
+    valid = P._to_copy(P.ne(t, ignore_index), dtype=cdt)
+    oh = P._to_copy(onehot, dtype=cdt)
+    wv = None
+    if weight is not None:
+        wv = P.view(P._to_copy(weight, dtype=cdt) if weight.dtype is not cdt else weight,
+                    _class_view(weight, self.ndim, cd))
+        oh_w = P.mul(oh, wv)
+    else:
+        oh_w = oh
+    w_t = P.mul(P.sum(oh_w, [cd]), valid)
+    vcol = P.view(valid, list(valid.shape[:cd]) + [1] + list(valid.shape[cd:]))
+    a = P.mul(oh_w, vcol)
+    if smoothing > 0:
+        smooth = P.mul(vcol, wv if wv is not None else 1.0)
+        a = P.add(P.mul(a, 1.0 - smoothing), P.mul(P.expand(smooth, list(self.shape)),
+                                                   smoothing / C))
+    return a, w_t
+
+
+def _weighted_reduce_p(loss, w_t, reduction):
+    if reduction == 0:
+        return loss
+    s = P.sum(loss)
+    if reduction == 2:
+        return s
+    return P.mul(s, P.reciprocal(P.sum(w_t)))
+
+
+def _nll_decompose(self, target, weight, reduction, ignore_index):
+    _check_reduction(reduction)
+    cd = _class_targets_check("nll_loss", self, target, weight, "nll_loss_out_frame")
+    _check_target_values(target, self.shape[cd], ignore_index)
+    x = _upcast(self)
+    a, w_t = _target_coeffs_p(self, target, weight, ignore_index, cd, x.dtype)
+    loss = P.neg(P.sum(P.mul(a, x), [cd]))
+    out = _weighted_reduce_p(loss, w_t, reduction)
+    return P._to_copy(out, dtype=self.dtype) if out.dtype is not self.dtype else out
+
+
+def _grad_scale(g, reduction, w_t, shape):
+    """Per-sample gradient scale (target's shape) from the reduced loss's gradient."""
+    if reduction == 0:
+        return g
+    if reduction == 1:
+        g = g / w_t.sum()
+    return g.expand(list(shape))
+
+
+def _nll_backward(g, out, self, target, weight, reduction, ignore_index):
+    cd = 1 if self.ndim >= 2 else 0
+    a, w_t = _target_coeffs_p(self, target, weight, ignore_index, cd, _as_cdt(self).dtype)
+    gs = _grad_scale(_as_cdt(g), reduction, w_t, target.shape).unsqueeze(cd)
+    return (-(a * gs)).to(self.dtype), None, None, None, None
+
+
+_decomposed("nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, "
+            "SymInt ignore_index=-100) -> Tensor", _nll_decompose, _nll_backward,
+            "-w[t] self[n, t] per sample (class dim 1, or 0 for an unbatched input; extra "
+            "spatial dims allowed); 'mean' divides by the weights' sum.")
+
+
+def _ce_is_prob(self, target):
+    return tuple(target.shape) == tuple(self.shape) and self.ndim >= 1
+
+
+def _ce_coeffs(self, target, weight, ignore_index, label_smoothing, cd, cdt, prob):
+    """(a, denominator-weights or None) for cross_entropy: loss_n = -sum_c a logp."""
+    C = self.shape[cd]
+    if prob:
+        t = P._to_copy(target, dtype=cdt) if target.dtype is not cdt else target
+        if label_smoothing > 0:
+            t = P.add(P.mul(t, 1.0 - label_smoothing), label_smoothing / C)
+        if weight is not None:
+            t = P.mul(t, P.view(P._to_copy(weight, dtype=cdt), _class_view(weight, self.ndim,
+                                                                            cd)))
+        return t, None
+    return _target_coeffs_p(self, target, weight, ignore_index, cd, cdt, label_smoothing)
+
+
+def _ce_check(self, target, weight, ignore_index, label_smoothing):
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                           f"{label_smoothing}")
+    if self.ndim == 0:
+        raise RuntimeError("cross_entropy(): input tensor should be at least 1D")
+    cd = 1 if self.ndim >= 2 else 0
+    prob = _ce_is_prob(self, target)
+    if prob:
+        if not target.dtype.is_floating_point:
+            raise RuntimeError(f"Expected floating point type for target with class "
+                               f"probabilities, got {torch_type(target.dtype)}")
+        if ignore_index != -100:
+            raise RuntimeError("ignore_index is not supported for floating point target")
+        if weight is not None and weight.numel() != self.shape[cd]:
+            raise RuntimeError(f"weight tensor should be defined either for all "
+                               f"{self.shape[cd]} classes or no classes but got weight tensor "
+                               f"of shape: {_shape(weight)}")
+        _float_or_raise("log_softmax_lastdim_kernel_impl", self)
+    else:
+        _class_targets_check("cross_entropy", self, target, weight,
+                             "log_softmax_lastdim_kernel_impl")
+        _check_target_values(target, self.shape[cd], ignore_index)
+    return cd, prob
+
+
+def _ce_decompose(self, target, weight, reduction, ignore_index, label_smoothing):
+    _check_reduction(reduction)
+    cd, prob = _ce_check(self, target, weight, ignore_index, label_smoothing)
+    rdt = M.result_type(self, target) if prob else self.dtype
+    cdt = _compute_dtype(rdt)
+    x = P._to_copy(self, dtype=cdt) if self.dtype is not cdt else self
+    logp = _log_softmax_p(x, cd)
+    a, w_t = _ce_coeffs(self, target, weight, ignore_index, label_smoothing, cd, cdt, prob)
+    loss = P.neg(P.sum(P.mul(a, logp), [cd]))
+    if prob:
+        if reduction == 1:
+            n = self.numel() // self.shape[cd] if self.shape[cd] else 0
+            out = P.mul(P.sum(loss), 1.0 / n if n else math.nan)
+        else:
+            out = _reduce_p(loss, reduction)
+    else:
+        out = _weighted_reduce_p(loss, w_t, reduction)
+    return P._to_copy(out, dtype=rdt) if out.dtype is not rdt else out
+
+
+def _ce_backward(g, out, self, target, weight, reduction, ignore_index, label_smoothing):
+    cd = 1 if self.ndim >= 2 else 0
+    prob = _ce_is_prob(self, target)
+    cdt = _compute_dtype(out.dtype)
+    x = self.to(cdt)
+    a, w_t = _ce_coeffs(self, target, weight, ignore_index, label_smoothing, cd, cdt, prob)
+    gc = g.to(cdt)
+    if prob:
+        shape = list(self.shape[:cd]) + list(self.shape[cd + 1:])
+        if reduction == 0:
+            gs = gc
+        else:
+            n = self.numel() // self.shape[cd] if self.shape[cd] else 0
+            gs = (gc * (1.0 / n) if reduction == 1 else gc).expand(shape)
+    else:
+        gs = _grad_scale(gc, reduction, w_t, target.shape)
+    gs = gs.unsqueeze(cd)
+    logp = _log_softmax_o(x, cd)
+    p = logp.exp()
+    gx = gs * (p * a.sum(cd, keepdim=True) - a)
+    gt = None
+    if prob and target.requires_grad:
+        coef = 1.0 - label_smoothing
+        wv = weight.to(cdt).reshape(_class_view(weight, self.ndim, cd)) if weight is not None \
+            else 1.0
+        gt = (-gs * logp * wv * coef).to(target.dtype)
+    return gx.to(self.dtype), gt, None, None, None, None
+
+
+_decomposed("cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, "
+            "int reduction=1, SymInt ignore_index=-100, float label_smoothing=0.) -> Tensor",
+            _ce_decompose, _ce_backward,
+            "log_softmax over the class dim, then nll (class indices, ignore_index, weight) or "
+            "-sum(target * logp) (class probabilities); label smoothing as PyTorch.")

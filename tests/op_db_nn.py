@@ -1,0 +1,1238 @@
+"""The op database's entries for the linear-algebra and nn ops (python/ember/ops/linalg.py,
+nn_ops.py): samples and independent float64 references, loaded by op_db.py.
+
+The references follow the definitions, not the kernels: convolution adds one shifted,
+strided slice of the padded input per kernel tap (or scatters the input through the taps,
+for the transposed form), pooling and resampling loop over windows and source indices
+(nearest's indices computed in float32, as PyTorch's), normalisation and the losses sum
+with math.fsum, matrix products are explicit loops or np.einsum. The kernels use im2col and
+BLAS, resampling matrices and prims, so nothing is shared.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import ember
+from op_db import (ALL, BOOL, FLOATS, INTS, NO_BOOL, NUMBERS, ErrorSample, OpInfo, Sample, _t,
+                   _ref_matmul, add, make)
+
+F64 = ("float64",)
+F32_64 = ("float32", "float64")
+
+
+def _f(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def _fsum(a, axis):
+    """math.fsum along axes (a float64 array); keeps the dims (size 1)."""
+    a = np.asarray(a, dtype=np.float64)
+    axes = tuple(sorted(d % a.ndim for d in axis))
+    moved = np.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    keep = moved.shape[:a.ndim - len(axes)]
+    flat = moved.reshape(keep + (-1,))
+    out = np.empty(keep, dtype=np.float64)
+    for idx in np.ndindex(*keep):
+        out[idx] = math.fsum(flat[idx])
+    shape = list(a.shape)
+    for d in axes:
+        shape[d] = 1
+    return out.reshape(shape)
+
+
+def _reduce(loss, reduction):
+    loss = _f(loss)
+    if reduction == 0:
+        return loss
+    s = math.fsum(loss.reshape(-1))
+    if reduction == 2:
+        return np.array(s)
+    return np.array(s / loss.size if loss.size else math.nan)
+
+
+def _T(*shape, dtype="float32"):
+    return ember.ones(*shape, dtype=getattr(ember, dtype))
+
+
+# ================================================================== mm, bmm, addmm, linear
+
+
+def _mm_samples(dtype, rng):
+    return [Sample((make((2, 3), dtype, rng, -2, 2), make((3, 4), dtype, rng, -2, 2))),
+            Sample((make((1, 3), dtype, rng, -2, 2), make((3, 1), dtype, rng, -2, 2))),
+            Sample((make((0, 3), dtype, rng, -2, 2), make((3, 2), dtype, rng, -2, 2)))]
+
+
+add(OpInfo("mm", _mm_samples, _ref_matmul, reduction=True, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample((_T(2, 3), _T(4, 5)), {}, RuntimeError,
+                           r"mm\(\).*shapes cannot be multiplied \(2x3 and 4x5\)", "inner"),
+               ErrorSample((_T(3), _T(3, 5)), {}, RuntimeError, r"mm\(\).*self must be a matrix",
+                           "1-d"),
+               ErrorSample((_T(2, 3), _T(3, 2, dtype="float64")), {}, RuntimeError,
+                           r"mm\(\).*same dtype.*float != double", "dtype"),
+               ErrorSample((_T(2, 3, dtype="bool"), _T(3, 2, dtype="bool")), {},
+                           NotImplementedError, r"mm\(\).*Bool", "bool")]))
+
+
+def _bmm_samples(dtype, rng):
+    return [Sample((make((2, 2, 3), dtype, rng, -2, 2), make((2, 3, 4), dtype, rng, -2, 2))),
+            Sample((make((1, 1, 3), dtype, rng, -2, 2), make((1, 3, 2), dtype, rng, -2, 2)))]
+
+
+add(OpInfo("bmm", _bmm_samples, _ref_matmul, reduction=True, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample((_T(2, 3), _T(2, 3, 4)), {}, RuntimeError,
+                           r"bmm\(\).*batch1 must be a 3D tensor", "2-d"),
+               ErrorSample((_T(2, 2, 3), _T(3, 3, 4)), {}, RuntimeError,
+                           r"bmm\(\).*\[2, 3\] but got: \[3, 3\]", "batch"),
+               ErrorSample((_T(2, 2, 3), _T(2, 3, 4, dtype="float64")), {}, RuntimeError,
+                           r"bmm\(\).*Float but found Double", "dtype")]))
+
+
+def _addmm_ref(self, m1, m2, beta=1, alpha=1):
+    prod = _f(_ref_matmul(m1, m2))
+    if beta == 0:
+        return prod * alpha
+    return beta * np.broadcast_to(_f(self), prod.shape) + alpha * prod
+
+
+def _addmm_samples(dtype, rng):
+    def mk(s):
+        return make(s, dtype, rng, -2, 2)
+    out = [Sample((mk((4,)), mk((2, 3)), mk((3, 4)))),
+           Sample((mk((2, 4)), mk((2, 3)), mk((3, 4)))),
+           Sample((mk((2, 1)), mk((2, 3)), mk((3, 4))))]
+    if dtype in FLOATS:
+        out += [Sample((mk((4,)), mk((2, 3)), mk((3, 4))), {"beta": 0.5, "alpha": 2.0}),
+                Sample((mk((2, 4)), mk((2, 3)), mk((3, 4))), {"beta": 0}, desc="beta 0")]
+    return out
+
+
+add(OpInfo("addmm", _addmm_samples, _addmm_ref, reduction=True, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample((_T(5), _T(2, 3), _T(4, 5)), {}, RuntimeError,
+                           r"addmm\(\).*2x3 and 4x5", "inner"),
+               ErrorSample((_T(3, 5), _T(2, 3), _T(3, 5)), {}, RuntimeError,
+                           r"addmm\(\).*expanded size", "self"),
+               ErrorSample((_T(5), _T(3), _T(3, 5)), {}, RuntimeError,
+                           r"addmm\(\).*mat1 must be a matrix", "1-d"),
+               ErrorSample((_T(5, dtype="float64"), _T(2, 3), _T(3, 5)), {}, RuntimeError,
+                           r"addmm\(\).*same dtype", "dtype")]))
+
+
+def _linear_ref(x, w, b=None):
+    x, w = np.asarray(x, dtype=object), np.asarray(w, dtype=object)
+    out = _ref_matmul(x, w.T if w.ndim == 2 else w)
+    if b is not None:
+        out = np.asarray(out, dtype=object) + np.asarray(b, dtype=object)
+    return out
+
+
+def _linear_samples(dtype, rng):
+    def mk(s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk((2, 3)), mk((4, 3)), mk((4,)))),
+            Sample((mk((2, 5, 3)), mk((4, 3)))),
+            Sample((mk((3,)), mk((4, 3)), mk((4,))), desc="1-d input"),
+            Sample((mk((2, 3)), mk((3,))), desc="1-d weight"),
+            Sample((mk((0, 3)), mk((4, 3)), mk((4,))), desc="empty")]
+
+
+add(OpInfo("linear", _linear_samples, _linear_ref, reduction=True, dtypes=NUMBERS,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.linear(*a, **k),
+           errors=lambda: [
+               ErrorSample((_T(2, 3), _T(4, 5)), {}, RuntimeError,
+                           r"linear\(\).*2x3 and 5x4", "inner"),
+               ErrorSample((_T(2, 3), _T(4, 3), _T(5)), {}, RuntimeError,
+                           r"linear\(\).*expanded size of the tensor \(4\)", "bias"),
+               ErrorSample((_T(2, 3), _T(4, 3, dtype="float64")), {}, RuntimeError,
+                           r"linear\(\).*same dtype", "dtype"),
+               ErrorSample((_T(2, 3), _T(4, 3, 3)), {}, RuntimeError,
+                           r"linear\(\).*3D", "3-d weight")]))
+
+
+# ------------------------------------------------------------------ einsum (composite)
+
+
+def _einsum_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    out = [Sample(("ij,jk->ik", (mk(2, 3), mk(3, 4),)), noncontig=False),
+           Sample(("bij,bjk->bik", (mk(2, 2, 3), mk(2, 3, 4),)), noncontig=False),
+           Sample(("bhqd,bhkd->bhqk", (mk(1, 2, 3, 4), mk(1, 2, 5, 4),)), noncontig=False),
+           Sample(("i,i->", (mk(4), mk(4),)), noncontig=False),
+           Sample(("ij->ji", (mk(2, 3),)), noncontig=False),
+           Sample(("i,j->ij", (mk(2), mk(3),)), noncontig=False),
+           Sample(("bi,bj->bij", (mk(2, 3), mk(2, 4),)), noncontig=False),
+           Sample(("ij,jk", (mk(2, 3), mk(3, 2),)), noncontig=False, desc="implicit output"),
+           Sample(("...ij,...jk->...ik", (mk(2, 2, 3), mk(3, 4),)), noncontig=False),
+           Sample(("ijk->", (mk(2, 3, 2),)), noncontig=False),
+           Sample(("ij,ij->i", (mk(2, 3), mk(2, 3),)), noncontig=False)]
+    return out
+
+
+def _einsum_ref(eq, tensors, path=None):
+    arrs = [_f(t) for t in tensors]
+    return np.einsum(eq, *arrs)
+
+
+add(OpInfo("einsum", _einsum_samples, _einsum_ref, reduction=True, dtypes=NUMBERS,
+           errors=lambda: [
+               ErrorSample(("ij,jk->ik", (_T(2, 3), _T(4, 4),)), {}, RuntimeError,
+                           r"einsum\(\).*subscript j has size 4", "size"),
+               ErrorSample(("ij,jk", (_T(2, 3),)), {}, RuntimeError,
+                           r"einsum\(\).*fewer operands", "operands"),
+               ErrorSample(("ij", (_T(2),)), {}, RuntimeError,
+                           r"einsum\(\).*number of subscripts", "subscripts"),
+               ErrorSample(("ij->k", (_T(2, 3),)), {}, RuntimeError,
+                           r"einsum\(\).*output subscript k", "output")]))
+
+
+# ================================================================== convolution
+
+
+def _as2d(x, nsp):
+    return x if nsp == 2 else x[:, :, None, :]
+
+
+def _params(v, nsp):
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    v = v * nsp if len(v) == 1 else v
+    return (1, v[0]) if nsp == 1 else tuple(v)
+
+
+def _pad0(v, nsp):
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    v = v * nsp if len(v) == 1 else v
+    return (0, v[0]) if nsp == 1 else tuple(v)
+
+
+def _ref_convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    x, w = _f(x), _f(w)
+    nsp = w.ndim - 2
+    x, w = _as2d(x, nsp), _as2d(w, nsp)
+    sh, sw = _params(stride, nsp)
+    ph, pw = _pad0(padding, nsp)
+    dh, dw = _params(dilation, nsp)
+    oph, opw = _pad0(output_padding, nsp)
+    G = groups
+    N, C, H, W = x.shape
+    if not transposed:
+        cout, cig, kh, kw = w.shape
+        cog = cout // G
+        OH = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        OW = (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+        xp[:, :, ph:ph + H, pw:pw + W] = x
+        out = np.zeros((N, cout, OH, OW))
+        for g in range(G):
+            for ki in range(kh):
+                for kj in range(kw):
+                    patch = xp[:, g * cig:(g + 1) * cig,
+                               ki * dh:ki * dh + sh * (OH - 1) + 1:sh,
+                               kj * dw:kj * dw + sw * (OW - 1) + 1:sw]
+                    out[:, g * cog:(g + 1) * cog] += np.einsum(
+                        "nchw,oc->nohw", patch, w[g * cog:(g + 1) * cog, :, ki, kj])
+    else:
+        cin, cog, kh, kw = w.shape
+        cig, cout = cin // G, cog * G
+        OH = (H - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+        OW = (W - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+        big = np.zeros((N, cout, OH + 2 * ph + sh + dh * kh, OW + 2 * pw + sw + dw * kw))
+        for g in range(G):
+            for ki in range(kh):
+                for kj in range(kw):
+                    big[:, g * cog:(g + 1) * cog, ki * dh:ki * dh + sh * (H - 1) + 1:sh,
+                        kj * dw:kj * dw + sw * (W - 1) + 1:sw] += np.einsum(
+                        "nchw,co->nohw", x[:, g * cig:(g + 1) * cig],
+                        w[g * cig:(g + 1) * cig, :, ki, kj])
+        out = big[:, :, ph:ph + OH, pw:pw + OW]
+    if b is not None:
+        out = out + _f(b)[None, :, None, None]
+    return out if nsp == 2 else out[:, :, 0, :]
+
+
+def _conv_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    S = Sample
+    return [
+        S((mk(2, 3, 5, 5), mk(4, 3, 3, 3), mk(4), [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
+        S((mk(1, 4, 6, 5), mk(6, 2, 2, 3), None, [2, 1], [1, 2], [2, 1], False, [0, 0], 2),
+          desc="grouped strided dilated padded"),
+        S((mk(1, 3, 4, 4), mk(3, 1, 3, 3), mk(3), [1], [1], [1], False, [0], 3),
+          desc="depthwise, one value per param"),
+        S((mk(2, 2, 3, 3), mk(2, 3, 2, 2), mk(3), [2, 2], [0, 1], [1, 1], True, [1, 0], 1),
+          desc="transposed"),
+        S((mk(1, 4, 3, 2), mk(4, 1, 3, 2), None, [2, 3], [1, 0], [2, 1], True, [1, 2], 2),
+          desc="transposed grouped dilated"),
+        S((mk(2, 3, 7), mk(4, 3, 3), mk(4), [2], [1], [1], False, [0], 1), desc="1-d"),
+        S((mk(2, 2, 4), mk(2, 3, 3), None, [2], [1], [2], True, [1], 1),
+          desc="1-d transposed"),
+        S((mk(0, 3, 4, 4), mk(2, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+          desc="empty batch", grad=False),
+        S((mk(1, 2, 4, 4), mk(3, 2, 1, 1), mk(3), [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+          desc="1x1"),
+    ]
+
+
+def _conv_errors():
+    def E(args, match, desc, exc=RuntimeError):
+        return ErrorSample(args, {}, exc, r"convolution\(\).*" + match, desc)
+    std = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    return [
+        E((_T(1, 3, 5), _T(8, 3, 3, 3), None) + std, r"4-dimensional input", "rank"),
+        E((_T(1, 4, 5, 5), _T(8, 3, 3, 3), None) + std, r"groups=1.*3 channels, but got 4",
+          "channels"),
+        E((_T(1, 4, 5, 5), _T(3, 2, 3, 3), None) + std[:5] + (2,), r"divisible by 2",
+          "groups"),
+        E((_T(1, 3, 2, 2), _T(8, 3, 3, 3), None) + std, r"Kernel size can't be greater",
+          "kernel too large"),
+        E((_T(1, 3, 5, 5), _T(8, 3, 3, 3), None, [1, 1], [-1, 0], [1, 1], False, [0, 0], 1),
+          r"negative padding", "negative padding"),
+        E((_T(1, 3, 5, 5), _T(8, 3, 3, 3), None, [0, 1], [0, 0], [1, 1], False, [0, 0], 1),
+          r"non-positive stride", "stride"),
+        E((_T(1, 3, 5, 5), _T(8, 3, 3, 3), _T(7)) + std, r"bias.*8 elements", "bias"),
+        E((_T(1, 3, 5, 5), _T(8, 3, 3, 3, dtype="float64"), None) + std,
+          r"Float but found Double", "dtype"),
+        E((_T(1, 3, 5, 5, dtype="bool"), _T(8, 3, 3, 3, dtype="bool"), None) + std,
+          r"Bool", "bool", NotImplementedError),
+        E((_T(1, 3, 5, 5), _T(3, 8, 3, 3), None, [2, 2], [0, 0], [1, 1], True, [2, 2], 1),
+          r"output padding must be smaller", "output padding"),
+        E((_T(1, 3, 5, 5), _T(8, 3, 3, 3), None, [1, 2, 3], [0, 0], [1, 1], False, [0, 0], 1),
+          r"stride=\[1, 2, 3\]", "stride length"),
+        E((_T(1, 2, 5, 5), _T(3, 4, 3, 3), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1),
+          r"transposed=1.*3 channels, but got 2", "transposed channels"),
+    ]
+
+
+# PyTorch's CPU convolutions: every floating dtype and int64; the narrower integers only
+# in the plain (undilated, untransposed) kernel, which the torch-parity test checks
+CONV_DTYPES = FLOATS + ("int64",)
+add(OpInfo("convolution", _conv_samples, _ref_convolution, reduction=True, dtypes=CONV_DTYPES,
+           errors=_conv_errors))
+
+
+def _conv2d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3, 5, 5), mk(4, 3, 3, 3), mk(4))),
+            Sample((mk(1, 4, 6, 5), mk(6, 2, 2, 3)), {"stride": (2, 1), "padding": 1,
+                                                        "dilation": (2, 1), "groups": 2}),
+            Sample((mk(3, 5, 5), mk(2, 3, 3, 3)), {"padding": "same"}, desc="unbatched same"),
+            Sample((mk(1, 3, 5, 6), mk(2, 3, 4, 3), mk(2)), {"padding": "same",
+                                                              "dilation": (1, 2)},
+                   desc="same, even kernel"),
+            Sample((mk(1, 3, 5, 6), mk(2, 3, 4, 3)), {"padding": "valid"})]
+
+
+def _conv2d_ref(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    x = _f(x)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = x[None]
+    if isinstance(padding, str):
+        k = np.shape(w)[2:]
+        d = _params(dilation, 2)
+        total = [d[i] * (k[i] - 1) for i in range(2)] if padding == "same" else [0, 0]
+        left = [t // 2 for t in total]
+        xp = np.zeros(x.shape[:2] + (x.shape[2] + total[0], x.shape[3] + total[1]))
+        xp[:, :, left[0]:left[0] + x.shape[2], left[1]:left[1] + x.shape[3]] = x
+        x, padding = xp, [0, 0]
+    out = _ref_convolution(x, w, b, stride, padding, dilation, False, [0, 0], groups)
+    return out[0] if unbatched else out
+
+
+add(OpInfo("conv2d", _conv2d_samples, _conv2d_ref, reduction=True, dtypes=CONV_DTYPES,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.conv2d(*a, **k),
+           errors=lambda: [
+               ErrorSample((_T(3, 5), _T(8, 3, 3, 3)), {}, RuntimeError,
+                           r"conv2d\(\).*3D \(unbatched\) or 4D", "rank"),
+               ErrorSample((_T(1, 3, 5, 5), _T(8, 3, 3, 3)), {"padding": "same", "stride": 2},
+                           RuntimeError, r"conv2d\(\).*strided", "same strided"),
+               ErrorSample((_T(1, 3, 5, 5), _T(8, 3, 3, 3)), {"padding": "bad"}, RuntimeError,
+                           r"conv2d\(\).*Invalid padding string", "bad padding")]))
+
+
+def _conv1d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3, 7), mk(4, 3, 3), mk(4)), {"stride": 2, "padding": 1}),
+            Sample((mk(3, 6), mk(2, 3, 4)), {"padding": "same", "dilation": 3},
+                   desc="unbatched same")]
+
+
+def _conv1d_ref(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    x = _f(x)
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = x[None]
+    if isinstance(padding, str):
+        d = _params(dilation, 1)[1]
+        total = d * (np.shape(w)[2] - 1) if padding == "same" else 0
+        xp = np.zeros(x.shape[:2] + (x.shape[2] + total,))
+        xp[:, :, total // 2:total // 2 + x.shape[2]] = x
+        x, padding = xp, 0
+    out = _ref_convolution(x, w, b, [stride] if isinstance(stride, int) else stride,
+                           [padding] if isinstance(padding, int) else padding,
+                           [dilation] if isinstance(dilation, int) else dilation, False, [0],
+                           groups)
+    return out[0] if unbatched else out
+
+
+add(OpInfo("conv1d", _conv1d_samples, _conv1d_ref, reduction=True, dtypes=CONV_DTYPES,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.conv1d(*a, **k)))
+
+
+def _conv_t2d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3, 3, 4), mk(3, 2, 3, 3), mk(2)), {"stride": 2, "padding": 1,
+                                                              "output_padding": 1}),
+            Sample((mk(4, 3, 3), mk(4, 1, 2, 2)), {"groups": 2, "dilation": 2},
+                   desc="unbatched grouped")]
+
+
+def _conv_t2d_ref(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    x = _f(x)
+    unbatched = x.ndim == 3
+    out = _ref_convolution(x[None] if unbatched else x, w, b, _params(stride, 2),
+                           _pad0(padding, 2), _params(dilation, 2), True,
+                           _pad0(output_padding, 2), groups)
+    return out[0] if unbatched else out
+
+
+add(OpInfo("conv_transpose2d", _conv_t2d_samples, _conv_t2d_ref, reduction=True,
+           dtypes=CONV_DTYPES,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.conv_transpose2d(*a, **k)))
+
+
+# ================================================================== pooling
+
+
+def _pair(v, fallback=None):
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not v:
+        return fallback
+    return (v[0], v[-1])
+
+
+def _pool_len(n, k, p, s, d, ceil_mode):
+    num = n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    o = num // s + 1
+    if ceil_mode and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def _ref_max_pool(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    x = np.asarray(x, dtype=object)
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    H, W = x.shape[-2:]
+    OH, OW = _pool_len(H, kh, ph, sh, dh, ceil_mode), _pool_len(W, kw, pw, sw, dw, ceil_mode)
+    lead = x.shape[:-2]
+    vals = np.empty(lead + (OH, OW), dtype=object)
+    idx = np.empty(lead + (OH, OW), dtype=object)
+    for l in np.ndindex(*lead):
+        for oh in range(OH):
+            for ow in range(OW):
+                best = None
+                for i in range(kh):
+                    for j in range(kw):
+                        h, w = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+                        if not (0 <= h < H and 0 <= w < W):
+                            continue
+                        v = x[l + (h, w)]
+                        isnan = isinstance(v, float) and math.isnan(v)
+                        if best is None or isnan or v > best[0]:
+                            best = (v, h * W + w)
+                vals[l + (oh, ow)], idx[l + (oh, ow)] = best
+    return vals, idx
+
+
+def _max_pool_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 3, 5, 5), [2, 2])),
+            Sample((mk(1, 2, 7, 6), [3, 3], [2, 2], [1, 1], [1, 1], True), desc="ceil, pad"),
+            Sample((mk(2, 6, 5), [3, 2], [1, 2], [1, 0], [2, 1]), desc="3-d, dilated"),
+            Sample((mk(0, 2, 4, 4), [2, 2]), desc="empty batch", grad=False)]
+
+
+def _max_pool_errors():
+    def E(args, match, desc, exc=RuntimeError):
+        return ErrorSample(args, {}, exc, r"max_pool2d_with_indices\(\).*" + match, desc)
+    return [E((_T(3, 5), [2, 2]), r"3D or 4D", "rank"),
+            E((_T(1, 3, 5, 5), [2, 2, 2]), r"kernel_size must", "kernel list"),
+            E((_T(1, 3, 5, 5), [3, 3], [1, 1], [2, 2]), r"pad should be at most half", "pad"),
+            E((_T(1, 3, 2, 2), [3, 3]), r"Output size is too small", "too small"),
+            E((_T(1, 3, 5, 5), [2, 2], [0, 1]), r"stride should not be zero", "zero stride"),
+            E((_T(1, 3, 5, 5, dtype="bool"), [2, 2]), r"Bool", "bool", NotImplementedError)]
+
+
+add(OpInfo("max_pool2d_with_indices", _max_pool_samples, _ref_max_pool, dtypes=NO_BOOL,
+           torch_fn=_t("max_pool2d_with_indices"), errors=_max_pool_errors))
+
+
+def _max_pool_backward_samples(dtype, rng):
+    out = []
+    for s in _max_pool_samples("float64", rng):
+        x = s.args[0]
+        if x.numel() == 0:
+            continue
+        vals, idx = ember.max_pool2d_with_indices(*s.args)
+        x = x.to(getattr(ember, dtype) if dtype != "bool" else ember.bool)
+        g = make(tuple(vals.shape), dtype, rng)
+        params = list(s.args[1:]) + [None] * (5 - len(s.args[1:]))
+        k, st, p, d, c = params
+        out.append(Sample((g, x, k, st if st is not None else [], p if p is not None else 0,
+                           d if d is not None else 1, bool(c), idx),
+                          desc=s.desc, noncontig=False))
+    return out
+
+
+def _ref_max_pool_backward(g, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    g, idx = np.asarray(g, dtype=object), np.asarray(indices, dtype=object)
+    x = np.asarray(x, dtype=object)
+    H, W = x.shape[-2:]
+    out = np.zeros(x.shape, dtype=np.float64)
+    for l in np.ndindex(*g.shape[:-2]):
+        for oh in range(g.shape[-2]):
+            for ow in range(g.shape[-1]):
+                i = idx[l + (oh, ow)]
+                out[l + (i // W, i % W)] += g[l + (oh, ow)]
+    return out
+
+
+add(OpInfo("max_pool2d_with_indices_backward", _max_pool_backward_samples,
+           _ref_max_pool_backward, dtypes=FLOATS,
+           torch_fn=_t("max_pool2d_with_indices_backward"),
+           errors=lambda: [ErrorSample(
+               (_T(1, 3, 3, 2), _T(1, 3, 5, 5), [2, 2], [2, 2], [0, 0], [1, 1], False,
+                ember.zeros(1, 3, 2, 2, dtype=ember.int64)), {}, RuntimeError,
+               r"max_pool2d_with_indices_backward\(\).*size\[2\] == 2", "grad shape")]))
+
+
+def _ref_avg_pool(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                  count_include_pad=True, divisor_override=None):
+    x = np.asarray(x, dtype=object)
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding)
+    H, W = x.shape[-2:]
+    OH, OW = _pool_len(H, kh, ph, sh, 1, ceil_mode), _pool_len(W, kw, pw, sw, 1, ceil_mode)
+    floaty = any(isinstance(v, float) for v in x.reshape(-1))
+    out = np.empty(x.shape[:-2] + (OH, OW), dtype=object)
+    for l in np.ndindex(*x.shape[:-2]):
+        for oh in range(OH):
+            for ow in range(OW):
+                h0, w0 = oh * sh - ph, ow * sw - pw
+                h1, w1 = min(h0 + kh, H + ph), min(w0 + kw, W + pw)
+                pool = (h1 - h0) * (w1 - w0)
+                h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, H), min(w1, W)
+                vals = [x[l + (h, w)] for h in range(h0, h1) for w in range(w0, w1)]
+                if divisor_override is not None:
+                    div = divisor_override
+                elif count_include_pad:
+                    div = pool
+                else:
+                    div = (h1 - h0) * (w1 - w0)
+                if floaty:
+                    out[l + (oh, ow)] = math.fsum(vals) / div
+                else:
+                    s = sum(vals)
+                    q = abs(s) // div
+                    out[l + (oh, ow)] = q if s >= 0 else -q
+    return out
+
+
+def _avg_pool_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 3, 5, 5), [2, 2])),
+            Sample((mk(1, 2, 7, 6), [3, 3], [2, 2], [1, 1], True), desc="ceil, pad"),
+            Sample((mk(1, 2, 7, 6), [3, 3], [2, 2], [1, 1], True, False),
+                   desc="ceil, pad, no count_include_pad"),
+            Sample((mk(2, 6, 5), [3, 2], [1, 2], [1, 0]), desc="3-d"),
+            Sample((mk(1, 2, 5, 4), [2, 3], [2, 2], [1, 1], False, True, 5), desc="divisor")]
+
+
+add(OpInfo("avg_pool2d", _avg_pool_samples, _ref_avg_pool, dtypes=FLOATS + ("int64",),
+           torch_fn=_t("avg_pool2d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 3, 5, 5), [2, 2], [1, 1], [2, 2]), {}, RuntimeError,
+                           r"avg_pool2d\(\).*pad should be at most half", "pad"),
+               ErrorSample((_T(1, 3, 5, 5), [2, 2], [1, 1], [1, 1], False, True, 0), {},
+                           RuntimeError, r"avg_pool2d\(\).*divisor must be not zero",
+                           "divisor"),
+               ErrorSample((_T(1, 3, 5, 5, dtype="bool"), [2, 2]), {}, NotImplementedError,
+                           r"avg_pool2d\(\).*Bool", "bool")]))
+
+
+def _ref_adaptive(x, output_size):
+    x = np.asarray(x, dtype=object)
+    H, W = x.shape[-2:]
+    OH, OW = output_size
+    out = np.empty(x.shape[:-2] + (OH, OW), dtype=object)
+    for l in np.ndindex(*x.shape[:-2]):
+        for oh in range(OH):
+            h0, h1 = (oh * H) // OH, -((-(oh + 1) * H) // OH)
+            for ow in range(OW):
+                w0, w1 = (ow * W) // OW, -((-(ow + 1) * W) // OW)
+                vals = [x[l + (h, w)] for h in range(h0, h1) for w in range(w0, w1)]
+                out[l + (oh, ow)] = math.fsum(vals) / len(vals)
+    return out
+
+
+def _adaptive_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 3, 7, 6), [3, 2])), Sample((mk(2, 3, 5, 5), [1, 1])),
+            Sample((mk(3, 4, 5), [6, 5]), desc="3-d, larger"),
+            Sample((mk(1, 2, 4, 4), [4, 4]), desc="same size")]
+
+
+add(OpInfo("adaptive_avg_pool2d", _adaptive_samples, _ref_adaptive, dtypes=FLOATS,
+           torch_fn=_t("adaptive_avg_pool2d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 3, 5, 5), [2]), {}, RuntimeError,
+                           r"adaptive_avg_pool2d\(\).*output_size must be 2", "size"),
+               ErrorSample((_T(3, 5), [2, 2]), {}, RuntimeError,
+                           r"adaptive_avg_pool2d\(\).*3D or 4D", "rank")]))
+
+
+def _ref_nearest(x, output_size, scales_h=None, scales_w=None):
+    x = np.asarray(x, dtype=object)
+    H, W = x.shape[-2:]
+    OH, OW = output_size
+
+    def src(o, n_in, n_out, scale):
+        if n_out == n_in:
+            return o
+        if n_out == 2 * n_in:
+            return o >> 1
+        sc = np.float32(1.0 / scale) if scale else np.float32(n_in) / np.float32(n_out)
+        return min(int(math.floor(np.float32(o) * sc)), n_in - 1)
+    out = np.empty(x.shape[:-2] + (OH, OW), dtype=object)
+    for l in np.ndindex(*x.shape[:-2]):
+        for oh in range(OH):
+            for ow in range(OW):
+                out[l + (oh, ow)] = x[l + (src(oh, H, OH, scales_h), src(ow, W, OW, scales_w))]
+    return out
+
+
+def _upsample_samples(extra):
+    def samples(dtype, rng):
+        def mk(*s):
+            return make(s, dtype, rng, 0, 3)
+        return [Sample((mk(2, 3, 4, 5), [8, 10]) + extra),
+                Sample((mk(1, 2, 5, 6), [7, 4]) + extra, desc="odd sizes"),
+                Sample((mk(1, 1, 3, 3), [3, 9]) + extra, desc="one axis kept"),
+                Sample((mk(1, 2, 3, 4), [6, 8]) + extra + (2.0, 2.0), desc="scales")]
+    return samples
+
+
+_UPSAMPLE_DTYPES = ("uint8",) + FLOATS
+
+add(OpInfo("upsample_nearest2d", _upsample_samples(()), _ref_nearest, dtypes=_UPSAMPLE_DTYPES,
+           torch_fn=_t("upsample_nearest2d"),
+           errors=lambda: [
+               ErrorSample((_T(2, 3, 3), [6, 5]), {}, RuntimeError,
+                           r"upsample_nearest2d\(\).*input_size equals to 4", "rank"),
+               ErrorSample((_T(1, 2, 3, 3), [0, 5]), {}, RuntimeError,
+                           r"upsample_nearest2d\(\).*greater than 0", "empty")]))
+
+
+def _ref_bilinear_up(x, output_size, align_corners, scales_h=None, scales_w=None):
+    x = _f(x)
+    H, W = x.shape[-2:]
+    OH, OW = output_size
+
+    def weights(o, n_in, n_out, scale):
+        if align_corners:
+            sc = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+            real = sc * o
+        else:
+            sc = 1.0 / scale if scale else n_in / n_out
+            real = max(sc * (o + 0.5) - 0.5, 0.0)
+        i0 = min(int(math.floor(real)), n_in - 1)
+        lam = min(max(real - i0, 0.0), 1.0)
+        i1 = i0 + (1 if i0 < n_in - 1 else 0)
+        return i0, i1, 1.0 - lam, lam
+    out = np.zeros(x.shape[:-2] + (OH, OW))
+    for oh in range(OH):
+        h0, h1, a0, a1 = weights(oh, H, OH, scales_h)
+        for ow in range(OW):
+            w0, w1, b0, b1 = weights(ow, W, OW, scales_w)
+            out[..., oh, ow] = (a0 * (b0 * x[..., h0, w0] + b1 * x[..., h0, w1]) +
+                                a1 * (b0 * x[..., h1, w0] + b1 * x[..., h1, w1]))
+    return out
+
+
+def _bilinear_up_samples(dtype, rng):
+    return (_upsample_samples((False,))(dtype, rng) +
+            [Sample(s.args[:2] + (True,), desc=s.desc + " align_corners")
+             for s in _upsample_samples(())(dtype, rng)[:3]])
+
+
+add(OpInfo("upsample_bilinear2d", _bilinear_up_samples, _ref_bilinear_up, dtypes=FLOATS,
+           torch_fn=_t("upsample_bilinear2d")))
+
+
+# ================================================================== normalisation
+
+
+def _ref_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    x = _f(x)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    n = int(np.prod([x.shape[d] for d in dims]))
+    mean = _fsum(x, dims) / n
+    var = _fsum((x - mean) ** 2, dims) / n
+    y = (x - mean) / np.sqrt(var + eps)
+    if weight is not None:
+        y = y * _f(weight)
+    if bias is not None:
+        y = y + _f(bias)
+    return y
+
+
+def _layer_norm_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 3, 4), [4], mk(4), mk(4))),
+            Sample((mk(3, 2, 3), [2, 3], mk(2, 3), None), desc="2 dims, no bias"),
+            Sample((mk(5,), [5]), desc="no affine"),
+            Sample((mk(2, 4), [4], None, mk(4), 1e-3), desc="bias only, eps")]
+
+
+add(OpInfo("layer_norm", _layer_norm_samples, _ref_layer_norm, reduction=True, dtypes=FLOATS,
+           errors=lambda: [
+               ErrorSample((_T(2, 3), [4]), {}, RuntimeError,
+                           r"layer_norm\(\).*normalized_shape=\[4\].*\[2, 3\]", "shape"),
+               ErrorSample((_T(2, 3), [3], _T(4)), {}, RuntimeError,
+                           r"layer_norm\(\).*weight of shape \[4\]", "weight"),
+               ErrorSample((_T(2, 3, dtype="int64"), [3]), {}, NotImplementedError,
+                           r"layer_norm\(\).*Long", "int")]))
+
+
+def _ref_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    x = _f(x)
+    N, C = x.shape[:2]
+    xg = x.reshape(N, num_groups, -1)
+    n = xg.shape[2]
+    mean = _fsum(xg, (2,)) / n
+    var = _fsum((xg - mean) ** 2, (2,)) / n
+    y = ((xg - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    cs = (C,) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * _f(weight).reshape(cs)
+    if bias is not None:
+        y = y + _f(bias).reshape(cs)
+    return y
+
+
+def _group_norm_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 4, 3), 2, mk(4), mk(4))),
+            Sample((mk(2, 6, 2, 2), 3, mk(6), None), desc="4-d"),
+            Sample((mk(3, 4), 4), desc="2-d, groups = channels")]
+
+
+add(OpInfo("group_norm", _group_norm_samples, _ref_group_norm, reduction=True, dtypes=FLOATS,
+           errors=lambda: [
+               ErrorSample((_T(2, 5, 3), 2), {}, RuntimeError,
+                           r"group_norm\(\).*divisible by num_groups", "groups"),
+               ErrorSample((_T(2, 4, 3), 2, _T(3)), {}, RuntimeError,
+                           r"group_norm\(\).*weight of shape \[3\]", "weight")]))
+
+
+def _ref_bn(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    x = _f(x)
+    C = x.shape[1]
+    red = (0,) + tuple(range(2, x.ndim))
+    cs = (1, C) + (1,) * (x.ndim - 2)
+    n = x.size // C
+    if training:
+        mean = _fsum(x, red) / n
+        var = _fsum((x - mean) ** 2, red) / n
+        rstd = 1 / np.sqrt(var + eps)
+        if running_mean is not None:
+            new_m = (1 - momentum) * _f(running_mean) + momentum * mean.reshape(C)
+            new_v = (1 - momentum) * _f(running_var) + momentum * var.reshape(C) * n / (n - 1)
+        else:
+            new_m = new_v = np.zeros(0)
+        mean, rstd = mean.reshape(C), rstd.reshape(C)
+    else:
+        mean = _f(running_mean)
+        rstd = 1 / np.sqrt(_f(running_var) + eps)
+        new_m, new_v = _f(running_mean), _f(running_var)
+    y = (x - mean.reshape(cs)) * rstd.reshape(cs)
+    if weight is not None:
+        y = y * _f(weight).reshape(cs)
+    if bias is not None:
+        y = y + _f(bias).reshape(cs)
+    return y, mean, rstd, new_m, new_v
+
+
+def _bn_samples(dtype, rng):
+    def mk(*s, lo=-3, hi=3):
+        return make(s, dtype, rng, lo, hi)
+    return [Sample((mk(3, 2, 2), mk(2), mk(2), mk(2), mk(2, lo=0.5, hi=2), True, 0.1, 1e-5)),
+            Sample((mk(4, 3), None, None, None, None, True, 0.1, 1e-5), desc="no stats"),
+            Sample((mk(2, 2, 3), mk(2), mk(2), mk(2), mk(2, lo=0.5, hi=2), False, 0.1, 1e-5),
+                   desc="eval")]
+
+
+def _bn_torch(torch, x, w, b, rm, rv, training, momentum, eps):
+    """What the functional form returns, from torch's batch_norm (on copies of the stats)."""
+    if not x.dtype.is_floating_point:
+        # (torch raises NotImplementedError for contiguous inputs, but a RuntimeError from
+        # its mean() for some strided ones: the contiguous case is the kernel's answer)
+        return torch.batch_norm(x.contiguous(), None, None, None, None, True, momentum, eps,
+                                False)
+    C = x.shape[1]
+    red = [0] + list(range(2, x.ndim))
+    rm2, rv2 = (rm.clone() if rm is not None else None), (rv.clone() if rv is not None
+                                                           else None)
+    out = torch.batch_norm(x, w, b, rm2, rv2, training, momentum, eps, False)
+    if training:       # statistics in the op-math dtype (float32 for float16)
+        xs = x.float() if x.dtype == torch.float16 else x
+        mean = xs.mean(red)
+        rstd = (xs.var(red, unbiased=False) + eps).rsqrt()
+        if rm is None:
+            rm2 = rv2 = torch.zeros(0, dtype=x.dtype)
+    else:
+        up = (lambda t: t.float()) if x.dtype == torch.float16 else (lambda t: t)
+        mean, rstd = up(rm).clone(), (up(rv) + eps).rsqrt()
+    return out, mean, rstd, rm2, rv2
+
+
+add(OpInfo("_native_batch_norm_legit_functional", _bn_samples, _ref_bn, reduction=True,
+           dtypes=FLOATS, torch_fn=_bn_torch,
+           errors=lambda: [
+               ErrorSample((_T(2, 3), _T(4), None, None, None, True, 0.1, 1e-5), {},
+                           RuntimeError, r"weight should contain 3 elements not 4", "weight"),
+               ErrorSample((_T(2, 3), None, None, None, None, False, 0.1, 1e-5), {},
+                           RuntimeError, r"running_mean and running_var must be defined",
+                           "eval without stats")]))
+
+
+# ================================================================== embedding, one_hot
+
+
+def _ref_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    w = np.asarray(weight, dtype=object)
+    idx = np.asarray(indices, dtype=object)
+    out = np.empty(idx.shape + (w.shape[1],), dtype=object)
+    for i in np.ndindex(*idx.shape):
+        out[i] = w[int(idx[i])]
+    return out
+
+
+def _embedding_samples(dtype, rng):
+    def idx(*s, dt="int64"):
+        return ember.from_numpy(rng.integers(0, 5, size=s).astype(dt))
+    w = make((5, 3), dtype, rng)
+    return [Sample((w, idx(2, 3))),
+            # PyTorch's gradient leaves the padding row out and divides by the counts: not
+            # the derivative of the forward, so these two are compared with torch instead
+            Sample((w, idx(4, dt="int32"), 1), desc="int32, padding_idx", grad=False),
+            Sample((w, idx(7), -1, True), desc="scale_grad_by_freq", grad=False),
+            Sample((w, idx()), desc="0-d index"),
+            Sample((w, idx(0)), desc="no index")]
+
+
+add(OpInfo("embedding", _embedding_samples, _ref_embedding,
+           errors=lambda: [
+               ErrorSample((_T(5, 3), ember.tensor([1, 5])), {}, IndexError,
+                           r"embedding\(\).*index out of range", "range", data=True),
+               ErrorSample((_T(5, 3), ember.tensor([1.0, 2.0])), {}, RuntimeError,
+                           r"embedding\(\).*Long, Int", "float indices"),
+               ErrorSample((_T(5, 3, 2), ember.tensor([1, 2])), {}, RuntimeError,
+                           r"embedding\(\).*'weight' must be 2-D", "weight rank")]))
+
+
+def _ref_one_hot(t, num_classes=-1):
+    t = np.asarray(t, dtype=object)
+    n = num_classes if num_classes >= 0 else int(max(t.reshape(-1))) + 1
+    out = np.zeros(t.shape + (n,), dtype=object)
+    for i in np.ndindex(*t.shape):
+        out[i + (int(t[i]),)] = 1
+    return out
+
+
+def _one_hot_samples(dtype, rng):
+    if dtype != "int64":
+        return [Sample((make((3,), dtype, rng, 0, 3), 4), noncontig=False)]
+    return [Sample((ember.from_numpy(rng.integers(0, 4, (2, 3))), 5)),
+            Sample((ember.tensor(2), 3), desc="0-d")]
+
+
+add(OpInfo("one_hot", _one_hot_samples, _ref_one_hot, dtypes=("int64",),
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.one_hot(*a, **k),
+           errors=lambda: [
+               ErrorSample((ember.tensor([1, 5]), 3), {}, RuntimeError,
+                           r"one_hot\(\).*smaller than num_classes", "range", data=True),
+               ErrorSample((ember.tensor([1, -5]), 3), {}, RuntimeError,
+                           r"one_hot\(\).*non-negative", "negative", data=True),
+               ErrorSample((ember.tensor([1, 2], dtype=ember.int32), 3), {}, RuntimeError,
+                           r"one_hot\(\).*LongTensor", "int32")]))
+
+
+# ================================================================== attention, bilinear
+
+
+def _ref_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    q, k, v = _f(q), _f(k), _f(v)
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    sc = 1 / math.sqrt(E) if scale is None else scale
+    s = np.einsum("...le,...se->...ls", q, k) * sc
+    if is_causal:
+        s = np.where(np.tril(np.ones((L, S), dtype=bool)), s, -np.inf)
+    if attn_mask is not None:
+        m = np.asarray(attn_mask, dtype=object)
+        if m.size and isinstance(m.reshape(-1)[0], bool):
+            s = np.where(m.astype(bool), s, -np.inf)
+        else:
+            s = s + _f(m)
+    mx = np.max(s, axis=-1, keepdims=True)
+    mx = np.where(np.isneginf(mx), 0.0, mx)
+    e = np.exp(s - mx)
+    tot = e.sum(-1, keepdims=True)
+    p = e / np.where(tot == 0, 1.0, tot)
+    return np.einsum("...ls,...sv->...lv", p, v)
+
+
+def _sdpa_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    boolmask = ember.from_numpy(rng.integers(0, 2, (4, 5)).astype(bool))
+    boolmask.numpy()[:, 0] = True
+    return [Sample((mk(2, 3, 4, 8), mk(2, 3, 5, 8), mk(2, 3, 5, 6))),
+            Sample((mk(2, 4, 8), mk(2, 4, 8), mk(2, 4, 6)), {"is_causal": True},
+                   desc="causal"),
+            Sample((mk(2, 4, 8), mk(2, 5, 8), mk(2, 5, 6), mk(4, 5)), {"scale": 0.3},
+                   desc="float mask, scale"),
+            Sample((mk(2, 4, 8), mk(2, 5, 8), mk(2, 5, 6), boolmask), desc="bool mask")]
+
+
+add(OpInfo("scaled_dot_product_attention", _sdpa_samples, _ref_sdpa, reduction=True,
+           dtypes=F32_64,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.scaled_dot_product_attention(
+               *a, **k),
+           errors=lambda: [ErrorSample((_T(2, 4, 8), _T(2, 4, 8), _T(2, 4, 8), _T(4, 4)),
+                                       {"is_causal": True}, RuntimeError,
+                                       r"scaled_dot_product_attention\(\).*is_causal",
+                                       "mask and causal")]))
+
+
+def _ref_bilinear(x1, x2, w, b=None):
+    out = np.einsum("...i,oij,...j->...o", _f(x1), _f(w), _f(x2))
+    return out + _f(b) if b is not None else out
+
+
+def _bilinear_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3), mk(2, 4), mk(5, 3, 4), mk(5))),
+            Sample((mk(2, 2, 3), mk(2, 2, 4), mk(5, 3, 4)), desc="3-d, no bias")]
+
+
+add(OpInfo("bilinear", _bilinear_samples, _ref_bilinear, reduction=True, dtypes=F32_64 +
+           ("float16",),
+           errors=lambda: [ErrorSample((_T(2, 3), _T(2, 4), _T(5, 4, 4)), {}, RuntimeError,
+                                       r"bilinear\(\).*input1 size", "size")]))
+
+
+# ================================================================== losses
+
+
+def _elementwise_loss(fn):
+    def ref(a, b, reduction=1, *extra, **kw):
+        a, b = np.broadcast_arrays(_f(a), _f(b))
+        out = np.vectorize(lambda x, y: fn(x, y, *extra, **kw), otypes=[np.float64])(a, b) \
+            if a.size else np.zeros(a.shape)
+        return _reduce(out, reduction)
+    return ref
+
+
+def _loss_samples(lo=-2, hi=2, tlo=None, thi=None, extra=(), reductions=(0, 1, 2)):
+    tlo = lo if tlo is None else tlo
+    thi = hi if thi is None else thi
+
+    def samples(dtype, rng):
+        out = []
+        for r in reductions:
+            out.append(Sample((make((3, 4), dtype, rng, lo, hi),
+                               make((3, 4), dtype, rng, tlo, thi), r) + extra,
+                              desc=f"reduction {r}"))
+        out.append(Sample((make((3, 4), dtype, rng, lo, hi), make((4,), dtype, rng, tlo, thi),
+                           0) + extra, desc="broadcast target"))
+        out.append(Sample((make((0, 4), dtype, rng, lo, hi), make((0, 4), dtype, rng, tlo, thi),
+                           1) + extra, desc="empty", grad=False))
+        return out
+    return samples
+
+
+def _smooth_l1(x, y, beta=1.0):
+    d = abs(x - y)
+    if beta == 0:
+        return d
+    return 0.5 * d * d / beta if d < beta else d - 0.5 * beta
+
+
+def _huber(x, y, delta=1.0):
+    d = abs(x - y)
+    return 0.5 * d * d if d < delta else delta * (d - 0.5 * delta)
+
+
+_RED = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _torch_loss(name, *names):
+    """torch.nn.functional.<name> with the reduction given as ATen's int."""
+    def fn(torch, x, t, reduction=1, *extra):
+        return getattr(torch.nn.functional, name)(x, t, reduction=_RED.get(reduction, reduction),
+                                                  **dict(zip(names, extra)))
+    return fn
+
+
+add(OpInfo("mse_loss", _loss_samples(), _elementwise_loss(lambda x, y: (x - y) ** 2),
+           reduction=True, dtypes=FLOATS, torch_fn=_torch_loss("mse_loss"),
+           errors=lambda: [
+               ErrorSample((_T(3, 4), _T(5), 1), {}, RuntimeError,
+                           r"mse_loss\(\).*\(4\).*\(5\)", "shape"),
+               ErrorSample((_T(3, 4), _T(3, 4), 5), {}, ValueError,
+                           r"mse_loss\(\).*not a valid value for reduction", "reduction")]))
+add(OpInfo("l1_loss", _loss_samples(), _elementwise_loss(lambda x, y: abs(x - y)),
+           reduction=True, dtypes=FLOATS, torch_fn=_torch_loss("l1_loss")))
+add(OpInfo("smooth_l1_loss", _loss_samples(extra=(0.5,)), _elementwise_loss(_smooth_l1),
+           reduction=True, dtypes=FLOATS, torch_fn=_torch_loss("smooth_l1_loss", "beta"),
+           errors=lambda: [ErrorSample((_T(3, 4), _T(3, 4), 1, -1.0), {}, RuntimeError,
+                                       r"smooth_l1_loss\(\).*negative values for beta",
+                                       "beta")]))
+add(OpInfo("huber_loss", _loss_samples(extra=(0.7,)), _elementwise_loss(_huber),
+           reduction=True, dtypes=FLOATS, torch_fn=_torch_loss("huber_loss", "delta")))
+
+
+def _kl(log_target):
+    def fn(x, t):
+        if log_target:
+            return math.exp(t) * (t - x)
+        if t == 0:
+            return -t * x
+        if t < 0:
+            return math.nan
+        return t * math.log(t) - t * x
+    return fn
+
+
+def _kl_ref(x, t, reduction=1, log_target=False):
+    return _elementwise_loss(_kl(log_target))(x, t, reduction)
+
+
+def _kl_samples(dtype, rng):
+    out = _loss_samples(tlo=0.05, thi=1.0)(dtype, rng)
+    out.append(Sample((make((3, 4), dtype, rng), make((3, 4), dtype, rng), 2),
+                      {"log_target": True}, desc="log target"))
+    t = make((2, 3), dtype, rng, 0.1, 1.0)
+    t.numpy()[0, 0] = 0
+    out.append(Sample((make((2, 3), dtype, rng), t, 0), desc="zero target", grad=False))
+    return out
+
+
+add(OpInfo("kl_div", _kl_samples, _kl_ref, reduction=True, dtypes=FLOATS,
+           torch_fn=lambda torch, x, t, reduction=1, **kw: torch.nn.functional.kl_div(
+               x, t, reduction={0: "none", 1: "mean", 2: "sum"}[reduction], **kw),
+           errors=lambda: [ErrorSample((_T(3, 4, dtype="int64"), _T(3, 4, dtype="int64")), {},
+                                       RuntimeError, r"kl_div\(\).*Integral", "int")]))
+
+
+def _bce_ref(x, t, weight=None, reduction=1):
+    x, t = _f(x), _f(t)
+    w = np.broadcast_to(_f(weight), x.shape) if weight is not None else np.ones(x.shape)
+    out = np.zeros(x.shape)
+    for i in np.ndindex(*x.shape):
+        lx = max(math.log(x[i]) if x[i] > 0 else -math.inf, -100.0)
+        l1x = max(math.log(1 - x[i]) if x[i] < 1 else -math.inf, -100.0)
+        out[i] = -w[i] * (t[i] * lx + (1 - t[i]) * l1x)
+    return _reduce(out, reduction)
+
+
+def _bce_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, 0.05, 0.95)
+    return [Sample((mk(3, 4), mk(3, 4), None, 1)),
+            Sample((mk(3, 4), mk(3, 4), None, 0)),
+            Sample((mk(3, 4), mk(3, 4), mk(4), 2), desc="weight", grad=False),
+            Sample((mk(2, 3), ember.from_numpy(rng.integers(0, 2, (2, 3)).astype(dtype)),
+                    None, 1), desc="hard targets")]
+
+
+add(OpInfo("binary_cross_entropy", _bce_samples, _bce_ref, reduction=True, dtypes=FLOATS,
+           torch_fn=lambda torch, x, t, weight=None, reduction=1:
+           torch.nn.functional.binary_cross_entropy(
+               x, t, weight, reduction={0: "none", 1: "mean", 2: "sum"}[reduction]),
+           errors=lambda: [
+               ErrorSample((_T(3, 4) * 2, _T(3, 4)), {}, RuntimeError,
+                           r"binary_cross_entropy\(\).*between 0 and 1", "range", data=True),
+               ErrorSample((_T(3, 4) * 0.5, _T(3, 4, dtype="float64")), {}, RuntimeError,
+                           r"binary_cross_entropy\(\).*Found dtype Double but expected Float",
+                           "dtype")]))
+
+
+def _bce_logits_ref(x, t, weight=None, pos_weight=None, reduction=1):
+    x, t = np.broadcast_arrays(_f(x), _f(t))
+    w = np.broadcast_to(_f(weight), x.shape) if weight is not None else np.ones(x.shape)
+    pw = np.broadcast_to(_f(pos_weight), x.shape) if pos_weight is not None else \
+        np.ones(x.shape)
+    out = np.zeros(x.shape)
+    for i in np.ndindex(*x.shape):
+        sp = math.log1p(math.exp(-abs(x[i]))) + max(-x[i], 0.0)   # log(1 + exp(-x))
+        out[i] = w[i] * ((1 - t[i]) * x[i] + (1 + (pw[i] - 1) * t[i]) * sp)
+    return _reduce(out, reduction)
+
+
+def _bce_logits_samples(dtype, rng):
+    def mk(*s, lo=-4, hi=4):
+        return make(s, dtype, rng, lo, hi)
+    return [Sample((mk(3, 4), mk(3, 4, lo=0, hi=1), None, None, 1)),
+            Sample((mk(3, 4), mk(3, 4, lo=0, hi=1), mk(4, lo=0.2, hi=2), mk(4, lo=0.5, hi=3),
+                    0), desc="weights"),
+            Sample((mk(3, 4, lo=-30, hi=30), mk(3, 4, lo=0, hi=1), None, None, 2),
+                   desc="large logits")]
+
+
+add(OpInfo("binary_cross_entropy_with_logits", _bce_logits_samples, _bce_logits_ref,
+           reduction=True, dtypes=FLOATS,
+           errors=lambda: [ErrorSample((_T(3, 4, dtype="int64"), _T(3, 4, dtype="int64")), {},
+                                       NotImplementedError,
+                                       r"binary_cross_entropy_with_logits\(\).*Long", "int")]))
+
+
+def _class_dim(x):
+    return 1 if x.ndim >= 2 else 0
+
+
+def _ref_nll_like(x, target, weight, reduction, ignore_index, label_smoothing=0.0,
+                  log_softmax=False):
+    x = _f(x)
+    cd = _class_dim(x)
+    C = x.shape[cd]
+    if log_softmax:
+        xm = np.moveaxis(x, cd, -1)
+        lp = np.empty(xm.shape)
+        for i in np.ndindex(*xm.shape[:-1]):
+            row = xm[i]
+            m = max(row)
+            lse = m + math.log(math.fsum(math.exp(v - m) for v in row))
+            lp[i] = row - lse
+        x = np.moveaxis(lp, -1, cd)
+    w = _f(weight) if weight is not None else np.ones(C)
+    xm = np.moveaxis(x, cd, -1)
+    tgt = np.asarray(target, dtype=object)
+    prob = tgt.shape == x.shape
+    losses, denom = [], []
+    for i in np.ndindex(*xm.shape[:-1]):
+        row = xm[i]
+        if prob:
+            q = np.moveaxis(_f(tgt), cd, -1)[i]
+            q = q * (1 - label_smoothing) + label_smoothing / C
+            losses.append(-math.fsum(q[c] * w[c] * row[c] for c in range(C)))
+            denom.append(1.0)
+            continue
+        t = int(tgt[i])
+        if t == ignore_index:
+            losses.append(0.0)
+            denom.append(0.0)
+            continue
+        nll = -w[t] * row[t]
+        smooth = -math.fsum(w[c] * row[c] for c in range(C))
+        losses.append((1 - label_smoothing) * nll + label_smoothing / C * smooth)
+        denom.append(w[t])
+    losses = np.array(losses).reshape(xm.shape[:-1])
+    if reduction == 0:
+        return losses
+    s = math.fsum(losses.reshape(-1))
+    if reduction == 2:
+        return np.array(s)
+    d = math.fsum(denom)
+    return np.array(s / d if d else math.nan)
+
+
+def _targets(rng, shape, C, ignore=None):
+    t = rng.integers(0, C, shape)
+    if ignore is not None and t.size > 1:
+        t.reshape(-1)[0] = ignore
+    return ember.from_numpy(np.array(t, dtype=np.int64))
+
+
+def _nll_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 0)
+    return [Sample((mk(4, 5), _targets(rng, (4,), 5), None, 1, -100)),
+            Sample((mk(4, 5), _targets(rng, (4,), 5, ignore=2), mk(5), 1, 2),
+                   desc="weight, ignore_index", grad=False),
+            Sample((mk(2, 5, 3), _targets(rng, (2, 3), 5), None, 0, -100), desc="spatial"),
+            Sample((mk(5), _targets(rng, (), 5), None, 2, -100), desc="unbatched"),
+            Sample((mk(4, 5), _targets(rng, (4,), 5, ignore=-100), None, 2, -100),
+                   desc="ignored sample")]
+
+
+add(OpInfo("nll_loss", _nll_samples, lambda x, t, w=None, reduction=1, ignore_index=-100:
+           _ref_nll_like(x, t, w, reduction, ignore_index), reduction=True, dtypes=FLOATS,
+           torch_fn=lambda torch, x, t, w=None, reduction=1, ignore_index=-100:
+           torch.nn.functional.nll_loss(x, t, w, ignore_index=ignore_index,
+                                        reduction={0: "none", 1: "mean", 2: "sum"}[reduction]),
+           errors=lambda: [
+               ErrorSample((_T(3, 4), ember.tensor([1, 2])), {}, ValueError,
+                           r"nll_loss\(\).*batch_size \(3\).*\(2\)", "batch"),
+               ErrorSample((_T(3, 4), ember.tensor([1.0, 2, 3])), {}, RuntimeError,
+                           r"nll_loss\(\).*Long or Byte", "float target"),
+               ErrorSample((_T(3, 4), ember.tensor([1, 2, 7])), {}, IndexError,
+                           r"nll_loss\(\).*Target 7 is out of bounds", "bounds", data=True),
+               ErrorSample((_T(3, 4), ember.tensor([1, 2, 3]), _T(3)), {}, RuntimeError,
+                           r"nll_loss\(\).*all 4 classes", "weight")]))
+
+
+def _ce_samples(dtype, rng):
+    def mk(*s, lo=-3, hi=3):
+        return make(s, dtype, rng, lo, hi)
+    return [Sample((mk(4, 5), _targets(rng, (4,), 5), None, 1, -100, 0.0)),
+            Sample((mk(4, 5), _targets(rng, (4,), 5, ignore=1), mk(5, lo=0.2, hi=2), 1, 1,
+                    0.2), desc="weight, ignore_index, smoothing", grad=False),
+            Sample((mk(4, 5), _targets(rng, (4,), 5, ignore=1), None, 1, 1, 0.3),
+                   desc="ignore_index, smoothing"),
+            Sample((mk(2, 5, 3), _targets(rng, (2, 3), 5), None, 0, -100, 0.1),
+                   desc="spatial, smoothing"),
+            Sample((mk(5), _targets(rng, (), 5), None, 2, -100, 0.0), desc="unbatched"),
+            Sample((mk(4, 5), mk(4, 5, lo=0, hi=1), None, 1, -100, 0.0), desc="probabilities"),
+            Sample((mk(3, 4), mk(3, 4, lo=0, hi=1), mk(4, lo=0.2, hi=2), 0, -100, 0.25),
+                   desc="probabilities, weight, smoothing", grad=False)]
+
+
+add(OpInfo("cross_entropy_loss", _ce_samples,
+           lambda x, t, w=None, reduction=1, ignore_index=-100, label_smoothing=0.0:
+           _ref_nll_like(x, t, w, reduction, ignore_index, label_smoothing, True),
+           reduction=True, dtypes=FLOATS,
+           torch_fn=lambda torch, x, t, w=None, reduction=1, ignore_index=-100,
+           label_smoothing=0.0: torch.nn.functional.cross_entropy(
+               x, t, w, ignore_index=ignore_index, label_smoothing=label_smoothing,
+               reduction={0: "none", 1: "mean", 2: "sum"}[reduction]),
+           errors=lambda: [
+               ErrorSample((_T(3, 4), ember.tensor([1, 2])), {}, ValueError,
+                           r"cross_entropy_loss\(\).*batch_size", "batch"),
+               ErrorSample((_T(3, 4), ember.tensor([1, 2, 3]), None, 1, -100, 1.5), {},
+                           RuntimeError, r"cross_entropy_loss\(\).*label_smoothing", "smoothing"),
+               ErrorSample((_T(3, 4), _T(3, 4), None, 1, 1), {}, RuntimeError,
+                           r"cross_entropy_loss\(\).*ignore_index is not supported", "ignore"),
+               ErrorSample((_T(3, 4), ember.tensor([1, 2, 4])), {}, IndexError,
+                           r"cross_entropy_loss\(\).*Target 4", "bounds", data=True)]))
