@@ -95,7 +95,7 @@ def fn(x):
     Case("permute_transpose_t", """
 def fn(x):
     y = x.permute(2, 0, 1).transpose(1, 2)
-    return y.contiguous() + 1, x[0].t() @ x[1], x.swapaxes(0, 2).T
+    return y.contiguous() + 1, x[0].t() @ x[1], x.swapaxes(0, 2).mT, x[1].T
 """, "T(2, 3, 4)"),
     Case("expand_unsqueeze_squeeze", """
 def fn(x, v):
