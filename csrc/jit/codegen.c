@@ -6,7 +6,9 @@
  *
  * sizes: the iteration domain, outer to inner; the last `nreduce` dims are reduced.
  * params: the dtype code of each pointer argument. The function is
- * `void f(void **args)`: args[i] points at element 0 of buffer i.
+ * `void f(void **args, int64_t start, int64_t end)`: args[i] points at element 0 of
+ * buffer i, and when dim 0 is not reduced it runs only over [start, end) of dim 0 (so
+ * threads can split it); a kernel reducing every dim ignores the range.
  * instrs, in order, on numbered registers (an index is offset + sum(coeffs[d]*i_d)):
  *
  *     ("load", dst, param, coeffs, offset)
@@ -49,6 +51,8 @@ typedef struct {
     em_dtype_t *rtype;
     LLVMValueRef *acc;        /* per instruction index: accumulator alloca or NULL */
     bool float_sum;
+    bool split;               /* dim 0 runs over [start, end): threads split it */
+    LLVMValueRef start, end;
     LLVMTypeRef i64;
 } cg_t;
 
@@ -547,24 +551,29 @@ emit_nest(cg_t *g, int d)
     if (first_reduced && init_accumulators(g) < 0)
         return -1;
     if (g->sizes[d] > 0) {
+        bool ranged = d == 0 && g->split;
+        LLVMValueRef lo = ranged ? g->start : LLVMConstInt(g->i64, 0, 0);
+        LLVMValueRef hi = ranged ? g->end
+                                 : LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0);
         LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
         LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
         LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
-        LLVMBuildBr(g->B, head);
+        if (ranged)
+            LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, lo, hi, ""), head, exit);
+        else
+            LLVMBuildBr(g->B, head);
         LLVMPositionBuilderAtEnd(g->B, head);
         LLVMValueRef phi = LLVMBuildPhi(g->B, g->i64, "i");
         g->iv[d] = phi;
         if (emit_nest(g, d + 1) < 0)
             return -1;
         LLVMValueRef next = LLVMBuildAdd(g->B, phi, LLVMConstInt(g->i64, 1, 0), "");
-        LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next,
-                                          LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0), "");
+        LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, "");
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
         LLVMValueRef br = LLVMBuildCondBr(g->B, more, head, exit);
         if (d == g->ndim - 1 && g->float_sum)
             mark_vectorize(g, br);
-        LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0);
-        LLVMAddIncoming(phi, &zero, &pre, 1);
+        LLVMAddIncoming(phi, &lo, &pre, 1);
         LLVMAddIncoming(phi, &next, &latch, 1);
         LLVMPositionBuilderAtEnd(g->B, exit);
     }
@@ -633,17 +642,20 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
      * point `void name(void **args)` unpacks args and calls it (inlined at O2, which
      * turns noalias into scoped alias metadata) */
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(g.C), 0);
-    LLVMTypeRef *ptys = PyMem_Calloc(g.nparams + 1, sizeof(LLVMTypeRef));
+    g.split = g.nreduce < g.ndim;
+    LLVMTypeRef *ptys = PyMem_Calloc(g.nparams + 3, sizeof(LLVMTypeRef));
     if (ptys == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (int i = 0; i < g.nparams; i++)
         ptys[i] = LLVMPointerType(mem_type(&g, g.ptype[i]), 0);
+    ptys[g.nparams] = g.i64;
+    ptys[g.nparams + 1] = g.i64;
     char body_name[160];
     snprintf(body_name, sizeof body_name, "%s.body", name);
     g.fn = LLVMAddFunction(M, body_name, LLVMFunctionType(LLVMVoidTypeInContext(g.C), ptys,
-                                                          (unsigned)g.nparams, 0));
+                                                          (unsigned)g.nparams + 2, 0));
     LLVMSetLinkage(g.fn, LLVMInternalLinkage);
     unsigned k_nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
     unsigned k_inline = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
@@ -659,15 +671,17 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
                                 LLVMCreateEnumAttribute(g.C, k_nocapture, 0));
         g.ptr[i] = LLVMGetParam(g.fn, (unsigned)i);
     }
+    g.start = LLVMGetParam(g.fn, (unsigned)g.nparams);
+    g.end = LLVMGetParam(g.fn, (unsigned)g.nparams + 1);
     g.B = LLVMCreateBuilderInContext(g.C);
     /* the entry point */
-    LLVMTypeRef argv_t = LLVMPointerType(i8p, 0);
+    LLVMTypeRef outer_params[3] = {LLVMPointerType(i8p, 0), g.i64, g.i64};
     LLVMValueRef outer = LLVMAddFunction(M, name, LLVMFunctionType(LLVMVoidTypeInContext(g.C),
-                                                                   &argv_t, 1, 0));
+                                                                   outer_params, 3, 0));
     LLVMAddAttributeAtIndex(outer, LLVMAttributeFunctionIndex,
                             LLVMCreateEnumAttribute(g.C, k_nounwind, 0));
     LLVMPositionBuilderAtEnd(g.B, LLVMAppendBasicBlockInContext(g.C, outer, "entry"));
-    LLVMValueRef *cargs = PyMem_Calloc(g.nparams + 1, sizeof(LLVMValueRef));
+    LLVMValueRef *cargs = PyMem_Calloc(g.nparams + 3, sizeof(LLVMValueRef));
     if (cargs == NULL) {
         PyMem_Free(ptys);
         PyErr_NoMemory();
@@ -678,7 +692,9 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
         LLVMValueRef slot = LLVMBuildInBoundsGEP2(g.B, i8p, LLVMGetParam(outer, 0), &idx, 1, "");
         cargs[i] = LLVMBuildBitCast(g.B, LLVMBuildLoad2(g.B, i8p, slot, ""), ptys[i], "");
     }
-    LLVMBuildCall2(g.B, LLVMGlobalGetValueType(g.fn), g.fn, cargs, (unsigned)g.nparams, "");
+    cargs[g.nparams] = LLVMGetParam(outer, 1);
+    cargs[g.nparams + 1] = LLVMGetParam(outer, 2);
+    LLVMBuildCall2(g.B, LLVMGlobalGetValueType(g.fn), g.fn, cargs, (unsigned)g.nparams + 2, "");
     LLVMBuildRetVoid(g.B);
     PyMem_Free(cargs);
     PyMem_Free(ptys);

@@ -10,7 +10,10 @@
  *          differently (a gradient that arrives expanded, say) is first copied into
  *          that layout when it is dense, else the call fails
  * buffers: (dtype, sizes) of each buffer allocated per call (contiguous)
- * steps:   ("kernel", k, refs)        call kernel k with pointers to refs
+ * steps:   ("kernel", k, refs, outer, parallel)
+ *                                     call kernel k with pointers to refs over
+ *                                     [0, outer) of its dim 0, split across the
+ *                                     thread pool when parallel
  *          ("matmul", a, b, buffer)   BLAS (NumPy's matmul) from views a and b
  * outputs: views
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
@@ -18,7 +21,21 @@
  */
 #include "ember.h"
 
-typedef void (*kernel_fn)(void **args);
+typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
+
+void em_parallel_for(void (*fn)(void *, int64_t, int64_t), void *ctx, int64_t n);
+
+typedef struct {
+    kernel_fn fn;
+    void **args;
+} range_job;
+
+static void
+run_range(void *ctx, int64_t start, int64_t end)
+{
+    range_job *job = ctx;
+    job->fn(job->args, start, end);
+}
 
 int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
 
@@ -201,8 +218,16 @@ run_kernel(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tens
         args[i] = PyArray_DATA(t->array);
     }
     kernel_fn fn = self->kernels[k];
+    Py_ssize_t outer = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 3));
+    int parallel = PyObject_IsTrue(PyTuple_GET_ITEM(step, 4));
     Py_BEGIN_ALLOW_THREADS
-    fn(args);
+    if (parallel && outer > 1) {
+        range_job job = {fn, args};
+        em_parallel_for(run_range, &job, outer);
+    }
+    else {
+        fn(args, 0, outer);
+    }
     Py_END_ALLOW_THREADS
     if (args != small)
         PyMem_Free(args);

@@ -30,6 +30,7 @@ class LoweringError(NotImplementedError):
 
 SUPPORTED_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64")
 INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
+PARALLEL_MIN = 1 << 16     # domain points below which a kernel runs on one thread
 
 
 def _check_dtype(dtype, what):
@@ -252,7 +253,11 @@ class Lowering:
         k = verify(kb.finish())
         idx = len(self.out.kernels)
         self.out.kernels.append(k)
-        self.out.steps.append(("kernel", idx, tuple(p.ref for p in k.params)))
+        split = k.nreduce < len(k.sizes)
+        outer = k.sizes[0] if split else 1
+        parallel = split and outer > 1 and math.prod(k.sizes) >= PARALLEL_MIN
+        self.out.steps.append(("kernel", idx, tuple(p.ref for p in k.params), outer,
+                               parallel))
 
     def realize(self, value) -> BufferValue:
         if isinstance(value, BufferValue):

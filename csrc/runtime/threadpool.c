@@ -1,0 +1,184 @@
+/* threadpool.c: the persistent worker threads compiled kernels run on.
+ *
+ * em_parallel_for(fn, ctx, n) splits [0, n) into one contiguous range per thread; the
+ * calling thread runs the first range itself. Workers are started on first use and
+ * spin for a short while after each job before they sleep on a condition variable
+ * (waking a sleeping thread costs tens of microseconds in a VM; a spinning one, well
+ * under one), so back-to-back kernels of one graph find them awake. Nothing here
+ * touches Python: callers release the GIL around it. After fork() the child starts
+ * with no workers and makes new ones when it needs them.
+ */
+#include "ember.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#define MAX_THREADS 64
+#define SPIN_ROUNDS 20000
+
+typedef void (*range_fn)(void *ctx, int64_t start, int64_t end);
+
+static struct {
+    pthread_mutex_t lock;          /* serialises jobs, guards sleeping workers */
+    pthread_cond_t wake;
+    int started;                   /* workers running */
+    int nthreads;                  /* threads a job uses, the caller included */
+    atomic_ulong generation;       /* bumped per job */
+    atomic_int remaining;          /* ranges not finished */
+    range_fn fn;
+    void *ctx;
+    int64_t n;
+    int parts;
+    atomic_int next;               /* next range to take */
+} pool = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .nthreads = 1,
+};
+
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+run_ranges(void)
+{
+    for (;;) {
+        int i = atomic_fetch_add(&pool.next, 1);
+        if (i >= pool.parts)
+            return;
+        int64_t lo = pool.n * i / pool.parts, hi = pool.n * (i + 1) / pool.parts;
+        if (lo < hi)
+            pool.fn(pool.ctx, lo, hi);
+        atomic_fetch_sub(&pool.remaining, 1);
+    }
+}
+
+static void *
+worker(void *arg)
+{
+    unsigned long seen = atomic_load(&pool.generation);
+    for (;;) {
+        int spins = 0;
+        while (atomic_load(&pool.generation) == seen && spins < SPIN_ROUNDS) {
+            spins++;
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (atomic_load(&pool.generation) == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load(&pool.generation) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = atomic_load(&pool.generation);
+        run_ranges();
+    }
+    return arg;
+}
+
+static void
+after_fork_child(void)
+{
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_mutex_init(&job_lock, NULL);
+    pool.started = 0;
+}
+
+static int
+start_workers(int want)
+{
+    static int atfork_done;
+    if (!atfork_done) {
+        pthread_atfork(NULL, NULL, after_fork_child);
+        atfork_done = 1;
+    }
+    while (pool.started < want - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int err = pthread_create(&t, &attr, worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (err != 0)
+            break;
+        pool.started++;
+    }
+    return pool.started + 1;
+}
+
+int
+em_num_threads(void)
+{
+    return pool.nthreads;
+}
+
+/* Runs fn over [0, n) on up to em_num_threads() threads; returns when all are done. */
+void
+em_parallel_for(range_fn fn, void *ctx, int64_t n)
+{
+    int want = pool.nthreads < n ? pool.nthreads : (int)n;
+    if (want <= 1 || pthread_mutex_trylock(&job_lock) != 0) {
+        fn(ctx, 0, n);     /* one thread, or another job is running: run it here */
+        return;
+    }
+    int have = start_workers(want);
+    if (have < want)
+        want = have;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.parts = want;
+    atomic_store(&pool.remaining, want);
+    atomic_store(&pool.next, 0);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.generation, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    run_ranges();
+    while (atomic_load(&pool.remaining) > 0) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    pthread_mutex_unlock(&job_lock);
+}
+
+static PyObject *
+set_num_threads(PyObject *self, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "set_num_threads expects a positive integer");
+        return NULL;
+    }
+    pool.nthreads = n > MAX_THREADS ? MAX_THREADS : (int)n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+get_num_threads(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLong(pool.nthreads);
+}
+
+static PyMethodDef pool_methods[] = {
+    {"set_num_threads", set_num_threads, METH_O,
+     "set_num_threads(n): threads compiled kernels use (the caller included)."},
+    {"get_num_threads", get_num_threads, METH_NOARGS, NULL},
+    {NULL},
+};
+
+int
+em_threadpool_init(PyObject *module)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env != NULL && atoi(env) > 0)
+        n = atoi(env);
+    pool.nthreads = n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
+    return PyModule_AddFunctions(module, pool_methods);
+}
