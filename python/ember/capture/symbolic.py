@@ -573,8 +573,10 @@ class Translator:
             items = args[0].unpack(self)
             if all(i.is_constant() for i in items):
                 return self.call_builtin(fn, [ListVar(items)], kwargs)
-        if fn is sum and consts is None and not kwargs and 1 <= len(args) <= 2:
-            # sum(xs, start) adds the items one by one, as CPython does
+        if fn is sum and consts is None and not kwargs and 1 <= len(args) <= 2 and \
+                not isinstance(args[0], TensorVar):
+            # sum(xs, start) over a container adds the items one by one, as CPython
+            # does (not over a tensor's rows: a node per row)
             total = args[1] if len(args) == 2 else ConstVar(0)
             for item in args[0].unpack(self):
                 total = self.binary(operator.add, total, item)
