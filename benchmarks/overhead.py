@@ -1,8 +1,8 @@
 """Cache-hit cost of ember.compile vs torch.compile, side by side in one run.
 
 The function is `t * 2 + 1` on a 16-element float32 tensor. Each row is the median
-time per call over >= 20 timed runs (warm-up excluded), with the same thread count
-for every library:
+time per call over >= 20 timed runs (warm-up excluded; the rows' runs take turns), with
+the same thread count for every library:
 
     ember eager        f(t)
     ember.compile      ember.compile(f, backend="eager")(t): wrapper, frame hook,
@@ -21,6 +21,7 @@ import _harness
 
 args = _harness.setup(__doc__)
 
+import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -38,6 +39,19 @@ def first_call_seconds(fn, x):
     t0 = time.perf_counter()
     fn(x)
     return time.perf_counter() - t0
+
+
+def interleaved_medians(rows, runs, inner):
+    """Median seconds per call of each row. Runs take turns (row 1, row 2, ..., row 1,
+    ...), so that a change in machine load affects every row alike: the figures are
+    differences of a few percent of the call."""
+    for _, fn in rows:                               # warm-up
+        _harness.median_time(fn, 3, inner, warmup=0)
+    samples = {name: [] for name, _ in rows}
+    for _ in range(runs):
+        for name, fn in rows:
+            samples[name].append(_harness.median_time(fn, 1, inner, warmup=0))
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def main():
@@ -60,7 +74,7 @@ def main():
     assert np.allclose(ember_compiled(ex).numpy(), f(ex).numpy())
 
     inner = _harness.inner_for(rows[0][1], 0.002)
-    times = {name: _harness.median_time(fn, runs, inner) for name, fn in rows}
+    times = interleaved_medians(rows, runs, inner)
 
     print(f"# t * 2 + 1 on 16 float32 elements, backend='eager'; median of {runs} runs "
           f"of {inner} calls, microseconds per call\n")
