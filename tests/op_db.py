@@ -1762,7 +1762,8 @@ add(OpInfo("arange.start", _arange_start_samples, _ref_arange, dtypes=("int64",)
                                        "wrong sign")]))
 
 def _ref_linspace(start, end, steps, dtype=None, **kw):
-    if dtype is not None and not dtype.is_floating_point:
+    dtype = dtype or ember.get_default_dtype()
+    if not dtype.is_floating_point:
         # PyTorch converts the bounds to the integer dtype first
         start, end = math.trunc(start), math.trunc(end)
         if dtype is ember.uint8:
@@ -1772,6 +1773,8 @@ def _ref_linspace(start, end, steps, dtype=None, **kw):
         out[0] = float(start)
     elif steps > 1:
         step = (end - start) / (steps - 1)
+        if dtype is ember.float16:       # and computes the step in the dtype
+            step = float(np.float16(step))
         out[:] = [start + step * i if i < steps // 2 else end - step * (steps - 1 - i)
                   for i in range(steps)]
     return out

@@ -200,6 +200,30 @@ nan_to_num_f64(const double *const *in, double *restrict y, Py_ssize_t n, const 
     }
 }
 
+/* clamp(x; lo, hi) with number bounds (-inf/inf when absent, never NaN): NaN in x stays
+ * NaN; lo > hi gives hi */
+EM_CLONES static void
+clamp_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    const float *restrict x = in[0];
+    const float lo = (float)p[0], hi = (float)p[1];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float r = x[i] < lo ? lo : x[i];
+        y[i] = r > hi ? hi : r;
+    }
+}
+
+EM_CLONES static void
+clamp_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
+{
+    const double *restrict x = in[0];
+    const double lo = p[0], hi = p[1];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double r = x[i] < lo ? lo : x[i];
+        y[i] = r > hi ? hi : r;
+    }
+}
+
 /* lerp(start, end, weight), as PyTorch computes it: from start for |weight| < 0.5, from
  * end otherwise, so that weight 1 gives end exactly. */
 #define LERP(s, e, w) (fabs(w) < 0.5 ? (s) + (w) * ((e) - (s)) : (e) - ((e) - (s)) * (1 - (w)))
@@ -262,6 +286,7 @@ static const loop_entry loops[] = {
     {"elu", 1, elu_f32, elu_f64},
     {"leaky_relu", 1, leaky_relu_f32, leaky_relu_f64},
     {"nan_to_num", 1, nan_to_num_f32, nan_to_num_f64},
+    {"clamp", 1, clamp_f32, clamp_f64},
     {"lerp", 3, lerp_f32, lerp_f64},
     {"lerp_scalar", 2, lerp_scalar_f32, lerp_scalar_f64},
     {NULL, 0, NULL, NULL},

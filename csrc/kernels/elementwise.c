@@ -574,6 +574,16 @@ static PyObject *uf_maximum, *uf_minimum, *uf_multiply, *uf_add, *uf_true_divide
 static int
 clamp_into(em_Tensor *out, PyObject *x, PyObject *lo, PyObject *hi, em_dtype_t compute)
 {
+    if (em_is_float(out->dtype) && em_Tensor_Check(x) && !em_Tensor_Check(lo) &&
+        !em_Tensor_Check(hi)) {
+        /* number bounds on a float result: one C loop (NaN bounds take the ufuncs) */
+        double p[2] = {-INFINITY, INFINITY};
+        if ((lo != Py_None && (p[0] = PyFloat_AsDouble(lo)) == -1.0 && PyErr_Occurred()) ||
+            (hi != Py_None && (p[1] = PyFloat_AsDouble(hi)) == -1.0 && PyErr_Occurred()))
+            return -1;
+        if (p[0] == p[0] && p[1] == p[1])
+            return em_cloop("clamp", &x, 1, out, p) < 0 ? -1 : 0;
+    }
     int st = 0;
     PyObject *src = x;
     if (lo != Py_None) {

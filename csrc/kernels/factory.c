@@ -253,57 +253,62 @@ done:
     return res;
 }
 
+/* d rounded to the precision of the floating dtype dt. */
+static int
+round_to_float(double d, em_dtype_t dt, double *out)
+{
+    if (dt == EM_FLOAT64) {
+        *out = d;
+        return 0;
+    }
+    if (dt == EM_FLOAT32) {
+        *out = (double)(float)d;
+        return 0;
+    }
+    PyObject *f = PyFloat_FromDouble(d);     /* float16: through NumPy's half */
+    PyObject *h = f ? PyObject_CallOneArg((PyObject *)em_dtypes[dt]->descr->typeobj, f) : NULL;
+    Py_XDECREF(f);
+    *out = h ? PyFloat_AsDouble(h) : -1.0;
+    Py_XDECREF(h);
+    return h != NULL && !PyErr_Occurred() ? 0 : -1;
+}
+
 /* A linspace bound as PyTorch converts it to the result's dtype before computing:
- * floats round to the dtype's precision, integers truncate and must fit (unsigned
- * types also take negative values, which wrap: -3 is 253 in uint8). */
+ * floats round to the dtype's precision; integers truncate and must fit (a Python int
+ * may also be negative for uint8, and wraps: -3 is 253). */
 static int
 bound_in_dtype(PyObject *v, em_dtype_t dt, double *out)
 {
     double d = PyFloat_AsDouble(v);
     if (d == -1.0 && PyErr_Occurred())
         return -1;
-    switch (dt) {
-    case EM_FLOAT64:
-        *out = d;
-        return 0;
-    case EM_FLOAT32:
-        *out = (double)(float)d;
-        return 0;
-    case EM_FLOAT16: {
-        PyObject *f = PyFloat_FromDouble(d);
-        PyObject *h = f ? PyObject_CallOneArg((PyObject *)em_dtypes[dt]->descr->typeobj, f)
-                        : NULL;
-        Py_XDECREF(f);
-        *out = h ? PyFloat_AsDouble(h) : -1.0;
-        Py_XDECREF(h);
-        return h != NULL && !PyErr_Occurred() ? 0 : -1;
-    }
-    case EM_BOOL:
+    if (em_is_float(dt))
+        return round_to_float(d, dt, out);
+    if (dt == EM_BOOL) {
         *out = d != 0.0;
         return 0;
-    default: {
-        double t = trunc(d);
-        int bits = 8 * em_dtypes[dt]->itemsize;
-        double hi = ldexp(1.0, bits - (dt == EM_UINT8 ? 0 : 1)) - 1.0;
-        double lo = dt == EM_UINT8 ? -ldexp(1.0, 63) : -ldexp(1.0, bits - 1);
-        if (!(t >= lo && t <= hi)) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "linspace(): value cannot be converted to type %s without overflow",
-                         em_dtypes[dt]->name);
-            return -1;
-        }
-        if (dt == EM_UINT8 && t < 0)
-            t = (double)(uint8_t)(int64_t)t;
-        *out = t;
-        return 0;
     }
+    int bits = 8 * em_dtypes[dt]->itemsize;
+    double hi = ldexp(1.0, bits - (dt == EM_UINT8 ? 0 : 1)) - 1.0;
+    double lo = dt == EM_UINT8 ? (PyLong_Check(v) ? -ldexp(1.0, 63) : 0.0)
+                               : -ldexp(1.0, bits - 1);
+    if (!(d >= lo && d <= hi)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "linspace(): value cannot be converted to type %s without overflow",
+                     em_dtypes[dt]->name);
+        return -1;
     }
+    double t = trunc(d);
+    if (dt == EM_UINT8 && t < 0)
+        t = (double)(uint8_t)(int64_t)t;
+    *out = t;
+    return 0;
 }
 
 /* linspace(start, end, steps): steps values from start to end (both converted to dtype
- * first), computed in double, from start for the first half and from end for the second
- * (so both ends are exact) as PyTorch's kernel does, then converted to dtype (integers
- * truncate). */
+ * first), computed in double with the step rounded to the dtype, from start for the first
+ * half and from end for the second (so both ends are exact) as PyTorch's kernel does,
+ * then converted to dtype (integers truncate). */
 static PyObject *
 k_linspace(em_Op *op, PyObject **args)
 {
@@ -338,7 +343,14 @@ k_linspace(em_Op *op, PyObject **args)
         return NULL;
     }
     double *v = PyArray_DATA(vals);
+    /* the step, in the dtype's precision for floats (PyTorch computes in the dtype) */
     double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0.0;
+    if (em_is_float(dt) && round_to_float(step, dt, &step) < 0) {
+        if (vals != t->array)
+            Py_DECREF(vals);
+        Py_DECREF(t);
+        return NULL;
+    }
     Py_ssize_t half = steps / 2;
     for (Py_ssize_t i = 0; i < steps; i++)
         v[i] = i < half ? start + step * (double)i : end - step * (double)(steps - i - 1);

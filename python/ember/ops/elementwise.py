@@ -345,6 +345,19 @@ op("bitwise_not(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="invert", rule=IN
    inplace_variant=True,
    decompose=lambda self: P.bitwise_xor(self, True if self.dtype is _C.bool else -1),
    doc="~self: logical not for bool, two's complement not for integers.")
+
+
+def _invert(self):
+    if self.dtype.is_floating_point:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type "
+                        "tensors")
+    return O.bitwise_not(self)
+
+
+# ~x: bitwise_not, but a TypeError for floats, as PyTorch's Tensor.__invert__ says
+op("__invert__(Tensor self) -> Tensor", CUSTOM, "python", composite=True, method=False,
+   function=False, operators=("bitwise_not",), impl=_invert)
+
 op("bitwise_left_shift(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc",
    ufunc="left_shift", rule=INTEGRAL | NOT_BOOL, prim=True, inplace_variant=True,
    doc="self << other in the result's width; shifts outside [0, width) give 0.")

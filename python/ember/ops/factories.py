@@ -60,19 +60,25 @@ op(f"randn_like(Tensor self, *, {_LIKE}) -> Tensor", FACTORY, "randn", method=Fa
 # ------------------------------------------------------------------ linspace, eye
 
 
+def _round_to(value, dt):
+    return float(np.array(value, dtype=np.float64).astype(dt.numpy_dtype))
+
+
 def _bound_in(value, dt):
     """A linspace bound converted to dt first, as PyTorch does (csrc: bound_in_dtype)."""
     if dt.is_floating_point:
-        return float(np.array(value, dtype=np.float64).astype(dt.numpy_dtype))
+        return _round_to(value, dt)
     if dt is _C.bool:
         return float(value != 0)
-    t = math.trunc(value)
     bits = dt.itemsize * 8
-    lo, hi = (-(1 << 63), 255) if dt is _C.uint8 else (-(1 << (bits - 1)),
-                                                         (1 << (bits - 1)) - 1)
-    if not lo <= t <= hi:
+    if dt is _C.uint8:
+        lo, hi = (-(1 << 63) if isinstance(value, int) else 0), 255
+    else:
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if not lo <= value <= hi:
         raise RuntimeError(f"linspace(): value cannot be converted to type {dt} without "
                            "overflow")
+    t = math.trunc(value)
     return float(t % 256 if dt is _C.uint8 else t)
 
 
@@ -93,6 +99,8 @@ def _linspace_decompose(start, end, steps, dtype, device, requires_grad):
     if steps <= 1:
         return P.full((steps,), start, dtype=dt)
     step = (end - start) / (steps - 1)
+    if dt.is_floating_point:
+        step = _round_to(step, dt)       # PyTorch computes the step in the dtype
     i = P.arange(steps, dtype=_C.float64)
     low = P.add(P.mul(i, step), start)                              # start + i step
     high = P.add(P.mul(P.add(P.neg(i), steps - 1), -step), end)     # end - (n-1-i) step
