@@ -295,6 +295,8 @@ extern const em_KernelEntry em_random_kernels[];
 extern const em_KernelEntry em_nn_kernels[];     /* nn.c: decomposed nn ops, linear */
 extern const em_KernelEntry em_conv_kernels[];   /* conv.c: convolution */
 extern const em_KernelEntry em_pool_kernels[];   /* pool.c: max pooling */
+extern const em_KernelEntry em_shape_kernels[];     /* shape.c */
+extern const em_KernelEntry em_indexing_kernels[];  /* indexing.c */
 
 /* Calls a NumPy ufunc: ufunc(ins..., out=out, signature=sig, casting="unsafe"). */
 int em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out,

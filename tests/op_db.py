@@ -504,6 +504,7 @@ class OpInfo:
     inplace: bool = False
     random: bool = False
     check: Optional[Callable] = None           # random ops: check(out, *args, **kw) -> bool
+    dynamic_shape: bool = False                # result shape depends on values: no meta rule
 
     @property
     def entry(self):
@@ -1940,6 +1941,1183 @@ for _info in _SAMPLERS:
 # the linear-algebra and nn ops (mm ... convolution, pooling, losses): tests/op_db_nn.py
 import op_db_nn  # noqa: E402,F401
 
+# ---------------------------------------------------------------- reductions, part 2
+# (prod, min family, var/std, norm, logsumexp, softmax, cumulative, all/any, sort, topk)
+
+
+def _isnan(x):
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _prod(xs):
+    if any(isinstance(x, float) for x in xs):
+        r = 1.0
+        for x in xs:
+            r *= float(x)
+        return r
+    r = 1
+    for x in xs:
+        r *= int(x)
+    return r
+
+
+def _amin(xs):
+    best = xs[0]
+    for x in xs:
+        if _isnan(x):
+            return x
+        if x < best:
+            best = x
+    return best
+
+
+def _argmin(xs):
+    best, idx = xs[0], 0
+    for i, x in enumerate(xs):
+        if _isnan(best):
+            break
+        if _isnan(x):
+            return i
+        if x < best:
+            best, idx = x, i
+    return idx
+
+
+def _lines(a, dim, fn, out_len=None):
+    """fn(list) -> list applied to every line of a along dim (a 0-d tensor is one line)."""
+    a = np.asarray(a, dtype=object)
+    if a.ndim == 0:
+        out = np.empty((), dtype=object)
+        out[()] = fn([a[()]])[0]
+        return out
+    d = dim % a.ndim
+    moved = np.moveaxis(a, d, -1)
+    m = moved.shape[-1] if out_len is None else out_len
+    out = np.empty(moved.shape[:-1] + (m,), dtype=object)
+    for idx in np.ndindex(*moved.shape[:-1]):
+        vals = fn(list(moved[idx]))
+        for j, v in enumerate(vals):
+            out[idx + (j,)] = v
+    return np.moveaxis(out, -1, d)
+
+
+def _ref_prod_all(a, dtype=None):
+    return reduce_ref(_prod)(a, None, False)
+
+
+def _ref_prod_dim(a, dim, keepdim=False, dtype=None):
+    return reduce_ref(_prod)(a, dim, keepdim)
+
+
+def _prod_samples(dtype, rng):
+    out = []
+    for shape, dim in (((2, 3, 4), 1), ((2, 3, 4), -1), ((5,), 0), ((), 0), ((0, 3), 0),
+                       ((0, 3), 1), ((3, 1), 1)):
+        for keepdim in (False, True):
+            out.append(Sample((make(shape, dtype, rng, -2, 2), dim, keepdim),
+                              desc=f"{shape} {dim} {keepdim}"))
+    z = make((3, 4), dtype, rng, 1, 2)
+    zn = z.numpy()
+    zn[0, 1] = 0
+    zn[1, 0] = zn[1, 2] = 0
+    out.append(Sample((z, 1), desc="zeros (one, two in a row)"))
+    out.append(Sample((make((2, 3), dtype, rng),), {"dim": 0, "dtype": ember.float64},
+                      desc="dtype=float64", grad=False))
+    return out
+
+
+def _prod_all_samples(dtype, rng):
+    out = [Sample((make(s, dtype, rng, -2, 2),), desc=str(s)) for s in ((2, 3), (5,), (), (0,))]
+    z = make((2, 3), dtype, rng, 1, 2)
+    z.numpy()[1, 1] = 0
+    out.append(Sample((z,), desc="a zero"))
+    out.append(Sample((make((2, 2), dtype, rng),), {"dtype": ember.float64}, grad=False,
+                      desc="dtype"))
+    return out
+
+
+add(OpInfo("prod", _prod_all_samples, _ref_prod_all, reduction=True))
+add(OpInfo("prod.dim_int", _prod_samples, _ref_prod_dim, reduction=True,
+           torch_fn=lambda torch, *a, **k: torch.prod(*a, **k),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), 2), {}, IndexError,
+                                       r"prod\(\).*range", "bad dim")]))
+
+add(OpInfo("amin", _amax_samples, lambda a, dim=(), keepdim=False: reduce_ref(_amin)(
+    a, dim, keepdim), reduction=True,
+    errors=lambda: [ErrorSample((ember.ones(0, 3),), {"dim": 0}, IndexError,
+                                r"amin\(\).*non-zero size", "empty dim"),
+                    ErrorSample((ember.ones(0, 3),), {}, RuntimeError,
+                                r"amin\(\).*numel\(\) == 0", "empty, all dims")]))
+add(OpInfo("min", _max_all_samples, lambda a: reduce_ref(_amin)(a, None, False),
+           reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(0, 3),), {}, RuntimeError,
+                                       r"min\(\).*numel\(\) == 0", "empty")]))
+add(OpInfo("min.dim", _dim_samples, lambda a, dim, keepdim=False: (
+    reduce_ref(_amin)(a, dim, keepdim), reduce_ref(_argmin)(a, dim, keepdim)),
+    reduction=True, torch_fn=lambda torch, *a, **k: tuple(torch.min(*a, **k)),
+    errors=lambda: [ErrorSample((ember.ones(0, 3), 0), {}, IndexError,
+                                r"min\(\).*non-zero size", "empty dim")]))
+
+
+def _ref_min2(a, b):
+    if _isnan(a):
+        return a
+    if _isnan(b):
+        return b
+    return a if a <= b else b
+
+
+add(OpInfo("min.other", _tie_samples(binary_samples(numbers=(), mixed=False)),
+           elementwise(_ref_min2, 2),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(4)), {}, RuntimeError,
+                                       r"min\(\).*\[2, 3\].*\[4\]", "shape mismatch")]))
+
+
+def _ref_argmin(a, dim=None, keepdim=False):
+    if dim is None:
+        flat = np.asarray(a, dtype=object).reshape(-1)
+        r = np.empty((), dtype=object)
+        r[()] = _argmin(list(flat))
+        return r.reshape((1,) * np.ndim(a)) if keepdim else r
+    return reduce_ref(_argmin)(a, dim, keepdim)
+
+
+add(OpInfo("argmin", lambda dtype, rng: _dim_samples(dtype, rng, allow_none=True),
+           _ref_argmin, dtypes=NO_BOOL,
+           errors=lambda: [ErrorSample((ember.ones(0, 3),), {}, IndexError,
+                                       r"argmin\(\).*numel\(\) == 0", "empty"),
+                           ErrorSample((ember.ones(2, dtype=ember.bool),), {}, RuntimeError,
+                                       r"argmin\(\).*bool", "bool")]))
+
+
+def _var_line(correction, std):
+    def f(xs):
+        n = len(xs)
+        if n == 0:
+            return math.nan
+        xs = [float(x) for x in xs]
+        mean = math.fsum(xs) / n
+        s = math.fsum((x - mean) ** 2 for x in xs)
+        dof = n - correction
+        v = s / dof if dof > 0 else (s * math.inf if s != 0 else math.nan)
+        return math.sqrt(v) if std and not math.isnan(v) else v
+    return f
+
+
+def _var_ref(std):
+    def ref(a, dim=None, unbiased=None, keepdim=False, correction=None):
+        c = correction if correction is not None else (0 if unbiased is False else 1)
+        return reduce_ref(_var_line(c, std))(a, dim, keepdim)
+    return ref
+
+
+def _var_samples(dtype, rng):
+    out = []
+    for shape, dim in _RED_SHAPES:
+        if 0 in shape:
+            continue
+        n = math.prod(shape[d] for d in range(len(shape))
+                      if dim is None or dim == () or d in ((dim,) if isinstance(dim, int)
+                                                           else dim) or d - len(shape) in (
+                          (dim,) if isinstance(dim, int) else dim))
+        out.append(Sample((make(shape, dtype, rng),), {"dim": dim}, desc=f"{shape} {dim}",
+                          grad=n > 1))
+    out += [Sample((make((3, 4), dtype, rng), 1, False, True), desc="dim, unbiased, keepdim"),
+            Sample((make((3, 4), dtype, rng),), {"dim": 0, "correction": 0}, desc="correction 0"),
+            Sample((make((3, 4), dtype, rng),), {"dim": (0, 1), "correction": 2, "keepdim": True},
+                   desc="correction 2, two dims"),
+            Sample((make((3, 4), dtype, rng),), {"unbiased": False}, desc="unbiased=False"),
+            Sample((make((0, 3), dtype, rng),), {"dim": 0}, desc="empty dim", grad=False),
+            Sample((make((1, 3), dtype, rng),), {"dim": 0}, desc="one element: nan",
+                   grad=False)]
+    return out
+
+
+def _var_errors(name):
+    return lambda: [ErrorSample((ember.ones(2, 3, dtype=ember.int64),), {}, RuntimeError,
+                                rf"{name}\(\).*floating point", "integer input"),
+                    ErrorSample((ember.ones(2, 3),), {"dim": 3}, IndexError,
+                                rf"{name}\(\).*range", "bad dim")]
+
+
+add(OpInfo("var", _var_samples, _var_ref(False), reduction=True, dtypes=FLOATS,
+           errors=_var_errors("var")))
+add(OpInfo("std", _var_samples, _var_ref(True), reduction=True, dtypes=FLOATS,
+           errors=_var_errors("std")))
+
+
+def _ref_norm(a, p="fro", dim=None, keepdim=False, dtype=None):
+    p = 2.0 if p in (None, "fro") else float(p)
+
+    def f(xs):
+        xs = [abs(float(x)) for x in xs]
+        if any(math.isnan(x) for x in xs):
+            return math.nan
+        if p == math.inf:
+            return max(xs)
+        if p == -math.inf:
+            return min(xs)
+        if p == 0:
+            return float(sum(1 for x in xs if x != 0))
+        return math.fsum(x ** p for x in xs) ** (1.0 / p)
+    return reduce_ref(f)(a, dim, keepdim)
+
+
+def _norm_samples(dtype, rng):
+    out = [Sample((make((3, 4), dtype, rng, 0.2, 2),), desc="default"),
+           Sample((make((2, 3, 4), dtype, rng, 0.2, 2), 2, 1), desc="p=2 dim 1"),
+           Sample((make((2, 3, 4), dtype, rng, 0.2, 2), "fro", (0, 2), True), desc="fro"),
+           Sample((make((3, 4), dtype, rng, 0.2, 2), 1, 0), desc="p=1"),
+           Sample((make((3, 4), dtype, rng, 0.2, 2), 3.0, -1), desc="p=3"),
+           Sample((make((3, 4), dtype, rng, 0.2, 2), 0.5), desc="p=0.5"),
+           Sample((make((3, 4), dtype, rng, -2, 2), math.inf, 1), desc="inf"),
+           Sample((make((3, 4), dtype, rng, -2, 2), -math.inf), desc="-inf"),
+           Sample((make((3, 4), dtype, rng, -2, 2), 0, 1), desc="p=0", grad=False),
+           Sample((make((), dtype, rng, 0.2, 2),), desc="0-d"),
+           Sample((make((0, 3), dtype, rng),), {"dim": 1}, desc="empty"),
+           Sample((make((2, 3), dtype, rng, 0.2, 2),), {"p": 2, "dtype": ember.float64},
+                  desc="dtype", grad=False)]
+    return out
+
+
+add(OpInfo("norm", _norm_samples, _ref_norm, reduction=True, dtypes=FLOATS,
+           errors=lambda: [
+               ErrorSample((ember.ones(2, 3, dtype=ember.int64),), {}, RuntimeError,
+                           r"norm\(\).*floating point", "integer input"),
+               ErrorSample((ember.ones(0, 3), math.inf), {}, RuntimeError,
+                           r"norm\(\).*empty", "inf norm of an empty tensor"),
+               ErrorSample((ember.ones(2, 3), "abc"), {}, RuntimeError, r"norm\(\).*abc",
+                           "bad order")]))
+
+
+def _ref_logsumexp(a, dim, keepdim=False):
+    def f(xs):
+        xs = [float(x) for x in xs]
+        if not xs:
+            return -math.inf
+        if any(math.isnan(x) for x in xs):
+            return math.nan
+        m = max(xs)
+        m = 0.0 if math.isinf(m) else m
+        s = math.fsum(_ref_exp(x - m) for x in xs)
+        return m + (math.log(s) if s > 0 else -math.inf)
+    return reduce_ref(f)(a, dim, keepdim)
+
+
+def _logsumexp_samples(dtype, rng):
+    out = []
+    for shape, dim in (((2, 3, 4), 1), ((2, 3, 4), (0, 2)), ((5,), 0), ((), 0), ((0, 3), 0),
+                       ((0, 3), 1), ((3, 4), -1)):
+        for keepdim in (False, True):
+            out.append(Sample((make(shape, dtype, rng), dim, keepdim),
+                              desc=f"{shape} {dim} {keepdim}"))
+    if dtype in FLOATS:
+        big = np.array([[500.0, 501.0, -2.0], [-math.inf, -math.inf, -math.inf]], dtype=dtype)
+        out.append(Sample((ember.from_numpy(big), 1), desc="large values, all -inf",
+                          grad=False))
+    return out
+
+
+add(OpInfo("logsumexp", _logsumexp_samples, _ref_logsumexp, reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(2, 3), 2), {}, IndexError,
+                                       r"logsumexp\(\).*range", "bad dim")]))
+
+
+def _softmax_line(log):
+    def f(xs):
+        xs = [float(x) for x in xs]
+        m = max(xs)
+        e = [_ref_exp(x - m) for x in xs]
+        s = math.fsum(e)
+        return [x - m - math.log(s) for x in xs] if log else [v / s for v in e]
+    return f
+
+
+def _softmax_ref(log):
+    def ref(a, dim, dtype=None):
+        return _lines(a, dim, _softmax_line(log))
+    return ref
+
+
+def _softmax_samples(dtype, rng):
+    out = [Sample((make((2, 3, 4), dtype, rng), d), desc=f"dim {d}") for d in (0, 1, -1)]
+    out += [Sample((make((5,), dtype, rng), 0)), Sample((make((), dtype, rng), 0), desc="0-d"),
+            Sample((make((0, 3), dtype, rng), 1), desc="empty"),
+            Sample((make((2, 3), "int64", rng), 1), {"dtype": ember.float64},
+                   desc="int input, dtype", grad=False)]
+    if dtype in FLOATS:
+        out.append(Sample((ember.from_numpy(np.array([[1000.0, 999.0], [-5.0, -1000.0]],
+                                                     dtype=dtype)), 1),
+                          desc="large values (stable)", grad=False))
+    return out
+
+
+for _name, _log in (("softmax", False), ("log_softmax", True)):
+    add(OpInfo(_name, _softmax_samples, _softmax_ref(_log), dtypes=FLOATS, reduction=True,
+               errors=(lambda n: lambda: [
+                   ErrorSample((ember.ones(2, 3, dtype=ember.int64), 1), {},
+                               NotImplementedError, rf"{n}\(\).*Long", "integer input"),
+                   ErrorSample((ember.ones(2, 3), 2), {}, IndexError, rf"{n}\(\).*range",
+                               "bad dim")])(_name)))
+
+
+def _cumulative_ref(mul):
+    def line(xs):
+        out, acc = [], None
+        for x in xs:
+            x = int(x) if isinstance(x, bool) else x
+            acc = x if acc is None else (acc * x if mul else acc + x)
+            out.append(acc)
+        return out
+
+    def ref(a, dim, dtype=None):
+        return _lines(a, dim, line)
+    return ref
+
+
+def _cumulative_samples(dtype, rng):
+    out = [Sample((make((2, 3, 4), dtype, rng, -2, 2), d), desc=f"dim {d}") for d in (0, 1, -1)]
+    out += [Sample((make((5,), dtype, rng, -2, 2), 0)),
+            Sample((make((), dtype, rng), 0), desc="0-d"),
+            Sample((make((0, 3), dtype, rng), 1), desc="empty")]
+    if dtype not in FLOATS or dtype == "float64":   # (in place, torch wants self's dtype)
+        out.append(Sample((make((2, 3), dtype, rng), 1), {"dtype": ember.float64},
+                          desc="dtype", grad=False))
+    z = make((3, 4), dtype, rng, 1, 2)
+    zn = z.numpy()
+    zn[0, 1] = 0
+    zn[1, 0] = zn[1, 2] = 0
+    zn[2, 3] = 0
+    out.append(Sample((z, 1), desc="zeros"))
+    return out
+
+
+add(OpInfo("cumsum", _cumulative_samples, _cumulative_ref(False), reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(2, 3), 2), {}, IndexError,
+                                       r"cumsum\(\).*range", "bad dim")]))
+add(OpInfo("cumprod", _cumulative_samples, _cumulative_ref(True), reduction=True,
+           errors=lambda: [ErrorSample((ember.ones(2, 3), -3), {}, IndexError,
+                                       r"cumprod\(\).*range", "bad dim")]))
+
+
+def _logical_samples(dtype, rng):
+    out = []
+    for shape, dim in _RED_SHAPES:
+        for keepdim in (False, True):
+            out.append(Sample((make(shape, dtype, rng, -1, 2),), {"dim": dim, "keepdim": keepdim},
+                              desc=f"{shape} {dim} {keepdim}", grad=False))
+    out.append(Sample((make((2, 3), dtype, rng, -1, 2),), desc="all dims", grad=False))
+    if dtype in FLOATS:
+        out.append(Sample((ember.from_numpy(np.array([math.nan, 1.0, 0.0], dtype=dtype)),),
+                          desc="nan is true", grad=False))
+    return out
+
+
+def _ref_logical(any_):
+    def ref(a, dim=None, keepdim=False):
+        if dim == ():     # all/any reduce nothing for an empty dim list
+            return elementwise(lambda x: x != 0, 1)(np.asarray(a, dtype=object))
+        line = (lambda xs: any(x != 0 for x in xs)) if any_ else (
+            lambda xs: all(x != 0 for x in xs))
+        return reduce_ref(line)(a, dim, keepdim)
+    return ref
+
+
+add(OpInfo("all", _logical_samples, _ref_logical(False),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 2), {}, IndexError, r"all\(\).*range",
+                                "bad dim")]))
+add(OpInfo("any", _logical_samples, _ref_logical(True),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (0, 0)), {}, RuntimeError,
+                                r"any\(\).*multiple", "repeated dim")]))
+
+
+def _sort_key(x):
+    return (True, 0.0) if _isnan(x) else (False, x)
+
+
+def _sort_order(xs, descending):
+    return sorted(range(len(xs)), key=lambda i: _sort_key(xs[i]), reverse=descending)
+
+
+def _ref_sort(a, dim=-1, descending=False, stable=None):
+    return (_lines(a, dim, lambda xs: [xs[i] for i in _sort_order(xs, descending)]),
+            _lines(a, dim, lambda xs: _sort_order(xs, descending)))
+
+
+def _unique_values(shape, dtype, rng):
+    """Distinct values (no ties: PyTorch's topk orders ties its own way)."""
+    n = math.prod(shape)
+    vals = rng.permutation(n) - (0 if dtype == "uint8" else n // 2)
+    if dtype in FLOATS:
+        vals = vals * 0.5 + 0.25
+    return ember.from_numpy(np.array(vals.reshape(shape), dtype=dtype))
+
+
+def _sort_samples(dtype, rng):
+    out = []
+    for shape, dim in (((2, 3, 4), -1), ((2, 3, 4), 1), ((2, 3, 4), 0), ((5,), 0), ((), 0),
+                       ((0, 3), 1), ((3, 0), 1)):
+        for desc in (False, True):
+            out.append(Sample((make(shape, dtype, rng, -3, 3),),
+                              {"dim": dim, "descending": desc, "stable": True},
+                              desc=f"{shape} {dim} {desc}", grad=dtype in FLOATS))
+    tie = np.array([[1, 3, 3, 0, 3], [2, 2, 1, 2, 0]], dtype=dtype)
+    for desc in (False, True):
+        out.append(Sample((ember.from_numpy(tie),), {"stable": True, "descending": desc},
+                          desc=f"ties {desc}", grad=False))
+    if dtype in FLOATS:
+        nan = np.array([1.0, math.nan, -2.0, math.nan, 0.5], dtype=dtype)
+        for desc in (False, True):
+            out.append(Sample((ember.from_numpy(nan),), {"stable": True, "descending": desc},
+                              desc=f"nan {desc}", grad=False))
+    return out
+
+
+add(OpInfo("sort", _sort_samples, _ref_sort,
+           torch_fn=lambda torch, *a, **k: tuple(torch.sort(*a, **k)),
+           errors=lambda: [ErrorSample((ember.ones(2, 3),), {"dim": 2}, IndexError,
+                                       r"sort\(\).*range", "bad dim")]))
+add(OpInfo("argsort", lambda dtype, rng: _sort_samples(dtype, rng),
+           lambda a, dim=-1, descending=False, stable=False: _ref_sort(a, dim, descending)[1],
+           errors=lambda: [ErrorSample((ember.ones(2, 3),), {"dim": -3}, IndexError,
+                                       r"argsort\(\).*range", "bad dim")]))
+
+
+def _ref_topk(a, k, dim=-1, largest=True, sorted=True):
+    return (_lines(a, dim, lambda xs: [xs[i] for i in _sort_order(xs, largest)][:k], k),
+            _lines(a, dim, lambda xs: _sort_order(xs, largest)[:k], k))
+
+
+def _topk_samples(dtype, rng):
+    out = []
+    for shape, k, dim in (((2, 3, 4), 2, -1), ((2, 3, 4), 3, 1), ((2, 3, 4), 1, 0),
+                          ((5,), 5, 0), ((5,), 0, 0), ((), 1, 0), ((0, 3), 2, 1)):
+        for largest in (True, False):
+            out.append(Sample((_unique_values(shape, dtype, rng), k, dim, largest),
+                              desc=f"{shape} k={k} dim={dim} largest={largest}"))
+    if dtype in FLOATS:
+        nan = np.array([1.0, math.nan, -2.0, 0.5], dtype=dtype)
+        out.append(Sample((ember.from_numpy(nan), 2), desc="nan is the largest", grad=False))
+    return out
+
+
+add(OpInfo("topk", _topk_samples, _ref_topk, dtypes=NO_BOOL,
+           torch_fn=lambda torch, *a, **k: tuple(torch.topk(*a, **k)),
+           errors=lambda: [ErrorSample((ember.ones(2, 3), 4), {}, RuntimeError,
+                                       r"topk\(\).*out of range", "k too large"),
+                           ErrorSample((ember.ones(2, 3), -1), {}, RuntimeError,
+                                       r"topk\(\).*out of range", "negative k"),
+                           ErrorSample((ember.ones(3, dtype=ember.bool), 1), {}, RuntimeError,
+                                       r"topk\(\).*bool", "bool")]))
+
+# ---------------------------------------------------------------- shapes
+
+
+def _ref_cat(tensors, dim=0):
+    arrs = [np.asarray(a, dtype=object) for a in tensors]
+    kept = [a for a in arrs if not (a.ndim == 1 and a.shape[0] == 0)]
+    if not kept:
+        return np.empty((0,), dtype=object)
+    d = dim % kept[0].ndim
+    pieces = []
+    for a in kept:
+        pieces += [np.take(a, i, axis=d) for i in range(a.shape[d])]
+    shape = list(kept[0].shape)
+    shape[d] = len(pieces)
+    out = np.empty(shape, dtype=object)
+    for i, p in enumerate(pieces):
+        key = [slice(None)] * len(shape)
+        key[d] = i
+        out[tuple(key)] = p
+    return out
+
+
+def _cat_samples(dtype, rng):
+    return [Sample(((make((2, 3), dtype, rng), make((4, 3), dtype, rng)),), desc="dim 0"),
+            Sample(((make((2, 3), dtype, rng), make((2, 1), dtype, rng),
+                     make((2, 2), dtype, rng)),), {"dim": 1}, desc="three, dim 1"),
+            Sample(((make((2, 3, 2), dtype, rng), make((2, 3, 2), dtype, rng)),), {"dim": -1},
+                   desc="dim -1"),
+            Sample(((make((0,), dtype, rng), make((2, 3), dtype, rng),
+                     make((0,), dtype, rng)),), desc="legacy empty 1-D skipped"),
+            Sample(((make((0, 3), dtype, rng), make((2, 3), dtype, rng)),), desc="empty rows"),
+            Sample(((make((2, 3), dtype, rng), make((2, 3), "float64", rng)),), grad=False,
+                   desc="promotion"),
+            Sample(((make((3,), dtype, rng),),), desc="one tensor")]
+
+
+add(OpInfo("cat", _cat_samples, _ref_cat,
+           errors=lambda: [
+               ErrorSample(((ember.ones(2, 3), ember.ones(2, 4)),), {}, RuntimeError,
+                           r"cat\(\).*Sizes.*dimension 0.*3.*4", "size mismatch"),
+               ErrorSample(((ember.ones(2, 3), ember.ones(3)),), {}, RuntimeError,
+                           r"cat\(\).*same number of dimensions", "rank mismatch"),
+               ErrorSample(((ember.ones(2, 3), ember.ones(())),), {}, RuntimeError,
+                           r"cat\(\).*zero-dimensional", "0-d"),
+               ErrorSample(((ember.ones(2, 3), ember.ones(2, 3)),), {"dim": 2},
+                           IndexError, r"cat\(\).*range", "bad dim")]))
+add(OpInfo("stack", lambda dtype, rng: [
+    Sample(((make((2, 3), dtype, rng), make((2, 3), dtype, rng)),), desc="dim 0"),
+    Sample(((make((2, 3), dtype, rng), make((2, 3), dtype, rng), make((2, 3), dtype, rng)),),
+           {"dim": -1}, desc="dim -1"),
+    Sample(((make((), dtype, rng), make((), dtype, rng)),), desc="0-d")],
+    lambda tensors, dim=0: np.stack([np.asarray(a, dtype=object) for a in tensors], axis=dim),
+    errors=lambda: [ErrorSample(((ember.ones(2, 3), ember.ones(2, 4)),), {}, RuntimeError,
+                                r"stack\(\).*\[2, 3\].*\[2, 4\]", "shape mismatch")]))
+
+
+def _ref_split(a, sizes, dim=0):
+    a = np.asarray(a, dtype=object)
+    n = a.shape[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes else [0]
+        if not sizes:
+            sizes = [0]
+    out, start = [], 0
+    for s in sizes:
+        key = [slice(None)] * a.ndim
+        key[dim] = slice(start, start + s)
+        out.append(a[tuple(key)])
+        start += s
+    return tuple(out)
+
+
+add(OpInfo("split", lambda dtype, rng: [
+    Sample((make((5, 3), dtype, rng), 2)), Sample((make((2, 6), dtype, rng), 3, 1)),
+    Sample((make((2, 6), dtype, rng), 10, -1), desc="larger than the dim")],
+    _ref_split,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 0, 1), {}, RuntimeError,
+                                r"split.*0.*3", "zero split size"),
+                    ErrorSample((ember.ones(()), 1), {}, RuntimeError, r"split",
+                                "0-d")]))
+add(OpInfo("split.sizes", lambda dtype, rng: [
+    Sample((make((5, 3), dtype, rng), [2, 3])), Sample((make((2, 6), dtype, rng), [1, 0, 5], 1))],
+    _ref_split, torch_fn=lambda torch, *a, **k: torch.split(*a, **k),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), [1, 1], 1), {}, RuntimeError,
+                                r"split_with_sizes.*sum exactly to 3", "wrong sum")]))
+add(OpInfo("chunk", lambda dtype, rng: [
+    Sample((make((6, 2), dtype, rng), 4)), Sample((make((2, 5), dtype, rng), 2, 1)),
+    Sample((make((2, 5), dtype, rng), 7, 1), desc="more chunks than elements")],
+    lambda a, chunks, dim=0: _ref_split(a, -(-np.shape(a)[dim] // chunks), dim),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 0), {}, RuntimeError,
+                                r"chunk.*greater than 0", "zero chunks")]))
+add(OpInfo("unbind", lambda dtype, rng: [
+    Sample((make((3, 2), dtype, rng),)), Sample((make((2, 3, 2), dtype, rng), 1))],
+    lambda a, dim=0: tuple(np.take(np.asarray(a, dtype=object), i, axis=dim)
+                           for i in range(np.shape(a)[dim])),
+    errors=lambda: [ErrorSample((ember.ones(()),), {}, IndexError, r"unbind",
+                                "0-d")]))
+
+
+def _ref_flatten(a, start_dim=0, end_dim=-1):
+    a = np.asarray(a, dtype=object)
+    if a.ndim == 0:
+        return a.reshape(1)
+    s, e = start_dim % a.ndim, end_dim % a.ndim
+    return a.reshape(a.shape[:s] + (-1,) + a.shape[e + 1:]) if a.size else a.reshape(
+        a.shape[:s] + (math.prod(a.shape[s:e + 1]),) + a.shape[e + 1:])
+
+
+add(OpInfo("flatten", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng),)), Sample((make((2, 3, 4), dtype, rng), 1)),
+    Sample((make((2, 3, 4), dtype, rng), 0, 1)), Sample((make((), dtype, rng),)),
+    Sample((make((2, 0, 3), dtype, rng), 1, 2))], _ref_flatten,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 1, 0), {}, RuntimeError,
+                                r"flatten.*start_dim", "start after end")]))
+add(OpInfo("unflatten", lambda dtype, rng: [
+    Sample((make((2, 6), dtype, rng), 1, (2, 3))), Sample((make((6,), dtype, rng), 0, (-1, 2))),
+    Sample((make((2, 3), dtype, rng), -1, (3, 1)))],
+    lambda a, dim, sizes: np.asarray(a, dtype=object).reshape(
+        np.shape(a)[:dim % np.ndim(a)] + tuple(sizes) + np.shape(a)[dim % np.ndim(a) + 1:]),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 1, (2, 2)), {}, RuntimeError,
+                                r"unflatten.*\[2, 2\]", "wrong product")]))
+add(OpInfo("movedim", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), 0, 2)), Sample((make((2, 3, 4), dtype, rng), (0, 1),
+                                                         (-1, 0)))],
+    lambda a, s, d: np.moveaxis(np.asarray(a, dtype=object), s, d),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (0, 0), (0, 1)), {}, RuntimeError,
+                                r"movedim.*repeated", "repeated dim")]))
+add(OpInfo("narrow", lambda dtype, rng: [
+    Sample((make((5, 3), dtype, rng), 0, 1, 3)), Sample((make((2, 5), dtype, rng), 1, -2, 2)),
+    Sample((make((2, 5), dtype, rng), 1, 5, 0), desc="empty at the end")],
+    lambda a, dim, start, length: _ref_slice(a, dim, start % np.shape(a)[dim]
+                                             if start < 0 else start,
+                                             (start % np.shape(a)[dim] if start < 0 else start)
+                                             + length),
+    errors=lambda: [ErrorSample((ember.ones(2, 3), 1, 2, 2), {}, RuntimeError,
+                                r"narrow.*exceeds", "too long"),
+                    ErrorSample((ember.ones(2, 3), 1, 4, 0), {}, IndexError,
+                                r"narrow.*start out of range", "bad start")]))
+
+
+def _ref_repeat(a, reps):
+    a = np.asarray(a, dtype=object)
+    a = a.reshape((1,) * (len(reps) - a.ndim) + a.shape)
+    for d, r in enumerate(reps):
+        a = np.concatenate([a] * r, axis=d) if r else np.take(a, [], axis=d)
+    return a
+
+
+add(OpInfo("repeat", lambda dtype, rng: [
+    Sample((make((2, 3), dtype, rng), (2, 1))), Sample((make((2, 3), dtype, rng), (2, 1, 3))),
+    Sample((make((), dtype, rng), (2, 2))), Sample((make((2, 3), dtype, rng), (1, 1)),
+                                                   desc="no repeat: still a copy"),
+    Sample((make((2, 3), dtype, rng), (0, 2)), desc="zero repeats")],
+    _ref_repeat,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (2,)), {}, RuntimeError,
+                                r"repeat.*smaller", "too few repeats")]))
+add(OpInfo("tile", lambda dtype, rng: [
+    Sample((make((2, 3), dtype, rng), (2,))), Sample((make((2, 3), dtype, rng), (2, 1, 3)))],
+    lambda a, dims: _ref_repeat(a, (1,) * (np.ndim(a) - len(dims)) + tuple(dims))))
+
+
+def _ref_flip(a, dims):
+    a = np.asarray(a, dtype=object)
+    if a.ndim == 0:
+        return a
+    key = [slice(None)] * a.ndim
+    for d in dims:
+        key[d % a.ndim] = slice(None, None, -1)
+    return a[tuple(key)]
+
+
+add(OpInfo("flip", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), (1,))), Sample((make((2, 3, 4), dtype, rng), (0, -1))),
+    Sample((make((2, 3), dtype, rng), ())), Sample((make((), dtype, rng), (0,))),
+    Sample((make((0, 3), dtype, rng), (0, 1)))], _ref_flip,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (0, 0)), {}, RuntimeError,
+                                r"flip\(\).*multiple times", "repeated dim"),
+                    ErrorSample((ember.ones(2, 3), (2,)), {}, IndexError,
+                                r"flip\(\).*range", "bad dim")]))
+
+
+def _ref_roll(a, shifts, dims=()):
+    a = np.asarray(a, dtype=object)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if not dims:
+        return _ref_roll(a.reshape(-1), shifts, (0,)).reshape(a.shape)
+    out = a
+    for s, d in zip(shifts, dims):
+        d %= a.ndim
+        n = a.shape[d]
+        nxt = np.empty(a.shape, dtype=object)
+        for idx in np.ndindex(*a.shape):
+            src = list(idx)
+            src[d] = (idx[d] - s) % n
+            nxt[idx] = out[tuple(src)]
+        out = nxt
+    return out
+
+
+add(OpInfo("roll", lambda dtype, rng: [
+    Sample((make((2, 3, 4), dtype, rng), 1, 2)), Sample((make((2, 3, 4), dtype, rng), (1, -5),
+                                                        (0, 1))),
+    Sample((make((2, 3), dtype, rng), 2), desc="flattened"),
+    Sample((make((3,), dtype, rng), 0, 0)), Sample((make((0, 3), dtype, rng), 1, 0))],
+    _ref_roll,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), (1, 2), (0,)), {}, RuntimeError,
+                                r"roll\(\).*align", "shifts and dims"),
+                    ErrorSample((ember.ones(2, 3), 1, 2), {}, IndexError,
+                                r"roll\(\).*range", "bad dim")]))
+
+
+def _ref_pad(a, pad, mode="constant", value=None):
+    a = np.asarray(a, dtype=object)
+    pad = list(pad)
+    dims = {a.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+    shape = [n + sum(dims.get(d, (0, 0))) for d, n in enumerate(a.shape)]
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape):
+        src, inside = [], True
+        for d, i in enumerate(idx):
+            lo = dims.get(d, (0, 0))[0]
+            n = a.shape[d]
+            s = i - lo
+            if mode == "reflect":
+                s = abs(s)
+                s = (n - 1) - abs((n - 1) - s)
+            elif mode == "replicate":
+                s = min(max(s, 0), n - 1)
+            elif mode == "circular":
+                s %= n
+            elif not 0 <= s < n:
+                inside = False
+            src.append(s)
+        if inside:
+            out[idx] = a[tuple(src)]
+        else:
+            out[idx] = 0 if value is None else value
+    return out
+
+
+def _pad_samples(dtype, rng):
+    out = [Sample((make((2, 3), dtype, rng), (1, 2)), desc="constant, last dim"),
+           Sample((make((2, 3, 4), dtype, rng), (1, 0, 2, 1)), desc="constant, two dims"),
+           Sample((make((2, 3), dtype, rng), (1, 1), "constant", 2.0), desc="value"),
+           Sample((make((2, 5), dtype, rng), (-1, 2)), desc="negative: crops"),
+           Sample((make((3,), dtype, rng), ()), desc="no padding"),
+           Sample((make((0, 3), dtype, rng), (1, 1)), desc="empty")]
+    if dtype != "bool":
+        out += [Sample((make((1, 2, 4), dtype, rng), (2, 1), "reflect"), desc="reflect 1-d"),
+                Sample((make((1, 3, 4), dtype, rng), (1, 2, 2, 1), "reflect"),
+                       desc="reflect 2-d"),
+                Sample((make((2, 4), dtype, rng), (3, 0), "replicate"), desc="replicate"),
+                Sample((make((1, 2, 3, 3), dtype, rng), (1, 1, 2, 0), "replicate"),
+                       desc="replicate 2-d"),
+                Sample((make((1, 2, 4), dtype, rng), (-1, 2), "reflect"),
+                       desc="reflect, negative")]
+    out += [Sample((make((1, 2, 4), dtype, rng), (2, 3), "circular"), desc="circular"),
+            Sample((make((1, 2, 3, 3), dtype, rng), (1, 0, 3, 1), "circular"),
+                   desc="circular 2-d")]
+    return out
+
+
+add(OpInfo("pad", _pad_samples, _ref_pad,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.pad(*a, **k),
+           errors=lambda: [
+               ErrorSample((ember.ones(2, 3), (1,)), {}, RuntimeError, r"pad\(\).*divisible",
+                           "odd length"),
+               ErrorSample((ember.ones(1, 2, 3), (3, 3), "reflect"), {}, RuntimeError,
+                           r"pad\(\).*Padding size should be less", "reflect too wide"),
+               ErrorSample((ember.ones(3), (1, 1), "reflect"), {}, NotImplementedError,
+                           r"pad\(\).*1D", "reflect of 1-D"),
+               ErrorSample((ember.ones(1, 2, 3), (1, 1), "foo"), {}, NotImplementedError,
+                           r"pad\(\).*foo", "bad mode"),
+               ErrorSample((ember.ones(2, 3), (-2, -2)), {}, RuntimeError,
+                           r"pad\(\).*negative", "crops too much")]))
+
+
+# ---------------------------------------------------------------- indexing
+
+
+def _is_mask(t):
+    t = np.asarray(t, dtype=object)
+    return t.size > 0 and all(isinstance(x, bool) for x in t.reshape(-1))
+
+
+def _index_plan(shape, indices):
+    """PyTorch's advanced indexing by explicit loops: the result shape and, per result
+    position, the position of self it reads."""
+    ents, cursor = [], 0
+    for t in indices:
+        if t is None:
+            cursor += 1
+            continue
+        t = np.asarray(t, dtype=object)
+        if _is_mask(t):
+            hits = [i for i in np.ndindex(*t.shape) if t[i]]
+            for k in range(t.ndim):
+                ents.append((cursor + k, np.array([h[k] for h in hits] or [], dtype=object)))
+            cursor += t.ndim
+        else:
+            ents.append((cursor, t))
+            cursor += 1
+    bshape = tuple(np.broadcast_shapes(*[e.shape for _, e in ents]))
+    dims = [d for d, _ in ents]
+    rest = [d for d in range(len(shape)) if d not in dims]
+    if dims == list(range(dims[0], dims[0] + len(dims))):
+        before, after = [d for d in rest if d < dims[0]], [d for d in rest if d > dims[0]]
+    else:
+        before, after = [], rest
+    out_shape = tuple(shape[d] for d in before) + bshape + tuple(shape[d] for d in after)
+    bents = [np.broadcast_to(e, bshape) for _, e in ents]
+    plan = []
+    for oidx in np.ndindex(*out_shape):
+        src = [0] * len(shape)
+        for k, d in enumerate(before):
+            src[d] = oidx[k]
+        bi = oidx[len(before):len(before) + len(bshape)]
+        for k, d in enumerate(after):
+            src[d] = oidx[len(before) + len(bshape) + k]
+        for (d, _), e in zip(ents, bents):
+            src[d] = int(e[bi]) % shape[d]
+        plan.append((oidx, tuple(src)))
+    return out_shape, plan
+
+
+def _ref_index(a, indices):
+    a = np.asarray(a, dtype=object)
+    out_shape, plan = _index_plan(a.shape, indices)
+    out = np.empty(out_shape, dtype=object)
+    for oidx, src in plan:
+        out[oidx] = a[src]
+    return out
+
+
+def _ref_index_put(a, indices, values, accumulate=False):
+    out = np.array(a, dtype=object)
+    out_shape, plan = _index_plan(out.shape, indices)
+    v = np.broadcast_to(np.asarray(values, dtype=object), out_shape)
+    for oidx, src in plan:
+        out[src] = out[src] + v[oidx] if accumulate else v[oidx]
+    return out
+
+
+def _idx(*vals, dtype="int64"):
+    return ember.from_numpy(np.array(vals, dtype=dtype))
+
+
+def _index_samples(dtype, rng):
+    x = lambda *s: make(s, dtype, rng)   # noqa: E731
+    mask = ember.from_numpy(np.array([[True, False, True], [False, False, True]]))
+    return [
+        Sample((x(3, 4), (_idx(2, 0, 2),)), desc="rows, repeated"),
+        Sample((x(3, 4), (None, _idx(-1, 1))), desc="columns, negative"),
+        Sample((x(2, 3, 4), (_idx(1, 0), None, _idx(3, 2))), desc="separated: front"),
+        Sample((x(2, 3, 4), (None, _idx(2, 0), _idx(3, 3))), desc="adjacent: in place"),
+        Sample((x(2, 3, 4), (ember.from_numpy(np.array([[0], [1]])), _idx(1, 2, 0))),
+               desc="broadcast index shapes"),
+        Sample((x(3, 4), (ember.from_numpy(np.array(1)),)), desc="0-d index"),
+        Sample((x(3, 4), (_idx(0, 2, dtype="int32"),)), desc="int32"),
+        Sample((x(2, 3, 4), (mask,)), desc="mask"),
+        Sample((x(4, 2, 3), (None, mask)), desc="mask after a dim"),
+        Sample((x(3, 4), (_idx(dtype="int64"),)), desc="empty index"),
+        Sample((x(0, 4), (None, _idx(1))), desc="empty self")]
+
+
+def _index_errors():
+    return [ErrorSample((ember.ones(3, 4), (_idx(3),)), {}, IndexError,
+                        r"index 3 is out of bounds for dimension 0 with size 3", "out of bounds",
+                        data=True),
+            ErrorSample((ember.ones(3, 4), (_idx(0, 1), _idx(0, 1, 2))), {}, IndexError,
+                        r"shape mismatch.*\[2\], \[3\]", "index shapes"),
+            ErrorSample((ember.ones(3, 4), (_idx(0.5, dtype="float32"),)), {}, IndexError,
+                        r"long, int, byte or bool", "float index"),
+            ErrorSample((ember.ones(3, 4), (ember.from_numpy(np.array([True, False])),)), {},
+                        IndexError, r"mask \[2\].*\[3, 4\]", "mask shape"),
+            ErrorSample((ember.ones(3), (None, _idx(0))), {}, IndexError, r"too many indices",
+                        "too many")]
+
+
+add(OpInfo("index.Tensor", _index_samples, _ref_index, dynamic_shape=True,
+           torch_fn=lambda torch, a, idx: torch.ops.aten.index.Tensor(a, list(idx)),
+           errors=_index_errors))
+
+
+def _index_put_samples(dtype, rng):
+    x = lambda *s: make(s, dtype, rng)   # noqa: E731
+    mask = ember.from_numpy(np.array([[True, False, True], [False, False, True]]))
+    out = [Sample((x(3, 4), (_idx(2, 0),), x(2, 4)), desc="rows"),
+           Sample((x(3, 4), (_idx(2, 0), _idx(1, 3)), x(2)), desc="points"),
+           Sample((x(3, 4), (_idx(1, 0),), x(4)), desc="broadcast values"),
+           Sample((x(2, 3, 4), (mask,), x(4)), desc="mask", grad=False),
+           Sample((x(3, 4), (_idx(1, 1, 0),), x(3, 4), True), desc="accumulate duplicates"),
+           Sample((x(3, 4), (_idx(1, 2),), x(), False), desc="0-d values")]
+    return out
+
+
+add(OpInfo("index_put", _index_put_samples, _ref_index_put,
+           errors=lambda: [
+               ErrorSample((ember.ones(3, 4), (_idx(0, 1),), ember.ones(3)), {}, RuntimeError,
+                           r"shape mismatch: value tensor of shape \[3\].*\[2, 4\]",
+                           "values shape"),
+               ErrorSample((ember.ones(3, 4), (_idx(0),), ember.ones(4, dtype=ember.float64)),
+                           {}, RuntimeError, r"dtypes match.*Float.*Double", "values dtype"),
+               ErrorSample((ember.ones(3, 4), (_idx(5),), ember.ones(4)), {}, IndexError,
+                           r"index 5 is out of bounds", "out of bounds", data=True)]))
+
+
+def _ref_nonzero(a):
+    a = np.asarray(a, dtype=object)
+    hits = [i for i in np.ndindex(*a.shape) if a[i] != 0]
+    out = np.empty((len(hits), a.ndim), dtype=object)
+    for r, h in enumerate(hits):
+        out[r, :] = h
+    return out
+
+
+add(OpInfo("nonzero", lambda dtype, rng: [
+    Sample((make((3, 4), dtype, rng, -1, 2),)), Sample((make((5,), dtype, rng, -1, 2),)),
+    Sample((make((2, 2, 3), dtype, rng, -1, 2),)), Sample((make((), dtype, rng, 1, 2),)),
+    Sample((make((0, 3), dtype, rng),))], _ref_nonzero, dynamic_shape=True))
+
+
+def _ref_gather(a, dim, index, sparse_grad=False):
+    a = np.asarray(a, dtype=object)
+    index = np.asarray(index, dtype=object)
+    if a.ndim == 0:
+        return np.array(a, dtype=object).reshape(index.shape)
+    out = np.empty(index.shape, dtype=object)
+    for idx in np.ndindex(*index.shape):
+        src = list(idx)
+        src[dim % a.ndim] = index[idx]
+        out[idx] = a[tuple(src)]
+    return out
+
+
+def _gather_samples(dtype, rng):
+    return [Sample((make((3, 4), dtype, rng), 0, _randidx(rng, (2, 4), 3))),
+            Sample((make((3, 4), dtype, rng), 1, _randidx(rng, (3, 6), 4)), desc="repeats"),
+            Sample((make((2, 3, 4), dtype, rng), -1, _randidx(rng, (2, 2, 1), 4)),
+                   desc="smaller index"),
+            Sample((make((), dtype, rng), 0, _idx(0).view(())), desc="0-d"),
+            Sample((make((3, 4), dtype, rng), 0, _randidx(rng, (0, 4), 3)), desc="empty")]
+
+
+def _randidx(rng, shape, high):
+    return ember.from_numpy(rng.integers(0, high, size=shape).astype(np.int64))
+
+
+def _perm_index(rng, shape, d, size):
+    """Distinct targets along d (scatter's result is undefined for repeated ones)."""
+    a = np.empty(shape, dtype=np.int64)
+    moved = np.moveaxis(a, d, -1)
+    for idx in np.ndindex(*moved.shape[:-1]):
+        moved[idx] = rng.permutation(size)[:shape[d]]
+    return ember.from_numpy(a)
+
+
+add(OpInfo("gather", _gather_samples, _ref_gather,
+           errors=lambda: [
+               ErrorSample((ember.ones(3, 4), 1, _idx(0, 1).view(1, 2).to(ember.float32)), {},
+                           RuntimeError, r"gather\(\).*int64", "float index"),
+               ErrorSample((ember.ones(3, 4), 1, _idx(0, 1)), {}, RuntimeError,
+                           r"gather\(\).*same number of dimensions", "rank"),
+               ErrorSample((ember.ones(3, 4), 1, _idx(0, 5).view(1, 2)), {}, RuntimeError,
+                           r"gather\(\).*index 5 is out of bounds", "out of bounds",
+                           data=True),
+               ErrorSample((ember.ones(3, 4), 0, _idx(*[0] * 10).view(2, 5)), {}, RuntimeError,
+                           r"gather\(\).*\[2, 5\].*\[3, 4\]", "index too large")]))
+
+
+def _ref_scatter(a, dim, index, src, reduce=None):
+    out = np.array(a, dtype=object)
+    index = np.asarray(index, dtype=object)
+    if out.ndim == 0:
+        if index.size:
+            v = src if not isinstance(src, np.ndarray) else src.reshape(-1)[0]
+            out[()] = v if reduce is None else (out[()] + v if reduce == "add" else out[()] * v)
+        return out
+    for idx in np.ndindex(*index.shape):
+        tgt = list(idx)
+        tgt[dim % out.ndim] = index[idx]
+        tgt = tuple(tgt)
+        v = src[idx] if isinstance(src, np.ndarray) else src
+        if reduce in ("add", "sum"):
+            out[tgt] = out[tgt] + v
+        elif reduce in ("multiply", "prod"):
+            out[tgt] = out[tgt] * v
+        else:
+            out[tgt] = v
+    return out
+
+
+def _scatter_samples(kind):
+    def samples(dtype, rng):
+        x = lambda *s: make(s, dtype, rng, -2, 2)   # noqa: E731
+        val = 2 if dtype not in FLOATS else 1.5
+        if dtype == "bool":
+            val = True
+        third = (lambda *s: x(*s)) if kind in ("src", "add", "reduce") else (lambda *s: val)
+        out = [Sample((x(3, 4), 0, _perm_index(rng, (2, 4), 0, 3), third(2, 4))),
+               Sample((x(3, 4), 1, _perm_index(rng, (3, 2), 1, 4), third(3, 3)),
+                      desc="src larger than index"),
+               Sample((x(2, 3, 4), -1, _perm_index(rng, (2, 2, 3), 2, 4), third(2, 2, 3))),
+               Sample((x(3, 4), 0, _randidx(rng, (0, 4), 3), third(0, 4)), desc="empty")]
+        if kind == "add":
+            out.append(Sample((x(3, 4), 0, _randidx(rng, (5, 4), 3), x(5, 4)),
+                              desc="repeated targets accumulate"))
+        return [Sample(s.args, dict(s.kwargs), s.desc,
+                       grad=kind != "reduce") for s in out]
+    return samples
+
+
+_SCATTER_ERRORS = lambda name: lambda: [   # noqa: E731
+    ErrorSample((ember.ones(3, 4), 0, _idx(0, 1).view(2, 1).to(ember.float32), ember.ones(2, 1)),
+                {}, RuntimeError, rf"{name}\(\).*int64", "float index"),
+    ErrorSample((ember.ones(3, 4), 0, _idx(0, 1).view(2, 1), ember.ones(2, 1,
+                                                                     dtype=ember.float64)),
+                {}, RuntimeError, rf"{name}\(\).*dtype", "src dtype"),
+    ErrorSample((ember.ones(3, 4), 0, _idx(0, 7).view(2, 1), ember.ones(2, 1)), {},
+                RuntimeError, rf"{name}\(\).*index 7 is out of bounds", "out of bounds",
+                data=True)]
+
+add(OpInfo("scatter.src", _scatter_samples("src"), _ref_scatter,
+           torch_fn=lambda torch, *a, **k: torch.scatter(*a, **k),
+           errors=_SCATTER_ERRORS("scatter")))
+add(OpInfo("scatter.value", _scatter_samples("value"), _ref_scatter,
+           torch_fn=lambda torch, *a, **k: torch.scatter(*a, **k)))
+add(OpInfo("scatter.reduce", lambda dtype, rng: [
+    Sample(s.args, {"reduce": r}, s.desc + " " + r, grad=False)
+    for s in _scatter_samples("reduce")(dtype, rng) for r in ("add", "multiply")],
+    lambda a, dim, index, src, reduce: _ref_scatter(a, dim, index, src, reduce),
+    dtypes=NO_BOOL, torch_fn=lambda torch, *a, **k: torch.scatter(*a, **k)))
+add(OpInfo("scatter.value_reduce", lambda dtype, rng: [
+    Sample(s.args, {"reduce": r}, s.desc + " " + r, grad=False)
+    for s in _scatter_samples("value")(dtype, rng) for r in ("add", "multiply")],
+    lambda a, dim, index, value, reduce: _ref_scatter(a, dim, index, value, reduce),
+    dtypes=NO_BOOL, torch_fn=lambda torch, *a, **k: torch.scatter(*a, **k)))
+add(OpInfo("scatter_add", _scatter_samples("add"),
+           lambda a, dim, index, src: _ref_scatter(a, dim, index, src, "add"),
+           dtypes=NO_BOOL, errors=_SCATTER_ERRORS("scatter_add")))
+
+
+def _ref_scatter_reduce(a, dim, index, src, reduce, include_self=True):
+    out = np.array(a, dtype=object)
+    index = np.asarray(index, dtype=object)
+    groups = {}
+    for idx in np.ndindex(*index.shape):
+        tgt = list(idx)
+        tgt[dim % max(out.ndim, 1)] = index[idx]
+        groups.setdefault(tuple(tgt[:out.ndim]), []).append(src[idx])
+    for tgt, vals in groups.items():
+        if include_self:
+            vals = [out[tgt]] + vals
+        floaty = any(isinstance(v, float) for v in vals)
+        if reduce == "sum":
+            r = _sum(vals)
+        elif reduce == "prod":
+            r = _prod(vals)
+        elif reduce == "mean":
+            r = _sum(vals) / len(vals) if floaty else _sum(vals) // len(vals)
+        elif reduce == "amax":
+            r = vals[0]
+            for v in vals:
+                r = _ref_max2(r, v)
+        else:
+            r = vals[0]
+            for v in vals:
+                r = _ref_min2(r, v)
+        out[tgt] = r
+    return out
+
+
+def _scatter_reduce_samples(dtype, rng):
+    out = []
+    x = lambda *s: make(s, dtype, rng, -2, 2)   # noqa: E731
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            if dtype == "bool" and reduce in ("sum", "prod", "mean"):
+                continue
+            grad = reduce != "prod"
+            out.append(Sample((x(3, 4), 0, _randidx(rng, (5, 4), 3), x(5, 4), reduce),
+                              {"include_self": include_self},
+                              desc=f"{reduce} include_self={include_self}", grad=grad))
+            out.append(Sample((x(3, 4), 1, _perm_index(rng, (3, 2), 1, 4), x(3, 3), reduce),
+                              {"include_self": include_self},
+                              desc=f"{reduce} {include_self} distinct", grad=grad))
+    return out
+
+
+add(OpInfo("scatter_reduce.two", _scatter_reduce_samples, _ref_scatter_reduce,
+           torch_fn=lambda torch, *a, **k: torch.scatter_reduce(*a, **k),
+           errors=lambda: [ErrorSample((ember.ones(3, 4), 0, _idx(0).view(1, 1),
+                                        ember.ones(1, 1), "foo"), {}, RuntimeError,
+                                       r"scatter_reduce\(\).*sum, prod, mean, amax or amin",
+                                       "bad reduce")]))
+
+
+def _ref_index_select(a, dim, index):
+    a = np.asarray(a, dtype=object)
+    idx = [int(i) for i in np.asarray(index, dtype=object).reshape(-1)]
+    if a.ndim == 0:
+        return a
+    d = dim % a.ndim
+    shape = list(a.shape)
+    shape[d] = len(idx)
+    out = np.empty(shape, dtype=object)
+    for o in np.ndindex(*shape):
+        src = list(o)
+        src[d] = idx[o[d]]
+        out[o] = a[tuple(src)]
+    return out
+
+
+add(OpInfo("index_select", lambda dtype, rng: [
+    Sample((make((3, 4), dtype, rng), 0, _idx(2, 0, 2))),
+    Sample((make((2, 3, 4), dtype, rng), -1, _idx(3, 1, dtype="int32"))),
+    Sample((make((3, 4), dtype, rng), 1, _idx(2).view(())), desc="0-d index"),
+    Sample((make((3, 4), dtype, rng), 1, _idx(dtype="int64")), desc="empty index")],
+    _ref_index_select,
+    errors=lambda: [ErrorSample((ember.ones(3, 4), 0, _idx(3)), {}, IndexError,
+                                r"index_select\(\).*out of range", "out of range", data=True),
+                    ErrorSample((ember.ones(3, 4), 0, _idx(0, 1).view(1, 2)), {}, IndexError,
+                                r"index_select\(\).*vector", "2-d index"),
+                    ErrorSample((ember.ones(3, 4), 0, _idx(0.0, dtype="float32")), {},
+                                RuntimeError, r"index_select\(\).*int32 or int64",
+                                "float index")]))
+
+
+def _ref_index_add(a, dim, index, source, alpha=1):
+    out = np.array(a, dtype=object)
+    src = np.asarray(source, dtype=object)
+    idx = [int(i) for i in np.asarray(index, dtype=object).reshape(-1)]
+    d = dim % out.ndim
+    for o in np.ndindex(*src.shape):
+        tgt = list(o)
+        tgt[d] = idx[o[d]]
+        out[tuple(tgt)] = out[tuple(tgt)] + alpha * src[o]
+    return out
+
+
+add(OpInfo("index_add", lambda dtype, rng: [
+    Sample((make((3, 4), dtype, rng), 0, _idx(2, 0, 2), make((3, 4), dtype, rng))),
+    Sample((make((2, 3, 4), dtype, rng), -1, _idx(3, 1), make((2, 3, 2), dtype, rng)),
+           {"alpha": 2})],
+    _ref_index_add, dtypes=NO_BOOL,
+    errors=lambda: [ErrorSample((ember.ones(3, 4), 0, _idx(0, 1), ember.ones(3, 4)), {},
+                                RuntimeError, r"index_add\(\).*slice shapes",
+                                "source shape")]))
+
+
+def _ref_masked_fill(a, mask, value):
+    a = np.asarray(a, dtype=object)
+    mask = np.asarray(mask, dtype=object)
+    shape = np.broadcast_shapes(a.shape, mask.shape)
+    v = value.reshape(-1)[0] if isinstance(value, np.ndarray) else value
+    out = np.empty(shape, dtype=object)
+    ab, mb = np.broadcast_to(a, shape), np.broadcast_to(mask, shape)
+    for i in np.ndindex(*shape):
+        out[i] = v if mb[i] else ab[i]
+    return out
+
+
+def _masked_fill_samples(tensor_value):
+    def samples(dtype, rng):
+        val = make((), dtype, rng) if tensor_value else (
+            True if dtype == "bool" else 2 if dtype not in FLOATS else -1.5)
+        m = lambda *s: make(s, "bool", rng)   # noqa: E731
+        return [Sample((make((2, 3), dtype, rng), m(2, 3), val)),
+                Sample((make((2, 3), dtype, rng), m(3), val), desc="broadcast mask"),
+                Sample((make((3,), dtype, rng), m(2, 3), val), desc="mask grows the result"),
+                Sample((make((), dtype, rng), m(), val), desc="0-d"),
+                Sample((make((0, 3), dtype, rng), m(3), val), desc="empty")]
+    return samples
+
+
+_MF_ERRORS = lambda value: [   # noqa: E731
+    ErrorSample((ember.ones(2, 3), ember.ones(2, 3), value), {}, RuntimeError,
+                r"masked_fill.*boolean", "float mask")]
+add(OpInfo("masked_fill.Scalar", _masked_fill_samples(False), _ref_masked_fill,
+           errors=lambda: _MF_ERRORS(1.0)))
+add(OpInfo("masked_fill.Tensor", _masked_fill_samples(True), _ref_masked_fill,
+           errors=lambda: _MF_ERRORS(ember.ones(())) + [
+               ErrorSample((ember.ones(2, 3), ember.ones(2, 3, dtype=ember.bool),
+                            ember.ones(1)), {}, RuntimeError, r"masked_fill.*0-dimensional",
+                           "1-d value")]))
+
+
+def _ref_masked_select(a, mask):
+    a = np.asarray(a, dtype=object)
+    mask = np.asarray(mask, dtype=object)
+    shape = np.broadcast_shapes(a.shape, mask.shape)
+    ab, mb = np.broadcast_to(a, shape), np.broadcast_to(mask, shape)
+    vals = [ab[i] for i in np.ndindex(*shape) if mb[i]]
+    out = np.empty(len(vals), dtype=object)
+    out[:] = vals
+    return out
+
+
+add(OpInfo("masked_select", lambda dtype, rng: [
+    Sample((make((2, 3), dtype, rng), make((2, 3), "bool", rng))),
+    Sample((make((2, 3), dtype, rng), make((3,), "bool", rng)), desc="broadcast mask"),
+    Sample((make((3,), dtype, rng), make((2, 3), "bool", rng)), desc="broadcast self"),
+    Sample((make((), dtype, rng), make((), "bool", rng)), desc="0-d")],
+    _ref_masked_select, dynamic_shape=True,
+    errors=lambda: [ErrorSample((ember.ones(2, 3), ember.ones(2, 3)), {}, RuntimeError,
+                                r"masked_select.*Bool", "float mask")]))
+
 
 # ---------------------------------------------------------------- in-place variants
 
@@ -1979,7 +3157,8 @@ def _inplace_info(name, functional: OpInfo):
 
     def errors():
         params = functional.entry.schema.params
-        if len(params) < 2 or not params[1].is_tensor:
+        if len(params) < 2 or not params[1].is_tensor or any(
+                not p.has_default for p in params[2:] if not p.kwonly):
             return []
         d = ember.float32 if "float32" in functional.dtypes else dt(functional.dtypes[-1])
         args = [ember.ones(2, 1, dtype=d), ember.ones(2, 3, dtype=d)]

@@ -76,6 +76,9 @@ def test_meta_rule_agrees_with_c_rule_and_eager(key):
                 assert py_err is not None, f"{what}: C rule raised {c_err!r}, Python did not"
                 assert type(py_err) is type(c_err), \
                     f"{what}: C rule raised {c_err!r}, Python rule {py_err!r}"
+                if info.dynamic_shape and isinstance(c_err, NotImplementedError):
+                    checked += 1    # a value-dependent shape: no rule, eager computes it
+                    continue
                 # (in place, eager ran on a dense copy of self: it may accept the call)
                 assert entry.inplace or (e_err is not None and type(e_err) is type(c_err)), \
                     f"{what}: C rule raised {c_err!r}, eager {e_err!r}"

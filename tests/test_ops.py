@@ -74,8 +74,12 @@ def check_values(info, sample, out, ref, what=""):
             np.testing.assert_array_equal(got.astype(exp.dtype), exp, err_msg=what)
 
 
+def _noncontig_arg(a):
+    return tuple(noncontig(t) for t in a) if isinstance(a, tuple) else noncontig(a)
+
+
 def _noncontig_variant(sample):
-    args = tuple(noncontig(a) for a in sample.args)
+    args = tuple(_noncontig_arg(a) for a in sample.args)
     kwargs = {k: noncontig(v) for k, v in sample.kwargs.items()}
     changed = any(a is not b for a, b in zip(args, sample.args)) or \
         any(kwargs[k] is not sample.kwargs[k] for k in kwargs)
@@ -171,16 +175,22 @@ def test_gradients_match_finite_differences(key):
     for s in info.samples("float64", rng_for(key, "grad")):
         if not s.grad:
             continue
-        pos = [i for i, a in enumerate(s.args) if isinstance(a, ember.Tensor) and
-               a.dtype is ember.float64 and a.numel() > 0]
+        # tensors among the arguments, and inside tensor lists (cat, stack): (i, j or None)
+        pos = [(i, j) for i, a in enumerate(s.args)
+               for j, t in ([(None, a)] if not isinstance(a, tuple) else enumerate(a))
+               if isinstance(t, ember.Tensor) and t.dtype is ember.float64 and t.numel() > 0]
         if not pos:
             continue
-        leaves = [_as_leaf(s.args[i]) for i in pos]
+        leaves = [_as_leaf(s.args[i] if j is None else s.args[i][j]) for i, j in pos]
 
         def fn(*ts, s=s, pos=pos):
-            args = list(s.args)
-            for i, t in zip(pos, ts):
-                args[i] = t
+            args = [list(a) if isinstance(a, tuple) else a for a in s.args]
+            for (i, j), t in zip(pos, ts):
+                if j is None:
+                    args[i] = t
+                else:
+                    args[i][j] = t
+            args = [tuple(a) if isinstance(a, list) else a for a in args]
             return info.call(*args, **s.kwargs)
         assert gradcheck(fn, leaves, eps=1e-6, atol=1e-6, rtol=1e-5), f"{key} {s}"
         checked += 1

@@ -4,7 +4,7 @@
  * A view kernel only computes new sizes, strides and storage offset; the same
  * code therefore serves real and meta tensors.
  */
-#include "ember.h"
+#include "kutil.h"
 
 static em_Tensor *
 as_tensor(PyObject *o)
@@ -728,84 +728,269 @@ k_copy(em_Op *op, PyObject **args)
     return (PyObject *)out;
 }
 
-/* ------------------------------------------------------------------ indexing */
+/* ------------------------------------------------------------------ indexing
+ *
+ * x[key]: ints, slices, None and Ellipsis apply as select / slice / unsqueeze views (each
+ * dispatched); tensor indices (integer tensors, bool masks, lists, NumPy arrays, Python
+ * bools) are collected with the dim they index and handed to the index op at the end,
+ * which places the advanced dims by PyTorch's rule. x[key] = v writes through the same
+ * views, and through index_put for tensor indices. */
 
+typedef enum { IT_NONE, IT_ELLIPSIS, IT_INT, IT_SLICE, IT_BOOL, IT_TENSOR } item_kind;
+
+typedef struct {
+    item_kind kind;
+    PyObject *obj;        /* borrowed item, or an owned tensor for IT_TENSOR */
+    Py_ssize_t ival;      /* IT_INT value, IT_BOOL truth */
+} Item;
+
+/* PyTorch's heuristic (from NumPy) for a non-tuple sequence used as a key: a short one
+ * holding a tensor, a sequence, a slice, None or ... is a tuple of indices. */
 static bool
-is_basic_int(PyObject *o)
+sequence_as_tuple(PyObject *key)
 {
-    if (PyBool_Check(o))
-        return false;
-    if (PyLong_Check(o) || PyArray_IsScalar(o, Integer))
+    if (PyTuple_Check(key))
         return true;
-    return em_Tensor_Check(o) && as_tensor(o)->ndim == 0 && em_is_int(as_tensor(o)->dtype);
+    if (em_Tensor_Check(key) || PyArray_Check(key) || PyUnicode_Check(key) ||
+        PyBytes_Check(key) || !PySequence_Check(key))
+        return false;
+    Py_ssize_t n = PySequence_Size(key);
+    if (n < 0) {
+        PyErr_Clear();
+        return false;
+    }
+    if (n >= 32)
+        return false;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_GetItem(key, i);
+        if (o == NULL) {
+            PyErr_Clear();
+            return false;
+        }
+        bool r = em_Tensor_Check(o) || (PySequence_Check(o) && !PyUnicode_Check(o)) ||
+                 PySlice_Check(o) || o == Py_Ellipsis || o == Py_None;
+        Py_DECREF(o);
+        if (r)
+            return true;
+    }
+    return false;
 }
 
-/* __getitem__(self, indices): ints, slices, None and Ellipsis, as a chain of
- * select / slice / unsqueeze ops that each dispatch (composite). */
+/* An index tensor from a NumPy array or a (nested) sequence: bool stays bool, numbers
+ * become int64 (floats truncate, as PyTorch's indexing does). */
 static PyObject *
-k_getitem(em_Op *op, PyObject **args)
+index_tensor_from(PyObject *obj)
 {
-    em_Tensor *self = as_tensor(args[0]);
-    PyObject *key = args[1];
-    PyObject *items = PyTuple_Check(key) ? (Py_INCREF(key), key) : PyTuple_Pack(1, key);
-    if (items == NULL)
+    PyObject *arr = PyArray_FROM_O(obj);
+    if (arr == NULL)
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(items);
-    int consumed = 0, ellipses = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyTuple_GET_ITEM(items, i);
-        if (k == Py_Ellipsis)
-            ellipses++;
-        else if (is_basic_int(k) || PySlice_Check(k))
-            consumed++;
-        else if (k != Py_None) {
-            Py_DECREF(items);
-            PyErr_Format(PyExc_IndexError,
-                         "ember: indexing with %s is not supported (only integers, slices, "
-                         "None and ...)", em_Tensor_Check(k) ? "tensors" : Py_TYPE(k)->tp_name);
-            return NULL;
+    int t = PyArray_TYPE((PyArrayObject *)arr);
+    int want = t == NPY_BOOL ? NPY_BOOL : NPY_INT64;
+    if (!PyArray_ISBOOL((PyArrayObject *)arr) && !PyArray_ISINTEGER((PyArrayObject *)arr) &&
+        !PyArray_ISFLOAT((PyArrayObject *)arr) && PyArray_SIZE((PyArrayObject *)arr) > 0) {
+        Py_DECREF(arr);
+        PyErr_SetString(PyExc_IndexError, "tensors used as indices must be long, int, byte or "
+                        "bool tensors");
+        return NULL;
+    }
+    PyObject *c = PyArray_FROM_OTF(arr, want, NPY_ARRAY_CARRAY | NPY_ARRAY_ENSURECOPY |
+                                   NPY_ARRAY_FORCECAST);
+    Py_DECREF(arr);
+    if (c == NULL)
+        return NULL;
+    PyObject *tensor = (PyObject *)em_tensor_from_array((PyArrayObject *)c, NULL, 0);
+    Py_DECREF(c);
+    return tensor;
+}
+
+static int
+classify(PyObject *k, Item *it)
+{
+    it->obj = k;
+    if (k == Py_None) {
+        it->kind = IT_NONE;
+        return 0;
+    }
+    if (k == Py_Ellipsis) {
+        it->kind = IT_ELLIPSIS;
+        return 0;
+    }
+    if (PySlice_Check(k)) {
+        it->kind = IT_SLICE;
+        return 0;
+    }
+    if (PyBool_Check(k) || PyArray_IsScalar(k, Bool)) {
+        it->kind = IT_BOOL;
+        it->ival = PyObject_IsTrue(k);
+        return 0;
+    }
+    if (em_Tensor_Check(k)) {
+        em_Tensor *t = (em_Tensor *)k;
+        if (t->ndim == 0 && !em_is_meta(t) && (em_is_int(t->dtype) || t->dtype == EM_BOOL)) {
+            PyObject *v = PyArray_GETITEM(t->array, PyArray_DATA(t->array));
+            if (v == NULL)
+                return -1;
+            if (t->dtype == EM_BOOL || t->dtype == EM_UINT8) {
+                it->kind = IT_BOOL;
+                it->ival = PyObject_IsTrue(v);
+            }
+            else {
+                it->kind = IT_INT;
+                it->ival = PyLong_AsSsize_t(v);
+            }
+            Py_DECREF(v);
+            return PyErr_Occurred() ? -1 : 0;
         }
+        Py_INCREF(k);
+        it->kind = IT_TENSOR;
+        return 0;
+    }
+    if (PyLong_Check(k) || PyArray_IsScalar(k, Integer)) {
+        it->kind = IT_INT;
+        it->ival = PyNumber_AsSsize_t(k, PyExc_IndexError);
+        return (it->ival == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    if (PyArray_Check(k) || ((PyList_Check(k) || PyTuple_Check(k)))) {
+        PyObject *t = index_tensor_from(k);
+        if (t == NULL)
+            return -1;
+        it->kind = IT_TENSOR;
+        it->obj = t;
+        return 0;
+    }
+    if (PyUnicode_Check(k)) {
+        PyErr_Format(PyExc_TypeError, "new(): invalid data type '%s'", Py_TYPE(k)->tp_name);
+        return -1;
+    }
+    if (PyIndex_Check(k)) {
+        it->kind = IT_INT;
+        it->ival = PyNumber_AsSsize_t(k, PyExc_IndexError);
+        return (it->ival == -1 && PyErr_Occurred()) ? -1 : 0;
+    }
+    PyErr_Format(PyExc_IndexError, "only integers, slices (`:`), ellipsis (`...`), None and "
+                 "long or byte Variables are valid indices (got %s)", Py_TYPE(k)->tp_name);
+    return -1;
+}
+
+static void
+items_clear(Item *items, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (items[i].kind == IT_TENSOR)
+            Py_CLEAR(items[i].obj);
+}
+
+static int
+dims_consumed(const Item *it)
+{
+    switch (it->kind) {
+    case IT_INT:
+    case IT_SLICE:
+        return 1;
+    case IT_TENSOR: {
+        em_Tensor *t = (em_Tensor *)it->obj;
+        return (t->dtype == EM_BOOL || t->dtype == EM_UINT8) ? t->ndim : 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Applies the basic part of key to self: *view receives the resulting view (dispatched
+ * select / slice / unsqueeze ops) and *indices the tensor indices for index / index_put
+ * (a tuple with None for the dims they leave, or NULL when there are none). */
+static int
+apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
+{
+    *view = NULL;
+    *indices = NULL;
+    PyObject *items_t;
+    if (sequence_as_tuple(key))
+        items_t = PySequence_Tuple(key);
+    else
+        items_t = PyTuple_Pack(1, key);
+    if (items_t == NULL)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(items_t);
+    Item *items = PyMem_Calloc(n ? n : 1, sizeof(Item));
+    Py_ssize_t *adv_pos = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
+    PyObject **adv = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    Py_ssize_t nclassified = 0, nadv = 0;
+    int st = -1;
+    PyObject *cur = NULL;
+    if (items == NULL || adv_pos == NULL || adv == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int consumed = 0, ellipses = 0;
+    for (Py_ssize_t i = 0; i < n; i++, nclassified++) {
+        if (classify(PyTuple_GET_ITEM(items_t, i), &items[i]) < 0)
+            goto done;
+        consumed += dims_consumed(&items[i]);
+        ellipses += items[i].kind == IT_ELLIPSIS;
     }
     if (ellipses > 1) {
-        Py_DECREF(items);
         PyErr_SetString(PyExc_IndexError, "an index can only have a single ellipsis ('...')");
-        return NULL;
+        goto done;
     }
     if (consumed > self->ndim) {
-        Py_DECREF(items);
         PyErr_Format(PyExc_IndexError, "too many indices for tensor of dimension %d",
                      self->ndim);
-        return NULL;
+        goto done;
     }
     Py_INCREF(self);
-    PyObject *cur = (PyObject *)self;
-    Py_ssize_t dim = 0;
+    cur = (PyObject *)self;
+    Py_ssize_t dim = 0, span = 0;
     bool viewed = false;
-    for (Py_ssize_t i = 0; i < n && cur != NULL; i++) {
-        PyObject *k = PyTuple_GET_ITEM(items, i), *next = NULL;
-        if (k == Py_Ellipsis) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Item *it = &items[i];
+        PyObject *next = NULL;
+        if (it->kind == IT_ELLIPSIS) {
             dim += self->ndim - consumed;
             continue;
         }
-        PyObject *pdim = PyLong_FromSsize_t(dim);
-        if (pdim == NULL) {
-            Py_CLEAR(cur);
-            break;
+        if (it->kind == IT_TENSOR) {
+            adv_pos[nadv] = dim;
+            adv[nadv++] = it->obj;
+            dim += dims_consumed(it);
+            span = dim;
+            continue;
         }
-        if (k == Py_None) {
+        PyObject *pdim = PyLong_FromSsize_t(dim);
+        if (pdim == NULL)
+            goto done;
+        if (it->kind == IT_NONE || it->kind == IT_BOOL) {
             PyObject *a[2] = {cur, pdim};
             next = call_slot(EM_SLOT_UNSQUEEZE, "unsqueeze", a, 2);
+            if (next != NULL && it->kind == IT_BOOL) {
+                /* a Python bool: a new dim of size 1, kept (True) or emptied (False) */
+                Py_ssize_t len = it->ival ? 1 : 0;
+                em_Geom g = {.ndim = 1, .dtype = EM_INT64, .sizes = {len}};
+                em_contiguous_strides(&g);
+                em_Tensor *t = em_tensor_empty(&g, false);
+                if (t != NULL && len)
+                    *(npy_int64 *)PyArray_DATA(t->array) = 0;
+                if (t == NULL) {
+                    Py_DECREF(pdim);
+                    Py_DECREF(next);
+                    goto done;
+                }
+                it->kind = IT_TENSOR;   /* owned from now on */
+                it->obj = (PyObject *)t;
+                adv_pos[nadv] = dim;
+                adv[nadv++] = (PyObject *)t;
+                span = dim + 1;
+            }
             dim++;
         }
-        else if (PySlice_Check(k)) {
-            PySliceObject *s = (PySliceObject *)k;
+        else if (it->kind == IT_SLICE) {
+            PySliceObject *s = (PySliceObject *)it->obj;
             PyObject *step = s->step == Py_None ? NULL : s->step;
             if (step != NULL && PyLong_Check(step) && _PyLong_Sign(step) <= 0) {
                 /* Python's indexing error, before the op's own */
                 PyErr_SetString(PyExc_ValueError, "step must be greater than zero");
                 Py_DECREF(pdim);
-                Py_CLEAR(cur);
-                break;
+                goto done;
             }
             PyObject *one = PyLong_FromLong(1);
             PyObject *a[5] = {cur, pdim, s->start, s->stop, step ? step : one};
@@ -813,92 +998,227 @@ k_getitem(em_Op *op, PyObject **args)
             Py_XDECREF(one);
             dim++;
         }
-        else {
-            PyObject *idx = PyNumber_Index(k);
+        else {   /* IT_INT */
             em_Tensor *c = as_tensor(cur);
-            if (idx != NULL) {
-                Py_ssize_t iv = PyLong_AsSsize_t(idx);
-                Py_ssize_t size = c->sizes[dim];
-                if (!PyErr_Occurred() && (iv < -size || iv >= size))
-                    PyErr_Format(PyExc_IndexError,
-                                 "index %zd is out of bounds for dimension %zd with size %zd",
-                                 iv, dim, size);
-                if (!PyErr_Occurred()) {
-                    PyObject *a[3] = {cur, pdim, idx};
-                    next = call_slot(EM_SLOT_SELECT, "select", a, 3);
-                }
-                Py_DECREF(idx);
+            Py_ssize_t size = c->sizes[dim];
+            if (it->ival < -size || it->ival >= size) {
+                PyErr_Format(PyExc_IndexError,
+                             "index %zd is out of bounds for dimension %zd with size %zd",
+                             it->ival, dim, size);
+            }
+            else {
+                PyObject *idx = PyLong_FromSsize_t(it->ival);
+                PyObject *a[3] = {cur, pdim, idx};
+                next = idx ? call_slot(EM_SLOT_SELECT, "select", a, 3) : NULL;
+                Py_XDECREF(idx);
             }
         }
         Py_DECREF(pdim);
+        if (next == NULL)
+            goto done;
         Py_SETREF(cur, next);
         viewed = true;
     }
-    Py_DECREF(items);
-    if (cur != NULL && !viewed) {
+    if (nadv > 0) {
+        Py_ssize_t len = span > adv_pos[nadv - 1] + 1 ? span : adv_pos[nadv - 1] + 1;
+        /* a mask spans its dims: one entry for it, then the following positions */
+        PyObject *tup = PyList_New(0);
+        Py_ssize_t at = 0;
+        for (Py_ssize_t k = 0; tup != NULL && k < nadv; k++) {
+            for (; at < adv_pos[k]; at++)
+                if (PyList_Append(tup, Py_None) < 0)
+                    Py_CLEAR(tup);
+            if (tup != NULL && PyList_Append(tup, adv[k]) < 0)
+                Py_CLEAR(tup);
+            em_Tensor *t = as_tensor(adv[k]);
+            at += (t->dtype == EM_BOOL || t->dtype == EM_UINT8) ? t->ndim : 1;
+        }
+        (void)len;
+        if (tup == NULL)
+            goto done;
+        *indices = PyList_AsTuple(tup);
+        Py_DECREF(tup);
+        if (*indices == NULL)
+            goto done;
+    }
+    else if (!viewed) {
         /* x[...] and x[()] are views of the whole tensor */
         PyObject *a[1] = {cur};
         Py_SETREF(cur, call_slot(EM_SLOT_ALIAS, "alias", a, 1));
+        if (cur == NULL)
+            goto done;
     }
-    return cur;
+    *view = cur;
+    cur = NULL;
+    st = 0;
+done:
+    Py_XDECREF(cur);
+    if (items != NULL)
+        items_clear(items, nclassified);
+    PyMem_Free(items);
+    PyMem_Free(adv_pos);
+    PyMem_Free(adv);
+    Py_DECREF(items_t);
+    return st;
 }
 
-/* __setitem__(self, indices, value): copies value into self[indices] in place. */
+/* __getitem__(self, indices) (composite) */
+static PyObject *
+k_getitem(em_Op *op, PyObject **args)
+{
+    PyObject *view, *indices;
+    if (apply_key(as_tensor(args[0]), args[1], &view, &indices) < 0)
+        return NULL;
+    if (indices == NULL)
+        return view;
+    PyObject *a[2] = {view, indices};
+    PyObject *r = em_call("index", a, 2);
+    Py_DECREF(view);
+    Py_DECREF(indices);
+    return r;
+}
+
+/* x[key] = value with autograd: self.copy_(index_put(self.reshape(-1), (positions,),
+ * value)), positions = arange(numel).view(shape)[key]: differentiable in self and value. */
+static PyObject *
+setitem_with_grad(em_Tensor *self, PyObject *key, PyObject *value)
+{
+    PyObject *iota = NULL, *shaped = NULL, *pos = NULL, *val = NULL, *flat = NULL,
+             *putv = NULL, *res = NULL, *tup = NULL;
+    int grad = em_tls.grad_enabled;
+    em_tls.grad_enabled = 0;
+    PyObject *n = PyLong_FromSsize_t(self->numel);
+    iota = n ? em_call("arange", &n, 1) : NULL;
+    Py_XDECREF(n);
+    PyObject *shape = em_sizes_tuple(self);
+    if (iota != NULL && shape != NULL) {
+        PyObject *a[2] = {iota, shape};
+        shaped = em_call("view", a, 2);
+    }
+    Py_XDECREF(shape);
+    if (shaped != NULL) {
+        PyObject *a[2] = {shaped, key};
+        pos = k_getitem(NULL, a);
+    }
+    em_tls.grad_enabled = grad;
+    if (pos == NULL)
+        goto done;
+    if (em_Tensor_Check(value)) {
+        if (as_tensor(value)->dtype == self->dtype) {
+            Py_INCREF(value);
+            val = value;
+        }
+        else {
+            PyObject *kw = Py_BuildValue("(s)", "dtype");
+            PyObject *a[2] = {value, (PyObject *)em_dtypes[self->dtype]};
+            val = kw ? em_call_kw("_to_copy", a, 1, kw) : NULL;
+            Py_XDECREF(kw);
+        }
+    }
+    else {
+        PyObject *kw = Py_BuildValue("(s)", "dtype");
+        PyObject *empty = PyTuple_New(0);
+        PyObject *a[3] = {empty, value, (PyObject *)em_dtypes[self->dtype]};
+        val = (kw && empty) ? em_call_kw("full", a, 2, kw) : NULL;
+        Py_XDECREF(kw);
+        Py_XDECREF(empty);
+    }
+    /* a copy: a view of self would be saved by its node, and copy_ changes self */
+    PyObject *m1 = val ? Py_BuildValue("(i)", -1) : NULL;
+    PyObject *copy = m1 ? em_call("clone", (PyObject **)&self, 1) : NULL;
+    if (copy != NULL) {
+        PyObject *a[2] = {copy, m1};
+        flat = em_call("reshape", a, 2);
+        Py_DECREF(copy);
+    }
+    Py_XDECREF(m1);
+    tup = flat ? PyTuple_Pack(1, pos) : NULL;
+    if (tup != NULL) {
+        PyObject *a[3] = {flat, tup, val};
+        putv = em_call("index_put", a, 3);
+    }
+    PyObject *shape2 = putv ? em_sizes_tuple(self) : NULL;
+    if (shape2 != NULL) {
+        PyObject *a[2] = {putv, shape2};
+        PyObject *back = em_call("view", a, 2);
+        Py_DECREF(shape2);
+        if (back != NULL) {
+            PyObject *c[2] = {(PyObject *)self, back};
+            res = em_call("copy_", c, 2);
+            Py_DECREF(back);
+        }
+    }
+done:
+    Py_XDECREF(iota);
+    Py_XDECREF(shaped);
+    Py_XDECREF(pos);
+    Py_XDECREF(val);
+    Py_XDECREF(flat);
+    Py_XDECREF(putv);
+    Py_XDECREF(tup);
+    if (res == NULL)
+        return NULL;
+    Py_DECREF(res);
+    Py_RETURN_NONE;
+}
+
+/* __setitem__(self, indices, value): writes value into self[indices] in place. */
 static PyObject *
 k_setitem(em_Op *op, PyObject **args)
 {
     em_Tensor *self = as_tensor(args[0]);
     PyObject *value = args[2];
-    if (em_tls.grad_enabled && self->requires_grad) {
-        if (self->grad_fn == NULL)
+    if (!em_Tensor_Check(value) && !em_is_number(value)) {
+        PyErr_Format(PyExc_TypeError, "can't assign a %s to a Tensor (expected a Tensor or a "
+                     "number)", Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    if (em_tls.grad_enabled &&
+        (self->requires_grad || (em_Tensor_Check(value) && as_tensor(value)->requires_grad))) {
+        if (self->requires_grad && self->grad_fn == NULL) {
             PyErr_SetString(PyExc_RuntimeError,
                             "a leaf Variable that requires grad is being used in an in-place "
                             "operation.");
-        else
-            PyErr_SetString(PyExc_NotImplementedError,
-                            "ember: assigning into a tensor that requires grad is not "
-                            "supported yet; assign under ember.no_grad() or into a copy");
-        return NULL;
-    }
-    if (em_tls.grad_enabled && em_Tensor_Check(value) && as_tensor(value)->requires_grad) {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "ember: assigning a tensor that requires grad is not supported yet");
-        return NULL;
-    }
-    if (!em_Tensor_Check(value) && !em_is_number(value)) {
-        PyErr_Format(PyExc_TypeError,
-                     "can't assign a %s to a Tensor (expected a Tensor or a number)",
-                     Py_TYPE(value)->tp_name);
-        return NULL;
+            return NULL;
+        }
+        return setitem_with_grad(self, args[1], value);
     }
     int grad = em_tls.grad_enabled;
     em_tls.grad_enabled = 0;
-    PyObject *ga[2] = {args[0], args[1]};
-    PyObject *view = k_getitem(op, ga);
+    PyObject *view, *indices;
+    int ok = apply_key(self, args[1], &view, &indices);
     em_tls.grad_enabled = grad;
-    if (view == NULL)
+    if (ok < 0)
         return NULL;
     em_Tensor *v = as_tensor(view);
-    if (em_Tensor_Check(value)) {
-        PyObject *pair[2] = {view, value};
-        em_Geom g;
-        if (em_broadcast("__setitem__", pair, 2, &g) < 0 || g.ndim != v->ndim ||
-            memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) != 0) {
-            em_Tensor *val = as_tensor(value);
-            PyObject *s1 = em_format_shape(val->ndim, val->sizes);
-            PyObject *s2 = em_format_shape(v->ndim, v->sizes);
-            PyErr_Clear();
-            if (s1 && s2)
-                PyErr_Format(PyExc_RuntimeError,
-                             "shape mismatch: value tensor of shape %U cannot be broadcast to "
-                             "indexing result of shape %U", s1, s2);
-            Py_XDECREF(s1);
-            Py_XDECREF(s2);
-            Py_DECREF(view);
-            return NULL;
-        }
+    int st;
+    if (indices != NULL) {
+        st = em_index_put_inplace(v, indices, value);
+        Py_DECREF(indices);
     }
-    int st = copy_into(v, value);
+    else {
+        st = 0;
+        if (em_Tensor_Check(value)) {
+            PyObject *pair[2] = {view, value};
+            em_Geom g;
+            if (em_broadcast("__setitem__", pair, 2, &g) < 0 || g.ndim != v->ndim ||
+                memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) != 0) {
+                em_Tensor *val = as_tensor(value);
+                PyObject *s1 = em_format_shape(val->ndim, val->sizes);
+                PyObject *s2 = em_format_shape(v->ndim, v->sizes);
+                PyErr_Clear();
+                if (s1 && s2)
+                    PyErr_Format(PyExc_RuntimeError,
+                                 "shape mismatch: value tensor of shape %U cannot be broadcast "
+                                 "to indexing result of shape %U", s1, s2);
+                Py_XDECREF(s1);
+                Py_XDECREF(s2);
+                st = -1;
+            }
+        }
+        if (st == 0)
+            st = copy_into(v, value);
+    }
     Py_DECREF(view);
     if (st < 0)
         return NULL;

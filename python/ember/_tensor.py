@@ -6,6 +6,7 @@ import weakref
 
 from . import _C
 from . import autograd as _autograd
+from . import ops as _ops
 
 
 class RemovableHandle:
@@ -113,14 +114,13 @@ def cuda(self, *args, **kwargs):
 
 
 def _T(self):
-    return self.permute(list(range(self.ndim))[::-1])
+    """Tensor.T: the numpy_T op (a C composite: permute)."""
+    return _ops.api.numpy_T(self)
 
 
 def _mT(self):
-    if self.ndim < 2:
-        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
-                           f"Got {self.ndim}-D tensor.")
-    return self.transpose(-2, -1)
+    """Tensor.mT: the mT op (a C composite: transpose(-2, -1))."""
+    return _ops.api.mT(self)
 
 
 def _install():

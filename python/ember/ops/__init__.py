@@ -3,6 +3,7 @@ from . import registry, schema, meta  # noqa: F401
 from . import elementwise, reductions, views, linalg, factories, random_ops  # noqa: F401
 from . import activations  # noqa: F401
 from . import nn_ops  # noqa: F401
+from . import shapes, indexing  # noqa: F401
 from . import api
 from .. import prims as _prims
 

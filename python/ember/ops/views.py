@@ -44,7 +44,7 @@ def _transpose_decompose(self, dim0, dim1):
 
 
 op("transpose(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", VIEW, "transpose",
-   meta=M.transpose, aliases=("swapaxes",),
+   meta=M.transpose, aliases=("swapaxes", "swapdims"),
    backward=lambda g, out, self, dim0, dim1: (g.transpose(dim0, dim1),),
    decompose=_transpose_decompose)
 
@@ -56,8 +56,8 @@ op("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",
    "expand", prim=True, meta=M.expand,
    backward=lambda g, out, self, size, implicit: (g.sum_to_size(self.shape),))
 
-op("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)", CUSTOM, "python", composite=True,
-   impl=lambda self, other: self.expand(other.shape))
+op("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)", CUSTOM, "expand_as",
+   composite=True, doc="expand(other.shape).")
 
 op("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)", VIEW, "unsqueeze", meta=M.unsqueeze,
    backward=lambda g, out, self, dim: (g.squeeze(M.wrap_dim(dim, self.ndim + 1)),),

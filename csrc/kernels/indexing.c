@@ -1,0 +1,1287 @@
+/* indexing.c: advanced indexing (index, index_put), nonzero, gather, the scatter
+ * family, index_select, index_add, masked_fill and masked_select, and the C composites
+ * nonzero(as_tuple=...), argwhere and where(condition).
+ *
+ * index / index_put follow PyTorch: bool masks become the index tensors of their
+ * non-zero positions, the index tensors broadcast together, and the broadcast shape
+ * replaces the indexed dims where they are adjacent (else it goes first). The result
+ * is laid out as TensorIterator lays out self restrided over the indices. Values are
+ * computed by NumPy's fancy indexing on the index arrays (after PyTorch's checks).
+ */
+#include "kutil.h"
+
+/* ------------------------------------------------------------------ the index plan */
+
+typedef struct {
+    int dim;                        /* the dim of self it indexes */
+    int ndim;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    Py_ssize_t strides[EM_MAX_DIMS];
+    PyArrayObject *arr;             /* int64 values (NULL for meta) */
+} IdxEnt;
+
+typedef struct {
+    int n;                          /* defined entries */
+    int span;                       /* dims of self the indices cover */
+    bool masks;                     /* some came from bool masks */
+    IdxEnt ent[EM_MAX_DIMS];
+    int bnd;
+    Py_ssize_t bshape[EM_MAX_DIMS];
+    em_Geom out;                    /* the result's geometry */
+} Plan;
+
+static void
+plan_clear(Plan *p)
+{
+    for (int k = 0; k < p->n; k++)
+        Py_CLEAR(p->ent[k].arr);
+    p->n = 0;
+}
+
+static int
+add_entry(Plan *p, int dim, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides,
+          PyArrayObject *arr)
+{
+    if (p->n >= EM_MAX_DIMS) {
+        Py_XDECREF(arr);
+        PyErr_SetString(PyExc_IndexError, "too many indices");
+        return -1;
+    }
+    IdxEnt *e = &p->ent[p->n++];
+    e->dim = dim;
+    e->ndim = ndim;
+    memcpy(e->sizes, sizes, sizeof(Py_ssize_t) * ndim);
+    memcpy(e->strides, strides, sizeof(Py_ssize_t) * ndim);
+    e->arr = arr;   /* steals */
+    return 0;
+}
+
+/* Parses indices (a sequence of Tensors and None) for self. With compute, masks become
+ * index arrays; without (meta), a mask is an error unless allow_masks (index_put, whose
+ * result shape does not depend on it). */
+static int
+plan_parse(const char *name, em_Tensor *self, PyObject *indices, bool compute,
+           bool allow_masks, Plan *p)
+{
+    p->n = 0;
+    p->masks = false;
+    PyObject *seq = PySequence_Fast(indices, "indices must be a tuple of Tensors or None");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    int cursor = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (o == Py_None) {
+            cursor++;
+        }
+        else if (em_Tensor_Check(o)) {
+            em_Tensor *t = (em_Tensor *)o;
+            if (t->dtype == EM_BOOL || t->dtype == EM_UINT8) {
+                if (t->ndim == 0) {
+                    PyErr_Format(PyExc_IndexError, "%s(): a 0-dim boolean index is only "
+                                 "supported in x[...] indexing", name);
+                    goto error;
+                }
+                for (int k = 0; k < t->ndim; k++) {
+                    if (cursor + k >= self->ndim || t->sizes[k] != self->sizes[cursor + k]) {
+                        PyObject *a = em_shape_str(t), *b = em_shape_str(self);
+                        if (a && b)
+                            em_error(PyExc_IndexError, "%s(): The shape of the mask %S at "
+                                     "index %d does not match the shape of the indexed tensor "
+                                     "%S at index %d", name, a, k, b, cursor + k);
+                        Py_XDECREF(a);
+                        Py_XDECREF(b);
+                        goto error;
+                    }
+                }
+                p->masks = true;
+                if (!compute) {
+                    if (!allow_masks) {
+                        PyErr_Format(PyExc_NotImplementedError,
+                                     "%s(): boolean mask indices give a result whose shape "
+                                     "depends on the mask's values, which meta tensors do not "
+                                     "have", name);
+                        goto error;
+                    }
+                    cursor += t->ndim;
+                    continue;
+                }
+                PyArrayObject *m = t->array;
+                PyObject *nz = PyArray_Nonzero(m);
+                if (nz == NULL)
+                    goto error;
+                for (int k = 0; k < t->ndim; k++) {
+                    PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(
+                        PyTuple_GET_ITEM(nz, k), NPY_INT64, NPY_ARRAY_CARRAY);
+                    Py_ssize_t one = 1;
+                    Py_ssize_t n = a ? PyArray_DIMS(a)[0] : 0;
+                    if (a == NULL || add_entry(p, cursor + k, 1, &n, &one, a) < 0) {
+                        Py_DECREF(nz);
+                        goto error;
+                    }
+                }
+                Py_DECREF(nz);
+                cursor += t->ndim;
+            }
+            else if (t->dtype == EM_INT64 || t->dtype == EM_INT32) {
+                PyArrayObject *a = NULL;
+                if (compute) {
+                    a = t->dtype == EM_INT64 ? (Py_INCREF(t->array), t->array)
+                        : (PyArrayObject *)PyArray_FROM_OTF((PyObject *)t->array, NPY_INT64,
+                                                            NPY_ARRAY_ALIGNED);
+                    if (a == NULL)
+                        goto error;
+                }
+                if (add_entry(p, cursor, t->ndim, t->sizes, t->strides, a) < 0)
+                    goto error;
+                cursor++;
+            }
+            else {
+                PyErr_Format(PyExc_IndexError, "%s(): tensors used as indices must be long, "
+                             "int, byte or bool tensors", name);
+                goto error;
+            }
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s(): expected a Tensor or None in indices, got %s",
+                         name, Py_TYPE(o)->tp_name);
+            goto error;
+        }
+        if (cursor > self->ndim) {
+            PyErr_Format(PyExc_IndexError, "%s(): too many indices for tensor of dimension %d "
+                         "(got %d)", name, self->ndim, cursor);
+            goto error;
+        }
+    }
+    p->span = cursor;
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(seq);
+    plan_clear(p);
+    return -1;
+}
+
+/* The broadcast shape of the index entries; IndexError as PyTorch words it. */
+static int
+plan_broadcast(const char *name, Plan *p)
+{
+    int nd = 0;
+    for (int k = 0; k < p->n; k++)
+        nd = p->ent[k].ndim > nd ? p->ent[k].ndim : nd;
+    p->bnd = nd;
+    for (int i = 0; i < nd; i++)
+        p->bshape[i] = 1;
+    for (int k = 0; k < p->n; k++) {
+        IdxEnt *e = &p->ent[k];
+        int off = nd - e->ndim;
+        for (int i = 0; i < e->ndim; i++) {
+            Py_ssize_t s = e->sizes[i], *o = &p->bshape[off + i];
+            if (s == *o || s == 1)
+                continue;
+            if (*o == 1) {
+                *o = s;
+                continue;
+            }
+            PyObject *parts = PyList_New(0);
+            for (int j = 0; parts != NULL && j < p->n; j++) {
+                PyObject *sh = em_format_shape(p->ent[j].ndim, p->ent[j].sizes);
+                if (sh == NULL || PyList_Append(parts, sh) < 0)
+                    Py_CLEAR(parts);
+                Py_XDECREF(sh);
+            }
+            PyObject *sep = PyUnicode_FromString(", ");
+            PyObject *joined = (parts && sep) ? PyUnicode_Join(sep, parts) : NULL;
+            if (joined != NULL)
+                em_error(PyExc_IndexError, "%s(): shape mismatch: indexing tensors could not "
+                         "be broadcast together with shapes %U", name, joined);
+            Py_XDECREF(parts);
+            Py_XDECREF(sep);
+            Py_XDECREF(joined);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* TensorIterator's output strides for operands of one shape (strides in st[k]). */
+static void
+tensoriter_strides(int nops, Py_ssize_t (*st)[EM_MAX_DIMS], em_Geom *g)
+{
+    int nd = g->ndim;
+    if (nd <= 1) {
+        em_contiguous_strides(g);
+        return;
+    }
+    int perm[EM_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        perm[i] = nd - 1 - i;
+    for (int i = 1; i < nd; i++) {
+        int dim1 = i;
+        for (int dim0 = i - 1; dim0 >= 0; dim0--) {
+            int a = perm[dim0], b = perm[dim1], cmp = 0;
+            for (int k = 0; k < nops; k++) {
+                Py_ssize_t s0 = st[k][a], s1 = st[k][b];
+                if (s0 == 0 || s1 == 0 || g->sizes[a] == 1 || g->sizes[b] == 1)
+                    continue;
+                if (s0 != s1) {
+                    cmp = s0 < s1 ? -1 : 1;
+                    break;
+                }
+                if (g->sizes[a] > g->sizes[b]) {
+                    cmp = 1;
+                    break;
+                }
+            }
+            if (cmp > 0) {
+                perm[dim0] = b;
+                perm[dim1] = a;
+                dim1 = dim0;
+            }
+            else if (cmp < 0) {
+                break;
+            }
+        }
+    }
+    Py_ssize_t next = 1;
+    for (int i = 0; i < nd; i++) {
+        g->strides[perm[i]] = next;
+        next *= g->sizes[perm[i]];
+    }
+}
+
+static bool
+plan_adjacent(const Plan *p)
+{
+    for (int k = 1; k < p->n; k++)
+        if (p->ent[k].dim != p->ent[0].dim + k)
+            return false;
+    return true;
+}
+
+/* The result geometry of self[indices] (p->out). */
+static int
+plan_geometry(Plan *p, em_Tensor *self)
+{
+    bool adj = plan_adjacent(p);
+    bool indexed[EM_MAX_DIMS] = {false};
+    for (int k = 0; k < p->n; k++)
+        indexed[p->ent[k].dim] = true;
+    int before[EM_MAX_DIMS], after[EM_MAX_DIMS], nb = 0, na = 0;
+    for (int d = 0; d < self->ndim; d++) {
+        if (indexed[d])
+            continue;
+        if (adj && d < p->ent[0].dim)
+            before[nb++] = d;
+        else
+            after[na++] = d;
+    }
+    int nd = nb + p->bnd + na;
+    if (nd > EM_MAX_DIMS) {
+        PyErr_Format(PyExc_IndexError, "at most %d dimensions are supported", EM_MAX_DIMS);
+        return -1;
+    }
+    Py_ssize_t (*st)[EM_MAX_DIMS] = PyMem_Malloc(sizeof(*st) * (p->n + 1));
+    if (st == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    em_Geom *g = &p->out;
+    g->ndim = nd;
+    g->dtype = self->dtype;
+    for (int i = 0; i < nb; i++) {
+        g->sizes[i] = self->sizes[before[i]];
+        st[0][i] = self->strides[before[i]];
+    }
+    for (int i = 0; i < p->bnd; i++) {
+        g->sizes[nb + i] = p->bshape[i];
+        st[0][nb + i] = 0;
+    }
+    for (int i = 0; i < na; i++) {
+        g->sizes[nb + p->bnd + i] = self->sizes[after[i]];
+        st[0][nb + p->bnd + i] = self->strides[after[i]];
+    }
+    for (int k = 0; k < p->n; k++) {
+        IdxEnt *e = &p->ent[k];
+        Py_ssize_t *s = st[k + 1];
+        for (int i = 0; i < nd; i++)
+            s[i] = 0;
+        int off = p->bnd - e->ndim;
+        for (int i = 0; i < e->ndim; i++)
+            s[nb + off + i] = e->sizes[i] == p->bshape[off + i] ? e->strides[i] : 0;
+    }
+    tensoriter_strides(p->n + 1, st, g);
+    PyMem_Free(st);
+    return 0;
+}
+
+/* Every index value within [-size, size) of the dim it indexes (IndexError). */
+static int
+plan_check_bounds(Plan *p, em_Tensor *self)
+{
+    for (int k = 0; k < p->n; k++) {
+        IdxEnt *e = &p->ent[k];
+        Py_ssize_t size = self->sizes[e->dim];
+        PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)e->arr, NPY_INT64,
+                                                             NPY_ARRAY_CARRAY_RO);
+        if (c == NULL)
+            return -1;
+        const npy_int64 *v = (const npy_int64 *)PyArray_DATA(c);
+        npy_intp n = PyArray_SIZE(c);
+        for (npy_intp i = 0; i < n; i++) {
+            if (v[i] < -size || v[i] >= size) {
+                PyErr_Format(PyExc_IndexError, "index %lld is out of bounds for dimension %d "
+                             "with size %zd", (long long)v[i], k, size);
+                Py_DECREF(c);
+                return -1;
+            }
+        }
+        Py_DECREF(c);
+    }
+    return 0;
+}
+
+/* A view of arr broadcast to shape (zero strides where it grows). */
+static PyObject *
+broadcast_view(PyArrayObject *arr, int nd, const Py_ssize_t *shape)
+{
+    npy_intp strides[EM_MAX_DIMS];
+    int off = nd - PyArray_NDIM(arr);
+    for (int i = 0; i < nd; i++) {
+        int j = i - off;
+        strides[i] = (j < 0 || PyArray_DIMS(arr)[j] != shape[i]) ? 0 : PyArray_STRIDES(arr)[j];
+    }
+    PyArray_Descr *descr = PyArray_DESCR(arr);
+    Py_INCREF(descr);
+    PyObject *v = PyArray_NewFromDescr(&PyArray_Type, descr, nd, (npy_intp *)shape, strides,
+                                       PyArray_BYTES(arr), 0, NULL);
+    if (v == NULL)
+        return NULL;
+    Py_INCREF(arr);
+    if (PyArray_SetBaseObject((PyArrayObject *)v, (PyObject *)arr) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* NumPy's key for the plan: slice(None) for unindexed dims, the index arrays broadcast
+ * to the common shape (so NumPy and PyTorch place the result dims alike). */
+static PyObject *
+plan_key(Plan *p)
+{
+    int len = 0;
+    for (int k = 0; k < p->n; k++)
+        len = p->ent[k].dim + 1 > len ? p->ent[k].dim + 1 : len;
+    PyObject *key = PyTuple_New(len);
+    if (key == NULL)
+        return NULL;
+    for (int i = 0; i < len; i++) {
+        PyObject *s = PySlice_New(NULL, NULL, NULL);
+        if (s == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i, s);
+    }
+    for (int k = 0; k < p->n; k++) {
+        PyObject *b = broadcast_view(p->ent[k].arr, p->bnd, p->bshape);
+        if (b == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyObject *old = PyTuple_GET_ITEM(key, p->ent[k].dim);
+        PyTuple_SET_ITEM(key, p->ent[k].dim, b);
+        Py_DECREF(old);
+    }
+    return key;
+}
+
+static bool
+any_meta_in(PyObject *indices)
+{
+    PyObject *seq = PySequence_Fast(indices, "");
+    if (seq == NULL) {
+        PyErr_Clear();
+        return false;
+    }
+    bool r = false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        r |= em_Tensor_Check(o) && em_is_meta((em_Tensor *)o);
+    }
+    Py_DECREF(seq);
+    return r;
+}
+
+/* index(self, indices) */
+static PyObject *
+k_index(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    bool meta = em_meta_of(self) || any_meta_in(args[1]);
+    Plan p;
+    if (plan_parse("index", self, args[1], !meta, false, &p) < 0)
+        return NULL;
+    em_Tensor *out = NULL;
+    if (p.n == 0) {
+        if (PySequence_Size(args[1]) == 0) {
+            PyErr_SetString(PyExc_IndexError, "index(): at least one index must be provided");
+            return NULL;
+        }
+        out = em_empty_like(self, self->dtype, meta);
+        if (out != NULL && em_copy_into(out, (PyObject *)self) < 0)
+            Py_CLEAR(out);
+        return (PyObject *)out;
+    }
+    if (plan_broadcast("index", &p) < 0 || plan_geometry(&p, self) < 0 ||
+        (!meta && plan_check_bounds(&p, self) < 0))
+        goto done;
+    out = em_tensor_empty_like_layout(&p.out, meta);
+    if (out == NULL || meta || out->numel == 0)
+        goto done;
+    PyObject *key = plan_key(&p);
+    PyObject *res = key ? PyObject_GetItem((PyObject *)self->array, key) : NULL;
+    Py_XDECREF(key);
+    if (res == NULL || em_copy_into(out, res) < 0)
+        Py_CLEAR(out);
+    Py_XDECREF(res);
+done:
+    plan_clear(&p);
+    return (PyObject *)out;
+}
+
+/* Whether values broadcast to shape (leading size-1 dims may be dropped). */
+static int
+check_values(const char *name, em_Tensor *values, const em_Geom *g)
+{
+    bool ok = true;
+    for (int i = 0; i < values->ndim; i++) {
+        int j = g->ndim - values->ndim + i;
+        Py_ssize_t s = values->sizes[i];
+        ok &= s == 1 || (j >= 0 && s == g->sizes[j]);
+    }
+    if (ok)
+        return 0;
+    PyObject *a = em_shape_str(values), *b = em_format_shape(g->ndim, g->sizes);
+    if (a && b)
+        em_error(PyExc_RuntimeError, "%s(): shape mismatch: value tensor of shape %S cannot be "
+                 "broadcast to indexing result of shape %S", name, a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return -1;
+}
+
+/* values as an array NumPy can write with (values of self's dtype) */
+static PyObject *
+values_array(PyObject *values, em_dtype_t dt)
+{
+    if (em_Tensor_Check(values))
+        return em_tensor_to_array((em_Tensor *)values);
+    PyArray_Descr *d = em_dtypes[dt]->descr;
+    Py_INCREF(d);
+    return PyArray_FromAny(values, d, 0, 0, NPY_ARRAY_FORCECAST, NULL);
+}
+
+/* Writes values into arr at the plan's positions (added with accumulate). */
+static int
+plan_write(Plan *p, PyArrayObject *arr, PyObject *values, bool accumulate)
+{
+    PyObject *key = plan_key(p);
+    PyObject *v = key ? values_array(values, em_dtype_from_npy(PyArray_TYPE(arr))) : NULL;
+    int st = -1;
+    if (v != NULL && !accumulate) {
+        st = PyObject_SetItem((PyObject *)arr, key, v);
+    }
+    else if (v != NULL) {
+        PyObject *a[3] = {(PyObject *)arr, key, v};
+        PyObject *r = em_ufunc_method(em_np("add"), "at", a, 3, NULL);
+        st = r ? 0 : -1;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    return st;
+}
+
+/* Checks (and, unless meta, computes) a plan for writing values into self[indices]. */
+static int
+plan_for_write(const char *name, em_Tensor *self, PyObject *indices, em_Tensor *values,
+               bool meta, Plan *p)
+{
+    if (plan_parse(name, self, indices, !meta, true, p) < 0)
+        return -1;
+    if (values != NULL && values->dtype != self->dtype) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): Index put requires the source and destination "
+                     "dtypes match, got %s for the destination and %s for the source.", name,
+                     em_dtype_torch_name(self->dtype), em_dtype_torch_name(values->dtype));
+        goto error;
+    }
+    if (p->n == 0 && !(meta && p->masks)) {
+        /* every entry None: the whole tensor */
+        p->out.ndim = self->ndim;
+        memcpy(p->out.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
+        if (values != NULL && check_values(name, values, &p->out) < 0)
+            goto error;
+        return 0;
+    }
+    if (meta && p->masks)
+        return 0;   /* the values' shape cannot be checked without the masks */
+    if (plan_broadcast(name, p) < 0 || plan_geometry(p, self) < 0 ||
+        (!meta && plan_check_bounds(p, self) < 0))
+        goto error;
+    if (values != NULL && check_values(name, values, &p->out) < 0)
+        goto error;
+    return 0;
+error:
+    plan_clear(p);
+    return -1;
+}
+
+/* index_put(self, indices, values, accumulate=False) */
+static PyObject *
+k_index_put(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *values = (em_Tensor *)args[2];
+    bool meta = em_meta_of(self) || em_is_meta(values) || any_meta_in(args[1]);
+    Plan p;
+    if (plan_for_write("index_put", self, args[1], values, meta, &p) < 0)
+        return NULL;
+    em_Tensor *out = em_empty_like(self, self->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        goto done;
+    if (em_copy_into(out, (PyObject *)self) < 0)
+        Py_CLEAR(out);
+    else if (p.n == 0) {
+        PyObject *v = values_array((PyObject *)values, self->dtype);
+        int st = -1;
+        if (v != NULL && args[3] == Py_True) {
+            PyObject *ins[2] = {(PyObject *)out, v};
+            st = em_ufunc_out(em_np("add"), ins, 2, out->array);
+        }
+        else if (v != NULL)
+            st = PyArray_CopyInto(out->array, (PyArrayObject *)v);
+        Py_XDECREF(v);
+        if (st < 0)
+            Py_CLEAR(out);
+    }
+    else if (plan_write(&p, out->array, (PyObject *)values, args[3] == Py_True) < 0)
+        Py_CLEAR(out);
+done:
+    plan_clear(&p);
+    return (PyObject *)out;
+}
+
+/* Writes value (a Tensor or a number, cast to self's dtype) into self[indices] in place,
+ * with no autograd: __setitem__'s fast path. Returns 0, or -1 with an error. */
+int
+em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value)
+{
+    Plan p;
+    bool meta = em_is_meta(self);
+    if (plan_parse("__setitem__", self, indices, !meta, true, &p) < 0)
+        return -1;
+    int st = 0;
+    if (p.n > 0 && !meta) {
+        st = plan_broadcast("index_put", &p);
+        if (st == 0)
+            st = plan_geometry(&p, self);
+        if (st == 0)
+            st = plan_check_bounds(&p, self);
+        if (st == 0 && em_Tensor_Check(value))
+            st = check_values("index_put", (em_Tensor *)value, &p.out);
+        if (st == 0)
+            st = plan_write(&p, self->array, value, false);
+        if (st < 0 && PyErr_Occurred()) {
+            /* keep PyTorch's words: the messages above name index_put, not the slot */
+        }
+    }
+    plan_clear(&p);
+    return st;
+}
+
+/* ------------------------------------------------------------------ nonzero */
+
+static PyObject *
+dynamic_error(em_Op *op)
+{
+    PyErr_Format(PyExc_NotImplementedError, "%U(): the result's shape depends on the values "
+                 "of the input, which meta tensors do not have", op->name);
+    return NULL;
+}
+
+/* nonzero(self): [n, ndim] int64, laid out as PyTorch's CPU kernel (column-major) */
+static PyObject *
+k_nonzero(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    if (em_meta_of(self))
+        return dynamic_error(op);
+    if (self->ndim == 0) {
+        PyObject *item = PyArray_GETITEM(self->array, PyArray_DATA(self->array));
+        int truth = item ? PyObject_IsTrue(item) : -1;
+        Py_XDECREF(item);
+        if (truth < 0)
+            return NULL;
+        Py_ssize_t sizes[2] = {truth ? 1 : 0, 0};
+        return (PyObject *)em_empty(2, sizes, EM_INT64, false);
+    }
+    PyObject *nz = PyArray_Nonzero(self->array);
+    if (nz == NULL)
+        return NULL;
+    Py_ssize_t n = PyArray_DIMS((PyArrayObject *)PyTuple_GET_ITEM(nz, 0))[0];
+    em_Geom g = {.ndim = 2, .dtype = EM_INT64, .sizes = {n, self->ndim},
+                 .strides = {1, n > 0 ? n : 1}};
+    em_Tensor *out = em_tensor_empty_like_layout(&g, false);
+    for (int k = 0; out != NULL && k < self->ndim && n > 0; k++) {
+        Py_ssize_t col = k * n, one = 1;
+        em_Tensor *c = em_tensor_view(out, 1, &n, &one, out->offset + col);
+        if (c == NULL || em_copy_into(c, PyTuple_GET_ITEM(nz, k)) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(c);
+    }
+    Py_DECREF(nz);
+    return (PyObject *)out;
+}
+
+/* nonzero(self, *, as_tuple): the columns of nonzero(self) when as_tuple */
+static PyObject *
+nonzero_tuple(PyObject *self)
+{
+    PyObject *nz = em_call("nonzero", &self, 1);
+    if (nz == NULL)
+        return NULL;
+    PyObject *r;
+    if (((em_Tensor *)self)->ndim == 0) {
+        Py_ssize_t n = ((em_Tensor *)nz)->sizes[0];
+        em_Tensor *col = em_empty(1, &n, EM_INT64, false);
+        if (col != NULL && n == 1) {
+            PyObject *zero = PyLong_FromLong(0);
+            if (zero == NULL || PyArray_FillWithScalar(col->array, zero) < 0)
+                Py_CLEAR(col);
+            Py_XDECREF(zero);
+        }
+        r = col ? PyTuple_Pack(1, (PyObject *)col) : NULL;
+        Py_XDECREF(col);
+    }
+    else {
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *a[2] = {nz, one};
+        r = one ? em_call("unbind", a, 2) : NULL;
+        Py_XDECREF(one);
+    }
+    Py_DECREF(nz);
+    return r;
+}
+
+static PyObject *
+k_nonzero_tuple(em_Op *op, PyObject **args)
+{
+    if (args[1] != Py_True)
+        return em_call("nonzero", args, 1);
+    return nonzero_tuple(args[0]);
+}
+
+static PyObject *
+k_argwhere(em_Op *op, PyObject **args)
+{
+    return em_call("nonzero", args, 1);
+}
+
+static PyObject *
+k_where_cond(em_Op *op, PyObject **args)
+{
+    return nonzero_tuple(args[0]);
+}
+
+/* ------------------------------------------------------------------ gather / scatter */
+
+static int
+rank1(em_Tensor *t)
+{
+    return t->ndim > 0 ? t->ndim : 1;
+}
+
+static Py_ssize_t
+size_at(em_Tensor *t, int d)
+{
+    return t->ndim ? t->sizes[d] : 1;
+}
+
+/* The array of t with at least one dim (0-d arrays as [1]). */
+static PyArrayObject *
+as_1d_at_least(PyArrayObject *a)
+{
+    if (PyArray_NDIM(a) > 0) {
+        Py_INCREF(a);
+        return a;
+    }
+    npy_intp one = 1;
+    PyArray_Dims shape = {&one, 1};
+    return (PyArrayObject *)PyArray_Newshape(a, &shape, NPY_CORDER);
+}
+
+/* Every value of index (int64) in [0, size) (RuntimeError, as gather/scatter word it). */
+static int
+check_range(em_Tensor *index, int d, Py_ssize_t size)
+{
+    PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
+                                                         NPY_ARRAY_CARRAY_RO);
+    if (c == NULL)
+        return -1;
+    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(c);
+    for (npy_intp i = 0, n = PyArray_SIZE(c); i < n; i++) {
+        if (v[i] < 0 || v[i] >= size) {
+            PyErr_Format(PyExc_RuntimeError, "index %lld is out of bounds for dimension %d with "
+                         "size %zd", (long long)v[i], d, size);
+            Py_DECREF(c);
+            return -1;
+        }
+    }
+    Py_DECREF(c);
+    return 0;
+}
+
+/* gather(self, dim, index, *, sparse_grad=False) */
+static PyObject *
+k_gather(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *index = (em_Tensor *)args[2];
+    Py_ssize_t d;
+    if (em_dim_arg(args[1], self->ndim, &d) < 0)
+        return NULL;
+    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
+        PyErr_SetString(PyExc_RuntimeError, "gather(): Expected dtype int32 or int64 for "
+                        "index");
+        return NULL;
+    }
+    if (rank1(index) != rank1(self)) {
+        PyErr_SetString(PyExc_RuntimeError, "gather(): Index tensor must have the same number "
+                        "of dimensions as input tensor");
+        return NULL;
+    }
+    for (int a = 0; a < index->ndim; a++) {
+        if (a != d && size_at(index, a) > size_at(self, a)) {
+            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
+            if (x && y)
+                em_error(PyExc_RuntimeError, "gather(): Size does not match at dimension %d "
+                         "expected index %S to be no larger than self %S apart from dimension "
+                         "%zd", a, x, y, d);
+            Py_XDECREF(x);
+            Py_XDECREF(y);
+            return NULL;
+        }
+    }
+    bool meta = em_meta_of(self) || em_is_meta(index);
+    em_Tensor *out = em_empty(index->ndim, index->sizes, self->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (check_range(index, (int)d, size_at(self, (int)d)) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyArrayObject *i64 = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array,
+                                                           NPY_INT64, NPY_ARRAY_ALIGNED);
+    PyArrayObject *s = as_1d_at_least(self->array), *i = i64 ? as_1d_at_least(i64) : NULL;
+    PyArrayObject *o = as_1d_at_least(out->array);
+    Py_XDECREF(i64);
+    if (s && i && o)
+        em_gather_loop(s, i, (int)d, o);
+    else
+        Py_CLEAR(out);
+    Py_XDECREF(s);
+    Py_XDECREF(i);
+    Py_XDECREF(o);
+    return (PyObject *)out;
+}
+
+typedef enum { RED_NONE, RED_SUM, RED_PROD, RED_MEAN, RED_AMAX, RED_AMIN } red_t;
+
+/* The flat (C-order) positions in a contiguous tensor of shape `sizes` that scatter
+ * writes: index's positions with index's value along d. */
+static PyArrayObject *
+scatter_positions(em_Tensor *index, int d, int ndim, const Py_ssize_t *sizes)
+{
+    Py_ssize_t ostride[EM_MAX_DIMS];
+    Py_ssize_t s = 1;
+    for (int a = ndim - 1; a >= 0; a--) {
+        ostride[a] = s;
+        s *= sizes[a];
+    }
+    npy_intp n = index->numel;
+    PyArrayObject *pos = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    PyArrayObject *iv = pos ? (PyArrayObject *)PyArray_FROM_OTF(
+        (PyObject *)index->array, NPY_INT64, NPY_ARRAY_CARRAY_RO) : NULL;
+    if (iv == NULL) {
+        Py_XDECREF(pos);
+        return NULL;
+    }
+    npy_int64 *out = (npy_int64 *)PyArray_DATA(pos);
+    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(iv);
+    Py_ssize_t counter[EM_MAX_DIMS] = {0};
+    int nd = index->ndim;
+    for (npy_intp k = 0; k < n; k++) {
+        Py_ssize_t off = 0;
+        for (int a = 0; a < nd; a++)
+            off += (a == d ? v[k] : counter[a]) * ostride[a];
+        if (nd == 0)
+            off = v[k] * (ndim ? ostride[0] : 0);
+        out[k] = off;
+        for (int a = nd - 1; a >= 0; a--) {
+            if (++counter[a] < index->sizes[a])
+                break;
+            counter[a] = 0;
+        }
+    }
+    Py_DECREF(iv);
+    return pos;
+}
+
+/* The first index.shape elements of src, as a contiguous 1-D array. */
+static PyArrayObject *
+src_values(em_Tensor *src, em_Tensor *index)
+{
+    PyArrayObject *a = src->array;
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    Py_INCREF(descr);
+    PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, descr, index->ndim, (npy_intp *)index->sizes, PyArray_STRIDES(a),
+        PyArray_BYTES(a), 0, NULL);
+    if (v == NULL)
+        return NULL;
+    Py_INCREF(a);
+    if (PyArray_SetBaseObject(v, (PyObject *)a) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    PyObject *flat = PyArray_Ravel(v, NPY_CORDER);
+    Py_DECREF(v);
+    return (PyArrayObject *)flat;
+}
+
+static PyObject *
+identity_for(red_t red, em_dtype_t dt)
+{
+    switch (red) {
+    case RED_PROD:
+        return PyLong_FromLong(1);
+    case RED_AMAX:
+    case RED_AMIN: {
+        bool max = red == RED_AMAX;
+        if (em_is_float(dt))
+            return PyFloat_FromDouble(max ? -INFINITY : INFINITY);
+        if (dt == EM_BOOL)
+            return PyBool_FromLong(!max);
+        PyObject *info = PyObject_CallFunctionObjArgs(em_np("iinfo"),
+                                                      (PyObject *)em_dtypes[dt]->descr, NULL);
+        PyObject *r = info ? PyObject_GetAttrString(info, max ? "min" : "max") : NULL;
+        Py_XDECREF(info);
+        return r;
+    }
+    default:
+        return PyLong_FromLong(0);
+    }
+}
+
+static int
+ufunc_at(const char *name, PyArrayObject *a, PyArrayObject *pos, PyObject *vals)
+{
+    PyObject *args[3] = {(PyObject *)a, (PyObject *)pos, vals};
+    PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* The scatter family: scatter(src | value, reduce=add|multiply), scatter_add,
+ * scatter_reduce(src, reduce, include_self). */
+static PyObject *
+k_scatter(em_Op *op, PyObject **args)
+{
+    const char *name = PyUnicode_AsUTF8(op->name);
+    bool is_reduce_op = strncmp(name, "scatter_reduce", 14) == 0;
+    bool is_add = strcmp(name, "scatter_add") == 0;
+    em_Tensor *self = (em_Tensor *)args[0], *index = (em_Tensor *)args[2];
+    em_Tensor *src = em_Tensor_Check(args[3]) ? (em_Tensor *)args[3] : NULL;
+    PyObject *value = src ? NULL : args[3];
+    red_t red = is_add ? RED_SUM : RED_NONE;
+    bool include_self = true;
+    if (op->nparams > 4 && PyUnicode_Check(args[4])) {
+        const char *r = PyUnicode_AsUTF8(args[4]);
+        if (is_reduce_op) {
+            red = strcmp(r, "sum") == 0 ? RED_SUM : strcmp(r, "prod") == 0 ? RED_PROD
+                  : strcmp(r, "mean") == 0 ? RED_MEAN : strcmp(r, "amax") == 0 ? RED_AMAX
+                  : strcmp(r, "amin") == 0 ? RED_AMIN : RED_NONE;
+            include_self = args[5] == Py_True;
+        }
+        else {
+            red = strcmp(r, "add") == 0 ? RED_SUM : strcmp(r, "multiply") == 0 ? RED_PROD
+                                                                              : RED_NONE;
+        }
+        if (red == RED_NONE) {
+            if (is_reduce_op)
+                PyErr_Format(PyExc_RuntimeError, "%s(): reduce argument must be either sum, "
+                             "prod, mean, amax or amin, got %s", name, r);
+            else
+                PyErr_Format(PyExc_RuntimeError, "%s(): reduce argument must be either add or "
+                             "multiply.", name);
+            return NULL;
+        }
+    }
+    Py_ssize_t d;
+    if (em_dim_arg(args[1], self->ndim, &d) < 0)
+        return NULL;
+    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): Expected dtype int32 or int64 for index",
+                     name);
+        return NULL;
+    }
+    if (src != NULL && src->dtype != self->dtype) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): Expected self.dtype to be equal to src.dtype",
+                     name);
+        return NULL;
+    }
+    if (rank1(index) != rank1(self) || (src != NULL && rank1(index) != rank1(src))) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): Index tensor must have the same number of "
+                     "dimensions as %s tensor", name, rank1(index) != rank1(self) ? "self"
+                                                                                  : "src");
+        return NULL;
+    }
+    for (int a = 0; a < index->ndim; a++) {
+        if ((a != d && size_at(index, a) > size_at(self, a)) ||
+            (src != NULL && size_at(index, a) > size_at(src, a))) {
+            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
+            PyObject *z = src ? em_shape_str(src) : PyUnicode_FromString("");
+            if (x && y && z) {
+                if (src)
+                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
+                             "self %S apart from dimension %zd and to be smaller size than src "
+                             "%S", name, x, y, d, z);
+                else
+                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
+                             "self %S apart from dimension %zd", name, x, y, d);
+            }
+            Py_XDECREF(x);
+            Py_XDECREF(y);
+            Py_XDECREF(z);
+            return NULL;
+        }
+    }
+    bool meta = em_meta_of(self) || em_is_meta(index) || (src && em_is_meta(src));
+    em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (em_copy_into(out, (PyObject *)self) < 0 || index->numel == 0)
+        goto done;
+    if (check_range(index, (int)d, size_at(self, (int)d)) < 0)
+        goto error;
+    npy_intp numel = out->numel;
+    PyArray_Dims flat_shape = {&numel, 1};
+    PyArrayObject *flat = (PyArrayObject *)PyArray_Newshape(out->array, &flat_shape, NPY_CORDER);
+    PyArrayObject *pos = flat ? scatter_positions(index, (int)d, self->ndim, self->sizes) : NULL;
+    PyObject *vals = NULL, *count = NULL;
+    int st = pos ? 0 : -1;
+    if (st == 0) {
+        vals = src ? (PyObject *)src_values(src, index) : values_array(value, self->dtype);
+        st = vals ? 0 : -1;
+    }
+    if (st == 0 && (!include_self || red == RED_NONE)) {
+        PyObject *first = red == RED_NONE ? (Py_INCREF(vals), vals)
+                                          : identity_for(red, self->dtype);
+        st = first ? (PyArray_PutTo(flat, first, (PyObject *)pos, NPY_RAISE) ? 0 : -1) : -1;
+        Py_XDECREF(first);
+    }
+    if (st == 0 && red != RED_NONE) {
+        const char *uf = red == RED_PROD ? "multiply" : red == RED_AMAX ? "maximum"
+                         : red == RED_AMIN ? "minimum" : "add";
+        st = ufunc_at(uf, flat, pos, vals);
+    }
+    if (st == 0 && red == RED_MEAN) {
+        /* divide by the number of values at each position (self counts when included) */
+        em_dtype_t ct = em_is_float(self->dtype) ? self->dtype : EM_INT64;
+        em_Tensor *c = em_empty(1, &numel, ct, false);
+        PyObject *fill = PyLong_FromLong(include_self ? 1 : 0), *one = PyLong_FromLong(1);
+        st = (c && fill && one) ? PyArray_FillWithScalar(c->array, fill) : -1;
+        if (st == 0)
+            st = ufunc_at("add", c->array, pos, one);
+        if (st == 0) {   /* positions nothing lands on keep self */
+            PyObject *ins[2] = {(PyObject *)c, one};
+            st = em_ufunc_out(em_np("maximum"), ins, 2, c->array);
+        }
+        if (st == 0) {
+            PyObject *ins[2] = {(PyObject *)flat, (PyObject *)c};
+            st = em_ufunc_out(em_np(em_is_float(self->dtype) ? "true_divide" : "floor_divide"),
+                              ins, 2, flat);
+        }
+        count = (PyObject *)c;
+        Py_XDECREF(fill);
+        Py_XDECREF(one);
+    }
+    Py_XDECREF(flat);
+    Py_XDECREF(pos);
+    Py_XDECREF(vals);
+    Py_XDECREF(count);
+    if (st < 0)
+        goto error;
+done:
+    return (PyObject *)out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* index_select(self, dim, index) */
+static PyObject *
+k_index_select(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *index = (em_Tensor *)args[2];
+    Py_ssize_t d;
+    if (em_dim_arg(args[1], self->ndim, &d) < 0)
+        return NULL;
+    if (index->ndim > 1) {
+        PyErr_SetString(PyExc_IndexError, "index_select(): Index is supposed to be a vector");
+        return NULL;
+    }
+    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
+        PyErr_SetString(PyExc_RuntimeError, "index_select(): Expected dtype int32 or int64 for "
+                        "index");
+        return NULL;
+    }
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    memcpy(sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
+    if (self->ndim)
+        sizes[d] = index->numel;
+    bool meta = em_meta_of(self) || em_is_meta(index);
+    em_Tensor *out = em_empty(self->ndim, sizes, self->dtype, meta);
+    if (out == NULL || meta)
+        return (PyObject *)out;
+    PyArrayObject *iv = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
+                                                          NPY_ARRAY_CARRAY_RO);
+    if (iv == NULL)
+        goto error;
+    Py_ssize_t size = size_at(self, (int)d);
+    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(iv);
+    for (npy_intp i = 0, n = PyArray_SIZE(iv); i < n; i++) {
+        if (v[i] < 0 || v[i] >= size) {
+            Py_DECREF(iv);
+            PyErr_SetString(PyExc_IndexError, "index_select(): index out of range in self");
+            goto error;
+        }
+    }
+    if (out->numel == 0) {
+        Py_DECREF(iv);
+        return (PyObject *)out;
+    }
+    PyArrayObject *s = as_1d_at_least(self->array);
+    npy_intp n = PyArray_SIZE(iv);
+    PyArray_Dims flat = {&n, 1};
+    PyObject *iflat = PyArray_Newshape(iv, &flat, NPY_CORDER);
+    Py_DECREF(iv);
+    PyObject *r = (s && iflat) ? PyArray_TakeFrom(s, iflat, (int)d, NULL, NPY_RAISE) : NULL;
+    Py_XDECREF(s);
+    Py_XDECREF(iflat);
+    int st = r ? em_copy_into(out, r) : -1;
+    Py_XDECREF(r);
+    if (st < 0)
+        goto error;
+    return (PyObject *)out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* index_add(self, dim, index, source, *, alpha=1) */
+static PyObject *
+k_index_add(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *index = (em_Tensor *)args[2];
+    em_Tensor *source = (em_Tensor *)args[3];
+    Py_ssize_t d;
+    if (em_dim_arg(args[1], self->ndim, &d) < 0)
+        return NULL;
+    if (index->ndim > 1) {
+        PyErr_SetString(PyExc_IndexError, "index_add(): Index is supposed to be a vector");
+        return NULL;
+    }
+    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
+        PyErr_SetString(PyExc_RuntimeError, "index_add(): Expected dtype int32 or int64 for "
+                        "index");
+        return NULL;
+    }
+    if (source->dtype != self->dtype) {
+        PyErr_Format(PyExc_RuntimeError, "index_add(): self and source expected to have the "
+                     "same dtype, but got (self) %s and (source) %s",
+                     em_dtype_torch_name(self->dtype), em_dtype_torch_name(source->dtype));
+        return NULL;
+    }
+    bool same = rank1(source) == rank1(self);
+    for (int a = 0; same && a < self->ndim; a++)
+        same = source->sizes[a] == (a == d ? index->numel : self->sizes[a]);
+    if (!same) {
+        PyErr_SetString(PyExc_RuntimeError, "index_add(): Source/destination tensor must have "
+                        "same slice shapes.");
+        return NULL;
+    }
+    bool meta = em_meta_of(self) || em_is_meta(index) || em_is_meta(source);
+    em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    if (em_copy_into(out, (PyObject *)self) < 0)
+        goto error;
+    PyObject *alpha = args[4];
+    em_Tensor *scaled = source;
+    Py_INCREF(scaled);
+    if (!(PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1)) {
+        Py_SETREF(scaled, em_empty(source->ndim, source->sizes, source->dtype, false));
+        PyObject *ins[2] = {(PyObject *)source, alpha};
+        if (scaled == NULL || em_ufunc_out(em_np("multiply"), ins, 2, scaled->array) < 0) {
+            Py_XDECREF(scaled);
+            goto error;
+        }
+    }
+    PyArrayObject *iv = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
+                                                          NPY_ARRAY_CARRAY_RO);
+    int st = iv ? 0 : -1;
+    Py_ssize_t size = size_at(self, (int)d);
+    for (npy_intp i = 0; st == 0 && i < PyArray_SIZE(iv); i++) {
+        npy_int64 v = ((const npy_int64 *)PyArray_DATA(iv))[i];
+        if (v < -size || v >= size) {
+            PyErr_Format(PyExc_IndexError, "index_add(): index %lld is out of bounds for "
+                         "dimension %zd with size %zd", (long long)v, d, size);
+            st = -1;
+        }
+    }
+    if (st == 0 && self->ndim == 0) {
+        PyObject *ins[2] = {(PyObject *)out, (PyObject *)scaled};
+        st = em_ufunc_out(em_np("add"), ins, 2, out->array);
+    }
+    else if (st == 0) {
+        npy_intp n = PyArray_SIZE(iv);
+        PyArray_Dims flat = {&n, 1};
+        PyObject *iflat = PyArray_Newshape(iv, &flat, NPY_CORDER);
+        PyObject *key = iflat ? PyTuple_New(d + 1) : NULL;
+        for (Py_ssize_t i = 0; key != NULL && i < d; i++)
+            PyTuple_SET_ITEM(key, i, PySlice_New(NULL, NULL, NULL));
+        if (key != NULL) {
+            Py_INCREF(iflat);
+            PyTuple_SET_ITEM(key, d, iflat);
+            PyObject *a[3] = {(PyObject *)out->array, key, (PyObject *)scaled->array};
+            PyObject *r = em_ufunc_method(em_np("add"), "at", a, 3, NULL);
+            st = r ? 0 : -1;
+            Py_XDECREF(r);
+        }
+        else {
+            st = -1;
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(iflat);
+    }
+    Py_XDECREF(iv);
+    Py_DECREF(scaled);
+    if (st < 0)
+        goto error;
+    return (PyObject *)out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ masks */
+
+/* masked_fill(self, mask, value): value a number or a 0-d tensor */
+static PyObject *
+k_masked_fill(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *mask = (em_Tensor *)args[1];
+    PyObject *value = args[2];
+    if (mask->dtype != EM_BOOL) {
+        PyErr_Format(PyExc_RuntimeError, "masked_fill(): masked_fill_ only supports boolean "
+                     "masks, but got mask with dtype %s", em_dtypes[mask->dtype]->name);
+        return NULL;
+    }
+    if (em_Tensor_Check(value) && ((em_Tensor *)value)->ndim != 0) {
+        PyErr_Format(PyExc_RuntimeError, "masked_fill(): masked_fill_ only supports a "
+                     "0-dimensional value tensor, but got tensor with %d dimension(s).",
+                     ((em_Tensor *)value)->ndim);
+        return NULL;
+    }
+    PyObject *pair[2] = {args[0], args[1]};
+    em_Geom g;
+    if (em_broadcast("masked_fill", pair, 2, &g) < 0)
+        return NULL;
+    bool meta = em_meta_of(self) || em_is_meta(mask) ||
+                (em_Tensor_Check(value) && em_is_meta((em_Tensor *)value));
+    em_Tensor *out = em_empty(g.ndim, g.sizes, self->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    em_Tensor *m = em_empty(g.ndim, g.sizes, EM_BOOL, false);
+    PyObject *v = NULL;
+    int st = (m && em_copy_into(out, (PyObject *)self) == 0 &&
+              em_copy_into(m, (PyObject *)mask) == 0) ? 0 : -1;
+    if (st == 0) {
+        PyObject *num = em_Tensor_Check(value) ? PyObject_CallMethod(value, "item", NULL)
+                                               : (Py_INCREF(value), value);
+        v = num ? values_array(num, self->dtype) : NULL;
+        Py_XDECREF(num);
+        st = v ? 0 : -1;
+    }
+    if (st == 0)
+        st = PyArray_PutMask(out->array, v, (PyObject *)m->array) ? 0 : -1;
+    Py_XDECREF(v);
+    Py_XDECREF(m);
+    if (st < 0)
+        Py_CLEAR(out);
+    return (PyObject *)out;
+}
+
+/* masked_select(self, mask): the elements where mask (broadcast) is true, 1-D */
+static PyObject *
+k_masked_select(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0], *mask = (em_Tensor *)args[1];
+    if (mask->dtype != EM_BOOL) {
+        PyErr_SetString(PyExc_RuntimeError, "masked_select(): masked_select: expected "
+                        "BoolTensor for mask");
+        return NULL;
+    }
+    PyObject *pair[2] = {args[0], args[1]};
+    em_Geom g;
+    if (em_broadcast("masked_select", pair, 2, &g) < 0)
+        return NULL;
+    if (em_meta_of(self) || em_is_meta(mask))
+        return dynamic_error(op);
+    em_Tensor *x = em_empty(g.ndim, g.sizes, self->dtype, false);
+    em_Tensor *m = em_empty(g.ndim, g.sizes, EM_BOOL, false);
+    PyObject *r = NULL;
+    if (x && m && em_copy_into(x, (PyObject *)self) == 0 &&
+        em_copy_into(m, (PyObject *)mask) == 0) {
+        PyObject *sel = PyObject_GetItem((PyObject *)x->array, (PyObject *)m->array);
+        if (sel != NULL) {
+            Py_ssize_t n = PyArray_SIZE((PyArrayObject *)sel);
+            em_Tensor *out = em_empty(1, &n, self->dtype, false);
+            if (out != NULL && em_copy_into(out, sel) < 0)
+                Py_CLEAR(out);
+            r = (PyObject *)out;
+            Py_DECREF(sel);
+        }
+    }
+    Py_XDECREF(x);
+    Py_XDECREF(m);
+    return r;
+}
+
+const em_KernelEntry em_indexing_kernels[] = {
+    {"index", k_index},
+    {"index_put", k_index_put},
+    {"nonzero", k_nonzero},
+    {"nonzero_tuple", k_nonzero_tuple},
+    {"argwhere", k_argwhere},
+    {"where_cond", k_where_cond},
+    {"gather", k_gather},
+    {"scatter", k_scatter},
+    {"index_select", k_index_select},
+    {"index_add", k_index_add},
+    {"masked_fill", k_masked_fill},
+    {"masked_select", k_masked_select},
+    {NULL, NULL},
+};
