@@ -347,7 +347,9 @@ extern PyTypeObject em_Node_Type;
 
 /* Records an autograd node for op if grad mode is on and an input requires grad. */
 int em_autograd_record(em_Op *op, PyObject **args, PyObject *result);
-/* A node whose backward calls fn(*grads); attaches it to outputs. */
+/* A node whose backward calls fn(*grads) -> one gradient per input, attached to the
+ * outputs (tuples of tensors). Returns the node. */
+PyObject *em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name);
 int em_node_init_type(PyObject *module);
 int em_engine_init(PyObject *module);
 bool em_grad_enabled(void);

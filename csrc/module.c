@@ -16,6 +16,7 @@ int em_compiled_graph_init(PyObject *module);
 int em_jit_init_type(PyObject *module);
 int em_blas_init(PyObject *module);
 int em_threadpool_init(PyObject *module);
+int em_aot_function_init(PyObject *module);
 
 static PyObject *
 result_type(PyObject *self, PyObject *args)
@@ -124,7 +125,8 @@ PyInit__C(void)
         em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_elementwise_init() < 0 ||
         em_reduction_init() < 0 || em_registry_init(m) < 0 || em_capture_init(m) < 0 ||
         em_compiled_frame_init(m) < 0 || em_compiled_graph_init(m) < 0 ||
-        em_jit_init_type(m) < 0 || em_blas_init(m) < 0 || em_threadpool_init(m) < 0) {
+        em_jit_init_type(m) < 0 || em_blas_init(m) < 0 || em_threadpool_init(m) < 0 ||
+        em_aot_function_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

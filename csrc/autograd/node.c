@@ -254,20 +254,12 @@ error:
     return -1;
 }
 
-/* _make_node(fn, inputs, outputs, name): a node whose backward is fn(*grads),
- * returning one gradient per input; attached to the outputs. */
-static PyObject *
-make_node(PyObject *self, PyObject *args)
+/* A node whose backward is fn(*grads), returning one gradient per input, attached
+ * to the outputs (tuples). Returns the node (new reference). */
+PyObject *
+em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name)
 {
-    PyObject *fn, *inputs, *outputs, *name;
-    if (!PyArg_ParseTuple(args, "OO!O!U:_make_node", &fn, &PyTuple_Type, &inputs,
-                          &PyTuple_Type, &outputs, &name))
-        return NULL;
     Py_ssize_t ni = PyTuple_GET_SIZE(inputs), no = PyTuple_GET_SIZE(outputs);
-    if (no > 16) {
-        PyErr_SetString(PyExc_ValueError, "a node has at most 16 outputs");
-        return NULL;
-    }
     em_Node *node = node_alloc();
     if (node == NULL)
         return NULL;
@@ -286,15 +278,23 @@ make_node(PyObject *self, PyObject *args)
             node->edges[i] = edge_to((em_Tensor *)t);
     }
     node->nedges = (int)ni;
-    PyObject *outs[16];
-    for (Py_ssize_t k = 0; k < no; k++)
-        outs[k] = PyTuple_GET_ITEM(outputs, k);
-    if (attach_outputs(node, outs, (int)no) < 0)
+    if (attach_outputs(node, &PyTuple_GET_ITEM(outputs, 0), (int)no) < 0)
         goto error;
     return (PyObject *)node;
 error:
     Py_DECREF(node);
     return NULL;
+}
+
+/* _make_node(fn, inputs, outputs, name) */
+static PyObject *
+make_node(PyObject *self, PyObject *args)
+{
+    PyObject *fn, *inputs, *outputs, *name;
+    if (!PyArg_ParseTuple(args, "OO!O!U:_make_node", &fn, &PyTuple_Type, &inputs,
+                          &PyTuple_Type, &outputs, &name))
+        return NULL;
+    return em_make_node(fn, inputs, outputs, name);
 }
 
 /* ------------------------------------------------------------------ running */

@@ -15,7 +15,7 @@ from ..capture.backends import register_backend
 from .decompose import PrimVerificationError, decompose, verify_prims
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, partition, saved_bytes
-from .runtime import CompiledFunction
+from .runtime import CompiledFunction, compiled_function
 
 
 def _graph_fn(graph, name):
@@ -47,8 +47,8 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
                             joint.forward_output_meta)
     fw, bw, saved = partition(prim_joint)
     log_graphs(fw, bw, saved, name)
-    return CompiledFunction(prim_joint, fw_compiler(fw, f"{name}_forward"),
-                            bw_compiler(bw, f"{name}_backward"), len(saved), name)
+    return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
+                             bw_compiler(bw, f"{name}_backward"), name)
 
 
 def _strip_grads(graph, n):
