@@ -877,6 +877,68 @@ def _ref_sign(a):
 add(OpInfo("sign", _with_specials(unary_samples(nonzero=True)), elementwise(_ref_sign, 1),
            errors=unary_errors("sign")))
 
+def _round_half_even(x):
+    return round(x) if isinstance(x, float) else x     # Python's round: halves to even
+
+
+def _rounding_samples(dtype, rng):
+    out = unary_samples(-5.0, 5.0)(dtype, rng) + _special_sample(dtype)
+    if dtype in FLOATS:
+        ties = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.49999997, 1e7 + 0.5],
+                        dtype=dtype)
+        out.append(Sample((ember.from_numpy(ties),), desc="halves", grad=False))
+    return out
+
+
+def _rounding_ref(fn):
+    def f(x):
+        if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+            return x
+        return float(fn(x)) if isinstance(x, float) else x
+    return f
+
+
+for _name, _fn in (("floor", math.floor), ("ceil", math.ceil), ("trunc", math.trunc),
+                   ("round", round)):
+    add(OpInfo(_name, _rounding_samples, elementwise(_rounding_ref(_fn), 1), dtypes=NO_BOOL,
+               errors=(lambda n: lambda: unary_errors(n)() + [
+                   ErrorSample((ember.ones(2, dtype=ember.bool),), {}, NotImplementedError,
+                               rf"{n}\(\).*Bool", "bool")])(_name)))
+
+
+def _ref_round_decimals(a, decimals):
+    def f(x):
+        x = float(x)
+        if math.isnan(x) or math.isinf(x):
+            return x
+        if decimals >= 0:
+            return round(x * 10.0 ** decimals) / 10.0 ** decimals
+        return round(x / 10.0 ** -decimals) * 10.0 ** -decimals
+    return elementwise(f, 1)(a)
+
+
+def _round_decimals_samples(dtype, rng):
+    out = []
+    for d in (1, 2, -1, 0):
+        out += [Sample((make((2, 3), dtype, rng, -50, 50),), {"decimals": d}, desc=f"{d}"),
+                Sample((make((), dtype, rng, -50, 50),), {"decimals": d}, desc=f"0-d {d}")]
+    out.append(Sample((make((0, 3), dtype, rng),), {"decimals": 1}, desc="empty"))
+    return out
+
+
+add(OpInfo("round.decimals", _round_decimals_samples, _ref_round_decimals, dtypes=FLOATS,
+           torch_fn=lambda torch, *a, **k: torch.round(*a, **k),
+           errors=lambda: [ErrorSample((ember.ones(2, dtype=ember.int32),), {"decimals": 1},
+                                       NotImplementedError, r"round\(\).*Int",
+                                       "integers")]))
+add(OpInfo("frac", _with_specials(unary_samples(-5.0, 5.0)),
+           elementwise(_float_ref(lambda x: x - math.trunc(x) if math.isfinite(x) else
+                                  math.nan), 1), dtypes=FLOATS,
+           errors=lambda: unary_errors("frac")() + [
+               ErrorSample((ember.ones(2, dtype=ember.int8),), {}, NotImplementedError,
+                           r"frac\(\).*Char", "integers")]))
+
+
 _UNARY_FLOAT_REFS = [
     # name, reference, sample range, wider range (no gradient), NaN/inf/signed zeros
     ("exp2", lambda x: 2.0 ** x, (-3.0, 3.0), (-14.0, 14.0), True),

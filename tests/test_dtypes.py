@@ -328,3 +328,31 @@ def test_small_dtypes_through_float_ops(torch, name):
                lambda: getattr(torch.nn.functional, op)(tx), f"{op}({name})")
     parity(torch, lambda: x * 100, lambda: tx * 100, f"{name} * 100")
     parity(torch, lambda: x + 250, lambda: tx + 250, f"{name} + 250")
+
+
+# ---------------------------------------------------------------- composites
+
+
+@pytest.mark.parametrize("a", NAMES)
+def test_square_clamp_min_clamp_max_match_torch(torch, a):
+    x = ember.from_numpy(np.array([3, 0, 1, 5] if a in ("bool", "uint8") else [3, 0, -1, -5],
+                                  dtype=a))
+    tx = to_torch(torch, x)
+    bound = ember.from_numpy(np.array([1, 0, 1, 2], dtype=a))
+    tb = to_torch(torch, bound)
+    cases = [("square()", lambda m, t, b: m.square(t)),
+             ("clamp_min(2)", lambda m, t, b: m.clamp_min(t, 2)),
+             ("clamp_max(1.5)", lambda m, t, b: t.clamp_max(1.5)),
+             ("clamp_min(tensor)", lambda m, t, b: t.clamp_min(b)),
+             ("clamp_max(tensor)", lambda m, t, b: m.clamp_max(t, b)),
+             ("square_()", lambda m, t, b: t.clone().square_()),
+             ("clamp_min_(1)", lambda m, t, b: t.clone().clamp_min_(1)),
+             ("clamp_max_(tensor)", lambda m, t, b: t.clone().clamp_max_(b))]
+    for what, fn in cases:
+        parity(torch, lambda: fn(ember, x, bound), lambda: fn(torch, tx, tb), f"{a} {what}")
+
+
+def test_square_and_one_sided_clamps_are_differentiable():
+    x = ember.tensor([-2.0, 0.5, 3.0], requires_grad=True)
+    (x.square().sum() + x.clamp_min(0).sum() + x.clamp_max(1).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [-4 + 0 + 1, 1 + 1 + 1, 6 + 1 + 0])

@@ -7,6 +7,7 @@
  */
 #include "ember.h"
 #include <float.h>
+#include <math.h>
 
 static PyObject *extobj_var;       /* numpy's errstate context variable */
 static PyObject *extobj_ignore;    /* errstate(all="ignore"): PyTorch never warns */
@@ -403,6 +404,10 @@ k_div(em_Op *op, PyObject **args)
 
 int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
 
+/* cached NumPy ufuncs the kernels below chain */
+static PyObject *uf_maximum, *uf_minimum, *uf_multiply, *uf_add, *uf_true_divide,
+    *uf_subtract;
+
 /* Runs the C loop `loop` (cloops.c) over the tensors ins into out; out is floating
  * point for every op that gets here. */
 static PyObject *
@@ -490,6 +495,70 @@ k_sign(em_Op *op, PyObject **args)
     return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
 }
 
+/* floor, ceil, trunc, round: the ufunc for floats; integers pass through (a copy). */
+static PyObject *
+k_rounding(em_Op *op, PyObject **args)
+{
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    if (!em_is_float(out->dtype))
+        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+    return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+}
+
+/* round(self, *, decimals): rint(self * 10**decimals) / 10**decimals, as PyTorch (for
+ * decimals < 0, rint(self / 10**-decimals) * 10**-decimals). */
+static PyObject *
+k_round_decimals(em_Op *op, PyObject **args)
+{
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    long d = PyLong_AsLong(args[1]);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    if (d == 0)
+        return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+    PyObject *scale = PyFloat_FromDouble(pow(10.0, (double)labs(d)));
+    if (scale == NULL)
+        return finish(out, -1);
+    PyObject *first[2] = {args[0], scale}, *self_out[1] = {(PyObject *)out},
+             *last[2] = {(PyObject *)out, scale};
+    int st = em_ufunc_call(d > 0 ? uf_multiply : uf_true_divide, first, 2, out->array, compute,
+                           compute);
+    if (st == 0)
+        st = em_ufunc_call(op->ufunc, self_out, 1, out->array, compute, compute);
+    if (st == 0)
+        st = em_ufunc_call(d > 0 ? uf_true_divide : uf_multiply, last, 2, out->array, compute,
+                           compute);
+    Py_DECREF(scale);
+    return finish(out, st);
+}
+
+/* frac(self) = self - trunc(self) */
+static PyObject *
+k_frac(em_Op *op, PyObject **args)
+{
+    PyObject *operands[1] = {args[0]};
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    int st = em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute);
+    PyObject *diff[2] = {args[0], (PyObject *)out};
+    if (st == 0)
+        st = em_ufunc_call(uf_subtract, diff, 2, out->array, compute, compute);
+    return finish(out, st);
+}
+
 /* gelu(self, *, approximate='none'|'tanh') */
 static PyObject *
 k_gelu(em_Op *op, PyObject **args)
@@ -566,8 +635,6 @@ k_nan_to_num(em_Op *op, PyObject **args)
     return run_cloop(out, "nan_to_num", operands, 1, p);
 }
 
-/* cached NumPy ufuncs the composite kernels below chain */
-static PyObject *uf_maximum, *uf_minimum, *uf_multiply, *uf_add, *uf_true_divide;
 
 /* out = minimum(maximum(x, lo), hi), either bound optional (None); NaN propagates
  * from x and from the bounds, and lo > hi gives hi, as PyTorch's clamp. */
@@ -896,6 +963,9 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {"cloop", k_cloop},
     {"relu", k_relu},
     {"sign", k_sign},
+    {"rounding", k_rounding},
+    {"round_decimals", k_round_decimals},
+    {"frac", k_frac},
     {"gelu", k_gelu},
     {"softplus", k_softplus},
     {"elu", k_elu},
@@ -936,7 +1006,7 @@ em_elementwise_init(void)
         return -1;
     struct { PyObject **slot; const char *name; } ufs[] = {
         {&uf_maximum, "maximum"}, {&uf_minimum, "minimum"}, {&uf_multiply, "multiply"},
-        {&uf_add, "add"}, {&uf_true_divide, "true_divide"},
+        {&uf_add, "add"}, {&uf_true_divide, "true_divide"}, {&uf_subtract, "subtract"},
     };
     for (size_t i = 0; i < sizeof ufs / sizeof ufs[0]; i++)
         if ((*ufs[i].slot = numpy_ufunc(ufs[i].name)) == NULL)

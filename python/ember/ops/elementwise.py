@@ -10,8 +10,8 @@ import math
 
 from .. import _C
 from . import meta as M
-from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, INTEGRAL, NO_BOOL, NOT_BOOL,
-                       UNARY, UNARY_FLOAT, op)
+from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, FLOATING, INTEGRAL, NO_BOOL,
+                       NOT_BOOL, UNARY, UNARY_FLOAT, op)
 from .. import prims as P
 from . import api as O
 
@@ -182,6 +182,84 @@ op("sign(Tensor self) -> Tensor", UNARY, "sign", ufunc="sign", inplace_variant=T
    backward=lambda g, out, self: (O.zeros_like(g),),
    decompose=_sign_decompose,
    doc="-1, 0 or 1 in self's dtype; 0 for NaN (as PyTorch); bool stays bool.")
+
+# ------------------------------------------------------------------ rounding
+# No prims of their own: floor is floor_divide(x, 1) (exact below 2**mantissa; larger
+# floats, and infinities, are whole already), the others are made from floor.
+
+
+def _p_floor(x):
+    if not x.dtype.is_floating_point:
+        return P.clone(x)
+    return P.where(P.eq(P.add(x, 1), x), x, P.floor_divide(x, 1))
+
+
+def _p_ceil(x):
+    if not x.dtype.is_floating_point:
+        return P.clone(x)
+    return P.neg(_p_floor(P.neg(x)))
+
+
+def _p_trunc(x):
+    if not x.dtype.is_floating_point:
+        return P.clone(x)
+    return P.where(P.lt(x, 0), _p_ceil(x), _p_floor(x))
+
+
+def _p_round(x):
+    """Half to even: floor, then up when the rest is above 1/2, or 1/2 and floor is odd."""
+    if not x.dtype.is_floating_point:
+        return P.clone(x)
+    r = _p_floor(x)
+    rest = _p_sub(x, r)                   # exact, in [0, 1)
+    up = P.bitwise_or(P.lt(0.5, rest),
+                      P.bitwise_and(P.eq(rest, 0.5), P.eq(P.remainder(r, 2), 1)))
+    return P.where(up, P.add(r, 1), r)
+
+
+def _zero_grad(g, out, self, *rest):
+    return (O.zeros_like(g),)
+
+
+for _name, _ufunc, _dec, _doc in (
+        ("floor", "floor", _p_floor, "The largest integer <= self; integers pass through."),
+        ("ceil", "ceil", _p_ceil, "The smallest integer >= self; integers pass through."),
+        ("trunc", "trunc", _p_trunc, "self rounded towards zero; integers pass through."),
+        ("round", "rint", _p_round, "self rounded to the nearest integer, halves to even; "
+                                    "integers pass through.")):
+    op(f"{_name}(Tensor self) -> Tensor", UNARY, "rounding", ufunc=_ufunc, rule=NOT_BOOL,
+       inplace_variant=True, aliases=("fix",) if _name == "trunc" else (),
+       backward=_zero_grad, decompose=_dec, doc=_doc)
+
+
+def _round_decimals_decompose(self, decimals):
+    scale = 10.0 ** abs(decimals)
+    if decimals >= 0:
+        return P.mul(_p_round(P.mul(self, scale)), 1.0 / scale)
+    return P.mul(_p_round(P.mul(self, 1.0 / scale)), scale)
+
+
+op("round.decimals(Tensor self, *, int decimals) -> Tensor", UNARY, "round_decimals",
+   ufunc="rint", rule=FLOATING, inplace_variant=True,
+   backward=_zero_grad, decompose=_round_decimals_decompose,
+   doc="round(self * 10**decimals) / 10**decimals (decimals < 0 rounds to tens, ...), as "
+       "PyTorch computes it.")
+
+op("frac(Tensor self) -> Tensor", UNARY, "frac", ufunc="trunc", rule=FLOATING,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g,),
+   decompose=lambda self: _p_sub(self, _p_trunc(self)),
+   doc="self - trunc(self), with self's sign.")
+
+
+def _square(self):
+    return O.pow(self, 2)
+
+
+op("square(Tensor self) -> Tensor", CUSTOM, "python", composite=True, impl=_square,
+   doc="self ** 2 (bool gives int64, as pow does).")
+op("square_(Tensor(a!) self) -> Tensor(a!)", CUSTOM, "python", composite=True,
+   function=False, impl=lambda self: self.pow_(2))
 
 # ------------------------------------------------------------------ transcendental
 
@@ -430,6 +508,15 @@ op("clamp(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", CUSTOM, "
    backward=_clamp_backward, decompose=_clamp_decompose,
    doc="minimum(maximum(self, min), max): the bounds are numbers or tensors, either may be "
        "None, and they take part in type promotion; NaN propagates; min > max gives max.")
+
+
+for _name, _kw in (("clamp_min", "min"), ("clamp_max", "max")):
+    op(f"{_name}(Tensor self, Tensor {_kw}) -> Tensor", CUSTOM, "python", composite=True,
+       numbers=True, impl=(lambda k: lambda self, bound: O.clamp(self, **{k: bound}))(_kw),
+       doc=f"clamp(self, {_kw}={_kw}).")
+    op(f"{_name}_(Tensor(a!) self, Tensor {_kw}) -> Tensor(a!)", CUSTOM, "python",
+       composite=True, function=False, numbers=True,
+       impl=(lambda k: lambda self, bound: self.clamp_(**{k: bound}))(_kw))
 
 
 def _lerp_meta(entry, args):
