@@ -53,6 +53,10 @@ PyObject *em_frame_info_new(PyObject *code, PyObject *func, PyObject *globals,
 
 int em_guards_init(PyObject *module);
 
+/* 1 if this thread's capture state is callback or RUN_ONLY (always 1 where the
+ * hook is not built), else 0: the COMPILE_CONTEXT guard. */
+int em_capture_state_is(PyObject *callback);
+
 /* ------------------------------------------------------------------ cache */
 
 #if EM_CAPTURE_HOOK

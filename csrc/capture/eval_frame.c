@@ -717,6 +717,17 @@ static PyMethodDef capture_methods[] = {
 
 #endif /* EM_CAPTURE_HOOK */
 
+int
+em_capture_state_is(PyObject *callback)
+{
+#if EM_CAPTURE_HOOK
+    PyObject *state = PyThread_tss_get(&callback_key);
+    return state == callback || state == RUN_ONLY;
+#else
+    return 1;
+#endif
+}
+
 /* ------------------------------------------------------------------ module */
 
 static struct PyModuleDef capture_def = {

@@ -45,6 +45,12 @@
  *     ("DICT_KEYS", source, keys)        a dict with exactly these keys, in order
  *     ("GRAD_MODE", enabled)             ember's thread-local grad mode; also
  *                                        written ("GRAD_MODE", None, enabled)
+ *     ("COMPILE_CONTEXT", callback)      this thread's capture state is callback
+ *                                        (or RUN_ONLY): the entry was compiled by
+ *                                        the ember.compile call now running, not
+ *                                        one with another backend or options
+ *                                        (torch's BACKEND_MATCH); also written
+ *                                        ("COMPILE_CONTEXT", None, callback)
  *     ("LAMBDA", source, predicate, description)
  *                                        escape hatch: predicate(value) is true
  *
@@ -62,7 +68,8 @@
 
 enum { SRC_ARG, SRC_GLOBAL, SRC_BUILTIN, SRC_CLOSURE, SRC_OBJECT, SRC_ATTR, SRC_ITEM,
        SRC_DICT };
-enum { G_TENSOR, G_TYPE, G_ID, G_EQUALS, G_LEN, G_DICT_KEYS, G_GRAD, G_LAMBDA };
+enum { G_TENSOR, G_TYPE, G_ID, G_EQUALS, G_LEN, G_DICT_KEYS, G_GRAD, G_CONTEXT,
+       G_LAMBDA };
 
 #define ANY PY_SSIZE_T_MIN    /* wildcard size, stride or storage offset */
 #define MAX_CONST_DEPTH 16
@@ -77,7 +84,7 @@ typedef struct {
 
 typedef struct {
     int kind;
-    int source;               /* -1 for GRAD_MODE */
+    int source;               /* -1 for GRAD_MODE and COMPILE_CONTEXT */
     PyObject *obj;            /* type, constant, weakref or object, predicate */
     PyObject *desc;           /* LAMBDA description */
     int flag;                 /* ID: weak; GRAD: expected; TENSOR: requires_grad */
@@ -463,6 +470,20 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
         g->flag = PyObject_IsTrue(PyTuple_GET_ITEM(spec, n - 1));
         return g->flag < 0 ? -1 : 0;
     }
+    if (PyUnicode_CompareWithASCIIString(kind, "COMPILE_CONTEXT") == 0) {
+        /* ("COMPILE_CONTEXT", callback) or ("COMPILE_CONTEXT", None, callback) */
+        Py_ssize_t n = PyTuple_GET_SIZE(spec);
+        if ((n != 2 && n != 3) || (n == 3 && PyTuple_GET_ITEM(spec, 1) != Py_None) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(spec, n - 1))) {
+            PyErr_Format(PyExc_ValueError,
+                         "guard %R: expected ('COMPILE_CONTEXT', callback) or "
+                         "('COMPILE_CONTEXT', None, callback)", spec);
+            return -1;
+        }
+        g->kind = G_CONTEXT;
+        g->obj = Py_NewRef(PyTuple_GET_ITEM(spec, n - 1));
+        return 0;
+    }
     g->source = add_source(b, PyTuple_GET_ITEM(spec, 1));
     if (g->source < 0)
         return -1;
@@ -545,7 +566,8 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
     }
     PyErr_Format(PyExc_ValueError,
                  "unknown guard kind %R (expected TENSOR_MATCH, TYPE_MATCH, ID_MATCH, "
-                 "EQUALS_MATCH, LEN_MATCH, DICT_KEYS, GRAD_MODE or LAMBDA)", kind);
+                 "EQUALS_MATCH, LEN_MATCH, DICT_KEYS, GRAD_MODE, COMPILE_CONTEXT or "
+                 "LAMBDA)", kind);
     return -1;
 }
 
@@ -596,6 +618,8 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
         return PyUnicode_FromFormat("DICT_KEYS %U: %.200R", name, g->obj);
     case G_GRAD:
         return PyUnicode_FromFormat("GRAD_MODE: %s", g->flag ? "enabled" : "disabled");
+    case G_CONTEXT:
+        return PyUnicode_FromFormat("COMPILE_CONTEXT: %.200R", g->obj);
     case G_LAMBDA:
         return PyUnicode_FromFormat("LAMBDA %U: %U", name, g->desc);
     }
@@ -980,6 +1004,12 @@ run_guard(Eval *ev, const Guard *g)
             return 1;
         return fail(ev, "grad mode changed: expected %s, got %s",
                     g->flag ? "enabled" : "disabled", g->flag ? "disabled" : "enabled");
+    }
+    if (g->kind == G_CONTEXT) {
+        if (em_capture_state_is(g->obj))
+            return 1;
+        return fail(ev, "compiled by another ember.compile call (its own backend and "
+                    "options), or checked with capture off");
     }
     int r = resolve(ev, g->source, &v);
     if (r <= 0)

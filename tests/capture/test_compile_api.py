@@ -149,6 +149,33 @@ def test_callable_backend_gets_the_graph_module_and_real_example_inputs():
     assert "tanh" in gm.code
 
 
+def test_each_compile_call_keeps_its_own_entries():
+    """The cache is per code object, but an entry is only used by the ember.compile
+    call that made it (torch's BACKEND_MATCH guard): compiling a function again with
+    another backend or options compiles again."""
+    seen = []
+
+    def recording(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    def f(x):
+        return x * 2
+    x = T(3)
+    first = ember.compile(f, backend="eager")
+    second = ember.compile(f, backend=recording)
+    close(first(x), x * 2)
+    close(second(x), x * 2)
+    assert len(seen) == 1
+    close(first(x), x * 2)
+    close(second(x), x * 2)
+    assert len(seen) == 1 and len(_hook.cache_entries(f.__code__)) == 2
+    assert "another ember.compile call" in second._ember_compile_context.recompile_reasons[0][1]
+    strict = ember.compile(f, backend="eager", fullgraph=True)
+    close(strict(x), x * 2)
+    assert len(graphs_of(strict)) == 1
+
+
 def test_backend_returning_another_callable_is_used():
     def doubling_backend(gm, example_inputs):
         return lambda *args: tuple(o * 2 for o in gm(*args))

@@ -154,6 +154,31 @@ def test_grad_mode():
         assert ok(prog(("GRAD_MODE", False)))
 
 
+@pytest.mark.skipif(not hook.available, reason="the capture state needs the hook")
+def test_compile_context():
+    def mine(info, entries):
+        return None
+
+    def other(info, entries):
+        return None
+    for spec in (("COMPILE_CONTEXT", mine), ("COMPILE_CONTEXT", None, mine)):
+        p = prog(spec)
+        assert "another ember.compile call" in why(p)       # capture off
+        with hook.enable(mine):
+            with hook.disable():
+                assert not p.check(())
+            assert p.check(())
+            with hook.enable(other):
+                assert not p.check(())
+                with hook.run_only():
+                    assert p.check(())                      # run-only uses any entry
+    assert "COMPILE_CONTEXT: <function" in prog(("COMPILE_CONTEXT", mine)).guards[0]
+    for bad in (("COMPILE_CONTEXT", 42), ("COMPILE_CONTEXT", X, mine),
+                ("COMPILE_CONTEXT",)):
+        with pytest.raises(ValueError):
+            prog(bad)
+
+
 def test_lambda_guard():
     p = prog(("LAMBDA", X, lambda v: v > 0, "x is positive"))
     assert ok(p, 1)

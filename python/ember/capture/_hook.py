@@ -56,7 +56,8 @@ are ``("arg", i)``, ``("global", name)``, ``("builtin", name)``, ``("closure", i
 ``("dict", src, key)``, or the chain ``(root_kind, root, ((step, key), ...))`` that
 ``ember.capture.source.Source.getter()`` produces. Kinds: ``TENSOR_MATCH`` (see
 ``tensor_match()``), ``TYPE_MATCH``, ``ID_MATCH``, ``EQUALS_MATCH``, ``LEN_MATCH``,
-``GRAD_MODE`` (no source) and ``LAMBDA`` (a Python predicate; slow path).
+``DICT_KEYS``, ``GRAD_MODE`` and ``COMPILE_CONTEXT`` (no source: this thread's state is
+the given callback, or RUN_ONLY) and ``LAMBDA`` (a Python predicate; slow path).
 
 Availability
 ------------

@@ -44,6 +44,7 @@ class CompileContext:
         self.fullgraph = fullgraph
         self.graphs = []          # GraphModules compiled under this context, in order
         self.recompile_reasons = []
+        self.callback = None      # the hook callback of this context (make_callback)
 
     def strict(self):
         return self.fullgraph or config.strict or os.environ.get("EMBER_STRICT") == "1"
@@ -52,6 +53,7 @@ class CompileContext:
 def make_callback(ctx: CompileContext):
     def callback(frame_info, entries):
         return convert_frame(frame_info, entries, ctx)
+    ctx.callback = callback
     return callback
 
 
@@ -97,7 +99,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     gm, getters, spec = build_graph_module(out, ret, code)
     _log_graph(gm, code, out)
     compiled = compile_graph(gm, out, ctx, code)
-    guards = build_guard_program(out.guards, frame_info)
+    guards = build_guard_program(out.guards, frame_info, ctx)
     frame = _C.CompiledFrame(compiled, getters, spec, frame_info.globals,
                              frame_info.closure, _user_frame_hook(gm), code.co_name)
     counters["stats"]["unique_graphs"] += 1
@@ -207,7 +209,11 @@ def _mark_skip(fn):
             _hook.skip_code(code)
 
 
-def build_guard_program(guards: GuardSet, frame_info):
+def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None):
+    """The C guard program. Its last guard ties the entry to the ember.compile call
+    that made it (torch's BACKEND_MATCH): the same function compiled again with
+    another backend or options compiles its own entry instead of reusing this one.
+    Last, so that a miss reported by check_verbose names a changed input first."""
     tuples = []
     for g in guards:
         if g.kind == "GRAD_MODE":
@@ -220,6 +226,8 @@ def build_guard_program(guards: GuardSet, frame_info):
             tuples.append(_equals_guard(src, g.value))
         else:
             tuples.append((g.kind, src, g.value))
+    if ctx is not None and ctx.callback is not None:
+        tuples.append(("COMPILE_CONTEXT", ctx.callback))
     code = frame_info.code
     nslots = len(frame_info.args)
     return _hook.GuardProgram(tuples, code.co_varnames[:nslots], code.co_freevars)

@@ -11,6 +11,8 @@ Kinds:
     LEN_MATCH     len() of a list, tuple or dict
     DICT_KEYS     the keys of a dict, in order
     GRAD_MODE     ember's grad mode (added to every program)
+    COMPILE_CONTEXT  the ember.compile call running is the one that compiled the
+                  entry (added last to every program by convert.build_guard_program)
 """
 from __future__ import annotations
 
