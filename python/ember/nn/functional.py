@@ -1,23 +1,43 @@
-"""ember.nn.functional: the stateless forms of the layers, written with ember ops.
+"""ember.nn.functional: the stateless forms of the layers, as torch.nn.functional.
 
-Every function here is differentiable through the ops it calls; layers that need new
-ops (convolution, normalisation, softmax, dropout, embedding, ...) join this module as
-those ops land in the table.
+Each function checks and normalises its arguments as PyTorch's does (ints or tuples,
+'same' padding, reduction strings, deprecated size_average/reduce flags) and calls an op
+of the table (ember.linear, ember.convolution, ember.layer_norm, ember.cross_entropy_loss,
+...), so autograd, capture and the compiler see those ops. A few are composites written
+here with ops (softmax and log_softmax until the table has them, glu, normalize, the
+multi-head attention forward).
 """
+import math
 import warnings
 
 from .. import _C
 from .. import ops as _ops
+
+Tensor = _C.Tensor
 
 
 def _O():
     return _ops.api
 
 
+def _has_op(name):
+    return hasattr(_ops.api, name)
+
+
+# ------------------------------------------------------------------ linear layers
+
+
 def linear(input, weight, bias=None):
-    """input @ weight^T + bias."""
-    out = input.matmul(weight.t())
-    return out if bias is None else out + bias
+    """input @ weight^T + bias (the linear op)."""
+    return _O().linear(input, weight, bias)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y = x1^T W x2 + b over the last dims."""
+    return _O().bilinear(input1, input2, weight, bias)
+
+
+# ------------------------------------------------------------------ activations
 
 
 def relu(input, inplace=False):
@@ -28,9 +48,15 @@ def relu_(input):
     return input.relu_()
 
 
-def leaky_relu(input, negative_slope=0.01, inplace=False):
-    out = _O().where(input > 0, input, input * negative_slope)
+def _inplace(input, out, inplace):
     return input.copy_(out) if inplace else out
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    if _has_op("leaky_relu"):
+        return _inplace(input, _O().leaky_relu(input, negative_slope), inplace)
+    out = _O().where(input > 0, input, input * negative_slope)
+    return _inplace(input, out, inplace)
 
 
 def sigmoid(input):
@@ -41,15 +67,590 @@ def tanh(input):
     return input.tanh()
 
 
+def gelu(input, approximate="none"):
+    """x * Phi(x) (approximate='tanh': PyTorch's tanh formula)."""
+    return _O().gelu(input, approximate=approximate)
+
+
+def silu(input, inplace=False):
+    """x * sigmoid(x)."""
+    return _inplace(input, _O().silu(input), inplace)
+
+
+def mish(input, inplace=False):
+    return _inplace(input, _O().mish(input), inplace)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _O().softplus(input, beta, threshold)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _inplace(input, _O().elu(input, alpha), inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    return _inplace(input, _O().hardtanh(input, min_val, max_val), inplace)
+
+
+def relu6(input, inplace=False):
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)) = -softplus(-x), computed stably."""
+    return -softplus(-input)
+
+
 def _abs(x):
-    """|x| with gradient 0 at 0 (as PyTorch's abs), from the abs op once it exists."""
+    """|x| with gradient 0 at 0 (as PyTorch's abs)."""
     if hasattr(x, "abs"):
         return x.abs()
     where = _O().where
     return where(x > 0, x, where(x < 0, -x, x * 0))
 
 
+def _softmax_dim(name, ndim, stacklevel):
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
+                  "to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _softmax(input, dim, dtype, log):
+    if dtype is not None:
+        input = input.to(dtype)
+    name = "log_softmax" if log else "softmax"
+    if _has_op(name):
+        return getattr(_O(), name)(input, dim)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): \"{name}_lastdim_kernel_impl\" not implemented for "
+                           f"'{str(input.dtype).split('.')[-1]}'")
+    if input.ndim == 0:
+        return input * 0 if log else input * 0 + 1
+    z = input - input.amax(dim, keepdim=True).detach()
+    if log:
+        return z - z.exp().sum(dim, keepdim=True).log()
+    e = z.exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """exp(x) / sum(exp(x)) along dim."""
+    if dim is None:
+        dim = _softmax_dim("softmax", input.ndim, _stacklevel)
+    return _softmax(input, dim, dtype, False)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """x - log(sum(exp(x))) along dim."""
+    if dim is None:
+        dim = _softmax_dim("log_softmax", input.ndim, _stacklevel)
+    return _softmax(input, dim, dtype, True)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    if dim is None:
+        dim = _softmax_dim("softmin", input.ndim, _stacklevel)
+    return _softmax(-input, dim, dtype, False)
+
+
+def glu(input, dim=-1):
+    """a * sigmoid(b) for the two halves of input along dim."""
+    n = input.shape[dim]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.ndim} "
+                           f"is size {n}")
+    a = input.slice(dim, 0, n // 2)
+    b = input.slice(dim, n // 2, n)
+    return a * b.sigmoid()
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(||input||_p along dim, eps)."""
+    if p == 2.0:
+        norm = (input * input).sum(dim, keepdim=True) ** 0.5
+    else:
+        norm = (_abs(input) ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return input / _O().maximum(norm, _O().full_like(norm, eps))
+
+
+# ------------------------------------------------------------------ dropout
+
+
+def _check_p(p):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def dropout(input, p=0.5, training=True, inplace=False, generator=None):
+    """Zeroes elements with probability p and scales the rest by 1/(1-p) when training
+    (drawing from generator, or the default generator)."""
+    _check_p(p)
+    out = _O().dropout(input, p, training, generator=generator)
+    return input.copy_(out) if inplace and out is not input else out
+
+
+def _feature_dropout(name, batched_ndim, input, p, training, inplace, generator):
+    _check_p(p)
+    if not training or p == 0:
+        return input
+    if input.ndim not in (batched_ndim - 1, batched_ndim):
+        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, "
+                           f"but received a {input.ndim}D input")
+    nlead = 2 if input.ndim == batched_ndim else 1
+    shape = tuple(input.shape[:nlead]) + (1,) * (input.ndim - nlead)
+    if p == 1:
+        out = input * 0
+    else:
+        keep = _O().rand(shape, generator=generator, dtype=input.dtype) >= p
+        out = input * keep * (1.0 / (1.0 - p))
+    return input.copy_(out) if inplace else out
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False, generator=None):
+    """Zeroes whole channels of (N, C, L) inputs."""
+    return _feature_dropout("dropout1d", 3, input, p, training, inplace, generator)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False, generator=None):
+    """Zeroes whole channels of (N, C, H, W) inputs."""
+    return _feature_dropout("dropout2d", 4, input, p, training, inplace, generator)
+
+
+# ------------------------------------------------------------------ convolution
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _O().conv1d(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _O().conv2d(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    return _O().conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups,
+                                 dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    return _O().conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups,
+                                 dilation)
+
+
+# ------------------------------------------------------------------ pooling
+
+
+def _tuple(v, n):
+    if v is None:
+        return ()
+    if isinstance(v, (tuple, list)):
+        return tuple(v)
+    return (v,) * n
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    out, idx = _O().max_pool2d_with_indices(input, _tuple(kernel_size, 2),
+                                            _tuple(stride, 2), _tuple(padding, 2),
+                                            _tuple(dilation, 2), ceil_mode)
+    return (out, idx) if return_indices else out
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _unsqueeze_1d(name, input):
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"{name}: Expected 2D or 3D (batch mode) tensor for input, but got "
+                           f"{list(input.shape)}")
+    return input.unsqueeze(-2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    x = _unsqueeze_1d("max_pool1d", input)
+    k, s = _tuple(kernel_size, 1), _tuple(stride, 1)
+    out, idx = _O().max_pool2d_with_indices(x, (1,) + k, ((1,) + s) if s else (1,) + k,
+                                            (0,) + _tuple(padding, 1),
+                                            (1,) + _tuple(dilation, 1), ceil_mode)
+    out, idx = out.squeeze(-2), idx.squeeze(-2)
+    return (out, idx) if return_indices else out
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _O().avg_pool2d(input, _tuple(kernel_size, 2), _tuple(stride, 2),
+                           _tuple(padding, 2), ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    x = _unsqueeze_1d("avg_pool1d", input)
+    k, s = _tuple(kernel_size, 1), _tuple(stride, 1)
+    return _O().avg_pool2d(x, (1,) + k, ((1,) + s) if s else (1,) + k,
+                           (0,) + _tuple(padding, 1), ceil_mode,
+                           count_include_pad, None).squeeze(-2)
+
+
+def _adaptive_size(output_size, spatial):
+    sizes = _tuple(output_size, len(spatial))
+    return tuple(spatial[i] if s is None else s for i, s in enumerate(sizes))
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _O().adaptive_avg_pool2d(input, _adaptive_size(output_size, input.shape[-2:]))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    x = _unsqueeze_1d("adaptive_avg_pool1d", input)
+    n = _adaptive_size(output_size, input.shape[-1:])
+    return _O().adaptive_avg_pool2d(x, (1,) + n).squeeze(-2)
+
+
+# ------------------------------------------------------------------ resampling
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resizes (N, C, L) or (N, C, H, W) inputs: modes 'nearest', 'linear' (3-d) and
+    'bilinear' (4-d), with PyTorch's size/scale_factor/align_corners rules."""
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating "
+                             "modes: linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    if antialias:
+        raise NotImplementedError("interpolate(): antialias=True is not supported")
+    nsp = input.ndim - 2
+    if nsp not in (1, 2):
+        raise NotImplementedError(f"interpolate(): inputs of {input.ndim} dims are not "
+                                  "supported (3-d and 4-d are)")
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    spatial = tuple(input.shape[2:])
+    if size is not None:
+        out = _tuple(size, nsp)
+        if len(out) != nsp:
+            raise ValueError(f"Input and output must have the same number of spatial "
+                             f"dimensions, but got input with spatial dimensions of "
+                             f"{list(spatial)} and output size of {list(out)}. Please provide "
+                             f"input tensor in (N, C, d1, d2, ...,dK) format and output size in "
+                             f"(o1, o2, ...,oK) format.")
+        scales = (None,) * nsp
+    elif scale_factor is not None:
+        sf = _tuple(scale_factor, nsp)
+        if len(sf) != nsp:
+            raise ValueError(f"Input and scale_factor must have the same number of spatial "
+                             f"dimensions, but got input with spatial dimensions of "
+                             f"{list(spatial)} and scale_factor of shape {list(sf)}.")
+        out = tuple(int(math.floor(float(spatial[i]) * sf[i])) for i in range(nsp))
+        scales = (None,) * nsp if recompute_scale_factor else tuple(float(v) for v in sf)
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if nsp == 1:
+        input = input.unsqueeze(2)
+        out, scales = (1,) + out, (None,) + scales
+    if mode == "nearest":
+        r = _O().upsample_nearest2d(input, list(out), scales[0], scales[1])
+    elif (mode == "bilinear" and nsp == 2) or (mode == "linear" and nsp == 1):
+        r = _O().upsample_bilinear2d(input, list(out), align_corners, scales[0], scales[1])
+    elif mode in ("linear", "bilinear"):
+        raise NotImplementedError(f"Got {nsp + 2}D input, but {mode} mode needs "
+                                  f"{3 if mode == 'linear' else 4}D input")
+    else:
+        raise NotImplementedError(f"interpolate(): mode {mode!r} is not supported (nearest, "
+                                  "linear, bilinear are)")
+    return r.squeeze(2) if nsp == 1 else r
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate "
+                  "instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+# ------------------------------------------------------------------ normalisation
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _O().layer_norm(input, _tuple(normalized_shape, 1), weight, bias, eps)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
+    return _O().group_norm(input, num_groups, weight, bias, eps)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalises per channel (dim 1) with batch statistics when training, updating
+    running_mean/running_var in place, else with the running statistics."""
+    if training:
+        size_prods = input.shape[0]
+        for n in input.shape[2:]:
+            size_prods *= n
+        if size_prods == 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input "
+                             f"size {input.shape}")
+    return _O().batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+                           eps, False)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2) + eps) over the trailing normalized_shape dims, times weight."""
+    ns = _tuple(normalized_shape, 1)
+    dims = list(range(input.ndim - len(ns), input.ndim))
+    if eps is None:
+        eps = _eps_of(input.dtype)
+    y = input * ((input * input).mean(dims, keepdim=True) + eps) ** -0.5
+    return y * weight if weight is not None else y
+
+
+def _eps_of(dtype):
+    import numpy as np
+    return float(np.finfo(str(dtype).split(".")[-1]).eps)
+
+
+# ------------------------------------------------------------------ embedding
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    if padding_idx is not None:
+        n = weight.shape[0]
+        if padding_idx > 0:
+            if padding_idx >= n:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+        elif padding_idx < 0:
+            if padding_idx < -n:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx = n + padding_idx
+    else:
+        padding_idx = -1
+    if max_norm is not None:
+        _renorm_rows(weight, input, max_norm, norm_type)
+    return _O().embedding(weight, input, padding_idx, scale_grad_by_freq, sparse)
+
+
+def _renorm_rows(weight, input, max_norm, norm_type):
+    """PyTorch's embedding_renorm_: rows referenced by input whose norm exceeds max_norm
+    are scaled down to it, in place."""
+    import numpy as np
+    from ..autograd import no_grad
+    w = weight.detach().numpy().astype(np.float64)
+    rows = np.unique(input.detach().numpy().reshape(-1))
+    norms = np.sum(np.abs(w[rows]) ** norm_type, axis=1) ** (1.0 / norm_type)
+    scale = np.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    if np.all(scale == 1.0):
+        return
+    new = w.copy()
+    new[rows] *= scale[:, None]
+    with no_grad():
+        weight.copy_(_C.from_numpy(new.astype(weight.detach().numpy().dtype)))
+
+
+def one_hot(tensor, num_classes=-1):
+    return _O().one_hot(tensor, num_classes)
+
+
+# ------------------------------------------------------------------ attention
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    return _O().scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+                                             is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _canonical_mask(mask, mask_name, other_type, other_name, target_type, check_other=True):
+    """Bool masks (True = masked out) become float masks with -inf; float masks stay."""
+    if mask is None:
+        return None
+    if mask.dtype is not _C.bool and not mask.dtype.is_floating_point:
+        raise AssertionError(f"only bool and floating types of {mask_name} are supported")
+    if check_other and other_type is not None and mask.dtype is not other_type:
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. Use "
+                      "same type for both instead.", stacklevel=3)
+    if mask.dtype is _C.bool:
+        zeros = _O().zeros(tuple(mask.shape), dtype=target_type)
+        return _O().where(mask, -math.inf, zeros)
+    return mask
+
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
+                                 in_proj_weight, in_proj_bias, bias_k, bias_v, add_zero_attn,
+                                 dropout_p, out_proj_weight, out_proj_bias, training=True,
+                                 key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None, static_k=None,
+                                 static_v=None, average_attn_weights=True, is_causal=False):
+    """PyTorch's multi-head attention on (L, N, E) inputs (or unbatched (L, E)): input
+    projections, optional bias_k/bias_v and zero attention, masks (attn_mask bool or float,
+    key_padding_mask), scaled dot products per head, output projection. Returns
+    (output, weights averaged over heads or per head, or None)."""
+    O = _O()
+    is_batched = query.ndim == 3
+    if not is_batched:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    tgt_len, bsz, embed_dim = query.shape
+    src_len = key.shape[0]
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but "
+                             f"got {embed_dim}")
+    head_dim = embed_dim // num_heads
+    if head_dim * num_heads != embed_dim:
+        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
+    if key.shape[:2] != value.shape[:2]:
+        raise AssertionError(f"key's sequence and batch dims {tuple(key.shape[:2])} do not "
+                             f"match value's {tuple(value.shape[:2])}")
+    key_padding_mask = _canonical_mask(key_padding_mask, "key_padding_mask",
+                                       attn_mask.dtype if attn_mask is not None else None,
+                                       "attn_mask", query.dtype)
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
+                           "Transformer module method `generate_square_subsequent_mask` to "
+                           "create this mask.")
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None          # sdpa applies the causal mask itself
+    else:
+        attn_mask = _canonical_mask(attn_mask, "attn_mask", None, "", query.dtype, False)
+        if key_padding_mask is not None:
+            is_causal = False
+    # input projections
+    if not use_separate_proj_weight:
+        w_q, w_k, w_v = (in_proj_weight.slice(0, i * embed_dim, (i + 1) * embed_dim)
+                         for i in range(3))
+    else:
+        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    if in_proj_bias is not None:
+        b_q, b_k, b_v = (in_proj_bias.slice(0, i * embed_dim, (i + 1) * embed_dim)
+                         for i in range(3))
+    else:
+        b_q = b_k = b_v = None
+    if not use_separate_proj_weight and query is key and key is value:
+        qkv = linear(query, in_proj_weight, in_proj_bias)
+        q, k, v = (qkv.slice(-1, i * embed_dim, (i + 1) * embed_dim) for i in range(3))
+    else:
+        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(attn_mask.shape)}"
+                                   f", but should be {(tgt_len, src_len)}.")
+            attn_mask = attn_mask.unsqueeze(0)
+        elif attn_mask.ndim == 3:
+            if tuple(attn_mask.shape) != (bsz * num_heads, tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(attn_mask.shape)}"
+                                   f", but should be {(bsz * num_heads, tgt_len, src_len)}.")
+        else:
+            raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
+    if bias_k is not None and bias_v is not None:
+        if static_k is not None or static_v is not None:
+            raise AssertionError("bias cannot be added to static key/value.")
+        k = _cat([k, bias_k.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
+        v = _cat([v, bias_v.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask, 1)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask, 1)
+    q = q.reshape(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
+    k = k.reshape(k.shape[0], bsz * num_heads, head_dim).transpose(0, 1) if static_k is None \
+        else static_k
+    v = v.reshape(v.shape[0], bsz * num_heads, head_dim).transpose(0, 1) if static_v is None \
+        else static_v
+    if add_zero_attn:
+        zk = O.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype)
+        k, v = _cat([k, zk], 1), _cat([v, zk], 1)
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask, 1)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask, 1)
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (bsz, src_len):
+            raise AssertionError(f"expecting key_padding_mask shape of {(bsz, src_len)}, but "
+                                 f"got {tuple(key_padding_mask.shape)}")
+        kpm = key_padding_mask.reshape(bsz, 1, 1, src_len).expand(
+            bsz, num_heads, 1, src_len).reshape(bsz * num_heads, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    if not training:
+        dropout_p = 0.0
+    if need_weights:
+        scaled_q = q * (1.0 / math.sqrt(head_dim))
+        scores = scaled_q.matmul(k.transpose(-2, -1))
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        weights = softmax(scores, dim=-1)
+        if dropout_p > 0.0:
+            weights = dropout(weights, p=dropout_p)
+        out = weights.matmul(v)
+        out = out.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+        out = linear(out, out_proj_weight, out_proj_bias).reshape(tgt_len, bsz, embed_dim)
+        weights = weights.reshape(bsz, num_heads, tgt_len, src_len)
+        if average_attn_weights:
+            weights = weights.mean(1)
+        if not is_batched:
+            out, weights = out.squeeze(1), weights.squeeze(0)
+        return out, weights
+    if attn_mask is not None:
+        if attn_mask.shape[0] == 1 and attn_mask.ndim == 3:
+            attn_mask = attn_mask.unsqueeze(0)
+        else:
+            attn_mask = attn_mask.reshape(bsz, num_heads, -1, src_len)
+    q = q.reshape(bsz, num_heads, tgt_len, head_dim)
+    k = k.reshape(bsz, num_heads, src_len, head_dim)
+    v = v.reshape(bsz, num_heads, src_len, head_dim)
+    out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
+    out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
+    out = linear(out, out_proj_weight, out_proj_bias).reshape(tgt_len, bsz, embed_dim)
+    if not is_batched:
+        out = out.squeeze(1)
+    return out, None
+
+
+def _cat(tensors, dim):
+    """Concatenation along dim: the cat op when the table has one, else zeros with each
+    piece written by slice_scatter (differentiable either way)."""
+    O = _O()
+    if _has_op("cat"):
+        return O.cat(tensors, dim)
+    d = dim % tensors[0].ndim
+    shape = list(tensors[0].shape)
+    shape[d] = sum(t.shape[d] for t in tensors)
+    out = O.zeros(shape, dtype=tensors[0].dtype)
+    start = 0
+    for t in tensors:
+        out = O.slice_scatter(out, t, d, start, start + t.shape[d])
+        start += t.shape[d]
+    return out
+
+
+def _stack(tensors, dim=0):
+    if _has_op("stack"):
+        return _O().stack(tensors, dim)
+    return _cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def _pad_last(t, n):
+    """t with n zeros appended along its last dim."""
+    z = _O().zeros(tuple(t.shape[:-1]) + (n,), dtype=t.dtype)
+    return _cat([t, z], -1)
+
+
 # ------------------------------------------------------------------ losses
+
+_REDUCTION = {"none": 0, "mean": 1, "sum": 2}
+
 
 def _legacy_reduction(size_average, reduce, emit_warning=True):
     """Maps the deprecated size_average/reduce flags to a reduction string."""
@@ -67,6 +668,14 @@ def _legacy_reduction(size_average, reduce, emit_warning=True):
     return ret
 
 
+def _enum(reduction, size_average=None, reduce=None):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    if reduction not in _REDUCTION:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _REDUCTION[reduction]
+
+
 def _reduce(loss, reduction):
     if reduction == "none":
         return loss
@@ -77,30 +686,111 @@ def _reduce(loss, reduction):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def _pointwise_loss(name, fn, input, target, size_average, reduce, reduction, weight):
-    if not isinstance(input, _C.Tensor) or not isinstance(target, _C.Tensor):
+def _check_tensors(name, input, target):
+    if not isinstance(input, Tensor) or not isinstance(target, Tensor):
         raise TypeError(f"{name}(): input and target must be Tensors")
+
+
+def _warn_size(input, target, stacklevel=4):
     if tuple(target.shape) != tuple(input.shape):
         warnings.warn(f"Using a target size ({target.shape}) that is different to the input "
                       f"size ({input.shape}). This will likely lead to incorrect results due "
-                      "to broadcasting. Please ensure they have the same size.", stacklevel=3)
-    if size_average is not None or reduce is not None:
-        reduction = _legacy_reduction(size_average, reduce)
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    loss = fn(input - target)
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+                      "to broadcasting. Please ensure they have the same size.",
+                      stacklevel=stacklevel)
+
+
+def _pointwise_loss(name, mean_by_weight, input, target, size_average, reduce, reduction,
+                    weight, *extra):
+    """The loss op; with weight, the unreduced loss times weight, reduced ('mean' divides
+    by the weights' sum for mse/l1, by the count for huber, as PyTorch)."""
+    _check_tensors(name, input, target)
+    _warn_size(input, target)
+    r = _enum(reduction, size_average, reduce)
+    if weight is None:
+        return getattr(_O(), name)(input, target, r, *extra)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = getattr(_O(), name)(input, target, 0, *extra) * weight
+    if r == 1 and mean_by_weight:
+        return loss.sum() / weight.sum()
+    return _reduce(loss, {0: "none", 1: "mean", 2: "sum"}[r])
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    """Mean (or sum, or none) of (input - target) ** 2."""
-    return _pointwise_loss("mse_loss", lambda d: d * d, input, target, size_average, reduce,
-                           reduction, weight)
+    """Mean (or sum, or none) of (input - target) ** 2, optionally weighted."""
+    return _pointwise_loss("mse_loss", True, input, target, size_average, reduce, reduction,
+                           weight)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    """Mean (or sum, or none) of |input - target|."""
-    return _pointwise_loss("l1_loss", _abs, input, target, size_average, reduce, reduction,
+    """Mean (or sum, or none) of |input - target|, optionally weighted."""
+    return _pointwise_loss("l1_loss", True, input, target, size_average, reduce, reduction,
                            weight)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta."""
+    return _pointwise_loss("smooth_l1_loss", False, input, target, size_average, reduce,
+                           reduction, None, beta)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)."""
+    return _pointwise_loss("huber_loss", False, input, target, None, None, reduction, weight,
+                           delta)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """-w (t log x + (1 - t) log(1 - x)); input holds probabilities."""
+    r = _enum(reduction, size_average, reduce)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({target.shape}) that is different to the input "
+                         f"size ({input.shape}) is deprecated. Please ensure they have the same "
+                         "size.")
+    if weight is not None and tuple(weight.shape) != tuple(input.shape):
+        weight = weight.expand(tuple(input.shape))
+    return _O().binary_cross_entropy(input, target, weight, r)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction="mean", pos_weight=None):
+    """Sigmoid and binary cross entropy in one stable formula; pos_weight weighs the
+    positive term."""
+    r = _enum(reduction, size_average, reduce)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({target.shape}) must be the same as input size "
+                         f"({input.shape})")
+    return _O().binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """target * (log target - input) (input holds log-probabilities); 'batchmean' divides
+    the sum by the batch size."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the "
+                      "support size.'batchmean' divides only by the batch size, and aligns "
+                      "with the KL div math definition.'mean' will be changed to behave the "
+                      "same as 'batchmean' in the next major release.", stacklevel=2)
+    if reduction == "batchmean":
+        loss = _O().kl_div(input, target, 2, log_target=log_target)
+        return loss / input.shape[0] if input.ndim else loss
+    return _O().kl_div(input, target, _enum(reduction), log_target=log_target)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    """-weight[t] * input[n, t] (input holds log-probabilities, class dim 1)."""
+    return _O().nll_loss(input, target, weight, _enum(reduction, size_average, reduce),
+                         ignore_index)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """log_softmax over dim 1 (or 0 unbatched) and the negative log-likelihood of class
+    indices, or of class probabilities when target has input's shape."""
+    return _O().cross_entropy_loss(input, target, weight,
+                                   _enum(reduction, size_average, reduce), ignore_index,
+                                   label_smoothing)

@@ -616,7 +616,7 @@ def _linear_axis(n_in, n_out, align_corners, scale, dtype):
     if align_corners:
         sc = float(cast(n_in - 1) / cast(n_out - 1)) if n_out > 1 else 0.0
     elif scale is not None and scale > 0:
-        sc = float(cast(1.0) / cast(scale))
+        sc = float(cast(1.0 / scale))           # 1/scale in double, then op math
     else:
         sc = float(cast(n_in) / cast(n_out))
 
@@ -860,7 +860,7 @@ def _uint8_precision(n_in, n_out, align_corners, scale):
         sc = np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0)
         real = o * sc
     else:
-        sc = np.float32(1.0) / np.float32(scale) if scale else \
+        sc = np.float32(1.0 / scale) if scale else \
             np.float32(n_in) / np.float32(n_out)
         real = np.maximum((o + np.float32(0.5)) * sc - np.float32(0.5), np.float32(0))
     i0 = np.minimum(np.floor(real), n_in - 1)
@@ -1141,7 +1141,11 @@ def _bn_functional_decompose(input, weight, bias, running_mean, running_var, tra
 def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, running_var,
                             training, momentum, eps):
     """Gradients of all five outputs: the normalised output, the saved statistics and the
-    new running statistics (each a function of the input, or of the running ones)."""
+    new running statistics (each a function of the input, or of the running ones).
+
+    The running statistics are read through the outputs only (mean and rstd are theirs in
+    evaluation, the new ones have their shape and dtype): batch_norm overwrites them in
+    place after this op, which must not invalidate the graph (as in PyTorch)."""
     g, g_mean, g_rstd, g_nm, g_nv = grads
     C = input.shape[1]
     cs = [C] + [1] * (input.ndim - 2)
@@ -1152,8 +1156,9 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
     if training:
         xhat, rstd = _normalize_o(x, red, eps)
     else:
-        rstd = (_as_cdt(running_var).reshape(cs) + eps) ** -0.5
-        xhat = (x - _as_cdt(running_mean).reshape(cs)) * rstd
+        rstd = outs[2].reshape(cs)
+        xhat = (x - outs[1].reshape(cs)) * rstd
+    stats = outs[3].numel() > 0          # running statistics were given
     gx = gw = gb = grm = grv = None
 
     def add(a, b):
@@ -1177,10 +1182,10 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
             gx = add(gx, (g_mean.to(cdt) * (1.0 / n)).reshape(cs).expand(list(x.shape)))
         if g_rstd is not None:                                # d rstd = -rstd^3 dvar / 2
             gx = add(gx, (g_rstd.to(cdt).reshape(cs) * -(rstd ** 3)) * xc * (1.0 / n))
-        if g_nm is not None and running_mean is not None:
+        if g_nm is not None and stats:
             grm = add(grm, g_nm.to(cdt) * (1 - momentum))
             gx = add(gx, (g_nm.to(cdt) * (momentum / n)).reshape(cs).expand(list(x.shape)))
-        if g_nv is not None and running_var is not None:
+        if g_nv is not None and stats:
             grv = add(grv, g_nv.to(cdt) * (1 - momentum))
             gx = add(gx, g_nv.to(cdt).reshape(cs) * (momentum / (n - 1) * 2.0) * xc)
     else:
@@ -1195,8 +1200,9 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
 
     def cast(t, like):
         return None if t is None or like is None else t.to(like.dtype).reshape(like.shape)
-    return (cast(gx, input), cast(gw, weight), cast(gb, bias), cast(grm, running_mean),
-            cast(grv, running_var), None, None, None)
+    return (cast(gx, input), cast(gw, weight), cast(gb, bias),
+            cast(grm, outs[3]) if stats else None, cast(grv, outs[4]) if stats else None,
+            None, None, None)
 
 
 _decomposed("_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, "

@@ -1,12 +1,35 @@
 """The layers of ember.nn, one file per family (later families slot in beside these:
 conv.py, normalization.py, sparse.py, dropout.py, rnn.py, transformer.py ...)."""
-from .activation import LeakyReLU, ReLU, Sigmoid, Tanh
+from .activation import (ELU, GELU, GLU, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+                         ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softmin, Softplus, Tanh)
+from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from .dropout import Dropout, Dropout1d, Dropout2d
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .flatten import Flatten, Unflatten
-from .linear import Identity, Linear
-from .loss import L1Loss, MSELoss, _Loss
+from .linear import Bilinear, Identity, Linear
+from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss,
+                   MSELoss, NLLLoss, SmoothL1Loss, _Loss, _WeightedLoss)
 from .module import Module
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
+                      MaxPool2d, Upsample)
+from .rnn import GRU, LSTM, RNN, RNNBase
+from .sparse import Embedding
+from .transformer import (MultiheadAttention, Transformer, TransformerDecoder,
+                          TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "ParameterDict", "Linear", "Identity", "Flatten", "Unflatten", "ReLU",
-           "LeakyReLU", "Tanh", "Sigmoid", "MSELoss", "L1Loss", "_Loss"]
+           "LeakyReLU", "Tanh", "Sigmoid", "MSELoss", "L1Loss", "_Loss",
+           # convolution, pooling, normalisation, embedding, dropout, attention, recurrence
+           "Bilinear", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d",
+           "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+           "Upsample", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm",
+           "Embedding", "Dropout", "Dropout1d", "Dropout2d", "GELU", "SiLU", "Mish",
+           "Softplus", "ELU", "Hardtanh", "ReLU6", "LogSigmoid", "GLU", "Softmax",
+           "LogSoftmax", "Softmin", "MultiheadAttention", "TransformerEncoderLayer",
+           "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+           "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
+           # losses
+           "_WeightedLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
+           "SmoothL1Loss", "HuberLoss", "KLDivLoss"]

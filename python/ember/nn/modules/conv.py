@@ -1,0 +1,184 @@
+"""Convolution layers: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (the convolution
+op), with PyTorch's constructor arguments, parameter names, shapes and initialisation."""
+import math
+
+from ... import empty
+from .. import functional as F
+from .. import init
+from ..parameter import Parameter
+from .module import Module
+
+
+def _ntuple(v, n, name="argument"):
+    if isinstance(v, (tuple, list)):
+        if len(v) != n:
+            raise ValueError(f"{name} must have {n} elements, got {len(v)}")
+        return tuple(v)
+    return (v,) * n
+
+
+class _ConvNd(Module):
+    __constants__ = ["stride", "padding", "dilation", "groups", "padding_mode",
+                     "output_padding", "in_channels", "out_channels", "kernel_size"]
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
+                 transposed, output_padding, groups, bias, padding_mode, device=None,
+                 dtype=None, nd=2):
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        valid_modes = {"zeros", "reflect", "replicate", "circular"}
+        if padding_mode not in valid_modes:
+            raise ValueError(f"padding_mode must be one of {valid_modes}, but got "
+                             f"padding_mode='{padding_mode}'")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode='{padding_mode}' is not supported yet "
+                                      "(only 'zeros')")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of "
+                                 "{'valid', 'same'}")
+            if padding == "same" and any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+        self.transposed = transposed
+        self.output_padding = output_padding
+        self.groups = groups
+        self.padding_mode = padding_mode
+        if transposed:
+            shape = (in_channels, out_channels // groups) + tuple(kernel_size)
+        else:
+            shape = (out_channels, in_channels // groups) + tuple(kernel_size)
+        self.weight = Parameter(empty(shape, dtype=dtype, device=device))
+        if bias:
+            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            if fan_in != 0:
+                bound = 1 / math.sqrt(fan_in)
+                init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self):
+        s = "{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}"
+        n = len(self.kernel_size)
+        if self.padding != (0,) * n:
+            s += ", padding={padding}"
+        if self.dilation != (1,) * n:
+            s += ", dilation={dilation}"
+        if self.output_padding != (0,) * n:
+            s += ", output_padding={output_padding}"
+        if self.groups != 1:
+            s += ", groups={groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += ", padding_mode={padding_mode}"
+        return s.format(**self.__dict__)
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over (N, C_in, L) (or (C_in, L)) inputs."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        k = _ntuple(kernel_size, 1, "kernel_size")
+        s = _ntuple(stride, 1, "stride")
+        p = padding if isinstance(padding, str) else _ntuple(padding, 1, "padding")
+        d = _ntuple(dilation, 1, "dilation")
+        super().__init__(in_channels, out_channels, k, s, p, d, False, (0,), groups, bias,
+                         padding_mode, device, dtype)
+
+    def forward(self, input):
+        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution over (N, C_in, H, W) (or (C_in, H, W)) inputs."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        k = _ntuple(kernel_size, 2, "kernel_size")
+        s = _ntuple(stride, 2, "stride")
+        p = padding if isinstance(padding, str) else _ntuple(padding, 2, "padding")
+        d = _ntuple(dilation, 2, "dilation")
+        super().__init__(in_channels, out_channels, k, s, p, d, False, (0, 0), groups, bias,
+                         padding_mode, device, dtype)
+
+    def forward(self, input):
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class _ConvTransposeNd(_ConvNd):
+    def _output_padding(self, input, output_size, nd):
+        """The output_padding that makes the result output_size (PyTorch's rule)."""
+        if output_size is None:
+            return self.output_padding
+        output_size = list(output_size)
+        if len(output_size) == nd + 2 or len(output_size) == nd + 1:
+            output_size = output_size[-nd:]
+        if len(output_size) != nd:
+            raise ValueError(f"ConvTranspose{nd}D: for {input.ndim}D input, output_size must "
+                             f"have {nd} or {nd + 2} elements (got {len(output_size)})")
+        spatial = input.shape[-nd:]
+        result = []
+        for d in range(nd):
+            min_size = ((spatial[d] - 1) * self.stride[d] - 2 * self.padding[d] +
+                        self.dilation[d] * (self.kernel_size[d] - 1) + 1)
+            max_size = min_size + self.stride[d] - 1
+            if not min_size <= output_size[d] <= max_size:
+                raise ValueError(f"requested an output size of {output_size}, but valid sizes "
+                                 f"range from {min_size} to {max_size} (for an input of "
+                                 f"{list(spatial)})")
+            result.append(output_size[d] - min_size)
+        return tuple(result)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """1-d transposed convolution (the gradient of Conv1d with respect to its input)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 1),
+                         _ntuple(stride, 1), _ntuple(padding, 1), _ntuple(dilation, 1), True,
+                         _ntuple(output_padding, 1), groups, bias, padding_mode, device, dtype)
+
+    def forward(self, input, output_size=None):
+        op = self._output_padding(input, output_size, 1)
+        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding,
+                                  op, self.groups, self.dilation)
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-d transposed convolution (the gradient of Conv2d with respect to its input)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 2),
+                         _ntuple(stride, 2), _ntuple(padding, 2), _ntuple(dilation, 2), True,
+                         _ntuple(output_padding, 2), groups, bias, padding_mode, device, dtype)
+
+    def forward(self, input, output_size=None):
+        op = self._output_padding(input, output_size, 2)
+        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
+                                  op, self.groups, self.dilation)
