@@ -149,6 +149,25 @@ def test_callable_backend_gets_the_graph_module_and_real_example_inputs():
     assert "tanh" in gm.code
 
 
+def test_fullgraph_raises_for_code_an_earlier_compile_let_fall_back():
+    class Net(ember.nn.Module):
+        def forward(self, x):
+            return x.sum().item() * x
+
+    def f(x):
+        print(end="")
+        return x + 1
+    x = T(3)
+    net = Net()
+    close(ember.compile(f, backend="eager")(x), x + 1)
+    close(ember.compile(net, backend="eager")(x), net(x))
+    with pytest.raises(CaptureError, match="print"):
+        ember.compile(f, backend="eager", fullgraph=True)(x)
+    with pytest.raises(CaptureError, match="item"):
+        ember.compile(net, backend="eager", fullgraph=True)(x)
+    close(ember.compile(f, backend="eager")(x), x + 1)   # non-strict: falls back again
+
+
 def test_each_compile_call_keeps_its_own_entries():
     """The cache is per code object, but an entry is only used by the ember.compile
     call that made it (torch's BACKEND_MATCH guard): compiling a function again with
@@ -289,7 +308,6 @@ def test_disable_runs_in_cpython_and_is_unsupported_inside_captured_code():
     close(compiled(x), x * 2 + 1)
     assert calls == [1]
     assert any("ember.compiler.disable" in r for r in counters["unsupported"])
-    ember.compiler.reset()        # f's code is marked SKIP after falling back
     with pytest.raises(CaptureError, match="ember.compiler.disable"):
         ember.compile(f, backend="eager", fullgraph=True)(x)
 

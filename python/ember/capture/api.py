@@ -19,7 +19,8 @@ import sys
 import warnings
 
 from . import _hook, backends
-from .convert import CompileContext, make_callback
+from .config import config
+from .convert import CompileContext, make_callback, retry_if_fallen_back
 
 _SUPPORTED = "CPython 3.11 (3.11.4 or later)"
 _warned_modes = set()
@@ -70,9 +71,12 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
 
 def _wrap(fn, callback, ctx):
     set_state = _hook.set_state
+    code = getattr(fn, "__code__", None)
 
     @functools.wraps(fn)
     def compiled(*args, **kwargs):
+        if code is not None and (ctx.fullgraph or config.strict):
+            retry_if_fallen_back(code)
         prev = set_state(callback)
         try:
             return fn(*args, **kwargs)
@@ -105,6 +109,10 @@ def optimized_module_class():
             object.__setattr__(self, "_ember_compile_context", ctx)
 
         def __call__(self, *args, **kwargs):
+            if self._ember_compile_context.fullgraph or config.strict:
+                forward = getattr(type(self._orig_mod), "forward", None)
+                if hasattr(forward, "__code__"):
+                    retry_if_fallen_back(forward.__code__)
             prev = _hook.set_state(self._ember_callback)
             try:
                 return self._orig_mod(*args, **kwargs)

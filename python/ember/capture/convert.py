@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 
 from .. import _C
 from .. import fx
@@ -85,6 +86,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         if ctx.strict():
             raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
                                f"{code.co_name}: {e.reason} at {e.location}") from None
+        fallen_back.add(code)
         return _hook.SKIP
     except Exception as e:   # noqa: BLE001 - a converter bug must not break the program
         reason = f"internal error: {type(e).__name__}: {e}"
@@ -106,6 +108,19 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
     ctx.graphs.append(gm)
     return guards, frame
+
+
+# Code that fell back (and is marked SKIP) because of an unsupported construct: a strict
+# ember.compile call of it later must not run it eagerly in silence (api.py unmarks it).
+fallen_back = weakref.WeakSet()
+
+
+def retry_if_fallen_back(code):
+    """For a strict (fullgraph) call: converts a function again that an earlier,
+    non-strict ember.compile let fall back, so that the call raises as it should."""
+    if code in fallen_back:
+        fallen_back.discard(code)
+        _hook.reset_code(code)
 
 
 def trace_frame(frame_info):
