@@ -436,11 +436,49 @@ def _invert(self):
 op("__invert__(Tensor self) -> Tensor", CUSTOM, "python", composite=True, method=False,
    function=False, operators=("bitwise_not",), impl=_invert)
 
+# Shifts decompose into integer arithmetic (no prims of their own): x << s is x * 2**s
+# (wrapping, as the shift does), x >> s is floor division by 2**s, in two steps so that no
+# power of two overflows; counts outside the width give 0 (<<) or the sign fill (>>).
+
+
+def _wrap_int(v, dtype):
+    bits = dtype.itemsize * 8
+    v %= 1 << bits
+    return v - (1 << bits) if dtype is not _C.uint8 and v >= 1 << (bits - 1) else v
+
+
+def _lshift_decompose(self, other):
+    rt = M.result_type(self, other)
+    bits = rt.itemsize * 8
+    if not _is_tensor(other):
+        return P.mul(self, _wrap_int(1 << other, rt) if 0 <= other < bits else 0)
+    s = other if other.dtype is rt else P._to_copy(other, dtype=rt)
+    ok = P.bitwise_and(P.le(0, s), P.lt(s, bits))
+    return P.where(ok, P.mul(self, P.pow(2, P.where(ok, s, 0))), 0)
+
+
+def _rshift_decompose(self, other):
+    rt = M.result_type(self, other)
+    bits = rt.itemsize * 8
+    limit = bits if rt is _C.uint8 else bits - 1      # from here on, only the sign is left
+    half = bits // 2
+    if not _is_tensor(other):
+        k = limit if other < 0 or other > limit else other
+        a = min(k, half)
+        return P.floor_divide(P.floor_divide(self, 1 << a), 1 << (k - a))
+    s = other if other.dtype is rt else P._to_copy(other, dtype=rt)
+    k = P.where(P.bitwise_or(P.lt(s, 0), P.lt(limit, s)), limit, s)
+    a = _p_minimum(k, half)
+    return P.floor_divide(P.floor_divide(self, P.pow(2, a)), P.pow(2, _p_sub(k, a)))
+
+
 op("bitwise_left_shift(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc",
-   ufunc="left_shift", rule=INTEGRAL | NOT_BOOL, prim=True, inplace_variant=True,
+   ufunc="left_shift", rule=INTEGRAL | NOT_BOOL, inplace_variant=True,
+   decompose=_lshift_decompose,
    doc="self << other in the result's width; shifts outside [0, width) give 0.")
 op("bitwise_right_shift(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc",
-   ufunc="right_shift", rule=INTEGRAL | NOT_BOOL, prim=True, inplace_variant=True,
+   ufunc="right_shift", rule=INTEGRAL | NOT_BOOL, inplace_variant=True,
+   decompose=_rshift_decompose,
    doc="self >> other, arithmetic for signed integers; shifts outside [0, width) give 0 "
        "or -1 (the sign).")
 
