@@ -13,9 +13,21 @@ the same thread count for every library:
 "added" is compiled minus eager of the same library. Compile time (the first call)
 is printed apart.
 
+Then the LLVM backend (the default), on every side with the same thread count:
+
+  - a cache-hit call of the compiled example (x @ w + b).relu().sum() on small inputs,
+    Ember compiled vs Ember eager, PyTorch eager and torch.compile (Inductor);
+  - a 4M-element elementwise chain ((a * b + 1).exp() * 0.5 - a).relu(), for Ember
+    compiled, Ember eager, NumPy, PyTorch eager and torch.compile, in GB/s counting
+    12 bytes per element (two reads, one write: STREAM's convention);
+  - a STREAM triad a = b + 3 * c compiled by Ember's JIT and run in place, at the
+    chain's size and at 32M elements (far beyond the L2), as the bandwidth ceiling.
+
     python benchmarks/overhead.py [--threads 1] [--runs 25]
 
-Aim ([capture-1]): ember.compile adds under 2 microseconds per call over ember eager.
+Aims: ember.compile (backend "eager") adds under 2 microseconds per call over ember
+eager ([capture-1]); the compiled example's cache hit is under 3 microseconds, and the
+chain runs at 70% or more of the measured triad bandwidth ([llvm-1]).
 """
 import _harness
 
@@ -56,6 +68,7 @@ def interleaved_medians(rows, runs, inner):
 
 def main():
     _harness.print_env(args.threads)
+    ember.set_num_threads(args.threads)
     runs = args.runs if not args.quick else 5
     data = np.random.default_rng(0).standard_normal(16).astype(np.float32)
 
@@ -90,6 +103,105 @@ def main():
     verdict = "met" if added < 2.0 else "NOT met"
     print(f"\nember.compile adds {added:.2f} us per call over ember eager "
           f"(aim: under 2 us): {verdict}")
+    example_section(runs)
+    bandwidth_section(runs)
+
+
+# ------------------------------------------------------------------ the LLVM backend
+
+
+def example(x, w, b):
+    return (x @ w + b).relu().sum()
+
+
+def chain(a, b):
+    return ((a * b + 1.0).exp() * 0.5 - a).relu()
+
+
+def chain_numpy(a, b):
+    return np.maximum(np.exp(a * b + np.float32(1.0)) * np.float32(0.5) - a, np.float32(0))
+
+
+def example_section(runs):
+    g = np.random.default_rng(1)
+    data = [g.standard_normal(s).astype(np.float32) for s in ((8, 5), (5, 3), (3,))]
+    e = [ember.from_numpy(d.copy()) for d in data]
+    compiled = ember.compile(example)
+    compile_times = {"ember.compile": first_call_seconds(lambda _: compiled(*e), None)}
+    rows = [("ember eager", lambda: example(*e)), ("ember.compile", lambda: compiled(*e))]
+    if torch is not None:
+        t = [torch.from_numpy(d.copy()) for d in data]
+        tc = torch.compile(example)
+        compile_times["torch.compile"] = first_call_seconds(lambda _: tc(*t), None)
+        rows += [("torch eager", lambda: example(*t)), ("torch.compile", lambda: tc(*t))]
+        assert np.allclose(tc(*t).item(), compiled(*e).item(), rtol=1e-5)
+    assert np.allclose(compiled(*e).item(), example(*e).item(), rtol=1e-5)
+    inner = _harness.inner_for(rows[1][1], 0.002)
+    times = interleaved_medians(rows, runs, inner)
+    print(f"\n# the compiled example (x @ w + b).relu().sum(), x 8x5, w 5x3, b 3, float32, "
+          f"default backends (Ember: llvm, torch: inductor); median of {runs} runs, "
+          f"microseconds per call\n")
+    for name, _ in rows:
+        print(f"{name:<16}{_harness.fmt_us(times[name])}")
+    for name, seconds in compile_times.items():
+        print(f"compile time (first call), {name}: {seconds * 1e3:.1f} ms")
+    hit = times["ember.compile"] * 1e6
+    print(f"\ncompiled example cache hit: {hit:.2f} us (aim: under 3 us): "
+          f"{'met' if hit < 3.0 else 'NOT met'}")
+
+
+def _triad(n):
+    """A STREAM triad kernel from Ember's JIT, run in place on preallocated arrays."""
+    from ember import _C
+    f32 = ember.float32._code
+    spec = ((n,), 0, (f32, f32, f32),
+            (("load", 0, 1, (1,), 0), ("load", 1, 2, (1,), 0), ("const", 2, f32, 3.0),
+             ("mul", 3, f32, 1, 2), ("add", 4, f32, 0, 3), ("store", 0, (1,), 0, 4)))
+    module = _C.JitModule((spec,), "triad")
+    geo = ((n,), (1,))
+    plan = ((geo, geo, geo), (), (("kernel", 0, (("in", 0), ("in", 1), ("in", 2)), n,
+                                   n >= (1 << 16)),), ())
+    graph = _C.CompiledGraph(module, module.addresses, plan)
+    a, b, c = ember.zeros(n), ember.ones(n), ember.ones(n)
+    return lambda: graph(a, b, c)
+
+
+def bandwidth_section(runs):
+    n = 2048 * 2048
+    g = np.random.default_rng(2)
+    a = g.standard_normal((2048, 2048)).astype(np.float32)
+    b = (g.standard_normal((2048, 2048)) * 0.1).astype(np.float32)
+    ea, eb = ember.from_numpy(a.copy()), ember.from_numpy(b.copy())
+    compiled = ember.compile(chain)
+    compile_times = {"ember.compile": first_call_seconds(lambda _: compiled(ea, eb), None)}
+    rows = [("ember.compile", lambda: compiled(ea, eb)), ("ember eager", lambda: chain(ea, eb)),
+            ("numpy", lambda: chain_numpy(a, b))]
+    if torch is not None:
+        ta, tb = torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
+        tc = torch.compile(chain)
+        compile_times["torch.compile"] = first_call_seconds(lambda _: tc(ta, tb), None)
+        rows += [("torch eager", lambda: chain(ta, tb)), ("torch.compile", lambda: tc(ta, tb))]
+        assert np.allclose(tc(ta, tb).numpy(), compiled(ea, eb).numpy(), rtol=1e-4, atol=1e-5)
+    assert np.allclose(compiled(ea, eb).numpy(), chain_numpy(a, b), rtol=1e-4, atol=1e-5)
+    triad_small, triad_big = _triad(n), _triad(32 * 1024 * 1024)
+    rows += [("triad 4M", triad_small), ("triad 32M", triad_big)]
+    times = interleaved_medians(rows, runs, 1)
+    print(f"\n# 4M-element chain ((a * b + 1).exp() * 0.5 - a).relu(), float32; median of "
+          f"{runs} runs; GB/s at 12 bytes per element\n")
+    print(f"{'':<16}{'ms':>10}{'GB/s':>10}{'vs ember':>10}")
+    for name, _ in rows:
+        elems = 32 * 1024 * 1024 if name == "triad 32M" else n
+        gbs = 12 * elems / times[name] / 1e9
+        rel = "" if name.startswith("triad") else f"{times[name] / times['ember.compile']:9.2f}x"
+        print(f"{name:<16}{times[name] * 1e3:10.3f}{gbs:10.1f}{rel:>10}")
+    for name, seconds in compile_times.items():
+        print(f"compile time (first call), {name}: {seconds * 1e3:.1f} ms")
+    chain_gbs = 12 * n / times["ember.compile"] / 1e9
+    for label in ("triad 4M", "triad 32M"):
+        elems = 32 * 1024 * 1024 if label == "triad 32M" else n
+        frac = chain_gbs / (12 * elems / times[label] / 1e9)
+        print(f"chain at {frac * 100:.0f}% of the {label} bandwidth (aim: 70% or more): "
+              f"{'met' if frac >= 0.7 else 'NOT met'}")
 
 
 if __name__ == "__main__":
