@@ -383,13 +383,13 @@ op("ge(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater_e
    aliases=("greater_equal",), inplace_variant=True,
    decompose=lambda self, other: P.le(other, self))
 
-op("isnan(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isnan",
+op("isnan(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isnan", numbers=False,
    decompose=lambda self: P.ne(self, self),
    doc="True where self is NaN.")
-op("isinf(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isinf",
+op("isinf(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isinf", numbers=False,
    decompose=lambda self: P.bitwise_or(P.eq(self, math.inf), P.eq(self, -math.inf)),
    doc="True where self is +inf or -inf.")
-op("isfinite(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isfinite",
+op("isfinite(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isfinite", numbers=False,
    decompose=lambda self: P.eq(P.add(self, P.neg(self)), 0) if self.dtype.is_floating_point
    else P.eq(self, self),
    doc="True where self is neither NaN nor infinite.")
@@ -409,7 +409,7 @@ op("logical_xor(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="
    decompose=lambda self, other: P.ne(_p_not_zero(self), _p_not_zero(other)),
    doc="(self != 0) != (other != 0), as bool.")
 op("logical_not(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="logical_not",
-   inplace_variant=True,
+   numbers=False, inplace_variant=True,
    decompose=lambda self: P.eq(self, 0),
    doc="self == 0, as bool.")
 
