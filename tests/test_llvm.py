@@ -238,7 +238,24 @@ def test_verifier_rejects_bad_kernels():
         verify(k3)
 
 
-def test_unsupported_prims_raise_lowering_errors():
-    joint = trace_joint(lambda x: x.argmax(), [ember.randn(5)])
+def test_prims_without_lowering_run_as_extern_steps():
+    """argmax and slice_scatter have no loop IR: their eager kernels run inside the
+    compiled graph, between fused kernels that read their results."""
+    x = ember.randn(6, 5)
+
+    def f(t):
+        i = (t * 2).argmax(-1)
+        y = ember.slice_scatter(t.exp(), t[:2] * 3, 0, 0, 2)
+        return (i.float() + 1) * y.sum(-1)
+    joint = trace_joint(f, [x])
+    g = CompiledLLVMGraph(decompose(joint.graph), "extern")
+    assert any(s[0] == "extern" for s in g.lowered.steps), str(g.lowered)
+    np.testing.assert_allclose(g(x)[0].numpy(), f(x).numpy(), rtol=1e-5)
+    got = ember.compile(f, fullgraph=True)(x)
+    np.testing.assert_allclose(got.numpy(), f(x).numpy(), rtol=1e-5)
+
+
+def test_lowering_errors_for_unsupported_dtypes():
+    joint = trace_joint(lambda x: x * 2, [ember.ones(3, dtype=ember.float16)])
     with pytest.raises(LoweringError):
-        CompiledLLVMGraph(decompose(joint.graph), "argmax")
+        CompiledLLVMGraph(decompose(joint.graph), "half")

@@ -9,8 +9,12 @@
  * inputs:  (sizes, strides) each input was compiled for; an input laid out
  *          differently (a gradient that arrives expanded, say) is first copied into
  *          that layout when it is dense, else the call fails
- * buffers: (dtype, sizes) of each buffer allocated per call (contiguous)
- * steps:   ("kernel", k, refs, outer, parallel)
+ * buffers: (dtype, sizes, extern) of each buffer: allocated per call (contiguous), or
+ *          when extern is true, made by an extern step
+ * steps:   ("extern", fn, views, slots, name)
+ *                                     fn(*tensors of views) -> tuple of tensors, stored
+ *                                     (made contiguous) in the buffer slots
+ *          ("kernel", k, refs, outer, parallel)
  *                                     call kernel k with pointers to refs over
  *                                     [0, outer) of its dim 0, split across the
  *                                     thread pool when parallel
@@ -85,7 +89,10 @@ ref_tensor(PyObject *ref, PyObject *const *inputs, em_Tensor **bufs)
     Py_ssize_t i;
     if (parse_ref(ref, &is_buf, &i) < 0)
         return NULL;
-    return is_buf ? bufs[i] : (em_Tensor *)inputs[i];
+    em_Tensor *t = is_buf ? bufs[i] : (em_Tensor *)inputs[i];
+    if (t == NULL)
+        PyErr_Format(PyExc_RuntimeError, "compiled graph: buffer %zd read before it was made", i);
+    return t;
 }
 
 /* A tensor for view (ref, sizes, strides, offset): the ref itself when the view is
@@ -234,6 +241,72 @@ run_kernel(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tens
     return 0;
 }
 
+static int
+run_extern(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tensor **bufs)
+{
+    PyObject *fn = PyTuple_GET_ITEM(step, 1), *views = PyTuple_GET_ITEM(step, 2);
+    PyObject *slots = PyTuple_GET_ITEM(step, 3);
+    Py_ssize_t n = PyTuple_GET_SIZE(views);
+    PyObject *small[8], **args = small, *res = NULL;
+    Py_ssize_t made = 0;
+    int st = -1;
+    if (n > 8 && (args = PyMem_Malloc(sizeof(PyObject *) * n)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; made < n; made++) {
+        args[made] = (PyObject *)view_tensor(PyTuple_GET_ITEM(views, made), inputs, bufs);
+        if (args[made] == NULL)
+            goto done;
+    }
+    res = PyObject_Vectorcall(fn, args, n, NULL);
+    if (res == NULL)
+        goto done;
+    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != PyTuple_GET_SIZE(slots)) {
+        PyErr_Format(PyExc_RuntimeError, "compiled graph: extern %S returned the wrong values",
+                     PyTuple_GET_ITEM(step, 4));
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(slots); k++) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, k));
+        PyObject *t = PyTuple_GET_ITEM(res, k);
+        if (j < 0 || j >= self->nbufs || !em_Tensor_Check(t)) {
+            PyErr_SetString(PyExc_RuntimeError, "compiled graph: bad extern result");
+            goto done;
+        }
+        /* the kernels after it were built for the shape and dtype the meta rule gave */
+        PyObject *spec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(self->plan, 1), j);
+        em_Tensor *rt = (em_Tensor *)t;
+        Py_ssize_t sizes[EM_MAX_DIMS];
+        int nd;
+        if (int_tuple(PyTuple_GET_ITEM(spec, 1), sizes, &nd) < 0)
+            goto done;
+        if (rt->dtype != (em_dtype_t)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) || rt->ndim != nd ||
+            memcmp(rt->sizes, sizes, sizeof(Py_ssize_t) * nd) != 0) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "compiled graph: extern %S returned a result unlike its meta rule's",
+                         PyTuple_GET_ITEM(step, 4));
+            goto done;
+        }
+        em_Tensor *c = em_tensor_contiguous(rt);
+        if (c == NULL || em_is_meta(c)) {
+            Py_XDECREF(c);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "compiled graph: extern made no data");
+            goto done;
+        }
+        Py_XSETREF(bufs[j], c);
+    }
+    st = 0;
+done:
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_DECREF(args[i]);
+    if (args != small)
+        PyMem_Free(args);
+    Py_XDECREF(res);
+    return st;
+}
+
 static PyObject *
 graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -266,6 +339,10 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
         PyObject *spec = PyTuple_GET_ITEM(buf_specs, nbuf);
         em_Geom g;
         int n;
+        if (PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2))) {
+            bufs[nbuf] = NULL;        /* an extern step makes it */
+            continue;
+        }
         g.dtype = (em_dtype_t)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
         if (int_tuple(PyTuple_GET_ITEM(spec, 1), g.sizes, &n) < 0)
             goto done;
@@ -278,7 +355,8 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
         PyObject *step = PyTuple_GET_ITEM(steps, s);
         const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(step, 0));
         int st = kind[0] == 'k' ? run_kernel(self, step, inputs, bufs)
-                                : run_matmul(self, step, inputs, bufs);
+                 : kind[0] == 'e' ? run_extern(self, step, inputs, bufs)
+                                  : run_matmul(self, step, inputs, bufs);
         if (st < 0)
             goto done;
     }
@@ -296,7 +374,7 @@ done:
     for (int i = 0; i < nin; i++)
         Py_DECREF(inputs[i]);
     for (int i = 0; i < nbuf; i++)
-        Py_DECREF(bufs[i]);
+        Py_XDECREF(bufs[i]);
     if (inputs != small_in)
         PyMem_Free(inputs);
     if (bufs != small_buf)

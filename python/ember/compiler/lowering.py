@@ -200,7 +200,7 @@ class Lowered:
 
     def plan(self):
         return (tuple(self.input_geoms),
-                tuple((d._code, tuple(s)) for d, s in self.buffers),
+                tuple((d._code, tuple(s), e) for d, s, e in self.buffers),
                 tuple(self.steps), tuple(self.outputs))
 
     def __str__(self):
@@ -208,6 +208,10 @@ class Lowered:
         for step in self.steps:
             if step[0] == "kernel":
                 lines.append(str(self.kernels[step[1]]).rstrip())
+            elif step[0] == "extern":
+                ins = ", ".join(_ref(v) for v in step[2])
+                outs = ", ".join(f"buf{j}" for j in step[3])
+                lines.append(f"extern {step[4]}({ins}) -> {outs}")
             else:
                 lines.append(f"blas matmul {_ref(step[1])} @ {_ref(step[2])} -> buf{step[3]}")
         outs = ", ".join("None" if o is None else _ref(o) for o in self.outputs)
@@ -233,16 +237,17 @@ class Lowering:
 
     # -------------------------------------------------- buffers
 
-    def new_buffer(self, dtype, shape):
+    def new_buffer(self, dtype, shape, extern=False):
+        """A buffer allocated per call (contiguous), or filled by an extern op."""
         _check_dtype(dtype, "a buffer")
         j = len(self.out.buffers)
-        self.out.buffers.append((dtype, tuple(shape)))
+        self.out.buffers.append((dtype, tuple(shape), extern))
         return BufferValue(("buf", j), dtype, shape, contiguous_strides(shape))
 
     def extent_of(self, ref):
         if ref[0] == "in":
             return self.input_extents[ref[1]]
-        dtype, shape = self.out.buffers[ref[1]]
+        dtype, shape, _ = self.out.buffers[ref[1]]
         return math.prod(shape)
 
     def kernel(self, sizes, nreduce, tag):
@@ -337,7 +342,10 @@ class Lowering:
     def lower_node(self, node):
         target = node.target
         if target is operator.getitem:
-            raise LoweringError("multi-output ops are not lowered yet")
+            parts = self.env[node.args[0]]
+            if not isinstance(parts, tuple):
+                raise LoweringError("getitem of a value that is not a tuple")
+            return parts[node.args[1]]
         if not isinstance(target, _C.Op):
             raise LoweringError(f"call of {target!r}")
         name = target.entry.name
@@ -346,10 +354,44 @@ class Lowering:
             _check_dtype(val.dtype, name)
         handler = getattr(self, "op_" + name.lstrip("_"), None)
         if handler is None:
-            raise LoweringError(f"prim {name} has no loop-IR lowering yet")
+            return self.extern(node, val)
         args = [self.arg(a) for a in node.args]
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
         return handler(node, val, *args, **kwargs)
+
+    # -------------------------------------------------- extern ops
+
+    def extern(self, node, val):
+        """A prim without a loop-IR lowering (a scatter, a sort, a random draw, ...) runs
+        its eager kernel inside the compiled graph: its tensor arguments are realized,
+        and its results become buffers the kernels after it read."""
+        if val is None:
+            raise LoweringError(f"{node.target.entry.name} returns nothing")
+        views = []
+
+        def template(a):
+            if hasattr(a, "op") and hasattr(a, "users"):
+                buf = self.realize(self.env[a])
+                views.append(buf.view_spec())
+                return _Slot(len(views) - 1)
+            if isinstance(a, (list, tuple)):
+                return type(a)(template(x) for x in a)
+            return a
+
+        args = tuple(template(a) for a in node.args)
+        kwargs = {k: template(v) for k, v in node.kwargs.items()}
+        outs = val if isinstance(val, tuple) else (val,)
+        slots = []
+        for v in outs:
+            if not isinstance(v, _C.Tensor):
+                raise LoweringError(f"{node.target.entry.name} returns a "
+                                    f"{type(v).__name__}")
+            _check_dtype(v.dtype, node.target.entry.name)
+            slots.append(self.new_buffer(v.dtype, tuple(v.shape), extern=True))
+        fn = _extern_call(node.target, args, kwargs, isinstance(val, tuple))
+        self.out.steps.append(("extern", fn, tuple(views), tuple(b.ref[1] for b in slots),
+                               node.target.entry.qualified_name))
+        return tuple(slots) if isinstance(val, tuple) else slots[0]
 
     # -------------------------------------------------- elementwise
 
@@ -645,6 +687,28 @@ class Lowering:
         out = self.new_buffer(val.dtype, tuple(val.shape))
         self.out.steps.append(("matmul", av.view_spec(), bv.view_spec(), out.ref[1]))
         return out
+
+
+class _Slot:
+    """Where the i-th tensor goes in an extern op's arguments."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _extern_call(op, args, kwargs, multi):
+    """fn(*tensors) -> tuple of result tensors, calling op with the tensors in place."""
+    def fill(a, ts):
+        if isinstance(a, _Slot):
+            return ts[a.i]
+        if isinstance(a, (list, tuple)):
+            return type(a)(fill(x, ts) for x in a)
+        return a
+
+    def call(*ts):
+        r = op(*fill(args, ts), **{k: fill(v, ts) for k, v in kwargs.items()})
+        return tuple(r) if multi else (r,)
+    return call
 
 
 def _is_value(o):
