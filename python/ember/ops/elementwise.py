@@ -88,9 +88,8 @@ def _div_decompose(self, other, rounding_mode):
         return P.floor_divide(self, other)
     if rounding_mode == "trunc":
         if _is_float(self) or _is_float(other):
-            # trunc(a / b) of the rounded quotient: no exact prims for it yet
-            raise NotImplementedError("div with rounding_mode='trunc' on floating point has "
-                                      "no decomposition yet")
+            # trunc of the quotient, which is self * (1 / other) as in true division
+            return _p_trunc(_div_decompose(self, other, None))
         # integers: floor division, plus one where the quotient is negative and inexact
         q = P.floor_divide(self, other)
         inexact = P.ne(P.remainder(self, other), 0)
