@@ -58,9 +58,27 @@ k_linear(em_Op *op, PyObject **args)
     PyObject *wt = PyArray_Transpose(w->array, NULL);
     if (wt == NULL)
         goto error;
-    PyObject *ins[2] = {(PyObject *)x, wt};
-    int st = em_ufunc_call(op->ufunc, ins, 2, out->array, x->dtype, x->dtype);
+    /* a contiguous (..., in) input is one (rows, in) matrix: a single GEMM, as PyTorch */
+    PyObject *xin = (PyObject *)x, *x2 = NULL;
+    PyArrayObject *o2 = NULL;
+    if (x->ndim > 2 && em_tensor_is_contiguous(x)) {
+        npy_intp rows = x->numel / x->sizes[x->ndim - 1];
+        npy_intp xd[2] = {rows, x->sizes[x->ndim - 1]}, od[2] = {rows, w->sizes[0]};
+        PyArray_Dims xs = {xd, 2}, os = {od, 2};
+        x2 = PyArray_Newshape(x->array, &xs, NPY_CORDER);
+        o2 = x2 ? (PyArrayObject *)PyArray_Newshape(out->array, &os, NPY_CORDER) : NULL;
+        if (o2 == NULL) {
+            Py_XDECREF(x2);
+            Py_DECREF(wt);
+            goto error;
+        }
+        xin = x2;
+    }
+    PyObject *ins[2] = {xin, wt};
+    int st = em_ufunc_call(op->ufunc, ins, 2, o2 ? o2 : out->array, x->dtype, x->dtype);
     Py_DECREF(wt);
+    Py_XDECREF(x2);
+    Py_XDECREF(o2);
     if (st < 0)
         goto error;
     if (b != NULL) {
