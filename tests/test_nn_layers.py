@@ -659,3 +659,55 @@ def test_state_dict_keys_match_torch(torch):
         pairs.append((torch.nn.Transformer(8, 2, 1, 1, 16), nn.Transformer(8, 2, 1, 1, 16)))
     for t, e in pairs:
         copy_weights(t, e)
+
+
+# ================================================================== linear algebra
+
+
+def _grad_parity(torch, fe, ft, arrays, rtol=1e-10, atol=1e-12):
+    T, E = _leaves(torch, [np.asarray(a, dtype=np.float64) for a in arrays])
+    te, tt = fe(*E), ft(*T)
+    np.testing.assert_allclose(te.detach().numpy(), tt.detach().numpy(), rtol=rtol, atol=atol)
+    g = np.random.default_rng(0).standard_normal(tuple(tt.shape))
+    tt.backward(torch.from_numpy(g))
+    te.backward(ember.from_numpy(g))
+    for i, (a, b) in enumerate(zip(E, T)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=f"grad {i}")
+
+
+@pytest.mark.parametrize("sa,sb", [((3,), (3,)), ((3,), (3, 4)), ((2, 3), (3,)),
+                                   ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)), ((3,), (5, 3, 4)),
+                                   ((2, 1, 2, 3), (4, 3, 2)), ((5, 2, 3), (5, 3, 4)),
+                                   ((1, 2, 3), (6, 3, 1)), ((4, 1, 3), (3,))])
+def test_matmul_broadcasting_and_backward(torch, sa, sb):
+    rng = rng_for("matmul", sa, sb)
+    _grad_parity(torch, ember.matmul, torch.matmul,
+                 [rng.standard_normal(sa), rng.standard_normal(sb)])
+
+
+def test_mm_bmm_addmm_einsum_backward(torch):
+    rng = rng_for("linalg")
+    r = rng.standard_normal
+    _grad_parity(torch, ember.mm, torch.mm, [r((3, 4)), r((4, 2))])
+    _grad_parity(torch, ember.bmm, torch.bmm, [r((2, 3, 4)), r((2, 4, 5))])
+    _grad_parity(torch, lambda a, b, c: ember.addmm(a, b, c, beta=0.3, alpha=-2),
+                 lambda a, b, c: torch.addmm(a, b, c, beta=0.3, alpha=-2),
+                 [r((1, 5)), r((3, 4)), r((4, 5))])
+    for eq, shapes in (("ij,jk->ik", [(2, 3), (3, 4)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]),
+                       ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+                       ("i,i->", [(4,), (4,)]), ("ij->ji", [(2, 3)]), ("i,j->ij", [(2,), (3,)]),
+                       ("ii->i", [(3, 3)]), ("ii", [(3, 3)]), ("bij->bj", [(2, 3, 4)]),
+                       ("...ij,...jk->...ik", [(2, 2, 3), (3, 4)]),
+                       ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+                       ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)])):
+        _grad_parity(torch, lambda *a, eq=eq: ember.einsum(eq, *a),
+                     lambda *a, eq=eq: torch.einsum(eq, *a), [r(s) for s in shapes])
+
+
+def test_einsum_list_form_and_errors():
+    a, b = ember.ones(2, 3), ember.ones(3, 4)
+    np.testing.assert_array_equal(ember.einsum("ij,jk->ik", [a, b]).numpy(),
+                                  np.full((2, 4), 3.0))
+    with pytest.raises(RuntimeError, match=r"einsum\(\).*output subscript j appears more"):
+        ember.einsum("ij->jj", a)

@@ -1286,29 +1286,24 @@ def _one_hot_p(idx, n, dtype):
 
 def _embedding_decompose(weight, indices, padding_idx, scale_grad_by_freq, sparse):
     _embedding_check(weight, indices)
-    V, D = weight.shape
-    flat = _reshape_p(indices, [indices.numel()])
-    if weight.dtype is _C.bool:
-        out = P.ne(P.matmul(_one_hot_p(flat, V, _C.int64), P._to_copy(weight, dtype=_C.int64)),
-                   0)
-    else:
-        out = P.matmul(_one_hot_p(flat, V, weight.dtype), weight)
-    return P.view(out, list(indices.shape) + [D])
+    rows = P.index(weight, (_reshape_p(indices, [indices.numel()]),))   # (M, D), dense
+    return P.view(rows, list(indices.shape) + [weight.shape[1]])
 
 
 def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    """The rows of g added into a zero weight-shaped gradient at the indices (index_put
+    with accumulate); padding_idx's row gets none; scale_grad_by_freq divides each row by
+    how often its index occurs."""
     V, D = weight.shape
     flat = indices.reshape(-1)
-    onehot = (flat.unsqueeze(1) == O.arange(V)).to(g.dtype)
-    gw = O.mm(onehot.t(), g.reshape(-1, D))
-    keep = None
-    if padding_idx is not None and padding_idx >= 0:
-        keep = (O.arange(V) != padding_idx).to(g.dtype).unsqueeze(1)
+    g2 = g.reshape(-1, D)
+    gw = O.zeros((V, D), dtype=g.dtype).index_put((flat,), g2, accumulate=True)
     if scale_grad_by_freq:
-        counts = onehot.sum(0)
+        counts = O.zeros((V,), dtype=g.dtype).index_put(
+            (flat,), O.ones((flat.shape[0],), dtype=g.dtype), accumulate=True)
         gw = gw / O.maximum(counts, 1.0).unsqueeze(1)
-    if keep is not None:
-        gw = gw * keep
+    if padding_idx is not None and padding_idx >= 0:
+        gw = gw * (O.arange(V) != padding_idx).to(g.dtype).unsqueeze(1)
     return gw, None, None, None, None
 
 
@@ -1316,8 +1311,8 @@ op("embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
    "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor", CUSTOM, "embedding",
    method=False, meta=run_decomposition, decompose=_embedding_decompose,
    backward=_embedding_backward,
-   doc="Rows of weight picked by indices (a one-hot matmul in the decomposition; the eager "
-       "kernel takes the rows); padding_idx rows get no gradient.")
+   doc="Rows of weight picked by indices (the index prim; the eager kernel takes the rows); "
+       "padding_idx rows get no gradient.")
 
 
 def _one_hot_decompose(self, num_classes):
