@@ -3181,6 +3181,73 @@ add(OpInfo("masked_select", lambda dtype, rng: [
                                 r"masked_select.*Bool", "float mask")]))
 
 
+# ---------------------------------------------------------------- composite forms (sugar)
+
+add(OpInfo("var.unbiased", lambda dtype, rng: [Sample((make((3, 4), dtype, rng), False)),
+                                               Sample((make((5,), dtype, rng), True))],
+           lambda a, unbiased: _var_ref(False)(a, None, unbiased), reduction=True,
+           dtypes=FLOATS, torch_fn=lambda torch, *a: torch.var(*a)))
+add(OpInfo("std.unbiased", lambda dtype, rng: [Sample((make((3, 4), dtype, rng), False)),
+                                               Sample((make((5,), dtype, rng), True))],
+           lambda a, unbiased: _var_ref(True)(a, None, unbiased), reduction=True,
+           dtypes=FLOATS, torch_fn=lambda torch, *a: torch.std(*a)))
+
+
+def _nonzero_columns(a, as_tuple=True):
+    n = _ref_nonzero(a)
+    if not as_tuple:
+        return n
+    if np.ndim(a) == 0:
+        return (np.zeros(n.shape[0], dtype=object),)
+    return tuple(np.array(n[:, k], dtype=object) for k in range(n.shape[1]))
+
+
+add(OpInfo("nonzero.as_tuple", lambda dtype, rng: [
+    Sample((make((3, 4), dtype, rng, -1, 2),), {"as_tuple": True}),
+    Sample((make((3,), dtype, rng, -1, 2),), {"as_tuple": False}),
+    Sample((make((), dtype, rng, 1, 2),), {"as_tuple": True})], _nonzero_columns))
+add(OpInfo("argwhere", lambda dtype, rng: [Sample((make((3, 4), dtype, rng, -1, 2),))],
+           _ref_nonzero))
+add(OpInfo("where.cond", lambda dtype, rng: [Sample((make((3, 4), "bool", rng),)),
+                                             Sample((make((2, 2, 3), "bool", rng),))],
+           lambda c: _nonzero_columns(c)))
+add(OpInfo("hstack", lambda dtype, rng: [
+    Sample(((make((2, 3), dtype, rng), make((2, 1), dtype, rng)),)),
+    Sample(((make((3,), dtype, rng), make((2,), dtype, rng)),), desc="1-D")],
+    lambda ts: _ref_cat(ts, 1 if np.ndim(ts[0]) > 1 else 0)))
+add(OpInfo("vstack", lambda dtype, rng: [
+    Sample(((make((2, 3), dtype, rng), make((1, 3), dtype, rng)),)),
+    Sample(((make((3,), dtype, rng), make((3,), dtype, rng)),), desc="1-D rows")],
+    lambda ts: _ref_cat([np.asarray(t, dtype=object).reshape(-1, np.shape(t)[-1])
+                         for t in ts], 0)))
+add(OpInfo("split_with_sizes", lambda dtype, rng: [
+    Sample((make((5, 3), dtype, rng), [2, 3])), Sample((make((2, 6), dtype, rng), [1, 0, 5], 1))],
+    _ref_split))
+add(OpInfo("narrow_copy", lambda dtype, rng: [Sample((make((5, 3), dtype, rng), 0, 1, 3)),
+                                              Sample((make((2, 5), dtype, rng), 1, 0, 5))],
+           lambda a, dim, start, length: _ref_slice(a, dim, start, start + length)))
+add(OpInfo("view_as", lambda dtype, rng: [Sample((make((2, 6), dtype, rng),
+                                                  make((3, 4), dtype, rng)), noncontig=False)],
+           lambda a, o: np.asarray(a, dtype=object).reshape(np.shape(o))))
+add(OpInfo("reshape_as", lambda dtype, rng: [Sample((make((2, 6), dtype, rng),
+                                                     make((3, 4), dtype, rng)))],
+           lambda a, o: np.asarray(a, dtype=object).reshape(np.shape(o))))
+
+
+_T_INFO = add(OpInfo("numpy_T", lambda dtype, rng: [Sample((make((2, 3), dtype, rng),)),
+                                                     Sample((make((4,), dtype, rng),))],
+                     lambda a: np.asarray(a, dtype=object).T,
+                     torch_fn=lambda torch, a: a.T))
+_T_INFO.call = lambda a: a.T
+_MT_INFO = add(OpInfo("mT", lambda dtype, rng: [Sample((make((2, 3, 4), dtype, rng),)),
+                                                 Sample((make((3, 2), dtype, rng),))],
+                      lambda a: np.swapaxes(np.asarray(a, dtype=object), -1, -2),
+                      torch_fn=lambda torch, a: a.mT,
+                      errors=lambda: [ErrorSample((ember.ones(3),), {}, RuntimeError,
+                                                  r"mT", "1-D")]))
+_MT_INFO.call = lambda a: a.mT
+
+
 # ---------------------------------------------------------------- in-place variants
 
 

@@ -28,6 +28,8 @@ typedef struct {
     int bnd;
     Py_ssize_t bshape[EM_MAX_DIMS];
     em_Geom out;                    /* the result's geometry */
+    PyArrayObject *mask;            /* the only index is this mask: NumPy takes it as is */
+    int mask_dim;
 } Plan;
 
 static void
@@ -35,7 +37,18 @@ plan_clear(Plan *p)
 {
     for (int k = 0; k < p->n; k++)
         Py_CLEAR(p->ent[k].arr);
+    Py_CLEAR(p->mask);
     p->n = 0;
+}
+
+/* Whether o (a sequence of Tensors and None) holds exactly one tensor. */
+static bool
+sole_tensor(PyObject *seq)
+{
+    int n = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+        n += PySequence_Fast_GET_ITEM(seq, i) != Py_None;
+    return n == 1;
 }
 
 static int
@@ -65,9 +78,11 @@ plan_parse(const char *name, em_Tensor *self, PyObject *indices, bool compute,
 {
     p->n = 0;
     p->masks = false;
+    p->mask = NULL;
     PyObject *seq = PySequence_Fast(indices, "indices must be a tuple of Tensors or None");
     if (seq == NULL)
         return -1;
+    bool sole = sole_tensor(seq);
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
     int cursor = 0;
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -108,6 +123,25 @@ plan_parse(const char *name, em_Tensor *self, PyObject *indices, bool compute,
                     continue;
                 }
                 PyArrayObject *m = t->array;
+                if (sole) {
+                    /* the mask alone: its true count is all the geometry needs, and
+                     * NumPy indexes with it directly (no nonzero arrays) */
+                    Py_ssize_t cnt = PyArray_CountNonzero(m), one = 1;
+                    if (cnt < 0)
+                        goto error;
+                    for (int k = 0; k < t->ndim; k++)
+                        if (add_entry(p, cursor + k, 1, &cnt, &one, NULL) < 0)
+                            goto error;
+                    /* (a uint8 mask is a mask; NumPy would read it as indices) */
+                    p->mask = t->dtype == EM_BOOL ? (Py_INCREF(m), m)
+                              : (PyArrayObject *)PyArray_FROM_OTF((PyObject *)m, NPY_BOOL,
+                                                                  NPY_ARRAY_FORCECAST);
+                    if (p->mask == NULL)
+                        goto error;
+                    p->mask_dim = cursor;
+                    cursor += t->ndim;
+                    continue;
+                }
                 PyObject *nz = PyArray_Nonzero(m);
                 if (nz == NULL)
                     goto error;
@@ -320,9 +354,24 @@ plan_geometry(Plan *p, em_Tensor *self)
 static int
 plan_check_bounds(Plan *p, em_Tensor *self)
 {
+    Py_ssize_t nidx = 1;
+    for (int i = 0; i < p->bnd; i++)
+        nidx *= p->bshape[i];
+    for (int k = 0; k < p->n; k++) {
+        IdxEnt *e = &p->ent[k];
+        if (e->arr != NULL && self->sizes[e->dim] == 0 && nidx > 0) {
+            PyErr_SetString(PyExc_IndexError, "index is out of bounds for dimension with size "
+                            "0");
+            return -1;
+        }
+    }
+    if (em_geom_numel(&p->out) == 0)
+        return 0;   /* nothing is read or written: PyTorch checks nothing more */
     for (int k = 0; k < p->n; k++) {
         IdxEnt *e = &p->ent[k];
         Py_ssize_t size = self->sizes[e->dim];
+        if (e->arr == NULL)
+            continue;   /* positions from a mask */
         PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)e->arr, NPY_INT64,
                                                              NPY_ARRAY_CARRAY_RO);
         if (c == NULL)
@@ -371,6 +420,21 @@ broadcast_view(PyArrayObject *arr, int nd, const Py_ssize_t *shape)
 static PyObject *
 plan_key(Plan *p)
 {
+    if (p->mask != NULL) {
+        PyObject *key = PyTuple_New(p->mask_dim + 1);
+        for (int i = 0; key != NULL && i < p->mask_dim; i++) {
+            PyObject *s = PySlice_New(NULL, NULL, NULL);
+            if (s == NULL)
+                Py_CLEAR(key);
+            else
+                PyTuple_SET_ITEM(key, i, s);
+        }
+        if (key != NULL) {
+            Py_INCREF(p->mask);
+            PyTuple_SET_ITEM(key, p->mask_dim, (PyObject *)p->mask);
+        }
+        return key;
+    }
     int len = 0;
     for (int k = 0; k < p->n; k++)
         len = p->ent[k].dim + 1 > len ? p->ent[k].dim + 1 : len;
@@ -576,8 +640,15 @@ done:
 /* Writes value (a Tensor or a number, cast to self's dtype) into self[indices] in place,
  * with no autograd: __setitem__'s fast path. Returns 0, or -1 with an error. */
 int
-em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value)
+em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value, bool cast)
 {
+    if (!cast && em_Tensor_Check(value) && ((em_Tensor *)value)->dtype != self->dtype) {
+        PyErr_Format(PyExc_RuntimeError, "Index put requires the source and destination "
+                     "dtypes match, got %s for the destination and %s for the source.",
+                     em_dtype_torch_name(self->dtype),
+                     em_dtype_torch_name(((em_Tensor *)value)->dtype));
+        return -1;
+    }
     Plan p;
     bool meta = em_is_meta(self);
     if (plan_parse("__setitem__", self, indices, !meta, true, &p) < 0)
@@ -591,11 +662,8 @@ em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value)
             st = plan_check_bounds(&p, self);
         if (st == 0 && em_Tensor_Check(value))
             st = check_values("index_put", (em_Tensor *)value, &p.out);
-        if (st == 0)
+        if (st == 0 && em_geom_numel(&p.out) > 0)
             st = plan_write(&p, self->array, value, false);
-        if (st < 0 && PyErr_Occurred()) {
-            /* keep PyTorch's words: the messages above name index_put, not the slot */
-        }
     }
     plan_clear(&p);
     return st;

@@ -61,7 +61,8 @@ void em_gather_loop(PyArrayObject *src, PyArrayObject *idx, int d, PyArrayObject
 PyArrayObject *em_flip_view(PyArrayObject *arr, int d);
 
 /* x[indices] = value for tensor indices (a tuple of Tensors and None), in place and
- * without autograd (indexing.c): __setitem__'s path. */
-int em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value);
+ * without autograd (indexing.c): __setitem__'s path. A tensor value must have self's
+ * dtype unless cast (PyTorch's masked_fill case: x[mask] = 0-d tensor). */
+int em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value, bool cast);
 
 #endif /* EMBER_KUTIL_H */

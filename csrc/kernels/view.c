@@ -922,16 +922,11 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
         PyErr_NoMemory();
         goto done;
     }
-    int consumed = 0, ellipses = 0;
+    int consumed = 0;
     for (Py_ssize_t i = 0; i < n; i++, nclassified++) {
         if (classify(PyTuple_GET_ITEM(items_t, i), &items[i]) < 0)
             goto done;
         consumed += dims_consumed(&items[i]);
-        ellipses += items[i].kind == IT_ELLIPSIS;
-    }
-    if (ellipses > 1) {
-        PyErr_SetString(PyExc_IndexError, "an index can only have a single ellipsis ('...')");
-        goto done;
     }
     if (consumed > self->ndim) {
         PyErr_Format(PyExc_IndexError, "too many indices for tensor of dimension %d",
@@ -941,12 +936,16 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
     Py_INCREF(self);
     cur = (PyObject *)self;
     Py_ssize_t dim = 0, span = 0;
-    bool viewed = false;
+    bool viewed = false, seen_ellipsis = false;
     for (Py_ssize_t i = 0; i < n; i++) {
         Item *it = &items[i];
         PyObject *next = NULL;
         if (it->kind == IT_ELLIPSIS) {
-            dim += self->ndim - consumed;
+            /* the first ... stands for the dims the other items leave; PyTorch reads
+             * any further ones as nothing */
+            if (!seen_ellipsis)
+                dim += self->ndim - consumed;
+            seen_ellipsis = true;
             continue;
         }
         if (it->kind == IT_TENSOR) {
@@ -1193,7 +1192,13 @@ k_setitem(em_Op *op, PyObject **args)
     em_Tensor *v = as_tensor(view);
     int st;
     if (indices != NULL) {
-        st = em_index_put_inplace(v, indices, value);
+        /* x[mask] = number or 0-d tensor is PyTorch's masked_fill_ (values cast); other
+         * tensor values go through index_put_, which wants self's dtype */
+        PyObject *key = args[1];
+        bool cast = em_Tensor_Check(key) && (as_tensor(key)->dtype == EM_BOOL ||
+                                             as_tensor(key)->dtype == EM_UINT8) &&
+                    (!em_Tensor_Check(value) || as_tensor(value)->ndim == 0);
+        st = em_index_put_inplace(v, indices, value, cast);
         Py_DECREF(indices);
     }
     else {
