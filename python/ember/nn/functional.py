@@ -375,6 +375,16 @@ def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
+# ------------------------------------------------------------------ padding
+
+
+def pad(input, pad, mode="constant", value=None):
+    """torch.nn.functional.pad: pad holds (before, after) pairs from the last dim back;
+    modes constant (value, default 0; negative pads crop), reflect, replicate and
+    circular. The pad op of the table."""
+    return _O().pad(input, pad, mode, value)
+
+
 # ------------------------------------------------------------------ normalisation
 
 
