@@ -803,6 +803,59 @@ index_tensor_from(PyObject *obj)
     return tensor;
 }
 
+/* The same built with ops (full, stack) while tracing, so the index is part of the
+ * traced graph rather than a tensor made outside it. */
+static PyObject *
+index_tensor_traced(PyObject *obj, int dtype_code)
+{
+    if (PyArray_Check(obj)) {
+        PyObject *list = PyObject_CallMethod(obj, "tolist", NULL);
+        PyObject *r = list ? index_tensor_traced(list, dtype_code) : NULL;
+        Py_XDECREF(list);
+        return r;
+    }
+    PyObject *kw = Py_BuildValue("(s)", "dtype");
+    if (kw == NULL)
+        return NULL;
+    PyObject *dt = (PyObject *)em_dtypes[dtype_code];
+    PyObject *r = NULL;
+    if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        Py_ssize_t n = PySequence_Size(obj);
+        if (n == 0) {
+            PyObject *shape = Py_BuildValue("(i)", 0), *zero = PyLong_FromLong(0);
+            PyObject *a[3] = {shape, zero, dt};
+            r = (shape && zero) ? em_call_kw("full", a, 2, kw) : NULL;
+            Py_XDECREF(shape);
+            Py_XDECREF(zero);
+        }
+        else {
+            PyObject *parts = PyTuple_New(n);
+            for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
+                PyObject *e = PySequence_GetItem(obj, i);
+                PyObject *t = e ? index_tensor_traced(e, dtype_code) : NULL;
+                Py_XDECREF(e);
+                if (t == NULL)
+                    Py_CLEAR(parts);
+                else
+                    PyTuple_SET_ITEM(parts, i, t);
+            }
+            r = parts ? em_call("stack", &parts, 1) : NULL;
+            Py_XDECREF(parts);
+        }
+    }
+    else {
+        PyObject *v = dtype_code == EM_BOOL ? PyBool_FromLong(PyObject_IsTrue(obj))
+                                            : PyNumber_Long(obj);
+        PyObject *shape = PyTuple_New(0);
+        PyObject *a[3] = {shape, v, dt};
+        r = (v && shape) ? em_call_kw("full", a, 2, kw) : NULL;
+        Py_XDECREF(v);
+        Py_XDECREF(shape);
+    }
+    Py_DECREF(kw);
+    return r;
+}
+
 static int
 classify(PyObject *k, Item *it)
 {
@@ -852,6 +905,10 @@ classify(PyObject *k, Item *it)
     }
     if (PyArray_Check(k) || ((PyList_Check(k) || PyTuple_Check(k)))) {
         PyObject *t = index_tensor_from(k);
+        if (t != NULL && em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL) {
+            int code = as_tensor(t)->dtype;
+            Py_SETREF(t, index_tensor_traced(k, code));
+        }
         if (t == NULL)
             return -1;
         it->kind = IT_TENSOR;
