@@ -36,6 +36,15 @@ report_session_error(void *ctx, LLVMErrorRef err)
     LLVMConsumeError(err);
 }
 
+/* The vectoriser's remarks ("loop not vectorized: ...") would go to stderr: they are
+ * notes for whoever reads the IR, not errors (those come back as LLVMErrorRef). */
+static void
+quiet_diagnostics(LLVMDiagnosticInfoRef info, void *ctx)
+{
+    (void)info;
+    (void)ctx;
+}
+
 static LLVMTargetMachineRef
 make_tm(void)
 {
@@ -153,6 +162,7 @@ jitmodule_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
     LLVMContextRef ctx = LLVMOrcThreadSafeContextGetContext(tsc);
+    LLVMContextSetDiagnosticHandler(ctx, quiet_diagnostics, NULL);
     LLVMModuleRef M = LLVMModuleCreateWithNameInContext(name, ctx);
     LLVMSetTarget(M, LLVMOrcLLJITGetTripleString(jit));
     LLVMSetDataLayout(M, LLVMOrcLLJITGetDataLayoutStr(jit));

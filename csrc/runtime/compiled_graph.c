@@ -118,6 +118,33 @@ view_tensor(PyObject *view, PyObject *const *inputs, em_Tensor **bufs)
     return em_tensor_view(base, n, sizes, strides, base->offset + off);
 }
 
+/* True when g's strides lay its elements out without gaps or overlaps (a permutation
+ * of a contiguous layout): only then can a copy be made in that layout. */
+static bool
+dense(const em_Geom *g)
+{
+    int order[EM_MAX_DIMS], n = 0;
+    for (int d = 0; d < g->ndim; d++) {
+        if (g->sizes[d] == 0)
+            return true;
+        if (g->sizes[d] > 1)
+            order[n++] = d;
+    }
+    for (int i = 1; i < n; i++)       /* sort dims by stride, smallest first */
+        for (int j = i; j > 0 && g->strides[order[j]] < g->strides[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    Py_ssize_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (g->strides[order[i]] != expect)
+            return false;
+        expect *= g->sizes[order[i]];
+    }
+    return true;
+}
+
 /* The input as the kernels expect it laid out (a copy if it arrived otherwise). */
 static em_Tensor *
 conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
@@ -152,6 +179,12 @@ conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
     }
     g.ndim = n;
     g.dtype = t->dtype;
+    if (!dense(&g)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "compiled graph: input %zd arrived in another layout than the sparse one "
+                     "the graph was compiled for", i);
+        return NULL;
+    }
     em_Tensor *copy = em_tensor_empty_like_layout(&g, false);
     if (copy == NULL)
         return NULL;

@@ -78,7 +78,9 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
 
 
 def _detached(t):
-    return _C._meta_tensor(tuple(t.shape), t.dtype, t.stride())
+    """A tangent: shaped like the output, contiguous (gradients arrive in any layout;
+    compiled graphs copy them into this one)."""
+    return _C._meta_tensor(tuple(t.shape), t.dtype)
 
 
 def _hoist_placeholders(graph):

@@ -164,6 +164,7 @@ class Translator:
         self.index_of = {ins.offset: i for i, ins in enumerate(self.instructions)}
         self.lineno = code.co_firstlineno
         self.result = None
+        self.yields = None      # values a generator expression yielded
 
     # ------------------------------------------------------------ running
 
@@ -418,8 +419,10 @@ class Translator:
     def inline_call(self, fvar: FunctionVar, args, kwargs):
         fn = fvar.value
         code = fn.__code__
-        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
-                            inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
+        genexpr = code.co_name == "<genexpr>" and code.co_flags & inspect.CO_GENERATOR
+        if not genexpr and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                            inspect.CO_ASYNC_GENERATOR |
+                                            inspect.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
         if self.depth >= MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)")
@@ -740,6 +743,20 @@ class Translator:
 
     def RETURN_VALUE(self, ins):
         self.result = self.pop()
+        if self.yields is not None:
+            # a generator expression, run to the end: what it yielded, as an iterator
+            self.result = IteratorVar(self.yields)
+
+    def RETURN_GENERATOR(self, ins):
+        """Generator expressions (over sequences the interpreter knows) run eagerly."""
+        self.yields = []
+        self.push(ConstVar(None))
+
+    def YIELD_VALUE(self, ins):
+        if self.yields is None:
+            raise Unsupported("yield outside a generator expression")
+        self.yields.append(self.pop())
+        self.push(ConstVar(None))
 
     # binary, unary, compare
 

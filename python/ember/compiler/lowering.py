@@ -67,6 +67,19 @@ class BufferValue:
         return (self.ref, self.shape, self.strides, self.offset)
 
 
+def _dense(sizes, strides):
+    """No gaps, no overlaps: a permutation of a contiguous layout."""
+    if any(n == 0 for n in sizes):
+        return True
+    dims = sorted((st, n) for n, st in zip(sizes, strides) if n > 1)
+    expect = 1
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
 def _span(sizes, strides, offset):
     if any(n == 0 for n in sizes):
         return offset
@@ -302,11 +315,17 @@ class Lowering:
             if node.op == "placeholder":
                 v = node.meta["val"]
                 _check_dtype(v.dtype, f"input {node.name}")
-                self.out.input_geoms.append((tuple(v.shape), tuple(v.stride())))
-                extent = _span(tuple(v.shape), tuple(v.stride()), 0)
+                shape = tuple(v.shape)
+                # inputs are read with the strides traced for them when those are dense;
+                # anything else (an expanded gradient, a strided view) is compiled for a
+                # contiguous input, and the runtime copies an input into that layout
+                strides = tuple(v.stride()) if _dense(shape, tuple(v.stride())) else \
+                    contiguous_strides(shape)
+                self.out.input_geoms.append((shape, strides))
+                extent = _span(shape, strides, 0)
                 self.input_extents[inputs] = extent
-                self.env[node] = BufferValue(("in", inputs), v.dtype, v.shape, v.stride(),
-                                             0, extent)
+                self.env[node] = BufferValue(("in", inputs), v.dtype, shape, strides, 0,
+                                             extent)
                 inputs += 1
             elif node.op == "call_function":
                 self.env[node] = self.lower_node(node)
@@ -762,10 +781,20 @@ def _refinement(src, dst):
 
 
 def _iota(kb, affine, dtype):
-    nz = [d for d, c in enumerate(affine.coeffs) if c != 0]
-    if len(nz) != 1 or affine.coeffs[nz[0]] != 1 or affine.offset != 0:
-        raise LoweringError("arange read through a non-trivial view")
-    return kb.emit("iota", dtype, value=nz[0])
+    """The value of arange at an affine index: offset + sum(coeff * loop index)."""
+    reg = None
+    for d, c in enumerate(affine.coeffs):
+        if c == 0:
+            continue
+        term = kb.emit("iota", dtype, value=d)
+        if c != 1:
+            term = kb.emit("mul", dtype, (term, kb.const(c, dtype)))
+        reg = term if reg is None else kb.emit("add", dtype, (reg, term))
+    if reg is None:
+        return kb.const(affine.offset, dtype)
+    if affine.offset:
+        reg = kb.emit("add", dtype, (reg, kb.const(affine.offset, dtype)))
+    return reg
 
 
 def lower(graph, name="graph") -> Lowered:
