@@ -268,6 +268,10 @@ def fn(x, y):
     lin = lambda t, a=2.0: t * a + 1
     return sq(x) + lin(y) + (lambda: x.sum())()
 """, "T(3,), T(3,)"),
+    Case("generator_expressions", """
+def fn(xs):
+    return sum(t * 2 for t in xs) + max(t.shape[0] for t in xs)
+""", "[T(2,), T(2,)]"),
     Case("comprehensions", """
 def fn(xs):
     doubled = [x * 2 for x in xs]

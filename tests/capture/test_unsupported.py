@@ -67,10 +67,6 @@ def fn(x, strict=True):
         raise ValueError("strict mode")
     return y
 """, "T(3,)", r"raise statement reached: raise ValueError\('strict mode'\)", 5, None),
-    Break("generator_expression", """
-def fn(xs):
-    return sum(t * 2 for t in xs)
-""", "[T(2,), T(2,)]", r"generator", 3, 1, 0),
     Break("global_assignment", """
 CALLS = 0
 def fn(x):
