@@ -73,7 +73,7 @@ def retain_grad(self):
 def __iter__(self):
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d tensor")
-    return iter([self[i] for i in range(self.shape[0])])
+    return iter(self.unbind(0))
 
 
 def __reversed__(self):
