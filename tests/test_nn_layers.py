@@ -711,3 +711,32 @@ def test_einsum_list_form_and_errors():
                                   np.full((2, 4), 3.0))
     with pytest.raises(RuntimeError, match=r"einsum\(\).*output subscript j appears more"):
         ember.einsum("ij->jj", a)
+
+
+def test_compiled_batch_norm_writes_running_stats_as_eager():
+    x = ember.randn(8, 3) * 2 + 1
+    ref = nn.BatchNorm1d(3)
+    ref(x)
+    ref(x)
+    ember.compiler.reset()
+    bn = nn.BatchNorm1d(3)
+    c = ember.compile(bn, backend="aot_eager")
+    c(x)
+    c(x)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_array_equal(getattr(bn, name).numpy(), getattr(ref, name).numpy())
+    # the op itself refuses to be traced with the update (a loud fallback, same numbers)
+    bn2 = nn.BatchNorm1d(3)
+
+    def f(x):
+        return ember.batch_norm(x, None, None, bn2.running_mean, bn2.running_var, True, 0.1,
+                                1e-5, False)
+    with pytest.warns(RuntimeWarning, match="running_mean and running_var"):
+        ember.compile(f, backend="aot_eager")(x)
+    ref2 = nn.BatchNorm1d(3)
+    ref2(x)
+    np.testing.assert_array_equal(bn2.running_mean.numpy(), ref2.running_mean.numpy())
+    # evaluation compiles into one graph
+    bn.eval()
+    np.testing.assert_allclose(ember.compile(bn, backend="aot_eager")(x).detach().numpy(),
+                               ref.eval()(x).detach().numpy(), rtol=1e-6)

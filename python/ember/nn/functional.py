@@ -10,8 +10,11 @@ multi-head attention forward).
 import math
 import warnings
 
+import numpy as np
+
 from .. import _C
 from .. import ops as _ops
+from ..compiler import disable, is_compiling
 
 Tensor = _C.Tensor
 
@@ -410,8 +413,19 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if size_prods == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
                              f"size {input.shape}")
+        if running_mean is not None and is_compiling():
+            return _batch_norm_update(input, running_mean, running_var, weight, bias, momentum,
+                                      eps)
     return _O().batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
                            eps, False)
+
+
+@disable
+def _batch_norm_update(input, running_mean, running_var, weight, bias, momentum, eps):
+    """The training step that writes running_mean/running_var in place: kept out of
+    compiled graphs (a graph break), which do not write back to their inputs yet."""
+    return _O().batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps,
+                           False)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -425,7 +439,6 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 
 def _eps_of(dtype):
-    import numpy as np
     return float(np.finfo(str(dtype).split(".")[-1]).eps)
 
 
@@ -453,7 +466,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 def _renorm_rows(weight, input, max_norm, norm_type):
     """PyTorch's embedding_renorm_: rows referenced by input whose norm exceeds max_norm
     are scaled down to it, in place."""
-    import numpy as np
     from ..autograd import no_grad
     w = weight.detach().numpy().astype(np.float64)
     rows = np.unique(input.detach().numpy().reshape(-1))
@@ -547,11 +559,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                          for i in range(3))
     else:
         b_q = b_k = b_v = None
-    if not use_separate_proj_weight and query is key and key is value:
-        qkv = linear(query, in_proj_weight, in_proj_bias)
-        q, k, v = (qkv.slice(-1, i * embed_dim, (i + 1) * embed_dim) for i in range(3))
-    else:
-        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+    q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
     if attn_mask is not None:
         if attn_mask.ndim == 2:
             if tuple(attn_mask.shape) != (tgt_len, src_len):

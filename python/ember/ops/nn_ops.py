@@ -1214,8 +1214,17 @@ _decomposed("_native_batch_norm_legit_functional(Tensor input, Tensor? weight, T
             "momentum and the unbiased variance), running statistics in evaluation.")
 
 
+class MutationNotCompiled(RuntimeError):
+    """A traced graph would drop an in-place write to one of its inputs."""
+
+
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
                 cudnn_enabled):
+    if training and running_mean is not None and _C._get_mode()[0] == _C.MODE_TRACE:
+        # graphs do not write back to their inputs yet: refuse rather than drop the update
+        # (nn.functional.batch_norm and the BatchNorm layers run this step eagerly)
+        raise MutationNotCompiled("batch_norm(): the in-place update of running_mean and "
+                                  "running_var cannot be traced into a graph yet")
     out, _, _, new_mean, new_var = O._native_batch_norm_legit_functional(
         input, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None:

@@ -1,11 +1,17 @@
 """Normalisation layers: LayerNorm, GroupNorm, RMSNorm, and the batch norms
-(BatchNorm1d/2d, whose running statistics are buffers updated in place in training)."""
+(BatchNorm1d/2d, whose running statistics are buffers updated in place in training).
+
+A training step of a batch norm that tracks running statistics writes its buffers in
+place. Compiled graphs do not carry writes to their inputs back yet, so that step always
+runs eagerly (ember.compiler.disable: a graph break under ember.compile), which keeps the
+buffers exactly as eager updates them; evaluation and untracked batch norms compile."""
 import numbers
 
 from ... import empty, ones, tensor, zeros
 from ... import int64 as _int64
 from .. import functional as F
 from .. import init
+from ...compiler import disable
 from ..parameter import Parameter
 from .module import Module
 
@@ -153,23 +159,31 @@ class _BatchNorm(Module):
 
     def forward(self, input):
         self._check_input_dim(input)
-        factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            from ...autograd import no_grad
-            with no_grad():
-                self.num_batches_tracked.add_(1)
-            if self.momentum is None:        # cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked.item())
+            return _training_step(self, input)
         bn_training = self.training or (self.running_mean is None and
                                         self.running_var is None)
         use_stats = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if use_stats else None,
                             self.running_var if use_stats else None, self.weight, self.bias,
-                            bn_training, factor, self.eps)
+                            bn_training, 0.0 if self.momentum is None else self.momentum,
+                            self.eps)
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+@disable
+def _training_step(bn, input):
+    """Batch statistics, with num_batches_tracked and the running statistics updated in
+    place (momentum None: a cumulative average), as PyTorch's training step."""
+    bn.num_batches_tracked.add_(1)
+    factor = bn.momentum
+    if factor is None:
+        factor = 1.0 / float(bn.num_batches_tracked.item())
+    return F.batch_norm(input, bn.running_mean, bn.running_var, bn.weight, bn.bias, True,
+                        factor, bn.eps)
 
 
 class BatchNorm1d(_BatchNorm):

@@ -6,6 +6,7 @@ The input-to-hidden products of all time steps are one linear call per layer; th
 recurrence runs step by step with ops, so autograd and capture follow it.
 """
 import math
+import warnings
 
 from ... import empty, zeros
 from .. import functional as F
@@ -35,7 +36,6 @@ class RNNBase(Module):
         if proj_size:
             raise NotImplementedError("LSTM proj_size is not supported")
         if dropout > 0 and num_layers == 1:
-            import warnings
             warnings.warn(f"dropout option adds dropout after all but last recurrent layer, so "
                           f"non-zero dropout expects num_layers greater than 1, but got "
                           f"dropout={dropout} and num_layers={num_layers}", stacklevel=2)

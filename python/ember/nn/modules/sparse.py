@@ -1,5 +1,6 @@
 """Embedding: a lookup table of num_embeddings vectors (the embedding op)."""
 from ... import empty
+from ...autograd import no_grad
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
@@ -48,7 +49,6 @@ class Embedding(Module):
 
     def _fill_padding_idx_with_zero(self):
         if self.padding_idx is not None:
-            from ...autograd import no_grad
             with no_grad():
                 self.weight[self.padding_idx].fill_(0)
 

@@ -9,10 +9,11 @@ for).
 import copy
 import math
 
-from ... import empty, full, zeros
+from ... import arange, empty, full, where, zeros
 from ... import float32 as _float32
 from .. import functional as F
 from .. import init
+from ...compiler import is_compiling
 from ..parameter import Parameter
 from .container import ModuleList
 from .dropout import Dropout
@@ -98,14 +99,8 @@ class MultiheadAttention(Module):
                 attn_mask=None, average_attn_weights=True, is_causal=False):
         is_batched = query.ndim == 3
         if self.batch_first and is_batched:
-            if key is value:
-                if query is key:
-                    query = key = value = query.transpose(1, 0)
-                else:
-                    query, key = query.transpose(1, 0), key.transpose(1, 0)
-                    value = key
-            else:
-                query, key, value = (x.transpose(1, 0) for x in (query, key, value))
+            query, key, value = query.transpose(1, 0), key.transpose(1, 0), \
+                value.transpose(1, 0)
         kw = {}
         if not self._qkv_same_embed_dim:
             kw = dict(use_separate_proj_weight=True, q_proj_weight=self.q_proj_weight,
@@ -138,7 +133,6 @@ def _get_clones(module, n):
 
 def _generate_square_subsequent_mask(sz, dtype=None):
     """(sz, sz) float mask: 0 on and below the diagonal, -inf above."""
-    from ... import arange, where
     i = arange(sz)
     return where(i.unsqueeze(0) > i.unsqueeze(1), full((sz, sz), -math.inf,
                                                        dtype=dtype or _float32),
@@ -149,12 +143,12 @@ def _detect_is_causal_mask(mask, is_causal=None, size=None):
     """is_causal, or (when it is None) whether mask is exactly the square causal mask
     (PyTorch's _detect_is_causal_mask: such a mask is then applied as is_causal)."""
     make_causal = is_causal is True
-    if is_causal is None and mask is not None and not mask.is_meta:
+    if is_causal is None and mask is not None and mask.dtype.is_floating_point and \
+            not is_compiling():
         sz = size if size is not None else mask.shape[-2]
         if tuple(mask.shape[-2:]) == (sz, sz):
             causal = _generate_square_subsequent_mask(sz, dtype=mask.dtype)
-            make_causal = bool((mask.detach() == causal).all().item()) if \
-                mask.dtype is causal.dtype else False
+            make_causal = bool((mask.detach() == causal).all().item())
     return make_causal
 
 
