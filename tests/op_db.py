@@ -3052,13 +3052,21 @@ def _scatter_reduce_samples(dtype, rng):
         for include_self in (True, False):
             if dtype == "bool" and reduce in ("sum", "prod", "mean"):
                 continue
-            grad = reduce != "prod"
+            grad = True
             out.append(Sample((x(3, 4), 0, _randidx(rng, (5, 4), 3), x(5, 4), reduce),
                               {"include_self": include_self},
                               desc=f"{reduce} include_self={include_self}", grad=grad))
             out.append(Sample((x(3, 4), 1, _perm_index(rng, (3, 2), 1, 4), x(3, 3), reduce),
                               {"include_self": include_self},
                               desc=f"{reduce} {include_self} distinct", grad=grad))
+        if reduce == "prod" and dtype in FLOATS:
+            a, s_ = x(3, 4), x(4, 4)
+            a.numpy()[0, 1] = 0           # a zero in self, one in src, two at one target
+            s_.numpy()[1, 1] = s_.numpy()[2, 2] = s_.numpy()[3, 2] = 0
+            idx = ember.from_numpy(np.array([[0, 0, 1, 2]] * 4, dtype=np.int64))
+            for include_self in (True, False):
+                out.append(Sample((a, 0, idx, s_, "prod"), {"include_self": include_self},
+                                  desc=f"prod with zeros {include_self}"))
     return out
 
 

@@ -395,8 +395,26 @@ def _scatter_reduce_backward(g, out, self, dim, index, src, reduce, include_self
         gc = g / O.where(count == 0, 1, count)
         return (O.where(hit_self, gc, 0), None, None,
                 _to_src_shape(O.where(hit_src, gc.gather(dim, index), 0), src), None, None)
-    raise NotImplementedError("scatter_reduce(): the gradient of reduce='prod' is not "
-                              "implemented")
+    # prod, exact with zeros: a contributor's gradient is the product of the others,
+    # i.e. P/x with no zero at the target, P (the product of the non-zero ones) for the
+    # only zero, and 0 when another contributor is zero
+    srcs = _slice_src(src, index)
+    zs, zx = srcs == 0, self == 0
+    count = (zx.to(g.dtype) if include_self else O.zeros(self.shape, dtype=g.dtype)) \
+        .scatter_add(dim, index, zs.to(g.dtype))
+    base = O.where(zx, 1, self) if include_self else O.ones(self.shape, dtype=self.dtype)
+    pnz = base.scatter_reduce(dim, index, O.where(zs, 1, srcs), "prod")
+
+    def grad_of(x, zero, gx, cx, px):
+        return O.where(zero, O.where(cx == 1, gx * px, 0),
+                       O.where(cx == 0, gx * px / O.where(zero, 1, x), 0))
+    if include_self:
+        gs = grad_of(self, zx, g, count, pnz)
+    else:
+        gs = O.where(_touched(self, dim, index), 0, g)
+    gsrc = grad_of(srcs, zs, g.gather(dim, index), count.gather(dim, index),
+                   pnz.gather(dim, index))
+    return (gs, None, None, _to_src_shape(gsrc, src), None, None)
 
 
 def _to_src_shape(g, src):
