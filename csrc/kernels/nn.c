@@ -9,10 +9,14 @@
  * "linear": input @ weight^T + bias straight through NumPy's matmul (the hot path of
  * every Linear layer), with the decomposition's checks and result.
  *
- * "embedding": the rows of the weight picked by the indices (NumPy's take), where the
- * decomposition multiplies by a one-hot matrix.
+ * "embedding": the rows of the weight picked by the indices (NumPy's take).
+ *
+ * "layer_norm", "cross_entropy_loss": their common cases (float32/float64 rows; unweighted
+ * (N, C) logits with class indices) in one C pass, statistics in double; the other cases
+ * take the decomposition.
  */
 #include "ember.h"
+#include <math.h>
 
 static PyObject *str_decompose;
 
@@ -131,9 +135,226 @@ k_embedding(em_Op *op, PyObject **args)
     return out;
 }
 
+/* ------------------------------------------------------------------ layer_norm */
+
+#define LAYER_NORM(T)                                                                    \
+static void                                                                              \
+layer_norm_##T(const T *x, const T *w, const T *b, T *y, Py_ssize_t rows, Py_ssize_t n,  \
+               double eps)                                                               \
+{                                                                                        \
+    for (Py_ssize_t r = 0; r < rows; r++) {                                              \
+        const T *xr = x + r * n;                                                         \
+        T *yr = y + r * n;                                                               \
+        double mean = 0, var = 0;                                                        \
+        for (Py_ssize_t i = 0; i < n; i++)                                               \
+            mean += xr[i];                                                               \
+        mean /= (double)n;                                                               \
+        for (Py_ssize_t i = 0; i < n; i++) {                                             \
+            double d = xr[i] - mean;                                                     \
+            var += d * d;                                                                \
+        }                                                                                \
+        double rstd = 1.0 / sqrt(var / (double)n + eps);                                 \
+        for (Py_ssize_t i = 0; i < n; i++) {                                             \
+            double v = (xr[i] - mean) * rstd;                                            \
+            if (w != NULL)                                                               \
+                v *= w[i];                                                               \
+            if (b != NULL)                                                               \
+                v += b[i];                                                               \
+            yr[i] = (T)v;                                                                \
+        }                                                                                \
+    }                                                                                    \
+}
+
+LAYER_NORM(float)
+LAYER_NORM(double)
+
+/* A C-contiguous, aligned array of t (new reference), or NULL with no error when t is
+ * None. */
+static PyArrayObject *
+dense_array(PyObject *t)
+{
+    if (t == Py_None)
+        return NULL;
+    return (PyArrayObject *)PyArray_FromAny((PyObject *)((em_Tensor *)t)->array, NULL, 0, 0,
+                                            NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+}
+
+/* layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): float32/float64
+ * inputs whose weight and bias (if any) share their dtype and have the normalized shape;
+ * everything else (errors, meta, float16) takes the decomposition. */
+static PyObject *
+k_layer_norm(em_Op *op, PyObject **args)
+{
+    em_Tensor *x = (em_Tensor *)args[0];
+    PyObject *shape = args[1], *wo = args[2], *bo = args[3];
+    Py_ssize_t k = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
+    bool fast = em_tls.mode != EM_MODE_META && !em_is_meta(x) && k > 0 && k <= x->ndim &&
+                (x->dtype == EM_FLOAT32 || x->dtype == EM_FLOAT64) && x->numel > 0;
+    Py_ssize_t n = 1;
+    for (Py_ssize_t i = 0; fast && i < k; i++) {
+        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        fast = d == x->sizes[x->ndim - k + i];
+        n *= d;
+    }
+    PyErr_Clear();
+    PyObject *wb[2] = {wo, bo};
+    for (int j = 0; fast && j < 2; j++) {
+        if (wb[j] == Py_None)
+            continue;
+        em_Tensor *t = (em_Tensor *)wb[j];
+        fast = !em_is_meta(t) && t->dtype == x->dtype && t->ndim == k &&
+               memcmp(t->sizes, x->sizes + x->ndim - k, sizeof(Py_ssize_t) * k) == 0;
+    }
+    if (!fast)
+        return k_decomposed(op, args);
+    double eps = PyFloat_AsDouble(args[4]);
+    if (eps == -1.0 && PyErr_Occurred())
+        return NULL;
+    em_Geom g = {.ndim = x->ndim, .dtype = x->dtype};
+    memcpy(g.sizes, x->sizes, sizeof(Py_ssize_t) * x->ndim);
+    em_contiguous_strides(&g);
+    em_Tensor *out = em_tensor_empty(&g, false);
+    PyArrayObject *xa = NULL, *wa = NULL, *ba = NULL;
+    if (out == NULL || (xa = dense_array(args[0])) == NULL ||
+        (wo != Py_None && (wa = dense_array(wo)) == NULL) ||
+        (bo != Py_None && (ba = dense_array(bo)) == NULL)) {
+        Py_XDECREF(out);
+        Py_XDECREF(xa);
+        Py_XDECREF(wa);
+        return NULL;
+    }
+    Py_ssize_t rows = x->numel / n;
+    void *xd = PyArray_DATA(xa), *yd = PyArray_DATA(out->array);
+    void *wd = wa ? PyArray_DATA(wa) : NULL, *bd = ba ? PyArray_DATA(ba) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (x->dtype == EM_FLOAT32)
+        layer_norm_float(xd, wd, bd, yd, rows, n, eps);
+    else
+        layer_norm_double(xd, wd, bd, yd, rows, n, eps);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    Py_XDECREF(wa);
+    Py_XDECREF(ba);
+    return (PyObject *)out;
+}
+
+/* ------------------------------------------------------------------ cross_entropy_loss */
+
+/* Per-sample losses of (N, C) logits x against class indices t:
+ *   (1 - s) (lse - x[t]) + s / C (C lse - sum x), 0 where t == ignore. */
+#define CROSS_ENTROPY(T)                                                                 \
+static Py_ssize_t                                                                        \
+cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_ssize_t C,\
+                  int64_t ignore, double smoothing, Py_ssize_t *valid)                  \
+{                                                                                        \
+    *valid = 0;                                                                          \
+    for (Py_ssize_t r = 0; r < N; r++) {                                                 \
+        int64_t c = t[r];                                                                \
+        if (c == ignore) {                                                               \
+            loss[r] = 0;                                                                 \
+            continue;                                                                    \
+        }                                                                                \
+        if (c < 0 || c >= C)                                                             \
+            return r;                                                                    \
+        const T *xr = x + r * C;                                                         \
+        double m = xr[0], sum = 0, total = 0;                                            \
+        for (Py_ssize_t i = 1; i < C; i++)                                               \
+            if (xr[i] > m || xr[i] != xr[i])                                             \
+                m = xr[i];                                                               \
+        for (Py_ssize_t i = 0; i < C; i++) {                                             \
+            sum += exp(xr[i] - m);                                                       \
+            total += xr[i];                                                              \
+        }                                                                                \
+        double lse = m + log(sum);                                                       \
+        loss[r] = (1 - smoothing) * (lse - xr[c]);                                       \
+        if (smoothing > 0)                                                               \
+            loss[r] += smoothing / (double)C * ((double)C * lse - total);                \
+        (*valid)++;                                                                      \
+    }                                                                                    \
+    return -1;                                                                           \
+}
+
+CROSS_ENTROPY(float)
+CROSS_ENTROPY(double)
+
+/* cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing) for
+ * unweighted (N, C) float32/float64 logits and int64 class indices; anything else
+ * (probabilities, spatial or unbatched inputs, weights, errors, meta) takes the
+ * decomposition. */
+static PyObject *
+k_cross_entropy(em_Op *op, PyObject **args)
+{
+    em_Tensor *x = (em_Tensor *)args[0], *t = (em_Tensor *)args[1];
+    long reduction = PyLong_AsLong(args[3]);
+    long long ignore = PyLong_AsLongLong(args[4]);
+    double smoothing = PyFloat_AsDouble(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (em_tls.mode == EM_MODE_META || em_is_meta(x) || em_is_meta(t) || args[2] != Py_None ||
+        x->ndim != 2 || t->ndim != 1 || t->dtype != EM_INT64 ||
+        (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64) || t->sizes[0] != x->sizes[0] ||
+        x->sizes[1] == 0 || reduction < 0 || reduction > 2 || smoothing < 0 || smoothing > 1)
+        return k_decomposed(op, args);
+    Py_ssize_t N = x->sizes[0], C = x->sizes[1];
+    PyArrayObject *xa = dense_array(args[0]), *ta = xa ? dense_array(args[1]) : NULL;
+    if (ta == NULL) {
+        Py_XDECREF(xa);
+        return NULL;
+    }
+    double *loss = PyMem_Malloc(sizeof(double) * (N ? N : 1));
+    if (loss == NULL) {
+        Py_DECREF(xa);
+        Py_DECREF(ta);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t valid, bad;
+    const void *xd = PyArray_DATA(xa);
+    const int64_t *td = PyArray_DATA(ta);
+    Py_BEGIN_ALLOW_THREADS
+    bad = x->dtype == EM_FLOAT32
+              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid)
+              : cross_entropy_double(xd, td, loss, N, C, ignore, smoothing, &valid);
+    Py_END_ALLOW_THREADS
+    em_Tensor *out = NULL;
+    if (bad >= 0) {
+        PyErr_Format(PyExc_IndexError, "Target %lld is out of bounds.", (long long)td[bad]);
+        goto done;
+    }
+    em_Geom g = {.ndim = reduction == 0 ? 1 : 0, .dtype = x->dtype, .sizes = {N}};
+    em_contiguous_strides(&g);
+    if ((out = em_tensor_empty(&g, false)) == NULL)
+        goto done;
+    if (reduction == 0) {
+        for (Py_ssize_t r = 0; r < N; r++) {
+            if (x->dtype == EM_FLOAT32)
+                ((float *)PyArray_DATA(out->array))[r] = (float)loss[r];
+            else
+                ((double *)PyArray_DATA(out->array))[r] = loss[r];
+        }
+    }
+    else {
+        double s = 0;
+        for (Py_ssize_t r = 0; r < N; r++)
+            s += loss[r];
+        if (reduction == 1)
+            s = valid ? s / (double)valid : NAN;
+        if (x->dtype == EM_FLOAT32)
+            *(float *)PyArray_DATA(out->array) = (float)s;
+        else
+            *(double *)PyArray_DATA(out->array) = s;
+    }
+done:
+    PyMem_Free(loss);
+    Py_DECREF(xa);
+    Py_DECREF(ta);
+    return (PyObject *)out;
+}
+
 const em_KernelEntry em_nn_kernels[] = {
     {"decomposed", k_decomposed},
     {"linear", k_linear},
     {"embedding", k_embedding},
+    {"layer_norm", k_layer_norm},
+    {"cross_entropy_loss", k_cross_entropy},
     {NULL, NULL},
 };

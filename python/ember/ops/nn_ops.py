@@ -61,10 +61,11 @@ def _float_or_raise(kernel, *ts):
             raise _not_implemented(kernel, t.dtype)
 
 
-def _decomposed(schema, decompose, backward, doc, **kw):
-    """An op whose eager kernel runs its decomposition."""
+def _decomposed(schema, decompose, backward, doc, kernel="decomposed", **kw):
+    """An op whose eager kernel runs its decomposition (or a C kernel for its common cases
+    that falls back to the decomposition)."""
     kw.setdefault("method", False)
-    return op(schema, CUSTOM, "decomposed", meta=run_decomposition, decompose=decompose,
+    return op(schema, CUSTOM, kernel, meta=run_decomposition, decompose=decompose,
               backward=backward, doc=doc, **kw)
 
 
@@ -1016,7 +1017,7 @@ _decomposed("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=Non
             "Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor",
             _layer_norm_decompose, _layer_norm_backward,
             "Normalises over the trailing normalized_shape dims (biased variance), then "
-            "weight and bias.")
+            "weight and bias.", kernel="layer_norm")
 
 
 def _group_norm_check(input, num_groups, weight, bias):
@@ -1985,4 +1986,5 @@ _decomposed("cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None,
             "int reduction=1, SymInt ignore_index=-100, float label_smoothing=0.) -> Tensor",
             _ce_decompose, _ce_backward,
             "log_softmax over the class dim, then nll (class indices, ignore_index, weight) or "
-            "-sum(target * logp) (class probabilities); label smoothing as PyTorch.")
+            "-sum(target * logp) (class probabilities); label smoothing as PyTorch.",
+            kernel="cross_entropy_loss")
