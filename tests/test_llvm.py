@@ -259,3 +259,105 @@ def test_lowering_errors_for_unsupported_dtypes():
     joint = trace_joint(lambda x: x * 2, [ember.ones(3, dtype=ember.float16)])
     with pytest.raises(LoweringError):
         CompiledLLVMGraph(decompose(joint.graph), "half")
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def _kernels_of(fn, *args):
+    joint = trace_joint(fn, [a.detach() for a in args])
+    g = CompiledLLVMGraph(decompose(joint.graph), "layout")
+    for k in g.lowered.kernels:
+        verify(k)
+    return g
+
+
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64, ember.int32, ember.int64])
+@pytest.mark.parametrize("op", ["sum", "amax"])
+def test_reductions_along_outer_dims_accumulate_in_order(dtype, op):
+    """A column reduction (the reduced dim outer in memory) loops the reduced dim outside
+    and folds contiguous rows into the output instead of striding down each column; it
+    agrees with eager, including NaN propagation of amax and integer extremes."""
+    g = np.random.default_rng(3)
+    base = g.standard_normal((37, 3, 21)) * 50
+    if dtype.is_floating_point:
+        base[5, 1, 4] = np.nan
+    x = ember.tensor(base, dtype=dtype)
+    if not dtype.is_floating_point:
+        x = x - 1000             # amax of all-negative columns checks the identity
+    fn = (lambda t: getattr(t, op)(0)) if op == "amax" else (lambda t: t.sum(0))
+    lowered = _kernels_of(fn, x).lowered
+    assert any(s.op == "accumulate" for k in lowered.kernels for s in k.stmts), \
+        str(lowered)
+    got = ember.compile(fn, fullgraph=True)(x)
+    want = fn(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape,dims,keepdim", [
+    ((64, 33), 0, False), ((64, 33), 0, True), ((5, 6, 7), (0, 1), False),
+    ((5, 6, 7), 1, True), ((0, 9), 0, False), ((9, 1), 0, False), ((4, 0, 3), 0, False)])
+def test_outer_reductions_shapes(shape, dims, keepdim):
+    x = ember.randn(*shape)
+    fn = lambda t: (t * 2 + 1).sum(dims, keepdim=keepdim)       # noqa: E731
+    got = ember.compile(fn, fullgraph=True)(x)
+    want = fn(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_accumulating_kernels_are_not_split_across_threads():
+    x = ember.randn(4096, 64)
+    old = ember.get_num_threads()
+    try:
+        ember.set_num_threads(2)
+        g = _kernels_of(lambda t: t.sum(0), x)
+        steps = [s for s in g.lowered.steps if s[0] == "kernel"]
+        acc = [s for s in steps if any(st.op == "accumulate"
+                                       for st in g.lowered.kernels[s[1]].stmts)]
+        assert acc and not any(s[4] for s in acc)
+        np.testing.assert_allclose(g(x)[0].numpy(), x.numpy().sum(0), rtol=1e-4,
+                                   atol=1e-4)
+    finally:
+        ember.set_num_threads(old)
+
+
+def test_transposed_matmul_operand_is_computed_row_major():
+    """relu(x).t() @ y: the pointwise kernel writes relu(x) in its own (row-major)
+    layout and BLAS reads it transposed, rather than the kernel gathering columns."""
+    x, y = ember.randn(32, 16), ember.randn(32, 8)
+    fn = lambda a, b: a.relu().t() @ b        # noqa: E731
+    g = _kernels_of(fn, x, y)
+    (k,) = [k for k in g.lowered.kernels]
+    store = next(s for s in k.stmts if s.op == "store")
+    assert store.index.coeffs == (16, 1), str(g.lowered)
+    np.testing.assert_allclose(g(x, y)[0].numpy(), fn(x, y).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_verifier_checks_accumulate():
+    f32 = ember.float32
+    k = Kernel("acc", (4, 2), 0, [Param(("in", 0), f32, 8), Param(("buf", 0), f32, 2)],
+               [Stmt("load", 0, f32, param=0, index=Affine((2, 1), 0)),
+                Stmt("accumulate", None, None, (0,), param=1, index=Affine((0, 1), 0),
+                     value="sum")])
+    assert "accumulate sum p1[i1] += %0" in str(verify(k))
+    k.stmts[1].value = "mean"
+    with pytest.raises(LoopIRError, match="unknown reduction"):
+        verify(k)
+
+
+def test_set_num_threads_governs_kernels_and_blas():
+    from ember import _sysinfo
+    old = ember.get_num_threads()
+    try:
+        with pytest.raises(ValueError, match="positive"):
+            ember.set_num_threads(0)
+        ember.set_num_threads(1)
+        assert ember.get_num_threads() == 1
+        if _C._blas_info() is not None and _sysinfo.blas()["threads"] is not None:
+            assert _sysinfo.blas()["threads"] == 1
+            ember.set_num_threads(2)
+            assert _sysinfo.blas()["threads"] == 2
+    finally:
+        ember.set_num_threads(old)

@@ -25,6 +25,9 @@
  *                                             sum/max/min/prod over the reduced dims
  *                                             (their coeffs are 0), kept in a register
  *                                             and stored once per outer point
+ *     ("accumulate", param, op, coeffs, offset, src)
+ *                                             buffer[index] = op(buffer[index], src) in
+ *                                             memory (a reduction along outer dims)
  *
  * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser
  * (run by jit.c at O2) turns the innermost one into vector code of the host's width.
@@ -407,6 +410,35 @@ emit_body(cg_t *g)
             return -1;
         Py_ssize_t n = PyTuple_GET_SIZE(ins);
         long dst = -1, a0 = 0, a1 = 0, a2 = 0;
+        if (strcmp(op, "accumulate") == 0) {
+            long param, src;
+            if (n != 6 || int_item(ins, 1, &param) < 0 || int_item(ins, 5, &src) < 0)
+                return -1;
+            if (get_reg(g, src) == NULL)
+                return -1;
+            if (param < 0 || param >= g->nparams) {
+                PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %ld", param);
+                return -1;
+            }
+            em_dtype_t t = g->ptype[param];
+            const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
+            if (rop == NULL || t == EM_BOOL) {
+                PyErr_SetString(PyExc_ValueError, "ember JIT: bad accumulate instruction");
+                return -1;
+            }
+            LLVMValueRef v = convert(g, g->reg[src], g->rtype[src], t);
+            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 3), PyTuple_GET_ITEM(ins, 4));
+            if (addr == NULL)
+                return -1;
+            unsigned align = (unsigned)em_dtypes[t]->itemsize;
+            LLVMValueRef cur = LLVMBuildLoad2(g->B, mem_type(g, t), addr, "");
+            LLVMSetAlignment(cur, align);
+            LLVMValueRef nv = combine(g, rop, t, cur, v);
+            if (nv == NULL)
+                return -1;
+            LLVMSetAlignment(LLVMBuildStore(g->B, nv, addr), align);
+            continue;
+        }
         if (strcmp(op, "store") == 0 || strcmp(op, "reduce") == 0) {
             long param;
             if (int_item(ins, 1, &param) < 0)

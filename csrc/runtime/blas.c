@@ -25,6 +25,21 @@ typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, 
 static void *sgemm, *dgemm;
 static bool ilp64;
 static PyObject *blas_name;
+/* openblas_set_num_threads of that library, and the count ember.set_num_threads asked
+ * for (0: never asked, leave the library's own setting) */
+static void (*blas_set_threads)(int);
+static int blas_threads;
+
+/* ember.set_num_threads(n) also sets the threads of the BLAS that matrix products run
+ * on (NumPy's, shared by eager and compiled products), as torch.set_num_threads does
+ * for PyTorch's. */
+void
+em_blas_set_threads(int n)
+{
+    blas_threads = n;
+    if (blas_set_threads != NULL)
+        blas_set_threads(n);
+}
 
 static PyObject *
 set_blas(PyObject *self, PyObject *path)
@@ -38,13 +53,14 @@ set_blas(PyObject *self, PyObject *path)
     if (h == NULL)
         Py_RETURN_FALSE;
     static const struct {
-        const char *s, *d;
+        const char *s, *d, *threads;
         bool ilp64;
     } names[] = {
-        {"scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", true},
-        {"cblas_sgemm64_", "cblas_dgemm64_", true},
-        {"scipy_cblas_sgemm", "scipy_cblas_dgemm", false},
-        {"cblas_sgemm", "cblas_dgemm", false},
+        {"scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "scipy_openblas_set_num_threads64_",
+         true},
+        {"cblas_sgemm64_", "cblas_dgemm64_", "openblas_set_num_threads64_", true},
+        {"scipy_cblas_sgemm", "scipy_cblas_dgemm", "scipy_openblas_set_num_threads", false},
+        {"cblas_sgemm", "cblas_dgemm", "openblas_set_num_threads", false},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *s = dlsym(h, names[i].s), *d = dlsym(h, names[i].d);
@@ -52,6 +68,9 @@ set_blas(PyObject *self, PyObject *path)
             sgemm = s;
             dgemm = d;
             ilp64 = names[i].ilp64;
+            *(void **)&blas_set_threads = dlsym(h, names[i].threads);
+            if (blas_set_threads != NULL && blas_threads > 0)
+                blas_set_threads(blas_threads);
             Py_XSETREF(blas_name, PyUnicode_FromString(names[i].s));
             Py_RETURN_TRUE;
         }

@@ -108,6 +108,8 @@ start_workers(int want)
     return pool.started + 1;
 }
 
+void em_blas_set_threads(int n);
+
 int
 em_num_threads(void)
 {
@@ -156,6 +158,7 @@ set_num_threads(PyObject *self, PyObject *arg)
         return NULL;
     }
     pool.nthreads = n > MAX_THREADS ? MAX_THREADS : (int)n;
+    em_blas_set_threads(pool.nthreads);
     Py_RETURN_NONE;
 }
 
@@ -167,7 +170,8 @@ get_num_threads(PyObject *self, PyObject *noargs)
 
 static PyMethodDef pool_methods[] = {
     {"set_num_threads", set_num_threads, METH_O,
-     "set_num_threads(n): threads compiled kernels use (the caller included)."},
+     "set_num_threads(n): threads compiled kernels and BLAS products use (the caller "
+     "included)."},
     {"get_num_threads", get_num_threads, METH_NOARGS, NULL},
     {NULL},
 };

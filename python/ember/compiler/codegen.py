@@ -11,8 +11,8 @@ def kernel_spec(k: Kernel):
             instrs.append(("load", s.dst, s.param, s.index.coeffs, s.index.offset))
         elif s.op == "store":
             instrs.append(("store", s.param, s.index.coeffs, s.index.offset, s.args[0]))
-        elif s.op == "reduce":
-            instrs.append(("reduce", s.param, s.value, s.index.coeffs, s.index.offset,
+        elif s.op in ("reduce", "accumulate"):
+            instrs.append((s.op, s.param, s.value, s.index.coeffs, s.index.offset,
                            s.args[0]))
         elif s.op == "const":
             instrs.append(("const", s.dst, s.dtype._code, s.value))

@@ -13,6 +13,15 @@ strided views (any coefficients) are read in place, never copied.
       store p1[3*i0 + i1] = %2
       reduce sum p2[i0] += %2
 
+A reduction whose reduced dims are outer in memory (a column sum of a row-major
+matrix) runs instead as `accumulate`: the reduced dims become the outer loops, the kept
+dims the inner, contiguous ones, and each point folds its value into the output in
+memory (which a kernel before it fills with the reduction's identity):
+
+    kernel k1 [128, 512] (p0: float32 in0, p1: float32 buf1)
+      %0 = load p0[512*i0 + i1]
+      accumulate sum p1[i1] += %0
+
 Every kernel prints as this text, and verify() checks it.
 """
 from __future__ import annotations
@@ -85,8 +94,8 @@ class Stmt:
             return f"{d}load p{self.param}[{self.index}]"
         if self.op == "store":
             return f"store p{self.param}[{self.index}] = {regs}"
-        if self.op == "reduce":
-            return f"reduce {self.value} p{self.param}[{self.index}] += {regs}"
+        if self.op in ("reduce", "accumulate"):
+            return f"{self.op} {self.value} p{self.param}[{self.index}] += {regs}"
         if self.op == "const":
             return f"{d}const {dt} {self.value!r}"
         if self.op == "iota":
@@ -144,6 +153,11 @@ def verify(kernel: Kernel):
                                       "dims")
                 if s.value not in REDUCE_OPS:
                     raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
+            if s.op == "accumulate":
+                if s.value not in REDUCE_OPS:
+                    raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
+                if kernel.params[s.param].dtype is _C.bool:
+                    raise LoopIRError(f"{kernel.name}: accumulate into a bool buffer")
         if s.dst is not None:
             if s.dst in defined:
                 raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
+
 from .. import _C
 from ..ops import meta as M
 from .loop_ir import Affine, Kernel, Param, Stmt, verify
@@ -97,6 +99,9 @@ class PointwiseValue:
         self.node = node
         self.realized = None        # BufferValue once computed into a buffer
         self.must_realize = False
+        # (base, strides_fn) when this value is a permutation of another
+        # pointwise value: realizing it realizes the base in its own layout and views that
+        self.view_base = None
 
     def load(self, kb, index):
         if self.realized is not None:
@@ -109,6 +114,14 @@ class PointwiseValue:
 
 def load(value, kb, index):
     return value.load(kb, index)
+
+
+def _mark_realize(value):
+    """Asks for a value (or the base a view of it is made from) to be stored by the
+    first kernel that visits all of it."""
+    while value.view_base is not None and value.view_base[0].realized is None:
+        value = value.view_base[0]
+    value.must_realize = True
 
 
 # ------------------------------------------------------------------ kernel building
@@ -273,7 +286,9 @@ class Lowering:
         self.out.kernels.append(k)
         split = k.nreduce < len(k.sizes)
         outer = k.sizes[0] if split else 1
-        parallel = split and outer > 1 and math.prod(k.sizes) >= PARALLEL_MIN
+        # threads split dim 0; accumulating along it would race
+        racy = any(st.op == "accumulate" and st.index.coeffs[0] == 0 for st in k.stmts)
+        parallel = split and outer > 1 and not racy and math.prod(k.sizes) >= PARALLEL_MIN
         self.out.steps.append(("kernel", idx, tuple(p.ref for p in k.params), outer,
                                parallel))
 
@@ -281,6 +296,12 @@ class Lowering:
         if isinstance(value, BufferValue):
             return value
         if value.realized is not None:
+            return value.realized
+        if value.view_base is not None:
+            base, strides_fn = value.view_base
+            b = self.realize(base)
+            sizes, strides, offset = strides_fn(b)
+            value.realized = BufferValue(b.ref, b.dtype, sizes, strides, offset, b.extent)
             return value.realized
         shape = value.shape
         kb = self.kernel(shape, 0, "pointwise")
@@ -332,7 +353,7 @@ class Lowering:
                 val = self.env[node]
                 if isinstance(val, PointwiseValue) and (node in must or (
                         users[node] > 1 and val.cost > INLINE_LIMIT)):
-                    val.must_realize = True
+                    _mark_realize(val)
             elif node.op == "output":
                 self.lower_output(node)
             else:
@@ -345,7 +366,7 @@ class Lowering:
             if o is not None:
                 v = self.env[o]
                 if isinstance(v, PointwiseValue):
-                    v.must_realize = True
+                    _mark_realize(v)
         for o in outs:
             if o is None:
                 self.out.outputs.append(None)
@@ -580,8 +601,11 @@ class Lowering:
 
     # -------------------------------------------------- views
 
-    def _view_of(self, value, shape, strides_fn, index_fn):
-        """A view: strided for buffers, an index transform for pointwise values."""
+    def _view_of(self, value, shape, strides_fn, index_fn, base_layout=False):
+        """A view: strided for buffers, an index transform for pointwise values.
+        base_layout: when the view has to become a buffer, compute its source in the
+        source's own layout and view that (a transposed operand of a matmul is computed
+        row by row and handed to BLAS transposed, not gathered column by column)."""
         if isinstance(value, PointwiseValue) and value.realized is not None:
             value = value.realized
         if isinstance(value, BufferValue):
@@ -591,7 +615,10 @@ class Lowering:
 
         def fn(kb, index):
             return src.load(kb, index_fn(index))
-        return PointwiseValue(shape, src.dtype, fn, src.cost, None)
+        view = PointwiseValue(shape, src.dtype, fn, src.cost, None)
+        if base_layout:
+            view.view_base = (src, strides_fn)
+        return view
 
     def op_permute(self, node, val, a, dims):
         nd = len(dims)
@@ -603,7 +630,7 @@ class Lowering:
             a, tuple(val.shape),
             lambda b: (tuple(b.shape[d] for d in dims), tuple(b.strides[d] for d in dims),
                        b.offset),
-            lambda index: [index[inv[k]] for k in range(nd)])
+            lambda index: [index[inv[k]] for k in range(nd)], base_layout=True)
 
     def op_expand(self, node, val, a, size, implicit=False):
         shape = tuple(val.shape)
@@ -674,13 +701,25 @@ class Lowering:
         mask = M.reduce_mask(dims if dims != () else None, nd) if nd else []
         kept = [d for d in range(nd) if not mask[d]]
         reduced = [d for d in range(nd) if mask[d]]
-        order = kept + reduced
-        sizes = tuple(a.shape[d] for d in order)
-        kb = self.kernel(sizes, len(reduced), "reduce")
+        out = self.new_buffer(val.dtype, tuple(val.shape))
+        if _outer_reduction(a, kept, reduced) and acc_dtype is not _C.bool:
+            # the reduced dims are outer in memory: fold rows into the output in place
+            # (contiguous, vectorised) instead of walking each column with a stride
+            order = reduced + kept
+            fill = self.kernel(tuple(val.shape), 0, "fill")
+            reg = fill.const(_identity(op, acc_dtype), acc_dtype)
+            fill.emit("store", param=fill.param(out),
+                      index=Affine(tuple(out.strides)), args=(reg,), dst=False)
+            self.add_kernel(fill)
+            kb = self.kernel(tuple(a.shape[d] for d in order), 0, "reduce")
+            stmt = "accumulate"
+        else:
+            order = kept + reduced
+            kb = self.kernel(tuple(a.shape[d] for d in order), len(reduced), "reduce")
+            stmt = "reduce"
         index = [None] * nd
         for pos, d in enumerate(order):
             index[d] = Affine(tuple(1 if k == pos else 0 for k in range(nd)))
-        out = self.new_buffer(val.dtype, tuple(val.shape))
         out_coeffs = [0] * nd
         out_dims = [d for d in range(nd) if keepdim or not mask[d]]
         for k, d in enumerate(out_dims):
@@ -688,7 +727,7 @@ class Lowering:
                 out_coeffs[order.index(d)] = out.strides[k]
         reg = a.load(kb, index) if nd else a.load(kb, [])
         reg = kb.cast(reg, a.dtype, acc_dtype)
-        kb.emit("reduce", param=kb.param(out), index=Affine(tuple(out_coeffs)), args=(reg,),
+        kb.emit(stmt, param=kb.param(out), index=Affine(tuple(out_coeffs)), args=(reg,),
                 value=op, dst=False)
         self.add_kernel(kb)
         return out
@@ -778,6 +817,46 @@ def _refinement(src, dst):
                                                   any(k in g for g in groups)]:
         return None
     return groups
+
+
+def _layout_strides(value):
+    """The strides a value is laid out with, or would be once computed: a buffer's own,
+    a permuted pointwise value's base's permuted, any other pointwise value's
+    contiguous."""
+    if isinstance(value, PointwiseValue):
+        if value.realized is not None:
+            return value.realized.strides
+        if value.view_base is not None:
+            base, strides_fn = value.view_base
+            fake = BufferValue(("in", -1), base.dtype, base.shape, _layout_strides(base), 0,
+                               1)
+            return strides_fn(fake)[1]
+        return contiguous_strides(value.shape)
+    return value.strides
+
+
+def _outer_reduction(a, kept, reduced):
+    """Whether a reduction's input is contiguous along a kept dim (the smallest stride
+    belongs to a kept dim), so that looping kept dims innermost reads it in order."""
+    if not kept or not reduced:
+        return False
+    strides = _layout_strides(a)
+    dims = [d for d in range(len(a.shape)) if a.shape[d] > 1 and strides[d] != 0]
+    if not dims or all(a.shape[d] <= 1 for d in reduced):
+        return False
+    inner = min(dims, key=lambda d: (abs(strides[d]), -d))
+    return inner in kept
+
+
+def _identity(op, dtype):
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    if dtype.is_floating_point:
+        return -math.inf if op == "max" else math.inf
+    info = np.iinfo(dtype.numpy_dtype)
+    return info.min if op == "max" else info.max
 
 
 def _iota(kb, affine, dtype):
