@@ -740,3 +740,21 @@ def test_compiled_batch_norm_writes_running_stats_as_eager():
     bn.eval()
     np.testing.assert_allclose(ember.compile(bn, backend="aot_eager")(x).detach().numpy(),
                                ref.eval()(x).detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv_padding_modes(torch, mode):
+    rng = rng_for("padding_mode", mode)
+    check_layer(torch, torch.nn.Conv2d(2, 3, 3, padding=(1, 2), padding_mode=mode),
+                nn.Conv2d(2, 3, 3, padding=(1, 2), padding_mode=mode), [randn(rng, 2, 2, 5, 6)])
+    check_layer(torch, torch.nn.Conv1d(2, 3, 4, padding="same", padding_mode=mode),
+                nn.Conv1d(2, 3, 4, padding="same", padding_mode=mode), [randn(rng, 2, 2, 7)])
+
+
+def test_interpolate_area(torch):
+    x = np.random.default_rng(3).standard_normal((2, 3, 7, 9)).astype(np.float32)
+    for kw in (dict(size=(3, 4)), dict(scale_factor=0.5)):
+        np.testing.assert_allclose(
+            F.interpolate(ember.from_numpy(x), mode="area", **kw).numpy(),
+            torch.nn.functional.interpolate(torch.from_numpy(x), mode="area", **kw).numpy(),
+            rtol=1e-5, atol=1e-6)

@@ -320,8 +320,9 @@ def adaptive_avg_pool1d(input, output_size):
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resizes (N, C, L) or (N, C, H, W) inputs: modes 'nearest', 'linear' (3-d) and
-    'bilinear' (4-d), with PyTorch's size/scale_factor/align_corners rules."""
+    """Resizes (N, C, L) or (N, C, H, W) inputs: modes 'nearest', 'linear' (3-d),
+    'bilinear' (4-d) and 'area' (adaptive average pooling), with PyTorch's
+    size/scale_factor/align_corners rules."""
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating "
@@ -361,6 +362,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         out, scales = (1,) + out, (None,) + scales
     if mode == "nearest":
         r = _O().upsample_nearest2d(input, list(out), scales[0], scales[1])
+    elif mode == "area":
+        r = _O().adaptive_avg_pool2d(input, list(out))
     elif (mode == "bilinear" and nsp == 2) or (mode == "linear" and nsp == 1):
         r = _O().upsample_bilinear2d(input, list(out), align_corners, scales[0], scales[1])
     elif mode in ("linear", "bilinear"):

@@ -35,9 +35,6 @@ class _ConvNd(Module):
         if padding_mode not in valid_modes:
             raise ValueError(f"padding_mode must be one of {valid_modes}, but got "
                              f"padding_mode='{padding_mode}'")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode='{padding_mode}' is not supported yet "
-                                      "(only 'zeros')")
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"Invalid padding string {padding!r}, should be one of "
@@ -54,6 +51,22 @@ class _ConvNd(Module):
         self.output_padding = output_padding
         self.groups = groups
         self.padding_mode = padding_mode
+        if transposed and padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        # F.pad's (left, right) pairs from the last dim back, for the non-zero modes
+        if isinstance(padding, str):
+            pads = []
+            if padding == "same":
+                for d, k in zip(dilation, kernel_size):
+                    total = d * (k - 1)
+                    pads = [total // 2, total - total // 2] + pads
+            else:
+                pads = [0, 0] * len(kernel_size)
+        else:
+            pads = []
+            for p in padding:
+                pads = [p, p] + pads
+        self._reversed_padding_repeated_twice = pads
         if transposed:
             shape = (in_channels, out_channels // groups) + tuple(kernel_size)
         else:
@@ -105,6 +118,10 @@ class Conv1d(_ConvNd):
                          padding_mode, device, dtype)
 
     def forward(self, input):
+        if self.padding_mode != "zeros":
+            return F.conv1d(F.pad(input, self._reversed_padding_repeated_twice,
+                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
+                            0, self.dilation, self.groups)
         return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
@@ -123,6 +140,10 @@ class Conv2d(_ConvNd):
                          padding_mode, device, dtype)
 
     def forward(self, input):
+        if self.padding_mode != "zeros":
+            return F.conv2d(F.pad(input, self._reversed_padding_repeated_twice,
+                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
+                            0, self.dilation, self.groups)
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
                         self.dilation, self.groups)
 
