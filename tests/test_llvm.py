@@ -361,3 +361,55 @@ def test_set_num_threads_governs_kernels_and_blas():
             assert _sysinfo.blas()["threads"] == 2
     finally:
         ember.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
+@pytest.mark.parametrize("e", [-4, -3.5, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 2.5, 3, 4,
+                               0.3, -2.7])
+def test_pow_by_constants_matches_eager_special_values(dtype, e):
+    """Half-integer and integer exponents become sqrt/mul/div (vectorised); results equal
+    eager's pow, signs of zeros and infinities included."""
+    base = np.concatenate([np.linspace(-3, 3, 61), [0.0, -0.0, np.inf, -np.inf, np.nan,
+                                                    1e-30, 1e30, 1e-20, 1e20]])
+    x = ember.tensor(base, dtype=dtype)
+    fn = lambda t: t ** e        # noqa: E731
+    g = _kernels_of(fn, x)
+    ops = {s.op for k in g.lowered.kernels for s in k.stmts}
+    assert ("pow" in ops) == (e in (0.3, -2.7)), ops
+    got, want = g(x)[0].numpy(), fn(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype is ember.float32 else 1e-13,
+                               atol=0, equal_nan=True)
+    nan = np.isnan(want)
+    assert (np.signbit(got) == np.signbit(want))[~nan].all()
+
+
+def test_value_reading_several_buffers_is_stored_once_for_its_users():
+    """A residual stream h = x + y feeding a norm and the next op is stored by the first
+    kernel that visits it; later kernels read h, not x and y again."""
+    x, y = ember.randn(16, 32), ember.randn(16, 32)
+
+    def fn(a, b):
+        h = a + b
+        n = (h - h.mean(-1, keepdim=True)) * 2
+        return n + h
+    g = _kernels_of(fn, x, y)
+    inputs_read = [sum(1 for p in k.params if p.ref[0] == "in") for k in g.lowered.kernels]
+    assert inputs_read[0] == 2 and all(n == 0 for n in inputs_read[1:]), str(g.lowered)
+    np.testing.assert_allclose(g(x, y)[0].numpy(), fn(x, y).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_step_profile():
+    x = ember.randn(64, 64)
+    g = _kernels_of(lambda t: (t @ t).relu().sum(0), x)
+    assert g.run.profile is False and g.run.step_seconds is None
+    assert "not profiling" in g.profile_report()
+    g.run.profile = True
+    for _ in range(3):
+        g(x)
+    secs = g.run.step_seconds
+    assert len(secs) == len(g.lowered.steps) and all(s >= 0 for s in secs)
+    assert sum(secs) > 0
+    report = g.profile_report()
+    assert "blas matmul [64, 64] @ [64, 64]" in report and "kernel" in report
+    g.run.profile = False
+    assert g.run.step_seconds is None

@@ -25,6 +25,8 @@
  */
 #include "ember.h"
 
+#include <time.h>
+
 typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
 
 void em_parallel_for(void (*fn)(void *, int64_t, int64_t), void *ctx, int64_t n);
@@ -52,7 +54,16 @@ typedef struct {
     kernel_fn *kernels;
     PyObject *matmul;        /* numpy.matmul */
     Py_ssize_t calls;
+    double *step_seconds;    /* per-step time summed over calls while profiling, or NULL */
 } CompiledGraph;
+
+static double
+now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -387,11 +398,14 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(steps); s++) {
         PyObject *step = PyTuple_GET_ITEM(steps, s);
         const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(step, 0));
+        double t0 = self->step_seconds != NULL ? now_seconds() : 0.0;
         int st = kind[0] == 'k' ? run_kernel(self, step, inputs, bufs)
                  : kind[0] == 'e' ? run_extern(self, step, inputs, bufs)
                                   : run_matmul(self, step, inputs, bufs);
         if (st < 0)
             goto done;
+        if (self->step_seconds != NULL)
+            self->step_seconds[s] += now_seconds() - t0;
     }
     Py_ssize_t nout = PyTuple_GET_SIZE(outs);
     result = PyTuple_New(nout);
@@ -424,6 +438,7 @@ graph_dealloc(CompiledGraph *self)
     Py_XDECREF(self->plan);
     Py_XDECREF(self->matmul);
     PyMem_Free(self->kernels);
+    PyMem_Free(self->step_seconds);
     PyObject_Free(self);
 }
 
@@ -449,6 +464,7 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(plan);
     self->plan = plan;
     self->calls = 0;
+    self->step_seconds = NULL;
     self->ninputs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 0));
     self->nbufs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1));
     self->nkernels = (int)PyTuple_GET_SIZE(addresses);
@@ -484,8 +500,55 @@ graph_get_plan(CompiledGraph *self, void *c)
     return self->plan;
 }
 
+/* profile: True times every step of each call (profile = True again resets the
+ * sums); step_seconds: the sums, one per step, or None when not profiling */
+static PyObject *
+graph_get_profile(CompiledGraph *self, void *c)
+{
+    return PyBool_FromLong(self->step_seconds != NULL);
+}
+
+static int
+graph_set_profile(CompiledGraph *self, PyObject *value, void *c)
+{
+    int on = value == NULL ? 0 : PyObject_IsTrue(value);
+    if (on < 0)
+        return -1;
+    PyMem_Free(self->step_seconds);
+    self->step_seconds = NULL;
+    if (on) {
+        Py_ssize_t n = PyTuple_GET_SIZE(PyTuple_GET_ITEM(self->plan, 2));
+        self->step_seconds = PyMem_Calloc(n + 1, sizeof(double));
+        if (self->step_seconds == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+graph_get_step_seconds(CompiledGraph *self, void *c)
+{
+    if (self->step_seconds == NULL)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(PyTuple_GET_ITEM(self->plan, 2));
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *v = PyFloat_FromDouble(self->step_seconds[i]);
+        if (v == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
 static PyGetSetDef graph_getset[] = {
     {"calls", (getter)graph_get_calls, NULL, NULL, NULL},
+    {"profile", (getter)graph_get_profile, (setter)graph_set_profile, NULL, NULL},
+    {"step_seconds", (getter)graph_get_step_seconds, NULL, NULL, NULL},
     {"plan", (getter)graph_get_plan, NULL, NULL, NULL},
     {NULL},
 };

@@ -56,6 +56,34 @@ class CompiledLLVMGraph:
     def __call__(self, *args):
         return self.run(*args)
 
+    def step_labels(self):
+        out = []
+        for st in self.lowered.steps:
+            if st[0] == "kernel":
+                k = self.lowered.kernels[st[1]]
+                red = f" reduce {k.nreduce}" if k.nreduce else ""
+                out.append(f"kernel {k.name} {list(k.sizes)}{red}")
+            elif st[0] == "matmul":
+                a, b = st[1], st[2]
+                out.append(f"blas matmul {list(a[1])} @ {list(b[1])}")
+            else:
+                out.append(f"extern {st[4]}")
+        return out
+
+    def profile_report(self, top=None):
+        """The steps by time spent in them since `self.run.profile = True`."""
+        secs = self.run.step_seconds
+        if secs is None:
+            return f"{self.name}: not profiling (set .run.profile = True)"
+        calls = max(self.run.calls, 1)
+        rows = sorted(zip(secs, self.step_labels()), reverse=True)[:top]
+        total = sum(secs)
+        lines = [f"===== {self.name}: {total / calls * 1e3:.3f} ms per call over "
+                 f"{len(secs)} steps ====="]
+        lines += [f"{t / calls * 1e6:10.1f} us {100 * t / max(total, 1e-12):5.1f}%  {label}"
+                  for t, label in rows]
+        return "\n".join(lines)
+
 
 def llvm_compiler(graph, name):
     """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot."""

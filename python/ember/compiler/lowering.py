@@ -91,12 +91,13 @@ def _span(sizes, strides, offset):
 class PointwiseValue:
     """fn(kb, index) -> register; `cost` counts the ops inlining it would repeat."""
 
-    def __init__(self, shape, dtype, fn, cost, node=None):
+    def __init__(self, shape, dtype, fn, cost, node=None, reads=frozenset()):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.fn = fn
         self.cost = cost
         self.node = node
+        self.reads = reads          # the buffers computing it loads
         self.realized = None        # BufferValue once computed into a buffer
         self.must_realize = False
         # (base, strides_fn) when this value is a permutation of another
@@ -114,6 +115,20 @@ class PointwiseValue:
 
 def load(value, kb, index):
     return value.load(kb, index)
+
+
+def _reads(operands, shape):
+    """The buffers read at full size (not broadcast) computing a value of `shape`."""
+    out = set()
+    n = math.prod(shape)
+    for o in operands:
+        if not _is_value(o) or math.prod(o.shape) != n:
+            continue
+        if isinstance(o, BufferValue):
+            out.add(o.ref)
+        elif isinstance(o, PointwiseValue):
+            out |= {o.realized.ref} if o.realized is not None else o.reads
+    return frozenset(out)
 
 
 def _mark_realize(value):
@@ -351,8 +366,12 @@ class Lowering:
             elif node.op == "call_function":
                 self.env[node] = self.lower_node(node)
                 val = self.env[node]
+                # a value several consumers use is stored (by the first kernel that
+                # visits all of it) when recomputing it would repeat many ops or read
+                # several buffers: a residual stream feeding a norm and the next block
                 if isinstance(val, PointwiseValue) and (node in must or (
-                        users[node] > 1 and val.cost > INLINE_LIMIT)):
+                        users[node] > 1 and (val.cost > INLINE_LIMIT or
+                                             len(val.reads) > 1))):
                     _mark_realize(val)
             elif node.op == "output":
                 self.lower_output(node)
@@ -456,7 +475,7 @@ class Lowering:
                     regs.append(kb.const(o, compute))
             return body(kb, regs)
 
-        return PointwiseValue(shape, dtype, fn, total, node)
+        return PointwiseValue(shape, dtype, fn, total, node, _reads(operands, shape))
 
     def _binary(self, node, val, a, b, op, compute=None):
         compute = compute or val.dtype
@@ -528,17 +547,39 @@ class Lowering:
         return self._binary(node, val, a, b, "xor")
 
     def op_pow(self, node, val, a, b):
-        if not _is_value(b) and isinstance(b, (int, float)) and _is_value(a) and \
-                float(b) in (1.0, 2.0, 3.0, 0.5) and val.dtype.is_floating_point:
+        # a constant exponent that is a multiple of 1/2 up to 4 in size becomes
+        # multiplications, a sqrt and a division (x ** -0.5 is layer norm's rsqrt), which
+        # vectorise; other exponents call libm's pow per element
+        if not _is_value(b) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+                and _is_value(a) and val.dtype.is_floating_point and \
+                float(2 * b).is_integer() and abs(b) <= 4:
             e = float(b)
 
             def body(kb, r, e=e):
+                dt = val.dtype
                 x = r[0]
-                if e == 0.5:
-                    return kb.emit("sqrt", val.dtype, (x,))
-                y = x
-                for _ in range(int(e) - 1):
-                    y = kb.emit("mul", val.dtype, (y, x))
+                if e == 0:
+                    return kb.const(1.0, dt)
+                one = kb.const(1.0, dt)
+                whole, half = int(abs(e)), abs(e) % 1 == 0.5
+                if e == 0.5:             # eager (NumPy) computes x ** 0.5 as sqrt(x)
+                    return kb.emit("sqrt", dt, (x,))
+                y = None
+                if half:
+                    # pow's special cases: (-0) ** e and (-inf) ** e are those of +0 and
+                    # +inf when e is not an integer; other negative x give NaN (the sqrt)
+                    zero = kb.const(0.0, dt)
+                    ninf = kb.emit("eq", dt, (x, kb.const(-math.inf, dt)))
+                    x = kb.emit("select", dt, (kb.emit("eq", dt, (x, zero)), zero, x))
+                    x = kb.emit("select", dt, (ninf, kb.const(math.inf, dt), x))
+                    y = kb.emit("sqrt", dt, (x,))
+                    if e < 0:
+                        y = kb.emit("div", dt, (one, y))
+                # negative powers multiply reciprocals (x ** -1.5 of a large x
+                # underflows gradually instead of overflowing first)
+                b = kb.emit("div", dt, (one, x)) if e < 0 and whole else x
+                for _ in range(whole):
+                    y = b if y is None else kb.emit("mul", dt, (y, b))
                 return y
             return self.pointwise(node, val, [a], body)
         if not val.dtype.is_floating_point:
@@ -582,7 +623,7 @@ class Lowering:
             return body(kb, regs)
 
         cost = 1 + sum(o.cost for o in operands if isinstance(o, PointwiseValue))
-        return PointwiseValue(shape, dtype, fn, cost, node)
+        return PointwiseValue(shape, dtype, fn, cost, node, _reads(operands, shape))
 
     def op_to_copy(self, node, val, a, dtype=None):
         return self.pointwise(node, val, [a], lambda kb, r: r[0])
@@ -615,7 +656,7 @@ class Lowering:
 
         def fn(kb, index):
             return src.load(kb, index_fn(index))
-        view = PointwiseValue(shape, src.dtype, fn, src.cost, None)
+        view = PointwiseValue(shape, src.dtype, fn, src.cost, None, src.reads)
         if base_layout:
             view.view_base = (src, strides_fn)
         return view
