@@ -403,9 +403,11 @@ def test_step_profile():
     g = _kernels_of(lambda t: (t @ t).relu().sum(0), x)
     assert g.run.profile is False and g.run.step_seconds is None
     assert "not profiling" in g.profile_report()
-    g.run.profile = True
+    g(x)
+    g.start_profile()
     for _ in range(3):
         g(x)
+    assert g.run.calls == 4
     secs = g.run.step_seconds
     assert len(secs) == len(g.lowered.steps) and all(s >= 0 for s in secs)
     assert sum(secs) > 0
@@ -413,3 +415,43 @@ def test_step_profile():
     assert "blas matmul [64, 64] @ [64, 64]" in report and "kernel" in report
     g.run.profile = False
     assert g.run.step_seconds is None
+
+
+def test_erff_accuracy():
+    """The IR erff (vectorised) against the exact erf: within 3 ulp over the float range,
+    odd, exact at 0 and +-inf, NaN for NaN."""
+    import math
+    x = np.concatenate([np.linspace(-6.0, 6.0, 400_001), np.geomspace(1e-38, 1.0, 20_001),
+                        -np.geomspace(1e-38, 1.0, 2001)]).astype(np.float32)
+    x = np.concatenate([x, np.float32([0.0, -0.0, np.inf, -np.inf, np.nan])])
+    joint = trace_joint(lambda t: t.erf(), [ember.from_numpy(x)])
+    g = CompiledLLVMGraph(decompose(joint.graph), "erff")
+    assert "@erff(" not in g.module.optimized_ir        # no libm call: vector code
+    got = g(ember.from_numpy(x))[0].numpy()
+    want = np.array([math.erf(float(v)) for v in x[:-5]])
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got[:-5] - want) / ulp) <= 3.0
+    assert got[-5] == 0.0 and not np.signbit(got[-5]) and np.signbit(got[-4])
+    assert got[-3] == 1.0 and got[-2] == -1.0 and np.isnan(got[-1])
+
+
+def test_buffers_are_reused_only_when_nothing_holds_them():
+    """A compiled graph keeps each buffer's memory for its next call (no fresh mapping
+    and page faults per call) but never while a tensor or array still uses it."""
+    fn = lambda t: ((t * 0.5).exp() @ t.abs()).sqrt() + 1        # noqa: E731
+    xs = [ember.randn(64, 64) for _ in range(4)]
+    g = _kernels_of(fn, xs[0])
+    out1 = g(xs[0])[0]
+    out2 = g(xs[1])[0]
+    np.testing.assert_allclose(out1.numpy(), fn(xs[0]).numpy(), rtol=1e-5)   # kept
+    np.testing.assert_allclose(out2.numpy(), fn(xs[1]).numpy(), rtol=1e-5)
+    ptr = out2.data_ptr()
+    del out2
+    out3 = g(xs[2])[0]
+    assert out3.data_ptr() == ptr                        # the dropped output's memory
+    view = out3.numpy()
+    del out3
+    out4 = g(xs[3])[0]
+    np.testing.assert_allclose(view, fn(xs[2]).numpy(), rtol=1e-5)           # held
+    np.testing.assert_allclose(out4.numpy(), fn(xs[3]).numpy(), rtol=1e-5)
+    assert out4.data_ptr() != view.ctypes.data

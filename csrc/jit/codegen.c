@@ -265,6 +265,8 @@ unary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a)
             return call_fn(g, em_ir_expf(g->M), &a, 1);
         return call_fn(g, em_ir_libm(g->M, "exp", ty, 1), &a, 1);
     }
+    if (strcmp(op, "erf") == 0 && t == EM_FLOAT32)
+        return call_fn(g, em_ir_erff(g->M), &a, 1);
     if (strcmp(op, "log") == 0)
         return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "logf" : "log", ty, 1), &a, 1);
     if (strcmp(op, "floor") == 0)

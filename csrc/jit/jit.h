@@ -20,6 +20,7 @@ int em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name);
 
 /* Internal helper functions of a module (expf polynomial, ...), made on demand. */
 LLVMValueRef em_ir_expf(LLVMModuleRef M);
+LLVMValueRef em_ir_erff(LLVMModuleRef M);
 LLVMValueRef em_ir_libm(LLVMModuleRef M, const char *name, LLVMTypeRef type, int nargs);
 
 /* Absolute symbols every module may call (libm functions). */

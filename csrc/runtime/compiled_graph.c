@@ -55,6 +55,10 @@ typedef struct {
     PyObject *matmul;        /* numpy.matmul */
     Py_ssize_t calls;
     double *step_seconds;    /* per-step time summed over calls while profiling, or NULL */
+    /* the NumPy array behind each buffer after the last call; a call reuses it when
+     * nothing else holds it any more (refcount 1), so large intermediates are not
+     * mapped and page-faulted in afresh on every call */
+    PyObject **pool;
 } CompiledGraph;
 
 static double
@@ -387,6 +391,15 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
             bufs[nbuf] = NULL;        /* an extern step makes it */
             continue;
         }
+        PyObject *arr = self->pool[nbuf];
+        if (arr != NULL && Py_REFCNT(arr) == 1) {
+            bufs[nbuf] = em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
+            self->pool[nbuf] = NULL;
+            Py_DECREF(arr);
+            if (bufs[nbuf] == NULL)
+                goto done;
+            continue;
+        }
         g.dtype = (em_dtype_t)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
         if (int_tuple(PyTuple_GET_ITEM(spec, 1), g.sizes, &n) < 0)
             goto done;
@@ -417,6 +430,14 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
             PyTuple_SET_ITEM(result, o, t);
     }
     self->calls++;
+    for (int i = 0; i < nbuf; i++) {
+        em_Tensor *t = bufs[i];
+        if (t != NULL && t->numel > 0 && t->storage->array != NULL &&
+            !PyObject_IsTrue(PyTuple_GET_ITEM(PyTuple_GET_ITEM(buf_specs, i), 2))) {
+            Py_INCREF(t->storage->array);
+            Py_XSETREF(self->pool[i], (PyObject *)t->storage->array);
+        }
+    }
 done:
     for (int i = 0; i < nin; i++)
         Py_DECREF(inputs[i]);
@@ -439,6 +460,11 @@ graph_dealloc(CompiledGraph *self)
     Py_XDECREF(self->matmul);
     PyMem_Free(self->kernels);
     PyMem_Free(self->step_seconds);
+    if (self->pool != NULL) {
+        for (int i = 0; i < self->nbufs; i++)
+            Py_XDECREF(self->pool[i]);
+        PyMem_Free(self->pool);
+    }
     PyObject_Free(self);
 }
 
@@ -465,12 +491,16 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->plan = plan;
     self->calls = 0;
     self->step_seconds = NULL;
+    self->pool = NULL;
+    self->kernels = NULL;
+    self->matmul = NULL;
     self->ninputs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 0));
     self->nbufs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1));
     self->nkernels = (int)PyTuple_GET_SIZE(addresses);
     self->kernels = PyMem_Calloc(self->nkernels + 1, sizeof(kernel_fn));
+    self->pool = PyMem_Calloc(self->nbufs + 1, sizeof(PyObject *));
     self->matmul = PyObject_GetAttrString(em_numpy, "matmul");
-    if (self->kernels == NULL || self->matmul == NULL) {
+    if (self->kernels == NULL || self->pool == NULL || self->matmul == NULL) {
         Py_DECREF(self);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }

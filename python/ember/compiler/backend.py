@@ -70,12 +70,17 @@ class CompiledLLVMGraph:
                 out.append(f"extern {st[4]}")
         return out
 
+    def start_profile(self):
+        """Times every step of the calls from now on (see profile_report)."""
+        self.run.profile = True
+        self._profile_from = self.run.calls
+
     def profile_report(self, top=None):
-        """The steps by time spent in them since `self.run.profile = True`."""
+        """The steps by time spent in them since start_profile()."""
         secs = self.run.step_seconds
         if secs is None:
-            return f"{self.name}: not profiling (set .run.profile = True)"
-        calls = max(self.run.calls, 1)
+            return f"{self.name}: not profiling (call start_profile() first)"
+        calls = max(self.run.calls - getattr(self, "_profile_from", 0), 1)
         rows = sorted(zip(secs, self.step_labels()), reverse=True)[:top]
         total = sum(secs)
         lines = [f"===== {self.name}: {total / calls * 1e3:.3f} ms per call over "
