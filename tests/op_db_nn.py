@@ -1236,3 +1236,49 @@ add(OpInfo("cross_entropy_loss", _ce_samples,
                            r"cross_entropy_loss\(\).*ignore_index is not supported", "ignore"),
                ErrorSample((_T(3, 4), ember.tensor([1, 2, 4])), {}, IndexError,
                            r"cross_entropy_loss\(\).*Target 4", "bounds", data=True)]))
+
+
+# ================================================================== im2col (unfold)
+
+
+def _ref_im2col(x, kernel_size, dilation, padding, stride):
+    x = np.asarray(x, dtype=object)
+    batched = x.ndim == 4
+    if not batched:
+        x = x[None]
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (_pair(kernel_size), _pair(dilation),
+                                              _pair(padding), _pair(stride))
+    N, C, H, W = x.shape
+    oh = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    zero = False if N * C * H * W and isinstance(x.reshape(-1)[0], bool) else 0
+    out = np.empty((N, C * kh * kw, oh * ow), dtype=object)
+    for n in range(N):
+        for c in range(C):
+            for i in range(kh):
+                for j in range(kw):
+                    for a in range(oh):
+                        for b in range(ow):
+                            h, w = a * sh - ph + i * dh, b * sw - pw + j * dw
+                            v = x[n, c, h, w] if 0 <= h < H and 0 <= w < W else zero
+                            out[n, (c * kh + i) * kw + j, a * ow + b] = v
+    return out if batched else out[0]
+
+
+def _im2col_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng)
+    return [Sample((mk(2, 3, 4, 5), [2, 2], [1, 1], [0, 0], [1, 1])),
+            Sample((mk(1, 2, 5, 6), [3, 2], [1, 2], [1, 1], [2, 1]), desc="padded strided"),
+            Sample((mk(3, 4, 4), [2, 3], [1, 1], [1, 0], [1, 2]), desc="unbatched")]
+
+
+add(OpInfo("im2col", _im2col_samples, _ref_im2col, dtypes=FLOATS + BOOL,
+           torch_fn=_t("im2col"),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 4, 4), [0, 2], [1, 1], [0, 0], [1, 1]), {}, RuntimeError,
+                           r"im2col\(\).*kernel size should be greater than zero", "kernel"),
+               ErrorSample((_T(1, 2, 4, 4), [5, 2], [1, 1], [0, 0], [1, 1]), {}, RuntimeError,
+                           r"im2col\(\).*must be at least one", "too small"),
+               ErrorSample((_T(1, 2, 4, 4, dtype="int64"), [2, 2], [1, 1], [0, 0], [1, 1]), {},
+                           NotImplementedError, r"im2col\(\).*Long", "int64")]))

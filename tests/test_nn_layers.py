@@ -758,3 +758,13 @@ def test_interpolate_area(torch):
             F.interpolate(ember.from_numpy(x), mode="area", **kw).numpy(),
             torch.nn.functional.interpolate(torch.from_numpy(x), mode="area", **kw).numpy(),
             rtol=1e-5, atol=1e-6)
+
+
+def test_unfold_and_fold(torch):
+    rng = rng_for("fold")
+    x = randn(rng, 2, 3, 6, 7)
+    kw = dict(kernel_size=(2, 3), dilation=(1, 2), padding=1, stride=(2, 1))
+    check_layer(torch, torch.nn.Unfold(**kw), nn.Unfold(**kw), [x])
+    cols = torch.nn.functional.unfold(torch.from_numpy(x), **kw)
+    check_layer(torch, torch.nn.Fold((6, 7), **kw), nn.Fold((6, 7), **kw),
+                [cols.numpy().copy()])

@@ -312,10 +312,22 @@ im2col_##T(const T *x, T *cols, Py_ssize_t C, const conv_params *p)             
                     }                                                                    \
                     const T *xr = xc + ih * p->W;                                        \
                     Py_ssize_t off = kj * p->dw - p->pw;                                 \
-                    for (Py_ssize_t ow = 0; ow < p->OW; ow++) {                          \
-                        Py_ssize_t iw = ow * p->sw + off;                                \
-                        r[ow] = (iw >= 0 && iw < p->W) ? xr[iw] : 0;                     \
-                    }                                                                    \
+                    /* ow in [lo, hi) reads inside the row; the rest is padding */       \
+                    Py_ssize_t lo = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;           \
+                    Py_ssize_t hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1; \
+                    if (hi > p->OW)                                                      \
+                        hi = p->OW;                                                      \
+                    if (lo > hi)                                                         \
+                        lo = hi;                                                         \
+                    for (Py_ssize_t ow = 0; ow < lo; ow++)                               \
+                        r[ow] = 0;                                                       \
+                    if (p->sw == 1)                                                      \
+                        memcpy(r + lo, xr + lo + off, sizeof(T) * (size_t)(hi - lo));    \
+                    else                                                                 \
+                        for (Py_ssize_t ow = lo; ow < hi; ow++)                          \
+                            r[ow] = xr[ow * p->sw + off];                                \
+                    for (Py_ssize_t ow = hi; ow < p->OW; ow++)                           \
+                        r[ow] = 0;                                                       \
                 }                                                                        \
             }                                                                            \
     }                                                                                    \
@@ -574,7 +586,72 @@ error:
     return NULL;
 }
 
+/* im2col(self, kernel_size, dilation, padding, stride): (N, C, H, W) -> the receptive
+ * fields as columns, (N, C*kh*kw, OH*OW) (nn.functional.unfold). float32/float64 here;
+ * other dtypes, meta inputs and errors take the decomposition. */
+static PyObject *
+k_im2col(em_Op *op, PyObject **args)
+{
+    em_Tensor *x = (em_Tensor *)args[0];
+    Py_ssize_t k[2], d[2], p[2], s[2];
+    PyObject *lists[4] = {args[1], args[2], args[3], args[4]};
+    Py_ssize_t *outs[4] = {k, d, p, s};
+    bool fast = em_tls.mode != EM_MODE_META && !em_is_meta(x) && x->ndim == 4 &&
+                (x->dtype == EM_FLOAT32 || x->dtype == EM_FLOAT64);
+    for (int i = 0; fast && i < 4; i++)
+        fast = PyTuple_Check(lists[i]) && PyTuple_GET_SIZE(lists[i]) == 2;
+    for (int i = 0; fast && i < 4; i++) {
+        outs[i][0] = PyLong_AsSsize_t(PyTuple_GET_ITEM(lists[i], 0));
+        outs[i][1] = PyLong_AsSsize_t(PyTuple_GET_ITEM(lists[i], 1));
+    }
+    PyErr_Clear();
+    conv_params q = {0};
+    if (fast) {
+        q.N = x->sizes[0];
+        q.C = x->sizes[1];
+        q.H = x->sizes[2];
+        q.W = x->sizes[3];
+        q.kh = k[0], q.kw = k[1], q.dh = d[0], q.dw = d[1];
+        q.ph = p[0], q.pw = p[1], q.sh = s[0], q.sw = s[1];
+        fast = q.kh > 0 && q.kw > 0 && q.dh > 0 && q.dw > 0 && q.ph >= 0 && q.pw >= 0 &&
+               q.sh > 0 && q.sw > 0;
+        if (fast) {
+            Py_ssize_t eh = q.dh * (q.kh - 1) + 1, ew = q.dw * (q.kw - 1) + 1;
+            q.OH = (q.H + 2 * q.ph - eh) / q.sh + 1;
+            q.OW = (q.W + 2 * q.pw - ew) / q.sw + 1;
+            fast = q.H + 2 * q.ph >= eh && q.W + 2 * q.pw >= ew && q.N * q.C > 0;
+        }
+    }
+    if (!fast)
+        return em_decomposed_kernel(op, args);
+    em_Geom g = {.ndim = 3, .dtype = x->dtype,
+                 .sizes = {q.N, q.C * q.kh * q.kw, q.OH * q.OW}};
+    em_contiguous_strides(&g);
+    em_Tensor *out = em_tensor_empty(&g, false);
+    if (out == NULL || out->numel == 0)
+        return (PyObject *)out;
+    int npy = x->dtype == EM_FLOAT32 ? NPY_FLOAT : NPY_DOUBLE;
+    PyArrayObject *xa = as_compute(x, npy);
+    if (xa == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_ssize_t xs = q.C * q.H * q.W, cs = g.sizes[1] * g.sizes[2];
+    char *xd = PyArray_DATA(xa), *cd = PyArray_DATA(out->array);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t n = 0; n < q.N; n++) {
+        if (npy == NPY_FLOAT)
+            im2col_float((float *)xd + n * xs, (float *)cd + n * cs, q.C, &q);
+        else
+            im2col_double((double *)xd + n * xs, (double *)cd + n * cs, q.C, &q);
+    }
+    Py_END_ALLOW_THREADS
+    Py_DECREF(xa);
+    return (PyObject *)out;
+}
+
 const em_KernelEntry em_conv_kernels[] = {
     {"convolution", k_convolution},
+    {"im2col", k_im2col},
     {NULL, NULL},
 };

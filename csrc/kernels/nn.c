@@ -20,8 +20,8 @@
 
 static PyObject *str_decompose;
 
-static PyObject *
-k_decomposed(em_Op *op, PyObject **args)
+PyObject *
+em_decomposed_kernel(em_Op *op, PyObject **args)
 {
     if (str_decompose == NULL &&
         (str_decompose = PyUnicode_InternFromString("decompose")) == NULL)
@@ -50,7 +50,7 @@ k_linear(em_Op *op, PyObject **args)
                        (b->ndim == 1 && b->sizes[0] != w->sizes[0] && b->sizes[0] != 1))) ||
         em_tls.mode == EM_MODE_META || em_is_meta(x) || em_is_meta(w) ||
         (b != NULL && em_is_meta(b)))
-        return k_decomposed(op, args);
+        return em_decomposed_kernel(op, args);
     em_Geom g = {.ndim = x->ndim, .dtype = x->dtype};
     for (int d = 0; d < x->ndim - 1; d++)
         g.sizes[d] = x->sizes[d];
@@ -111,7 +111,7 @@ k_embedding(em_Op *op, PyObject **args)
     if (em_tls.mode == EM_MODE_META || em_is_meta(w) || em_is_meta(idx) || w->ndim != 2 ||
         (idx->dtype != EM_INT64 && idx->dtype != EM_INT32) || idx->numel == 0 ||
         w->sizes[1] == 0)
-        return k_decomposed(op, args);
+        return em_decomposed_kernel(op, args);
     PyArrayObject *ia = (PyArrayObject *)PyArray_FromAny(
         (PyObject *)idx->array, PyArray_DescrFromType(NPY_INT64), 0, 0,
         NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
@@ -206,7 +206,7 @@ k_layer_norm(em_Op *op, PyObject **args)
                memcmp(t->sizes, x->sizes + x->ndim - k, sizeof(Py_ssize_t) * k) == 0;
     }
     if (!fast)
-        return k_decomposed(op, args);
+        return em_decomposed_kernel(op, args);
     double eps = PyFloat_AsDouble(args[4]);
     if (eps == -1.0 && PyErr_Occurred())
         return NULL;
@@ -294,7 +294,7 @@ k_cross_entropy(em_Op *op, PyObject **args)
         x->ndim != 2 || t->ndim != 1 || t->dtype != EM_INT64 ||
         (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64) || t->sizes[0] != x->sizes[0] ||
         x->sizes[1] == 0 || reduction < 0 || reduction > 2 || smoothing < 0 || smoothing > 1)
-        return k_decomposed(op, args);
+        return em_decomposed_kernel(op, args);
     Py_ssize_t N = x->sizes[0], C = x->sizes[1];
     PyArrayObject *xa = dense_array(args[0]), *ta = xa ? dense_array(args[1]) : NULL;
     if (ta == NULL) {
@@ -351,7 +351,7 @@ done:
 }
 
 const em_KernelEntry em_nn_kernels[] = {
-    {"decomposed", k_decomposed},
+    {"decomposed", em_decomposed_kernel},
     {"linear", k_linear},
     {"embedding", k_embedding},
     {"layer_norm", k_layer_norm},

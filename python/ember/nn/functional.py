@@ -815,3 +815,30 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return _O().cross_entropy_loss(input, target, weight,
                                    _enum(reduction, size_average, reduce), ignore_index,
                                    label_smoothing)
+
+
+# ------------------------------------------------------------------ unfold / fold
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """The sliding blocks of (N, C, H, W) as columns, (N, C*kh*kw, L) (the im2col op)."""
+    if input.ndim != 4 and input.ndim != 3:
+        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported "
+                                  f"(got {input.ndim}D)")
+    return _O().im2col(input, _tuple(kernel_size, 2), _tuple(dilation, 2), _tuple(padding, 2),
+                       _tuple(stride, 2))
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """The adjoint of unfold: columns (N, C*kh*kw, L) summed back into (N, C, *output_size)
+    (index_put with accumulate)."""
+    from ..ops import nn_ops
+    if input.ndim not in (2, 3):
+        raise NotImplementedError(f"Input Error: Only unbatched (2D) or batched (3D) input "
+                                  f"Tensors are supported (got {input.ndim}D)")
+    k = _tuple(kernel_size, 2)
+    size = _tuple(output_size, 2)
+    C = input.shape[-2] // (k[0] * k[1])
+    shape = ((input.shape[0], C) if input.ndim == 3 else (C,)) + tuple(size)
+    return nn_ops._col2im(input, shape, k, _tuple(dilation, 2), _tuple(padding, 2),
+                          _tuple(stride, 2))

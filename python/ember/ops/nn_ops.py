@@ -211,24 +211,31 @@ def _convolution_meta(entry, args):
 
 
 def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
-    """The weight gradient of a convolution of inp giving gout (channels: gout's dim 1),
-    as a convolution: batch = inp's channels per group, channels = groups x batch, with
-    gout as the weight (stride and dilation swap roles)."""
+    """The weight gradient of a convolution of inp (N, Ci, ...) giving gout (N, Co, ...):
+    per sample and group, gout (Co/G, L) @ im2col(inp)^T (L, Ci/G*K), summed over the
+    batch — GEMMs over the same columns the forward multiplies. (A transposed
+    convolution's weight gradient is this with inp and gout trading places.)"""
     nsp = len(kshape)
     N, Ci = inp.shape[0], inp.shape[1]
     Co = gout.shape[1]
     cig, cog = Ci // groups, Co // groups
-    sp_in, sp_out = tuple(inp.shape[2:]), tuple(gout.shape[2:])
-    rest = list(range(3, 3 + nsp))
-    x = inp.reshape((N, groups, cig) + sp_in).permute([2, 1, 0] + rest) \
-        .reshape((cig, groups * N) + sp_in)
-    w = gout.reshape((N, groups, cog) + sp_out).permute([1, 2, 0] + rest) \
-        .reshape((groups * cog, N) + sp_out)
-    r = O.convolution(x, w, None, list(d), list(p), list(s), False, [0] * nsp, groups)
-    for i, k in enumerate(kshape):
-        if r.shape[2 + i] != k:
-            r = r.slice(2 + i, 0, k)
-    return r.transpose(0, 1)
+    if nsp == 1:
+        x4 = inp.unsqueeze(2)
+        k, dd, pp, ss = (1, kshape[0]), (1, d[0]), (0, p[0]), (1, s[0])
+        out_sp = (1,) + tuple(gout.shape[2:])
+    else:
+        x4, k, dd, pp, ss = inp, tuple(kshape), tuple(d), tuple(p), tuple(s)
+        out_sp = tuple(gout.shape[2:])
+    cols = O.im2col(x4, list(k), list(dd), list(pp), list(ss))       # (N, Ci*K, OH*OW)
+    K = k[0] * k[1]
+    H = (x4.shape[2] + 2 * pp[0] - (dd[0] * (k[0] - 1) + 1)) // ss[0] + 1
+    Wd = (x4.shape[3] + 2 * pp[1] - (dd[1] * (k[1] - 1) + 1)) // ss[1] + 1
+    if (H, Wd) != out_sp:          # a transposed output_padding: the first positions
+        cols = cols.reshape(N, Ci * K, H, Wd).slice(2, 0, out_sp[0]).slice(3, 0, out_sp[1])
+    L = out_sp[0] * out_sp[1]
+    go = gout.reshape(N, groups, cog, L)
+    co = cols.reshape(N, groups, cig * K, L).transpose(2, 3)
+    return go.matmul(co).sum(0).reshape((Co, cig) + tuple(kshape))
 
 
 def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation,
@@ -348,6 +355,106 @@ for _n in (1, 2):
                                           padding, output_padding, groups, dilation))(_n),
        doc=f"{_n}-d transposed convolution (the gradient of conv{_n}d with respect to its "
            "input).")
+
+
+# ------------------------------------------------------------------ im2col (unfold)
+
+
+def _im2col_geometry(self, kernel_size, dilation, padding, stride):
+    """((kh, kw), (dh, dw), (ph, pw), (sh, sw), OH, OW) with PyTorch's checks."""
+    vals = []
+    for name, v in (("kernel_size", kernel_size), ("dilation", dilation),
+                    ("padding", padding), ("stride", stride)):
+        v = _as_tuple(v)
+        if len(v) != 2:
+            raise RuntimeError(f"It is expected {name} equals to 2, but got size {len(v)}")
+        vals.append(v)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = vals
+    if kh <= 0 or kw <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kernel_height: "
+                           f"{kh} kernel_width: {kw}")
+    if dh <= 0 or dw <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilation_height: "
+                           f"{dh} dilation_width: {dw}")
+    if ph < 0 or pw < 0:
+        raise RuntimeError(f"padding should be non-negative, but got pad_height: {ph} "
+                           f"pad_width: {pw}")
+    if sh <= 0 or sw <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got stride_height: {sh} "
+                           f"stride_width: {sw}")
+    if self.ndim < 3:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(self.ndim, 1)}, {max(self.ndim, 1) - 1}], but got 2)")
+    if self.ndim > 4 or any(n == 0 for n in self.shape[-3:]):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size "
+                           f"and other non-zero dimensions for input, but got: {_shape(self)}")
+    H, W = self.shape[-2], self.shape[-1]
+    oh = (H + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (W + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    if oh < 1 or ow < 1:
+        raise RuntimeError(f"Given input with spatial size ({H}, {W}), kernel_size=({kh}, {kw}),"
+                           f" dilation=({dh}, {dw}), padding=({ph}, {pw}), calculated shape of "
+                           f"the array of sliding blocks as ({oh}, {ow}), but its components "
+                           "must be at least one.")
+    if not self.dtype.is_floating_point and self.dtype is not _C.bool:
+        raise _not_implemented("im2col_out_cpu", self.dtype)
+    return (kh, kw), (dh, dw), (ph, pw), (sh, sw), oh, ow
+
+
+def _block_indices(k, d, s, n_out, lib):
+    """(k, n_out) rows of the padded input read by tap i at output position o: i*d + o*s."""
+    taps = lib.arange(k).view([k, 1]) if lib is O else P.view(P.arange(k), [k, 1])
+    pos = lib.arange(n_out).view([1, n_out]) if lib is O else P.view(P.arange(n_out),
+                                                                       [1, n_out])
+    if lib is O:
+        return taps * d + pos * s
+    return P.add(P.mul(taps, d), P.mul(pos, s))
+
+
+def _im2col_decompose(self, kernel_size, dilation, padding, stride):
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), oh, ow = _im2col_geometry(
+        self, kernel_size, dilation, padding, stride)
+    x = self if self.ndim == 4 else P.view(self, [1] + list(self.shape))
+    N, C, H, W = x.shape
+    if ph or pw:
+        rows = P.slice_scatter(P.full([N, C, H + 2 * ph, W], False if x.dtype is _C.bool else 0,
+                                      dtype=x.dtype), x, 2, ph, ph + H)
+        x = P.slice_scatter(P.full([N, C, H + 2 * ph, W + 2 * pw],
+                                   False if x.dtype is _C.bool else 0, dtype=x.dtype),
+                            rows, 3, pw, pw + W)
+    hidx = P.view(_block_indices(kh, dh, sh, oh, P), [kh, 1, oh, 1])
+    widx = P.view(_block_indices(kw, dw, sw, ow, P), [1, kw, 1, ow])
+    cols = _reshape_p(P.index(x, (None, None, hidx, widx)), [N, C * kh * kw, oh * ow])
+    return cols if self.ndim == 4 else P.view(cols, [C * kh * kw, oh * ow])
+
+
+def _col2im(g, shape, kernel_size, dilation, padding, stride):
+    """The adjoint of im2col (nn.functional.fold): the columns added back into an input of
+    the given shape, with ops."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (_as_tuple(kernel_size), _as_tuple(dilation),
+                                              _as_tuple(padding), _as_tuple(stride))
+    batched = len(shape) == 4
+    N, C, H, W = shape if batched else (1,) + tuple(shape)
+    oh = (H + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (W + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    g6 = g.reshape(N, C, kh, kw, oh, ow)
+    hidx = _block_indices(kh, dh, sh, oh, O).view(kh, 1, oh, 1)
+    widx = _block_indices(kw, dw, sw, ow, O).view(1, kw, 1, ow)
+    out = O.zeros((N, C, H + 2 * ph, W + 2 * pw), dtype=g.dtype).index_put(
+        (None, None, hidx, widx), g6, accumulate=True)
+    if ph or pw:
+        out = out.slice(2, ph, ph + H).slice(3, pw, pw + W)
+    return out if batched else out.squeeze(0)
+
+
+_decomposed("im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, "
+            "int[2] stride) -> Tensor", _im2col_decompose,
+            lambda g, out, self, kernel_size, dilation, padding, stride: (
+                _col2im(g, tuple(self.shape), kernel_size, dilation, padding, stride),
+                None, None, None, None),
+            "The sliding kh x kw blocks of a zero-padded (N, C, H, W) input as columns, "
+            "(N, C*kh*kw, OH*OW) (nn.functional.unfold); the index prim at tap/position "
+            "coordinates, a C loop eagerly.", kernel="im2col")
 
 
 # ================================================================== max pooling (prims)

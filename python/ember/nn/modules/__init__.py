@@ -6,6 +6,7 @@ from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .flatten import Flatten, Unflatten
+from .fold import Fold, Unfold
 from .linear import Bilinear, Identity, Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss,
                    MSELoss, NLLLoss, SmoothL1Loss, _Loss, _WeightedLoss)
@@ -29,7 +30,7 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "Softplus", "ELU", "Hardtanh", "ReLU6", "LogSigmoid", "GLU", "Softmax",
            "LogSoftmax", "Softmin", "MultiheadAttention", "TransformerEncoderLayer",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
-           "Transformer", "RNNBase", "RNN", "LSTM", "GRU",
+           "Transformer", "RNNBase", "RNN", "LSTM", "GRU", "Fold", "Unfold",
            # losses
            "_WeightedLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
            "SmoothL1Loss", "HuberLoss", "KLDivLoss"]
