@@ -13,9 +13,9 @@
  * inputs get the geometry only. The output is contiguous, or channels-last when the
  * input or the weight is (as PyTorch picks).
  *
- * The backward formulas (python/ember/ops/nn_ops.py) are convolutions too: the input's
- * gradient is the transposed convolution of the output's gradient, the weight's the
- * convolution of the input with the output's gradient.
+ * The backward formulas (python/ember/ops/nn_ops.py): the input's gradient is the
+ * transposed convolution of the output's gradient, the weight's the output's gradient
+ * times the input's columns (the im2col op, whose eager kernel is here too).
  */
 #include "ember.h"
 

@@ -4,8 +4,8 @@ and the losses.
 Prims (C kernels in csrc/kernels/conv.c and pool.c):
 
 - convolution: 1-d and 2-d, strided, padded, dilated, grouped, transposed (im2col + BLAS);
-  its backward is two convolutions (the input's gradient is the transposed convolution of
-  the output's gradient, the weight's a convolution of the input with it);
+  its backward: the input's gradient is the transposed convolution of the output's
+  gradient, the weight's the output's gradient times the input's im2col columns;
 - max_pool2d_with_indices and max_pool2d_with_indices_backward.
 
 Everything else decomposes into prims; those ops' eager kernels run their decomposition
