@@ -15,10 +15,9 @@ import math
 import numpy as np
 
 import ember
-from op_db import (ALL, BOOL, FLOATS, INTS, NO_BOOL, NUMBERS, ErrorSample, OpInfo, Sample, _t,
+from op_db import (BOOL, FLOATS, NO_BOOL, NUMBERS, ErrorSample, OpInfo, Sample, _t,
                    _ref_matmul, add, make)
 
-F64 = ("float64",)
 F32_64 = ("float32", "float64")
 
 

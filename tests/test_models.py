@@ -61,10 +61,6 @@ def compare(torch, tmod, emod, make_inputs, run, rtol=1e-7, atol=1e-9, double=Tr
     return eloss
 
 
-def _ce(logits_and_targets_fn):
-    return logits_and_targets_fn
-
-
 # ================================================================== parity per model
 
 
