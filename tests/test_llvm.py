@@ -273,7 +273,7 @@ def _kernels_of(fn, *args):
 
 
 @pytest.mark.parametrize("dtype", [ember.float32, ember.float64, ember.int32, ember.int64])
-@pytest.mark.parametrize("op", ["sum", "amax"])
+@pytest.mark.parametrize("op", ["sum", "amax", "amin"])
 def test_reductions_along_outer_dims_accumulate_in_order(dtype, op):
     """A column reduction (the reduced dim outer in memory) loops the reduced dim outside
     and folds contiguous rows into the output instead of striding down each column; it
@@ -285,7 +285,7 @@ def test_reductions_along_outer_dims_accumulate_in_order(dtype, op):
     x = ember.tensor(base, dtype=dtype)
     if not dtype.is_floating_point:
         x = x - 1000             # amax of all-negative columns checks the identity
-    fn = (lambda t: getattr(t, op)(0)) if op == "amax" else (lambda t: t.sum(0))
+    fn = (lambda t: getattr(t, op)(0)) if op != "sum" else (lambda t: t.sum(0))
     lowered = _kernels_of(fn, x).lowered
     assert any(s.op == "accumulate" for k in lowered.kernels for s in k.stmts), \
         str(lowered)
@@ -455,3 +455,82 @@ def test_buffers_are_reused_only_when_nothing_holds_them():
     np.testing.assert_allclose(view, fn(xs[2]).numpy(), rtol=1e-5)           # held
     np.testing.assert_allclose(out4.numpy(), fn(xs[3]).numpy(), rtol=1e-5)
     assert out4.data_ptr() != view.ctypes.data
+
+
+@pytest.mark.parametrize("case", [
+    lambda t: ember.slice_scatter(t * 2, t[:, 2:5] + 1, 1, 2, 5),
+    lambda t: ember.slice_scatter(t, t[:, ::3] * 0 + 7, 1, 0, None, 3),
+    lambda t: ember.slice_scatter(ember.zeros(6, 10, 4), t[1:4].exp(), 0, 1, 4),
+    lambda t: ember.slice_scatter(t, t[:, -3:] - 1, 1, -3),
+    lambda t: ember.slice_scatter(t, t[:, 10:], 1, 10),
+    lambda t: ember.slice_scatter(t, t[..., 1:2] * 5, -1, 1, 2),
+])
+def test_slice_scatter_is_two_kernels(case):
+    x = ember.randn(6, 10, 4)
+    g = _kernels_of(case, x)
+    assert [s[0] for s in g.lowered.steps] == ["kernel"] * len(g.lowered.steps)
+    np.testing.assert_allclose(g(x)[0].numpy(), case(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_split_backward_compiles_without_extern_steps():
+    """q, k, v = qkv.split(...): the gradient of qkv gathers three slices."""
+    x = ember.randn(4, 12).requires_grad_()
+
+    def f(t):
+        q, k, v = (t * 2).split(4, dim=1)
+        return (q * k).exp().sum() + v.tanh().sum()
+    f(x).backward()
+    want = x.grad.numpy().copy()
+    x.grad = None
+    backend_steps = []
+    llvm_backend.recent.clear()
+    ember.compile(f, fullgraph=True)(x).backward()
+    for c in llvm_backend.recent:
+        backend_steps += [s[0] for s in c.lowered.steps]
+    assert "extern" not in backend_steps
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sa,sb", [((8, 64, 32), (32, 16)), ((2, 3, 5, 7), (7, 4)),
+                                   ((1, 5, 7), (7, 4)), ((4, 5, 7), (1, 7, 4)),
+                                   ((4, 5, 7), (4, 7, 4)), ((7, 4), (3, 4, 5)),
+                                   ((2, 1, 5, 7), (3, 7, 4)), ((3, 5, 7), (2, 1, 7, 4))])
+@pytest.mark.parametrize("transpose", [None, "a", "b"])
+def test_blas_batched_and_broadcast_products(sa, sb, transpose):
+    """Products of every batch/broadcast layout straight into BLAS (a shared 2-D weight
+    is one (batch*m) x k GEMM), against NumPy."""
+    g = np.random.default_rng(5)
+
+    def make(shape, t):
+        if t:
+            arr = g.standard_normal(shape[:-2] + (shape[-1], shape[-2])).astype(np.float32)
+            return ember.from_numpy(arr).transpose(-1, -2)
+        return ember.from_numpy(g.standard_normal(shape).astype(np.float32))
+    a, b = make(sa, transpose == "a"), make(sb, transpose == "b")
+    fn = lambda x, y: (x * 1) @ (y * 1) if transpose is None else x @ y   # noqa: E731
+    got = ember.compile(fn, fullgraph=True)(a, b)
+    np.testing.assert_allclose(got.numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
+@pytest.mark.parametrize("op", ["amax", "amin"])
+def test_inner_max_min_reductions_vectorise_and_propagate_nan(dtype, op):
+    """Max/min over the innermost dim fold order-preserving integer keys (vector code)
+    and a NaN flag: NaN anywhere in a row gives NaN, infinities and signs are kept."""
+    g = np.random.default_rng(7)
+    base = g.standard_normal((6, 5, 67)) * 100
+    base[0, 0, 3] = np.nan
+    base[1, 1, :] = -np.inf
+    base[2, 2, :] = np.inf
+    base[3, 3, 10] = np.inf
+    base[3, 4, 11] = -np.inf
+    base[4, 0, :] = np.nan
+    base[5, 1, :] = -np.abs(base[5, 1, :])
+    x = ember.tensor(base, dtype=dtype)
+    fn = lambda t: getattr(t, op)(-1)        # noqa: E731
+    g_ = _kernels_of(fn, x)
+    width = "<16 x float>" if dtype is ember.float32 else "<8 x double>"
+    if "+avx512f" in _C._jit_target()["features"]:
+        assert width in g_.module.optimized_ir
+    got, want = g_(x)[0].numpy(), fn(x).numpy()
+    np.testing.assert_array_equal(got, want)

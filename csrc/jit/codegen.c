@@ -53,6 +53,12 @@ typedef struct {
     LLVMValueRef *reg;
     em_dtype_t *rtype;
     LLVMValueRef *acc;        /* per instruction index: accumulator alloca or NULL */
+    /* per instruction index, for float max/min reductions: an i8 alloca recording
+     * whether a NaN was seen. Their accumulator holds order-preserving integer keys of
+     * the floats (see float_key), so the fold is an integer smax/smin and the NaN flag
+     * an `or`: both reductions LLVM 14's loop vectoriser widens, where a NaN-propagating
+     * float max is not. */
+    LLVMValueRef *nan_acc;
     bool float_sum;
     bool split;               /* dim 0 runs over [start, end): threads split it */
     LLVMValueRef start, end;
@@ -308,6 +314,26 @@ compare(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
 
 /* ------------------------------------------------------------------ reductions */
 
+/* The integer type as wide as float dtype t. */
+static LLVMTypeRef
+key_type(cg_t *g, em_dtype_t t)
+{
+    return LLVMIntTypeInContext(g->C, t == EM_FLOAT64 ? 64 : 32);
+}
+
+/* bits -> key (and key -> bits: the map is its own inverse): the integer whose signed
+ * order is the floats' order, -0.0 just below +0.0 (a negative float's magnitude bits
+ * are flipped). */
+static LLVMValueRef
+float_key(cg_t *g, LLVMValueRef bits)
+{
+    LLVMTypeRef it = LLVMTypeOf(bits);
+    unsigned w = LLVMGetIntTypeWidth(it);
+    LLVMValueRef sign = LLVMBuildAShr(g->B, bits, LLVMConstInt(it, w - 1, 0), "");
+    LLVMValueRef mag = LLVMBuildLShr(g->B, sign, LLVMConstInt(it, 1, 0), "");
+    return LLVMBuildXor(g->B, bits, mag, "");
+}
+
 static LLVMValueRef
 identity(cg_t *g, const char *op, em_dtype_t t)
 {
@@ -369,6 +395,11 @@ init_accumulators(cg_t *g)
             PyErr_Format(PyExc_NotImplementedError, "ember JIT: reduction %s", op);
             return -1;
         }
+        if (g->nan_acc[k] != NULL) {
+            id = float_key(g, LLVMConstBitCast(id, key_type(g, t)));
+            LLVMBuildStore(g->B, LLVMConstInt(LLVMInt8TypeInContext(g->C), 0, 0),
+                           g->nan_acc[k]);
+        }
         LLVMBuildStore(g->B, id, g->acc[k]);
     }
     return 0;
@@ -385,7 +416,20 @@ store_accumulators(cg_t *g)
         if (int_item(ins, 1, &param) < 0)
             return -1;
         em_dtype_t t = g->ptype[param];
-        LLVMValueRef v = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+        LLVMValueRef v;
+        if (g->nan_acc[k] != NULL) {
+            v = LLVMBuildLoad2(g->B, key_type(g, t), g->acc[k], "");
+            v = LLVMBuildBitCast(g->B, float_key(g, v), reg_type(g, t), "");
+        }
+        else
+            v = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+        if (g->nan_acc[k] != NULL) {
+            LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
+            LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
+            v = LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntNE, seen,
+                                                    LLVMConstInt(i8, 0, 0), ""),
+                                LLVMConstReal(reg_type(g, t), NAN), v, "");
+        }
         LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 3), PyTuple_GET_ITEM(ins, 4));
         if (addr == NULL)
             return -1;
@@ -456,8 +500,20 @@ emit_body(cg_t *g)
             v = convert(g, v, g->rtype[src], t);
             if (red) {
                 const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
-                LLVMValueRef cur = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
-                LLVMValueRef nv = rop ? combine(g, rop, t, cur, v) : NULL;
+                if (g->nan_acc[k] != NULL) {
+                    LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
+                    LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
+                    LLVMValueRef isnan = LLVMBuildZExt(
+                        g->B, LLVMBuildFCmp(g->B, LLVMRealUNO, v, v, ""), i8, "");
+                    LLVMBuildStore(g->B, LLVMBuildOr(g->B, seen, isnan, ""), g->nan_acc[k]);
+                    LLVMValueRef key = float_key(g, LLVMBuildBitCast(g->B, v, key_type(g, t), ""));
+                    LLVMValueRef cur = LLVMBuildLoad2(g->B, key_type(g, t), g->acc[k], "");
+                    LLVMValueRef gt = LLVMBuildICmp(g->B, rop[1] == 'a' ? LLVMIntSGT : LLVMIntSLT,
+                                                    key, cur, "");
+                    LLVMBuildStore(g->B, LLVMBuildSelect(g->B, gt, key, cur, ""), g->acc[k]);
+                    continue;
+                }
+                LLVMValueRef cur = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");                LLVMValueRef nv = rop ? combine(g, rop, t, cur, v) : NULL;
                 if (nv == NULL)
                     return -1;
                 LLVMBuildStore(g->B, nv, g->acc[k]);
@@ -661,7 +717,8 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     g.reg = PyMem_Calloc(g.nregs, sizeof(LLVMValueRef));
     g.rtype = PyMem_Calloc(g.nregs, sizeof(em_dtype_t));
     g.acc = PyMem_Calloc(ninstr + 1, sizeof(LLVMValueRef));
-    if (!g.ptr || !g.ptype || !g.reg || !g.rtype || !g.acc) {
+    g.nan_acc = PyMem_Calloc(ninstr + 1, sizeof(LLVMValueRef));
+    if (!g.ptr || !g.ptype || !g.reg || !g.rtype || !g.acc || !g.nan_acc) {
         PyErr_NoMemory();
         goto done;
     }
@@ -742,7 +799,15 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
                 PyErr_SetString(PyExc_ValueError, "ember JIT: bad reduce instruction");
                 goto done;
             }
-            g.acc[k] = LLVMBuildAlloca(g.B, reg_type(&g, t), "acc");
+            const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
+            if (rop == NULL)
+                goto done;
+            if (em_is_float(t) && (strcmp(rop, "max") == 0 || strcmp(rop, "min") == 0)) {
+                g.acc[k] = LLVMBuildAlloca(g.B, key_type(&g, t), "acc_key");
+                g.nan_acc[k] = LLVMBuildAlloca(g.B, LLVMInt8TypeInContext(g.C), "seen_nan");
+            }
+            else
+                g.acc[k] = LLVMBuildAlloca(g.B, reg_type(&g, t), "acc");
             if (em_is_float(t) && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ins, 2), "sum") == 0)
                 g.float_sum = true;
         }
@@ -759,5 +824,6 @@ done:
     PyMem_Free(g.reg);
     PyMem_Free(g.rtype);
     PyMem_Free(g.acc);
+    PyMem_Free(g.nan_acc);
     return status;
 }

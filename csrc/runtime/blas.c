@@ -139,21 +139,41 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
 {
     if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
         a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
-        a->ndim != b->ndim || out->ndim != a->ndim || out->numel == 0)
+        out->ndim != (a->ndim > b->ndim ? a->ndim : b->ndim) || out->numel == 0)
         return 1;
-    int nd = a->ndim;
-    int64_t m = a->sizes[nd - 2], k = a->sizes[nd - 1], n = b->sizes[nd - 1];
-    if (k == 0 || b->sizes[nd - 2] != k)
+    int nd = out->ndim, na = a->ndim, nb = b->ndim;
+    int64_t m = a->sizes[na - 2], k = a->sizes[na - 1], n = b->sizes[nb - 1];
+    if (k == 0 || b->sizes[nb - 2] != k)
         return 1;
     int64_t lda, ldb;
-    int ta = layout(m, k, a->strides[nd - 2], a->strides[nd - 1], &lda);
-    int tb = layout(k, n, b->strides[nd - 2], b->strides[nd - 1], &ldb);
+    int ta = layout(m, k, a->strides[na - 2], a->strides[na - 1], &lda);
+    int tb = layout(k, n, b->strides[nb - 2], b->strides[nb - 1], &ldb);
     if (ta < 0 || tb < 0)
         return 1;
     Py_ssize_t batch = out->numel / (m * n);
     int itemsize = em_dtypes[out->dtype]->itemsize;
     const char *abase = PyArray_BYTES(a->array), *bbase = PyArray_BYTES(b->array);
     char *cbase = PyArray_BYTES(out->array);
+    /* batch dims are aligned from the right; a missing or size-1 dim broadcasts.
+     * One matrix b for every batch (a Linear's weight) with the batches of a stacked
+     * row after row is a single (batch * m) x k product. */
+    bool fold = batch > 1 && ta == 0 && (ilp64 || batch * m <= INT32_MAX);
+    Py_ssize_t expect = m * lda;
+    for (int d = nd - 3; fold && d >= 0; d--) {
+        int da = d - (nd - na), db = d - (nd - nb);
+        if (db >= 0 && b->sizes[db] != 1 && b->strides[db] != 0)
+            fold = false;
+        else if (da >= 0 && a->sizes[da] != 1) {
+            fold = a->sizes[da] == out->sizes[d] && a->strides[da] == expect;
+            expect *= a->sizes[da];
+        }
+    }
+    if (fold) {
+        Py_BEGIN_ALLOW_THREADS
+        gemm(out->dtype, 0, tb, batch * m, n, k, abase, lda, bbase, ldb, cbase, n);
+        Py_END_ALLOW_THREADS
+        return 0;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < batch; i++) {
         /* batch index -> offsets through each operand's batch strides */
@@ -161,8 +181,11 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
         for (int d = nd - 3; d >= 0; d--) {
             Py_ssize_t idx = rem % out->sizes[d];
             rem /= out->sizes[d];
-            ao += (a->sizes[d] == 1 ? 0 : idx) * a->strides[d];
-            bo += (b->sizes[d] == 1 ? 0 : idx) * b->strides[d];
+            int da = d - (nd - na), db = d - (nd - nb);
+            if (da >= 0 && a->sizes[da] != 1)
+                ao += idx * a->strides[da];
+            if (db >= 0 && b->sizes[db] != 1)
+                bo += idx * b->strides[db];
         }
         gemm(out->dtype, ta, tb, m, n, k, abase + ao * itemsize, lda, bbase + bo * itemsize, ldb,
              cbase + i * m * n * itemsize, n);

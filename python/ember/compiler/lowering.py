@@ -117,6 +117,16 @@ def load(value, kb, index):
     return value.load(kb, index)
 
 
+def _store_index(buf, index):
+    """The affine element index of buf (a strided view) at `index`."""
+    coeffs = [0] * len(index[0].coeffs) if index else []
+    off = buf.offset
+    for a, st in zip(index, buf.strides):
+        off += a.offset * st
+        coeffs = [c + x * st for c, x in zip(coeffs, a.coeffs)]
+    return Affine(tuple(coeffs), off)
+
+
 def _reads(operands, shape):
     """The buffers read at full size (not broadcast) computing a value of `shape`."""
     out = set()
@@ -735,6 +745,37 @@ class Lowering:
             return shape, st, b.offset
         return self._view_of(a, shape, strides, None)
 
+    def op_slice_scatter(self, node, val, a, src, dim=0, start=None, end=None, step=1):
+        """A copy of `a` with src written over a slice of it: one kernel copies (or
+        computes) `a` into a new buffer, a second stores src into the slice."""
+        shape = tuple(val.shape)
+        out = self.new_buffer(val.dtype, shape)
+        nd = len(shape)
+        kb = self.kernel(shape, 0, "pointwise")
+        index = _domain_index(nd)
+        reg = a.load(kb, _broadcast_index(index, shape, a.shape))
+        kb.emit("store", param=kb.param(out), index=_store_index(out, index),
+                args=(kb.cast(reg, a.dtype, val.dtype),), dst=False)
+        self.add_kernel(kb)
+        if math.prod(src.shape) == 0:
+            return out
+        d = M.wrap_dim(dim, nd)
+        s0 = 0 if start is None else start
+        if s0 < 0:
+            s0 += shape[d]
+        s0 = min(max(s0, 0), shape[d])
+        strides = list(out.strides)
+        strides[d] *= step
+        dst = BufferValue(out.ref, out.dtype, tuple(src.shape), tuple(strides),
+                          s0 * out.strides[d], out.extent)
+        kb = self.kernel(tuple(src.shape), 0, "scatter")
+        index = _domain_index(nd)
+        reg = src.load(kb, index)
+        kb.emit("store", param=kb.param(dst), index=_store_index(dst, index),
+                args=(kb.cast(reg, src.dtype, val.dtype),), dst=False)
+        self.add_kernel(kb)
+        return out
+
     # -------------------------------------------------- reductions and BLAS
 
     def _reduce(self, node, val, a, dims, keepdim, op, acc_dtype):
@@ -778,6 +819,9 @@ class Lowering:
 
     def op_amax(self, node, val, a, dim=(), keepdim=False):
         return self._reduce(node, val, a, dim, keepdim, "max", val.dtype)
+
+    def op_amin(self, node, val, a, dim=(), keepdim=False):
+        return self._reduce(node, val, a, dim, keepdim, "min", val.dtype)
 
     def op_matmul(self, node, val, a, b):
         if not val.dtype.is_floating_point:
