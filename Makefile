@@ -38,7 +38,9 @@ verify: setup
 
 bench: setup
 	$(PIP) install -q -e ".[bench]"
-	$(PY) benchmarks/eager_overhead.py
+	$(PY) benchmarks/eager_ops.py
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/models.py
 
 # Rebuild the extension in place (after editing csrc/).
 build: $(PY)
