@@ -374,3 +374,21 @@ def test_float16_reductions_accumulate_in_float32(name):
         got = getattr(t, name)(dim).numpy().astype(np.float64)
         exact = getattr(a.astype(np.float64), name)(axis=dim)
         np.testing.assert_allclose(got, exact, rtol=2e-3, err_msg=f"{name} dim={dim}")
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(5, 37), (3, 4, 64), (2, 16), (7, 1)])
+def test_softmax_rows_special_values_match_torch(torch, name, shape):
+    """The one-pass C row kernel (contiguous float, last dim): NaN rows, all -inf rows,
+    +-inf entries and lengths off the 16-lane blocks as PyTorch computes them."""
+    g = np.random.default_rng(0)
+    x = g.standard_normal(shape) * 30
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 0] = np.nan
+    if len(flat) > 2:
+        flat[1, :] = -np.inf
+        flat[2, -1] = np.inf
+    for dt, tdt in ((ember.float32, torch.float32), (ember.float64, torch.float64)):
+        got = getattr(ember.tensor(x, dtype=dt), name)(-1).numpy()
+        want = getattr(torch.tensor(x, dtype=tdt), name)(-1).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -372,3 +372,109 @@ done:
     Py_XDECREF(dst);
     return status;
 }
+
+/* ------------------------------------------------------------------ softmax rows */
+
+/* softmax (or log_softmax) of each length-n row of x into y: the maximum first, then
+ * exp(x - max) (stored in y), its sum, and a scale (or x - max - log(sum)). The max
+ * and the sum keep 16 partial lanes so that the compiler vectorises them without
+ * reassociating anything itself. */
+#define EM_LANES 16
+EM_CLONES static void
+softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n,
+                 int log_out)
+{
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * n;
+        float *restrict yr = y + r * n;
+        float lm[EM_LANES], ls[EM_LANES];
+        for (int j = 0; j < EM_LANES; j++) {
+            lm[j] = -INFINITY;
+            ls[j] = 0.0f;
+        }
+        /* NaN-propagating maxima (a NaN anywhere makes the row NaN, as exp(x - max)
+         * does; an all -inf row gives NaN too, through -inf - -inf) */
+        Py_ssize_t i = 0;
+        for (; i + EM_LANES <= n; i += EM_LANES)
+            for (int j = 0; j < EM_LANES; j++) {
+                float v = xr[i + j];
+                lm[j] = (v > lm[j] || v != v) ? v : lm[j];
+            }
+        float m = -INFINITY;
+        for (; i < n; i++)
+            m = (xr[i] > m || xr[i] != xr[i]) ? xr[i] : m;
+        for (int j = 0; j < EM_LANES; j++)
+            m = (lm[j] > m || lm[j] != lm[j]) ? lm[j] : m;
+        for (i = 0; i < n; i++)
+            yr[i] = em_expf(xr[i] - m);
+        i = 0;
+        for (; i + EM_LANES <= n; i += EM_LANES)
+            for (int j = 0; j < EM_LANES; j++)
+                ls[j] += yr[i + j];
+        float s = 0.0f;
+        for (int j = 0; j < EM_LANES; j++)
+            s += ls[j];
+        for (; i < n; i++)
+            s += yr[i];
+        if (log_out) {
+            float l = logf(s);
+            for (i = 0; i < n; i++)
+                yr[i] = (xr[i] - m) - l;
+        }
+        else {
+            float inv = 1.0f / s;
+            for (i = 0; i < n; i++)
+                yr[i] *= inv;
+        }
+    }
+}
+
+static void
+softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, Py_ssize_t n,
+                 int log_out)
+{
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const double *restrict xr = x + r * n;
+        double *restrict yr = y + r * n;
+        double m = -INFINITY;
+        for (Py_ssize_t i = 0; i < n; i++)
+            m = (xr[i] > m || xr[i] != xr[i]) ? xr[i] : m;
+        double s = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double e = exp(xr[i] - m);
+            if (!log_out)
+                yr[i] = e;
+            s += e;
+        }
+        if (log_out) {
+            double ls = log(s);
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - m) - ls;
+        }
+        else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] /= s;
+        }
+    }
+}
+
+/* softmax / log_softmax of a contiguous float32 or float64 tensor along its last dim
+ * into out (same dtype, contiguous). Returns 1 when done, 0 when the case is not this
+ * one (the caller computes another way). */
+int
+em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
+{
+    if (x->dtype != out->dtype || (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64) ||
+        x->ndim == 0 || !PyArray_IS_C_CONTIGUOUS(x->array) ||
+        !PyArray_IS_C_CONTIGUOUS(out->array) || x->numel == 0)
+        return 0;
+    Py_ssize_t n = x->sizes[x->ndim - 1], rows = x->numel / n;
+    PyThreadState *ts = x->numel >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
+    if (x->dtype == EM_FLOAT32)
+        softmax_rows_f32(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
+    else
+        softmax_rows_f64(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    return 1;
+}

@@ -728,6 +728,8 @@ k_logsumexp(em_Op *op, PyObject **args)
     return (PyObject *)out;
 }
 
+int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);   /* cloops.c */
+
 /* softmax / log_softmax (op->ufunc is log): (self, dim, dtype) */
 static PyObject *
 k_softmax(em_Op *op, PyObject **args)
@@ -746,6 +748,10 @@ k_softmax(em_Op *op, PyObject **args)
     bool meta = want_meta(self);
     em_Tensor *out = em_empty(self->ndim, self->sizes, rt, meta);
     if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    /* the common case, a contiguous float tensor along its last dim: one C pass per row */
+    if (self->ndim > 0 && d == self->ndim - 1 &&
+        em_softmax_lastdim(self, out, op->ufunc != NULL) == 1)
         return (PyObject *)out;
     bool mask[EM_MAX_DIMS] = {false};
     if (self->ndim > 0)
