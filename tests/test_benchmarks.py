@@ -1,0 +1,39 @@
+"""The benchmark scripts run (--quick: few runs, the same code paths) and print their
+side-by-side tables; the figures themselves are for the closing note, not asserted."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script, *args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "python")] + [p for p in [env.get("PYTHONPATH")] if p])
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_eager_ops_benchmark_runs():
+    out = _run("eager_ops.py", "--quick")
+    assert "BLAS:" in out and "1 thread(s) for every library" in out
+    for op in ("add", "softmax(-1)", "layer_norm", "matmul 1024x1024", "conv2d"):
+        assert op in out
+    assert "large elementwise and matmul, ember/numpy" in out
+
+
+def test_overhead_benchmark_runs():
+    out = _run("overhead.py", "--quick")
+    assert "triad" in out.lower() and "ember" in out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_models_benchmark_runs():
+    out = _run("models.py", "--quick")
+    assert "MLP training step" in out and "GPT training step" in out
