@@ -28,6 +28,25 @@ fma3(LLVMBuilderRef B, LLVMModuleRef M, LLVMTypeRef t, LLVMValueRef a, LLVMValue
     return fcall(B, M, "llvm.fmuladd", t, args, 3);
 }
 
+/* A float -> float IR function named `name`, internal and always inlined; *B is left
+ * at its entry block. */
+static LLVMValueRef
+begin_fn(LLVMModuleRef M, const char *name, LLVMBuilderRef *B)
+{
+    LLVMContextRef C = LLVMGetModuleContext(M);
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(C);
+    LLVMValueRef fn = LLVMAddFunction(M, name, LLVMFunctionType(f32, &f32, 1, 0));
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    const char *attrs[] = {"alwaysinline", "nounwind", "readnone", "willreturn"};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                                LLVMCreateEnumAttribute(C, LLVMGetEnumAttributeKindForName(
+                                                               attrs[i], strlen(attrs[i])), 0));
+    *B = LLVMCreateBuilderInContext(C);
+    LLVMPositionBuilderAtEnd(*B, LLVMAppendBasicBlockInContext(C, fn, "entry"));
+    return fn;
+}
+
 LLVMValueRef
 em_ir_expf(LLVMModuleRef M)
 {
@@ -36,16 +55,8 @@ em_ir_expf(LLVMModuleRef M)
         return fn;
     LLVMContextRef C = LLVMGetModuleContext(M);
     LLVMTypeRef f32 = LLVMFloatTypeInContext(C), i32 = LLVMInt32TypeInContext(C);
-    LLVMTypeRef ft = LLVMFunctionType(f32, &f32, 1, 0);
-    fn = LLVMAddFunction(M, "em_expf", ft);
-    LLVMSetLinkage(fn, LLVMInternalLinkage);
-    const char *attrs[] = {"alwaysinline", "nounwind", "readnone", "willreturn"};
-    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
-        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                                LLVMCreateEnumAttribute(C, LLVMGetEnumAttributeKindForName(
-                                                               attrs[i], strlen(attrs[i])), 0));
-    LLVMBuilderRef B = LLVMCreateBuilderInContext(C);
-    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(C, fn, "entry"));
+    LLVMBuilderRef B;
+    fn = begin_fn(M, "em_expf", &B);
     LLVMValueRef x = LLVMGetParam(fn, 0);
 #define K(v) LLVMConstReal(f32, (v))
     const double lo = -87.33654, hi = 88.72283;
@@ -73,25 +84,6 @@ em_ir_expf(LLVMModuleRef M)
 #undef K
     LLVMBuildRet(B, e);
     LLVMDisposeBuilder(B);
-    return fn;
-}
-
-/* A float -> float IR function named `name`, internal and always inlined; *B is left
- * at its entry block. */
-static LLVMValueRef
-begin_fn(LLVMModuleRef M, const char *name, LLVMBuilderRef *B)
-{
-    LLVMContextRef C = LLVMGetModuleContext(M);
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(C);
-    LLVMValueRef fn = LLVMAddFunction(M, name, LLVMFunctionType(f32, &f32, 1, 0));
-    LLVMSetLinkage(fn, LLVMInternalLinkage);
-    const char *attrs[] = {"alwaysinline", "nounwind", "readnone", "willreturn"};
-    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
-        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                                LLVMCreateEnumAttribute(C, LLVMGetEnumAttributeKindForName(
-                                                               attrs[i], strlen(attrs[i])), 0));
-    *B = LLVMCreateBuilderInContext(C);
-    LLVMPositionBuilderAtEnd(*B, LLVMAppendBasicBlockInContext(C, fn, "entry"));
     return fn;
 }
 
