@@ -119,6 +119,8 @@ typedef struct {
 } em_Geom;
 
 void em_contiguous_strides(em_Geom *g);
+void em_tensoriter_strides(int nops, Py_ssize_t (*st)[EM_MAX_DIMS], em_Geom *g,
+                           bool skip_unit);   /* rules.c */
 Py_ssize_t em_geom_numel(const em_Geom *g);
 /* New tensor owning fresh (uninitialised) memory of geometry g, or a meta tensor. */
 em_Tensor *em_tensor_empty(const em_Geom *g, bool meta);

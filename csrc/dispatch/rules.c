@@ -173,6 +173,55 @@ tensor_same_shape(const em_Tensor *t, const em_Geom *g)
     return true;
 }
 
+/* TensorIterator's output strides for a geometry g whose operands have strides st[k]
+ * (broadcast to g's rank, 0 where broadcast): dims are ordered innermost-first by the
+ * operands' strides, a broadcast dim (stride 0) not voting, ties broken by size; with
+ * skip_unit, dims of size 1 do not vote either (advanced indexing's layout). */
+void
+em_tensoriter_strides(int nops, Py_ssize_t (*st)[EM_MAX_DIMS], em_Geom *g, bool skip_unit)
+{
+    int nd = g->ndim;
+    if (nd <= 1) {
+        em_contiguous_strides(g);
+        return;
+    }
+    int perm[EM_MAX_DIMS];    /* perm[0] is the innermost dimension */
+    for (int i = 0; i < nd; i++)
+        perm[i] = nd - 1 - i;
+    for (int i = 1; i < nd; i++) {
+        int dim1 = i;
+        for (int dim0 = i - 1; dim0 >= 0; dim0--) {
+            int a = perm[dim0], b = perm[dim1], cmp = 0;
+            for (int k = 0; k < nops; k++) {
+                Py_ssize_t s0 = st[k][a], s1 = st[k][b];
+                if (s0 == 0 || s1 == 0 || (skip_unit && (g->sizes[a] == 1 || g->sizes[b] == 1)))
+                    continue;
+                if (s0 != s1) {
+                    cmp = s0 < s1 ? -1 : 1;
+                    break;
+                }
+                if (g->sizes[a] > g->sizes[b]) {
+                    cmp = 1;
+                    break;
+                }
+            }
+            if (cmp > 0) {
+                perm[dim0] = b;
+                perm[dim1] = a;
+                dim1 = dim0;
+            }
+            else if (cmp < 0) {
+                break;
+            }
+        }
+    }
+    Py_ssize_t next = 1;
+    for (int i = 0; i < nd; i++) {
+        g->strides[perm[i]] = next;
+        next *= g->sizes[perm[i]];
+    }
+}
+
 /* Output strides of an elementwise op, as TensorIterator chooses them: if all
  * inputs are contiguous and of the output's shape, contiguous; otherwise the
  * dimensions are ordered by the inputs' strides (broadcast dimensions don't vote). */
@@ -209,45 +258,7 @@ em_elementwise_strides(PyObject **operands, int n, em_Geom *g)
                 st[k][d] = t->strides[d - off];
         }
     }
-    int perm[EM_MAX_DIMS];    /* perm[0] is the innermost dimension */
-    for (int i = 0; i < nd; i++)
-        perm[i] = nd - 1 - i;
-    for (int i = 1; i < nd; i++) {
-        int dim1 = i;
-        for (int dim0 = i - 1; dim0 >= 0; dim0--) {
-            int a = perm[dim0], b = perm[dim1], cmp = 0;
-            for (int k = 0; k < nt; k++) {
-                Py_ssize_t s0 = st[k][a], s1 = st[k][b];
-                if (s0 == 0 || s1 == 0)
-                    continue;
-                if (s0 < s1) {
-                    cmp = -1;
-                    break;
-                }
-                if (s0 > s1) {
-                    cmp = 1;
-                    break;
-                }
-                if (g->sizes[a] > g->sizes[b]) {
-                    cmp = 1;
-                    break;
-                }
-            }
-            if (cmp > 0) {
-                perm[dim0] = b;
-                perm[dim1] = a;
-                dim1 = dim0;
-            }
-            else if (cmp < 0) {
-                break;
-            }
-        }
-    }
-    Py_ssize_t next = 1;
-    for (int i = 0; i < nd; i++) {
-        g->strides[perm[i]] = next;
-        next *= g->sizes[perm[i]];
-    }
+    em_tensoriter_strides(nt, st, g, false);
 }
 
 /* ------------------------------------------------------------------ elementwise kinds */

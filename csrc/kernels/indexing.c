@@ -239,52 +239,6 @@ plan_broadcast(const char *name, Plan *p)
     return 0;
 }
 
-/* TensorIterator's output strides for operands of one shape (strides in st[k]). */
-static void
-tensoriter_strides(int nops, Py_ssize_t (*st)[EM_MAX_DIMS], em_Geom *g)
-{
-    int nd = g->ndim;
-    if (nd <= 1) {
-        em_contiguous_strides(g);
-        return;
-    }
-    int perm[EM_MAX_DIMS];
-    for (int i = 0; i < nd; i++)
-        perm[i] = nd - 1 - i;
-    for (int i = 1; i < nd; i++) {
-        int dim1 = i;
-        for (int dim0 = i - 1; dim0 >= 0; dim0--) {
-            int a = perm[dim0], b = perm[dim1], cmp = 0;
-            for (int k = 0; k < nops; k++) {
-                Py_ssize_t s0 = st[k][a], s1 = st[k][b];
-                if (s0 == 0 || s1 == 0 || g->sizes[a] == 1 || g->sizes[b] == 1)
-                    continue;
-                if (s0 != s1) {
-                    cmp = s0 < s1 ? -1 : 1;
-                    break;
-                }
-                if (g->sizes[a] > g->sizes[b]) {
-                    cmp = 1;
-                    break;
-                }
-            }
-            if (cmp > 0) {
-                perm[dim0] = b;
-                perm[dim1] = a;
-                dim1 = dim0;
-            }
-            else if (cmp < 0) {
-                break;
-            }
-        }
-    }
-    Py_ssize_t next = 1;
-    for (int i = 0; i < nd; i++) {
-        g->strides[perm[i]] = next;
-        next *= g->sizes[perm[i]];
-    }
-}
-
 static bool
 plan_adjacent(const Plan *p)
 {
@@ -345,7 +299,7 @@ plan_geometry(Plan *p, em_Tensor *self)
         for (int i = 0; i < e->ndim; i++)
             s[nb + off + i] = e->sizes[i] == p->bshape[off + i] ? e->strides[i] : 0;
     }
-    tensoriter_strides(p->n + 1, st, g);
+    em_tensoriter_strides(p->n + 1, st, g, true);
     PyMem_Free(st);
     return 0;
 }

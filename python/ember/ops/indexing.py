@@ -103,45 +103,10 @@ def index_geometry(entry, self, entries):
     else:
         before, after = [], rest
     shape = ([self.shape[d] for d in before] + list(bshape) + [self.shape[d] for d in after])
-    ops = [M.meta_tensor(shape, self.dtype,
-                         [st[d] for d in before] + [0] * len(bshape) + [st[d] for d in after])]
+    strides = [[st[d] for d in before] + [0] * len(bshape) + [st[d] for d in after]]
     for _, t in entries:
-        ops.append(M.meta_tensor(shape, t.dtype, [0] * len(before) + _broadcast_strides(
-            t, bshape) + [0] * len(after)))
-    return tuple(shape), _tensoriter_strides(ops, shape)
-
-
-def _tensoriter_strides(ops, shape):
-    nd = len(shape)
-    if nd <= 1:
-        return M.contiguous_strides(shape)
-    perm = list(range(nd - 1, -1, -1))
-
-    def should_swap(a, b):
-        for t in ops:
-            s0, s1 = t.stride()[a], t.stride()[b]
-            if s0 == 0 or s1 == 0 or shape[a] == 1 or shape[b] == 1:
-                continue
-            if s0 != s1:
-                return -1 if s0 < s1 else 1
-            if shape[a] > shape[b]:
-                return 1
-        return 0
-
-    for i in range(1, nd):
-        dim1 = i
-        for dim0 in range(i - 1, -1, -1):
-            c = should_swap(perm[dim0], perm[dim1])
-            if c > 0:
-                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-                dim1 = dim0
-            elif c < 0:
-                break
-    out, nxt = [0] * nd, 1
-    for d in perm:
-        out[d] = nxt
-        nxt *= shape[d]
-    return tuple(out)
+        strides.append([0] * len(before) + _broadcast_strides(t, bshape) + [0] * len(after))
+    return tuple(shape), M.tensoriter_strides(strides, shape, skip_unit=True)
 
 
 def _index_meta(entry, args):

@@ -140,12 +140,24 @@ def elementwise_strides(operands, shape):
             else:
                 st.append(t.stride()[d - off])
         strides.append(st)
+    return tensoriter_strides(strides, shape)
+
+
+def tensoriter_strides(strides, shape, skip_unit=False):
+    """TensorIterator's output strides for operands whose strides (one list per operand,
+    broadcast to shape's rank, 0 where broadcast) are given: dims ordered innermost-first
+    by those strides, a broadcast dim not voting, ties broken by size; with skip_unit,
+    dims of size 1 do not vote either (advanced indexing's layout). The C twin is
+    em_tensoriter_strides in csrc/dispatch/rules.c."""
+    nd = len(shape)
+    if nd <= 1:
+        return contiguous_strides(shape)
     perm = list(range(nd - 1, -1, -1))    # perm[0] is the innermost dimension
 
     def should_swap(a, b):
         for st in strides:
             s0, s1 = st[a], st[b]
-            if s0 == 0 or s1 == 0:
+            if s0 == 0 or s1 == 0 or (skip_unit and (shape[a] == 1 or shape[b] == 1)):
                 continue
             if s0 != s1:
                 return -1 if s0 < s1 else 1
