@@ -417,13 +417,11 @@ store_accumulators(cg_t *g)
             return -1;
         em_dtype_t t = g->ptype[param];
         LLVMValueRef v;
-        if (g->nan_acc[k] != NULL) {
+        if (g->nan_acc[k] == NULL)
+            v = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+        else {                   /* the key back to a float, NaN if one was seen */
             v = LLVMBuildLoad2(g->B, key_type(g, t), g->acc[k], "");
             v = LLVMBuildBitCast(g->B, float_key(g, v), reg_type(g, t), "");
-        }
-        else
-            v = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
-        if (g->nan_acc[k] != NULL) {
             LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
             LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
             v = LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntNE, seen,
@@ -456,75 +454,66 @@ emit_body(cg_t *g)
             return -1;
         Py_ssize_t n = PyTuple_GET_SIZE(ins);
         long dst = -1, a0 = 0, a1 = 0, a2 = 0;
-        if (strcmp(op, "accumulate") == 0) {
+        bool red = strcmp(op, "reduce") == 0, acc = strcmp(op, "accumulate") == 0;
+        if (red || acc || strcmp(op, "store") == 0) {
+            /* store: (op, param, coeffs, offset, src); reduce and accumulate:
+             * (op, param, rop, coeffs, offset, src) */
             long param, src;
-            if (n != 6 || int_item(ins, 1, &param) < 0 || int_item(ins, 5, &src) < 0)
-                return -1;
-            if (get_reg(g, src) == NULL)
+            int at = red || acc ? 3 : 2;
+            if (n != at + 3 || int_item(ins, 1, &param) < 0 || int_item(ins, at + 2, &src) < 0)
                 return -1;
             if (param < 0 || param >= g->nparams) {
                 PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %ld", param);
                 return -1;
             }
-            em_dtype_t t = g->ptype[param];
-            const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
-            if (rop == NULL || t == EM_BOOL) {
-                PyErr_SetString(PyExc_ValueError, "ember JIT: bad accumulate instruction");
-                return -1;
-            }
-            LLVMValueRef v = convert(g, g->reg[src], g->rtype[src], t);
-            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 3), PyTuple_GET_ITEM(ins, 4));
-            if (addr == NULL)
-                return -1;
-            unsigned align = (unsigned)em_dtypes[t]->itemsize;
-            LLVMValueRef cur = LLVMBuildLoad2(g->B, mem_type(g, t), addr, "");
-            LLVMSetAlignment(cur, align);
-            LLVMValueRef nv = combine(g, rop, t, cur, v);
-            if (nv == NULL)
-                return -1;
-            LLVMSetAlignment(LLVMBuildStore(g->B, nv, addr), align);
-            continue;
-        }
-        if (strcmp(op, "store") == 0 || strcmp(op, "reduce") == 0) {
-            long param;
-            if (int_item(ins, 1, &param) < 0)
-                return -1;
-            long src;
-            bool red = op[0] == 'r';
-            if (int_item(ins, red ? 5 : 4, &src) < 0)
-                return -1;
             LLVMValueRef v = get_reg(g, src);
             if (v == NULL)
                 return -1;
             em_dtype_t t = g->ptype[param];
             v = convert(g, v, g->rtype[src], t);
+            const char *rop = at == 3 ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2)) : "";
+            if (rop == NULL)
+                return -1;
+            if (red && g->nan_acc[k] != NULL) {
+                LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
+                LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
+                LLVMValueRef isnan = LLVMBuildZExt(
+                    g->B, LLVMBuildFCmp(g->B, LLVMRealUNO, v, v, ""), i8, "");
+                LLVMBuildStore(g->B, LLVMBuildOr(g->B, seen, isnan, ""), g->nan_acc[k]);
+                LLVMValueRef key = float_key(g, LLVMBuildBitCast(g->B, v, key_type(g, t), ""));
+                LLVMValueRef cur = LLVMBuildLoad2(g->B, key_type(g, t), g->acc[k], "");
+                LLVMValueRef gt = LLVMBuildICmp(g->B, rop[1] == 'a' ? LLVMIntSGT : LLVMIntSLT,
+                                                key, cur, "");
+                LLVMBuildStore(g->B, LLVMBuildSelect(g->B, gt, key, cur, ""), g->acc[k]);
+                continue;
+            }
             if (red) {
-                const char *rop = PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2));
-                if (g->nan_acc[k] != NULL) {
-                    LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
-                    LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
-                    LLVMValueRef isnan = LLVMBuildZExt(
-                        g->B, LLVMBuildFCmp(g->B, LLVMRealUNO, v, v, ""), i8, "");
-                    LLVMBuildStore(g->B, LLVMBuildOr(g->B, seen, isnan, ""), g->nan_acc[k]);
-                    LLVMValueRef key = float_key(g, LLVMBuildBitCast(g->B, v, key_type(g, t), ""));
-                    LLVMValueRef cur = LLVMBuildLoad2(g->B, key_type(g, t), g->acc[k], "");
-                    LLVMValueRef gt = LLVMBuildICmp(g->B, rop[1] == 'a' ? LLVMIntSGT : LLVMIntSLT,
-                                                    key, cur, "");
-                    LLVMBuildStore(g->B, LLVMBuildSelect(g->B, gt, key, cur, ""), g->acc[k]);
-                    continue;
-                }
-                LLVMValueRef cur = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");                LLVMValueRef nv = rop ? combine(g, rop, t, cur, v) : NULL;
+                LLVMValueRef cur = LLVMBuildLoad2(g->B, reg_type(g, t), g->acc[k], "");
+                LLVMValueRef nv = combine(g, rop, t, cur, v);
                 if (nv == NULL)
                     return -1;
                 LLVMBuildStore(g->B, nv, g->acc[k]);
                 continue;
             }
-            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, 2), PyTuple_GET_ITEM(ins, 3));
+            if (acc && t == EM_BOOL) {
+                PyErr_SetString(PyExc_ValueError, "ember JIT: accumulate into a bool buffer");
+                return -1;
+            }
+            LLVMValueRef addr = address(g, param, PyTuple_GET_ITEM(ins, at),
+                                        PyTuple_GET_ITEM(ins, at + 1));
             if (addr == NULL)
                 return -1;
+            unsigned align = (unsigned)em_dtypes[t]->itemsize;
+            if (acc) {            /* buffer[index] = rop(buffer[index], v) */
+                LLVMValueRef cur = LLVMBuildLoad2(g->B, mem_type(g, t), addr, "");
+                LLVMSetAlignment(cur, align);
+                v = combine(g, rop, t, cur, v);
+                if (v == NULL)
+                    return -1;
+            }
             if (t == EM_BOOL)
                 v = LLVMBuildZExt(g->B, v, mem_type(g, t), "");
-            LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), (unsigned)em_dtypes[t]->itemsize);
+            LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), align);
             continue;
         }
         if (int_item(ins, 1, &dst) < 0)

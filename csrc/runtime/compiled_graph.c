@@ -59,6 +59,7 @@ typedef struct {
      * nothing else holds it any more (refcount 1), so large intermediates are not
      * mapped and page-faulted in afresh on every call */
     PyObject **pool;
+    char *made_by_extern;    /* per buffer: an extern step makes it (read from the plan once) */
 } CompiledGraph;
 
 static double
@@ -387,8 +388,8 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
         PyObject *spec = PyTuple_GET_ITEM(buf_specs, nbuf);
         em_Geom g;
         int n;
-        if (PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2))) {
-            bufs[nbuf] = NULL;        /* an extern step makes it */
+        if (self->made_by_extern[nbuf]) {
+            bufs[nbuf] = NULL;
             continue;
         }
         PyObject *arr = self->pool[nbuf];
@@ -433,7 +434,7 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     for (int i = 0; i < nbuf; i++) {
         em_Tensor *t = bufs[i];
         if (t != NULL && t->numel > 0 && t->storage->array != NULL &&
-            !PyObject_IsTrue(PyTuple_GET_ITEM(PyTuple_GET_ITEM(buf_specs, i), 2))) {
+            !self->made_by_extern[i]) {
             Py_INCREF(t->storage->array);
             Py_XSETREF(self->pool[i], (PyObject *)t->storage->array);
         }
@@ -460,6 +461,7 @@ graph_dealloc(CompiledGraph *self)
     Py_XDECREF(self->matmul);
     PyMem_Free(self->kernels);
     PyMem_Free(self->step_seconds);
+    PyMem_Free(self->made_by_extern);
     if (self->pool != NULL) {
         for (int i = 0; i < self->nbufs; i++)
             Py_XDECREF(self->pool[i]);
@@ -492,6 +494,7 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->calls = 0;
     self->step_seconds = NULL;
     self->pool = NULL;
+    self->made_by_extern = NULL;
     self->kernels = NULL;
     self->matmul = NULL;
     self->ninputs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 0));
@@ -499,10 +502,21 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->nkernels = (int)PyTuple_GET_SIZE(addresses);
     self->kernels = PyMem_Calloc(self->nkernels + 1, sizeof(kernel_fn));
     self->pool = PyMem_Calloc(self->nbufs + 1, sizeof(PyObject *));
+    self->made_by_extern = PyMem_Calloc(self->nbufs + 1, 1);
     self->matmul = PyObject_GetAttrString(em_numpy, "matmul");
-    if (self->kernels == NULL || self->pool == NULL || self->matmul == NULL) {
+    if (self->kernels == NULL || self->pool == NULL || self->made_by_extern == NULL ||
+        self->matmul == NULL) {
         Py_DECREF(self);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    for (int i = 0; i < self->nbufs; i++) {
+        int ext = PyObject_IsTrue(PyTuple_GET_ITEM(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, 1), i),
+                                                   2));
+        if (ext < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->made_by_extern[i] = (char)ext;
     }
     for (int k = 0; k < self->nkernels; k++) {
         void *p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(addresses, k));

@@ -56,14 +56,18 @@ class BufferValue:
         self.offset = offset
         self.extent = extent if extent is not None else _span(sizes, strides, offset)
 
-    def load(self, kb, index):
-        coeffs = [0] * len(kb.sizes)
+    def at(self, index, ndim):
+        """The element index (affine in ndim loop indices) of this view at `index`."""
+        coeffs = [0] * ndim
         off = self.offset
         for a, st in zip(index, self.strides):
             off += a.offset * st
             for d, c in enumerate(a.coeffs):
                 coeffs[d] += c * st
-        return kb.load(self, Affine(tuple(coeffs), off))
+        return Affine(tuple(coeffs), off)
+
+    def load(self, kb, index):
+        return kb.load(self, self.at(index, len(kb.sizes)))
 
     def view_spec(self):
         return (self.ref, self.shape, self.strides, self.offset)
@@ -115,16 +119,6 @@ class PointwiseValue:
 
 def load(value, kb, index):
     return value.load(kb, index)
-
-
-def _store_index(buf, index):
-    """The affine element index of buf (a strided view) at `index`."""
-    coeffs = [0] * len(index[0].coeffs) if index else []
-    off = buf.offset
-    for a, st in zip(index, buf.strides):
-        off += a.offset * st
-        coeffs = [c + x * st for c, x in zip(coeffs, a.coeffs)]
-    return Affine(tuple(coeffs), off)
 
 
 def _reads(operands, shape):
@@ -568,12 +562,12 @@ class Lowering:
             def body(kb, r, e=e):
                 dt = val.dtype
                 x = r[0]
-                if e == 0:
-                    return kb.const(1.0, dt)
-                one = kb.const(1.0, dt)
-                whole, half = int(abs(e)), abs(e) % 1 == 0.5
                 if e == 0.5:             # eager (NumPy) computes x ** 0.5 as sqrt(x)
                     return kb.emit("sqrt", dt, (x,))
+                one = kb.const(1.0, dt)
+                if e == 0:
+                    return one
+                whole, half = int(abs(e)), abs(e) % 1 == 0.5
                 y = None
                 if half:
                     # pow's special cases: (-0) ** e and (-inf) ** e are those of +0 and
@@ -754,7 +748,7 @@ class Lowering:
         kb = self.kernel(shape, 0, "pointwise")
         index = _domain_index(nd)
         reg = a.load(kb, _broadcast_index(index, shape, a.shape))
-        kb.emit("store", param=kb.param(out), index=_store_index(out, index),
+        kb.emit("store", param=kb.param(out), index=out.at(index, nd),
                 args=(kb.cast(reg, a.dtype, val.dtype),), dst=False)
         self.add_kernel(kb)
         if math.prod(src.shape) == 0:
@@ -771,7 +765,7 @@ class Lowering:
         kb = self.kernel(tuple(src.shape), 0, "scatter")
         index = _domain_index(nd)
         reg = src.load(kb, index)
-        kb.emit("store", param=kb.param(dst), index=_store_index(dst, index),
+        kb.emit("store", param=kb.param(dst), index=dst.at(index, nd),
                 args=(kb.cast(reg, src.dtype, val.dtype),), dst=False)
         self.add_kernel(kb)
         return out
