@@ -104,6 +104,43 @@ def test_inplace_variants_are_derived():
             assert e.qualified_name in op_db.OPS
 
 
+def test_inplace_ops_declare_what_they_write():
+    """Capture and AOT read "mutates" from the schema (Tensor(a!)), never from names."""
+    for e in op_db.ENTRY.values():
+        named_inplace = e.name.endswith("_") and not e.name.startswith("_")
+        if e.inplace or named_inplace:
+            assert e.mutates == (0,), f"{e.schema.text}: declare Tensor(a!) self"
+            assert e.schema.return_aliases[:1] in (["a"], []), e.schema.text
+        else:
+            assert e.mutates in ((), (0,)), e.schema.text
+
+
+ALIAS_KEYS = sorted(k for k, i in INFOS.items() if i.ref is not None)
+
+
+@pytest.mark.parametrize("key", ALIAS_KEYS)
+def test_results_that_share_memory_are_declared(key):
+    """An op whose result shares an input's storage declares it (Tensor(a) in and
+    out); capture decides per call whether a may-alias op's result is a view."""
+    info = INFOS[key]
+    entry = op_db.ENTRY.get(key.split("-")[0]) or op_db.ENTRY.get(info.name)
+    if entry is None or entry.mutates:
+        return
+    d = info.dtypes[0]
+    for s in info.samples(d, rng_for(key, d, "alias")):
+        out = info.call(*s.args, **s.kwargs)
+        tensors = [a for a in s.args if isinstance(a, ember.Tensor)]
+        for o in _outputs(out) if isinstance(out, (tuple, ember.Tensor)) else ():
+            if not isinstance(o, ember.Tensor):
+                continue
+            for i, a in enumerate(s.args):
+                if isinstance(a, ember.Tensor) and \
+                        o.untyped_storage() is a.untyped_storage():
+                    assert i in entry.aliased_params, \
+                        f"{entry.schema.text}: result shares memory with argument {i}"
+        del tensors
+
+
 # ---------------------------------------------------------------- forward
 
 

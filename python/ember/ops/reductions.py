@@ -634,6 +634,6 @@ def _sum_to_size(self, size):
     return r.view(size) if lead else r
 
 
-op("sum_to_size(Tensor self, int[] size) -> Tensor", CUSTOM, "python", composite=True,
+op("sum_to_size(Tensor(a) self, int[] size) -> Tensor(a)", CUSTOM, "python", composite=True,
    impl=_sum_to_size,
    doc="Sums self down to size (the inverse of broadcasting self from size).")

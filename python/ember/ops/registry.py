@@ -100,6 +100,18 @@ class OpEntry:
         return max(1, len(self.schema.returns)) if self.schema.returns else 0
 
     @property
+    def mutates(self):
+        """Indices of the parameters the op writes into, from the schema's Tensor(a!)."""
+        return self.schema.mutated_params
+
+    @property
+    def aliased_params(self):
+        """For each return, the parameter it may share memory with (Tensor(a)), or
+        None. View ops always do; reshape, contiguous, to and the like may: whether
+        one call's result is a view is told by its storage (Tensor.untyped_storage)."""
+        return self.schema.aliased_params
+
+    @property
     def differentiable(self):
         return self.backward is not None
 
@@ -139,6 +151,9 @@ def _declare_inplace(functional: OpEntry):
     """name_: the same signature, updating self with the functional op's result."""
     s = functional.schema
     text = re.sub(r"^(\w+)", r"\1_", s.text)
+    # self is written and returned: Tensor(a!) self -> Tensor(a!)
+    text = re.sub(r"\(Tensor(\(\w+\))? self", "(Tensor(a!) self", text, count=1)
+    text = re.sub(r"->\s*Tensor(\(\w+!?\))?\s*$", "-> Tensor(a!)", text)
     sch = _schema.parse(text)
     entry = OpEntry(sch, functional.kind, functional.kernel, rule=functional.rule,
                     ufunc=functional.ufunc, reduce_ufunc=functional.reduce_ufunc,

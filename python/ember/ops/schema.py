@@ -43,6 +43,8 @@ class Param:
     kwonly: bool
     default: object = _NO_DEFAULT
     int1: bool = False   # int[1]: a bare int is accepted
+    alias: str = ""      # alias set of Tensor(a) / Tensor(a!): "a"; "" when none
+    mutable: bool = False   # Tensor(a!): the op writes into this argument
 
     @property
     def has_default(self):
@@ -53,7 +55,8 @@ class Param:
         return self.type == "Tensor"
 
     def __str__(self):
-        t = self.type + ("?" if self.optional else "")
+        t = self.type + (f"({self.alias}{'!' if self.mutable else ''})" if self.alias else "") \
+            + ("?" if self.optional else "")
         s = f"{t} {self.name}"
         if self.has_default:
             s += "=" + _format_default(self.default)
@@ -67,6 +70,19 @@ class Schema:
     params: list
     returns: list = field(default_factory=list)   # names ("" when unnamed) of returned tensors
     text: str = ""
+    return_aliases: list = field(default_factory=list)  # alias set of each return ("": none)
+
+    @property
+    def mutated_params(self):
+        """Indices of the parameters the op writes into (Tensor(a!))."""
+        return tuple(i for i, p in enumerate(self.params) if p.mutable)
+
+    @property
+    def aliased_params(self):
+        """For each return, the index of the parameter it may share memory with (its
+        alias set), or None: `view(Tensor(a) self, ...) -> Tensor(a)` gives (0,)."""
+        by_set = {p.alias: i for i, p in enumerate(self.params) if p.alias}
+        return tuple(by_set.get(a) if a else None for a in self.return_aliases)
 
     def c_params(self, number_ok):
         """Tuples for the C binder: (name, type, optional, kwonly, has_default, default,
@@ -105,7 +121,8 @@ def _parse_default(text):
     return ast.literal_eval(text)
 
 
-_PARAM = re.compile(r"^(?P<type>[A-Za-z]+(?:\[\d*\])?)(?P<opt>\?)?(?:\([a-z!]+\))?\s+"
+_PARAM = re.compile(r"^(?P<type>[A-Za-z]+(?:\[\d*\])?)(?:\((?P<alias>[a-z]+)(?P<mut>!)?\))?"
+                    r"(?P<opt>\?)?\s+"
                     r"(?P<name>\w+)(?:\s*=\s*(?P<default>.+))?$")
 
 
@@ -131,8 +148,10 @@ def parse(text: str) -> Schema:
         if ptype not in _TYPES:
             raise ValueError(f"unknown type {ptype!r} in {text!r}")
         default = _parse_default(pm["default"]) if pm["default"] is not None else _NO_DEFAULT
-        params.append(Param(pm["name"], ptype, bool(pm["opt"]), kwonly, default, int1))
-    return Schema(name, overload, params, _parse_returns(ret), text.strip())
+        params.append(Param(pm["name"], ptype, bool(pm["opt"]), kwonly, default, int1,
+                            pm["alias"] or "", bool(pm["mut"])))
+    names, aliases = _parse_returns(ret)
+    return Schema(name, overload, params, names, text.strip(), aliases)
 
 
 def _split(s):
@@ -155,13 +174,15 @@ def _split(s):
 def _parse_returns(ret):
     ret = ret.strip()
     if ret == "()":
-        return []
+        return [], []
     if ret.startswith("("):
         items = _split(ret[1:-1])
     else:
         items = [ret]
-    names = []
+    names, aliases = [], []
     for item in items:
         bits = item.split()
         names.append(bits[1] if len(bits) > 1 else "")
-    return names
+        m = re.match(r"^[A-Za-z]+\((?P<alias>[a-z]+)!?\)", bits[0])
+        aliases.append(m["alias"] if m else "")
+    return names, aliases
