@@ -2,25 +2,30 @@
  *
  * A CompiledFrame gathers the graph's inputs from the frame's argument slots (and
  * from globals, closure cells and attribute chains, so that a module's parameters
- * are read afresh on every call), calls the compiled graph with them, and rebuilds
- * the frame's return value from the graph's flat outputs. All three steps are C;
- * only an exception takes a Python detour, to add the user's source line to the
+ * are read afresh on every call), calls the compiled graph with them, then runs the
+ * frame program: it builds the values the frame returns and writes (the graph's
+ * outputs, objects fetched through sources, new tuples, lists and dicts), replays the
+ * frame's Python side effects in program order, and returns the result. All of it is
+ * C; only an exception takes a Python detour, to add the user's source line to the
  * traceback.
  *
  * Input getters are the tuples ember.capture.source.Source.getter() makes:
  *     (root_kind, root, ((step_kind, key), ...))
  * root_kind: "local" (slot index), "global" (name), "closure" (cell index),
  * "object" (the object itself); step_kind: "attr", "item", "dict".
- * The output spec is a tree: ("t", i) the graph's i-th output, ("c", value) a
- * constant, ("tuple", specs), ("list", specs), ("dict", keys, specs).
  *
- * The graph runs with capture off on this thread (see em_capture_swap_state).
+ * The program is ember/capture/program.py's (values, effects, result), decoded once
+ * here into value_t and effect_t records.
+ *
+ * The graph and the effects run with capture off on this thread (see
+ * em_capture_swap_state).
  */
 #include "capture.h"
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_CLOSURE, ROOT_OBJECT };
 enum { STEP_ATTR, STEP_ITEM, STEP_DICT };
-enum { OUT_TENSOR, OUT_CONST, OUT_TUPLE, OUT_LIST, OUT_DICT };
+enum { V_OUT, V_CONST, V_SRC, V_TUPLE, V_LIST, V_DICT, V_CALL1 };
+enum { E_LIST_SET, E_DICT_SET, E_SETATTR, E_DELATTR, E_SETITEM, E_DELITEM };
 
 typedef struct {
     int root_kind;
@@ -32,17 +37,37 @@ typedef struct {
 } getter_t;
 
 typedef struct {
+    int kind;
+    Py_ssize_t index;      /* OUT: output index; CALL1: the argument value */
+    PyObject *obj;         /* CONST: the object; DICT: the keys; CALL1: the callable
+                            * (borrowed from the program tuple) */
+    getter_t g;            /* SRC */
+    int n;                 /* TUPLE, LIST, DICT: number of items */
+    int *items;            /* value indices, each < this value's own */
+} value_t;
+
+typedef struct {
+    int kind;
+    int target, value;     /* value indices (value -1 for deletions) */
+    PyObject *key;         /* attribute name or item key (borrowed) */
+} effect_t;
+
+typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fn;          /* the compiled graph: fn(*inputs) -> tuple of outputs */
     PyObject *getters;     /* the getter tuples (owns what getter_t borrows) */
-    PyObject *spec;        /* output spec */
+    PyObject *program;     /* (values, effects, result) (owns what the records borrow) */
     PyObject *globals;     /* the function's globals */
     PyObject *closure;     /* the function's cells (tuple) or NULL */
     PyObject *on_error;    /* Python: on_error(exc) -> exc, adds the user's frame */
     PyObject *name;
     int ngetters;
     getter_t *g;
+    int nvalues, neffects, result;
+    value_t *values;
+    effect_t *effects;
+    Py_ssize_t nouts;      /* the largest output index + 1 */
     Py_ssize_t calls;
 } CompiledFrame;
 
@@ -105,61 +130,92 @@ fetch(CompiledFrame *self, const getter_t *g, PyObject *const *args, Py_ssize_t 
     return obj;
 }
 
-static PyObject *
-rebuild(PyObject *spec, PyObject *outs)
+static int
+apply_effect(const effect_t *e, PyObject **vals)
 {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 2) {
-        PyErr_SetString(PyExc_SystemError, "compiled frame: bad output spec");
+    PyObject *t = vals[e->target], *v = e->value >= 0 ? vals[e->value] : NULL;
+    switch (e->kind) {
+    case E_LIST_SET:
+        return PyList_SetSlice(t, 0, PY_SSIZE_T_MAX, v);
+    case E_DICT_SET:
+        PyDict_Clear(t);
+        return PyDict_Update(t, v);
+    case E_SETATTR:
+        return PyObject_SetAttr(t, e->key, v);
+    case E_DELATTR:
+        return PyObject_DelAttr(t, e->key);
+    case E_SETITEM:
+        return PyObject_SetItem(t, e->key, v);
+    case E_DELITEM:
+        return PyObject_DelItem(t, e->key);
+    }
+    PyErr_SetString(PyExc_SystemError, "compiled frame: unknown effect");
+    return -1;
+}
+
+/* Computes the program's values from the graph's outputs, applies its effects and
+ * returns its result (a new reference), or NULL. */
+static PyObject *
+run_program(CompiledFrame *self, PyObject *outs, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *small[16], **vals = small, *res = NULL;
+    int n = self->nvalues, done = 0;
+    if (PyTuple_GET_SIZE(outs) < self->nouts) {
+        PyErr_Format(PyExc_SystemError, "compiled frame: the graph returned %zd outputs, "
+                     "expected %zd", PyTuple_GET_SIZE(outs), self->nouts);
         return NULL;
     }
-    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-    PyObject *a = PyTuple_GET_ITEM(spec, 1);
-    switch (kind) {
-    case OUT_TENSOR: {
-        Py_ssize_t i = PyLong_AsSsize_t(a);
-        if (i < 0 || i >= PyTuple_GET_SIZE(outs)) {
-            PyErr_SetString(PyExc_SystemError, "compiled frame: output index out of range");
-            return NULL;
-        }
-        PyObject *o = PyTuple_GET_ITEM(outs, i);
-        Py_INCREF(o);
-        return o;
-    }
-    case OUT_CONST:
-        Py_INCREF(a);
-        return a;
-    case OUT_TUPLE:
-    case OUT_LIST: {
-        Py_ssize_t n = PyTuple_GET_SIZE(a);
-        PyObject *res = kind == OUT_TUPLE ? PyTuple_New(n) : PyList_New(n);
-        for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
-            PyObject *v = rebuild(PyTuple_GET_ITEM(a, i), outs);
-            if (v == NULL) {
-                Py_CLEAR(res);
-                break;
+    if (n > 16 && (vals = PyMem_Malloc(sizeof(PyObject *) * n)) == NULL)
+        return PyErr_NoMemory();
+    for (; done < n; done++) {
+        const value_t *v = &self->values[done];
+        PyObject *o = NULL;
+        switch (v->kind) {
+        case V_OUT:
+            o = Py_NewRef(PyTuple_GET_ITEM(outs, v->index));
+            break;
+        case V_CONST:
+            o = Py_NewRef(v->obj);
+            break;
+        case V_SRC:
+            o = fetch(self, &v->g, args, nargs);
+            break;
+        case V_TUPLE:
+        case V_LIST:
+            o = v->kind == V_TUPLE ? PyTuple_New(v->n) : PyList_New(v->n);
+            for (int i = 0; o != NULL && i < v->n; i++) {
+                PyObject *item = Py_NewRef(vals[v->items[i]]);
+                if (v->kind == V_TUPLE)
+                    PyTuple_SET_ITEM(o, i, item);
+                else
+                    PyList_SET_ITEM(o, i, item);
             }
-            if (kind == OUT_TUPLE)
-                PyTuple_SET_ITEM(res, i, v);
-            else
-                PyList_SET_ITEM(res, i, v);
+            break;
+        case V_DICT:
+            o = PyDict_New();
+            for (int i = 0; o != NULL && i < v->n; i++) {
+                if (PyDict_SetItem(o, PyTuple_GET_ITEM(v->obj, i), vals[v->items[i]]) < 0)
+                    Py_CLEAR(o);
+            }
+            break;
+        case V_CALL1:
+            o = PyObject_CallOneArg(v->obj, vals[v->index]);
+            break;
         }
-        return res;
+        if (o == NULL)
+            goto done;
+        vals[done] = o;
     }
-    case OUT_DICT: {
-        PyObject *specs = PyTuple_GET_ITEM(spec, 2);
-        PyObject *res = PyDict_New();
-        for (Py_ssize_t i = 0; res != NULL && i < PyTuple_GET_SIZE(a); i++) {
-            PyObject *v = rebuild(PyTuple_GET_ITEM(specs, i), outs);
-            if (v == NULL || PyDict_SetItem(res, PyTuple_GET_ITEM(a, i), v) < 0)
-                Py_CLEAR(res);
-            Py_XDECREF(v);
-        }
-        return res;
-    }
-    default:
-        PyErr_SetString(PyExc_SystemError, "compiled frame: unknown output kind");
-        return NULL;
-    }
+    for (int i = 0; i < self->neffects; i++)
+        if (apply_effect(&self->effects[i], vals) < 0)
+            goto done;
+    res = Py_NewRef(vals[self->result]);
+done:
+    for (int i = 0; i < done; i++)
+        Py_DECREF(vals[i]);
+    if (vals != small)
+        PyMem_Free(vals);
+    return res;
 }
 
 /* The graph raised: let Python put the user's source line into the traceback
@@ -199,6 +255,10 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *small[16], **inputs = small, *outs = NULL, *res = NULL;
     int n = self->ngetters, got = 0;
+    if (self->program == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled frame was cleared");
+        return NULL;
+    }
     if (n > 16) {
         inputs = PyMem_Malloc(sizeof(PyObject *) * n);
         if (inputs == NULL)
@@ -218,20 +278,19 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
     outs = PyObject_Vectorcall(self->fn, inputs, n, NULL);
     if (outs == NULL)
         add_user_frame(self);
+    else if (!PyTuple_Check(outs)) {
+        PyErr_Format(PyExc_TypeError, "compiled graph returned %s, not a tuple",
+                     Py_TYPE(outs)->tp_name);
+        Py_CLEAR(outs);
+    }
+    else
+        res = run_program(self, outs, args, nargs);
 #if EM_CAPTURE_HOOK
     if (em_capture_swap_state(saved, &left) < 0)
-        Py_CLEAR(outs);
+        Py_CLEAR(res);
     Py_XDECREF(saved);
     Py_XDECREF(left);
 #endif
-    if (outs == NULL)
-        goto done;
-    if (!PyTuple_Check(outs)) {
-        PyErr_Format(PyExc_TypeError, "compiled graph returned %s, not a tuple",
-                     Py_TYPE(outs)->tp_name);
-        goto done;
-    }
-    res = rebuild(self->spec, outs);
 done:
     for (int i = 0; i < got; i++)
         Py_DECREF(inputs[i]);
@@ -297,17 +356,36 @@ bad:
 }
 
 static void
-frame_dealloc(CompiledFrame *self)
+free_records(CompiledFrame *self)
 {
-    PyObject_GC_UnTrack(self);
     for (int i = 0; self->g != NULL && i < self->ngetters; i++) {
         PyMem_Free(self->g[i].step_kinds);
         PyMem_Free(self->g[i].keys);
     }
     PyMem_Free(self->g);
+    self->g = NULL;
+    self->ngetters = 0;
+    for (int i = 0; self->values != NULL && i < self->nvalues; i++) {
+        PyMem_Free(self->values[i].items);
+        PyMem_Free(self->values[i].g.step_kinds);
+        PyMem_Free(self->values[i].g.keys);
+    }
+    PyMem_Free(self->values);
+    self->values = NULL;
+    self->nvalues = 0;
+    PyMem_Free(self->effects);
+    self->effects = NULL;
+    self->neffects = 0;
+}
+
+static void
+frame_dealloc(CompiledFrame *self)
+{
+    PyObject_GC_UnTrack(self);
+    free_records(self);
     Py_XDECREF(self->fn);
     Py_XDECREF(self->getters);
-    Py_XDECREF(self->spec);
+    Py_XDECREF(self->program);
     Py_XDECREF(self->globals);
     Py_XDECREF(self->closure);
     Py_XDECREF(self->on_error);
@@ -320,31 +398,197 @@ frame_traverse(CompiledFrame *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fn);
     Py_VISIT(self->getters);
-    Py_VISIT(self->spec);
+    Py_VISIT(self->program);
     Py_VISIT(self->globals);
     Py_VISIT(self->closure);
     Py_VISIT(self->on_error);
     return 0;
 }
 
+/* Breaks reference cycles (globals -> function -> code -> cache -> frame -> globals);
+ * the records borrow from the tuples cleared here, so they go first. */
 static int
 frame_clear(CompiledFrame *self)
 {
+    free_records(self);
     Py_CLEAR(self->fn);
-    Py_CLEAR(self->spec);
+    Py_CLEAR(self->getters);
+    Py_CLEAR(self->program);
     Py_CLEAR(self->globals);
     Py_CLEAR(self->closure);
     Py_CLEAR(self->on_error);
     return 0;
 }
 
-/* CompiledFrame(fn, getters, spec, globals, closure, on_error, name) */
+/* Value indices must point backwards (to values computed before). */
+static int
+parse_index(PyObject *o, int limit, const char *what)
+{
+    long i = PyLong_Check(o) ? PyLong_AsLong(o) : -1;
+    if (i < 0 || i >= limit) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "CompiledFrame: bad %s index %R", what, o);
+        return -1;
+    }
+    return (int)i;
+}
+
+static int
+parse_items(PyObject *tup, int limit, value_t *v)
+{
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "CompiledFrame: value items must be a tuple");
+        return -1;
+    }
+    v->n = (int)PyTuple_GET_SIZE(tup);
+    v->items = PyMem_Calloc(v->n ? v->n : 1, sizeof(int));
+    if (v->items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < v->n; i++)
+        if ((v->items[i] = parse_index(PyTuple_GET_ITEM(tup, i), limit, "item")) < 0)
+            return -1;
+    return 0;
+}
+
+static int
+tag_is(PyObject *tag, const char *name)
+{
+    return PyUnicode_Check(tag) && PyUnicode_CompareWithASCIIString(tag, name) == 0;
+}
+
+static int
+parse_value(CompiledFrame *self, PyObject *spec, int at, value_t *v)
+{
+    Py_ssize_t n = PyTuple_Check(spec) ? PyTuple_GET_SIZE(spec) : 0;
+    PyObject *tag = n ? PyTuple_GET_ITEM(spec, 0) : NULL;
+    if (n == 2 && tag_is(tag, "out")) {
+        v->kind = V_OUT;
+        v->index = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
+        if (v->index < 0)
+            goto bad;
+        if (v->index + 1 > self->nouts)
+            self->nouts = v->index + 1;
+        return 0;
+    }
+    if (n == 2 && tag_is(tag, "const")) {
+        v->kind = V_CONST;
+        v->obj = PyTuple_GET_ITEM(spec, 1);
+        return 0;
+    }
+    if (n == 2 && tag_is(tag, "src")) {
+        v->kind = V_SRC;
+        return parse_getter(PyTuple_GET_ITEM(spec, 1), &v->g);
+    }
+    if (n == 2 && (tag_is(tag, "tuple") || tag_is(tag, "list"))) {
+        v->kind = tag_is(tag, "tuple") ? V_TUPLE : V_LIST;
+        return parse_items(PyTuple_GET_ITEM(spec, 1), at, v);
+    }
+    if (n == 3 && tag_is(tag, "dict")) {
+        v->kind = V_DICT;
+        v->obj = PyTuple_GET_ITEM(spec, 1);
+        if (parse_items(PyTuple_GET_ITEM(spec, 2), at, v) < 0)
+            return -1;
+        if (!PyTuple_Check(v->obj) || PyTuple_GET_SIZE(v->obj) != v->n)
+            goto bad;
+        return 0;
+    }
+    if (n == 3 && tag_is(tag, "call1")) {
+        v->kind = V_CALL1;
+        v->obj = PyTuple_GET_ITEM(spec, 1);
+        int j = parse_index(PyTuple_GET_ITEM(spec, 2), at, "argument");
+        if (j < 0)
+            return -1;
+        v->index = j;
+        if (!PyCallable_Check(v->obj))
+            goto bad;
+        return 0;
+    }
+bad:
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "CompiledFrame: bad program value %R", spec);
+    return -1;
+}
+
+static const struct { const char *name; int kind, has_value; } effect_kinds[] = {
+    {"list_set", E_LIST_SET, 1}, {"dict_set", E_DICT_SET, 1},
+    {"setattr", E_SETATTR, 1}, {"delattr", E_DELATTR, 0},
+    {"setitem", E_SETITEM, 1}, {"delitem", E_DELITEM, 0},
+};
+
+static int
+parse_effect(CompiledFrame *self, PyObject *spec, effect_t *e)
+{
+    Py_ssize_t n = PyTuple_Check(spec) ? PyTuple_GET_SIZE(spec) : 0;
+    PyObject *tag = n ? PyTuple_GET_ITEM(spec, 0) : NULL;
+    size_t k = 0, nkinds = sizeof(effect_kinds) / sizeof(effect_kinds[0]);
+    while (k < nkinds && !tag_is(tag, effect_kinds[k].name))
+        k++;
+    if (k == nkinds)
+        goto bad;
+    e->kind = effect_kinds[k].kind;
+    int keyed = e->kind != E_LIST_SET && e->kind != E_DICT_SET;
+    if (n != 2 + keyed + effect_kinds[k].has_value)
+        goto bad;
+    if ((e->target = parse_index(PyTuple_GET_ITEM(spec, 1), self->nvalues, "target")) < 0)
+        return -1;
+    e->key = keyed ? PyTuple_GET_ITEM(spec, 2) : NULL;
+    if ((e->kind == E_SETATTR || e->kind == E_DELATTR) && !PyUnicode_Check(e->key))
+        goto bad;
+    e->value = -1;
+    if (effect_kinds[k].has_value &&
+        (e->value = parse_index(PyTuple_GET_ITEM(spec, n - 1), self->nvalues, "value")) < 0)
+        return -1;
+    return 0;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "CompiledFrame: bad program effect %R", spec);
+    return -1;
+}
+
+/* (values, effects, result) into value_t and effect_t records. */
+static int
+parse_program(CompiledFrame *self, PyObject *program)
+{
+    PyObject *values, *effects, *result;
+    if (!PyTuple_Check(program) ||
+        !PyArg_ParseTuple(program, "O!O!O", &PyTuple_Type, &values, &PyTuple_Type, &effects,
+                          &result))
+        return -1;
+    if (PyTuple_GET_SIZE(values) > INT_MAX / 2 || PyTuple_GET_SIZE(effects) > INT_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "CompiledFrame: program too large");
+        return -1;
+    }
+    int nv = (int)PyTuple_GET_SIZE(values), ne = (int)PyTuple_GET_SIZE(effects);
+    self->values = PyMem_Calloc(nv ? nv : 1, sizeof(value_t));
+    self->effects = PyMem_Calloc(ne ? ne : 1, sizeof(effect_t));
+    if (self->values == NULL || self->effects == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < nv; i++) {
+        self->nvalues = i + 1;    /* so that free_records sees what this one allocates */
+        if (parse_value(self, PyTuple_GET_ITEM(values, i), i, &self->values[i]) < 0)
+            return -1;
+    }
+    self->nvalues = nv;
+    for (int i = 0; i < ne; i++)
+        if (parse_effect(self, PyTuple_GET_ITEM(effects, i), &self->effects[i]) < 0)
+            return -1;
+    self->neffects = ne;
+    self->result = parse_index(result, nv, "result");
+    return self->result < 0 ? -1 : 0;
+}
+
+/* CompiledFrame(fn, getters, program, globals, closure, on_error, name) */
 static PyObject *
 frame_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *fn, *getters, *spec, *globals, *closure, *on_error, *name;
-    if (!PyArg_ParseTuple(args, "OO!OO!OOU:CompiledFrame", &fn, &PyTuple_Type, &getters,
-                          &spec, &PyDict_Type, &globals, &closure, &on_error, &name))
+    PyObject *fn, *getters, *program, *globals, *closure, *on_error, *name;
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOU:CompiledFrame", &fn, &PyTuple_Type, &getters,
+                          &PyTuple_Type, &program, &PyDict_Type, &globals, &closure,
+                          &on_error, &name))
         return NULL;
     if (closure != Py_None && !PyTuple_Check(closure)) {
         PyErr_SetString(PyExc_TypeError, "CompiledFrame: closure must be a tuple or None");
@@ -355,33 +599,27 @@ frame_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     memset(((char *)self) + sizeof(PyObject), 0, sizeof(CompiledFrame) - sizeof(PyObject));
     self->vectorcall = (vectorcallfunc)frame_vectorcall;
-    Py_INCREF(fn);
-    self->fn = fn;
-    Py_INCREF(getters);
-    self->getters = getters;
-    Py_INCREF(spec);
-    self->spec = spec;
-    Py_INCREF(globals);
-    self->globals = globals;
-    if (closure != Py_None) {
-        Py_INCREF(closure);
-        self->closure = closure;
-    }
-    if (on_error != Py_None) {
-        Py_INCREF(on_error);
-        self->on_error = on_error;
-    }
-    Py_INCREF(name);
-    self->name = name;
-    self->ngetters = (int)PyTuple_GET_SIZE(getters);
-    self->g = PyMem_Calloc(self->ngetters ? self->ngetters : 1, sizeof(getter_t));
+    self->fn = Py_NewRef(fn);
+    self->getters = Py_NewRef(getters);
+    self->program = Py_NewRef(program);
+    self->globals = Py_NewRef(globals);
+    if (closure != Py_None)
+        self->closure = Py_NewRef(closure);
+    if (on_error != Py_None)
+        self->on_error = Py_NewRef(on_error);
+    self->name = Py_NewRef(name);
+    int ngetters = (int)PyTuple_GET_SIZE(getters);
+    self->g = PyMem_Calloc(ngetters ? ngetters : 1, sizeof(getter_t));
     if (self->g == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    for (int i = 0; i < self->ngetters; i++)
+    self->ngetters = ngetters;
+    for (int i = 0; i < ngetters; i++)
         if (parse_getter(PyTuple_GET_ITEM(getters, i), &self->g[i]) < 0)
             goto error;
+    if (parse_program(self, program) < 0)
+        goto error;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 error:

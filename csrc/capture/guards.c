@@ -11,6 +11,7 @@
  *     ("global", name)        looked up as LOAD_GLOBAL does: globals, then builtins
  *     ("builtin", name)       builtins only
  *     ("closure", i)          contents of cell i of the function's closure
+ *     ("cell", i)             cell i of the function's closure itself
  *     ("object", obj)         a fixed object (another module's globals dict),
  *                             held strongly
  *
@@ -51,6 +52,9 @@
  *                                        one with another backend or options
  *                                        (torch's BACKEND_MATCH); also written
  *                                        ("COMPILE_CONTEXT", None, callback)
+ *     ("ALIAS", source, other, same)     `source is other` equals same (other is a
+ *                                        source too): two paths to one mutable
+ *                                        object, or to two distinct ones
  *     ("LAMBDA", source, predicate, description)
  *                                        escape hatch: predicate(value) is true
  *
@@ -66,10 +70,10 @@
 
 #include <math.h>
 
-enum { SRC_ARG, SRC_GLOBAL, SRC_BUILTIN, SRC_CLOSURE, SRC_OBJECT, SRC_ATTR, SRC_ITEM,
-       SRC_DICT };
+enum { SRC_ARG, SRC_GLOBAL, SRC_BUILTIN, SRC_CLOSURE, SRC_CELL, SRC_OBJECT, SRC_ATTR,
+       SRC_ITEM, SRC_DICT };
 enum { G_TENSOR, G_TYPE, G_ID, G_EQUALS, G_LEN, G_DICT_KEYS, G_GRAD, G_CONTEXT,
-       G_LAMBDA };
+       G_LAMBDA, G_ALIAS };
 
 #define ANY PY_SSIZE_T_MIN    /* wildcard size, stride or storage offset */
 #define MAX_CONST_DEPTH 16
@@ -91,7 +95,7 @@ typedef struct {
     int meta;
     em_dtype_t dtype;
     int ndim;
-    Py_ssize_t n;             /* LEN */
+    Py_ssize_t n;             /* LEN; ALIAS: the other source */
     Py_ssize_t offset;
     Py_ssize_t *geom;         /* TENSOR: sizes[ndim] then strides[ndim] */
 } Guard;
@@ -175,16 +179,17 @@ is_tag(PyObject *tag, const char *name)
     return PyUnicode_Check(tag) && PyUnicode_CompareWithASCIIString(tag, name) == 0;
 }
 
-/* A root: ("arg" | "local", i), ("closure", i), ("global" | "builtin", name) or
- * ("object", obj). */
+/* A root: ("arg" | "local", i), ("closure" | "cell", i), ("global" | "builtin", name)
+ * or ("object", obj). */
 static int
 add_root(Builder *b, PyObject *tag, PyObject *root)
 {
     Source s = {.base = -1};
     PyObject *dedupe = NULL;
-    if (is_tag(tag, "arg") || is_tag(tag, "local") || is_tag(tag, "closure")) {
-        bool arg = !is_tag(tag, "closure");
-        s.kind = arg ? SRC_ARG : SRC_CLOSURE;
+    if (is_tag(tag, "arg") || is_tag(tag, "local") || is_tag(tag, "closure") ||
+        is_tag(tag, "cell")) {
+        bool arg = is_tag(tag, "arg") || is_tag(tag, "local");
+        s.kind = arg ? SRC_ARG : is_tag(tag, "cell") ? SRC_CELL : SRC_CLOSURE;
         if (!PyLong_Check(root)) {
             PyErr_Format(PyExc_TypeError, "guard source %U: the index must be an int, got %R",
                          tag, root);
@@ -229,7 +234,7 @@ add_root(Builder *b, PyObject *tag, PyObject *root)
     else {
         PyErr_Format(PyExc_ValueError,
                      "unknown guard source root %R (expected 'arg'/'local', 'global', "
-                     "'builtin', 'closure' or 'object')", tag);
+                     "'builtin', 'closure', 'cell' or 'object')", tag);
         return -1;
     }
     if (s.name == NULL) {
@@ -544,6 +549,17 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
         g->n = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
         return (g->n == -1 && PyErr_Occurred()) ? -1 : 0;
     }
+    if (PyUnicode_CompareWithASCIIString(kind, "ALIAS") == 0) {
+        if (expect_params(spec, 4, "('ALIAS', source, other_source, same)") < 0)
+            return -1;
+        g->kind = G_ALIAS;
+        int other = add_source(b, PyTuple_GET_ITEM(spec, 2));
+        if (other < 0)
+            return -1;
+        g->n = other;
+        g->flag = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 3));
+        return g->flag < 0 ? -1 : 0;
+    }
     if (PyUnicode_CompareWithASCIIString(kind, "DICT_KEYS") == 0) {
         if (expect_params(spec, 3, "('DICT_KEYS', source, keys)") < 0)
             return -1;
@@ -622,6 +638,9 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
         return PyUnicode_FromFormat("COMPILE_CONTEXT: %.200R", g->obj);
     case G_LAMBDA:
         return PyUnicode_FromFormat("LAMBDA %U: %U", name, g->desc);
+    case G_ALIAS:
+        return PyUnicode_FromFormat("ALIAS %U %s %U", name, g->flag ? "is" : "is not",
+                                    p->sources[g->n].name);
     }
     return Py_NewRef(kind);
 }
@@ -813,6 +832,13 @@ resolve(Eval *ev, int i, PyObject **out)
         if (v == NULL)
             return fail(ev, "closure variable '%U' is empty", s->name);
         Py_INCREF(v);
+        break;
+    }
+    case SRC_CELL: {
+        PyObject *cl = in->closure;
+        if (cl == NULL || !PyTuple_Check(cl) || s->index >= PyTuple_GET_SIZE(cl))
+            return fail(ev, "closure cell '%U' is missing", s->name);
+        v = Py_NewRef(PyTuple_GET_ITEM(cl, s->index));
         break;
     }
     case SRC_OBJECT:
@@ -1056,6 +1082,16 @@ run_guard(Eval *ev, const Guard *g)
     }
     case G_DICT_KEYS:
         return check_dict_keys(ev, g, v, name);
+    case G_ALIAS: {
+        PyObject *other = NULL;
+        r = resolve(ev, (int)g->n, &other);
+        if (r <= 0)
+            return r;
+        if ((v == other) == (g->flag != 0))
+            return 1;
+        return fail(ev, "'%U' %s '%U' now", name, g->flag ? "is no longer" : "is",
+                    ev->prog->sources[g->n].name);
+    }
     case G_LAMBDA: {
         PyObject *res = PyObject_CallOneArg(g->obj, v);
         if (res == NULL)

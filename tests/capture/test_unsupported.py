@@ -67,21 +67,6 @@ def fn(x, strict=True):
         raise ValueError("strict mode")
     return y
 """, "T(3,)", r"raise statement reached: raise ValueError\('strict mode'\)", 5, None),
-    Break("global_assignment", """
-CALLS = 0
-def fn(x):
-    global CALLS
-    CALLS += 1
-    return x * CALLS
-""", "T(3,)", r"assigning global 'CALLS'", 5, 1, 0),
-    Break("attribute_assignment", """
-class Box:
-    pass
-box = Box()
-def fn(x):
-    box.last = x * 2
-    return box.last + 1
-""", "T(3,)", r"assigning attribute 'last'", 6, 1, 0),
     Break("inplace_on_input", """
 def fn(x):
     x.add_(1)
@@ -101,8 +86,9 @@ class Pair:
 def fn(x):
     p = Pair(x, x * 2)
     return p.a + p.b
-""", "T(3,)", r"constructing Pair objects", 6, 1, 0,
-          counted={r"constructing Pair objects": 1, r"assigning attribute 'a'": 1}),
+""", "T(3,)", r"constructing Pair objects", 6, 1, 0),
+    # (Pair.__init__, run eagerly, is a frame of its own: its attribute writes are
+    # captured and replayed, tests/capture/test_side_effects.py)
 ]
 
 
@@ -145,7 +131,9 @@ def test_falls_back_with_eager_result_and_a_counted_reason(case):
     for pattern, n in counted.items():
         assert any(re.search(pattern, r) and c == n for r, c in reasons.items()), reasons
     assert counters["stats"]["frames_fallback"] == sum(counted.values())
-    assert compiled._ember_compile_context.graphs == []
+    # no graph of fn itself (frames it calls, such as Pair.__init__, are captured)
+    code = ns2["fn"].__code__
+    assert [g for g in compiled._ember_compile_context.graphs if g.meta["code"] is code] == []
 
 
 @pytest.mark.parametrize("case", BREAKS, ids=str)

@@ -20,10 +20,10 @@ from . import _hook, skip
 from .config import config
 from .exc import CaptureError, Unsupported, counters
 from .guards import GuardSet
-from .source import ClosureSource, LocalSource
+from .program import build_program
+from .source import CellSource, ClosureSource, LocalSource
 from .symbolic import OutputGraph, Translator
-from .variables import (CellVar, ConstVar, DictVar, ListVar, TensorVar, TupleVar,
-                        VariableTracker)
+from .variables import CellVar, ObjectVar, TensorVar, VariableTracker
 
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -32,9 +32,6 @@ _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 # (a captured frame inlines it); its argument is a live iterator, which cannot be
 # guarded or fetched again, so converting it could only fail, and be counted again.
 _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
-
-OUT_TENSOR, OUT_CONST, OUT_TUPLE, OUT_LIST, OUT_DICT = range(5)
-
 
 class CompileContext:
     """The options of one ember.compile() call: what its callback uses."""
@@ -98,11 +95,20 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
                    f"({code.co_filename}:{code.co_firstlineno}) because of an internal "
                    f"error; it runs eagerly. {reason}")
         return _hook.SKIP
-    gm, getters, spec = build_graph_module(out, ret, code)
+    try:
+        gm, getters, program = build_graph_module(out, ret, code)
+    except Unsupported as e:
+        counters["unsupported"][e.reason] += 1
+        counters["stats"]["frames_fallback"] += 1
+        if ctx.strict():
+            raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
+                               f"{code.co_name}: {e.reason}") from None
+        fallen_back.add(code)
+        return _hook.SKIP
     _log_graph(gm, code, out)
     compiled = compile_graph(gm, out, ctx, code)
     guards = build_guard_program(out.guards, frame_info, ctx)
-    frame = _C.CompiledFrame(compiled, getters, spec, frame_info.globals,
+    frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                              frame_info.closure, _user_frame_hook(gm), code.co_name)
     counters["stats"]["unique_graphs"] += 1
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
@@ -147,7 +153,11 @@ def trace_frame(frame_info):
         if isinstance(var, TensorVar) or not var.is_constant():
             # the compiled frame reads the cells it was built with: pin their contents
             out.guards.add("ID_MATCH", src, contents)
-        cells[name] = CellVar(var)
+        cell = out.side_effects.known(closure[i])
+        if cell is None:
+            cell = out.side_effects.track(closure[i], CellVar(var, real=closure[i]))
+        cell.frame_index = i       # a write is guarded on this cell's identity
+        cells[name] = cell
     tx = Translator(code, frame_info.globals, builtins_, locals_, cells, out)
     ret = tx.run()
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
@@ -155,35 +165,44 @@ def trace_frame(frame_info):
 
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
-    """Adds the output node; returns (GraphModule, input getters, output spec)."""
-    outputs = []
-
-    def spec_of(v):
-        if isinstance(v, TensorVar):
-            outputs.append(v.node)
-            return (OUT_TENSOR, len(outputs) - 1)
-        if isinstance(v, ConstVar):
-            return (OUT_CONST, v.value)
-        if isinstance(v, TupleVar):
-            return (OUT_TUPLE, tuple(spec_of(i) for i in v.items))
-        if isinstance(v, ListVar):
-            return (OUT_LIST, tuple(spec_of(i) for i in v.items))
-        if isinstance(v, DictVar):
-            keys = tuple(v.items.keys())
-            return (OUT_DICT, keys, tuple(spec_of(v.items[k]) for k in keys))
-        if v.is_constant():
-            return (OUT_CONST, v.as_constant())
-        raise Unsupported(f"returning {v} from a compiled function")
-
-    spec = spec_of(ret)
+    """Adds the output node; returns (GraphModule, input getters, frame program)."""
+    program, outputs = build_program(ret, out.side_effects)
+    _guard_mutated_objects(out)
     graph = out.graph
     graph.output(tuple(outputs))
     graph.eliminate_dead_code()
     graph.lint()
     gm = fx.GraphModule({}, graph, class_name=f"GraphModule_{code.co_name}")
-    gm.meta = {"code": code, "inputs": [src.name() for src, _, _ in out.inputs]}
+    gm.meta = {"code": code, "inputs": [src.name() for src, _, _ in out.inputs],
+               "program": program, "side_effects": out.side_effects.describe()}
     getters = tuple(src.getter() for src, _, _ in out.inputs)
-    return gm, getters, spec
+    return gm, getters, program
+
+
+def _guard_mutated_objects(out: OutputGraph):
+    """Guards what the replay assumes: the cells of the frame's own closure it writes
+    are the ones it was traced with, and an object it changed is none of the other
+    mutable objects it read (two arguments that are one list at capture share one VT,
+    guarded by ALIAS when wrapped; two that were distinct must stay distinct)."""
+    effects = out.side_effects
+    if not effects:
+        return
+    for cell in effects.cells:
+        if getattr(cell, "frame_index", None) is not None:
+            out.guards.add("ID_MATCH", CellSource(cell.frame_index, ""), cell.real)
+    changed = [vt for vt in effects.mutated] + \
+        [vt for vt, _, _ in effects.attrs.values()]
+    sourced = [vt for vt in effects.objects.values()
+               if getattr(vt, "source", None) is not None and
+               not isinstance(vt, (CellVar, ObjectVar))]
+    seen = set()
+    for vt in changed:
+        if vt.source is None or id(vt) in seen:
+            continue
+        seen.add(id(vt))
+        for other in sourced:
+            if other is not vt and type(other.real) is type(vt.real):
+                out.guards.add("ALIAS", vt.source, (other.source, False))
 
 
 def _log_graph(gm, code, out):
@@ -239,6 +258,9 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(_hook.tensor_match(src, g.value))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
+        elif g.kind == "ALIAS":
+            other, same = g.value
+            tuples.append(("ALIAS", src, other.getter(), same))
         else:
             tuples.append((g.kind, src, g.value))
     if ctx is not None and ctx.callback is not None:

@@ -10,6 +10,8 @@ Kinds:
     EQUALS_MATCH  equality of a constant (int, float, str, bool, None, tuples of those)
     LEN_MATCH     len() of a list, tuple or dict
     DICT_KEYS     the keys of a dict, in order
+    ALIAS         value (other_source, same): whether the source reaches the same object
+                  as other_source (mutable objects the frame reads and writes)
     GRAD_MODE     ember's grad mode (added to every program)
     COMPILE_CONTEXT  the ember.compile call running is the one that compiled the
                   entry (added last to every program by convert.build_guard_program)
@@ -43,7 +45,7 @@ class GuardSet:
         self._guards = {}
 
     def add(self, kind, source, value):
-        key = (kind, source)
+        key = (kind, source) if kind != "ALIAS" else (kind, source, value)
         if key not in self._guards:
             self._guards[key] = Guard(kind, source, value)
 

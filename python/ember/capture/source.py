@@ -67,6 +67,19 @@ class ClosureSource(Source):
         return ("closure", self.index), []
 
 
+@dataclass(frozen=True)
+class CellSource(Source):
+    """Cell i of the frame's closure itself (not its contents): only guards use it."""
+    index: int
+    var_name: str
+
+    def name(self):
+        return f"<cell {self.var_name or self.index}>"
+
+    def _chain(self):
+        return ("cell", self.index), []
+
+
 @dataclass(frozen=True, eq=False)
 class ObjectSource(Source):
     """A fixed object (another module's globals dict, the builtins): held, not fetched.

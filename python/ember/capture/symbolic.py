@@ -22,6 +22,7 @@ from .. import fx
 from . import skip
 from .exc import Unsupported
 from .guards import GuardSet
+from .side_effects import DELETED, SideEffects
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
     ClosureSource, ObjectSource
 from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
@@ -67,10 +68,33 @@ _UNSUPPORTED_METHODS = {
     "data_ptr": "Tensor.data_ptr()", "register_hook": "Tensor.register_hook()",
     "retain_grad": "Tensor.retain_grad()", "requires_grad_": "Tensor.requires_grad_()",
 }
-_VIEW_METHODS = {"view", "reshape", "permute", "transpose", "t", "expand", "expand_as",
-                 "unsqueeze", "squeeze", "select", "slice", "alias", "detach", "flatten",
-                 "unflatten", "narrow", "view_as", "as_strided", "contiguous", "T", "mT",
-                 "unbind", "split", "chunk", "movedim", "swapaxes", "diagonal"}
+
+
+def _entry_of(target, method):
+    """The op-table entry a recorded call dispatches (None: not an op, e.g. detach or
+    an allow_in_graph function)."""
+    if isinstance(target, _C.Op):
+        return target.entry
+    if method:
+        attr = inspect.getattr_static(_C.Tensor, target, None)
+        return attr.entry if isinstance(attr, _C.Op) else None
+    op = _operator_ops().get(target)
+    return op.entry if op is not None else None
+
+
+_OPERATOR_OPS = None
+
+
+def _operator_ops():
+    """Python operators whose Tensor slot is an in-place op (csrc/tensor/tensor.c's
+    in-place number slots and __setitem__)."""
+    global _OPERATOR_OPS
+    if _OPERATOR_OPS is None:
+        from ..ops import api
+        _OPERATOR_OPS = {operator.iadd: api.add_, operator.isub: api.sub_,
+                         operator.imul: api.mul_, operator.itruediv: api.div_,
+                         operator.setitem: getattr(api, "__setitem__")}
+    return _OPERATOR_OPS
 
 
 def _is_ember_file(filename: str) -> bool:
@@ -87,6 +111,8 @@ class OutputGraph:
         self.inputs = []              # [(source, placeholder node, real value)]
         self.tensor_vars = {}         # id(real tensor) -> TensorVar (one input per object)
         self.guards = GuardSet()
+        self.side_effects = SideEffects()
+        self.input_storages = {}      # id(storage of an input's fake) -> the storage
         self.keepalive = []           # real input objects, so ids stay unique
         self.nodes_by_line = {}
         self._first_op = None
@@ -107,6 +133,8 @@ class OutputGraph:
         node.meta["source"] = source.name()
         tv = TensorVar(node, fake, source, from_input=True)
         tv.real_type = type(value)
+        storage = fake.untyped_storage()
+        self.input_storages[id(storage)] = storage
         self.tensor_vars[id(value)] = tv
         self.inputs.append((source, node, value))
         self.keepalive.append(value)
@@ -240,9 +268,18 @@ class Translator:
             self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
                        source, value)
             return ConstVar(value, source)
+        effects = self.output.side_effects
+        known = effects.known(value)
+        if known is not None:
+            # one VT per mutable object: a second path to it sees the same state, and
+            # the guard checks that both paths still reach one object
+            if source is not None and known.source is not None and \
+                    source != known.source and not isinstance(known, ObjectVar):
+                self.guard("ALIAS", source, (known.source, True))
+            return known
         if isinstance(value, _module_type()):
             self.guard("TYPE_MATCH", source, type(value))
-            return ModuleVar(value, source)
+            return effects.track(value, ModuleVar(value, source))
         if isinstance(value, _C.Op):
             self.guard("ID_MATCH", source, value)
             return OpVar(value, source)
@@ -253,19 +290,28 @@ class Translator:
         if isinstance(value, (tuple, list)):
             self.guard("TYPE_MATCH", source, type(value))
             self.guard("LEN_MATCH", source, len(value))
+            if isinstance(value, list):
+                lv = effects.track(value, ListVar([], source))
+                lv.real = value
+                lv.items = [self.wrap(v, ItemSource(source, i) if source is not None
+                                      else None) for i, v in enumerate(value)]
+                return lv
             items = [self.wrap(v, ItemSource(source, i) if source is not None else None)
                      for i, v in enumerate(value)]
-            if isinstance(value, list):
-                return ListVar(items, source)
-            fields = getattr(type(value), "_fields", None)
-            return TupleVar(items, source, fields=list(fields) if fields else None)
+            fields = getattr(type(value), "_fields", None) or \
+                getattr(type(value), "__match_args__", None)
+            return TupleVar(items, source, fields=list(fields) if fields else None,
+                            tuple_type=type(value))
         if type(value) is dict:
             if not all(is_constant(k) for k in value):
                 raise Unsupported("a dict with non-constant keys")
             self.guard("TYPE_MATCH", source, dict)
             self.guard("DICT_KEYS", source, tuple(value.keys()))
-            return DictVar({k: self.wrap(v, DictSource(source, k) if source is not None
-                                         else None) for k, v in value.items()}, source)
+            dv = effects.track(value, DictVar({}, source))
+            dv.real = value
+            dv.items = {k: self.wrap(v, DictSource(source, k) if source is not None
+                                     else None) for k, v in value.items()}
+            return dv
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
             orig = getattr(value, "_orig_fn", None)
@@ -289,7 +335,7 @@ class Translator:
             self.guard("ID_MATCH", source, value)
             return BuiltinVar(value, source)
         self.guard("ID_MATCH", source, value)
-        return ObjectVar(value, source)
+        return effects.track(value, ObjectVar(value, source))
 
     def wrap_constant_result(self, value):
         if is_constant(value):
@@ -334,11 +380,12 @@ class Translator:
         """Records target(*args, **kwargs) (or args[0].<target>(...)) as a node, with its
         result computed on fake tensors."""
         name = target if method else getattr(target, "__name__", str(target))
-        inplace = (method and name.endswith("_") and not name.startswith("_")) or \
-            target in _INPLACE_TO_PURE or (isinstance(target, _C.Op) and target.inplace)
-        if inplace:
-            t = args[0]
+        entry = _entry_of(target, method)
+        for i in (entry.mutates if entry is not None else ()):
+            t = args[i] if i < len(args) else None
             if isinstance(t, TensorVar) and t.from_input:
+                # [aot-2] moves input mutation into graphs; until then the frame runs
+                # in CPython, which applies it
                 raise Unsupported(f"in-place {name} on an input of the compiled function "
                                   "(or a view of one)")
         fake_args = [self.fake_of(a) for a in args]
@@ -364,14 +411,16 @@ class Translator:
         node.meta["stack"] = self.user_stack()
         node.stack_trace = "".join(f'File "{f}", line {ln}, in {fn}\n'
                                    for f, ln, fn in reversed(node.meta["stack"]))
-        view = (method and target in _VIEW_METHODS) or target is operator.getitem or \
-            (isinstance(target, _C.Op) and target.entry.kind == _C.KIND_VIEW)
-        from_input = view and any(isinstance(a, TensorVar) and a.from_input for a in args)
-        return self.wrap_result(node, result, from_input)
+        return self.wrap_result(node, result)
 
-    def wrap_result(self, node, value, from_input=False):
+    def wrap_result(self, node, value):
+        """A VT for an op's fake result. A tensor sharing an input's storage is a view
+        of that input (decided per call, so reshape and contiguous count only when they
+        return views): writing into it would change the input."""
         node.meta.setdefault("example_value", value)
         if isinstance(value, _C.Tensor):
+            storage = value.untyped_storage()
+            from_input = self.output.input_storages.get(id(storage)) is storage
             tv = TensorVar(node, value, from_input=from_input)
             tv.real_type = _C.Tensor
             return tv
@@ -380,10 +429,11 @@ class Translator:
             for i, v in enumerate(value):
                 item = self.output.graph.call_function(operator.getitem, (node, i), {})
                 item.meta["stack"] = node.meta.get("stack")
-                items.append(self.wrap_result(item, v, from_input))
+                items.append(self.wrap_result(item, v))
             fields = getattr(type(value), "_fields", None) or \
                 getattr(type(value), "__match_args__", None)
-            return TupleVar(items, fields=list(fields) if fields else None)
+            return TupleVar(items, fields=list(fields) if fields else None,
+                            tuple_type=type(value))
         if value is None or is_constant(value):
             return ConstVar(value)
         raise Unsupported(f"an operation returned a {type(value).__name__}")
@@ -466,11 +516,16 @@ class Translator:
                     if fvar.source is not None:
                         src = AttrSource(ItemSource(AttrSource(fvar.source, "__closure__"), i),
                                          "cell_contents")
+                    known = self.output.side_effects.known(cell)
+                    if known is not None:
+                        cells[name] = known
+                        continue
                     try:
                         contents = cell.cell_contents
                     except ValueError:
                         raise Unsupported(f"closure variable {name} is not set") from None
-                    cells[name] = CellVar(self.wrap(contents, src))
+                    cells[name] = self.output.side_effects.track(
+                        cell, CellVar(self.wrap(contents, src), real=cell))
         groot = ObjectSource(fn.__globals__, f"{fn.__module__}.__dict__") \
             if fn.__globals__ is not self.output_frame_globals() else None
         child = Translator(code, fn.__globals__, self.f_builtins, locals_, cells, self.output,
@@ -489,18 +544,59 @@ class Translator:
             return orig.call(self, args, kwargs)
         m = mvar.value
         d = object.__getattribute__(m, "__dict__")
-        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks"):
-            table = d.get(hooks)
-            if table:
-                raise Unsupported(f"module {type(m).__name__} has {hooks.strip('_')}")
-            if table is not None and mvar.source is not None:
-                self.guard("LEN_MATCH", AttrSource(mvar.source, hooks), 0)
+        if d.get("_backward_hooks"):
+            raise Unsupported(f"module {type(m).__name__} has backward hooks")
         if "forward" in d:
             raise Unsupported("a module whose forward was replaced on the instance")
         forward = inspect.getattr_static(type(m), "forward", None)
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"module {type(m).__name__} has no Python forward")
-        return FunctionVar(forward).call(self, [mvar] + list(args), kwargs)
+        pre = self._module_hooks(mvar, "_forward_pre_hooks")
+        post = self._module_hooks(mvar, "_forward_hooks")
+        args = TupleVar(list(args))
+        kwargs = DictVar(dict(kwargs))
+        for hook, with_kwargs in pre:      # as Module._call_impl runs them
+            if with_kwargs:
+                res = hook.call(self, [mvar, args, kwargs], {})
+                if not _is_none(res):
+                    pair = res.unpack(self) if isinstance(res, TupleVar) else None
+                    if pair is None or len(pair) != 2:
+                        raise Unsupported("a forward pre-hook returned neither None nor "
+                                          "(args, kwargs)")
+                    args, kwargs = TupleVar(pair[0].unpack(self)), pair[1]
+            else:
+                res = hook.call(self, [mvar, args], {})
+                if not _is_none(res):
+                    args = res if isinstance(res, TupleVar) else TupleVar([res])
+        if not isinstance(kwargs, DictVar):
+            raise Unsupported("forward keyword arguments that are not a dict")
+        result = FunctionVar(forward).call(self, [mvar] + args.unpack(self),
+                                           dict(kwargs.items))
+        for hook, with_kwargs in post:
+            res = hook.call(self, [mvar, args, kwargs, result] if with_kwargs
+                            else [mvar, args, result], {})
+            if not _is_none(res):
+                result = res
+        return result
+
+    def _module_hooks(self, mvar, table_name):
+        """[(hook VT, with_kwargs)] of a module's hook table, guarded by its keys."""
+        d = object.__getattribute__(mvar.value, "__dict__")
+        table = d.get(table_name)
+        kw_table = d.get(table_name + "_with_kwargs") or {}
+        if mvar.source is not None:
+            for name in (table_name, table_name + "_with_kwargs"):
+                if isinstance(d.get(name), dict):
+                    self.guard("DICT_KEYS", AttrSource(mvar.source, name),
+                               tuple(d[name].keys()))
+        if not table:
+            return []
+        if mvar.source is None:
+            raise Unsupported(f"hooks of module {type(mvar.value).__name__}, which the "
+                              "compiled code cannot reach again")
+        src = AttrSource(mvar.source, table_name)
+        return [(self.wrap(hook, DictSource(src, key)), key in kw_table)
+                for key, hook in table.items()]
 
     def call_builtin(self, fn, args, kwargs):
         consts = constant_args(args, kwargs)
@@ -543,6 +639,12 @@ class Translator:
                         return args[2] if not has else self.wrap_constant_result(
                             getattr(value, name))
                 raise
+        if fn is setattr and len(args) == 3 and not kwargs:
+            self.store_attr(args[0], _const_name(args[1]), args[2])
+            return ConstVar(None)
+        if fn is delattr and len(args) == 2 and not kwargs:
+            self.store_attr(args[0], _const_name(args[1]), DELETED)
+            return ConstVar(None)
         if fn in (tuple, list) and len(args) == 1 and not kwargs:
             items = args[0].unpack(self)
             return TupleVar(items) if fn is tuple else ListVar(items)
@@ -648,9 +750,10 @@ class Translator:
         cell = self.cells.get(ins.argval)
         if cell is None:
             raise Unsupported(f"STORE_DEREF {ins.argval}")
-        if self.parent is None and ins.argval in self.code.co_freevars:
-            raise Unsupported("assigning a nonlocal variable of an enclosing function")
-        cell.content = self.pop()
+        self.output.side_effects.write_cell(cell, self.pop())
+
+    def DELETE_DEREF(self, ins):
+        raise Unsupported(f"del of closure variable {ins.argval!r}")
 
     def LOAD_CLOSURE(self, ins):
         self.push(self.cells[ins.argval])
@@ -662,6 +765,9 @@ class Translator:
         self.push(self.load_global(name))
 
     def load_global(self, name):
+        pending = self.output.side_effects.read_global(self.f_globals, name)
+        if pending is not None:
+            return pending
         if name in self.f_globals:
             if self.globals_root is None:
                 src = GlobalSource(name)
@@ -677,7 +783,16 @@ class Translator:
         raise Unsupported(f"name {name!r} is not defined")
 
     def STORE_GLOBAL(self, ins):
-        raise Unsupported(f"assigning global {ins.argval!r}")
+        self.output.side_effects.write_global(self.f_globals, ins.argval, self.pop())
+
+    def DELETE_GLOBAL(self, ins):
+        name = ins.argval
+        effects = self.output.side_effects
+        if effects.read_global(self.f_globals, name) is None:
+            if name not in self.f_globals:
+                raise Unsupported(f"del of global {name!r}, which is not defined")
+            self.load_global(name)      # guards that it exists
+        effects.write_global(self.f_globals, name, DELETED)
 
     def LOAD_ATTR(self, ins):
         obj = self.pop()
@@ -689,7 +804,31 @@ class Translator:
         self.push(obj.getattr(self, ins.argval))
 
     def STORE_ATTR(self, ins):
-        raise Unsupported(f"assigning attribute {ins.argval!r}")
+        obj = self.pop()
+        value = self.pop()
+        self.store_attr(obj, ins.argval, value)
+
+    def DELETE_ATTR(self, ins):
+        self.store_attr(self.pop(), ins.argval, DELETED)
+
+    def store_attr(self, obj, name, value):
+        """obj.name = value (DELETED: del obj.name), recorded for replay."""
+        effects = self.output.side_effects
+        if isinstance(obj, PythonModuleVar):
+            d = obj.value.__dict__
+            if value is DELETED and effects.read_global(d, name) is None:
+                obj.getattr(self, name)     # guards that it exists
+            effects.write_global(d, name, value)
+            return
+        if not isinstance(obj, (ObjectVar, ModuleVar)) or \
+                isinstance(obj, (OpVar, BuiltinVar)):
+            raise Unsupported(f"assigning attribute {name!r} of {obj}")
+        if effects.known(obj.value) is not obj:
+            raise Unsupported(f"assigning attribute {name!r} of an object the compiled "
+                              "code cannot reach again")
+        if value is DELETED and effects.read_attr(obj, name) is None:
+            obj.getattr(self, name)         # guards that it exists
+        effects.write_attr(obj, name, value)
 
     def KW_NAMES(self, ins):
         self.kw_names = self.code.co_consts[ins.arg]
@@ -767,6 +906,19 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, ListVar) and fn is operator.iadd:
+            items = b.unpack(self)           # list += any iterable, in place
+            self.output.side_effects.mutate(a)
+            a.items.extend(items)
+            return a
+        if isinstance(a, ListVar) and fn is operator.imul and b.is_constant():
+            self.output.side_effects.mutate(a)
+            a.items[:] = a.items * b.as_constant()
+            return a
+        if isinstance(a, DictVar) and fn is operator.ior and isinstance(b, DictVar):
+            self.output.side_effects.mutate(a)
+            a.items.update(b.items)
+            return a
         if a.is_constant() and b.is_constant() and not isinstance(a, (ModuleVar,)):
             pure = _INPLACE_TO_PURE.get(fn, fn)
             try:
@@ -777,14 +929,13 @@ class Translator:
                 raise Unsupported(f"{pure.__name__} raised {e!r}") from None
         if isinstance(a, TensorVar) or isinstance(b, TensorVar):
             return self.call_op(fn, [a, b], {})
+        if isinstance(a, DictVar) and fn is operator.or_ and isinstance(b, DictVar):
+            return DictVar({**a.items, **b.items})
         if isinstance(a, SequenceVar) and isinstance(b, SequenceVar) and \
-                fn in (operator.add, operator.iadd):
-            cls = ListVar if isinstance(a, ListVar) else TupleVar
-            if fn is operator.iadd and isinstance(a, ListVar):
-                a.items.extend(b.items)
-                return a
-            return cls(a.items + b.items)
-        if isinstance(a, SequenceVar) and b.is_constant() and fn is operator.mul:
+                type(a) is type(b) and fn in (operator.add, operator.iadd):
+            return type(a)(a.items + b.items)
+        if isinstance(a, SequenceVar) and b.is_constant() and \
+                fn in (operator.mul, operator.imul):
             return type(a)(a.items * b.as_constant())
         raise Unsupported(f"{fn.__name__} of {a} and {b}")
 
@@ -817,15 +968,38 @@ class Translator:
         obj = self.pop()
         value = self.pop()
         if isinstance(obj, ListVar) and key.is_constant():
-            obj.items[key.as_constant()] = value
+            k = key.as_constant()
+            items = list(obj.items)
+            try:
+                items[k] = value.unpack(self) if isinstance(k, slice) else value
+            except (IndexError, TypeError, ValueError) as e:
+                raise Unsupported(f"list item assignment raised {e!r}") from None
+            self.output.side_effects.mutate(obj)
+            obj.items[:] = items
         elif isinstance(obj, DictVar) and key.is_constant():
+            self.output.side_effects.mutate(obj)
             obj.items[key.as_constant()] = value
         elif isinstance(obj, TensorVar):
-            if obj.from_input:
-                raise Unsupported("item assignment into an input of the compiled function")
             self.call_op(operator.setitem, [obj, key, value], {})
         else:
             raise Unsupported(f"item assignment into {obj}")
+
+    def DELETE_SUBSCR(self, ins):
+        key = self.pop()
+        obj = self.pop()
+        if not key.is_constant() or not isinstance(obj, (ListVar, DictVar)):
+            raise Unsupported(f"del of an item of {obj}")
+        k = key.as_constant()
+        items = list(obj.items) if isinstance(obj, ListVar) else dict(obj.items)
+        try:
+            del items[k]
+        except (IndexError, KeyError, TypeError) as e:
+            raise Unsupported(f"del raised {e!r}") from None
+        self.output.side_effects.mutate(obj)
+        if isinstance(obj, ListVar):
+            obj.items[:] = items
+        else:
+            obj.items = items
 
     def BUILD_SLICE(self, ins):
         parts = self.popn(ins.arg)
@@ -1043,6 +1217,16 @@ class Translator:
         what = repr(value) if isinstance(value, BaseException) else \
             getattr(value, "__name__", None) if isinstance(value, type) else None
         raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
+
+
+def _is_none(v):
+    return isinstance(v, ConstVar) and v.value is None
+
+
+def _const_name(v):
+    if not (v.is_constant() and isinstance(v.as_constant(), str)):
+        raise Unsupported("setattr/delattr with a non-constant attribute name")
+    return v.as_constant()
 
 
 def _local_name(code, pname):

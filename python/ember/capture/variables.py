@@ -123,6 +123,9 @@ class TensorVar(VariableTracker):
 
 
 class SequenceVar(VariableTracker):
+    mutated = False      # the interpreted code changed it (lists only)
+    real = None          # the real object it stands for, when read from outside
+
     def __init__(self, items, source=None):
         self.items = list(items)
         self.source = source
@@ -141,12 +144,13 @@ class SequenceVar(VariableTracker):
 
 
 class TupleVar(SequenceVar):
-    def __init__(self, items, source=None, fields=None):
+    def __init__(self, items, source=None, fields=None, tuple_type=tuple):
         super().__init__(items, source)
         self.fields = fields      # names of a named tuple's fields (max.dim's result)
+        self.tuple_type = tuple_type   # tuple, a namedtuple or a structseq type
 
     def python_type(self):
-        return tuple
+        return self.tuple_type
 
     def as_constant(self):
         return tuple(i.as_constant() for i in self.items)
@@ -159,6 +163,12 @@ class TupleVar(SequenceVar):
         raise Unsupported(f"attribute {name!r} of a tuple")
 
 
+_LIST_METHODS = frozenset({"append", "extend", "pop", "insert", "index", "count", "reverse",
+                           "remove", "clear", "sort", "copy"})
+_DICT_METHODS = frozenset({"items", "keys", "values", "get", "update", "pop", "setdefault",
+                           "clear", "popitem", "copy"})
+
+
 class ListVar(SequenceVar):
     def python_type(self):
         return list
@@ -167,12 +177,15 @@ class ListVar(SequenceVar):
         return [i.as_constant() for i in self.items]
 
     def getattr(self, tx, name):
-        if name in ("append", "extend", "pop", "insert", "index", "count", "reverse"):
+        if name in _LIST_METHODS:
             return BuiltinMethodVar(self, name)
         raise Unsupported(f"attribute {name!r} of a list")
 
 
 class DictVar(VariableTracker):
+    mutated = False
+    real = None
+
     def __init__(self, items, source=None):
         self.items = dict(items)     # constant key -> VT
         self.source = source
@@ -187,7 +200,7 @@ class DictVar(VariableTracker):
         return [ConstVar(k) for k in self.items]
 
     def getattr(self, tx, name):
-        if name in ("items", "keys", "values", "get", "update", "pop", "setdefault"):
+        if name in _DICT_METHODS:
             return BuiltinMethodVar(self, name)
         raise Unsupported(f"attribute {name!r} of a dict")
 
@@ -211,29 +224,45 @@ class IteratorVar(VariableTracker):
 
 
 class CellVar(VariableTracker):
-    """A closure cell created by the interpreted code (MAKE_CELL) or captured from one."""
+    """A closure cell created by the interpreted code (MAKE_CELL) or captured from one
+    (real: the cell object, whose writes are replayed after the graph)."""
 
-    def __init__(self, content=None):
+    def __init__(self, content=None, real=None):
         self.content = content
+        self.real = real
+        self.mutated = False
 
 
 class ObjectVar(VariableTracker):
-    """A real Python object used as is (guarded by identity): classes, plain objects."""
+    """A real Python object used as is (guarded by identity): classes, plain objects.
+    Attribute writes of the interpreted code are kept in tx.output.side_effects (read
+    back by later reads) and replayed after the graph; once written, the object is no
+    longer a constant."""
 
     def __init__(self, value, source=None):
         self.value = value
         self.source = source
 
+    @property
+    def real(self):
+        return self.value
+
     def python_type(self):
         return type(self.value)
 
     def is_constant(self):
-        return True
+        return not getattr(self, "written", False)
 
     def as_constant(self):
+        if getattr(self, "written", False):
+            raise Unsupported(f"{type(self.value).__name__} object whose attributes the "
+                              "compiled code wrote, used as a value")
         return self.value
 
     def getattr(self, tx, name):
+        pending = tx.output.side_effects.read_attr(self, name)
+        if pending is not None:
+            return pending
         try:
             attr = getattr(self.value, name)
         except AttributeError as e:
@@ -253,7 +282,21 @@ class ObjectVar(VariableTracker):
 
 
 class PythonModuleVar(ObjectVar):
-    """A Python module (ember, math, ember.nn.functional)."""
+    """A Python module (ember, math, ember.nn.functional). Its attributes are its
+    globals: writes go to tx.output.side_effects as writes of that globals dict, so the
+    module's own functions, inlined, read them back."""
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.value
+
+    def getattr(self, tx, name):
+        pending = tx.output.side_effects.read_global(self.value.__dict__, name)
+        if pending is not None:
+            return pending
+        return ObjectVar.getattr(self, tx, name)
 
 
 class OpVar(VariableTracker):
@@ -332,38 +375,166 @@ class BuiltinMethodVar(VariableTracker):
     def call(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if isinstance(obj, ListVar):
-            if name == "append":
-                obj.items.append(args[0])
-                return ConstVar(None)
-            if name == "extend":
-                obj.items.extend(args[0].unpack(tx))
-                return ConstVar(None)
-            if name == "pop":
-                i = args[0].as_constant() if args else -1
-                return obj.items.pop(i)
-            if name == "insert":
-                obj.items.insert(args[0].as_constant(), args[1])
-                return ConstVar(None)
-            if name == "reverse":
-                obj.items.reverse()
-                return ConstVar(None)
+            return _list_method(tx, obj, name, args, kwargs)
         if isinstance(obj, DictVar):
-            if name == "items":
-                return ListVar([TupleVar([ConstVar(k), v]) for k, v in obj.items.items()])
-            if name == "keys":
-                return ListVar([ConstVar(k) for k in obj.items])
-            if name == "values":
-                return ListVar(list(obj.items.values()))
-            if name == "get":
-                key = args[0].as_constant()
-                return obj.items.get(key, args[1] if len(args) > 1 else ConstVar(None))
-            if name == "update":
-                obj.items.update(args[0].items if isinstance(args[0], DictVar) else {})
-                return ConstVar(None)
-        if name in ("count", "index") and isinstance(obj, SequenceVar):
-            consts = [i.as_constant() for i in obj.items]
-            return ConstVar(getattr(consts, name)(*[a.as_constant() for a in args]))
+            return _dict_method(tx, obj, name, args, kwargs)
+        if name in ("count", "index") and isinstance(obj, SequenceVar) and not kwargs:
+            return _seq_query(obj, name, args)
         raise Unsupported(f"{type(obj).__name__}.{name}")
+
+
+def _const(v, what):
+    if not v.is_constant():
+        raise Unsupported(f"{what} with a non-constant argument")
+    return v.as_constant()
+
+
+def _seq_query(obj, name, args):
+    consts = [_const(i, f"{name}() over items") for i in obj.items]
+    return ConstVar(getattr(consts, name)(*[_const(a, name) for a in args]))
+
+
+def _same(a, b):
+    """Python's == of two list items as list.remove/index see it (identity first)."""
+    if a is b:
+        return True
+    if a.is_constant() and b.is_constant():
+        return bool(a.as_constant() == b.as_constant())
+    raise Unsupported("comparing list items that are not constants")
+
+
+def _list_method(tx, obj, name, args, kwargs):
+    items = obj.items
+    if name in ("index", "count") and not kwargs:
+        return _seq_query(obj, name, args)
+    if name == "copy" and not args and not kwargs:
+        return ListVar(list(items))
+    mutate = tx.output.side_effects.mutate
+    if kwargs and name != "sort":
+        raise Unsupported(f"list.{name} with keyword arguments")
+    if name == "append" and len(args) == 1:
+        mutate(obj)
+        items.append(args[0])
+    elif name == "extend" and len(args) == 1:
+        new = args[0].unpack(tx)
+        mutate(obj)
+        items.extend(new)
+    elif name == "insert" and len(args) == 2:
+        i = _const(args[0], "list.insert")
+        mutate(obj)
+        items.insert(i, args[1])
+    elif name == "pop" and len(args) <= 1:
+        i = _const(args[0], "list.pop") if args else -1
+        if not isinstance(i, int) or not -len(items) <= i < len(items):
+            raise Unsupported("list.pop raised IndexError")
+        mutate(obj)
+        return items.pop(i)
+    elif name == "remove" and len(args) == 1:
+        for k, item in enumerate(items):
+            if _same(item, args[0]):
+                mutate(obj)
+                del items[k]
+                return ConstVar(None)
+        raise Unsupported("list.remove raised ValueError")
+    elif name == "clear" and not args:
+        mutate(obj)
+        items.clear()
+    elif name == "reverse" and not args:
+        mutate(obj)
+        items.reverse()
+    elif name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
+        if "key" in kwargs and not (isinstance(kwargs["key"], ConstVar) and
+                                    kwargs["key"].value is None):
+            raise Unsupported("list.sort with a key function")
+        rev = _const(kwargs["reverse"], "list.sort") if "reverse" in kwargs else False
+        values = [_const(i, "list.sort over items") for i in items]
+        try:
+            order = sorted(range(len(values)), key=values.__getitem__, reverse=bool(rev))
+        except TypeError as e:
+            raise Unsupported(f"list.sort raised {e!r}") from None
+        mutate(obj)
+        items[:] = [items[k] for k in order]
+    else:
+        raise Unsupported(f"list.{name} with {len(args)} arguments")
+    return ConstVar(None)
+
+
+def _dict_pairs(tx, other):
+    if isinstance(other, DictVar):
+        return list(other.items.items())
+    pairs = []
+    for p in other.unpack(tx):
+        kv = p.unpack(tx)
+        if len(kv) != 2:
+            raise Unsupported("dict.update with a sequence of non-pairs")
+        pairs.append((_const(kv[0], "a dict key"), kv[1]))
+    return pairs
+
+
+def _dict_method(tx, obj, name, args, kwargs):
+    items = obj.items
+    if name in ("items", "keys", "values") and not args and not kwargs:
+        if name == "items":
+            return ListVar([TupleVar([ConstVar(k), v]) for k, v in items.items()])
+        if name == "keys":
+            return ListVar([ConstVar(k) for k in items])
+        return ListVar(list(items.values()))
+    if name == "get" and 1 <= len(args) <= 2 and not kwargs:
+        key = _const(args[0], "dict.get")
+        return items.get(key, args[1] if len(args) > 1 else ConstVar(None))
+    if name == "copy" and not args and not kwargs:
+        return DictVar(dict(items))
+    mutate = tx.output.side_effects.mutate
+    if name == "update" and len(args) <= 1:
+        pairs = _dict_pairs(tx, args[0]) if args else []
+        mutate(obj)
+        for k, v in pairs + list(kwargs.items()):
+            items[k] = v
+        return ConstVar(None)
+    if kwargs:
+        raise Unsupported(f"dict.{name} with keyword arguments")
+    if name == "pop" and 1 <= len(args) <= 2:
+        key = _const(args[0], "dict.pop")
+        if key not in items:
+            if len(args) == 1:
+                raise Unsupported(f"dict.pop raised KeyError({key!r})")
+            return args[1]
+        mutate(obj)
+        return items.pop(key)
+    if name == "setdefault" and 1 <= len(args) <= 2:
+        key = _const(args[0], "dict.setdefault")
+        if key in items:
+            return items[key]
+        mutate(obj)
+        items[key] = args[1] if len(args) > 1 else ConstVar(None)
+        return items[key]
+    if name == "clear" and not args:
+        mutate(obj)
+        items.clear()
+        return ConstVar(None)
+    if name == "popitem" and not args:
+        if not items:
+            raise Unsupported("dict.popitem raised KeyError")
+        mutate(obj)
+        k, v = items.popitem()
+        return TupleVar([ConstVar(k), v])
+    raise Unsupported(f"dict.{name} with {len(args)} arguments")
+
+
+_MISSING = object()
+
+
+def _class_attr(cls, name):
+    """What type lookup finds for name (the MRO's dicts, not the metaclass)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def _is_data_descriptor(attr):
+    t = type(attr)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
 
 
 class ModuleVar(VariableTracker):
@@ -374,6 +545,11 @@ class ModuleVar(VariableTracker):
     def __init__(self, module, source=None):
         self.value = module
         self.source = source
+        self.written = False     # the frame assigned one of its attributes
+
+    @property
+    def real(self):
+        return self.value
 
     def python_type(self):
         return type(self.value)
@@ -394,6 +570,9 @@ class ModuleVar(VariableTracker):
         return ModuleVar.getattr(self, tx, "_orig_mod", delegate=False)
 
     def getattr(self, tx, name, delegate=True):
+        """Python's attribute lookup on an nn.Module: data descriptors of the class, the
+        instance dict, class attributes (methods, constants), then Module.__getattr__
+        (parameters, buffers, submodules); the frame's own writes first."""
         m = self.value
         src = self.source
         d = object.__getattribute__(m, "__dict__")
@@ -401,30 +580,51 @@ class ModuleVar(VariableTracker):
             orig = self.compiled_original(tx)
             if orig is not None:
                 return orig.getattr(tx, name)
+        pending = tx.output.side_effects.read_attr(self, name)
+        if pending is not None:
+            return pending
+        attr_src = AttrSource(src, name) if src is not None else None
+        cls_attr = _class_attr(type(m), name)
+        if cls_attr is not _MISSING and _is_data_descriptor(cls_attr):
+            if isinstance(cls_attr, property):
+                if isinstance(cls_attr.fget, types.FunctionType):
+                    return BoundMethodVar(cls_attr.fget, self).call(tx, [], {})
+                raise Unsupported(f"property {name!r} of {type(m).__name__} without a "
+                                  "Python getter")
+            return self._real_attr(tx, name, attr_src)
+        if name in d:
+            return tx.wrap(d[name], attr_src)
+        if name in ("keys", "values", "items") and self._container() == "dict":
+            return _ModuleDictMethod(self, name)
+        if cls_attr is not _MISSING:
+            if isinstance(cls_attr, types.FunctionType):
+                return BoundMethodVar(cls_attr, self)
+            if isinstance(cls_attr, staticmethod) and \
+                    isinstance(cls_attr.__func__, types.FunctionType):
+                return FunctionVar(cls_attr.__func__)
+            if isinstance(cls_attr, classmethod) and \
+                    isinstance(cls_attr.__func__, types.FunctionType):
+                return BoundMethodVar(cls_attr.__func__, tx.wrap(type(m), None))
+            if is_constant(cls_attr):
+                return ConstVar(cls_attr)
+            return self._real_attr(tx, name, attr_src)
         for store in ("_parameters", "_buffers", "_modules"):
             table = d.get(store)
             if table is not None and name in table:
                 value = table[name]
                 return tx.wrap(value, DictSource(AttrSource(src, store), name)
                                if src is not None else None)
-        if name in d:
-            return tx.wrap(d[name], AttrSource(src, name) if src is not None else None)
-        if name in ("keys", "values", "items") and self._container() == "dict":
-            return _ModuleDictMethod(self, name)
-        cls_attr = inspect.getattr_static(type(m), name, None)
-        if isinstance(cls_attr, types.FunctionType):
-            return BoundMethodVar(cls_attr, self)
-        if isinstance(cls_attr, property) and isinstance(cls_attr.fget, types.FunctionType):
-            return BoundMethodVar(cls_attr.fget, self).call(tx, [], {})
-        if cls_attr is not None and is_constant(cls_attr):
-            return ConstVar(cls_attr)
+        return self._real_attr(tx, name, attr_src)
+
+    def _real_attr(self, tx, name, attr_src):
         try:
-            value = getattr(m, name)
+            value = getattr(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"attribute error: {e}") from None
-        if isinstance(value, types.MethodType):
+        if isinstance(value, types.MethodType) and value.__self__ is self.value and \
+                isinstance(value.__func__, types.FunctionType):
             return BoundMethodVar(value.__func__, self)
-        return tx.wrap(value, AttrSource(src, name) if src is not None else None)
+        return tx.wrap(value, attr_src)
 
     def call(self, tx, args, kwargs):
         return tx.call_module(self, args, kwargs)

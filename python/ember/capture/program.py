@@ -1,0 +1,181 @@
+"""The frame program: what a compiled frame does after its graph runs, as plain tuples
+that csrc/capture/compiled_frame.c decodes once into C structs.
+
+    program = (values, effects, result)
+
+`values` is a table computed in order, each entry from earlier ones:
+
+    ("out", i)              the graph's i-th output
+    ("const", obj)          an object held by the program
+    ("src", getter)         fetched through a source (Source.getter()): an input list,
+                            module or tensor, which keeps its identity
+    ("tuple", (j, ...))     a new tuple of values j, ...; ("list", ...) a new list
+    ("dict", keys, (j, ...))  a new dict
+    ("call1", fn, j)        fn(value j): a named tuple or structseq from a tuple
+
+`effects` then run in order, every target and value already computed:
+
+    ("list_set", t, v)      values[t][:] = values[v]
+    ("dict_set", t, v)      values[t].clear(); values[t].update(values[v])
+    ("setattr", t, name, v) setattr(values[t], name, values[v])
+    ("delattr", t, name)
+    ("setitem", t, key, v)  values[t][key] = values[v]
+    ("delitem", t, key)
+
+and the frame returns values[result]. A VT maps to one value (memoised), so an object
+that the frame stores in two places and returns is one object, as in eager.
+"""
+from __future__ import annotations
+
+from .exc import Unsupported
+from .side_effects import DELETED
+from .variables import (BuiltinVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar,
+                        ModuleVar, ObjectVar, OpVar, TensorVar, TupleVar)
+
+
+class ProgramBuilder:
+    def __init__(self):
+        self.values = []
+        self.memo = {}            # id(VT) -> value index
+        self.outputs = []         # graph output nodes
+        self._out_of = {}         # node -> output index
+        self._keep = []           # VTs memoised by id
+
+    def _add(self, entry, vt=None):
+        self.values.append(entry)
+        idx = len(self.values) - 1
+        if vt is not None:
+            self.memo[id(vt)] = idx
+            self._keep.append(vt)
+        return idx
+
+    def const(self, obj):
+        return self._add(("const", obj))
+
+    def output(self, node):
+        i = self._out_of.get(node)
+        if i is None:
+            self.outputs.append(node)
+            i = self._out_of[node] = len(self.outputs) - 1
+        return i
+
+    def value(self, vt) -> int:
+        """The index of the value standing for vt."""
+        idx = self.memo.get(id(vt))
+        if idx is not None:
+            return idx
+        if isinstance(vt, TensorVar):
+            if vt.node.op == "placeholder" and vt.source is not None:
+                return self._add(("src", vt.source.getter()), vt)   # the input itself
+            return self._add(("out", self.output(vt.node)), vt)
+        if isinstance(vt, ConstVar):
+            return self._add(("const", vt.value), vt)
+        source = getattr(vt, "source", None)
+        if isinstance(vt, (TupleVar, ListVar, DictVar)):
+            if source is not None:
+                # the object read from outside, itself: a list's or dict's items, when
+                # the frame changed them, are set by its own effect
+                return self._add(("src", source.getter()), vt)
+            real = getattr(vt, "real", None)
+            if real is not None:
+                return self._add(("const", real), vt)
+            return self._new_container(vt)
+        if isinstance(vt, (ModuleVar, ObjectVar, FunctionVar, OpVar, BuiltinVar)):
+            if source is not None:
+                return self._add(("src", source.getter()), vt)
+            if isinstance(vt, FunctionVar) and vt.closure is not None:
+                raise Unsupported("returning or storing a function made inside the "
+                                  "compiled code")
+            return self._add(("const", vt.value), vt)
+        if vt.is_constant():
+            return self._add(("const", vt.as_constant()), vt)
+        raise Unsupported(f"returning or storing {vt} from a compiled function")
+
+    def _new_container(self, vt):
+        if isinstance(vt, DictVar):
+            keys = tuple(vt.items)
+            items = tuple(self.value(vt.items[k]) for k in keys)
+            return self._add(("dict", keys, items), vt)
+        items = tuple(self.value(i) for i in vt.items)
+        if isinstance(vt, ListVar):
+            return self._add(("list", items), vt)
+        t = vt.tuple_type
+        if t is tuple:
+            return self._add(("tuple", items), vt)
+        plain = self._add(("tuple", items))
+        make = getattr(t, "_make", None)      # namedtuple; a structseq takes a tuple
+        return self._add(("call1", make if make is not None else t, plain), vt)
+
+    # ------------------------------------------------------------ effects
+
+    def target(self, vt):
+        """The value of an object being written: the object itself."""
+        source = getattr(vt, "source", None)
+        if source is not None:
+            return self._add(("src", source.getter()))
+        real = getattr(vt, "real", None)
+        if real is None:
+            raise Unsupported(f"writing into {vt}, which the compiled frame cannot reach")
+        return self._add(("const", real))
+
+    def effects(self, side_effects):
+        out = []
+        for vt in side_effects.mutated:
+            t = self.target(vt)
+            if isinstance(vt, ListVar):
+                out.append(("list_set", t, self._add(("list", tuple(
+                    self.value(i) for i in vt.items)))))
+            else:
+                keys = tuple(vt.items)
+                out.append(("dict_set", t, self._add(("dict", keys, tuple(
+                    self.value(vt.items[k]) for k in keys)))))
+        for vt, name, value in side_effects.attrs.values():
+            t = self.target(vt)
+            if value is DELETED:
+                out.append(("delattr", t, name))
+            else:
+                out.append(("setattr", t, name, self.value(value)))
+        for globals_dict, name, value in side_effects.globals_.values():
+            t = self.const(globals_dict)
+            if value is DELETED:
+                out.append(("delitem", t, name))
+            else:
+                out.append(("setitem", t, name, self.value(value)))
+        for cell in side_effects.cells:
+            out.append(("setattr", self.const(cell.real), "cell_contents",
+                        self.value(cell.content)))
+        return out
+
+
+def build_program(ret, side_effects):
+    """(program, graph output nodes) for a frame returning VT ret."""
+    b = ProgramBuilder()
+    result = b.value(ret)
+    effects = b.effects(side_effects)
+    return (tuple(b.values), tuple(effects), result), b.outputs
+
+
+def describe(program) -> str:
+    """The program as text, one line per value and effect (for logs and tests)."""
+    values, effects, result = program
+    lines = []
+    for i, v in enumerate(values):
+        kind = v[0]
+        if kind == "src":
+            root, idx, steps = v[1]
+            path = "".join(f".{k}" if s == "attr" else f"[{k!r}]" for s, k in steps)
+            arg = f"{root}:{idx if root != 'object' else type(idx).__name__}{path}"
+        elif kind == "const":
+            arg = repr(v[1])[:60]
+        elif kind == "call1":
+            arg = f"{getattr(v[1], '__qualname__', v[1])}(v{v[2]})"
+        else:
+            arg = ", ".join(map(str, v[1:]))
+        lines.append(f"v{i} = {kind} {arg}")
+    for e in effects:
+        lines.append(" ".join(map(str, e)))
+    lines.append(f"return v{result}")
+    return "\n".join(lines)
+
+
+__all__ = ["build_program", "describe", "ProgramBuilder", "CellVar"]

@@ -1,0 +1,175 @@
+"""Side effects: the Python mutations a captured frame makes, kept while it is interpreted
+and replayed after its graph runs (TorchDynamo's side-effect tracking).
+
+The interpreter never touches real Python objects. Each mutable object the frame reads
+from outside (a list, a dict, a plain object, an nn.Module, a closure cell) gets exactly
+one VT, so every path to it sees the same state; its writes change the VT:
+
+- a list's or dict's items (ListVar.items, DictVar.items), the VT marked `mutated`;
+- an object's or module's attributes, recorded here (`attrs`) and read back by later
+  attribute reads of the frame;
+- a globals dict's names (STORE_GLOBAL, a Python module's attributes), in `globals_`;
+- a closure cell's contents (CellVar.content), the cell marked `mutated`.
+
+After the graph, the compiled frame replays them (see program.py): each mutated
+container gets its final items (`lst[:] = ...`, `d.clear(); d.update(...)`), then the
+attribute, global and cell writes run in program order (the last write to a name wins),
+with the graph's tensor results in place. Targets and values are resolved before the
+first write, so a write never changes what a later one reaches.
+
+What cannot be replayed exactly makes the frame fall back (Unsupported): objects with a
+custom __setattr__, a data descriptor (property, slot) for the written name, classes,
+tensors' attributes, and an attribute created and deleted again by the frame.
+"""
+from __future__ import annotations
+
+import types
+
+from .exc import Unsupported
+from .variables import _MISSING, _class_attr, _is_data_descriptor
+
+DELETED = object()     # a name the frame deleted
+
+
+class SideEffects:
+    def __init__(self):
+        self.objects = {}        # id(real mutable object) -> its one VT
+        self.keepalive = []      # the real objects, so that ids stay unique
+        self.mutated = []        # containers whose items changed, first change first
+        self.attrs = {}          # (id(vt), name) -> (vt, name, value VT | DELETED)
+        self.globals_ = {}       # (id(globals dict), name) -> (dict, name, VT | DELETED)
+        self.cells = []          # real cells whose contents changed (CellVar)
+
+    def __bool__(self):
+        return bool(self.mutated or self.attrs or self.globals_ or self.cells)
+
+    # ------------------------------------------------------------ one VT per object
+
+    def known(self, value):
+        return self.objects.get(id(value))
+
+    def track(self, value, vt):
+        self.objects[id(value)] = vt
+        self.keepalive.append(value)
+        return vt
+
+    # ------------------------------------------------------------ containers and cells
+
+    def mutate(self, vt):
+        real = getattr(vt, "real", None)
+        if real is not None and type(real) not in (list, dict):
+            raise Unsupported(f"changing the items of a {type(real).__name__} (only plain "
+                              "lists and dicts are replayed)")
+        if not vt.mutated:
+            vt.mutated = True
+            if getattr(vt, "real", None) is not None:
+                self.mutated.append(vt)
+
+    def write_cell(self, cell, value):
+        cell.content = value
+        if cell.real is not None and not cell.mutated:
+            cell.mutated = True
+            self.cells.append(cell)
+
+    # ------------------------------------------------------------ attributes
+
+    def read_attr(self, vt, name):
+        """The frame's own last write of vt.name (a VT), or None when it wrote none."""
+        entry = self.attrs.get((id(vt), name))
+        if entry is None:
+            return None
+        if entry[2] is DELETED:
+            raise Unsupported(f"reading attribute {name!r} the compiled code deleted")
+        return entry[2]
+
+    def write_attr(self, vt, name, value):
+        """vt.name = value (value DELETED: del vt.name), for a plain object or a module."""
+        obj = vt.value
+        cls = type(obj)
+        if isinstance(obj, type):
+            raise Unsupported(f"assigning attribute {name!r} of class {obj.__name__}")
+        if isinstance(obj, types.ModuleType):
+            raise Unsupported("module attributes are written through their globals")
+        descr = _class_attr(cls, name)
+        if descr is not _MISSING and _is_data_descriptor(descr):
+            raise Unsupported(f"assigning {cls.__name__}.{name}, a "
+                              f"{type(descr).__name__} (data descriptor)")
+        from ..nn import Module
+        if isinstance(obj, Module):
+            _check_module_write(obj, name, value)
+        else:
+            if cls.__setattr__ is not object.__setattr__ or \
+                    (value is DELETED and cls.__delattr__ is not object.__delattr__):
+                raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__}, "
+                                  "which defines __setattr__")
+            if not hasattr(obj, "__dict__"):
+                raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__} "
+                                  "without a __dict__")
+        key = (id(vt), name)
+        old = self.attrs.pop(key, None)
+        if value is DELETED and old is not None and old[2] is not DELETED and \
+                not _has_attr(obj, name):
+            raise Unsupported(f"deleting attribute {name!r} that the compiled code created")
+        self.attrs[key] = (vt, name, value)      # re-inserted: last write last
+        vt.written = True
+
+    # ------------------------------------------------------------ globals
+
+    def read_global(self, globals_dict, name):
+        entry = self.globals_.get((id(globals_dict), name))
+        if entry is None:
+            return None
+        if entry[2] is DELETED:
+            raise Unsupported(f"reading global {name!r} the compiled code deleted")
+        return entry[2]
+
+    def write_global(self, globals_dict, name, value):
+        key = (id(globals_dict), name)
+        old = self.globals_.pop(key, None)
+        if value is DELETED and old is not None and old[2] is not DELETED and \
+                name not in globals_dict:
+            raise Unsupported(f"deleting global {name!r} that the compiled code created")
+        self.globals_[key] = (globals_dict, name, value)
+
+    # ------------------------------------------------------------ reporting
+
+    def describe(self):
+        lines = [f"{type(vt).__name__} {_src(vt)}: items changed" for vt in self.mutated]
+        lines += [f"{_src(vt)}.{name} {'deleted' if v is DELETED else '= ' + repr(v)}"
+                  for vt, name, v in self.attrs.values()]
+        lines += [f"global {name} {'deleted' if v is DELETED else '= ' + repr(v)}"
+                  for _, name, v in self.globals_.values()]
+        lines += [f"cell {_src(c)} = {c.content!r}" for c in self.cells]
+        return lines
+
+
+def _src(vt):
+    return vt.source.name() if getattr(vt, "source", None) is not None else \
+        f"<{type(getattr(vt, 'real', None)).__name__}>"
+
+
+def _has_attr(obj, name):
+    try:
+        return name in object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+
+
+def _check_module_write(m, name, value):
+    """Module.__setattr__'s rules, checked at capture: a write eager would refuse (a
+    plain tensor over a parameter, a non-module over a submodule) falls back, so eager
+    raises its own error."""
+    from .variables import ModuleVar, TensorVar
+    from ..nn import Parameter
+    d = object.__getattribute__(m, "__dict__")
+    if value is DELETED:
+        return
+    is_none = getattr(value, "value", 0) is None and not isinstance(value, TensorVar)
+    is_param = isinstance(value, TensorVar) and \
+        issubclass(getattr(value, "real_type", object), Parameter)
+    if name in (d.get("_parameters") or {}) and not (is_param or is_none):
+        raise Unsupported(f"assigning a non-Parameter to parameter {name!r}")
+    if name in (d.get("_modules") or {}) and not (isinstance(value, ModuleVar) or is_none):
+        raise Unsupported(f"assigning a non-Module to submodule {name!r}")
+    if name in (d.get("_buffers") or {}) and not (isinstance(value, TensorVar) or is_none):
+        raise Unsupported(f"assigning a non-tensor to buffer {name!r}")
