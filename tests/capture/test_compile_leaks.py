@@ -148,3 +148,31 @@ def test_compiled_module_dies_after_reset():
         assert alive == [], alive
         print("ok")
     """)
+
+
+def test_recompiling_with_resets_does_not_grow_rss():
+    """ember.compiler.reset() lets go of every graph: one compiled function called
+    3,000 times with a reset after each call (a compile each time) keeps the RSS
+    flat."""
+    out = run_py("""
+        import resource
+
+        def rss_mb():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+        def f(x):
+            return x + 1
+
+        x = T(4)
+        g = ember.compile(f, backend="eager")
+        rss = {}
+        for i in range(1, 3001):
+            g(x)
+            ember.compiler.reset()
+            if i in (1000, 3000):
+                gc.collect()
+                rss[i] = rss_mb()
+        print(rss[3000] - rss[1000])
+    """, timeout=300)
+    assert float(out.split()[-1]) < 5.0, out

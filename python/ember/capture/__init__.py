@@ -11,8 +11,9 @@ from .explain import explain
 
 def reset():
     """Forgets every compiled entry (torch._dynamo.reset)."""
-    from .convert import reset_warnings
+    from .convert import forget_graphs, reset_warnings
     _hook.reset_all()
+    forget_graphs()
     _hook.reset_counters()
     counters.clear()
     reset_warnings()

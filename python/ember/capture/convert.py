@@ -43,6 +43,20 @@ class CompileContext:
         self.graphs = []          # GraphModules compiled under this context, in order
         self.recompile_reasons = []
         self.callback = None      # the hook callback of this context (make_callback)
+        _contexts.add(self)
+
+    def forget(self):
+        """ember.compiler.reset(): the graphs go with the cache entries."""
+        self.graphs.clear()
+        self.recompile_reasons.clear()
+
+
+_contexts = weakref.WeakSet()
+
+
+def forget_graphs():
+    for ctx in list(_contexts):
+        ctx.forget()
 
     def strict(self):
         return self.fullgraph or config.strict or os.environ.get("EMBER_STRICT") == "1"
