@@ -5,7 +5,7 @@ from . import _hook
 from .api import compile
 from .backends import list_backends, lookup as lookup_backend, register_backend
 from .config import config
-from .exc import CaptureError, Unsupported, counters
+from .exc import CaptureError, SelfCheckError, Unsupported, counters
 from .explain import explain
 
 
@@ -20,4 +20,5 @@ def reset():
 
 
 __all__ = ["compile", "reset", "explain", "counters", "config", "list_backends",
-           "register_backend", "lookup_backend", "CaptureError", "Unsupported"]
+           "register_backend", "lookup_backend", "CaptureError", "SelfCheckError",
+           "Unsupported"]

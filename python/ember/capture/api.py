@@ -20,6 +20,7 @@ import warnings
 
 from . import _hook, backends
 from .config import config
+from . import self_check
 from .convert import CompileContext, make_callback, retry_if_fallen_back
 
 _SUPPORTED = "CPython 3.11 (3.11.4 or later)"
@@ -58,7 +59,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
     _check_python()
     name, fn = backends.lookup(backend if backend is not None else
                                backends.default_backend())
-    ctx = CompileContext(name, fn, fullgraph)
+    ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options))
     callback = make_callback(ctx)
     from ..nn import Module
     if isinstance(model, Module):

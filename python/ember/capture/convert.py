@@ -21,6 +21,7 @@ from .config import config
 from .exc import CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
+from .self_check import SelfCheckingFrame, copy_graph_module
 from .source import CellSource, ClosureSource, LocalSource
 from .symbolic import OutputGraph, Translator
 from .variables import CellVar, ObjectVar, TensorVar, VariableTracker
@@ -33,17 +34,22 @@ _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 # guarded or fetched again, so converting it could only fail, and be counted again.
 _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
 
+
 class CompileContext:
     """The options of one ember.compile() call: what its callback uses."""
 
-    def __init__(self, backend_name, backend, fullgraph):
+    def __init__(self, backend_name, backend, fullgraph, check=False):
         self.backend_name = backend_name
         self.backend = backend
         self.fullgraph = fullgraph
+        self.check = check        # self-check mode: first calls also run eagerly
         self.graphs = []          # GraphModules compiled under this context, in order
         self.recompile_reasons = []
         self.callback = None      # the hook callback of this context (make_callback)
         _contexts.add(self)
+
+    def strict(self):
+        return self.fullgraph or config.strict or os.environ.get("EMBER_STRICT") == "1"
 
     def forget(self):
         """ember.compiler.reset(): the graphs go with the cache entries."""
@@ -57,9 +63,6 @@ _contexts = weakref.WeakSet()
 def forget_graphs():
     for ctx in list(_contexts):
         ctx.forget()
-
-    def strict(self):
-        return self.fullgraph or config.strict or os.environ.get("EMBER_STRICT") == "1"
 
 
 def make_callback(ctx: CompileContext):
@@ -120,10 +123,14 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         fallen_back.add(code)
         return _hook.SKIP
     _log_graph(gm, code, out)
+    pristine = copy_graph_module(gm) if ctx.check else None   # backends may edit gm
     compiled = compile_graph(gm, out, ctx, code)
     guards = build_guard_program(out.guards, frame_info, ctx)
     frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                              frame_info.closure, _user_frame_hook(gm), code.co_name)
+    if ctx.check:
+        frame = SelfCheckingFrame(frame, frame_info, pristine, out, ctx.backend,
+                                  ctx.backend_name)
     counters["stats"]["unique_graphs"] += 1
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
     ctx.graphs.append(gm)

@@ -26,3 +26,8 @@ class CaptureError(RuntimeError):
 # counters["unsupported"][reason] -> count, counters["stats"][...] -> count, as
 # torch._dynamo.utils.counters
 counters = collections.defaultdict(collections.Counter)
+
+
+class SelfCheckError(RuntimeError):
+    """Self-check mode (options={"check": True}, EMBER_CHECK=1): a compiled call gave a
+    different result, exception or side effect than the same call run eagerly."""
