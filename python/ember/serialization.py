@@ -13,7 +13,8 @@ The format (version 1) is a ZIP archive, stored uncompressed:
 manifest.json is {"format": "ember.save", "version": 1, "root": NODE, "tensors": [{"file",
 "dtype", "shape", "nbytes", "sha256"}, ...]} where a NODE is a JSON object with a "type":
 
-    none, bool, int, str                     {"type", "value"}
+    none                                     {"type"}
+    bool, int, str                           {"type", "value"}
     float                                    {"type", "value": float.hex(x)}  (exact, inf/nan)
     bytes                                    {"type", "value": base64}
     list, tuple, set, size                   {"type", "items": [NODE, ...]}
@@ -25,20 +26,25 @@ manifest.json is {"format": "ember.save", "version": 1, "root": NODE, "tensors":
 A tensor object that occurs several times is stored once and loads as one object.
 Containers nest at most 100 levels (ember.save refuses deeper ones).
 
-ember.load reads untrusted bytes: whatever they are, it returns what ember.save was given
-or raises CorruptFileError saying what is wrong. Before any object is built it checks the
+ember.load reads untrusted bytes: whatever they are, it returns only objects of the types
+above (what ember.save was given, for an intact file) or raises CorruptFileError saying
+what is wrong, never another exception. Before any object is built it checks the
 archive (no duplicate, overlapping, encrypted or oddly compressed members, no member
 beyond those the manifest names), the manifest checksum, the manifest against the schema
 above (exact keys, value types, known node types, dtypes by name from a fixed table,
 nesting depth, hashable dict keys and set items, every tensor referenced), and each
 tensor's dtype, shape and byte count against each other and the archive directory; then
 it reads each tensor's data, inflating no more than its declared size (a compressed
-manifest at most 16 MiB), and checks its SHA-256.
+manifest at most 16 MiB), and checks its SHA-256. Dict keys or set items that turn out
+equal when built are refused too.
 
 ember.load also reads .safetensors files (8-byte little-endian header length, JSON
-header, raw data; parsed here, no dependency) and NumPy .npz archives (allow_pickle off),
-both as a dict name -> tensor ready for Module.load_state_dict. PyTorch's pickle-based .pt
-files are refused with an explanation.
+header, raw data; parsed here, no dependency) and NumPy .npz archives (each .npy header
+parsed by NumPy's literal-only header reader, never pickle; object arrays are refused),
+both as a dict name -> tensor ready for Module.load_state_dict, with the same guarantee:
+declared dtypes, shapes, offsets and sizes are checked against each other and the file
+before any data is read. PyTorch's pickle-based .pt files are refused with an
+explanation.
 
 This module also gives tensors the copy and pickle protocols (installed on the C type):
 copy.copy shares memory, copy.deepcopy copies it (keeping requires_grad and .grad),
@@ -49,12 +55,12 @@ from __future__ import annotations
 import base64
 import copy as _copy
 import hashlib
-import io
 import json
 import math
 import os
 import re
 import struct
+import tokenize
 import zipfile
 from collections import OrderedDict
 
@@ -626,8 +632,8 @@ def _read_npy(zf, name, where):
             else:
                 raise ValueError(f".npy format version {version} is not read")
             header_size = fh.tell()
-        except (*ZIP_ERRORS, SyntaxError, RecursionError) as e:
-            raise _corrupt(where, f"{what}: {e}") from None
+        except (*ZIP_ERRORS, SyntaxError, tokenize.TokenError, RecursionError) as e:
+            raise _corrupt(where, f"{what}: malformed .npy header ({e})") from None
         shape, fortran_order, dtype = header
         _npy_dtype(dtype, what, where)
         if type(fortran_order) is not bool:
