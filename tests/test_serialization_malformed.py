@@ -219,7 +219,6 @@ def _load_node_alone(node):
 @pytest.mark.parametrize("kind", sorted(_VALID))
 def test_one_valid_node_of_every_type_loads(kind):
     value = _load_node_alone(_VALID[kind])
-    _describe(value)
     assert _describe(value)[0] == {"none": "NoneType", "ordereddict": "OrderedDict",
                                    "size": "Size", "tensor": "Tensor"}.get(kind, kind)
 
@@ -782,7 +781,7 @@ def test_mutation_fuzz():
         members = _members(data)
         manifest_text = members[MANIFEST]
         # raw damage to the file: the original back, or CorruptFileError
-        for _ in range(300):
+        for _ in range(250):
             value = _outcome(_mutate_bytes(data, rng))
             if value is not None:
                 assert _describe(value) == original
@@ -790,7 +789,7 @@ def test_mutation_fuzz():
         # manifests rewritten with valid checksums: CorruptFileError, or a value made only of
         # checkpoint types that ember.save can save again and that loads back equal; a
         # manifest only laid out differently (key order, spacing) loads the original
-        for i in range(300):
+        for i in range(250):
             if i % 10 == 0:
                 raw = json.dumps(json.loads(manifest_text), indent=rng.randrange(3),
                                  sort_keys=True).encode()
@@ -810,7 +809,7 @@ def test_mutation_fuzz():
             assert i % 10 or described == original
             counts["equal" if described == original else "other value"] += 1
             assert _describe(_load_bytes(_saved(value))) == described
-    assert counts["corrupt"] > 500 and counts["equal"] > 50 and counts["other value"] > 10, \
+    assert counts["corrupt"] > 500 and counts["equal"] > 40 and counts["other value"] > 10, \
         counts
 
 
