@@ -1,0 +1,104 @@
+"""In-place writes into an input, directly or through any view of it, are never dropped:
+capture tells a view by its storage (so reshape, flatten, contiguous and to count only
+when they return views) and an in-place op by the op table's Tensor(a!), and such a
+frame runs in CPython with the reason counted (until graphs take input mutation)."""
+import numpy as np
+import pytest
+
+import ember
+from ember.capture import CaptureError, _hook, counters
+
+pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
+
+VIEWS_OF_INPUT = {
+    "reshape_fn": lambda x: ember.reshape(x, (-1,)).add_(1),
+    "reshape_method": lambda x: x.reshape(-1).add_(1),
+    "flatten": lambda x: x.flatten().mul_(2),
+    "narrow": lambda x: x.narrow(0, 0, 1).zero_(),
+    "unbind": lambda x: x.unbind(0)[1].fill_(7),
+    "chunk": lambda x: x.chunk(2, 1)[0].sub_(1),
+    "split": lambda x: x.split(1)[0].neg_(),
+    "T": lambda x: x.T.add_(3),
+    "mT": lambda x: x.mT.add_(3),
+    "t": lambda x: x.t().add_(3),
+    "detach": lambda x: x.detach().add_(1),
+    "contiguous": lambda x: x.contiguous().add_(1),
+    "to_same_dtype": lambda x: x.to(ember.float32).add_(1),
+    "view_as": lambda x: x.view_as(x).add_(1),
+    "getitem": lambda x: x[0].add_(1),
+    "setitem": "x[:, 0] = 9.0",
+    "setitem_view": "v = x[1]\n    v[0] = 9.0",
+    "setitem_mask": "x[x > 2] = 0.0",
+    "iadd_operator": "v = x.view(-1)\n    v += 1",
+    "imul_input": "x *= 2",
+    "unsqueeze_squeeze": lambda x: x.unsqueeze(0).squeeze(0).clamp_(max=0.5),
+    "copy_into_view": lambda x: x[:, 1].copy_(ember.zeros(2)),
+}
+
+
+def _x():
+    return ember.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    ember.compiler.reset()
+    yield
+    ember.compiler.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+@pytest.mark.parametrize("name", sorted(VIEWS_OF_INPUT))
+def test_writes_through_views_of_inputs_reach_the_input(name, backend):
+    op = VIEWS_OF_INPUT[name]
+    if isinstance(op, str):     # a statement
+        ns = {"ember": ember}
+        exec(f"def fn(x):\n    {op}\n    return x * 2\n", ns)
+        fn = ns["fn"]
+    else:
+        def fn(x):
+            op(x)
+            return x * 2
+
+    want_x = _x()
+    want = fn(want_x)
+    x = _x()
+    got = ember.compile(fn, backend=backend)(x)
+    np.testing.assert_array_equal(x.numpy(), want_x.numpy())
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert counters["stats"]["frames_fallback"] >= 1      # fn (and op's own frame)
+    assert any("in-place" in r and "input" in r for r in counters["unsupported"])
+    with pytest.raises(CaptureError, match="in-place"):
+        ember.compile(fn, backend=backend, fullgraph=True)(_x())
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+def test_a_copy_made_by_reshape_is_not_the_input(backend):
+    """x.t().reshape(-1) must copy (a transposed tensor has no flat view): writing into
+    it leaves x as it is, and the frame is captured."""
+    def fn(x):
+        y = x.t().reshape(-1)
+        y.add_(1)
+        return y
+
+    x = _x()
+    want = fn(_x())
+    got = ember.compile(fn, backend=backend, fullgraph=True)(x)
+    np.testing.assert_array_equal(x.numpy(), _x().numpy())
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert counters["stats"]["frames_fallback"] == 0
+
+
+def test_a_module_buffer_updated_in_place_is_applied():
+    class M(ember.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", ember.zeros(()))
+
+        def forward(self, x):
+            self.count.add_(1)
+            return x + self.count
+
+    m = M()
+    out = ember.compile(m, backend="llvm")(ember.zeros(2))
+    assert m.count.item() == 1.0 and out.tolist() == [1.0, 1.0]
