@@ -1,7 +1,7 @@
 /* eval_frame.c: the PEP 523 frame-evaluation hook (CPython 3.11) and the module
  * ember._C._capture.
  *
- * See /work/shared/notes/cpython311-frame-hook.md for the frame internals this
+ * See docs/frame-hook.md for the frame internals this
  * relies on. In short, for each frame the hook is given:
  *
  *  1. Without touching the frame, it passes through to the evaluation function
