@@ -6,8 +6,8 @@
  * frame program: it builds the values the frame returns and writes (the graph's
  * outputs, objects fetched through sources, new tuples, lists and dicts), replays the
  * frame's Python side effects in program order, and returns the result. All of it is
- * C; only an exception takes a Python detour, to add the user's source line to the
- * traceback.
+ * C; only an exception from the graph takes a Python detour: the frame then runs
+ * eagerly, so the caller sees eager's result or exception, traceback and all.
  *
  * Input getters are the tuples ember.capture.source.Source.getter() makes:
  *     (root_kind, root, ((step_kind, key), ...))
@@ -60,7 +60,7 @@ typedef struct {
     PyObject *program;     /* (values, effects, result) (owns what the records borrow) */
     PyObject *globals;     /* the function's globals */
     PyObject *closure;     /* the function's cells (tuple) or NULL */
-    PyObject *on_error;    /* Python: on_error(exc) -> exc, adds the user's frame */
+    PyObject *on_error;    /* Python: on_error(exc, args) -> the frame run eagerly */
     PyObject *name;
     int ngetters;
     getter_t *g;
@@ -218,35 +218,35 @@ done:
     return res;
 }
 
-/* The graph raised: let Python put the user's source line into the traceback
- * (on_error re-raises the exception from a frame at that line). */
-static void
-add_user_frame(CompiledFrame *self)
+/* The graph raised (an Exception, not KeyboardInterrupt or SystemExit): nothing the
+ * frame does is visible yet (graphs do not write into their inputs and the side effects
+ * have not run), so on_error(exc, args) runs the frame's code eagerly instead and
+ * returns its result or raises its exception, with the user's own frames. */
+static PyObject *
+run_eagerly(CompiledFrame *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (self->on_error == NULL)
-        return;
+    if (self->on_error == NULL || !PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (value == NULL) {
         PyErr_Restore(type, value, tb);
-        return;
+        return NULL;
     }
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
-    PyObject *fixed = PyObject_CallOneArg(self->on_error, value);
-    if (fixed == NULL || !PyExceptionInstance_Check(fixed)) {
-        Py_XDECREF(fixed);
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return;
-    }
     Py_XDECREF(type);
     Py_XDECREF(tb);
+    PyObject *slots = PyTuple_New(nargs), *res = NULL;
+    if (slots != NULL) {
+        for (Py_ssize_t i = 0; i < nargs; i++)
+            PyTuple_SET_ITEM(slots, i, Py_NewRef(args[i]));
+        res = PyObject_CallFunctionObjArgs(self->on_error, value, slots, NULL);
+        Py_DECREF(slots);
+    }
     Py_DECREF(value);
-    PyObject *ftype = (PyObject *)Py_TYPE(fixed);
-    Py_INCREF(ftype);
-    PyErr_Restore(ftype, fixed, PyException_GetTraceback(fixed));
+    return res;
 }
 
 static PyObject *
@@ -277,7 +277,7 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
 #endif
     outs = PyObject_Vectorcall(self->fn, inputs, n, NULL);
     if (outs == NULL)
-        add_user_frame(self);
+        res = run_eagerly(self, args, nargs);
     else if (!PyTuple_Check(outs)) {
         PyErr_Format(PyExc_TypeError, "compiled graph returned %s, not a tuple",
                      Py_TYPE(outs)->tp_name);

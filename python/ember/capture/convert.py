@@ -11,6 +11,7 @@ import operator
 import os
 import sys
 import time
+import types
 import warnings
 import weakref
 
@@ -21,7 +22,7 @@ from .config import config
 from .exc import CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
-from .self_check import SelfCheckingFrame, copy_graph_module
+from .self_check import SelfCheckingFrame, call_args, copy_graph_module
 from .source import CellSource, ClosureSource, LocalSource
 from .symbolic import OutputGraph, Translator
 from .variables import CellVar, ObjectVar, TensorVar, VariableTracker
@@ -127,7 +128,9 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     compiled = compile_graph(gm, out, ctx, code)
     guards = build_guard_program(out.guards, frame_info, ctx)
     frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
-                             frame_info.closure, _user_frame_hook(gm), code.co_name)
+                             frame_info.closure,
+                             _eager_rerun(code, frame_info.globals, frame_info.closure, ctx),
+                             code.co_name)
     if ctx.check:
         frame = SelfCheckingFrame(frame, frame_info, pristine, out, ctx.backend,
                                   ctx.backend_name)
@@ -310,45 +313,24 @@ def _equals_ok(value, depth=0):
 
 # ------------------------------------------------------------------ errors
 
-def _user_frame_hook(gm):
-    """on_error for CompiledFrame: re-raises the graph's exception from a frame at the
-    user's source line of the node that failed."""
-    def on_error(exc):
-        loc = _failing_user_location(gm, exc.__traceback__)
-        if loc is None:
-            return exc
-        filename, lineno, name = loc
-        return _reraise_at(exc, filename, lineno, name)
+def _eager_rerun(code, globals_, closure, ctx):
+    """on_error for CompiledFrame: the graph raised, before anything the frame does was
+    visible, so the frame's code runs eagerly (capture is off here) and the caller
+    gets exactly eager's exception, raised from the user's own lines. If eager does
+    not raise, the graph was wrong: that is counted, warned once, and eager's result
+    returned (strict mode raises the graph's error instead)."""
+    def on_error(exc, slots):
+        fn = types.FunctionType(code, globals_, code.co_name, None, closure)
+        args, kwargs = call_args(code, slots)
+        result = fn(*args, **kwargs)        # eager's exception propagates from here
+        reason = f"the compiled graph raised {type(exc).__name__}: {exc}; eager did not"
+        counters["runtime_fallback"][reason] += 1
+        if ctx.strict():
+            raise exc
+        _warn_once(code, reason, f"ember.compile: {code.co_name} ({code.co_filename}:"
+                   f"{code.co_firstlineno}): {reason}; that call ran eagerly.")
+        return result
     return on_error
-
-
-def _failing_user_location(gm, tb):
-    node = None
-    while tb is not None:
-        fname = tb.tb_frame.f_code.co_filename
-        if fname.startswith("<ember.fx generated"):
-            import linecache
-            line = linecache.getline(fname, tb.tb_lineno).strip()
-            target = line.split("=", 1)[0].split(":", 1)[0].strip()
-            node = next((n for n in gm.graph.nodes if n.name == target), node)
-        tb = tb.tb_next
-    if node is None:
-        return None
-    stack = node.meta.get("stack") or []
-    for frame in stack:   # innermost first: the first frame of the user's own code
-        if not skip.is_ember_internal(frame[0]):
-            return frame
-    return stack[-1] if stack else None
-
-
-def _reraise_at(exc, filename, lineno, name):
-    src = "\n" * (lineno - 1) + "raise __ember_exc__"
-    code = compile(src, filename, "exec").replace(co_name=name)
-    try:
-        exec(code, {"__ember_exc__": exc})
-    except BaseException as e:   # noqa: BLE001 - it is exc, now with the frame
-        return e.with_traceback(e.__traceback__)
-    return exc
 
 
 _warned = set()

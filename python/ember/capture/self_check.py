@@ -228,7 +228,7 @@ class SelfCheckingFrame:
         fn = types.FunctionType(f.__code__, new_globals, f.__name__, f.__defaults__,
                                 cells or None)
         fn.__kwdefaults__ = f.__kwdefaults__
-        args, kwargs = _call_args(self.code, copies["slots"])
+        args, kwargs = call_args(self.code, copies["slots"])
         try:
             res, exc = fn(*args, **kwargs), None
         except Exception as e:   # noqa: BLE001 - compared with the compiled run
@@ -325,7 +325,7 @@ def _slot_name(code, i):
     return names[i] if i < len(names) else f"#{i}"
 
 
-def _call_args(code, slots):
+def call_args(code, slots):
     """Positional and keyword arguments that fill the frame's argument slots."""
     import inspect
     n, k = code.co_argcount, code.co_kwonlyargcount
