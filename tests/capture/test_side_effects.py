@@ -142,6 +142,17 @@ def fn(x, xs):
     xs[2] = xs[0] * x
     return xs[0] - xs[1]
 """),
+    Case("list_grown_while_iterating", """
+def make():
+    return (T(2), [1, 2])
+def fn(x, xs):
+    total = x
+    for v in xs:             # a live iterator: reaches the items appended below
+        if v < 4:
+            xs.append(v + 2)
+        total = total + v
+    return total
+"""),
     # ------------------------------------------------------------ plain objects
     Case("object_attributes", """
 class Box:
@@ -585,3 +596,16 @@ def test_torch_captures_the_same(torch):
             wrong[case.name] = (out.graph_count, out.break_reasons)
     torch._dynamo.reset()
     assert wrong == {}
+
+
+def test_a_dict_changing_size_during_iteration_raises_as_eager():
+    def fn(x, d):
+        for k in d:
+            d[k + "!"] = x
+        return x
+
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        fn(ember.ones(1), {"a": 1})
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        ember.compile(fn, backend="eager")(ember.ones(1), {"a": 1})
+    assert any("changed size" in r for r in counters["unsupported"])

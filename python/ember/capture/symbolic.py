@@ -1150,7 +1150,8 @@ class Translator:
         if isinstance(v, IteratorVar):
             self.push(v)
             return
-        self.push(IteratorVar(v.unpack(self)))
+        self.push(IteratorVar(v.unpack(self), over=v if isinstance(v, (ListVar, DictVar))
+                              else None))
 
     def FOR_ITER(self, ins):
         it = self.stack[-1]

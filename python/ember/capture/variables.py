@@ -206,11 +206,19 @@ class DictVar(VariableTracker):
 
 
 class IteratorVar(VariableTracker):
-    def __init__(self, items):
-        self.items = list(items)
+    """An iterator over known items. Over a list it is live, as Python's list iterator:
+    items the loop appends are reached too; over a dict, a change of its size while
+    iterating is Python's RuntimeError (the frame falls back)."""
+
+    def __init__(self, items, over=None):
+        self.over = over
+        self.items = over.items if isinstance(over, ListVar) else list(items)
+        self.size = len(over.items) if isinstance(over, DictVar) else None
         self.pos = 0
 
     def next(self):
+        if self.size is not None and len(self.over.items) != self.size:
+            raise Unsupported("dictionary changed size during iteration")
         if self.pos >= len(self.items):
             return None
         v = self.items[self.pos]
