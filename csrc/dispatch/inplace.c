@@ -102,6 +102,16 @@ check_differentiable(em_Op *op, em_Tensor *self, bool *rebase)
     *rebase = false;
     em_Tensor *base = (em_Tensor *)self->base;
     bool view = base != NULL && self->view_kind != EM_VIEW_NONE;
+    if (view && self->view_kind == EM_VIEW_NOGRAD) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "A view was created in no_grad mode and is being modified inplace "
+                        "with grad mode enabled. Given that this use case is ambiguous and "
+                        "error-prone, it is forbidden. You can clarify your code by moving "
+                        "both the view and the inplace either both inside the no_grad block "
+                        "(if you don't want the inplace to be tracked) or both outside (if "
+                        "you want the inplace to be tracked).");
+        return -1;
+    }
     if (view && base->requires_grad && base->grad_fn == NULL) {
         PyErr_SetString(PyExc_RuntimeError,
                         "a view of a leaf Variable that requires grad is being used in an "
@@ -112,16 +122,6 @@ check_differentiable(em_Op *op, em_Tensor *self, bool *rebase)
         PyErr_SetString(PyExc_RuntimeError,
                         "a leaf Variable that requires grad is being used in an in-place "
                         "operation.");
-        return -1;
-    }
-    if (view && self->view_kind == EM_VIEW_NOGRAD) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "A view was created in no_grad mode and is being modified inplace "
-                        "with grad mode enabled. Given that this use case is ambiguous and "
-                        "error-prone, it is forbidden. You can clarify your code by moving "
-                        "both the view and the inplace either both inside the no_grad block "
-                        "(if you don't want the inplace to be tracked) or both outside (if "
-                        "you want the inplace to be tracked).");
         return -1;
     }
     if (view && self->view_steps == NULL) {
@@ -179,7 +179,8 @@ em_inplace_call(em_Op *op, PyObject **args)
     if (em_tls.grad_enabled) {
         if (em_view_sync_args(op, args) < 0)
             return NULL;
-        if ((self->requires_grad || any_requires_grad(op, args)) &&
+        bool base_grad = self->base != NULL && ((em_Tensor *)self->base)->requires_grad;
+        if ((base_grad || any_requires_grad(op, args)) &&
             check_differentiable(op, self, &rebase) < 0)
             return NULL;
     }
