@@ -102,7 +102,7 @@ typedef struct em_Tensor {
     PyObject *hooks;           /* list or NULL */
     PyObject *base;            /* tensor this one is a view of, or NULL */
     /* views made by dispatched view ops (csrc/autograd/view.c): the ops that make this
-     * tensor from base, a tuple of (op, args after self), or NULL when not known */
+     * tensor from base, a tuple of (op, args after self...), or NULL when not known */
     PyObject *view_steps;
     uint64_t view_version;     /* storage version when grad_fn was last made from base */
     char view_kind;            /* EM_VIEW_*: how autograd treats this view */

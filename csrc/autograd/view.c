@@ -3,7 +3,7 @@
  * A view made by a dispatched op whose schema says its result may alias an input
  * (Tensor(a) self -> Tensor(a)), and whose result does share that input's storage,
  * records how it is made from its base (the root tensor of the storage): the chain of
- * (op, args after self) steps. Replaying the steps on the base gives the view again,
+ * (op, args after self...) steps. Replaying the steps on the base gives the view again,
  * which serves three purposes:
  *
  * - an in-place update of a differentiable view rebases the base's history:
@@ -25,19 +25,19 @@
 static PyObject *copy_slices_hook;   /* ember.autograd.copy_slices.backward_for */
 static PyObject *copy_slices_name;   /* "CopySlices" */
 
-/* (op, args after self): one step of a view chain. */
+/* (op, args after self...): one step of a view chain. */
 static PyObject *
 make_step(em_Op *op, PyObject **args)
 {
-    PyObject *rest = PyTuple_New(op->nparams - 1);
-    if (rest == NULL)
+    PyObject *step = PyTuple_New(op->nparams);
+    if (step == NULL)
         return NULL;
+    Py_INCREF(op);
+    PyTuple_SET_ITEM(step, 0, (PyObject *)op);
     for (int i = 1; i < op->nparams; i++) {
         Py_INCREF(args[i]);
-        PyTuple_SET_ITEM(rest, i - 1, args[i]);
+        PyTuple_SET_ITEM(step, i, args[i]);
     }
-    PyObject *step = PyTuple_Pack(2, (PyObject *)op, rest);
-    Py_DECREF(rest);
     return step;
 }
 
@@ -89,17 +89,16 @@ replay(em_Tensor *base, PyObject *steps)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); i++) {
         PyObject *step = PyTuple_GET_ITEM(steps, i);
         em_Op *op = (em_Op *)PyTuple_GET_ITEM(step, 0);
-        PyObject *rest = PyTuple_GET_ITEM(step, 1);
-        if (PyTuple_GET_SIZE(rest) + 1 != op->nparams || op->nparams > EM_MAX_PARAMS) {
+        if (PyTuple_GET_SIZE(step) != op->nparams || op->nparams > EM_MAX_PARAMS) {
             PyErr_Format(PyExc_RuntimeError, "a view step of %U has %zd arguments",
-                         op->name, PyTuple_GET_SIZE(rest));
+                         op->name, PyTuple_GET_SIZE(step) - 1);
             Py_DECREF(cur);
             return NULL;
         }
         PyObject *bound[EM_MAX_PARAMS];
         bound[0] = cur;
         for (int k = 1; k < op->nparams; k++)
-            bound[k] = PyTuple_GET_ITEM(rest, k - 1);
+            bound[k] = PyTuple_GET_ITEM(step, k);
         PyObject *next = em_op_call_bound(op, bound);
         Py_DECREF(cur);
         if (next == NULL)

@@ -378,7 +378,7 @@ static PyGetSetDef tensor_getset[] = {
     {"_version", (getter)tensor_get_version, NULL, NULL, NULL},
     {"_base", (getter)tensor_get_base, NULL, NULL, NULL},
     {"_view_steps", (getter)tensor_get_view_steps, NULL,
-     "How this view is made from _base: a tuple of (op, args after self), or None.", NULL},
+     "How this view is made from _base: a tuple of (op, args after self...), or None.", NULL},
     {"is_meta", (getter)tensor_get_is_meta, NULL, NULL, NULL},
     {"device", (getter)tensor_get_device, NULL, NULL, NULL},
     {"is_cuda", (getter)tensor_get_false, NULL, NULL, NULL},

@@ -1,7 +1,7 @@
 """View chains: how a view is made from its base, replayed on values.
 
 A view made by a dispatched view op records its steps from its base (the root tensor of
-its storage; csrc/autograd/view.c): `t._view_steps` is a tuple of (op, args after self),
+its storage; csrc/autograd/view.c): `t._view_steps` is a tuple of (op, args after self...),
 empty for a base, None when unknown. Two things are built from the steps, both with
 ordinary ops, so autograd and tracers see them:
 
@@ -40,13 +40,13 @@ def _step(x, op, args):
 
 def replay(steps, x):
     """The value of the view of x's steps (dispatched ops)."""
-    for op, args in steps:
+    for op, *args in steps:
         x = _step(x, op, args)
     return x
 
 
 def has_inverses(steps):
-    return all(op.entry.view_scatter is not None for op, _ in steps)
+    return all(step[0].entry.view_scatter is not None for step in steps)
 
 
 def scatter(steps, base, src):
@@ -56,9 +56,9 @@ def scatter(steps, base, src):
     if not has_inverses(steps):
         return _scatter_by_index(steps, base, src)
     values = [base]
-    for op, args in steps[:-1]:
+    for op, *args in steps[:-1]:
         values.append(_step(values[-1], op, args))
-    for (op, args), v in zip(reversed(steps), reversed(values)):
+    for (op, *args), v in zip(reversed(steps), reversed(values)):
         src = op.entry.view_scatter(v, src, *args)
     return src
 
