@@ -151,11 +151,24 @@ def expand_row_write(x, z):
     return r * z[0]
 
 
+def mixed_dtype_write(x, z):
+    y = x * 1
+    y[0].add_(z[0].double())       # promoted, then cast back into y's dtype
+    return y
+
+
+def broadcast_operand_write(x, z):
+    y = x * 1
+    y[:, 1:3].add_(z[0, 1:3])
+    return y * z
+
+
 PATTERNS = [setitem_column, setitem_tensor_value, mask_assign, mask_assign_tensor_value,
             index_tensor_assign, index_list_assign, select_add_, select_mul_by_tensor, transpose_mul_,
             flat_view_zero_, strided_slice_fill_, chain_copy_, view_of_view_chain,
             view_read_after_base_write, view_read_after_other_view_write, repeated_writes,
-            pad_by_slice_assignment, pad_1d, expand_row_write]
+            pad_by_slice_assignment, pad_1d, expand_row_write, mixed_dtype_write,
+            broadcast_operand_write]
 
 
 def _inputs(dtype, requires_grad, seed=0):
