@@ -164,8 +164,8 @@ def broadcast_operand_write(x, z):
 
 
 PATTERNS = [setitem_column, setitem_tensor_value, mask_assign, mask_assign_tensor_value,
-            index_tensor_assign, index_list_assign, select_add_, select_mul_by_tensor, transpose_mul_,
-            flat_view_zero_, strided_slice_fill_, chain_copy_, view_of_view_chain,
+            index_tensor_assign, index_list_assign, select_add_, select_mul_by_tensor,
+            transpose_mul_, flat_view_zero_, strided_slice_fill_, chain_copy_, view_of_view_chain,
             view_read_after_base_write, view_read_after_other_view_write, repeated_writes,
             pad_by_slice_assignment, pad_1d, expand_row_write, mixed_dtype_write,
             broadcast_operand_write]

@@ -209,6 +209,7 @@ em_inplace_call(em_Op *op, PyObject **args)
     /* the twin's node saves its inputs before the write counts (so a saved input that
      * shares self's memory, as in a.mul_(a), is found modified) and self after it */
     PyObject *fargs[EM_MAX_PARAMS];
+    PyObject *prev_fn = self->grad_fn;
     if (grad) {
         for (int i = 0; i < fn->nparams; i++)
             fargs[i] = args[i];
@@ -219,8 +220,8 @@ em_inplace_call(em_Op *op, PyObject **args)
     self->storage->version++;
     if (grad && rebase && em_view_rebase(fn, fargs, self, res) < 0)
         goto error;
-    if (grad && !rebase && self->grad_fn != NULL && em_Node_Check(self->grad_fn)) {
-        em_Node *node = (em_Node *)self->grad_fn;
+    if (grad && !rebase && self->grad_fn != prev_fn && em_Node_Check(self->grad_fn)) {
+        em_Node *node = (em_Node *)self->grad_fn;   /* the twin's: self as written */
         if (self->output_nr < node->nout)
             node->outmeta[self->output_nr].version = self->storage->version;
     }

@@ -91,9 +91,10 @@ class OpTracer:
     def _meta(self, op, entry, args):
         with _mode(_C.MODE_META):
             rule = M.rule_for(entry)
-            if entry.aliased_params[:1] not in ((), (None,)):
-                # a view of its input (or maybe, for reshape-like ops): the kernel's meta
-                # result shares the input's storage exactly when the eager one would
+            aliased = entry.aliased_params
+            if aliased and aliased[0] is not None:
+                # the result may be a view of an input: the kernel's meta result shares
+                # the input's storage exactly when the eager one does
                 out = op._kernel(args)
             elif rule is not None:
                 out = rule(entry, args)
