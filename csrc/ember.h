@@ -101,10 +101,22 @@ typedef struct em_Tensor {
     PyObject *grad_fn;         /* em_Node or NULL for leaves */
     PyObject *hooks;           /* list or NULL */
     PyObject *base;            /* tensor this one is a view of, or NULL */
+    /* views made by dispatched view ops (csrc/autograd/view.c): the ops that make this
+     * tensor from base, a tuple of (op, args after self...), or NULL when not known */
+    PyObject *view_steps;
+    uint64_t view_version;     /* storage version when grad_fn was last made from base */
+    char view_kind;            /* EM_VIEW_*: how autograd treats this view */
     PyObject *trace;           /* opaque slot for tracers (graph proxies) */
     PyObject *dict;
     PyObject *weakreflist;
 } em_Tensor;
+
+/* view_kind: a differentiable view (made with grad mode on: in-place updates rebase its
+ * base's history), one made with grad mode off (PyTorch refuses to differentiate in-place
+ * updates of it), or no view for autograd (roots, detached aliases). */
+#define EM_VIEW_NONE 0
+#define EM_VIEW_GRAD 1
+#define EM_VIEW_NOGRAD 2
 
 extern PyTypeObject em_Tensor_Type;
 #define em_Tensor_Check(o) PyObject_TypeCheck((o), &em_Tensor_Type)
@@ -224,6 +236,8 @@ struct em_Op {
     int nouts;
     int inplace;               /* mutates its first argument */
     int composite;             /* runs its kernel in every mode; the ops it calls dispatch */
+    int alias_param;           /* the parameter the result may be a view of (its schema's
+                                * Tensor(a) return), or -1 */
     int rule;                  /* variant of the kind's dtype rule (EM_RULE_*) */
     em_Param params[EM_MAX_PARAMS];
 };
@@ -357,6 +371,28 @@ int em_autograd_record(em_Op *op, PyObject **args, PyObject *result);
 PyObject *em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name);
 int em_node_init_type(PyObject *module);
 int em_engine_init(PyObject *module);
+
+/* Views (csrc/autograd/view.c). A result of op(args) that shares args[alias_param]'s
+ * storage records the step that made it (so base, steps replay it). */
+int em_view_record(em_Op *op, PyObject **args, PyObject *result);
+/* A differentiable view whose storage was written since its grad_fn was made gets a
+ * new grad_fn: its steps replayed on its base's current history. */
+int em_view_refresh(em_Tensor *t);
+static inline int
+em_view_sync(em_Tensor *t)
+{
+    if (t->base == NULL || t->view_kind != EM_VIEW_GRAD ||
+        t->view_version == t->storage->version)
+        return 0;
+    return em_view_refresh(t);
+}
+/* Refreshes every tensor argument of op (tensor lists included). */
+int em_view_sync_args(em_Op *op, PyObject **args);
+/* An in-place fn(fargs) wrote result into view (fargs[0] is view's old value) and fn's
+ * node hangs from result: the base's history becomes CopySlices(old base history, that
+ * node), and view becomes a view of the new base. */
+int em_view_rebase(em_Op *fn, PyObject **fargs, em_Tensor *view, PyObject *result);
+int em_view_init(PyObject *module);
 bool em_grad_enabled(void);
 
 /* ------------------------------------------------------------------ capture */

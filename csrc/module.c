@@ -122,11 +122,11 @@ PyInit__C(void)
     em_numpy = PyImport_ImportModule("numpy");
     if (em_numpy == NULL || intern_strings() < 0 || em_dtype_init(m) < 0 ||
         em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 || em_op_init(m) < 0 ||
-        em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_elementwise_init() < 0 ||
-        em_reduction_init() < 0 || em_registry_init(m) < 0 || em_capture_init(m) < 0 ||
-        em_compiled_frame_init(m) < 0 || em_compiled_graph_init(m) < 0 ||
-        em_jit_init_type(m) < 0 || em_blas_init(m) < 0 || em_threadpool_init(m) < 0 ||
-        em_aot_function_init(m) < 0) {
+        em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_view_init(m) < 0 ||
+        em_elementwise_init() < 0 || em_reduction_init() < 0 || em_registry_init(m) < 0 ||
+        em_capture_init(m) < 0 || em_compiled_frame_init(m) < 0 ||
+        em_compiled_graph_init(m) < 0 || em_jit_init_type(m) < 0 || em_blas_init(m) < 0 ||
+        em_threadpool_init(m) < 0 || em_aot_function_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

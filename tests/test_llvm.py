@@ -534,3 +534,27 @@ def test_inner_max_min_reductions_vectorise_and_propagate_nan(dtype, op):
         assert width in g_.module.optimized_ir
     got, want = g_(x)[0].numpy(), fn(x).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_unused_input_that_requires_grad_gets_no_gradient():
+    """The backward graph returns None for it: the compiled graph passes None through."""
+    def f(x, z):
+        return x * 2
+
+    x, z = _leaves(ember.float64, shapes=((3, 4), (3, 4)))
+    ember.compile(f, fullgraph=True)(x, z).backward(ember.ones(3, 4, dtype=ember.float64))
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 4), 2.0))
+    assert z.grad is None
+
+
+def test_view_of_a_buffer_laid_out_otherwise_than_traced():
+    """y = x.t() * 2 is transposed-dense when traced but its buffer is contiguous: the
+    view of y.t() that the traced layout allows is made of a contiguous copy."""
+    def f(x):
+        y = x.t() * 2
+        s = y.exp().sum()
+        return y.t().view(-1) + s
+
+    x = ember.randn(3, 4, dtype=ember.float64)
+    np.testing.assert_allclose(ember.compile(f, fullgraph=True)(x).numpy(), f(x).numpy(),
+                               **F64)

@@ -491,6 +491,8 @@ run_backward(PyObject *self, PyObject *args)
             Py_INCREF(Py_None);
             PyList_SET_ITEM(st.results, i, Py_None);
             PyObject *t = PyTuple_GET_ITEM(inputs, i);
+            if (em_Tensor_Check(t) && em_view_sync((em_Tensor *)t) < 0)
+                goto done;
             if (!em_Tensor_Check(t) || !((em_Tensor *)t)->requires_grad) {
                 PyErr_Format(PyExc_RuntimeError,
                              "One of the differentiated Tensors does not require grad");
@@ -519,6 +521,8 @@ run_backward(PyObject *self, PyObject *args)
     /* seed the roots */
     for (Py_ssize_t i = 0; i < nroots; i++) {
         PyObject *r = PyTuple_GET_ITEM(roots, i), *g = PyTuple_GET_ITEM(grads, i);
+        if (em_Tensor_Check(r) && em_view_sync((em_Tensor *)r) < 0)
+            goto done;
         if (!em_Tensor_Check(r) || !((em_Tensor *)r)->requires_grad) {
             PyErr_Format(PyExc_RuntimeError,
                          "element %zd of tensors does not require grad and does not have a "

@@ -190,6 +190,8 @@ em_autograd_record(em_Op *op, PyObject **args, PyObject *result)
 {
     bool need = false;
     int nedges = 0;
+    if (em_view_sync_args(op, args) < 0)
+        return -1;
     for (int i = 0; i < op->nparams; i++) {
         PyObject *a = args[i];
         if (op->params[i].type == EM_ARG_TENSOR && em_Tensor_Check(a)) {
@@ -228,6 +230,12 @@ em_autograd_record(em_Op *op, PyObject **args, PyObject *result)
         Py_INCREF(ver);
         if (op->params[i].type == EM_ARG_TENSOR && em_Tensor_Check(a)) {
             node->edges[e++] = edge_to((em_Tensor *)a);
+            /* a view's gradient is a function of shapes only: later writes into the
+             * storage it shares with its result do not change it */
+            if (op->kind == EM_KIND_VIEW && i == op->alias_param) {
+                PyTuple_SET_ITEM(node->saved_versions, i, ver);
+                continue;
+            }
             Py_DECREF(ver);
             ver = PyLong_FromUnsignedLongLong(((em_Tensor *)a)->storage->version);
             if (ver == NULL) {
@@ -272,12 +280,15 @@ em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name)
         PyErr_NoMemory();
         goto error;
     }
+    node->nedges = (int)ni;
     for (Py_ssize_t i = 0; i < ni; i++) {
         PyObject *t = PyTuple_GET_ITEM(inputs, i);
-        if (em_Tensor_Check(t))
+        if (em_Tensor_Check(t)) {
+            if (em_view_sync((em_Tensor *)t) < 0)
+                goto error;
             node->edges[i] = edge_to((em_Tensor *)t);
+        }
     }
-    node->nedges = (int)ni;
     if (attach_outputs(node, &PyTuple_GET_ITEM(outputs, 0), (int)no) < 0)
         goto error;
     return (PyObject *)node;

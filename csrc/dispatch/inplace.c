@@ -4,7 +4,10 @@
  * kernel, checks that the result fits self (same shape; a dtype self can hold),
  * writes it into self's memory and bumps the version counter shared by self
  * and its views. With autograd on, the twin's node is recorded over a copy of
- * self's old value and self is rebased onto that node.
+ * self's old value and self is rebased onto that node; when self is a view, its
+ * base's history is rebased instead (CopySlices, csrc/autograd/view.c) and self
+ * becomes a view of the new base. In trace mode the tracer receives the in-place
+ * op itself and functionalizes it (ember.aot.functionalize).
  */
 #include "ember.h"
 
@@ -90,6 +93,79 @@ any_requires_grad(em_Op *op, PyObject **args)
     return false;
 }
 
+/* Whether autograd can follow an in-place update of self: PyTorch's refusals of leaves,
+ * views of leaves and views made in no-grad mode. *rebase: self is a view whose base's
+ * history the update rebases. */
+static int
+check_differentiable(em_Op *op, em_Tensor *self, bool *rebase)
+{
+    *rebase = false;
+    em_Tensor *base = (em_Tensor *)self->base;
+    bool view = base != NULL && self->view_kind != EM_VIEW_NONE;
+    if (view && self->view_kind == EM_VIEW_NOGRAD) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "A view was created in no_grad mode and is being modified inplace "
+                        "with grad mode enabled. Given that this use case is ambiguous and "
+                        "error-prone, it is forbidden. You can clarify your code by moving "
+                        "both the view and the inplace either both inside the no_grad block "
+                        "(if you don't want the inplace to be tracked) or both outside (if "
+                        "you want the inplace to be tracked).");
+        return -1;
+    }
+    if (view && base->requires_grad && base->grad_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a view of a leaf Variable that requires grad is being used in an "
+                        "in-place operation.");
+        return -1;
+    }
+    if (self->requires_grad && self->grad_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a leaf Variable that requires grad is being used in an in-place "
+                        "operation.");
+        return -1;
+    }
+    if (view && self->view_steps == NULL) {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "%U(): this view was not made by view ops autograd can replay, so an "
+                     "in-place update of it cannot be differentiated; use the out-of-place "
+                     "op", op->name);
+        return -1;
+    }
+    *rebase = view;
+    return 0;
+}
+
+/* In trace mode the tracer takes the in-place op itself and returns (the functional
+ * twin's result, a tensor standing for self's value before the write); it makes self
+ * (and its base and other views) stand for the new value (ember.aot.functionalize). */
+static PyObject *
+traced_call(em_Op *op, PyObject **args, em_Tensor *self, bool grad, em_Tensor **old)
+{
+    PyObject *pair = em_call_tracer(op, args);
+    if (pair == NULL)
+        return NULL;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        !em_Tensor_Check(PyTuple_GET_ITEM(pair, 1))) {
+        PyErr_Format(PyExc_TypeError, "the tracer must return (result, old value) for the "
+                     "in-place op %U", op->name);
+        Py_DECREF(pair);
+        return NULL;
+    }
+    PyObject *res = PyTuple_GET_ITEM(pair, 0);
+    Py_INCREF(res);
+    if (grad) {
+        em_Tensor *o = (em_Tensor *)PyTuple_GET_ITEM(pair, 1);
+        o->requires_grad = self->requires_grad;
+        Py_XINCREF(self->grad_fn);
+        Py_XSETREF(o->grad_fn, self->grad_fn);
+        o->output_nr = self->output_nr;
+        Py_INCREF(o);
+        *old = o;
+    }
+    Py_DECREF(pair);
+    return res;
+}
+
 PyObject *
 em_inplace_call(em_Op *op, PyObject **args)
 {
@@ -99,45 +175,55 @@ em_inplace_call(em_Op *op, PyObject **args)
         return NULL;
     }
     em_Tensor *self = (em_Tensor *)args[0];
+    bool rebase = false;
+    if (em_tls.grad_enabled) {
+        if (em_view_sync_args(op, args) < 0)
+            return NULL;
+        bool base_grad = self->base != NULL && ((em_Tensor *)self->base)->requires_grad;
+        if ((base_grad || any_requires_grad(op, args)) &&
+            check_differentiable(op, self, &rebase) < 0)
+            return NULL;
+    }
     bool grad = em_tls.grad_enabled && fn->backward != NULL && any_requires_grad(op, args);
-    if (em_tls.grad_enabled && self->requires_grad && self->grad_fn == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "a leaf Variable that requires grad is being used in an in-place "
-                        "operation.");
-        return NULL;
-    }
-    if (grad && self->base != NULL && ((em_Tensor *)self->base)->requires_grad) {
-        PyErr_Format(PyExc_NotImplementedError,
-                     "%U(): ember does not yet differentiate in-place updates of views of "
-                     "tensors that require grad; use the out-of-place op", op->name);
-        return NULL;
-    }
-    /* under tracing the tracer sees the functional op: in-place becomes a new value
-     * that self stands for from now on (functionalization) */
+    rebase = rebase && grad;
     bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
-    PyObject *res = tracing ? em_call_tracer(fn, args) : fn->kernel(fn, args);
-    if (res == NULL)
-        return NULL;
-    em_Tensor *r = (em_Tensor *)res;
     em_Tensor *old = NULL;
+    PyObject *res;
+    if (tracing)
+        res = traced_call(op, args, self, grad, &old);
+    else {
+        /* a copy of self's value before the write, keeping its place in the graph */
+        if (grad && (old = snapshot(self)) == NULL)
+            return NULL;
+        res = fn->kernel(fn, args);
+    }
+    if (res == NULL) {
+        Py_XDECREF(old);
+        return NULL;
+    }
+    em_Tensor *r = (em_Tensor *)res;
     if (!em_Tensor_Check(res) || check_fits(op, self, r) < 0)
-        goto error;
-    if (grad && (old = snapshot(self)) == NULL)
         goto error;
     if (!em_is_meta(self) && !em_is_meta(r) && PyArray_CopyInto(self->array, r->array) < 0)
         goto error;
-    if (tracing) {
-        Py_XINCREF(r->trace);
-        Py_XSETREF(self->trace, r->trace);
-    }
-    self->storage->version++;
+    /* the twin's node saves its inputs before the write counts (so a saved input that
+     * shares self's memory, as in a.mul_(a), is found modified) and self after it */
+    PyObject *fargs[EM_MAX_PARAMS];
+    PyObject *prev_fn = self->grad_fn;
     if (grad) {
-        PyObject *fargs[EM_MAX_PARAMS];
         for (int i = 0; i < fn->nparams; i++)
             fargs[i] = args[i];
         fargs[0] = (PyObject *)old;
-        if (em_autograd_record(fn, fargs, (PyObject *)self) < 0)
+        if (em_autograd_record(fn, fargs, rebase ? res : (PyObject *)self) < 0)
             goto error;
+    }
+    self->storage->version++;
+    if (grad && rebase && em_view_rebase(fn, fargs, self, res) < 0)
+        goto error;
+    if (grad && !rebase && self->grad_fn != prev_fn && em_Node_Check(self->grad_fn)) {
+        em_Node *node = (em_Node *)self->grad_fn;   /* the twin's: self as written */
+        if (self->output_nr < node->nout)
+            node->outmeta[self->output_nr].version = self->storage->version;
     }
     Py_XDECREF(old);
     Py_DECREF(res);

@@ -528,6 +528,10 @@ em_op_call_bound(em_Op *op, PyObject **args)
             name_error(op);
         return NULL;
     }
+    if (op->alias_param >= 0 && em_view_record(op, args, result) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
     if (op->backward != NULL && em_tls.grad_enabled) {
         if (em_autograd_record(op, args, result) < 0) {
             Py_DECREF(result);
@@ -576,6 +580,27 @@ op_dealloc(em_Op *self)
         Py_XDECREF(self->params[i].defval);
     }
     PyObject_Free(self);
+}
+
+/* The parameter a non-in-place op's single result may share memory with, from the
+ * entry's alias annotations (Tensor(a) self -> Tensor(a)); -1 when there is none. */
+static int
+set_alias_param(em_Op *op, PyObject *entry)
+{
+    op->alias_param = -1;
+    if (op->inplace)
+        return 0;
+    PyObject *ap = PyObject_GetAttrString(entry, "aliased_params");
+    if (ap == NULL)
+        return -1;
+    if (PyTuple_Check(ap) && PyTuple_GET_SIZE(ap) == 1 &&
+        PyLong_Check(PyTuple_GET_ITEM(ap, 0))) {
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(ap, 0));
+        if (i >= 0 && i < EM_MAX_PARAMS)
+            op->alias_param = (int)i;
+    }
+    Py_DECREF(ap);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 /* Op(name, overload, schema, params, kind, rule, kernel, backward, ufunc, reduce_ufunc,
@@ -646,6 +671,11 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     Py_INCREF(entry);
     op->entry = entry;
+    if (set_alias_param(op, entry) < 0) {
+        Py_DECREF(seq);
+        Py_DECREF(op);
+        return NULL;
+    }
     Py_INCREF(bname);
     op->backward_name = bname;
     for (Py_ssize_t i = 0; i < np; i++) {

@@ -1134,84 +1134,136 @@ k_getitem(em_Op *op, PyObject **args)
     return r;
 }
 
-/* x[key] = value with autograd: self.copy_(index_put(self.reshape(-1), (positions,),
- * value)), positions = arange(numel).view(shape)[key]: differentiable in self and value. */
-static PyObject *
-setitem_with_grad(em_Tensor *self, PyObject *key, PyObject *value)
+/* PyTorch's error when value does not broadcast to the indexing result view. */
+static int
+check_broadcast_to(em_Tensor *v, PyObject *value)
 {
-    PyObject *iota = NULL, *shaped = NULL, *pos = NULL, *val = NULL, *flat = NULL,
-             *putv = NULL, *res = NULL, *tup = NULL;
-    int grad = em_tls.grad_enabled;
-    em_tls.grad_enabled = 0;
-    PyObject *n = PyLong_FromSsize_t(self->numel);
-    iota = n ? em_call("arange", &n, 1) : NULL;
-    Py_XDECREF(n);
-    PyObject *shape = em_sizes_tuple(self);
-    if (iota != NULL && shape != NULL) {
-        PyObject *a[2] = {iota, shape};
-        shaped = em_call("view", a, 2);
-    }
-    Py_XDECREF(shape);
-    if (shaped != NULL) {
-        PyObject *a[2] = {shaped, key};
-        pos = k_getitem(NULL, a);
-    }
-    em_tls.grad_enabled = grad;
-    if (pos == NULL)
-        goto done;
-    if (em_Tensor_Check(value)) {
-        if (as_tensor(value)->dtype == self->dtype) {
-            Py_INCREF(value);
-            val = value;
+    PyObject *pair[2] = {(PyObject *)v, value};
+    em_Geom g;
+    if (em_broadcast("__setitem__", pair, 2, &g) == 0 && g.ndim == v->ndim &&
+        memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) == 0)
+        return 0;
+    em_Tensor *val = as_tensor(value);
+    PyObject *s1 = em_format_shape(val->ndim, val->sizes);
+    PyObject *s2 = em_format_shape(v->ndim, v->sizes);
+    PyErr_Clear();
+    if (s1 && s2)
+        PyErr_Format(PyExc_RuntimeError, "shape mismatch: value tensor of shape %U cannot be "
+                     "broadcast to indexing result of shape %U", s1, s2);
+    Py_XDECREF(s1);
+    Py_XDECREF(s2);
+    return -1;
+}
+
+/* x[mask] = number or 0-d tensor is PyTorch's masked_fill_ (values cast). */
+static bool
+is_mask_fill(PyObject *key, PyObject *value)
+{
+    return em_Tensor_Check(key) && (as_tensor(key)->dtype == EM_BOOL ||
+                                    as_tensor(key)->dtype == EM_UINT8) &&
+           (!em_Tensor_Check(value) || as_tensor(value)->ndim == 0);
+}
+
+/* mask (indexing self's leading dims) as a bool tensor broadcasting over self, with
+ * index's error when its shape does not match. */
+static PyObject *
+mask_over(em_Tensor *self, em_Tensor *mask)
+{
+    for (int d = 0; d < mask->ndim; d++) {
+        if (d >= self->ndim || mask->sizes[d] != self->sizes[d]) {
+            PyObject *a = em_format_shape(mask->ndim, mask->sizes);
+            PyObject *b = em_format_shape(self->ndim, self->sizes);
+            if (a && b)
+                PyErr_Format(PyExc_IndexError, "The shape of the mask %U at index %d does "
+                             "not match the shape of the indexed tensor %U at index %d",
+                             a, d, b, d);
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            return NULL;
         }
-        else {
-            PyObject *kw = Py_BuildValue("(s)", "dtype");
-            PyObject *a[2] = {value, (PyObject *)em_dtypes[self->dtype]};
-            val = kw ? em_call_kw("_to_copy", a, 1, kw) : NULL;
-            Py_XDECREF(kw);
+    }
+    PyObject *m = (PyObject *)mask;
+    Py_INCREF(m);
+    if (mask->dtype != EM_BOOL) {
+        PyObject *kw = Py_BuildValue("(s)", "dtype");
+        PyObject *a[2] = {m, (PyObject *)em_dtypes[EM_BOOL]};
+        PyObject *c = kw ? em_call_kw("_to_copy", a, 1, kw) : NULL;
+        Py_XDECREF(kw);
+        Py_SETREF(m, c);
+        if (m == NULL)
+            return NULL;
+    }
+    if (mask->ndim == self->ndim)
+        return m;
+    PyObject *shape = PyTuple_New(self->ndim);
+    for (int d = 0; shape != NULL && d < self->ndim; d++) {
+        PyObject *n = PyLong_FromSsize_t(d < mask->ndim ? mask->sizes[d] : 1);
+        if (n == NULL)
+            Py_CLEAR(shape);
+        else
+            PyTuple_SET_ITEM(shape, d, n);
+    }
+    PyObject *r = NULL;
+    if (shape != NULL) {
+        PyObject *a[2] = {m, shape};
+        r = em_call("view", a, 2);
+        Py_DECREF(shape);
+    }
+    Py_DECREF(m);
+    return r;
+}
+
+/* A 0-d tensor of dtype holding number (dispatched, so tracers see it). */
+static PyObject *
+full_scalar(PyObject *number, em_dtype_t dtype)
+{
+    PyObject *kw = Py_BuildValue("(s)", "dtype");
+    PyObject *empty = PyTuple_New(0);
+    PyObject *a[3] = {empty, number, (PyObject *)em_dtypes[dtype]};
+    PyObject *r = (kw && empty) ? em_call_kw("full", a, 2, kw) : NULL;
+    Py_XDECREF(kw);
+    Py_XDECREF(empty);
+    return r;
+}
+
+/* x[key] = value as dispatched in-place ops on the view x[basic part of key]: copy_ or
+ * fill_, masked_fill_ for a lone mask and a scalar, else index_put_. Autograd (in-place
+ * updates of views) and tracers (functionalization) see the writes. */
+static PyObject *
+setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
+{
+    PyObject *view, *indices, *res = NULL;
+    if (apply_key(self, key, &view, &indices) < 0)
+        return NULL;
+    em_Tensor *v = as_tensor(view);
+    if (indices == NULL) {
+        PyObject *a[2] = {view, value};
+        if (!em_Tensor_Check(value))
+            res = em_call("fill_", a, 2);
+        else if (check_broadcast_to(v, value) == 0)
+            res = em_call("copy_", a, 2);
+    }
+    else if (is_mask_fill(key, value)) {
+        PyObject *mask = mask_over(v, as_tensor(key));
+        if (mask != NULL) {
+            PyObject *a[3] = {view, mask, value};
+            res = em_call("masked_fill_", a, 3);
+            Py_DECREF(mask);
         }
     }
     else {
-        PyObject *kw = Py_BuildValue("(s)", "dtype");
-        PyObject *empty = PyTuple_New(0);
-        PyObject *a[3] = {empty, value, (PyObject *)em_dtypes[self->dtype]};
-        val = (kw && empty) ? em_call_kw("full", a, 2, kw) : NULL;
-        Py_XDECREF(kw);
-        Py_XDECREF(empty);
-    }
-    /* a copy: a view of self would be saved by its node, and copy_ changes self */
-    PyObject *m1 = val ? Py_BuildValue("(i)", -1) : NULL;
-    PyObject *copy = m1 ? em_call("clone", (PyObject **)&self, 1) : NULL;
-    if (copy != NULL) {
-        PyObject *a[2] = {copy, m1};
-        flat = em_call("reshape", a, 2);
-        Py_DECREF(copy);
-    }
-    Py_XDECREF(m1);
-    tup = flat ? PyTuple_Pack(1, pos) : NULL;
-    if (tup != NULL) {
-        PyObject *a[3] = {flat, tup, val};
-        putv = em_call("index_put", a, 3);
-    }
-    PyObject *shape2 = putv ? em_sizes_tuple(self) : NULL;
-    if (shape2 != NULL) {
-        PyObject *a[2] = {putv, shape2};
-        PyObject *back = em_call("view", a, 2);
-        Py_DECREF(shape2);
-        if (back != NULL) {
-            PyObject *c[2] = {(PyObject *)self, back};
-            res = em_call("copy_", c, 2);
-            Py_DECREF(back);
+        PyObject *val = value;
+        Py_INCREF(val);
+        if (!em_Tensor_Check(value))
+            Py_SETREF(val, full_scalar(value, v->dtype));
+        if (val != NULL) {
+            PyObject *a[3] = {view, indices, val};
+            res = em_call("index_put_", a, 3);
+            Py_DECREF(val);
         }
     }
-done:
-    Py_XDECREF(iota);
-    Py_XDECREF(shaped);
-    Py_XDECREF(pos);
-    Py_XDECREF(val);
-    Py_XDECREF(flat);
-    Py_XDECREF(putv);
-    Py_XDECREF(tup);
+    Py_XDECREF(indices);
+    Py_DECREF(view);
     if (res == NULL)
         return NULL;
     Py_DECREF(res);
@@ -1229,55 +1281,29 @@ k_setitem(em_Op *op, PyObject **args)
                      "number)", Py_TYPE(value)->tp_name);
         return NULL;
     }
-    if (em_tls.grad_enabled &&
-        (self->requires_grad || (em_Tensor_Check(value) && as_tensor(value)->requires_grad))) {
-        if (self->requires_grad && self->grad_fn == NULL) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "a leaf Variable that requires grad is being used in an in-place "
-                            "operation.");
-            return NULL;
-        }
-        return setitem_with_grad(self, args[1], value);
-    }
-    int grad = em_tls.grad_enabled;
+    bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
+    bool grad = em_tls.grad_enabled &&
+                (self->requires_grad ||
+                 (em_Tensor_Check(value) && as_tensor(value)->requires_grad));
+    if (tracing || grad)
+        return setitem_dispatched(self, args[1], value);
+    /* the fast path: written through views, no autograd, one version bump */
+    int grad_mode = em_tls.grad_enabled;
     em_tls.grad_enabled = 0;
     PyObject *view, *indices;
     int ok = apply_key(self, args[1], &view, &indices);
-    em_tls.grad_enabled = grad;
+    em_tls.grad_enabled = grad_mode;
     if (ok < 0)
         return NULL;
     em_Tensor *v = as_tensor(view);
     int st;
     if (indices != NULL) {
-        /* x[mask] = number or 0-d tensor is PyTorch's masked_fill_ (values cast); other
-         * tensor values go through index_put_, which wants self's dtype */
-        PyObject *key = args[1];
-        bool cast = em_Tensor_Check(key) && (as_tensor(key)->dtype == EM_BOOL ||
-                                             as_tensor(key)->dtype == EM_UINT8) &&
-                    (!em_Tensor_Check(value) || as_tensor(value)->ndim == 0);
-        st = em_index_put_inplace(v, indices, value, cast);
+        /* other tensor values go through index_put_, which wants self's dtype */
+        st = em_index_put_inplace(v, indices, value, is_mask_fill(args[1], value));
         Py_DECREF(indices);
     }
     else {
-        st = 0;
-        if (em_Tensor_Check(value)) {
-            PyObject *pair[2] = {view, value};
-            em_Geom g;
-            if (em_broadcast("__setitem__", pair, 2, &g) < 0 || g.ndim != v->ndim ||
-                memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) != 0) {
-                em_Tensor *val = as_tensor(value);
-                PyObject *s1 = em_format_shape(val->ndim, val->sizes);
-                PyObject *s2 = em_format_shape(v->ndim, v->sizes);
-                PyErr_Clear();
-                if (s1 && s2)
-                    PyErr_Format(PyExc_RuntimeError,
-                                 "shape mismatch: value tensor of shape %U cannot be broadcast "
-                                 "to indexing result of shape %U", s1, s2);
-                Py_XDECREF(s1);
-                Py_XDECREF(s2);
-                st = -1;
-            }
-        }
+        st = em_Tensor_Check(value) ? check_broadcast_to(v, value) : 0;
         if (st == 0)
             st = copy_into(v, value);
     }

@@ -18,6 +18,7 @@ tensor_traverse(em_Tensor *self, visitproc visit, void *arg)
     Py_VISIT(self->grad_fn);
     Py_VISIT(self->hooks);
     Py_VISIT(self->base);
+    Py_VISIT(self->view_steps);
     Py_VISIT(self->trace);
     Py_VISIT(self->dict);
     Py_VISIT(Py_TYPE(self));
@@ -31,6 +32,7 @@ tensor_clear(em_Tensor *self)
     Py_CLEAR(self->grad_fn);
     Py_CLEAR(self->hooks);
     Py_CLEAR(self->base);
+    Py_CLEAR(self->view_steps);
     Py_CLEAR(self->trace);
     Py_CLEAR(self->dict);
     return 0;
@@ -149,6 +151,8 @@ tensor_get_ndim(em_Tensor *self, void *c)
 static PyObject *
 tensor_get_requires_grad(em_Tensor *self, void *c)
 {
+    if (em_view_sync(self) < 0)
+        return NULL;
     return PyBool_FromLong(self->requires_grad);
 }
 
@@ -227,6 +231,8 @@ tensor_set_grad(em_Tensor *self, PyObject *value, void *c)
 static PyObject *
 tensor_get_grad_fn(em_Tensor *self, void *c)
 {
+    if (em_view_sync(self) < 0)
+        return NULL;
     PyObject *g = self->grad_fn ? self->grad_fn : Py_None;
     Py_INCREF(g);
     return g;
@@ -235,6 +241,8 @@ tensor_get_grad_fn(em_Tensor *self, void *c)
 static PyObject *
 tensor_get_is_leaf(em_Tensor *self, void *c)
 {
+    if (em_view_sync(self) < 0)
+        return NULL;
     return PyBool_FromLong(self->grad_fn == NULL);
 }
 
@@ -256,6 +264,14 @@ tensor_get_base(em_Tensor *self, void *c)
     PyObject *b = self->base ? self->base : Py_None;
     Py_INCREF(b);
     return b;
+}
+
+static PyObject *
+tensor_get_view_steps(em_Tensor *self, void *c)
+{
+    PyObject *s = self->view_steps ? self->view_steps : Py_None;
+    Py_INCREF(s);
+    return s;
 }
 
 static PyObject *
@@ -338,6 +354,14 @@ tensor_set_data(em_Tensor *self, PyObject *value, void *c)
     Py_XSETREF(self->array, src->array);
     Py_INCREF(src->storage);
     Py_SETREF(self->storage, src->storage);
+    /* an alias of src from now on, as detach() makes them */
+    PyObject *base = src->base != (PyObject *)self ? src->base : NULL;
+    PyObject *steps = base != NULL ? src->view_steps : NULL;
+    Py_XINCREF(base);
+    Py_XSETREF(self->base, base);
+    Py_XINCREF(steps);
+    Py_XSETREF(self->view_steps, steps);
+    self->view_kind = EM_VIEW_NONE;
     return 0;
 }
 
@@ -353,6 +377,8 @@ static PyGetSetDef tensor_getset[] = {
     {"output_nr", (getter)tensor_get_output_nr, NULL, NULL, NULL},
     {"_version", (getter)tensor_get_version, NULL, NULL, NULL},
     {"_base", (getter)tensor_get_base, NULL, NULL, NULL},
+    {"_view_steps", (getter)tensor_get_view_steps, NULL,
+     "How this view is made from _base: a tuple of (op, args after self...), or None.", NULL},
     {"is_meta", (getter)tensor_get_is_meta, NULL, NULL, NULL},
     {"device", (getter)tensor_get_device, NULL, NULL, NULL},
     {"is_cuda", (getter)tensor_get_false, NULL, NULL, NULL},

@@ -256,6 +256,8 @@ em_tensor_alias(em_Tensor *src)
     t->storage = src->storage;
     Py_XINCREF(src->base);
     t->base = src->base;
+    Py_XINCREF(src->view_steps);
+    t->view_steps = src->view_steps;
     Py_XINCREF(src->trace);
     t->trace = src->trace;
     return t;

@@ -8,6 +8,7 @@ from .. import _C
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, \
     set_grad_enabled
 from . import graph
+from . import copy_slices  # noqa: F401  (binds the backward of in-place updates of views)
 from .gradcheck import gradcheck
 
 

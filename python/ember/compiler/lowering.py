@@ -732,12 +732,27 @@ class Lowering:
                     return out
                 return self._view_of(a, shape, None, index_fn)
 
+        if isinstance(a, PointwiseValue):
+            a = self.realize(a)
+        if M.compute_stride(a.shape, a.strides, math.prod(a.shape), shape) is None:
+            # the buffer is laid out otherwise than the traced value was (buffers are
+            # made contiguous, or in a source's layout): its view is a reshape, of a copy
+            a = self._contiguous_copy(a)
+
         def strides(b):
             st = M.compute_stride(b.shape, b.strides, math.prod(b.shape), shape)
             if st is None:
                 raise LoweringError("view of a buffer its strides cannot express")
             return shape, st, b.offset
         return self._view_of(a, shape, strides, None)
+
+    def _contiguous_copy(self, buf):
+        copy = PointwiseValue(buf.shape, buf.dtype, lambda kb, index: buf.load(kb, index), 1,
+                              None, frozenset({buf.ref}))
+        out = self.realize(copy)
+        if out.strides != tuple(contiguous_strides(out.shape)):
+            raise LoweringError("a copy of a buffer was not made contiguous")
+        return out
 
     def op_slice_scatter(self, node, val, a, src, dim=0, start=None, end=None, step=1):
         """A copy of `a` with src written over a slice of it: one kernel copies (or

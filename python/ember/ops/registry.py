@@ -11,6 +11,10 @@ An entry holds everything every stage needs to know about an operator:
 - backward: the gradient formula, written with ember ops:
       backward(grad, result, *args) -> one gradient per parameter (None where none);
 - decompose: the same computation written with prims, or prim=True;
+- view ops: view_scatter(self, src, *args), the functional inverse that writes src, a
+  new value of self.<op>(*args), into self; none where there is no inverse (expand),
+  and view_replay(self, *args) where the view's value for any layout of self is not
+  the op itself (view -> reshape); see ops/view_replay.py;
 - where it appears: as ember.<name>, as a Tensor method, as Python operators.
 
 `install()` turns every entry into a C Op (csrc/dispatch/op.c) and puts it in place.
@@ -73,6 +77,8 @@ class OpEntry:
     composite: bool = False
     impl: Optional[Callable] = None
     meta: Optional[Callable] = None
+    view_scatter: Optional[Callable] = None   # view ops: (self, src, *args) -> new self
+    view_replay: Optional[Callable] = None    # view ops: (self, *args) -> the view's value
     inplace: bool = False
     inplace_variant: bool = False   # also declare name_ (in place, e.g. add_)
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers

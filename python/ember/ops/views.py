@@ -21,6 +21,8 @@ def _inverse(perm):
 
 op("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", VIEW, "view", prim=True, meta=M.view,
    backward=lambda g, out, self, size: (g.reshape(self.shape),),
+   view_scatter=lambda self, src, size: src.reshape(self.shape),
+   view_replay=lambda self, size: self.reshape(size),
    doc="The same data with another shape; needs compatible strides (see reshape).")
 
 op("reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)", CUSTOM, "reshape", composite=True,
@@ -32,7 +34,8 @@ def _permute_backward(g, out, self, dims):
 
 
 op("permute(Tensor(a) self, int[] dims) -> Tensor(a)", VIEW, "permute", prim=True,
-   meta=M.permute, backward=_permute_backward)
+   meta=M.permute, backward=_permute_backward,
+   view_scatter=lambda self, src, dims: _permute_backward(src, None, self, dims)[0])
 
 
 def _transpose_decompose(self, dim0, dim1):
@@ -46,10 +49,12 @@ def _transpose_decompose(self, dim0, dim1):
 op("transpose(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", VIEW, "transpose",
    meta=M.transpose, aliases=("swapaxes", "swapdims"),
    backward=lambda g, out, self, dim0, dim1: (g.transpose(dim0, dim1),),
+   view_scatter=lambda self, src, dim0, dim1: src.transpose(dim0, dim1),
    decompose=_transpose_decompose)
 
 op("t(Tensor(a) self) -> Tensor(a)", VIEW, "t", meta=M.t,
    backward=lambda g, out, self: (g.t(),),
+   view_scatter=lambda self, src: src.t(),
    decompose=lambda self: P.permute(self, list(range(self.ndim))[::-1]))
 
 op("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)", VIEW,
@@ -61,10 +66,12 @@ op("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)", CUSTOM, "expand_as",
 
 op("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)", VIEW, "unsqueeze", meta=M.unsqueeze,
    backward=lambda g, out, self, dim: (g.squeeze(M.wrap_dim(dim, self.ndim + 1)),),
+   view_scatter=lambda self, src, dim: src.reshape(self.shape),
    decompose=lambda self, dim: P.view(self, M.unsqueeze(None, (self, dim)).shape))
 
 op("squeeze(Tensor(a) self, int[1]? dim=None) -> Tensor(a)", VIEW, "squeeze", meta=M.squeeze,
    backward=lambda g, out, self, dim: (g.reshape(self.shape),),
+   view_scatter=lambda self, src, dim: src.reshape(self.shape),
    decompose=lambda self, dim: P.view(self, M.squeeze(None, (self, dim)).shape))
 
 
@@ -78,15 +85,19 @@ op("select(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", VIEW, "select",
    meta=M.select,
    backward=lambda g, out, self, dim, index: (
        O.select_scatter(O.zeros(self.shape, dtype=g.dtype), g, dim, index),),
+   view_scatter=lambda self, src, dim, index: O.select_scatter(self, src, dim, index),
    decompose=_select_decompose)
 
 op("slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)"
    " -> Tensor(a)", VIEW, "slice", prim=True, meta=M.slice_,
    backward=lambda g, out, self, dim, start, end, step: (
-       O.slice_scatter(O.zeros(self.shape, dtype=g.dtype), g, dim, start, end, step),))
+       O.slice_scatter(O.zeros(self.shape, dtype=g.dtype), g, dim, start, end, step),),
+   view_scatter=lambda self, src, dim, start, end, step: O.slice_scatter(
+       self, src, dim, start, end, step))
 
 op("alias(Tensor(a) self) -> Tensor(a)", VIEW, "alias", meta=M.alias,
    backward=lambda g, out, self: (g,),
+   view_scatter=lambda self, src: src,
    decompose=lambda self: P.view(self, self.shape))
 
 op("__getitem__(Tensor(a) self, Any indices) -> Tensor(a)", CUSTOM, "getitem",
