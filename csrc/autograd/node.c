@@ -357,8 +357,8 @@ unpack_output(em_Node *node, int k, bool check)
     return (PyObject *)t;
 }
 
-static PyObject *
-released_error(em_Node *node)
+PyObject *
+em_node_released_error(em_Node *node)
 {
     PyErr_Format(PyExc_RuntimeError,
                  "Trying to backward through the graph a second time (or directly access saved "
@@ -375,7 +375,7 @@ PyObject *
 em_node_apply(em_Node *node, PyObject *grads)
 {
     if (node->released)
-        return released_error(node);
+        return em_node_released_error(node);
     PyObject *raw;
     if (node->py_backward != NULL) {
         raw = PyObject_Call(node->py_backward, grads, NULL);
@@ -552,7 +552,7 @@ static PyObject *
 node_saved(em_Node *self, void *c)
 {
     if (self->released)
-        return released_error(self);
+        return em_node_released_error(self);
     PyObject *s = self->saved ? self->saved : Py_None;
     Py_INCREF(s);
     return s;

@@ -19,7 +19,7 @@
  *                                     [0, outer) of its dim 0, split across the
  *                                     thread pool when parallel
  *          ("matmul", a, b, buffer)   BLAS (NumPy's matmul) from views a and b
- * outputs: views
+ * outputs: views, or None for an output with no value (a gradient that is None)
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
  * elements of the ref's dtype.
  */
@@ -424,7 +424,14 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nout = PyTuple_GET_SIZE(outs);
     result = PyTuple_New(nout);
     for (Py_ssize_t o = 0; result != NULL && o < nout; o++) {
-        PyObject *t = (PyObject *)view_tensor(PyTuple_GET_ITEM(outs, o), inputs, bufs);
+        PyObject *view = PyTuple_GET_ITEM(outs, o), *t;
+        if (view == Py_None) {
+            /* no value (a backward graph's input that gets no gradient) */
+            Py_INCREF(Py_None);
+            t = Py_None;
+        }
+        else
+            t = (PyObject *)view_tensor(view, inputs, bufs);
         if (t == NULL)
             Py_CLEAR(result);
         else
