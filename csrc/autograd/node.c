@@ -497,8 +497,13 @@ error:
 void
 em_node_release(em_Node *node)
 {
-    if (node->op == NULL)
-        return;   /* Python nodes keep what their closure needs */
+    if (node->op == NULL) {
+        /* compiled backwards free their saved tensors; other Python nodes keep what
+         * their closure needs */
+        if (node->py_backward != NULL && em_aot_backward_release(node->py_backward))
+            node->released = true;
+        return;
+    }
     Py_CLEAR(node->saved);
     Py_CLEAR(node->saved_versions);
     Py_CLEAR(node->saved_outputs);
