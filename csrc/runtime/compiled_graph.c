@@ -8,7 +8,8 @@
  *
  * inputs:  (sizes, strides) each input was compiled for; an input laid out
  *          differently (a gradient that arrives expanded, say) is first copied into
- *          that layout when it is dense, else the call fails
+ *          that layout when it is dense, else the call fails; an empty input is only
+ *          re-viewed with those strides
  * buffers: (dtype, sizes, extern) of each buffer: allocated per call (contiguous), or
  *          when extern is true, made by an extern step
  * steps:   ("extern", fn, views, slots, name)
@@ -192,6 +193,10 @@ conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
     if (same) {
         Py_INCREF(t);
         return t;
+    }
+    if (t->numel == 0) {
+        /* no element is read: the same (empty) data seen with the compiled strides */
+        return em_tensor_view(t, n, g.sizes, g.strides, t->offset);
     }
     g.ndim = n;
     g.dtype = t->dtype;

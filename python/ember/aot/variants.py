@@ -19,7 +19,7 @@ from __future__ import annotations
 from .. import _C
 from .. import autograd
 from .decompose import decompose
-from .joint import JointGraph
+from .joint import JointGraph, _hoist_placeholders
 from .trace import OpTracer
 
 
@@ -89,30 +89,42 @@ class BackwardVariants:
             _C._set_grad_enabled(prev)
         graph = tracer.graph
         graph.output(out)
-        # placeholders first: the saved values (in the forward's order, shaped and
-        # laid out as the prim graph has them), then the tangents
-        saved_idx, tangent_idx, order = [], [], []
+        # the value each placeholder stands for, shaped and laid out as the prim graph
+        # has it (tangents are contiguous, as the joint trace made them)
         for node, ph in tracer.outer.items():
-            if node in tangent_nodes:
-                order.append(((1, tangent_nodes[node]), ph))
-            else:
-                i, fake = self._saved_value(node, present)
+            fake = self.prim_values.get(node)
+            if node not in tangent_nodes and isinstance(fake, _C.Tensor):
                 ph.meta["val"] = fake
-                order.append(((0, i), ph))
-        order.sort(key=lambda kv: kv[0])
-        first_op = next(n for n in graph.nodes if n.op != "placeholder")
-        for (kind, i), ph in order:
-            (saved_idx if kind == 0 else tangent_idx).append(i)
-            first_op.prepend(ph)
+        _hoist_placeholders(graph)
         graph.eliminate_dead_code()
         graph.lint()
+        values = {}
+        prim = decompose(graph, values)
+        # the placeholders the prim graph reads, first the saved values (in the
+        # forward's order), then the tangents; an op-level read the decomposition
+        # does not use is dropped
+        order = []
+        for node, ph in tracer.outer.items():
+            pph = values[ph]._trace
+            if not pph.users:
+                prim.erase_node(pph)
+            elif node in tangent_nodes:
+                order.append(((1, tangent_nodes[node]), pph))
+            else:
+                order.append(((0, self._saved_index(node, present)), pph))
+        order.sort(key=lambda kv: kv[0])
+        first_op = next(n for n in prim.nodes if n.op != "placeholder")
+        for _, pph in order:
+            first_op.prepend(pph)
+        prim.lint()
+        saved_idx = tuple(i for (kind, i), _ in order if kind == 0)
+        tangent_idx = tuple(i for (kind, i), _ in order if kind == 1)
         label = "".join("1" if p else "0" for p in present)
-        prim = decompose(graph)
         compiled = self.compiler(prim, f"{self.name}_backward_{label}")
-        return compiled, tuple(saved_idx), tuple(tangent_idx)
+        return compiled, saved_idx, tangent_idx
 
-    def _saved_value(self, node, present):
-        """(index among the forward's saved values, fake) of the joint node's value."""
+    def _saved_index(self, node, present):
+        """The index among the forward's saved values of the joint node's value."""
         fake = self.prim_values.get(node)
         prim_node = getattr(fake, "_trace", None) if isinstance(fake, _C.Tensor) else None
         i = self.saved_index.get(prim_node)
@@ -122,4 +134,4 @@ class BackwardVariants:
                 f"{[k for k, p in enumerate(present) if p]} reads {node.name}, a forward "
                 "value the compiled forward does not save (the full backward does not "
                 "read it)")
-        return i, fake
+        return i

@@ -1066,8 +1066,9 @@ def _normalize_o(x, dims, eps):
 def _norm_input_grad(gxhat, xhat, rstd, dims):
     """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
     n = _prod(gxhat.shape[d] for d in dims)
-    gm = gxhat.sum(list(dims), keepdim=True) * (1.0 / n)
-    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * (1.0 / n)
+    inv = 1.0 / n if n else math.nan      # n == 0: the gradient is empty anyway
+    gm = gxhat.sum(list(dims), keepdim=True) * inv
+    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * inv
     return rstd * (gxhat - gm - xhat * gxm)
 
 
@@ -2073,7 +2074,7 @@ def _ce_backward(g, out, self, target, weight, reduction, ignore_index, label_sm
             gs = gc
         else:
             n = self.numel() // self.shape[cd] if self.shape[cd] else 0
-            gs = (gc * (1.0 / n) if reduction == 1 else gc).expand(shape)
+            gs = (gc * (1.0 / n if n else math.nan) if reduction == 1 else gc).expand(shape)
     else:
         gs = _grad_scale(gc, reduction, w_t, target.shape)
     gs = gs.unsqueeze(cd)
