@@ -120,6 +120,26 @@ def test_backward_frees_saved_tensors(backend):
     assert alive() is None, "the compiled backward kept its saved tensors"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_create_graph_refuses_a_double_backward_instead_of_a_wrong_one(backend):
+    """The compiled backward reads its saved values as constants: its gradients are
+    right, but differentiating them again would miss the terms through those values."""
+    def f(x):
+        return (x.sin() * x).sum()
+    xe, x = _leaf([1.0, 2.0]), _leaf([1.0, 2.0])
+    ge, = ember.autograd.grad(f(xe), [xe], create_graph=True)
+    g, = ember.autograd.grad(_compiled(ember.compile(f, backend=backend)(x)), [x],
+                             create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), ge.detach().numpy(), rtol=1e-12)
+    assert g.requires_grad
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        g.sum().backward()
+    assert x.grad is None
+    y = ember.compile(f, backend=backend)(x)
+    y.backward(create_graph=True)              # first-order .grad, as eager
+    np.testing.assert_allclose(x.grad.detach().numpy(), ge.detach().numpy(), rtol=1e-12)
+
+
 # ================================================================== missing gradients
 
 

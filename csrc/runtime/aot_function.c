@@ -15,7 +15,8 @@
  * (grads[k] for k in tangent_indices). So gradients that are None in eager are None
  * here, and no zeros stand in for a missing gradient. Without retain_graph the
  * engine releases the node after its backward (em_aot_backward_release): the saved
- * tensors are freed and a second backward raises, as in eager. All of it is C; only
+ * tensors are freed and a second backward raises, as in eager. With create_graph its
+ * gradients hang from a node that refuses a double backward. All of it is C; only
  * the graphs (and building a variant the first time) run Python.
  */
 #include "ember.h"
@@ -99,6 +100,68 @@ pick_backward(AOTBackward *self, PyObject *const *grads, Py_ssize_t ngrads, PyOb
     return 0;
 }
 
+static PyObject *
+double_backward_error(PyObject *self, PyObject *args)
+{
+    PyErr_SetString(PyExc_RuntimeError,
+                    "ember.compile does not currently support double backward (a backward "
+                    "through the gradients of a compiled function, as with create_graph=True)");
+    return NULL;
+}
+
+static PyMethodDef double_backward_def = {"double_backward_error", double_backward_error,
+                                          METH_VARARGS, NULL};
+
+/* create_graph: the compiled backward is not differentiable (its graph reads saved
+ * values as constants), so its gradients hang from a node that raises when run, as
+ * PyTorch's compiled functions do, instead of silently giving wrong second-order
+ * gradients. The gradients are aliases: a result may be one of the incoming ones. */
+static int
+refuse_double_backward(PyObject *res)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(res), k = 0;
+    PyObject *outs = PyTuple_New(n), *fn = NULL, *none = NULL, *name = NULL, *node = NULL;
+    if (outs == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *g = PyTuple_GET_ITEM(res, i);
+        if (!em_Tensor_Check(g) || !em_is_float(((em_Tensor *)g)->dtype))
+            continue;
+        PyObject *a = (PyObject *)em_tensor_alias((em_Tensor *)g);
+        if (a == NULL)
+            goto error;
+        Py_INCREF(a);
+        PyTuple_SET_ITEM(outs, k++, a);
+        Py_SETREF(PyTuple_GET_ITEM(res, i), a);
+    }
+    if (k == 0) {
+        Py_DECREF(outs);
+        return 0;
+    }
+    if (_PyTuple_Resize(&outs, k) < 0)
+        return -1;
+    fn = PyCFunction_New(&double_backward_def, NULL);
+    none = PyTuple_New(0);
+    name = PyUnicode_FromString("CompiledFunctionBackwardBackward");
+    if (fn == NULL || none == NULL || name == NULL)
+        goto error;
+    node = em_make_node(fn, none, outs, name);
+    if (node == NULL)
+        goto error;
+    Py_DECREF(node);
+    Py_DECREF(fn);
+    Py_DECREF(none);
+    Py_DECREF(name);
+    Py_DECREF(outs);
+    return 0;
+error:
+    Py_XDECREF(fn);
+    Py_XDECREF(none);
+    Py_XDECREF(name);
+    Py_XDECREF(outs);
+    return -1;
+}
+
 /* The i-th index of idx, checked against n. */
 static Py_ssize_t
 index_at(PyObject *idx, Py_ssize_t i, Py_ssize_t n)
@@ -174,13 +237,18 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
         }
         args[ns + i] = grads[k];
     }
+    int create_graph = em_tls.grad_enabled;
+    em_tls.grad_enabled = 0;
     res = PyObject_Vectorcall(fn, args, ns + nt, NULL);
+    em_tls.grad_enabled = create_graph;
     if (res == NULL)
         goto error;
     if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != PyTuple_GET_SIZE(self->needs_grad)) {
         PyErr_SetString(PyExc_RuntimeError, "compiled backward returned the wrong gradients");
         goto error;
     }
+    if (create_graph && refuse_double_backward(res) < 0)
+        goto error;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(self->needs_grad); k++) {
         Py_ssize_t i = index_at(self->needs_grad, k, self->ninputs);
         if (i < 0)
