@@ -238,6 +238,38 @@ def test_grad_of_a_subset_of_outputs_then_the_rest(backend):
                 np.testing.assert_allclose(a.numpy(), b.numpy(), **TOL[ember.float64])
 
 
+def test_variants_are_built_once_per_gradient_pattern():
+    from ember.aot import aot_compile, eager_compiler
+    names = []
+
+    def bw_compiler(graph, name):
+        names.append(name)
+        return eager_compiler(graph, name)
+    g = np.random.default_rng(2)
+    leaves = [_leaf(g.standard_normal(s)) for s in ((4, 3), (3, 5), (4, 5))]
+    fn = aot_compile(_two_heads, leaves, bw_compiler=bw_compiler, name="heads")
+    assert names == ["heads_backward"]
+    for pattern in [(0,), (0,), (0, 1, 2), (2,), (0,)]:
+        outs = fn(*leaves)
+        sum(outs[i].sum() for i in pattern).backward()
+    assert names == ["heads_backward", "heads_backward_100", "heads_backward_001"]
+
+
+def test_a_variant_that_needs_an_unsaved_value_raises():
+    """The guard behind the variants: a forward value the compiled forward does not
+    save is never replaced by anything else (here nothing counts as saved)."""
+    from ember.aot import decompose, eager_compiler, trace_joint
+    from ember.aot.variants import BackwardVariants
+    g = np.random.default_rng(3)
+    leaves = [_leaf(g.standard_normal(s)) for s in ((4, 3), (3, 5), (4, 5))]
+    joint = trace_joint(_two_heads, leaves)
+    values = {}
+    decompose(joint.graph, values)
+    variants = BackwardVariants(joint, values, [], eager_compiler, "heads")
+    with pytest.raises(RuntimeError, match="does not save"):
+        variants((True, False, False))
+
+
 # ================================================================== empty tensors
 
 

@@ -115,7 +115,8 @@ static PyMethodDef double_backward_def = {"double_backward_error", double_backwa
 /* create_graph: the compiled backward is not differentiable (its graph reads saved
  * values as constants), so its gradients hang from a node that raises when run, as
  * PyTorch's compiled functions do, instead of silently giving wrong second-order
- * gradients. The gradients are aliases: a result may be one of the incoming ones. */
+ * gradients. res is a new tuple of ours; its gradients are replaced by aliases (a
+ * result may be one of the incoming gradients, which must stay as they are). */
 static int
 refuse_double_backward(PyObject *res)
 {
@@ -181,7 +182,7 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
 {
     Py_ssize_t ngrads = PyVectorcall_NARGS(nargsf);
     PyObject *fn = NULL, *saved_idx = NULL, *tangent_idx = NULL, *res = NULL, *out = NULL;
-    PyObject **args = NULL;
+    PyObject *saved = NULL, **args = NULL;
     if (ngrads != PyTuple_GET_SIZE(self->tangent_meta)) {
         PyErr_Format(PyExc_RuntimeError, "compiled backward expects %zd gradients, got %zd",
                      PyTuple_GET_SIZE(self->tangent_meta), ngrads);
@@ -219,12 +220,14 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
         PyErr_NoMemory();
         goto error;
     }
-    /* borrowed: self->saved and grads outlive the call */
+    /* borrowed: saved (held here) and grads (held by the caller) outlive the call */
+    saved = self->saved;
+    Py_INCREF(saved);
     for (Py_ssize_t i = 0; i < ns; i++) {
         Py_ssize_t j = saved_idx ? index_at(saved_idx, i, nsaved) : i;
         if (j < 0)
             goto error;
-        args[i] = PyTuple_GET_ITEM(self->saved, j);
+        args[i] = PyTuple_GET_ITEM(saved, j);
     }
     for (Py_ssize_t i = 0; i < nt; i++) {
         Py_ssize_t k = tangent_idx ? index_at(tangent_idx, i, ngrads) : i;
@@ -247,8 +250,6 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
         PyErr_SetString(PyExc_RuntimeError, "compiled backward returned the wrong gradients");
         goto error;
     }
-    if (create_graph && refuse_double_backward(res) < 0)
-        goto error;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(self->needs_grad); k++) {
         Py_ssize_t i = index_at(self->needs_grad, k, self->ninputs);
         if (i < 0)
@@ -257,7 +258,10 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
         Py_INCREF(g);
         Py_SETREF(PyTuple_GET_ITEM(out, i), g);
     }
+    if (create_graph && refuse_double_backward(out) < 0)
+        goto error;
     PyMem_Free(args);
+    Py_DECREF(saved);
     Py_DECREF(res);
     Py_DECREF(fn);
     Py_XDECREF(saved_idx);
@@ -265,6 +269,7 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
     return out;
 error:
     PyMem_Free(args);
+    Py_XDECREF(saved);
     Py_XDECREF(res);
     Py_XDECREF(fn);
     Py_XDECREF(saved_idx);

@@ -40,7 +40,9 @@ class _VariantTracer(OpTracer):
         return super().node_of(value)
 
     def _placeholder_for(self, node, value):
-        if node.graph is not self.outer_graph or node._erased:
+        # (a node the joint graph's dead code elimination erased is fine until the prim
+        # graph reads it: the forward cannot save it, BackwardVariants then raises)
+        if node.graph is not self.outer_graph:
             raise RuntimeError(f"compiled backward: a formula read {node.name}, which is "
                                "not a value of the joint graph")
         ph = self.outer.get(node)
