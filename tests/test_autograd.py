@@ -447,3 +447,98 @@ def test_several_roots_and_none_gradients():
     v, i = ember.max(x2, 1)
     (v * 0).sum().backward()
     close(x2.grad, [[0.0, 0.0]])
+
+
+# ---------------------------------------------------------------- missing gradients
+
+
+def test_a_node_reached_only_by_a_missing_gradient_does_not_run():
+    """A formula (here a Python node's) gives None for an input: the nodes behind that
+    input get no gradient, their formulas never see None, and the leaves keep .grad
+    None, as in PyTorch."""
+    w = leaf([1.0, 2.0])
+    v = leaf([3.0, 4.0])
+    h = w.exp().flip(0) * 2                   # ExpBackward, FlipBackward, MulBackward
+    with ember.no_grad():
+        out = h + v
+    ember._C._make_node(lambda g: (None, g), (h, v), (out,), "DropFirstBackward")
+    out.sum().backward()
+    assert w.grad is None
+    close(v.grad, [1.0, 1.0])
+
+
+def test_a_multi_output_node_with_some_missing_gradients(torch):
+    """A node some of whose outputs get no gradient: its formula takes None for those."""
+    x = leaf([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]])
+    values, _ = x.sort(1)
+    top, _ = x.max(1)
+    (values[:, :1].sum() + top.sum() * 2).backward()
+    tx = torch.tensor(x.detach().numpy(), requires_grad=True)
+    tvalues, _ = tx.sort(1)
+    ttop, _ = tx.max(1)
+    (tvalues[:, :1].sum() + ttop.sum() * 2).backward()
+    close(x.grad, tx.grad.numpy())
+
+
+def test_cat_gives_a_skipped_empty_input_an_empty_gradient(torch):
+    got, want = [], []
+    for L, out in ((ember, got), (torch, want)):
+        a = L.tensor([1.0, 2.0], dtype=L.float64, requires_grad=True)
+        e = L.zeros(0, dtype=L.float64, requires_grad=True)
+        f = L.zeros(0, 3, dtype=L.float64, requires_grad=True)
+        (L.cat([a, e.flip(0)]) * 3).sum().backward()
+        L.cat([f, f * 2]).sum().backward()
+        out += [a.grad.numpy(), e.grad.numpy(), f.grad.numpy()]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+# ---------------------------------------------------------------- empty tensors
+
+
+def _empty_cases(L):
+    F = L.nn.functional
+
+    def mk(*s):
+        return L.tensor(np.random.default_rng(len(s)).standard_normal(s), dtype=L.float64,
+                        requires_grad=True)
+
+    idx = L.tensor([1, 0, 2])
+    none = L.zeros(0, dtype=L.int64)
+    return {
+        "layer_norm_empty_dim": (lambda x, w, b: F.layer_norm(x, (0,), w, b),
+                                 [mk(3, 0), mk(0), mk(0)]),
+        "layer_norm_empty_batch": (lambda x, w, b: F.layer_norm(x, (4,), w, b),
+                                   [mk(0, 4), mk(4), mk(4)]),
+        "group_norm_empty_batch": (lambda x, w, b: F.group_norm(x, 2, w, b),
+                                   [mk(0, 4, 3), mk(4), mk(4)]),
+        "group_norm_no_channels": (lambda x: F.group_norm(x, 2), [mk(2, 0, 3)]),
+        "linear_no_features": (lambda x, w, b: F.linear(x, w, b), [mk(5, 0), mk(3, 0), mk(3)]),
+        "linear_no_outputs": (lambda x, w, b: F.linear(x, w, b), [mk(5, 2), mk(0, 2), mk(0)]),
+        "linear_3d_no_features": (lambda x, w: F.linear(x, w), [mk(2, 5, 0), mk(3, 0)]),
+        "embedding_no_dims": (lambda w: F.embedding(idx, w), [mk(4, 0)]),
+        "cross_entropy_probs": (lambda x, t: F.cross_entropy(x, t), [mk(0, 3), mk(0, 3)]),
+        "cross_entropy_empty": (lambda x: F.cross_entropy(x, none), [mk(0, 3)]),
+        "sdpa_no_keys": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                         [mk(2, 3, 4), mk(2, 0, 4), mk(2, 0, 5)]),
+        "mean_empty": (lambda x: x.mean(), [mk(0)]),
+        "var_empty": (lambda x: x.var(0), [mk(0, 2)]),
+        "mse_empty": (lambda x, y: F.mse_loss(x, y), [mk(0), mk(0)]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_empty_cases(ember)))
+def test_empty_tensors_give_pytorchs_results_and_gradients(name, torch):
+    import warnings
+    results = []
+    for L in (ember, torch):
+        fn, xs = _empty_cases(L)[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # torch warns about dof <= 0
+            out = fn(*xs)
+        (out * 2).sum().backward()
+        results.append([out.detach().numpy()] + [x.grad.numpy() for x in xs])
+    for got, want in zip(*results):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)

@@ -11,6 +11,7 @@
 #include "ember.h"
 
 PyObject *em_node_apply(em_Node *node, PyObject *grads);
+PyObject *em_node_released_error(em_Node *node);
 void em_node_release(em_Node *node);
 
 static em_Op *op_add, *op_sum_to_size, *op_to_copy;
@@ -320,6 +321,30 @@ arrived(run_state *st, PyObject *fn)
     return c == 0 ? PyList_Append(st->ready, fn) : 0;
 }
 
+static bool
+all_none(PyObject *grads)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(grads); i++)
+        if (PyTuple_GET_ITEM(grads, i) != Py_None)
+            return false;
+    return true;
+}
+
+/* What a node with no gradient to propagate returns: None for every edge (and the
+ * error a released node raises, so a second backward still fails loudly). */
+static PyObject *
+none_grads(em_Node *node)
+{
+    if (node->released)
+        return em_node_released_error(node);
+    PyObject *out = PyTuple_New(node->nedges);
+    for (int e = 0; out != NULL && e < node->nedges; e++) {
+        Py_INCREF(Py_None);
+        PyTuple_SET_ITEM(out, e, Py_None);
+    }
+    return out;
+}
+
 static int
 run_node(run_state *st, em_Node *node)
 {
@@ -372,9 +397,12 @@ run_node(run_state *st, em_Node *node)
             return -1;
         }
     }
-    /* missing gradients of single-output nodes cannot happen; of multi-output
-     * nodes the formula receives None */
-    PyObject *out = em_node_apply(node, grads);
+    /* A node reached only by missing gradients (a formula returned None for its
+     * output, or the gradients of its outputs were never asked for) passes None on
+     * to every input without running, as PyTorch's nodes do when no gradient is
+     * defined; a multi-output node some of whose gradients are missing gets None
+     * for those, which its formula handles. */
+    PyObject *out = all_none(grads) ? none_grads(node) : em_node_apply(node, grads);
     Py_DECREF(grads);
     if (out == NULL)
         return -1;

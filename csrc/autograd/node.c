@@ -368,8 +368,8 @@ unpack_output(em_Node *node, int k, bool check)
     return (PyObject *)t;
 }
 
-static PyObject *
-released_error(em_Node *node)
+PyObject *
+em_node_released_error(em_Node *node)
 {
     PyErr_Format(PyExc_RuntimeError,
                  "Trying to backward through the graph a second time (or directly access saved "
@@ -386,7 +386,7 @@ PyObject *
 em_node_apply(em_Node *node, PyObject *grads)
 {
     if (node->released)
-        return released_error(node);
+        return em_node_released_error(node);
     PyObject *raw;
     if (node->py_backward != NULL) {
         raw = PyObject_Call(node->py_backward, grads, NULL);
@@ -508,8 +508,13 @@ error:
 void
 em_node_release(em_Node *node)
 {
-    if (node->op == NULL)
-        return;   /* Python nodes keep what their closure needs */
+    if (node->op == NULL) {
+        /* compiled backwards free their saved tensors; other Python nodes keep what
+         * their closure needs */
+        if (node->py_backward != NULL && em_aot_backward_release(node->py_backward))
+            node->released = true;
+        return;
+    }
     Py_CLEAR(node->saved);
     Py_CLEAR(node->saved_versions);
     Py_CLEAR(node->saved_outputs);
@@ -563,7 +568,7 @@ static PyObject *
 node_saved(em_Node *self, void *c)
 {
     if (self->released)
-        return released_error(self);
+        return em_node_released_error(self);
     PyObject *s = self->saved ? self->saved : Py_None;
     Py_INCREF(s);
     return s;

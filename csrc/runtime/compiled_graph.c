@@ -8,7 +8,8 @@
  *
  * inputs:  (sizes, strides) each input was compiled for; an input laid out
  *          differently (a gradient that arrives expanded, say) is first copied into
- *          that layout when it is dense, else the call fails
+ *          that layout when it is dense, else the call fails; an empty input is only
+ *          re-viewed with those strides
  * buffers: (dtype, sizes, extern) of each buffer: allocated per call (contiguous), or
  *          when extern is true, made by an extern step
  * steps:   ("extern", fn, views, slots, name)
@@ -19,7 +20,7 @@
  *                                     [0, outer) of its dim 0, split across the
  *                                     thread pool when parallel
  *          ("matmul", a, b, buffer)   BLAS (NumPy's matmul) from views a and b
- * outputs: views (None for an output with no value)
+ * outputs: views, or None for an output with no value (a gradient that is None)
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
  * elements of the ref's dtype.
  */
@@ -192,6 +193,10 @@ conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
     if (same) {
         Py_INCREF(t);
         return t;
+    }
+    if (t->numel == 0) {
+        /* no element is read: the same (empty) data seen with the compiled strides */
+        return em_tensor_view(t, n, g.sizes, g.strides, t->offset);
     }
     g.ndim = n;
     g.dtype = t->dtype;
@@ -424,13 +429,14 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nout = PyTuple_GET_SIZE(outs);
     result = PyTuple_New(nout);
     for (Py_ssize_t o = 0; result != NULL && o < nout; o++) {
-        PyObject *spec = PyTuple_GET_ITEM(outs, o);
-        if (spec == Py_None) {   /* no value (a backward graph's missing gradient) */
+        PyObject *view = PyTuple_GET_ITEM(outs, o), *t;
+        if (view == Py_None) {
+            /* no value (a backward graph's input that gets no gradient) */
             Py_INCREF(Py_None);
-            PyTuple_SET_ITEM(result, o, Py_None);
-            continue;
+            t = Py_None;
         }
-        PyObject *t = (PyObject *)view_tensor(spec, inputs, bufs);
+        else
+            t = (PyObject *)view_tensor(view, inputs, bufs);
         if (t == NULL)
             Py_CLEAR(result);
         else

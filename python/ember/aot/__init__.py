@@ -5,6 +5,8 @@ graph and a backward graph over prims, wrapped as one eager-autograd node.
                    --decompose--> prims only (verified)
                    --partition--> forward graph (saves what backward needs) + backward graph
                    --fw/bw compilers--> CompiledFunction (runtime.py)
+    and, for calls where some outputs get no gradient, the backward of the others
+    (variants.py), traced again over the joint trace's fakes
 
 Backend "aot_eager" compiles both graphs with eager ops.
 """
@@ -16,6 +18,7 @@ from .decompose import PrimVerificationError, decompose, verify_prims
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
+from .variants import BackwardVariants
 
 
 def _graph_fn(graph, name):
@@ -41,14 +44,18 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
         graph = decompose(joint.graph)
         _strip_grads(graph, joint.num_forward_outputs)
         return fw_compiler(graph, f"{name}_inference")
-    prim_joint = JointGraph(decompose(joint.graph), joint.num_primals,
+    prim_values = {}
+    prim_joint = JointGraph(decompose(joint.graph, prim_values), joint.num_primals,
                             joint.num_forward_outputs, joint.num_tangents,
                             joint.differentiable_outputs, joint.primals_requiring_grad,
                             joint.forward_output_meta)
     fw, bw, saved = partition(prim_joint)
     log_graphs(fw, bw, saved, name)
+    # calls whose outputs get only some gradients run the backward of those alone
+    variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
+        if joint.num_tangents > 1 else None
     return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
-                             bw_compiler(bw, f"{name}_backward"), name)
+                             bw_compiler(bw, f"{name}_backward"), name, variants)
 
 
 def _strip_grads(graph, n):

@@ -13,9 +13,11 @@ class PrimVerificationError(RuntimeError):
     pass
 
 
-def decompose(graph) -> "fx.Graph":
+def decompose(graph, values=None) -> "fx.Graph":
+    """The prim graph of graph. With a dict `values`, it is filled with each node of
+    graph -> the fake value standing for it in the prim graph (its `_trace`)."""
     tracer = OpTracer(decompose=True)
-    env = {}
+    env = {} if values is None else values
 
     def value(a):
         if isinstance(a, fx.Node):

@@ -7,6 +7,10 @@ engine over them, still under the tracer: the op table's backward formulas, and 
 engine's own gradient sums, reductions and casts, dispatch ops that record themselves.
 The joint graph's inputs are the primals and one tangent per differentiable output; its
 outputs are the forward outputs followed by a gradient per primal (None where none).
+
+The fake autograd graph is kept (retain_graph): when a call's backward gets no gradient
+for some outputs, AOT autograd traces the backward of the others over the same fakes
+(variants.py), so that it reads the forward values this trace saved.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ class JointGraph:
     differentiable_outputs: list   # indices of forward outputs that get a tangent
     primals_requiring_grad: list   # indices of primals that get a gradient
     forward_output_meta: list      # (shape, dtype) per forward output
+    backward_trace: object = None  # BackwardTrace, to trace the backward again
 
 
 def _flat_outputs(out):
@@ -56,6 +61,7 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
             o.dtype.is_floating_point]
     grads = []
     tangents = []
+    backward_trace = None
     if diff:
         tangents = [tracer.placeholder(f"tangents_{k + 1}", _detached(outs[i]))
                     for k, i in enumerate(diff)]
@@ -64,8 +70,9 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
         inputs = [primals[i] for i in needs_grad]
         with tracer.tracing():
             g = autograd.grad([outs[i] for i in diff], inputs, tangents,
-                              allow_unused=True)
+                              allow_unused=True, retain_graph=True)
         grads = [tracer.node_of(x) if x is not None else None for x in g]
+        backward_trace = BackwardTrace([outs[i] for i in diff], inputs, tangents)
     grad_nodes = [None] * len(primals)
     for i, node in zip(needs_grad if diff else [], grads):
         grad_nodes[i] = node
@@ -74,7 +81,16 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
     tracer.graph.lint()
     return JointGraph(tracer.graph, len(primals), len(outs), len(tangents), diff,
                       needs_grad if diff else [],
-                      [(tuple(o.shape), o.dtype) for o in outs])
+                      [(tuple(o.shape), o.dtype) for o in outs], backward_trace)
+
+
+@dataclass
+class BackwardTrace:
+    """The fakes of a joint trace its backward ran over: the differentiable outputs
+    (their fake autograd graph retained), the primals requiring grad, the tangents."""
+    outputs: list
+    inputs: list
+    tangents: list
 
 
 def _detached(t):

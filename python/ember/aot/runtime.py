@@ -2,10 +2,13 @@
 
 The forward graph runs with grad mode off and returns the outputs and the saved values;
 the outputs that need gradients hang from one node of the C autograd engine whose
-backward runs the backward graph on the saved values and the incoming gradients (a
-missing gradient is zeros). To the rest of the program it is an ordinary autograd node:
-.backward() fills .grad of the inputs that require grad, and of no others. The call
-path is C (csrc/runtime/aot_function.c).
+backward runs the backward graph on the saved values and the incoming gradients. When
+some outputs get no gradient it runs the backward traced for the others instead (see
+variants.py), so no zeros stand in for a missing gradient and inputs only those outputs
+reach get None, as in eager. Without retain_graph its saved values are freed after it
+ran and a second backward raises, as in eager. To the rest of the program it is an
+ordinary autograd node: .backward() fills .grad of the inputs that require grad, and of
+no others. The call path is C (csrc/runtime/aot_function.c).
 """
 from __future__ import annotations
 
@@ -15,11 +18,13 @@ from .joint import JointGraph
 CompiledFunction = _C.AOTFunction
 
 
-def compiled_function(joint: JointGraph, forward, backward, name):
+def compiled_function(joint: JointGraph, forward, backward, name, variants=None):
+    """variants(present) -> (backward, saved indices, tangent indices) for calls whose
+    differentiable outputs get only the gradients flagged in present (variants.py)."""
     tangent_meta = tuple((tuple(joint.forward_output_meta[i][0]),
                           joint.forward_output_meta[i][1])
                          for i in joint.differentiable_outputs)
     return _C.AOTFunction(forward, backward, joint.num_forward_outputs,
                           tuple(joint.differentiable_outputs),
                           tuple(joint.primals_requiring_grad), tangent_meta,
-                          "CompiledFunctionBackward")
+                          "CompiledFunctionBackward", variants)

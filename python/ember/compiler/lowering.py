@@ -793,7 +793,12 @@ class Lowering:
         kept = [d for d in range(nd) if not mask[d]]
         reduced = [d for d in range(nd) if mask[d]]
         out = self.new_buffer(val.dtype, tuple(val.shape))
-        if _outer_reduction(a, kept, reduced) and acc_dtype is not _C.bool:
+        if not reduced:
+            # nothing to reduce (a 0-d input): each element is its own result
+            order = kept
+            kb = self.kernel(tuple(a.shape), 0, "reduce")
+            stmt = "store"
+        elif _outer_reduction(a, kept, reduced) and acc_dtype is not _C.bool:
             # the reduced dims are outer in memory: fold rows into the output in place
             # (contiguous, vectorised) instead of walking each column with a stride
             order = reduced + kept
@@ -819,7 +824,7 @@ class Lowering:
         reg = a.load(kb, index) if nd else a.load(kb, [])
         reg = kb.cast(reg, a.dtype, acc_dtype)
         kb.emit(stmt, param=kb.param(out), index=Affine(tuple(out_coeffs)), args=(reg,),
-                value=op, dst=False)
+                value=None if stmt == "store" else op, dst=False)
         self.add_kernel(kb)
         return out
 

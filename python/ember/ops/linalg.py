@@ -1,4 +1,6 @@
 """Linear algebra: matmul (NumPy's matmul, so BLAS for float32 and float64)."""
+import math
+
 from .registry import MATMUL, op
 
 
@@ -219,7 +221,8 @@ def _linear_backward(g, out, input, weight, bias):
             else g * input, g if bias is not None else None
     gx = g.matmul(weight)
     k, n = weight.shape[1], weight.shape[0]
-    gw = O.mm(g.reshape(-1, n).t(), input.reshape(-1, k)) if input.ndim > 1 else \
+    rows = math.prod(input.shape[:-1])      # not -1: ambiguous when k or n is 0
+    gw = O.mm(g.reshape(rows, n).t(), input.reshape(rows, k)) if input.ndim > 1 else \
         g.unsqueeze(1) * input.unsqueeze(0)
     gb = None
     if bias is not None:

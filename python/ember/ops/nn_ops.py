@@ -1066,8 +1066,9 @@ def _normalize_o(x, dims, eps):
 def _norm_input_grad(gxhat, xhat, rstd, dims):
     """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
     n = _prod(gxhat.shape[d] for d in dims)
-    gm = gxhat.sum(list(dims), keepdim=True) * (1.0 / n)
-    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * (1.0 / n)
+    inv = 1.0 / n if n else math.nan      # n == 0: the gradient is empty anyway
+    gm = gxhat.sum(list(dims), keepdim=True) * inv
+    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * inv
     return rstd * (gxhat - gm - xhat * gxm)
 
 
@@ -1170,14 +1171,15 @@ def _group_norm_backward(g, out, input, num_groups, weight, bias, eps, cudnn_ena
     x, gc = _as_cdt(input), _as_cdt(g)
     shape = list(input.shape)
     cs = [C] + [1] * (input.ndim - 2)
-    xg = x.reshape(N, num_groups, -1)
+    per_group = _prod(input.shape[1:]) // num_groups     # not -1: ambiguous when N is 0
+    xg = x.reshape(N, num_groups, per_group)
     xhat_g, rstd = _normalize_o(xg, [2], eps)
     xhat = xhat_g.reshape(shape)
     red = [0] + list(range(2, input.ndim))
     gx = gw = gb = None
     if input.requires_grad:
         gxhat = gc * _as_cdt(weight).reshape(cs) if weight is not None else gc
-        gx = _norm_input_grad(gxhat.reshape(N, num_groups, -1), xhat_g, rstd, [2]) \
+        gx = _norm_input_grad(gxhat.reshape(N, num_groups, per_group), xhat_g, rstd, [2]) \
             .reshape(shape).to(input.dtype)
     if weight is not None and weight.requires_grad:
         gw = (gc * xhat).sum(red).to(weight.dtype)
@@ -1413,7 +1415,7 @@ def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq
     how often its index occurs."""
     V, D = weight.shape
     flat = indices.reshape(-1)
-    g2 = g.reshape(-1, D)
+    g2 = g.reshape(flat.shape[0], D)        # not -1: ambiguous when D is 0
     gw = O.zeros((V, D), dtype=g.dtype).index_put((flat,), g2, accumulate=True)
     if scale_grad_by_freq:
         counts = O.zeros((V,), dtype=g.dtype).index_put(
@@ -1462,6 +1464,8 @@ _decomposed("one_hot(Tensor self, int num_classes=-1) -> Tensor", _one_hot_decom
 
 def _safe_softmax(x, dim):
     """softmax that gives 0 (not NaN) for rows that are all -inf (fully masked)."""
+    if x.shape[dim] == 0:       # no keys: an empty softmax (amax would refuse the dim)
+        return x * 0.0
     m = x.amax(dim, keepdim=True)
     m = O.where(m == -math.inf, 0.0, m)
     e = (x - m).exp()
@@ -2073,7 +2077,7 @@ def _ce_backward(g, out, self, target, weight, reduction, ignore_index, label_sm
             gs = gc
         else:
             n = self.numel() // self.shape[cd] if self.shape[cd] else 0
-            gs = (gc * (1.0 / n) if reduction == 1 else gc).expand(shape)
+            gs = (gc * (1.0 / n if n else math.nan) if reduction == 1 else gc).expand(shape)
     else:
         gs = _grad_scale(gc, reduction, w_t, target.shape)
     gs = gs.unsqueeze(cd)

@@ -56,14 +56,14 @@ def _cat_meta(entry, args):
 
 
 def _cat_backward(g, out, tensors, dim):
+    # a skipped (legacy empty 1-D) tensor still gets a gradient: an empty one, as
+    # PyTorch's cat backward gives it
     kept = [t for t in tensors if not _cat_skipped(t)]
-    if not kept:
-        return ([None] * len(tensors), None)
-    d = M.wrap_dim(dim, kept[0].ndim)
+    d = M.wrap_dim(dim, kept[0].ndim) if kept else 0
     grads, offset = [], 0
     for t in tensors:
         if _cat_skipped(t):
-            grads.append(None)
+            grads.append(g.new_zeros((0,)))
             continue
         grads.append(g.narrow(d, offset, t.shape[d]))
         offset += t.shape[d]
