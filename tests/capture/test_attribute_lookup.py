@@ -72,13 +72,6 @@ class StaticAndClassMethods(nn.Module):
         return self.double(x) + self.scaled(x)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("cls", [MethodShadowsSubmodule, PropertyShadowsInstanceDict,
                                  ModuleGetattrComesLast, InstanceShadowsClass,

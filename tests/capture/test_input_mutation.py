@@ -40,13 +40,6 @@ def _x():
     return ember.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("name", sorted(VIEWS_OF_INPUT))
 def test_writes_through_views_of_inputs_reach_the_input(name, backend):

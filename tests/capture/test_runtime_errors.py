@@ -14,13 +14,6 @@ pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPyth
 BACKENDS = ["eager", "aot_eager", "llvm"]
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
-
-
 def pick(x, i, log):
     y = x * 2
     log.append("before")

@@ -16,13 +16,6 @@ pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPyth
 CALLS = 0
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
-
-
 def _entries(compiled):
     return compiled._ember_compile_context.graphs
 

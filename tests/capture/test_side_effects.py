@@ -398,13 +398,6 @@ def _run(ns, fn, calls):
     return out
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_side_effects_replay_as_eager(case, backend):

@@ -95,12 +95,14 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     t0 = time.perf_counter()
     try:
         out, ret = trace_frame(frame_info)
+        gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         counters["unsupported"][e.reason] += 1
         counters["stats"]["frames_fallback"] += 1
         if ctx.strict():
+            where = f" at {e.location}" if e.location else ""
             raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
-                               f"{code.co_name}: {e.reason} at {e.location}") from None
+                               f"{code.co_name}: {e.reason}{where}") from None
         fallen_back.add(code)
         return _hook.SKIP
     except Exception as e:   # noqa: BLE001 - a converter bug must not break the program
@@ -112,16 +114,6 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         _warn_once(code, reason, f"ember.compile: could not capture {code.co_name} "
                    f"({code.co_filename}:{code.co_firstlineno}) because of an internal "
                    f"error; it runs eagerly. {reason}")
-        return _hook.SKIP
-    try:
-        gm, getters, program = build_graph_module(out, ret, code)
-    except Unsupported as e:
-        counters["unsupported"][e.reason] += 1
-        counters["stats"]["frames_fallback"] += 1
-        if ctx.strict():
-            raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
-                               f"{code.co_name}: {e.reason}") from None
-        fallen_back.add(code)
         return _hook.SKIP
     _log_graph(gm, code, out)
     pristine = copy_graph_module(gm) if ctx.check else None   # backends may edit gm
