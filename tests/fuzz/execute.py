@@ -12,7 +12,7 @@ the same values. A call is compared on:
   attributes the program changed (side effects);
 - gradients: backward runs from the float outputs that require grad with random
   weights as their gradients (the gradient of a weighted sum, with no op of its own;
-  CHECK["loss"] says which outputs take part); every float input
+  CHECK["loss"] says which outputs take part); every input tensor
   requiring grad is compared (.grad None where eager's is None, unused inputs included),
   with the exception backward raised; with CHECK["backward_twice"] backward runs again
   without retain_graph (eager raises) and the gradients are compared again.
@@ -65,15 +65,13 @@ def snapshot(x, seen=None):
 
 
 def _close(want, got, dtype):
-    if want.shape != got.shape:
-        return "shape"
     if dtype not in TOLERANCE:
         if np.array_equal(want, got):
             return None
         diff = np.argwhere(want != got)
-        i = tuple(diff[0])
-        return f"values differ at {list(i)}: want {want[i]!r} got {got[i]!r} " \
-               f"({len(diff)} of {want.size} elements)"
+        i = tuple(int(k) for k in diff[0])
+        return ("value", f"values differ at {list(i)}: want {want[i].item()!r} got "
+                         f"{got[i].item()!r} ({len(diff)} of {want.size} elements)")
     rtol, atol = TOLERANCE[dtype]
     w = want.astype(np.float64)
     g = got.astype(np.float64)
@@ -85,9 +83,14 @@ def _close(want, got, dtype):
             (fin & ~(np.abs(w - g) <= atol * scale + rtol * np.abs(w)))
     if not bad.any():
         return None
-    i = tuple(np.argwhere(bad)[0])
-    return f"values differ at {list(i)}: want {w[i]!r} got {g[i]!r} " \
-           f"({int(bad.sum())} of {w.size} elements; rtol {rtol}, atol {atol}*{scale:.3g})"
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    with np.errstate(all="ignore"):
+        rel = np.abs(w - g)[bad] / np.maximum(np.abs(w[bad]), 1e-300)
+    small = bool(np.all(fin[bad] & np.isfinite(g[bad])) and np.max(rel) < 1e-3)
+    return ("precision" if small else "value",
+            f"values differ at {list(i)}: want {float(w[i])!r} got {float(g[i])!r} "
+            f"({int(bad.sum())} of {w.size} elements, largest relative error "
+            f"{float(np.max(rel)):.2g}; rtol {rtol}, atol {atol}*{scale:.3g})")
 
 
 def compare(want, got, where, out):
@@ -106,7 +109,7 @@ def compare(want, got, where, out):
         else:
             d = _close(wv, gv, wd)
             if d:
-                out.append((where, "value", d))
+                out.append((where, d[0], d[1]))
         if wr != gr:
             out.append((where, "requires_grad", f"want {wr} got {gr}"))
         return
@@ -152,37 +155,19 @@ def _float_tensors(x, acc):
     return acc
 
 
-def _grad_leaves(names, args):
-    """(name, tensor) of every float input tensor that requires grad (in containers too)."""
-    out = []
-
-    def walk(path, x):
-        if isinstance(x, ember.Tensor):
-            if x.requires_grad and x.dtype.is_floating_point:
-                out.append((path, x))
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
-                walk(f"{path}[{i}]", v)
-        elif isinstance(x, dict):
-            for k, v in x.items():
-                walk(f"{path}[{k!r}]", v)
-        elif isinstance(x, Box):
-            for k, v in x.__dict__.items():
-                walk(f"{path}.{k}", v)
-    for n, a in zip(names, args):
-        walk(n, a)
-    return out
-
-
 def _exc(e):
     return (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")
 
 
-def call(fn, names, args, check, loss_seed):
-    """Calls fn(*args) and records everything that is compared."""
+def call(fn, inputs, seed, check):
+    """Calls fn on fresh inputs (INPUTS built with seed) and records everything that is
+    compared."""
     rec = {"exc": None, "out": None, "inputs": None, "bwd_exc": None, "grads": None,
            "bwd2_exc": None, "grads2": None}
-    leaves = _grad_leaves(names, args)
+    leaves = []
+    names = list(inputs)
+    args = build_inputs(inputs, seed, leaves)
+    loss_seed = seed + 7
     try:
         out = fn(*args)
     except Exception as e:   # noqa: BLE001 - the exception is what is compared
@@ -288,12 +273,10 @@ def run_program(source, backends=BACKENDS, filename="<fuzz>", phase=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prog = Loaded(source, filename)
-        names = list(prog.inputs)
         seed = int(prog.check.get("seed", 0))
         seeds = (seed, seed + 1)     # call 1, call 2 (fresh values, same specs)
         phase("eager")
-        eager = [call(prog.f, names, build_inputs(prog.inputs, s), prog.check, s + 7)
-                 for s in seeds]
+        eager = [call(prog.f, prog.inputs, s, prog.check) for s in seeds]
         for be in backends:
             phase(be)
             ember.compiler.reset()
@@ -302,7 +285,7 @@ def run_program(source, backends=BACKENDS, filename="<fuzz>", phase=None):
             cf = ember.compile(fn, backend=be)
             ctx = cf._ember_compile_context
             for k, s in enumerate(seeds):
-                got = call(cf, names, build_inputs(prog.inputs, s), prog.check, s + 7)
+                got = call(cf, prog.inputs, s, prog.check)
                 for where, kind, detail in diff_calls(eager[k], got):
                     failures.append({"backend": be, "call": k + 1, "where": where,
                                      "kind": kind, "detail": detail})

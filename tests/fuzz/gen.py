@@ -38,7 +38,7 @@ from ember.ops import registry
 
 import op_db
 
-from .program import Box, T, build, render
+from .program import NONLEAF, Box, T, build, render
 
 ELEMENTWISE = {registry.UNARY, registry.UNARY_FLOAT, registry.BINARY,
                registry.BINARY_FLOAT, registry.COMPARE}
@@ -211,6 +211,9 @@ class Generator:
         self.raising = False
         self.loss = ()
         self.backward_twice = self.rng.random() < 0.25
+        self.mode = "mixed"
+        self.grad_p, self.nonleaf_p = 0.5, 0.2
+        self.dtype_weights = DTYPE_WEIGHTS
 
     # ------------------------------------------------------------ inputs
 
@@ -240,10 +243,14 @@ class Generator:
 
     def new_tensor_input(self, shape=None, dtype=None, values=None):
         shape = self.rand_shape() if shape is None else tuple(shape)
-        dtype = dtype or self.rng.choices(DTYPES, DTYPE_WEIGHTS)[0]
-        grad = dtype.startswith("float") and values is None and self.rng.random() < 0.5
+        dtype = dtype or self.rng.choices(DTYPES, self.dtype_weights)[0]
+        grad = dtype.startswith("float") and values is None and \
+            self.rng.random() < self.grad_p
         layout = self.rand_layout(shape)
-        return self.add_input(T(shape, dtype, layout=layout, grad=grad, values=values))
+        nonleaf = self.rng.choice(sorted(NONLEAF)) if grad and \
+            self.rng.random() < self.nonleaf_p else None
+        return self.add_input(T(shape, dtype, layout=layout, grad=grad, values=values,
+                                nonleaf=nonleaf))
 
     def add_containers(self):
         r = self.rng.random
@@ -252,10 +259,11 @@ class Generator:
             if r() < 0.5:
                 d["tmp"] = 7
             if r() < 0.4:
-                d["w"] = T(self.rng.choice([(3,), (2, 3), ()]), "float32")
+                d["w"] = T(self.rng.choice([(3,), (2, 3), ()]), "float32", grad=r() < 0.4)
             self.add_input(d, "cfg")
         if r() < 0.2:
-            items = [] if r() < 0.5 else [T((3,), self.rng.choice(["float32", "float64"]))]
+            items = [] if r() < 0.5 else [T((3,), self.rng.choice(["float32", "float64"]),
+                                            grad=r() < 0.3)]
             self.add_input(items, "acts")
         if r() < 0.2:
             self.add_input(Box(n=1, scale=self.rng.choice([2.0, 0.25]), log=[],
@@ -333,6 +341,8 @@ class Generator:
             exec(compile(stmt, "<gen>", "exec"), self.env)
 
     def evaluate(self, expr):
+        if self.progress:
+            self.progress(self.render(extra=[f"_ = {expr}"]))
         try:
             return eval(compile(expr, "<gen>", "eval"), dict(self.env))
         except Exception as e:   # noqa: BLE001 - not a valid expression here
@@ -440,6 +450,8 @@ class Generator:
     def assign(self, expr, tag, allow_raise=False):
         name = self.fresh()
         env = dict(self.env)
+        if self.progress:
+            self.progress(self.render(extra=[f"{name} = {expr}"]))
         try:
             value = eval(compile(expr, "<gen>", "eval"), env)
         except Exception:   # noqa: BLE001
@@ -518,6 +530,33 @@ class Generator:
         else:
             expr = f"{args[0]}.{e.name}({', '.join(args[1:])})"
         return self.assign(expr, f"elementwise:{key}")
+
+    def t_promote(self):
+        """A binary op between a float variable and one of another dtype (promotion),
+        cast in the expression when no variable of another dtype fits."""
+        entries = [(k, i) for k, i in table().by_cat["elementwise"]
+                   if i.entry.kind in (registry.BINARY, registry.BINARY_FLOAT) and
+                   sum(p.is_tensor and not p.kwonly for p in i.entry.schema.params) == 2]
+        key, info = self.rng.choices(entries, [8 if k in FEATURED else 1
+                                               for k, _ in entries])[0]
+        a = self.pick_tensor()
+        ta = self.env[a]
+        cands = self.tensor_vars(lambda v: _broadcasts(v.shape, ta.shape) and
+                                 v.dtype != ta.dtype)
+        if cands and self.rng.random() < 0.6:
+            b = self.pick(cands)
+        else:
+            same = self.tensor_vars(lambda v: _broadcasts(v.shape, ta.shape))
+            b = self.pick(same)
+            casts = [d for d in ("float64", "float32", "int64") if
+                     "ember." + d != str(self.env[b].dtype)]
+            b = f"{b}.to(ember.{self.rng.choice(casts)})"
+        if self.rng.random() < 0.5:
+            a, b = b, a
+        op = BINARY_OPERATORS.get(info.entry.name)
+        expr = f"{a} {op} {b}" if op and self.rng.random() < 0.6 else \
+            f"ember.{info.entry.name}({a}, {b})"
+        return self.assign(expr, f"promote:{key}")
 
     # views
 
@@ -873,45 +912,70 @@ class Generator:
 
     # ------------------------------------------------------------ the whole program
 
-    TEMPLATES = [("table", 30), ("dim", 10), ("elementwise", 12), ("view", 12),
-                 ("inplace", 9), ("copy_write", 8), ("input_view_write", 4),
-                 ("python", 10), ("rank", 1.2)]
+    # template weights per program mode: "mixed" draws from everything; the focused
+    # modes make short programs around one concern, which are captured whole more often
+    # (any unsupported statement makes a whole frame run eagerly)
+    MODES = {
+        "mixed": (0.5, dict(table=30, dim=10, elementwise=12, promote=5, view=12, inplace=9,
+                            copy_write=8, input_view_write=4, python=10, rank=1.2)),
+        "inplace": (0.15, dict(table=5, elementwise=5, view=10, inplace=10, copy_write=12,
+                               input_view_write=10, rank=0.5)),
+        "arith": (0.12, dict(table=10, dim=5, elementwise=12, promote=18, rank=0.5)),
+        "python": (0.1, dict(table=5, elementwise=8, view=3, python=30, rank=0.5)),
+        "grad": (0.13, dict(table=20, dim=10, elementwise=10, promote=4, view=5,
+                            copy_write=2, rank=0.5)),
+    }
+
+    def run_template(self, t, allow_raise=False):
+        if t == "table":
+            self.t_table(allow_raise=allow_raise)
+        elif t == "dim":
+            self.t_dim_op()
+        elif t == "elementwise":
+            self.t_elementwise()
+        elif t == "promote":
+            self.t_promote()
+        elif t == "view":
+            self.t_view()
+        elif t == "inplace":
+            self.t_inplace()
+        elif t == "copy_write":
+            self.t_copy_then_write()
+        elif t == "input_view_write":
+            self.t_input_view_write()
+        elif t == "python":
+            self.t_python()
+        elif t == "rank":
+            self.t_rank()
 
     def generate(self):
         r = self.rng
+        modes = list(self.MODES)
+        self.mode = r.choices(modes, [self.MODES[m][0] for m in modes])[0]
+        weights = dict(self.MODES[self.mode][1])
+        focused = self.mode != "mixed"
+        if self.mode == "grad":
+            self.grad_p, self.nonleaf_p = 0.85, 0.35
+        if self.mode == "arith":
+            self.dtype_weights = (0.4, 0.4, 0.15, 0.05)
         for _ in range(r.randint(1, 3)):
             self.new_tensor_input()
-        self.add_containers()
-        n_stmts = r.randint(2, 12)
+        if self.mode == "python":
+            while not any(not isinstance(s, T) for s in self.inputs.values()):
+                self.add_containers()
+        elif self.mode == "mixed":
+            self.add_containers()
+        n_stmts = r.randint(1, 5) if focused else r.randint(2, 12)
         allow_raise_at = r.randrange(n_stmts) if r.random() < 0.04 else -1
-        has_python = any(not isinstance(s, T) for s in self.inputs.values())
+        if any(not isinstance(s, T) for s in self.inputs.values()):
+            weights["python"] = max(weights.get("python", 0), 25)
+        names = list(weights)
         attempts = 0
         while len(self.body) < n_stmts and attempts < n_stmts * 6 and not self.raising:
             attempts += 1
-            names, weights = zip(*self.TEMPLATES)
-            weights = list(weights)
-            if has_python:
-                weights[names.index("python")] = 25
-            t = r.choices(names, weights)[0]
+            t = r.choices(names, [weights[n] for n in names])[0]
             try:
-                if t == "table":
-                    self.t_table(allow_raise=len(self.body) == allow_raise_at)
-                elif t == "dim":
-                    self.t_dim_op()
-                elif t == "elementwise":
-                    self.t_elementwise()
-                elif t == "view":
-                    self.t_view()
-                elif t == "inplace":
-                    self.t_inplace()
-                elif t == "copy_write":
-                    self.t_copy_then_write()
-                elif t == "input_view_write":
-                    self.t_input_view_write()
-                elif t == "python":
-                    self.t_python()
-                elif t == "rank":
-                    self.t_rank()
+                self.run_template(t, allow_raise=len(self.body) == allow_raise_at)
             except Reject:
                 pass
         ret = self.return_expr()
@@ -965,7 +1029,7 @@ class Generator:
     def render(self, ret="None", extra=()):
         check = {"seed": self.value_seed, "loss": self.loss,
                  "backward_twice": self.backward_twice}
-        comment = f"ember fuzz program: seed {self.seed}, #{self.index}"
+        comment = f"ember fuzz program: seed {self.seed}, #{self.index} ({self.mode})"
         return render(self.inputs, check, list(self.body) + list(extra), ret, comment)
 
 

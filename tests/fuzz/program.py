@@ -37,12 +37,14 @@ LAYOUTS = ("contig", "t", "step", "offset", "expand")
 class T:
     """A tensor argument: shape, dtype name, layout, requires_grad, fixed values or None."""
 
-    def __init__(self, shape, dtype="float32", layout="contig", grad=False, values=None):
+    def __init__(self, shape, dtype="float32", layout="contig", grad=False, values=None,
+                 nonleaf=None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.layout = layout
         self.grad = grad
         self.values = values
+        self.nonleaf = nonleaf      # with grad: f gets NONLEAF[nonleaf](leaf), not the leaf
 
     def __repr__(self):
         parts = [repr(self.shape), repr(self.dtype)]
@@ -51,7 +53,9 @@ class T:
         if self.grad:
             parts.append("grad=True")
         if self.values is not None:
-            parts.append(f"values={self.values!r}")
+            parts.append(f"values={_literal(self.values)}")
+        if self.nonleaf:
+            parts.append(f"nonleaf={self.nonleaf!r}")
         return f"T({', '.join(parts)})"
 
     def array(self, rng):
@@ -64,13 +68,37 @@ class T:
             return rng.integers(-3, 6, size=self.shape).astype(self.dtype)
         return rng.uniform(-2.0, 2.0, size=self.shape).astype(self.dtype)
 
-    def build(self, rng):
+    def build(self, rng, leaves=None, path=""):
+        """The tensor f receives; (path, leaf) of a tensor requiring grad goes to leaves
+        (the tensor whose .grad is compared)."""
         a = self.array(rng)
         arr = _laid_out(a, self.layout, rng)
         t = ember.from_numpy(arr)
         if self.grad:
             t.requires_grad_(True)
+            if leaves is not None:
+                leaves.append((path, t))
+            if self.nonleaf:
+                t = NONLEAF[self.nonleaf](t)
         return t
+
+
+# how a non-leaf argument is made from its leaf (an op between them in the graph)
+NONLEAF = {
+    "mul": lambda t: t * 1,
+    "view": lambda t: t.view(tuple(t.shape)),
+    "expand": lambda t: t.expand(tuple(t.shape)),
+    "clone": lambda t: t.clone(),
+}
+
+
+def _literal(v):
+    """repr, with NaN and infinities written as float("nan") / float("inf")."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_literal(x) for x in v) + "]"
+    if isinstance(v, float) and not math.isfinite(v):
+        return f'float("{v}")'
+    return repr(v)
 
 
 def _laid_out(a, layout, rng):
@@ -105,25 +133,27 @@ class Box:
         return "Box(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()) + ")"
 
 
-def build(spec, rng):
+def build(spec, rng, leaves=None, path=""):
     """The live argument for one INPUTS entry (tensors fresh, containers copied)."""
     if isinstance(spec, T):
-        return spec.build(rng)
+        return spec.build(rng, leaves, path)
     if isinstance(spec, Box):
-        return Box(**{k: build(v, rng) for k, v in spec.__dict__.items()})
+        return Box(**{k: build(v, rng, leaves, f"{path}.{k}")
+                      for k, v in spec.__dict__.items()})
     if isinstance(spec, dict):
-        return {k: build(v, rng) for k, v in spec.items()}
+        return {k: build(v, rng, leaves, f"{path}[{k!r}]") for k, v in spec.items()}
     if isinstance(spec, list):
-        return [build(v, rng) for v in spec]
+        return [build(v, rng, leaves, f"{path}[{i}]") for i, v in enumerate(spec)]
     if isinstance(spec, tuple):
-        return tuple(build(v, rng) for v in spec)
+        return tuple(build(v, rng, leaves, f"{path}[{i}]") for i, v in enumerate(spec))
     return spec
 
 
-def build_inputs(inputs: dict, seed: int):
-    """The arguments of f: input k draws its values from the stream (seed, k)."""
-    return [build(spec, np.random.default_rng([seed, k]))
-            for k, spec in enumerate(inputs.values())]
+def build_inputs(inputs: dict, seed: int, leaves=None):
+    """The arguments of f: input k draws its values from the stream (seed, k). leaves
+    (a list) receives (path, leaf) for every tensor that requires grad."""
+    return [build(spec, np.random.default_rng([seed, k]), leaves, name)
+            for k, (name, spec) in enumerate(inputs.items())]
 
 
 # ---------------------------------------------------------------- the text
@@ -170,7 +200,3 @@ def function_source(source: str) -> str:
         if isinstance(node, ast.FunctionDef) and node.name == "f":
             return ast.get_source_segment(source, node)
     return source
-
-
-def finite(x):
-    return isinstance(x, float) and math.isfinite(x)

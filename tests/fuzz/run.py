@@ -71,7 +71,7 @@ def crash_kind(returncode):
 
 def worker_main(args):
     from .execute import run_program
-    from .gen import gen
+    from .gen import Generator
     base = os.path.join(args.dir, f"w{args.wid}")
     cur, ph, idx = base + ".current.py", base + ".phase", base + ".index"
     i, done = args.start, 0
@@ -79,10 +79,13 @@ def worker_main(args):
         _write(idx, str(i))
         _write(ph, "generate")
         t0 = time.perf_counter()
-        src = gen(args.seed, i, progress=lambda s: _write(cur, s))
+        g = Generator(args.seed, i, progress=lambda s: _write(cur, s))
+        src = g.generate()
         _write(cur, src)
         t1 = time.perf_counter()
         failures, stats = run_program(src, filename=cur, phase=lambda p: _write(ph, p))
+        stats["mode"] = g.mode
+        stats["tags"] = [t.split(":")[0] for t in g.tags]
         stats["gen_s"] = round(t1 - t0, 3)
         stats["run_s"] = round(time.perf_counter() - t1, 3)
         print(json.dumps({"index": i, "failures": failures, "stats": stats,
@@ -323,11 +326,13 @@ class Campaign:
                     target = f"{backend}:{kind}"
                     budget = min(deadline, time.monotonic() + max(
                         10.0, self.shrink_seconds / max(1, len(order))))
-                    small = shrink(src, target, ev, budget)
+                    small, alone = shrink(src, target, ev, budget)
                     name = f"{_slug(kind)}_p{i}.py"
-                    final = ev_failures(ev, small, backend)
+                    final = ev_failures(ev, small, backend) if alone else None
+                    what = "minimal reproducer" if alone else \
+                        "NOT REPRODUCED when run alone (flaky?), unshrunk program"
                     text = _annotate(small, final or fails, header=(
-                        f"minimal reproducer of {kind} (backends: "
+                        f"{what} of {kind} (backends: "
                         f"{', '.join(sorted(c['backends']))}; from program #{i})"))
                     _write(os.path.join(self.results, "minimal", name), text)
                     done.append({"kind": kind, "index": i, "features": features(small),
@@ -358,6 +363,18 @@ class Campaign:
             lines.append(f"  {kind:42s} {len(c['programs']):5d} programs  "
                          f"[{', '.join(sorted(c['backends']))}]  e.g. "
                          f"#{', #'.join(map(str, c['programs'][:5]))}")
+        tags, modes = {}, {}
+        for r in self.records:
+            m = r["stats"].get("mode")
+            if m:
+                modes[m] = modes.get(m, 0) + 1
+            for t in r["stats"].get("tags", ()):
+                tags[t] = tags.get(t, 0) + 1
+        if modes:
+            lines += ["", "programs by mode: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(modes.items(), key=lambda kv: -kv[1]))]
+            lines += ["statements by template: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(tags.items(), key=lambda kv: -kv[1]))]
         top = sorted(fallback.items(), key=lambda kv: -kv[1])[:12]
         if top:
             lines += ["", "most common fallbacks (programs; not failures):"]

@@ -220,7 +220,8 @@ def _input_variants(source):
 
 
 def shrink(source, target, evaluator, deadline):
-    """The smallest program found that still fails with signature target."""
+    """(the smallest program found that still fails with signature target, whether the
+    program failed that way when run alone at all)."""
     backend, _, kind = target.partition(":")
     backends = [] if backend == "eager" else [backend]
 
@@ -236,7 +237,7 @@ def shrink(source, target, evaluator, deadline):
     best = source
     if not fails(best):
         # not reproducible alone (flaky, or it needed the process's history)
-        return best
+        return best, False
     changed = True
     while changed and time.monotonic() < deadline:
         changed = False
@@ -262,7 +263,7 @@ def shrink(source, target, evaluator, deadline):
                         best = cand
                         changed = progress = True
                         break
-    return best
+    return best, True
 
 
 def features(source):
