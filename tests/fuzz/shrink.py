@@ -267,13 +267,37 @@ def shrink(source, target, evaluator, deadline):
 
 
 def features(source):
-    """What a program does, coarsely: the names it calls and the statement forms it uses
-    (the report groups reproducers by these)."""
+    """What a program does, coarsely: the names it calls, the statement forms it uses
+    and traits of its inputs (dtype, empty, requires grad, non-leaf, unused). A failing
+    program holding all the features of an earlier minimal reproducer of its class is
+    likely to fail for the same reason: the campaign does not shrink it again."""
     try:
-        fn = _Prog(source).fn
+        p = _Prog(source)
+        fn = p.fn
     except (SyntaxError, StopIteration):
         return frozenset()
     out = set()
+    used = set()
+    for s in fn.body:
+        used |= _uses(s)
+    for kw in p.inputs.keywords:
+        v = kw.value
+        if isinstance(v, ast.Call) and getattr(v.func, "id", "") == "T":
+            try:
+                shape = ast.literal_eval(v.args[0])
+                dtype = ast.literal_eval(v.args[1]) if len(v.args) > 1 else "float32"
+            except (ValueError, IndexError):
+                continue
+            out.add(f"input:{dtype}")
+            if 0 in shape:
+                out.add("input:empty")
+            for k in v.keywords:
+                if k.arg in ("grad", "nonleaf", "layout"):
+                    out.add(f"input:{k.arg}={ast.unparse(k.value)}")
+                if k.arg == "grad" and kw.arg not in used:
+                    out.add("input:unused_grad")
+        else:
+            out.add(f"input:{type(v).__name__}")
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
             f = node.func
