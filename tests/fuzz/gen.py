@@ -379,7 +379,7 @@ class Generator:
 
     def render_call(self, entry, sample, elementwise):
         """Source for entry called with sample's arguments, tensors substituted."""
-        state = {"first": None, "matched": 0, "new": 0}
+        state = {"first": None, "matched": 0}
         new_inputs = []
 
         def sub(v):
@@ -713,8 +713,9 @@ class Generator:
         if r < 0.2:
             return self.setitem(target, t)
         if r < 0.3:
-            choice = self.rng.choice(["zero_()", f"fill_({lit(self.rng.choice([1, 2.5, -1, True]))})",
-                                      "copy_({})", "clamp_(min=0)", "clamp_(-1, 1)"])
+            fill = lit(self.rng.choice([1, 2.5, -1, True]))
+            choice = self.rng.choice(["zero_()", f"fill_({fill})", "copy_({})",
+                                      "clamp_(min=0)", "clamp_(-1, 1)"])
             if "{}" in choice:
                 cands = self.tensor_vars(lambda v: _broadcasts_to(v.shape, shape))
                 if not cands:
@@ -744,7 +745,7 @@ class Generator:
         if not fits:
             raise Reject("no sample of this shape")
         s = self.rng.choice(fits)
-        state = {"first": shape, "matched": 1, "new": 0}
+        state = {"first": shape, "matched": 1}
         new_inputs = []
 
         def sub(v):
