@@ -290,14 +290,19 @@ class Campaign:
     # grouping, shrinking, reporting
 
     def classes(self):
-        """kind -> {"backends": set, "programs": [index]}"""
+        """class -> {"kind", "backends", "programs": [index]}. A class is a kind of
+        failure and the backends one program shows it under: "value [llvm]" (a lowering
+        or code generation problem) is another class than "value [aot_eager, llvm]"
+        (capture or AOT autograd, before the backends part)."""
         out = {}
         for r in self.records:
+            by_kind = {}
             for f in r["failures"]:
-                c = out.setdefault(f["kind"], {"backends": set(), "programs": []})
-                c["backends"].add(f["backend"])
-                if r["index"] not in c["programs"]:
-                    c["programs"].append(r["index"])
+                by_kind.setdefault(f["kind"], set()).add(f["backend"])
+            for kind, backends in by_kind.items():
+                name = f"{kind} [{', '.join(sorted(backends))}]"
+                c = out.setdefault(name, {"kind": kind, "backends": backends, "programs": []})
+                c["programs"].append(r["index"])
         return out
 
     def shrink_all(self):
@@ -307,10 +312,12 @@ class Campaign:
         self.minimal = []
         deadline = time.monotonic() + self.shrink_seconds
         # classes seen in few programs first: they are the rarest finds
-        order = sorted(classes, key=lambda k: (k == "harness_error", len(classes[k]["programs"])))
+        order = sorted(classes, key=lambda k: (classes[k]["kind"] == "harness_error",
+                                               len(classes[k]["programs"])))
         try:
-            for kind in order:
-                c = classes[kind]
+            for name in order:
+                c = classes[name]
+                kind = c["kind"]
                 done = []
                 cands = sorted(c["programs"], key=lambda i: len(self.sources[i]))
                 for i in cands:
@@ -321,22 +328,22 @@ class Campaign:
                         continue       # holds an earlier reproducer's pattern: likely the same
                     rec = next(r for r in self.records if r["index"] == i)
                     fails = [f for f in rec["failures"] if f["kind"] == kind]
-                    backend = "aot_eager" if any(f["backend"] == "aot_eager" for f in fails) \
-                        else fails[0]["backend"]
+                    # aot_eager compiles fastest: shrink against it when it shows the failure
+                    backend = "aot_eager" if "aot_eager" in c["backends"] else \
+                        sorted(c["backends"])[0]
                     target = f"{backend}:{kind}"
                     budget = min(deadline, time.monotonic() + max(
                         10.0, self.shrink_seconds / max(1, len(order))))
                     small, alone = shrink(src, target, ev, budget)
-                    name = f"{_slug(kind)}_p{i}.py"
+                    fname = f"{_slug(name)}_p{i}.py"
                     final = ev_failures(ev, small, backend) if alone else None
                     what = "minimal reproducer" if alone else \
                         "NOT REPRODUCED when run alone (flaky?), unshrunk program"
                     text = _annotate(small, final or fails, header=(
-                        f"{what} of {kind} (backends: "
-                        f"{', '.join(sorted(c['backends']))}; from program #{i})"))
-                    _write(os.path.join(self.results, "minimal", name), text)
-                    done.append({"kind": kind, "index": i, "features": features(small),
-                                 "source": text, "file": name, "backends": c["backends"]})
+                        f"{what} of {name} (from program #{i})"))
+                    _write(os.path.join(self.results, "minimal", fname), text)
+                    done.append({"class": name, "index": i, "features": features(small),
+                                 "source": text, "file": fname})
                 self.minimal.extend(done)
         finally:
             ev.close()
@@ -358,11 +365,10 @@ class Campaign:
                  f"failing, {self.crashes} crashes",
                  f"captured and compiled: llvm {compiled['llvm']}/{n}, aot_eager "
                  f"{compiled['aot_eager']}/{n}", "", "failures by class:"]
-        for kind in sorted(classes, key=lambda k: -len(classes[k]["programs"])):
-            c = classes[kind]
-            lines.append(f"  {kind:42s} {len(c['programs']):5d} programs  "
-                         f"[{', '.join(sorted(c['backends']))}]  e.g. "
-                         f"#{', #'.join(map(str, c['programs'][:5]))}")
+        for name in sorted(classes, key=lambda k: -len(classes[k]["programs"])):
+            c = classes[name]
+            lines.append(f"  {name:54s} {len(c['programs']):5d} programs, first "
+                         f"#{', #'.join(map(str, sorted(c['programs'])[:4]))}")
         tags, modes = {}, {}
         for r in self.records:
             m = r["stats"].get("mode")
@@ -380,16 +386,15 @@ class Campaign:
             lines += ["", "most common fallbacks (programs; not failures):"]
             lines += [f"  {v:5d}  {k[:150]}" for k, v in top]
         for m in getattr(self, "minimal", []):
-            lines += ["", "=" * 78, f"{m['kind']}  (minimal/{m['file']})", "-" * 78,
+            lines += ["", "=" * 78, f"{m['class']}  (minimal/{m['file']})", "-" * 78,
                       m["source"].rstrip()]
         text = "\n".join(lines) + "\n"
         _write(os.path.join(self.results, "summary.txt"), text)
         data = {"seed": self.seed, "programs": n, "seconds": round(self.elapsed, 1),
                 "crashes": self.crashes,
-                "classes": {k: {"backends": sorted(c["backends"]),
+                "classes": {k: {"kind": c["kind"], "backends": sorted(c["backends"]),
                                 "programs": c["programs"]} for k, c in classes.items()},
-                "minimal": [{k: (sorted(v) if isinstance(v, set) else v)
-                             for k, v in m.items() if k != "features"}
+                "minimal": [{k: v for k, v in m.items() if k != "features"}
                             for m in getattr(self, "minimal", [])]}
         _write(os.path.join(self.results, "summary.json"), json.dumps(data, indent=1))
         return text

@@ -1,7 +1,7 @@
 """Differential fuzzing of ember.compile (backends llvm and aot_eager) against eager.
 
 test_fuzz_ci_budget is the CI run: seed CI_SEED, CI_PROGRAMS programs over two worker
-processes (about 70 s on a 2-core machine), then up to CI_SHRINK_SECONDS of shrinking;
+processes (50-120 s on a 2-core machine, by its load), then up to CI_SHRINK_SECONDS of shrinking;
 it fails with the minimal reproducers when any program differs or crashes. `make
 fuzz` runs the same campaign for longer (README.md). The other tests check the harness
 itself on planted differences, so they do not depend on Ember's bugs.
@@ -15,7 +15,8 @@ from fuzz import execute, gen, shrink
 from fuzz.run import Campaign, Evaluator
 
 CI_SEED = 0
-CI_PROGRAMS = 300
+CI_PROGRAMS = 600
+CI_MAX_MINUTES = 4.0        # a slow machine stops early instead of hanging CI
 CI_SHRINK_SECONDS = 45.0
 
 
@@ -26,10 +27,10 @@ CI_SHRINK_SECONDS = 45.0
     "a segfault past 64 dims; remove this xfail once they are fixed"))
 def test_fuzz_ci_budget(tmp_path):
     results = os.environ.get("FUZZ_RESULTS") or str(tmp_path)
-    c = Campaign(CI_SEED, results, programs=CI_PROGRAMS, jobs=2,
+    c = Campaign(CI_SEED, results, programs=CI_PROGRAMS, minutes=CI_MAX_MINUTES, jobs=2,
                  shrink_seconds=CI_SHRINK_SECONDS, per_class=1, log=lambda msg: None)
     c.run()
-    assert len(c.records) >= CI_PROGRAMS * 0.9, f"only {len(c.records)} programs ran"
+    assert len(c.records) >= 100, f"only {len(c.records)} programs ran"
     compiled = sum(1 for r in c.records if r["stats"].get("llvm", {}).get("graphs"))
     assert compiled >= len(c.records) // 3, f"only {compiled} programs were compiled"
     if c.classes():
