@@ -1,7 +1,7 @@
 """Differential fuzzing of ember.compile (backends llvm and aot_eager) against eager.
 
 test_fuzz_ci_budget is the CI run: seed CI_SEED, CI_PROGRAMS programs over two worker
-processes (50-120 s on a 2-core machine, by its load), then up to CI_SHRINK_SECONDS of shrinking;
+processes (40-150 s on a 2-core machine, by its load), then up to CI_SHRINK_SECONDS of shrinking;
 it fails with the minimal reproducers when any program differs or crashes. `make
 fuzz` runs the same campaign for longer (README.md). The other tests check the harness
 itself on planted differences, so they do not depend on Ember's bugs.
@@ -15,7 +15,7 @@ from fuzz import execute, gen, shrink
 from fuzz.run import Campaign, Evaluator
 
 CI_SEED = 0
-CI_PROGRAMS = 600
+CI_PROGRAMS = 1000
 CI_MAX_MINUTES = 4.0        # a slow machine stops early instead of hanging CI
 CI_SHRINK_SECONDS = 45.0
 
