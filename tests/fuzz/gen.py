@@ -21,6 +21,8 @@ compare exceptions). Statements come from templates:
 - Python: dict/list/object arguments and local containers read and written
   (`cfg["n"] = cfg["n"] + 1`, `acts.append(h)`, `d.update(...)`, `del d[k]`,
   `obj.attr = v`);
+- join: cat/stack of variables that fit, cat sometimes with an empty input;
+- promote: binary ops between variables of different dtypes (casts where needed);
 - rank: tensors of many dims (up to 65), where index arrays of fixed size end.
 
 gen(seed, index) is deterministic: the same pair gives the same program.
@@ -558,6 +560,28 @@ class Generator:
             f"ember.{info.entry.name}({a}, {b})"
         return self.assign(expr, f"promote:{key}")
 
+    def t_join(self):
+        """cat or stack of variables that fit together along a dim; cat sometimes takes
+        an empty 1-D tensor, which it skips (PyTorch's legacy rule), or one empty along
+        the dim."""
+        a = self.pick_tensor(lambda v: v.ndim >= 1)
+        t = self.env[a]
+        shape = tuple(t.shape)
+        d = self.rng.randrange(len(shape))
+        stack = self.rng.random() < 0.3
+        fits = self.tensor_vars(lambda v: v.ndim == len(shape) and all(
+            x == y for i, (x, y) in enumerate(zip(v.shape, shape))
+            if stack or i != d) and v.dtype == t.dtype)
+        parts = [a] + [self.pick(fits) for _ in range(self.rng.randint(0, 2)) if fits]
+        if not stack and self.rng.random() < 0.35 and len(self.inputs) < MAX_INPUTS:
+            empty = (0,) if self.rng.random() < 0.5 else shape[:d] + (0,) + shape[d + 1:]
+            dtype = _dtype_name(t)
+            grad = dtype.startswith("float") and self.rng.random() < self.grad_p + 0.2
+            parts.insert(self.rng.randrange(len(parts) + 1),
+                         self.add_input(T(empty, dtype, grad=grad)))
+        fn = "stack" if stack else "cat"
+        return self.assign(f"ember.{fn}([{', '.join(parts)}], {d})", f"join:{fn}")
+
     # views
 
     def view_expr(self, v):
@@ -918,13 +942,13 @@ class Generator:
     # (any unsupported statement makes a whole frame run eagerly)
     MODES = {
         "mixed": (0.5, dict(table=30, dim=10, elementwise=12, promote=5, view=12, inplace=9,
-                            copy_write=8, input_view_write=4, python=10, rank=1.2)),
+                            copy_write=8, input_view_write=4, python=10, join=3, rank=1.2)),
         "inplace": (0.15, dict(table=5, elementwise=5, view=10, inplace=10, copy_write=12,
                                input_view_write=10, rank=0.5)),
         "arith": (0.12, dict(table=10, dim=5, elementwise=12, promote=18, rank=0.5)),
         "python": (0.1, dict(table=5, elementwise=8, view=3, python=30, rank=0.5)),
         "grad": (0.13, dict(table=20, dim=10, elementwise=10, promote=4, view=5,
-                            copy_write=2, rank=0.5)),
+                            copy_write=2, join=6, rank=0.5)),
     }
 
     def run_template(self, t, allow_raise=False):
@@ -946,6 +970,8 @@ class Generator:
             self.t_input_view_write()
         elif t == "python":
             self.t_python()
+        elif t == "join":
+            self.t_join()
         elif t == "rank":
             self.t_rank()
 

@@ -306,48 +306,69 @@ class Campaign:
         return out
 
     def shrink_all(self):
+        """Shrinks up to per_class programs per class, in rounds (every class gets its
+        first reproducer before any gets a second; rarest classes first). A class that
+        an earlier minimal reproducer also shows counts as covered in the first round,
+        and a program holding all the features of a reproducer of its class is not
+        shrunk again."""
         from .shrink import features, shrink
         classes = self.classes()
         ev = Evaluator(self.work)
         self.minimal = []
+        done = {name: [] for name in classes}
+        covered = set()
         deadline = time.monotonic() + self.shrink_seconds
-        # classes seen in few programs first: they are the rarest finds
         order = sorted(classes, key=lambda k: (classes[k]["kind"] == "harness_error",
                                                len(classes[k]["programs"])))
         try:
-            for name in order:
-                c = classes[name]
-                kind = c["kind"]
-                done = []
-                cands = sorted(c["programs"], key=lambda i: len(self.sources[i]))
-                for i in cands:
-                    if len(done) >= self.per_class or time.monotonic() > deadline:
+            for round_ in range(self.per_class):
+                todo = [n for n in order if not (round_ == 0 and n in covered)]
+                for k, name in enumerate(todo):
+                    now = time.monotonic()
+                    if now > deadline:
                         break
-                    src = self.sources[i]
-                    if any(d["features"] <= features(src) for d in done):
-                        continue       # holds an earlier reproducer's pattern: likely the same
-                    rec = next(r for r in self.records if r["index"] == i)
-                    fails = [f for f in rec["failures"] if f["kind"] == kind]
-                    # aot_eager compiles fastest: shrink against it when it shows the failure
-                    backend = "aot_eager" if "aot_eager" in c["backends"] else \
-                        sorted(c["backends"])[0]
-                    target = f"{backend}:{kind}"
-                    budget = min(deadline, time.monotonic() + max(
-                        10.0, self.shrink_seconds / max(1, len(order))))
-                    small, alone = shrink(src, target, ev, budget)
-                    fname = f"{_slug(name)}_p{i}.py"
-                    final = ev_failures(ev, small, backend) if alone else None
-                    what = "minimal reproducer" if alone else \
-                        "NOT REPRODUCED when run alone (flaky?), unshrunk program"
-                    text = _annotate(small, final or fails, header=(
-                        f"{what} of {name} (from program #{i})"))
-                    _write(os.path.join(self.results, "minimal", fname), text)
-                    done.append({"class": name, "index": i, "features": features(small),
-                                 "source": text, "file": fname})
-                self.minimal.extend(done)
+                    if round_ == 0 and name in covered:
+                        continue
+                    c = classes[name]
+                    pick = next((i for i in sorted(c["programs"],
+                                                   key=lambda i: len(self.sources[i]))
+                                 if all(d["index"] != i for d in done[name]) and
+                                 not any(d["features"] <= features(self.sources[i])
+                                         for d in done[name])), None)
+                    if pick is None:
+                        continue
+                    budget = min(deadline, now + max(5.0, (deadline - now) /
+                                                     max(1, len(todo) - k)))
+                    m = self._shrink_one(ev, shrink, features, name, c, pick, budget)
+                    done[name].append(m)
+                    self.minimal.append(m)
+                    covered |= m["shows"]
         finally:
             ev.close()
         return self.minimal
+
+    def _shrink_one(self, ev, shrink, features, name, c, i, deadline):
+        from .execute import BACKENDS
+        kind = c["kind"]
+        rec = next(r for r in self.records if r["index"] == i)
+        fails = [f for f in rec["failures"] if f["kind"] == kind]
+        # aot_eager compiles fastest: shrink against it when it shows the failure
+        backend = "aot_eager" if "aot_eager" in c["backends"] else sorted(c["backends"])[0]
+        small, alone = shrink(self.sources[i], f"{backend}:{kind}", ev, deadline)
+        final = ev.run(small, [] if backend == "eager" else BACKENDS) if alone else []
+        shows = set()
+        by_kind = {}
+        for f in final:
+            by_kind.setdefault(f["kind"], set()).add(f["backend"])
+        for k, backends in by_kind.items():
+            shows.add(f"{k} [{', '.join(sorted(backends))}]")
+        what = "minimal reproducer" if alone else \
+            "NOT REPRODUCED when run alone (flaky?), unshrunk program"
+        fname = f"{_slug(name)}_p{i}.py"
+        text = _annotate(small, final or fails, header=f"{what} of {name} (from program #{i})")
+        _write(os.path.join(self.results, "minimal", fname), text)
+        return {"class": name, "index": i, "features": features(small), "source": text,
+                "file": fname, "shows": shows | {name}}
 
     def summary(self):
         classes = self.classes()
@@ -385,24 +406,30 @@ class Campaign:
         if top:
             lines += ["", "most common fallbacks (programs; not failures):"]
             lines += [f"  {v:5d}  {k[:150]}" for k, v in top]
-        for m in getattr(self, "minimal", []):
-            lines += ["", "=" * 78, f"{m['class']}  (minimal/{m['file']})", "-" * 78,
-                      m["source"].rstrip()]
+        minimal = getattr(self, "minimal", [])
+        shown = set()
+        for m in minimal:
+            shown |= m["shows"]
+        missing = [n for n in classes if n not in shown]
+        if minimal and missing:
+            lines += ["", "classes with no minimal reproducer (shrink time ran out): " +
+                      ", ".join(missing)]
+        for m in minimal:
+            also = sorted(m["shows"] - {m["class"]})
+            lines += ["", "=" * 78, f"{m['class']}  (minimal/{m['file']})"]
+            if also:
+                lines.append(f"also shows: {', '.join(also)}")
+            lines += ["-" * 78, m["source"].rstrip()]
         text = "\n".join(lines) + "\n"
         _write(os.path.join(self.results, "summary.txt"), text)
         data = {"seed": self.seed, "programs": n, "seconds": round(self.elapsed, 1),
                 "crashes": self.crashes,
                 "classes": {k: {"kind": c["kind"], "backends": sorted(c["backends"]),
                                 "programs": c["programs"]} for k, c in classes.items()},
-                "minimal": [{k: v for k, v in m.items() if k != "features"}
-                            for m in getattr(self, "minimal", [])]}
+                "minimal": [{k: (sorted(v) if k == "shows" else v) for k, v in m.items()
+                             if k != "features"} for m in getattr(self, "minimal", [])]}
         _write(os.path.join(self.results, "summary.json"), json.dumps(data, indent=1))
         return text
-
-
-def ev_failures(ev, source, backend):
-    """The failures of a final reproducer, for its header (one more run)."""
-    return ev.run(source, [] if backend == "eager" else [backend])
 
 
 def _annotate(source, failures, header=None):
