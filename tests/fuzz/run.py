@@ -69,11 +69,21 @@ def crash_kind(returncode):
 # ---------------------------------------------------------------- worker side
 
 
+def _results_channel():
+    """The stream results go to: the process's stdout, which from now on is stderr at
+    the fd level, so nothing a program or a library prints can corrupt the results."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return out
+
+
 def worker_main(args):
     from .execute import run_program
     from .gen import Generator
     base = os.path.join(args.dir, f"w{args.wid}")
     cur, ph, idx = base + ".current.py", base + ".phase", base + ".index"
+    out = _results_channel()
     i, done = args.start, 0
     while (args.stop < 0 or i < args.stop) and done < WORKER_LIMIT:
         _write(idx, str(i))
@@ -89,16 +99,18 @@ def worker_main(args):
         stats["gen_s"] = round(t1 - t0, 3)
         stats["run_s"] = round(time.perf_counter() - t1, 3)
         print(json.dumps({"index": i, "failures": failures, "stats": stats,
-                          "source": src if failures else None}), flush=True)
+                          "source": src if failures else None}), file=out, flush=True)
         i += args.step
         done += 1
-    print(json.dumps({"next": i if (args.stop < 0 or i < args.stop) else None}), flush=True)
+    print(json.dumps({"next": i if (args.stop < 0 or i < args.stop) else None}), file=out,
+          flush=True)
 
 
 def serve_main(args):
     """Runs programs sent on stdin (one JSON line each); the shrinker's evaluator."""
     from .execute import run_program
     cur, ph = os.path.join(args.dir, "serve.current.py"), os.path.join(args.dir, "serve.phase")
+    results = _results_channel()
     for line in sys.stdin:
         req = json.loads(line)
         _write(cur, req["source"])
@@ -108,7 +120,13 @@ def serve_main(args):
             out = {"failures": failures}
         except Exception as e:   # noqa: BLE001 - a candidate the harness cannot run
             out = {"failures": [], "error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(out), flush=True)
+        print(json.dumps(out), file=results, flush=True)
+
+
+def _pump(stream, q):
+    for line in stream:
+        q.put(line)
+    q.put(None)
 
 
 class Evaluator:
@@ -126,9 +144,8 @@ class Evaluator:
             stderr=open(os.path.join(self.workdir, "serve.stderr"), "w"),
             env=_env(), text=True, bufsize=1)
         self.lines = queue.Queue()
-        proc = self.proc
-        threading.Thread(target=lambda: [self.lines.put(ln) for ln in proc.stdout] +
-                         [self.lines.put(None)], daemon=True).start()
+        threading.Thread(target=_pump, args=(self.proc.stdout, self.lines),
+                         daemon=True).start()
 
     def run(self, source, backends):
         """The failures of one run of source; a crash is one failure of kind crash:*."""
