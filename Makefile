@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: setup llvm demo test verify bench sanitize build clean
+.PHONY: setup llvm demo test verify bench fuzz sanitize build clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ bench: setup
 	$(PY) benchmarks/eager_ops.py
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/models.py
+
+# Differential fuzzing of ember.compile (llvm, aot_eager) against eager: random programs
+# for FUZZ_MINUTES from seed FUZZ_SEED, failures shrunk to minimal reproducers; the
+# summary and the reproducers go to fuzz-results/seed$(FUZZ_SEED) (tests/fuzz/README.md).
+FUZZ_MINUTES ?= 30
+FUZZ_SEED ?= 0
+FUZZ_JOBS ?= 2
+fuzz: setup
+	PYTHONPATH=python:tests $(PY) -m fuzz.run fuzz --seed $(FUZZ_SEED) \
+	  --minutes $(FUZZ_MINUTES) --jobs $(FUZZ_JOBS) --results fuzz-results/seed$(FUZZ_SEED)
 
 # Rebuild the extension in place (after editing csrc/).
 build: $(PY)

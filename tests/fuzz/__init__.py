@@ -1,0 +1,1 @@
+"""Differential fuzzing of ember.compile against eager (README.md)."""

@@ -1,0 +1,128 @@
+"""Differential fuzzing of ember.compile (backends llvm and aot_eager) against eager.
+
+test_fuzz_ci_budget is the CI run: seed CI_SEED, CI_PROGRAMS programs over two worker
+processes (40-150 s on a 2-core machine, by its load), then up to CI_SHRINK_SECONDS of shrinking;
+it fails with the minimal reproducers when any program differs or crashes. `make
+fuzz` runs the same campaign for longer (README.md). The other tests check the harness
+itself on planted differences, so they do not depend on Ember's bugs.
+"""
+import os
+import textwrap
+
+import pytest
+
+from fuzz import execute, gen, shrink
+from fuzz.run import Campaign, Evaluator
+
+CI_SEED = 0
+CI_PROGRAMS = 1000
+CI_MAX_MINUTES = 4.0        # a slow machine stops early instead of hanging CI
+CI_SHRINK_SECONDS = 60.0
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "the fuzzer finds open bugs being fixed in parallel: Python side effects dropped in "
+    "compiled code, in-place writes through views dropped, compiled backward (second "
+    "backward, unused inputs, missing output gradients), mixed float64/float32 division, "
+    "a segfault past 64 dims; remove this xfail once they are fixed"))
+def test_fuzz_ci_budget(tmp_path):
+    results = os.environ.get("FUZZ_RESULTS") or str(tmp_path)
+    c = Campaign(CI_SEED, results, programs=CI_PROGRAMS, minutes=CI_MAX_MINUTES, jobs=2,
+                 shrink_seconds=CI_SHRINK_SECONDS, per_class=2, log=lambda msg: None)
+    c.run()
+    assert len(c.records) >= 100, f"only {len(c.records)} programs ran"
+    compiled = sum(1 for r in c.records if r["stats"].get("llvm", {}).get("graphs"))
+    assert compiled >= len(c.records) // 3, f"only {compiled} programs were compiled"
+    if c.classes():
+        c.shrink_all()
+        pytest.fail(c.summary(), pytrace=False)
+
+
+def test_generator_is_deterministic_and_programs_run_eagerly():
+    for i in range(8):
+        src = gen.gen(3, i)
+        assert src == gen.gen(3, i)
+        prog = execute.Loaded(src)
+        assert callable(prog.f) and isinstance(prog.inputs, dict)
+
+
+# a program whose compiled run differs on purpose: is_compiling() is True only there
+PLANTED = textwrap.dedent('''\
+    import ember
+    from fuzz.program import T, Box
+
+    INPUTS = dict(
+        x0=T((2, 3), 'float32', layout='t', grad=True),
+        x1=T((3,), 'float64'),
+        cfg={'n': 1, 'tmp': 7},
+    )
+    CHECK = dict(seed=5, loss=(1, 1), backward_twice=True)
+
+
+    def f(x0, x1, cfg):
+        v0 = x0 * 2
+        v1 = x1.exp()
+        v2 = v1 + cfg['n']
+        v3 = v0 * (3 if ember.compiler.is_compiling() else 1)
+        v4 = v2.sum()
+        return (v4, v3)
+''')
+
+
+def test_a_planted_difference_is_found_and_shrunk(tmp_path):
+    failures, stats = execute.run_program(PLANTED, backends=["aot_eager"])
+    kinds = {(f["kind"], f["where"]) for f in failures}
+    assert ("value", "out[1]") in kinds, failures
+    assert ("backward_grad_value", "grad[x0]") in kinds, failures
+    assert stats["aot_eager"]["graphs"] == 1
+
+    ev = Evaluator(str(tmp_path))
+    try:
+        small, alone = shrink.shrink(PLANTED, "aot_eager:value", ev, deadline=float("inf"))
+    finally:
+        ev.close()
+    assert alone
+    body = execute.Loaded(small)
+    assert list(body.inputs) == ["x0"], small          # x1 and cfg were not needed
+    assert "exp" not in small and "sum" not in small, small
+    assert "is_compiling" in small
+    failures, _ = execute.run_program(small, backends=["aot_eager"])
+    assert any(f["kind"] == "value" for f in failures)
+
+
+def test_matching_programs_report_nothing():
+    src = PLANTED.replace("3 if ember.compiler.is_compiling() else 1", "3").replace(
+        "backward_twice=True", "backward_twice=False")
+    failures, stats = execute.run_program(src, backends=["aot_eager"])
+    assert failures == [], failures
+
+
+def test_a_crash_is_caught_and_its_program_shrunk(tmp_path):
+    src = textwrap.dedent('''\
+        import os
+        import signal
+        import ember
+        from fuzz.program import T, Box
+
+        INPUTS = dict(
+            x0=T((2,), 'float32'),
+        )
+        CHECK = dict(seed=1, loss=(), backward_twice=False)
+
+
+        def f(x0):
+            v0 = x0 + 1
+            v1 = v0 * 2
+            os.kill(os.getpid(), signal.SIGSEGV)
+            return v1
+    ''')
+    ev = Evaluator(str(tmp_path))
+    try:
+        assert ev.signatures(src, ["aot_eager"]) == {"eager:crash:SIGSEGV"}
+        small, alone = shrink.shrink(src, "eager:crash:SIGSEGV", ev, deadline=float("inf"))
+        # the evaluator restarts after a crash: the next program runs
+        assert ev.signatures(PLANTED, ["aot_eager"]) >= {"aot_eager:value"}
+    finally:
+        ev.close()
+    assert alone
+    assert "v0" not in small and "os.kill" in small, small
