@@ -491,15 +491,29 @@ check_values(const char *name, em_Tensor *values, const em_Geom *g)
     return -1;
 }
 
-/* values as an array NumPy can write with (values of self's dtype) */
+/* values as an array NumPy can write with (values of self's dtype). Numbers convert as
+ * PyTorch converts them into a tensor of another dtype, wrapping (-7 into uint8 is 249):
+ * through NumPy's own array of them, then an unsafe cast (a Python int out of the
+ * dtype's range is an OverflowError for NumPy's direct conversion). */
+static PyObject *
+cast_values(PyObject *values, em_dtype_t dt)
+{
+    PyObject *a = PyArray_FromAny(values, NULL, 0, 0, 0, NULL);
+    if (a == NULL)
+        return NULL;
+    PyArray_Descr *d = em_dtypes[dt]->descr;
+    Py_INCREF(d);
+    PyObject *r = PyArray_CastToType((PyArrayObject *)a, d, 0);
+    Py_DECREF(a);
+    return r;
+}
+
 static PyObject *
 values_array(PyObject *values, em_dtype_t dt)
 {
     if (em_Tensor_Check(values))
         return em_tensor_to_array((em_Tensor *)values);
-    PyArray_Descr *d = em_dtypes[dt]->descr;
-    Py_INCREF(d);
-    return PyArray_FromAny(values, d, 0, 0, NPY_ARRAY_FORCECAST, NULL);
+    return cast_values(values, dt);
 }
 
 /* Writes values into arr at the plan's positions (added with accumulate). */
@@ -1241,10 +1255,11 @@ k_masked_fill(em_Op *op, PyObject **args)
     int st = (m && em_copy_into(out, (PyObject *)self) == 0 &&
               em_copy_into(m, (PyObject *)mask) == 0) ? 0 : -1;
     if (st == 0) {
-        PyObject *num = em_Tensor_Check(value) ? PyObject_CallMethod(value, "item", NULL)
+        /* a 0-d tensor's value converts into self's dtype as a number does */
+        PyObject *src = em_Tensor_Check(value) ? em_tensor_to_array((em_Tensor *)value)
                                                : (Py_INCREF(value), value);
-        v = num ? values_array(num, self->dtype) : NULL;
-        Py_XDECREF(num);
+        v = src ? cast_values(src, self->dtype) : NULL;
+        Py_XDECREF(src);
         st = v ? 0 : -1;
     }
     if (st == 0)

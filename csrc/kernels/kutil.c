@@ -187,8 +187,18 @@ em_copy_into(em_Tensor *dst, PyObject *src)
     }
     if (arr == NULL)
         return -1;
+    /* a converting copy never warns (NaN or 1e200 into an integer or float32), as
+     * PyTorch's never does */
+    bool converts = PyArray_TYPE((PyArrayObject *)arr) != PyArray_TYPE(dst->array);
+    PyObject *token = converts ? em_errstate_ignore() : NULL;
+    if (converts && token == NULL) {
+        Py_DECREF(arr);
+        return -1;
+    }
     int r = PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
     Py_DECREF(arr);
+    if (converts && em_errstate_restore(token) < 0)
+        r = -1;
     return r;
 }
 

@@ -513,27 +513,6 @@ want_meta(em_Tensor *t)
     return em_tls.mode == EM_MODE_META || em_is_meta(t);
 }
 
-static int
-copy_into(em_Tensor *dst, PyObject *src)
-{
-    if (em_is_meta(dst))
-        return 0;
-    PyObject *arr;
-    if (em_Tensor_Check(src)) {
-        arr = em_tensor_to_array(as_tensor(src));
-    }
-    else {
-        PyArray_Descr *d = PyArray_DESCR(dst->array);
-        Py_INCREF(d);
-        arr = PyArray_FromAny(src, d, 0, 0, 0, NULL);
-    }
-    if (arr == NULL)
-        return -1;
-    int r = PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
-    Py_DECREF(arr);
-    return r;
-}
-
 static em_Tensor *
 copy_with_dtype(em_Tensor *self, em_dtype_t dtype, bool contiguous)
 {
@@ -548,7 +527,7 @@ copy_with_dtype(em_Tensor *self, em_dtype_t dtype, bool contiguous)
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta)
         return out;
-    if (copy_into(out, (PyObject *)self) < 0) {
+    if (em_copy_into(out, (PyObject *)self) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -640,7 +619,7 @@ k_select_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim - 1, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;
@@ -664,7 +643,7 @@ k_slice_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;
@@ -721,7 +700,7 @@ k_copy(em_Op *op, PyObject **args)
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (copy_into(out, args[1]) < 0) {
+    if (em_copy_into(out, args[1]) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -1279,7 +1258,7 @@ k_setitem(em_Op *op, PyObject **args)
             }
         }
         if (st == 0)
-            st = copy_into(v, value);
+            st = em_copy_into(v, value);
     }
     Py_DECREF(view);
     if (st < 0)

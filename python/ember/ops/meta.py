@@ -215,6 +215,19 @@ def _operands(entry, args):
     return [a for p, a in zip(entry.schema.params, args) if p.is_tensor][:3]
 
 
+def computation_dtype(entry, args, result=None):
+    """The dtype an elementwise op computes in, TensorIterator's common dtype: every
+    operand is converted to it first. For comparisons it is the operands' result_type
+    (the result is bool); for every other op it is the result's dtype (`result`, or the
+    meta rule's), which already says how the kind promotes (true division and the
+    UNARY_FLOAT ops lift integers to the default float; rounding division keeps them)."""
+    if entry.kind == R.COMPARE:
+        return result_type(*_operands(entry, args))
+    if result is None:
+        result = rule_for(entry)(entry, args)
+    return result.dtype
+
+
 def elementwise(entry, args):
     ops = _operands(entry, args)
     shape = broadcast_shapes(entry.name, *[tuple(o.shape) for o in ops
