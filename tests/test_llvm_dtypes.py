@@ -338,6 +338,31 @@ def test_compiled_float64_over_float32_divides_in_float64():
     assert got.numpy().tolist() == [1.0 / 3.0, 2.0 / 7.0]
 
 
+def test_mixed_dtype_forward_and_backward_through_ember_compile(monkeypatch):
+    """float64, float32 and int32 leaves and a Python number argument, with gradients:
+    the compiled forward and backward graphs compute in eager's dtypes."""
+    monkeypatch.setattr(ember.compiler.config, "strict", True)
+    ember.compiler.reset()
+
+    def f(a, b, c, k):
+        return ((a / b + c * k).clamp(min=b) ** 2 + (a < b)).sum()
+
+    def leaves():
+        return (ember.tensor([1.0, 2.5, -3.0, 0.1], dtype=ember.float64, requires_grad=True),
+                ember.tensor([3.0, 0.7, 7.0, 0.3], dtype=ember.float32, requires_grad=True),
+                ember.tensor([1, 2, 3, 16777217], dtype=ember.int32))
+    a, b, c = leaves()
+    want = f(a, b, c, 0.1)
+    want.backward()
+    a2, b2, c2 = leaves()
+    got = ember.compile(f, fullgraph=True)(a2, b2, c2, 0.1)
+    got.backward()
+    assert_same(got.detach(), want.detach())
+    assert_same(a2.grad, a.grad)
+    assert_same(b2.grad, b.grad)
+    ember.compiler.reset()
+
+
 def test_true_division_is_not_multiplication_by_a_reciprocal():
     # 49 * (1 / 49) is below 1 in float64: trunc would give 0, the mean of 49 ones < 1
     a = ember.full((4,), 49.0, dtype=ember.float64)

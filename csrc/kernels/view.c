@@ -19,13 +19,16 @@ view_of(em_Tensor *self, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *st
     return (PyObject *)em_tensor_view(self, ndim, sizes, strides, offset);
 }
 
-/* Reads a tuple of ints (already converted by the binder). */
+/* Reads op's tuple of sizes or dims (already converted by the binder). */
 static int
-int_tuple(PyObject *tup, Py_ssize_t *out, int *n)
+int_tuple(em_Op *op, PyObject *tup, Py_ssize_t *out, int *n)
 {
     Py_ssize_t len = PyTuple_GET_SIZE(tup);
     if (len > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported", EM_MAX_DIMS);
+        /* named here: reshape is a composite, which the dispatcher does not name while
+         * tracing */
+        PyErr_Format(PyExc_RuntimeError, "%U(): at most %d dimensions are supported, but "
+                     "%zd sizes were given", op->name, EM_MAX_DIMS, len);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -129,7 +132,7 @@ k_view(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
+    if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
     if (!compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape,
                         strides)) {
@@ -178,7 +181,7 @@ k_reshape(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
+    if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
     if (compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape, strides)) {
         PyObject *va[2] = {args[0], args[1]};
@@ -213,7 +216,7 @@ k_permute(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t dims[EM_MAX_DIMS], sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], dims, &n) < 0)
+    if (int_tuple(op, args[1], dims, &n) < 0)
         return NULL;
     if (n != self->ndim) {
         PyErr_Format(PyExc_RuntimeError,
@@ -284,7 +287,7 @@ k_expand(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], sizes, &n) < 0)
+    if (int_tuple(op, args[1], sizes, &n) < 0)
         return NULL;
     if (n < self->ndim) {
         PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
@@ -347,7 +350,7 @@ k_unsqueeze(em_Op *op, PyObject **args)
     Py_ssize_t d = PyLong_AsSsize_t(args[1]);
     if (d == -1 && PyErr_Occurred())
         return NULL;
-    if (em_wrap_dim(&d, self->ndim + 1) < 0)
+    if (em_check_ndim("unsqueeze", self->ndim + 1) < 0 || em_wrap_dim(&d, self->ndim + 1) < 0)
         return NULL;
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     for (int i = 0, j = 0; i <= self->ndim; i++) {
@@ -994,6 +997,14 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
         PyObject *pdim = PyLong_FromSsize_t(dim);
         if (pdim == NULL)
             goto done;
+        if ((it->kind == IT_NONE || it->kind == IT_BOOL) &&
+            ((em_Tensor *)cur)->ndim >= EM_MAX_DIMS) {
+            PyErr_Format(PyExc_RuntimeError, "index: at most %d dimensions are supported, "
+                         "but %s adds dimension %d", EM_MAX_DIMS,
+                         it->kind == IT_NONE ? "None" : "a bool", EM_MAX_DIMS + 1);
+            Py_DECREF(pdim);
+            goto done;
+        }
         if (it->kind == IT_NONE || it->kind == IT_BOOL) {
             PyObject *a[2] = {cur, pdim};
             next = call_slot(EM_SLOT_UNSQUEEZE, "unsqueeze", a, 2);
