@@ -201,15 +201,22 @@ BINARY = {
     "logical_xor": lambda a, b: ember.logical_xor(a, b),
     # a chain: the intermediate's dtype is the first op's, then promotion again
     "chain": lambda a, b: (a * b + 1) / (b - 0.5),
+    # in place: computed in the promoted dtype, then converted into self's
+    "add_": lambda a, b: a.clone().add_(b),
+    "mul_": lambda a, b: a.clone().mul_(b),
+    "div_": lambda a, b: a.clone().div_(b),
 }
 # the operands' forms; a number comes first only through a Python operator
 FORMS = [("dims", "dims"), ("dims", "0d"), ("0d", "dims"), ("0d", "0d"), ("dims", "number"),
          ("number", "dims"), ("0d", "number")]
-_NO_NUMBER_FIRST = {"add_alpha", "sub_alpha", "div_trunc", "div_floor", "maximum", "minimum"}
+_NO_NUMBER_FIRST = {"add_alpha", "sub_alpha", "div_trunc", "div_floor", "maximum", "minimum",
+                    "add_", "mul_", "div_"}
 _NO_NUMBERS = {"logical_and", "logical_xor"}          # PyTorch: tensors only
+_IN_PLACE = {"add_", "mul_", "div_"}                 # self cannot broadcast
 BINARY_CASES = [(name, f) for name in BINARY for f in FORMS
                 if not (f[0] == "number" and name in _NO_NUMBER_FIRST) and
-                not ("number" in f and name in _NO_NUMBERS)]
+                not ("number" in f and name in _NO_NUMBERS) and
+                not (f == ("0d", "dims") and name in _IN_PLACE)]
 
 
 @pytest.mark.parametrize("name,forms", BINARY_CASES,

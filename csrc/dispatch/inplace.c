@@ -7,6 +7,7 @@
  * self's old value and self is rebased onto that node.
  */
 #include "ember.h"
+#include "kernels/kutil.h"
 
 /* PyTorch's canCast: no float into integers, nothing but bool into bool. */
 static bool
@@ -122,6 +123,18 @@ em_inplace_call(em_Op *op, PyObject **args)
     em_Tensor *old = NULL;
     if (!em_Tensor_Check(res) || check_fits(op, self, r) < 0)
         goto error;
+    if (tracing && r->dtype != self->dtype) {
+        /* the twin computed in the promoted dtype; self keeps its own, so the value self
+         * stands for is the result converted into it, as the copy below converts */
+        PyObject *kw = Py_BuildValue("(s)", "dtype");
+        PyObject *a[2] = {res, (PyObject *)em_dtypes[self->dtype]};
+        PyObject *conv = kw ? em_call_kw("_to_copy", a, 1, kw) : NULL;
+        Py_XDECREF(kw);
+        if (conv == NULL)
+            goto error;
+        Py_SETREF(res, conv);
+        r = (em_Tensor *)res;
+    }
     if (grad && (old = snapshot(self)) == NULL)
         goto error;
     if (!em_is_meta(self) && !em_is_meta(r) && PyArray_CopyInto(self->array, r->array) < 0)

@@ -496,7 +496,11 @@ class Lowering:
                     regs.append(kb.cast(r, want))
                 else:
                     regs.append(kb.const(o, want))
-            return kb.cast(body(kb, regs), dtype)
+            out = body(kb, regs)
+            if kb.reg_dtype[out] is not dtype:
+                raise LoweringError(f"{node.target.entry.name}: computes a "
+                                    f"{kb.reg_dtype[out]} where its value is {dtype}")
+            return out
 
         return PointwiseValue(shape, dtype, fn, total, node, _reads(operands, shape))
 
