@@ -40,16 +40,28 @@ def _lift(t, ndim):
     return t.reshape((1,) * (ndim - t.ndim) + tuple(t.shape))
 
 
-def _lift_arg(a, ndim, size_len):
+def _lift_arg(a, ndim, size_len, shape_len):
+    """a lifted: tensors to ndim dims; a list of ints as long as the sample's first
+    tensor has dims (a shape, most likely; shape_len None when there is no tensor)
+    lengthened to size_len by leading ones."""
     if isinstance(a, ember.Tensor):
         return _lift(a, ndim)
     if isinstance(a, (list, tuple)) and a and all(isinstance(x, ember.Tensor) for x in a):
         return type(a)(_lift(x, ndim) for x in a)
     if size_len and isinstance(a, (list, tuple)) and a and \
             all(isinstance(x, int) and not isinstance(x, bool) for x in a) and \
-            len(a) < size_len:
+            len(a) < size_len and shape_len in (None, len(a)):
         return type(a)((1,) * (size_len - len(a)) + tuple(a))
     return a
+
+
+def _first_ndim(args):
+    for a in args:
+        if isinstance(a, ember.Tensor):
+            return a.ndim
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], ember.Tensor):
+            return a[0].ndim
+    return None
 
 
 def _sample_cases(info):
@@ -61,9 +73,11 @@ def _sample_cases(info):
     except Exception:          # noqa: BLE001 - a sample builder needing something else
         return
     for k, s in enumerate(samples[:4]):
+        shape_len = _first_ndim(list(s.args) + list(s.kwargs.values()))
         for ndim, size_len in ((MAX, 0), (MAX, MAX), (MAX, MAX + 1), (MAX - 1, MAX)):
-            args = tuple(_lift_arg(a, ndim, size_len) for a in s.args)
-            kwargs = {n: _lift_arg(v, ndim, size_len) for n, v in s.kwargs.items()}
+            args = tuple(_lift_arg(a, ndim, size_len, shape_len) for a in s.args)
+            kwargs = {n: _lift_arg(v, ndim, size_len, shape_len)
+                      for n, v in s.kwargs.items()}
             yield f"sample{k}-{ndim}d-sizes{size_len}", args, kwargs
 
 
@@ -197,9 +211,12 @@ def run_workers(compile_too=False, timeout=1800):
     argv = [sys.executable, os.path.abspath(__file__), "--worker"]
     if compile_too:
         argv.append("--compile")
+    env = dict(os.environ)
+    if "ASAN_OPTIONS" in env:      # under `make sanitize`: a too large allocation is a
+        env["ASAN_OPTIONS"] += ":allocator_may_return_null=1"    # MemoryError, not an abort
     while first < len(registry.ENTRIES):
         r = subprocess.run(argv + [str(first)], capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
         lines = r.stdout.splitlines()
         bad += [ln for ln in lines if ln.startswith("@@BAD")]
         if "@@ALL" in lines:
