@@ -378,3 +378,11 @@ def test_masked_fill_converts_its_value_like_pytorch():
             got = ember.tensor([1, 2, 3], dtype=ember.uint8).masked_fill(
                 ember.tensor(mask), ember.tensor(value) if as_tensor else value)
             assert got.numpy().tolist() == want.tolist(), (value, as_tensor)
+
+
+def test_in_place_ops_converting_into_self_never_warn():
+    a = ember.tensor([1.0, 2.0], dtype=ember.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a.add_(ember.tensor([1e200, math.nan], dtype=ember.float64))
+    assert math.isinf(a[0].item()) and math.isnan(a[1].item())

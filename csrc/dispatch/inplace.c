@@ -137,7 +137,8 @@ em_inplace_call(em_Op *op, PyObject **args)
     }
     if (grad && (old = snapshot(self)) == NULL)
         goto error;
-    if (!em_is_meta(self) && !em_is_meta(r) && PyArray_CopyInto(self->array, r->array) < 0)
+    /* em_copy_into: converting into self never warns (1e200 into float32), as PyTorch */
+    if (!em_is_meta(self) && !em_is_meta(r) && em_copy_into(self, res) < 0)
         goto error;
     if (tracing) {
         Py_XINCREF(r->trace);
