@@ -1,8 +1,8 @@
 """The dimension limit: tensors have at most 64 dims (EM_MAX_DIMS, csrc/ember.h; PyTorch's
 limit too). Every op of the table, called with 64-dim inputs and with arguments asking for
-65 dims, returns a result or raises RuntimeError/ValueError/TypeError/IndexError; it never
+65 dims, returns a result or raises a Python exception of the ALLOWED types; it never
 crashes, and an op whose result would have 65 dims raises a RuntimeError naming the op
-and the limit.
+and the limit. At 64 dims, ops compute eagerly and compiled as they do below.
 
 The generated test calls every entry of ember.ops.registry.ENTRIES in a worker process
 (`python tests/test_max_dims.py --worker FIRST`) that announces each op before calling it:
@@ -12,7 +12,6 @@ to 64 dims by leading size-1 dims; size lists lengthened to 64 and 65) and, for 
 entry, from its schema alone (64-dim tensors, 64- and 65-long size lists).
 """
 import faulthandler
-import itertools
 import math
 import os
 import subprocess
