@@ -56,14 +56,16 @@ fuzz: setup
 build: $(PY)
 	$(PY) setup.py -q build_ext --inplace -j 2
 
-# The op, tensor, autograd, AOT and LLVM tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer; rebuilds the normal extension afterwards.
+# The op, tensor, autograd, AOT, LLVM and dimension-limit tests under AddressSanitizer
+# and UndefinedBehaviorSanitizer (test_max_dims.py's worker processes inherit the
+# preload); rebuilds the normal extension afterwards.
 sanitize: setup
 	EMBER_SANITIZE=1 $(PY) setup.py -q build_ext --inplace --force -j 2
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/test_ops.py tests/test_tensor.py \
-	  tests/test_autograd.py tests/test_aot.py tests/test_llvm.py; status=$$?; \
+	  tests/test_autograd.py tests/test_aot.py tests/test_llvm.py tests/test_max_dims.py; \
+	  status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force -j 2; exit $$status
 
 clean:

@@ -356,3 +356,33 @@ def test_square_and_one_sided_clamps_are_differentiable():
     x = ember.tensor([-2.0, 0.5, 3.0], requires_grad=True)
     (x.square().sum() + x.clamp_min(0).sum() + x.clamp_max(1).sum()).backward()
     np.testing.assert_allclose(x.grad.numpy(), [-4 + 0 + 1, 1 + 1 + 1, 6 + 1 + 0])
+
+
+def test_converting_copies_never_warn():
+    """NaN, infinities and out-of-range values convert as PyTorch converts them, without
+    NumPy's RuntimeWarnings (PyTorch never warns about them)."""
+    x = ember.tensor([math.nan, math.inf, 1e200, -2.5], dtype=ember.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("uint8", "int32", "int64", "float32", "bool"):
+            x.to(E(name))
+
+
+def test_masked_fill_converts_its_value_like_pytorch():
+    import torch
+    mask = [True, False, True]
+    for value in (-7, -200, 255, 2.7):      # (PyTorch refuses 256 and beyond)
+        for as_tensor in (False, True):
+            want = torch.tensor([1, 2, 3], dtype=torch.uint8).masked_fill(
+                torch.tensor(mask), torch.tensor(value) if as_tensor else value)
+            got = ember.tensor([1, 2, 3], dtype=ember.uint8).masked_fill(
+                ember.tensor(mask), ember.tensor(value) if as_tensor else value)
+            assert got.numpy().tolist() == want.tolist(), (value, as_tensor)
+
+
+def test_in_place_ops_converting_into_self_never_warn():
+    a = ember.tensor([1.0, 2.0], dtype=ember.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a.add_(ember.tensor([1e200, math.nan], dtype=ember.float64))
+    assert math.isinf(a[0].item()) and math.isnan(a[1].item())

@@ -176,3 +176,40 @@ def test_meta_tensors_and_meta_rules():
     entry = registry.BY_NAME["uniform_"][0]
     x = ember.empty(2, 5)
     assert M.infer(entry, (x, 0.0, 1.0, None)).shape == (2, 5)
+
+
+def test_set_state_refuses_what_get_state_cannot_have_made():
+    """As PyTorch's: a TypeError unless a uint8 tensor, a RuntimeError unless of the
+    state's size and structure; a refused state leaves the generator as it was."""
+    g = ember.Generator().manual_seed(3)
+    good = g.get_state()
+    assert good.dtype is ember.uint8 and good.numel() == ember.random.STATE_SIZE
+    want = ember.randn(5, generator=g.manual_seed(3)).tolist()
+    bad_inc = good.clone()
+    bad_inc[16] = bad_inc[16] - 1 if int(bad_inc[16]) % 2 else bad_inc[16]   # even
+    bad_flag = good.clone()
+    bad_flag[32] = 2
+    bad_value = good.clone()
+    bad_value[52] = 1                                                # >= 2**32
+    cases = [([1, 2, 3], TypeError, "ByteTensor"),
+             (good.float(), TypeError, "ByteTensor"),
+             (ember.tensor([1, 2, 3], dtype=ember.uint8), RuntimeError, "size 64.*3"),
+             (ember.zeros(3, dtype=ember.uint8), RuntimeError, "size 64.*3"),
+             (good[:-1], RuntimeError, "size 64.*63"),
+             (ember.cat([good, good[:1]]), RuntimeError, "size 64.*65"),
+             (ember.zeros(64, dtype=ember.uint8), RuntimeError, "increment"),
+             (bad_inc, RuntimeError, "increment"),
+             (bad_flag, RuntimeError, "32-bit"),
+             (bad_value, RuntimeError, "32-bit")]
+    for state, exc, match in cases:
+        g.manual_seed(3)
+        with pytest.raises(exc, match=match):
+            g.set_state(state)
+        with pytest.raises(exc, match=match):
+            ember.set_rng_state(state)
+        assert ember.randn(5, generator=g).tolist() == want      # unchanged
+    g.manual_seed(99)
+    g.set_state(good.view(8, 8))            # any shape with the state's bytes, as torch
+    assert ember.randn(5, generator=g).tolist() == want
+    # a valid state draws normal numbers, never a stuck stream of zeros
+    assert all(v != 0 for v in ember.randn(5, generator=g).tolist())

@@ -10,6 +10,7 @@
  * op itself and functionalizes it (ember.aot.functionalize).
  */
 #include "ember.h"
+#include "kernels/kutil.h"
 
 /* PyTorch's canCast: no float into integers, nothing but bool into bool. */
 static bool
@@ -204,7 +205,8 @@ em_inplace_call(em_Op *op, PyObject **args)
     em_Tensor *r = (em_Tensor *)res;
     if (!em_Tensor_Check(res) || check_fits(op, self, r) < 0)
         goto error;
-    if (!em_is_meta(self) && !em_is_meta(r) && PyArray_CopyInto(self->array, r->array) < 0)
+    /* em_copy_into: converting into self never warns (1e200 into float32), as PyTorch */
+    if (!em_is_meta(self) && !em_is_meta(r) && em_copy_into(self, res) < 0)
         goto error;
     /* the twin's node saves its inputs before the write counts (so a saved input that
      * shares self's memory, as in a.mul_(a), is found modified) and self after it */

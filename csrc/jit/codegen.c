@@ -13,10 +13,15 @@
  *
  *     ("load", dst, param, coeffs, offset)
  *     ("const", dst, dtype, value)            ("iota", dst, dtype, dim)
- *     ("cast", dst, dtype, src)
+ *     ("cast", dst, dtype, src)               the only conversion: every other
+ *                                             instruction's operands must already be
+ *                                             of its dtype (a bool condition for select;
+ *                                             a stored value of the buffer's dtype)
  *     (unary, dst, dtype, src)                neg exp log tanh reciprocal abs sqrt not
- *                                             floor sin cos erf expm1 log1p
- *     (binary, dst, dtype, a, b)              add sub mul div max min pow and or xor
+ *                                             floor trunc sin cos erf expm1 log1p
+ *     (binary, dst, dtype, a, b)              add sub mul div max min pow and or xor;
+ *                                             add of bools is `or` (PyTorch's True +
+ *                                             True is True)
  *     (compare, dst, dtype, a, b)             lt le gt ge eq ne; dtype of a and b;
  *                                             the result is bool
  *     ("select", dst, dtype, cond, a, b)
@@ -115,6 +120,23 @@ get_reg(cg_t *g, long r)
     return g->reg[r];
 }
 
+/* Register r, which must hold a value of dtype t: nothing converts implicitly (the loop
+ * IR casts explicitly; python/ember/compiler/loop_ir.py verifies the same rule). */
+static LLVMValueRef
+get_operand(cg_t *g, long r, em_dtype_t t, const char *op)
+{
+    LLVMValueRef v = get_reg(g, r);
+    if (v == NULL)
+        return NULL;
+    if (g->rtype[r] != t) {
+        PyErr_Format(PyExc_ValueError,
+                     "ember JIT: %s computes in %s but register %ld holds %s (a cast is "
+                     "missing)", op, em_dtypes[t]->name, r, em_dtypes[g->rtype[r]]->name);
+        return NULL;
+    }
+    return v;
+}
+
 static int
 set_reg(cg_t *g, long r, LLVMValueRef v, em_dtype_t t)
 {
@@ -183,6 +205,29 @@ address(cg_t *g, long param, PyObject *coeffs, PyObject *offset)
     return LLVMBuildInBoundsGEP2(g->B, mem_type(g, g->ptype[param]), g->ptr[param], &idx, 1, "");
 }
 
+/* A float to integer dtype `to` as eager (NumPy, and PyTorch) converts on x86: truncated
+ * to int32 (int64 for int64), where a value out of that range or NaN gives the most
+ * negative one (cvttss2si's "integer indefinite"), then narrowed by dropping high bits
+ * (200.7 to uint8 is 200, -2.5 is 254). A bare fptosi into a narrow type would be
+ * poison outside its range. */
+static LLVMValueRef
+float_to_int(cg_t *g, LLVMValueRef v, em_dtype_t to)
+{
+    bool wide = to == EM_INT64;
+    LLVMTypeRef it = wide ? g->i64 : LLVMInt32TypeInContext(g->C);
+    LLVMTypeRef ft = LLVMTypeOf(v);
+    double lim = wide ? 9223372036854775808.0 : 2147483648.0;
+    LLVMValueRef in = LLVMBuildAnd(
+        g->B, LLVMBuildFCmp(g->B, LLVMRealOGE, v, LLVMConstReal(ft, -lim), ""),
+        LLVMBuildFCmp(g->B, LLVMRealOLT, v, LLVMConstReal(ft, lim), ""), "");
+    /* convert a value known to be in range (0 otherwise), then select */
+    LLVMValueRef safe = LLVMBuildSelect(g->B, in, v, LLVMConstReal(ft, 0.0), "");
+    LLVMValueRef r = LLVMBuildSelect(g->B, in, LLVMBuildFPToSI(g->B, safe, it, ""),
+                                     LLVMConstInt(it, wide ? 1ULL << 63 : 1ULL << 31, 0), "");
+    LLVMTypeRef tt = reg_type(g, to);
+    return tt == it ? r : LLVMBuildTrunc(g->B, r, tt, "");
+}
+
 static LLVMValueRef
 convert(cg_t *g, LLVMValueRef v, em_dtype_t from, em_dtype_t to)
 {
@@ -198,7 +243,7 @@ convert(cg_t *g, LLVMValueRef v, em_dtype_t from, em_dtype_t to)
     if (ff && tf)
         return LLVMBuildFPCast(g->B, v, tt, "");
     if (ff)
-        return LLVMBuildFPToSI(g->B, v, tt, "");
+        return float_to_int(g, v, to);
     bool unsigned_src = from == EM_BOOL || from == EM_UINT8;
     if (tf)
         return unsigned_src ? LLVMBuildUIToFP(g->B, v, tt, "") : LLVMBuildSIToFP(g->B, v, tt, "");
@@ -218,9 +263,11 @@ static LLVMValueRef
 binary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
 {
     bool f = em_is_float(t), u = t == EM_UINT8 || t == EM_BOOL;
+    if (strcmp(op, "add") == 0 && t == EM_BOOL)
+        return LLVMBuildOr(g->B, a, b, "");          /* True + True is True */
     if (strcmp(op, "add") == 0)
         return f ? LLVMBuildFAdd(g->B, a, b, "") : LLVMBuildAdd(g->B, a, b, "");
-    if (strcmp(op, "sub") == 0)
+    if (strcmp(op, "sub") == 0 && t != EM_BOOL)
         return f ? LLVMBuildFSub(g->B, a, b, "") : LLVMBuildSub(g->B, a, b, "");
     if (strcmp(op, "mul") == 0)
         return f ? LLVMBuildFMul(g->B, a, b, "") : LLVMBuildMul(g->B, a, b, "");
@@ -254,9 +301,9 @@ unary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a)
 {
     bool f = em_is_float(t);
     LLVMTypeRef ty = reg_type(g, t);
-    if (strcmp(op, "neg") == 0)
+    if (strcmp(op, "neg") == 0 && t != EM_BOOL)
         return f ? LLVMBuildFNeg(g->B, a, "") : LLVMBuildNeg(g->B, a, "");
-    if (strcmp(op, "not") == 0)
+    if (strcmp(op, "not") == 0 && !f)
         return LLVMBuildNot(g->B, a, "");
     if (!f)
         goto unsupported;
@@ -277,6 +324,8 @@ unary(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef a)
         return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "logf" : "log", ty, 1), &a, 1);
     if (strcmp(op, "floor") == 0)
         return intrinsic(g, "llvm.floor", ty, &a, 1);
+    if (strcmp(op, "trunc") == 0)
+        return intrinsic(g, "llvm.trunc", ty, &a, 1);
     static const char *libm[][2] = {
         {"tanh", "tanhf"}, {"sin", "sinf"}, {"cos", "cosf"}, {"erf", "erff"},
         {"expm1", "expm1f"}, {"log1p", "log1pf"},
@@ -357,7 +406,7 @@ static LLVMValueRef
 combine(cg_t *g, const char *op, em_dtype_t t, LLVMValueRef acc, LLVMValueRef v)
 {
     if (strcmp(op, "sum") == 0)
-        return binary(g, "add", t, acc, v);
+        return binary(g, "add", t, acc, v);      /* bools: or */
     if (strcmp(op, "prod") == 0)
         return binary(g, "mul", t, acc, v);
     if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
@@ -466,11 +515,10 @@ emit_body(cg_t *g)
                 PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %ld", param);
                 return -1;
             }
-            LLVMValueRef v = get_reg(g, src);
+            em_dtype_t t = g->ptype[param];
+            LLVMValueRef v = get_operand(g, src, t, op);
             if (v == NULL)
                 return -1;
-            em_dtype_t t = g->ptype[param];
-            v = convert(g, v, g->rtype[src], t);
             const char *rop = at == 3 ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(ins, 2)) : "";
             if (rop == NULL)
                 return -1;
@@ -562,27 +610,31 @@ emit_body(cg_t *g)
             v = convert(g, g->reg[a0], g->rtype[a0], t);
         }
         else if (strcmp(op, "select") == 0) {
-            if (int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0 ||
-                int_item(ins, 5, &a2) < 0 || !get_reg(g, a0) || !get_reg(g, a1) ||
-                !get_reg(g, a2))
+            if (n != 6 || int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0 ||
+                int_item(ins, 5, &a2) < 0)
                 return -1;
-            LLVMValueRef c = convert(g, g->reg[a0], g->rtype[a0], EM_BOOL);
-            v = LLVMBuildSelect(g->B, c, convert(g, g->reg[a1], g->rtype[a1], t),
-                                convert(g, g->reg[a2], g->rtype[a2], t), "");
+            LLVMValueRef c = get_operand(g, a0, EM_BOOL, op);
+            LLVMValueRef x = c ? get_operand(g, a1, t, op) : NULL;
+            LLVMValueRef y = x ? get_operand(g, a2, t, op) : NULL;
+            if (y == NULL)
+                return -1;
+            v = LLVMBuildSelect(g->B, c, x, y, "");
         }
         else if (n == 4) {
-            if (int_item(ins, 3, &a0) < 0 || get_reg(g, a0) == NULL)
+            if (int_item(ins, 3, &a0) < 0)
                 return -1;
-            v = unary(g, op, t, convert(g, g->reg[a0], g->rtype[a0], t));
+            LLVMValueRef x = get_operand(g, a0, t, op);
+            v = x ? unary(g, op, t, x) : NULL;
             if (v == NULL)
                 return -1;
         }
         else if (n == 5) {
-            if (int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0 || !get_reg(g, a0) ||
-                !get_reg(g, a1))
+            if (int_item(ins, 3, &a0) < 0 || int_item(ins, 4, &a1) < 0)
                 return -1;
-            LLVMValueRef x = convert(g, g->reg[a0], g->rtype[a0], t);
-            LLVMValueRef y = convert(g, g->reg[a1], g->rtype[a1], t);
+            LLVMValueRef x = get_operand(g, a0, t, op);
+            LLVMValueRef y = x ? get_operand(g, a1, t, op) : NULL;
+            if (y == NULL)
+                return -1;
             v = compare(g, op, t, x, y);
             if (v != NULL) {
                 if (set_reg(g, dst, v, EM_BOOL) < 0)

@@ -3,8 +3,11 @@
  * expf and erff are emitted as IR (internal, always-inlined functions the loop
  * vectoriser can widen): expf is the same branch-free Cephes recipe as
  * csrc/kernels/vecmath.h (coefficients from the Cephes Math Library, S. L. Moshier,
- * expf.c); erff uses fits of our own (tools/fit_erf.py). Other functions call libm
- * through absolute symbols defined in the JIT.
+ * expf.c), over the whole float range: 2^n is applied in two factors, so results
+ * just below the overflow threshold stay finite and results below FLT_MIN underflow
+ * gradually into subnormals, as libm's do; erff uses fits of our own
+ * (tools/fit_erf.py). Other functions call libm through absolute symbols defined in
+ * the JIT.
  */
 #include "jit/jit.h"
 
@@ -59,7 +62,9 @@ em_ir_expf(LLVMModuleRef M)
     fn = begin_fn(M, "em_expf", &B);
     LLVMValueRef x = LLVMGetParam(fn, 0);
 #define K(v) LLVMConstReal(f32, (v))
-    const double lo = -87.33654, hi = 88.72283;
+    /* below lo, exp(x) rounds to 0 (it is under half the smallest subnormal); hi is the
+     * largest float whose exp is finite */
+    const double lo = -103.972084, hi = 88.72283;
     LLVMValueRef c = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, K(lo), ""), K(lo), x, "");
     c = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, c, K(hi), ""), K(hi), c, "");
     LLVMValueRef t = fma3(B, M, f32, c, K(1.44269504088896341), K(0.5));
@@ -74,10 +79,19 @@ em_ir_expf(LLVMModuleRef M)
     LLVMValueRef r2 = LLVMBuildFMul(B, r, r, "");
     LLVMValueRef y = fma3(B, M, f32, p, r2, r);
     y = LLVMBuildFAdd(B, y, K(1.0), "");
+    /* y * 2^n, n in [-150, 128], as y * 2^n1 * 2^n2 with n1 = floor(n / 2): both
+     * factors are normal floats, the first product is exact and the second rounds
+     * once (into a subnormal when the result is one) */
     LLVMValueRef ni = LLVMBuildFPToSI(B, n, i32, "");
-    ni = LLVMBuildShl(B, LLVMBuildAdd(B, ni, LLVMConstInt(i32, 127, 0), ""),
-                      LLVMConstInt(i32, 23, 0), "");
-    LLVMValueRef e = LLVMBuildFMul(B, y, LLVMBuildBitCast(B, ni, f32, ""), "");
+    LLVMValueRef n1 = LLVMBuildAShr(B, ni, LLVMConstInt(i32, 1, 0), "");
+    LLVMValueRef n2 = LLVMBuildSub(B, ni, n1, "");
+    LLVMValueRef e = y;
+    LLVMValueRef half[2] = {n1, n2};
+    for (int k = 0; k < 2; k++) {
+        LLVMValueRef bits = LLVMBuildShl(B, LLVMBuildAdd(B, half[k], LLVMConstInt(i32, 127, 0), ""),
+                                         LLVMConstInt(i32, 23, 0), "");
+        e = LLVMBuildFMul(B, e, LLVMBuildBitCast(B, bits, f32, ""), "");
+    }
     e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, K(lo), ""), K(0.0), e, "");
     e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, x, K(hi), ""), K(INFINITY), e, "");
     e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealUNO, x, x, ""), x, e, "");
@@ -173,6 +187,10 @@ em_jit_define_symbols(LLVMOrcLLJITRef J)
         {"tanhf", (void *)(float (*)(float))tanhf}, {"tanh", (void *)(double (*)(double))tanh},
         {"powf", (void *)(float (*)(float, float))powf},
         {"pow", (void *)(double (*)(double, double))pow},
+        /* LLVM's library-call simplifier turns pow(2, x) into exp2(x) or ldexp(1, n) */
+        {"exp2f", (void *)(float (*)(float))exp2f}, {"exp2", (void *)(double (*)(double))exp2},
+        {"ldexpf", (void *)(float (*)(float, int))ldexpf},
+        {"ldexp", (void *)(double (*)(double, int))ldexp},
         {"sinf", (void *)(float (*)(float))sinf}, {"sin", (void *)(double (*)(double))sin},
         {"cosf", (void *)(float (*)(float))cosf}, {"cos", (void *)(double (*)(double))cos},
         {"erff", (void *)(float (*)(float))erff}, {"erf", (void *)(double (*)(double))erf},
@@ -183,7 +201,7 @@ em_jit_define_symbols(LLVMOrcLLJITRef J)
         {"memset", (void *)memset}, {"memcpy", (void *)memcpy},
     };
     size_t n = sizeof syms / sizeof syms[0];
-    LLVMJITCSymbolMapPair pairs[32];
+    LLVMJITCSymbolMapPair pairs[sizeof syms / sizeof syms[0]];
     for (size_t i = 0; i < n; i++) {
         pairs[i].Name = LLVMOrcLLJITMangleAndIntern(J, syms[i].name);
         pairs[i].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)syms[i].addr;

@@ -266,10 +266,8 @@ plan_geometry(Plan *p, em_Tensor *self)
             after[na++] = d;
     }
     int nd = nb + p->bnd + na;
-    if (nd > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_IndexError, "at most %d dimensions are supported", EM_MAX_DIMS);
+    if (em_check_ndim(NULL, nd) < 0)
         return -1;
-    }
     Py_ssize_t (*st)[EM_MAX_DIMS] = PyMem_Malloc(sizeof(*st) * (p->n + 1));
     if (st == NULL) {
         PyErr_NoMemory();
@@ -491,15 +489,101 @@ check_values(const char *name, em_Tensor *values, const em_Geom *g)
     return -1;
 }
 
-/* values as an array NumPy can write with (values of self's dtype) */
+/* values as an array NumPy can write with (values of self's dtype). Numbers convert as
+ * PyTorch converts them into a tensor of another dtype, wrapping (-7 into uint8 is 249):
+ * through NumPy's own array of them, then an unsafe cast (a Python int out of the
+ * dtype's range is an OverflowError for NumPy's direct conversion). */
+static PyObject *
+cast_values(PyObject *values, em_dtype_t dt)
+{
+    PyObject *a = PyArray_FromAny(values, NULL, 0, 0, 0, NULL);
+    if (a == NULL)
+        return NULL;
+    PyArray_Descr *d = em_dtypes[dt]->descr;
+    Py_INCREF(d);
+    PyObject *r = PyArray_CastToType((PyArrayObject *)a, d, 0);
+    Py_DECREF(a);
+    return r;
+}
+
 static PyObject *
 values_array(PyObject *values, em_dtype_t dt)
 {
     if (em_Tensor_Check(values))
         return em_tensor_to_array((em_Tensor *)values);
-    PyArray_Descr *d = em_dtypes[dt]->descr;
-    Py_INCREF(d);
-    return PyArray_FromAny(values, d, 0, 0, NPY_ARRAY_FORCECAST, NULL);
+    return cast_values(values, dt);
+}
+
+/* NumPy's ufunc.at walks its operands with the legacy iterators, which hold at most 32
+ * dims (and 32 index arrays): beyond, it crashes. */
+#define UFUNC_AT_MAX_DIMS 32
+
+static bool
+too_many_dims(PyObject *o)
+{
+    return PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) > UFUNC_AT_MAX_DIMS;
+}
+
+static bool
+ufunc_at_fits(PyArrayObject *a, PyObject *key, PyObject *vals)
+{
+    if (PyArray_NDIM(a) > UFUNC_AT_MAX_DIMS || too_many_dims(vals) || too_many_dims(key))
+        return false;
+    if (!PyTuple_Check(key))
+        return true;
+    if (PyTuple_GET_SIZE(key) > UFUNC_AT_MAX_DIMS)
+        return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); i++)
+        if (too_many_dims(PyTuple_GET_ITEM(key, i)))
+            return false;
+    return true;
+}
+
+/* ufunc.at(a, key, vals): a[key] = ufunc(a[key], vals), repeated positions applied in
+ * turn. When NumPy's ufunc.at cannot take the operands (ufunc_at_fits), the same on
+ * one dimension: the flat positions a[key] selects (from an arange of a's shape, by
+ * NumPy's fancy indexing, which takes up to 63 index arrays and 64 dims), vals
+ * broadcast to them, into a's flat copy, which is then copied back. */
+static int
+ufunc_at(const char *name, PyArrayObject *a, PyObject *key, PyObject *vals)
+{
+    if (ufunc_at_fits(a, key, vals)) {
+        PyObject *args[3] = {(PyObject *)a, key, vals};
+        PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
+    int st = -1;
+    npy_intp n = PyArray_SIZE(a);
+    PyArray_Dims flat = {&n, 1}, shape = {PyArray_DIMS(a), PyArray_NDIM(a)};
+    PyObject *all = NULL, *grid = NULL, *pos = NULL, *vb = NULL, *pflat = NULL;
+    PyObject *vflat = NULL, *af = NULL, *back = NULL;
+    all = PyArray_Arange(0.0, (double)n, 1.0, NPY_INTP);
+    grid = all ? PyArray_Newshape((PyArrayObject *)all, &shape, NPY_CORDER) : NULL;
+    pos = grid ? PyObject_GetItem(grid, key) : NULL;
+    PyObject *pshape = pos ? PyObject_GetAttrString(pos, "shape") : NULL;
+    vb = pshape ? PyObject_CallFunctionObjArgs(em_np("broadcast_to"), vals, pshape, NULL)
+                : NULL;
+    Py_XDECREF(pshape);
+    pflat = vb ? PyArray_Ravel((PyArrayObject *)pos, NPY_CORDER) : NULL;
+    vflat = pflat ? PyArray_Ravel((PyArrayObject *)vb, NPY_CORDER) : NULL;
+    af = vflat ? PyArray_NewCopy(a, NPY_CORDER) : NULL;
+    back = af ? PyArray_Newshape((PyArrayObject *)af, &flat, NPY_CORDER) : NULL;
+    if (back != NULL) {
+        PyObject *args[3] = {back, pflat, vflat};
+        PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
+        st = r ? PyArray_CopyInto(a, (PyArrayObject *)af) : -1;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(all);
+    Py_XDECREF(grid);
+    Py_XDECREF(pos);
+    Py_XDECREF(vb);
+    Py_XDECREF(pflat);
+    Py_XDECREF(vflat);
+    Py_XDECREF(af);
+    Py_XDECREF(back);
+    return st;
 }
 
 /* Writes values into arr at the plan's positions (added with accumulate). */
@@ -513,10 +597,7 @@ plan_write(Plan *p, PyArrayObject *arr, PyObject *values, bool accumulate)
         st = PyObject_SetItem((PyObject *)arr, key, v);
     }
     else if (v != NULL) {
-        PyObject *a[3] = {(PyObject *)arr, key, v};
-        PyObject *r = em_ufunc_method(em_np("add"), "at", a, 3, NULL);
-        st = r ? 0 : -1;
-        Py_XDECREF(r);
+        st = ufunc_at("add", arr, key, v);
     }
     Py_XDECREF(key);
     Py_XDECREF(v);
@@ -906,15 +987,6 @@ identity_for(red_t red, em_dtype_t dt)
     }
 }
 
-static int
-ufunc_at(const char *name, PyArrayObject *a, PyArrayObject *pos, PyObject *vals)
-{
-    PyObject *args[3] = {(PyObject *)a, (PyObject *)pos, vals};
-    PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
-
 /* The scatter family: scatter(src | value, reduce=add|multiply), scatter_add,
  * scatter_reduce(src, reduce, include_self). */
 static PyObject *
@@ -1016,7 +1088,7 @@ k_scatter(em_Op *op, PyObject **args)
     if (st == 0 && red != RED_NONE) {
         const char *uf = red == RED_PROD ? "multiply" : red == RED_AMAX ? "maximum"
                          : red == RED_AMIN ? "minimum" : "add";
-        st = ufunc_at(uf, flat, pos, vals);
+        st = ufunc_at(uf, flat, (PyObject *)pos, vals);
     }
     if (st == 0 && red == RED_MEAN) {
         /* divide by the number of values at each position (self counts when included) */
@@ -1025,7 +1097,7 @@ k_scatter(em_Op *op, PyObject **args)
         PyObject *fill = PyLong_FromLong(include_self ? 1 : 0), *one = PyLong_FromLong(1);
         st = (c && fill && one) ? PyArray_FillWithScalar(c->array, fill) : -1;
         if (st == 0)
-            st = ufunc_at("add", c->array, pos, one);
+            st = ufunc_at("add", c->array, (PyObject *)pos, one);
         if (st == 0) {   /* positions nothing lands on keep self */
             PyObject *ins[2] = {(PyObject *)c, one};
             st = em_ufunc_out(em_np("maximum"), ins, 2, c->array);
@@ -1187,10 +1259,7 @@ k_index_add(em_Op *op, PyObject **args)
         if (key != NULL) {
             Py_INCREF(iflat);
             PyTuple_SET_ITEM(key, d, iflat);
-            PyObject *a[3] = {(PyObject *)out->array, key, (PyObject *)scaled->array};
-            PyObject *r = em_ufunc_method(em_np("add"), "at", a, 3, NULL);
-            st = r ? 0 : -1;
-            Py_XDECREF(r);
+            st = ufunc_at("add", out->array, key, (PyObject *)scaled->array);
         }
         else {
             st = -1;
@@ -1241,10 +1310,11 @@ k_masked_fill(em_Op *op, PyObject **args)
     int st = (m && em_copy_into(out, (PyObject *)self) == 0 &&
               em_copy_into(m, (PyObject *)mask) == 0) ? 0 : -1;
     if (st == 0) {
-        PyObject *num = em_Tensor_Check(value) ? PyObject_CallMethod(value, "item", NULL)
+        /* a 0-d tensor's value converts into self's dtype as a number does */
+        PyObject *src = em_Tensor_Check(value) ? em_tensor_to_array((em_Tensor *)value)
                                                : (Py_INCREF(value), value);
-        v = num ? values_array(num, self->dtype) : NULL;
-        Py_XDECREF(num);
+        v = src ? cast_values(src, self->dtype) : NULL;
+        Py_XDECREF(src);
         st = v ? 0 : -1;
     }
     if (st == 0)

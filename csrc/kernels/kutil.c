@@ -187,8 +187,18 @@ em_copy_into(em_Tensor *dst, PyObject *src)
     }
     if (arr == NULL)
         return -1;
+    /* a converting copy never warns (NaN or 1e200 into an integer or float32), as
+     * PyTorch's never does */
+    bool converts = PyArray_TYPE((PyArrayObject *)arr) != PyArray_TYPE(dst->array);
+    PyObject *token = converts ? em_errstate_ignore() : NULL;
+    if (converts && token == NULL) {
+        Py_DECREF(arr);
+        return -1;
+    }
     int r = PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
     Py_DECREF(arr);
+    if (converts && em_errstate_restore(token) < 0)
+        r = -1;
     return r;
 }
 
@@ -236,7 +246,11 @@ em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max)
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
     if (len > max) {
         Py_DECREF(seq);
-        PyErr_Format(PyExc_RuntimeError, "at most %d values are supported", max);
+        if (max == EM_MAX_DIMS)
+            PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported, got %zd "
+                         "sizes", max, len);
+        else
+            PyErr_Format(PyExc_RuntimeError, "at most %d values are supported", max);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -249,6 +263,17 @@ em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max)
     Py_DECREF(seq);
     *n = (int)len;
     return 0;
+}
+
+int
+em_check_ndim(const char *name, Py_ssize_t ndim)
+{
+    if (ndim <= EM_MAX_DIMS)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s%sat most %d dimensions are supported, but the "
+                 "result would have %zd", name ? name : "", name ? "(): " : "", EM_MAX_DIMS,
+                 ndim);
+    return -1;
 }
 
 void

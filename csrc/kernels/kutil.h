@@ -53,6 +53,11 @@ int em_int_arg(PyObject *o, Py_ssize_t *out);
 int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
+/* -1 with a RuntimeError unless a result of ndim dims fits EM_MAX_DIMS: every kernel
+ * building a geometry with more dims than its input checks before it fills a
+ * fixed-size array. The message names `name` (NULL: the dispatcher adds the op's name,
+ * which it does not for composites while tracing). */
+int em_check_ndim(const char *name, Py_ssize_t ndim);
 
 /* out[..., j, ...] = src[..., idx[..., j, ...], ...] along d, over idx's shape (out
  * has idx's shape; src may be larger in the other dims). idx is int64, in range. */

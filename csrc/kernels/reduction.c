@@ -896,6 +896,30 @@ sort_indices(PyArrayObject *arr, int d, bool descending)
     return out;
 }
 
+/* sort_indices for any rank: NumPy's sort iterates with its legacy iterators, which
+ * take at most 32 dims, so a higher-rank array is sorted as a contiguous copy viewed as
+ * (before d, along d, after d), which sorts the same lines in the same order. */
+static PyArrayObject *
+sort_indices_nd(PyArrayObject *arr, int d, bool descending)
+{
+    int nd = PyArray_NDIM(arr);
+    if (nd <= 32)
+        return sort_indices(arr, d, descending);
+    npy_intp *dims = PyArray_DIMS(arr), three[3] = {1, dims[d], 1};
+    for (int i = 0; i < nd; i++)
+        if (i != d)
+            three[i < d ? 0 : 2] *= dims[i];
+    PyArray_Dims shape3 = {three, 3}, shape = {dims, nd};
+    PyArrayObject *c = PyArray_GETCONTIGUOUS(arr);
+    PyArrayObject *flat = c ? (PyArrayObject *)PyArray_Newshape(c, &shape3, NPY_CORDER) : NULL;
+    Py_XDECREF(c);
+    PyArrayObject *idx = flat ? sort_indices(flat, 1, descending) : NULL;
+    Py_XDECREF(flat);
+    PyArrayObject *r = idx ? (PyArrayObject *)PyArray_Newshape(idx, &shape, NPY_CORDER) : NULL;
+    Py_XDECREF(idx);
+    return r;
+}
+
 /* values and indices of a sort of self along d, written into values / indices
  * (self's shape), or their first k along d when k >= 0 */
 static int
@@ -909,7 +933,7 @@ sort_into(em_Tensor *self, int d, bool descending, em_Tensor *values, em_Tensor 
         Py_XDECREF(zero);
         return st < 0 ? -1 : em_copy_into(values, (PyObject *)self);
     }
-    PyArrayObject *idx = sort_indices(self->array, d, descending);
+    PyArrayObject *idx = sort_indices_nd(self->array, d, descending);
     if (idx == NULL)
         return -1;
     PyArrayObject *take = idx;

@@ -182,7 +182,8 @@ k_stack(em_Op *op, PyObject **args)
         }
     }
     Py_ssize_t d;
-    if (em_dim_arg(args[1], first->ndim + 1, &d) < 0)
+    if (em_check_ndim("stack", first->ndim + 1) < 0 ||
+        em_dim_arg(args[1], first->ndim + 1, &d) < 0)
         return NULL;
     PyObject *parts = PyTuple_New(n);
     for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
@@ -507,10 +508,8 @@ k_unflatten(em_Op *op, PyObject **args)
         Py_XDECREF(s);
         return NULL;
     }
-    if (self->ndim + ns - 1 > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported", EM_MAX_DIMS);
+    if (em_check_ndim("unflatten", self->ndim + ns - 1) < 0)
         return NULL;
-    }
     int n = 0;
     for (int i = 0; i < self->ndim; i++) {
         if (i == d)
@@ -666,8 +665,11 @@ k_expand_as(em_Op *op, PyObject **args)
     return call_with_shape_of("expand", args[0], args[1]);
 }
 
-/* repeat(self, repeats): view as [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...],
- * reshape to [r0 * s0, ...] (a copy) */
+/* repeat(self, repeats): reshape to [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...],
+ * reshape to [r0 * s0, ...] (a copy). To stay within EM_MAX_DIMS working dims, a dim
+ * gets its own repeat dim only when both its size and its repeat exceed 1 (a size-1 dim
+ * is expanded in place), and runs of dims repeated once are merged into one, so 64-dim
+ * tensors repeat too. */
 static PyObject *
 repeat_impl(PyObject *selfo, const Py_ssize_t *reps, int n)
 {
@@ -677,28 +679,39 @@ repeat_impl(PyObject *selfo, const Py_ssize_t *reps, int n)
                         "not be smaller than number of dimensions of tensor");
         return NULL;
     }
-    if (2 * n > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_RuntimeError, "repeat(): at most %d dimensions are supported",
-                     EM_MAX_DIMS / 2);
-        return NULL;
-    }
     Py_ssize_t shape[EM_MAX_DIMS], big[EM_MAX_DIMS], target[EM_MAX_DIMS];
     bool ones = true;
-    int off = n - self->ndim;
+    int off = n - self->ndim, m = 0;
+    bool run = false;            /* the last working dim is a run of dims repeated once */
     for (int i = 0; i < n; i++) {
         Py_ssize_t s = i < off ? 1 : self->sizes[i - off];
         target[i] = s * reps[i];
         if (reps[i] < 0)
             return list_error(PyExc_RuntimeError, "repeat(): Trying to create tensor with "
                               "negative dimension: %S", target, n);
-        shape[2 * i] = 1;
-        shape[2 * i + 1] = s;
-        big[2 * i] = reps[i];
-        big[2 * i + 1] = s;
+        if (reps[i] == 1 && run) {
+            shape[m - 1] *= s;
+            big[m - 1] *= s;
+            continue;
+        }
+        run = reps[i] == 1;
+        bool own = s != 1 && reps[i] != 1;     /* [r, s]; else one dim [r * s] */
+        if (m + 1 + own > EM_MAX_DIMS) {
+            PyErr_Format(PyExc_RuntimeError, "repeat(): at most %d dimensions are supported, "
+                         "and repeating this tensor's dims of size above 1 needs more",
+                         EM_MAX_DIMS);
+            return NULL;
+        }
+        if (own) {
+            shape[m] = 1;
+            big[m++] = reps[i];
+        }
+        shape[m] = s;
+        big[m++] = own ? s : s * reps[i];
         ones &= reps[i] == 1;
     }
-    PyObject *v = call_ints("view", selfo, shape, 2 * n);
-    PyObject *e = v ? call_ints("expand", v, big, 2 * n) : NULL;
+    PyObject *v = call_ints("reshape", selfo, shape, m);
+    PyObject *e = v ? call_ints("expand", v, big, m) : NULL;
     Py_XDECREF(v);
     PyObject *r = e ? call_ints("reshape", e, target, n) : NULL;
     Py_XDECREF(e);

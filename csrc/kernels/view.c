@@ -19,13 +19,16 @@ view_of(em_Tensor *self, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *st
     return (PyObject *)em_tensor_view(self, ndim, sizes, strides, offset);
 }
 
-/* Reads a tuple of ints (already converted by the binder). */
+/* Reads op's tuple of sizes or dims (already converted by the binder). */
 static int
-int_tuple(PyObject *tup, Py_ssize_t *out, int *n)
+int_tuple(em_Op *op, PyObject *tup, Py_ssize_t *out, int *n)
 {
     Py_ssize_t len = PyTuple_GET_SIZE(tup);
     if (len > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported", EM_MAX_DIMS);
+        /* named here: reshape is a composite, which the dispatcher does not name while
+         * tracing */
+        PyErr_Format(PyExc_RuntimeError, "%U(): at most %d dimensions are supported, but "
+                     "%zd sizes were given", op->name, EM_MAX_DIMS, len);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -129,7 +132,7 @@ k_view(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
+    if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
     if (!compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape,
                         strides)) {
@@ -178,7 +181,7 @@ k_reshape(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
+    if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
     if (compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape, strides)) {
         PyObject *va[2] = {args[0], args[1]};
@@ -213,7 +216,7 @@ k_permute(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t dims[EM_MAX_DIMS], sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], dims, &n) < 0)
+    if (int_tuple(op, args[1], dims, &n) < 0)
         return NULL;
     if (n != self->ndim) {
         PyErr_Format(PyExc_RuntimeError,
@@ -284,7 +287,7 @@ k_expand(em_Op *op, PyObject **args)
     em_Tensor *self = as_tensor(args[0]);
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
-    if (int_tuple(args[1], sizes, &n) < 0)
+    if (int_tuple(op, args[1], sizes, &n) < 0)
         return NULL;
     if (n < self->ndim) {
         PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
@@ -347,7 +350,7 @@ k_unsqueeze(em_Op *op, PyObject **args)
     Py_ssize_t d = PyLong_AsSsize_t(args[1]);
     if (d == -1 && PyErr_Occurred())
         return NULL;
-    if (em_wrap_dim(&d, self->ndim + 1) < 0)
+    if (em_check_ndim("unsqueeze", self->ndim + 1) < 0 || em_wrap_dim(&d, self->ndim + 1) < 0)
         return NULL;
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     for (int i = 0, j = 0; i <= self->ndim; i++) {
@@ -513,27 +516,6 @@ want_meta(em_Tensor *t)
     return em_tls.mode == EM_MODE_META || em_is_meta(t);
 }
 
-static int
-copy_into(em_Tensor *dst, PyObject *src)
-{
-    if (em_is_meta(dst))
-        return 0;
-    PyObject *arr;
-    if (em_Tensor_Check(src)) {
-        arr = em_tensor_to_array(as_tensor(src));
-    }
-    else {
-        PyArray_Descr *d = PyArray_DESCR(dst->array);
-        Py_INCREF(d);
-        arr = PyArray_FromAny(src, d, 0, 0, 0, NULL);
-    }
-    if (arr == NULL)
-        return -1;
-    int r = PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
-    Py_DECREF(arr);
-    return r;
-}
-
 static em_Tensor *
 copy_with_dtype(em_Tensor *self, em_dtype_t dtype, bool contiguous)
 {
@@ -548,7 +530,7 @@ copy_with_dtype(em_Tensor *self, em_dtype_t dtype, bool contiguous)
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta)
         return out;
-    if (copy_into(out, (PyObject *)self) < 0) {
+    if (em_copy_into(out, (PyObject *)self) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -640,7 +622,7 @@ k_select_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim - 1, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;
@@ -664,7 +646,7 @@ k_slice_scatter(em_Op *op, PyObject **args)
     em_Tensor *view = em_tensor_view(out, self->ndim, sizes, strides, offset);
     if (view == NULL)
         goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : copy_into(view, args[1]);
+    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
     Py_DECREF(view);
     if (st < 0)
         goto error;
@@ -721,7 +703,7 @@ k_copy(em_Op *op, PyObject **args)
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (copy_into(out, args[1]) < 0) {
+    if (em_copy_into(out, args[1]) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -1015,6 +997,14 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
         PyObject *pdim = PyLong_FromSsize_t(dim);
         if (pdim == NULL)
             goto done;
+        if ((it->kind == IT_NONE || it->kind == IT_BOOL) &&
+            ((em_Tensor *)cur)->ndim >= EM_MAX_DIMS) {
+            PyErr_Format(PyExc_RuntimeError, "index: at most %d dimensions are supported, "
+                         "but %s adds dimension %d", EM_MAX_DIMS,
+                         it->kind == IT_NONE ? "None" : "a bool", EM_MAX_DIMS + 1);
+            Py_DECREF(pdim);
+            goto done;
+        }
         if (it->kind == IT_NONE || it->kind == IT_BOOL) {
             PyObject *a[2] = {cur, pdim};
             next = call_slot(EM_SLOT_UNSQUEEZE, "unsqueeze", a, 2);
@@ -1305,7 +1295,7 @@ k_setitem(em_Op *op, PyObject **args)
     else {
         st = em_Tensor_Check(value) ? check_broadcast_to(v, value) : 0;
         if (st == 0)
-            st = copy_into(v, value);
+            st = em_copy_into(v, value);
     }
     Py_DECREF(view);
     if (st < 0)

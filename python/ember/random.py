@@ -12,6 +12,9 @@ import numpy as np
 from . import _C
 
 
+STATE_SIZE = 64        # bytes of Generator.get_state()
+
+
 class Generator:
     """A random number generator; pass it to rand/randn/dropout with generator=."""
 
@@ -33,6 +36,9 @@ class Generator:
         return self._seed
 
     def get_state(self):
+        """The generator's state as a uint8 tensor of STATE_SIZE bytes: PCG64's 128-bit
+        state and increment, and the buffered 32-bit half (a flag and the value), 16
+        little-endian bytes each."""
         from ._tensor_new import tensor
         state = self._np.bit_generator.state
         words = [state["state"]["state"], state["state"]["inc"], state["has_uint32"],
@@ -41,11 +47,32 @@ class Generator:
         return tensor(list(data), dtype=_C.uint8)
 
     def set_state(self, new_state):
-        data = bytes(new_state.tolist())
-        words = [int.from_bytes(data[i:i + 16], "little") for i in range(0, 64, 16)]
+        """Restores a state from get_state(). As PyTorch, anything else is refused: a
+        TypeError unless it is a uint8 tensor, a RuntimeError unless it has STATE_SIZE
+        bytes holding a valid PCG64 state (an odd increment; a buffered half that is a
+        flag and a 32-bit value), so a truncated or made-up state never runs."""
+        if not isinstance(new_state, _C.Tensor):
+            raise TypeError(f"expected an ember.ByteTensor (a uint8 tensor), but got "
+                            f"{type(new_state).__name__}")
+        if new_state.dtype is not _C.uint8 or new_state.is_meta:
+            raise TypeError("RNG state must be an ember.ByteTensor (a uint8 CPU tensor), not "
+                            f"{'a meta tensor' if new_state.is_meta else new_state.dtype}")
+        n = new_state.numel()
+        if n != STATE_SIZE:
+            raise RuntimeError(f"Expected an ember.Generator state of size {STATE_SIZE} but "
+                               f"found the input RNG state size to be {n}")
+        data = bytes(new_state.reshape(-1).tolist())
+        state, inc, has_uint32, uinteger = (int.from_bytes(data[i:i + 16], "little")
+                                            for i in range(0, STATE_SIZE, 16))
+        if inc % 2 == 0:
+            raise RuntimeError("Invalid ember.Generator state: the PCG64 increment must be "
+                               "odd")
+        if has_uint32 not in (0, 1) or uinteger >= 2 ** 32:
+            raise RuntimeError("Invalid ember.Generator state: the buffered 32-bit value "
+                               "is not a flag and a 32-bit integer")
         self._np.bit_generator.state = {
-            "bit_generator": "PCG64", "state": {"state": words[0], "inc": words[1]},
-            "has_uint32": words[2], "uinteger": words[3]}
+            "bit_generator": "PCG64", "state": {"state": state, "inc": inc},
+            "has_uint32": has_uint32, "uinteger": uinteger}
         return self
 
 

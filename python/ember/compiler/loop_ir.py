@@ -31,10 +31,15 @@ from dataclasses import dataclass, field
 from .. import _C
 
 UNARY_OPS = {"neg", "exp", "log", "tanh", "reciprocal", "abs", "sqrt", "not", "floor", "sin",
-             "cos", "erf", "expm1", "log1p"}
+             "cos", "erf", "expm1", "log1p", "trunc"}
 BINARY_OPS = {"add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor"}
 COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
 REDUCE_OPS = {"sum", "max", "min", "prod"}
+# what each computes in: float-only ops, integer/bool-only ops, ops bool has no meaning for
+FLOAT_OPS = {"exp", "log", "tanh", "reciprocal", "abs", "sqrt", "floor", "sin", "cos", "erf",
+             "expm1", "log1p", "trunc", "div", "pow"}
+INTEGRAL_OPS = {"not", "and", "or", "xor"}
+NOT_BOOL_OPS = {"neg", "sub"}
 
 
 class LoopIRError(RuntimeError):
@@ -119,13 +124,61 @@ class Kernel:
         return head + f" ({params})\n" + "".join(f"  {s}\n" for s in self.stmts)
 
 
+def _name(dtype):
+    return repr(dtype).split(".")[-1]
+
+
+def _check_dtypes(kernel, s, defined):
+    """An instruction's operands must be of the dtype it computes in (a cast converts
+    them first; nothing converts implicitly), and that dtype must be one it computes."""
+    def fail(why):
+        raise LoopIRError(f"{kernel.name}: `{s}` {why}")
+
+    def want(reg, dtype, what="operand"):
+        if defined[reg] is not dtype:
+            fail(f"reads {what} %{reg} of {_name(defined[reg])} where it computes in "
+                 f"{_name(dtype)} (insert a cast)")
+
+    if s.op in ("store", "reduce", "accumulate"):
+        want(s.args[0], kernel.params[s.param].dtype, "value")
+        return
+    if s.op == "load":
+        if s.dtype is not None and s.dtype is not kernel.params[s.param].dtype:
+            fail(f"loads {_name(s.dtype)} from a {_name(kernel.params[s.param].dtype)} "
+                 "buffer")
+        return
+    if s.dtype is None:
+        fail("has no dtype")
+    if s.op == "cast" or s.op in ("const", "iota"):
+        return
+    if s.op == "select":
+        if len(s.args) != 3:
+            fail("needs a condition and two values")
+        want(s.args[0], _C.bool, "condition")
+        for a in s.args[1:]:
+            want(a, s.dtype)
+        return
+    n = 1 if s.op in UNARY_OPS else 2
+    if len(s.args) != n:
+        fail(f"takes {n} operand{'s' if n > 1 else ''}")
+    for a in s.args:
+        want(a, s.dtype)
+    if s.op in FLOAT_OPS and not s.dtype.is_floating_point:
+        fail(f"computes only in floating dtypes, not {_name(s.dtype)}")
+    if s.op in INTEGRAL_OPS and s.dtype.is_floating_point:
+        fail(f"computes only in integer and bool dtypes, not {_name(s.dtype)}")
+    if s.op in NOT_BOOL_OPS and s.dtype is _C.bool:
+        fail("does not compute in bool")
+
+
 def verify(kernel: Kernel):
     """Raises LoopIRError unless the kernel is well formed: registers defined before use,
     indices of the domain's rank and inside their buffers, reductions over the reduced
-    dims only, operand dtypes consistent."""
+    dims only, every operand of the dtype its instruction computes in."""
     nd = len(kernel.sizes)
     if not 0 <= kernel.nreduce <= nd:
         raise LoopIRError(f"{kernel.name}: nreduce {kernel.nreduce} outside 0..{nd}")
+    known = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"load", "const", "iota", "cast", "select"}
     defined = {}
     for s in kernel.stmts:
         for a in s.args:
@@ -158,23 +211,20 @@ def verify(kernel: Kernel):
                     raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
                 if kernel.params[s.param].dtype is _C.bool:
                     raise LoopIRError(f"{kernel.name}: accumulate into a bool buffer")
-        if s.dst is not None:
+        if s.dst is None:
+            if s.op not in ("store", "reduce", "accumulate"):
+                raise LoopIRError(f"{kernel.name}: unknown statement `{s}`")
+        else:
             if s.dst in defined:
                 raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")
-            if s.op == "load":
-                dtype = kernel.params[s.param].dtype
-            elif s.op in COMPARE_OPS:
-                dtype = _C.bool
-            else:
-                dtype = s.dtype
-            if s.op in BINARY_OPS and s.dtype is not None:
-                for a in s.args:
-                    if defined[a] is not s.dtype:
-                        raise LoopIRError(f"{kernel.name}: `{s}` mixes {defined[a]} into "
-                                          f"{s.dtype} (insert a cast)")
-            known = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"load", "const", "iota", "cast",
-                                                             "select"}
             if s.op not in known:
                 raise LoopIRError(f"{kernel.name}: unknown statement `{s}`")
-            defined[s.dst] = dtype
+        _check_dtypes(kernel, s, defined)
+        if s.dst is not None:
+            if s.op == "load":
+                defined[s.dst] = kernel.params[s.param].dtype
+            elif s.op in COMPARE_OPS:
+                defined[s.dst] = _C.bool
+            else:
+                defined[s.dst] = s.dtype
     return kernel

@@ -22,8 +22,9 @@ import operator
 import numpy as np
 
 from .. import _C
+from .. import fx
 from ..ops import meta as M
-from .loop_ir import Affine, Kernel, Param, Stmt, verify
+from .loop_ir import Affine, COMPARE_OPS, Kernel, Param, Stmt, verify
 
 
 class LoweringError(NotImplementedError):
@@ -154,6 +155,7 @@ class KernelBuilder:
         self.params = {}
         self.loads = {}
         self.next_reg = 0
+        self.reg_dtype = {}         # register -> the dtype of its value
         self.stored = []            # pointwise values this kernel realizes
 
     def param(self, buf: BufferValue):
@@ -165,10 +167,14 @@ class KernelBuilder:
         return self.params[key]
 
     def emit(self, op, dtype=None, args=(), param=None, index=None, value=None, dst=True):
+        """Appends a statement; returns the register it defines. `dtype` is what the
+        statement computes in, so its operands must already be of it (the verifier
+        checks): convert them with cast() first."""
         reg = None
         if dst:
             reg = self.next_reg
             self.next_reg += 1
+            self.reg_dtype[reg] = _C.bool if op in COMPARE_OPS else dtype
         self.kernel.stmts.append(Stmt(op, reg, dtype, tuple(args), param, index, value))
         return reg
 
@@ -191,10 +197,15 @@ class KernelBuilder:
             self.loads[key] = self.emit("const", dtype, value=value)
         return self.loads[key]
 
-    def cast(self, reg, src, dst):
-        if src is dst:
+    def cast(self, reg, dtype):
+        """reg converted to dtype (reg itself when it has that dtype already); each
+        register is converted to a dtype once per kernel."""
+        if self.reg_dtype[reg] is dtype:
             return reg
-        return self.emit("cast", dst, args=(reg,))
+        key = ("cast", reg, dtype)
+        if key not in self.loads:
+            self.loads[key] = self.emit("cast", dtype, args=(reg,))
+        return self.loads[key]
 
     def identity_dims(self, index):
         """The loop dim each index entry is, if index is a permutation of loop dims."""
@@ -220,7 +231,7 @@ class KernelBuilder:
         for k, d in enumerate(dims):
             coeffs[d] = buf.strides[k]
         self.emit("store", param=self.param(buf), index=Affine(tuple(coeffs)),
-                  args=(self.cast(reg, value.dtype, value.dtype),), dst=False)
+                  args=(reg,), dst=False)
         self.stored.append(value)
         value.realized = buf
 
@@ -458,12 +469,20 @@ class Lowering:
 
     # -------------------------------------------------- elementwise
 
-    def pointwise(self, node, val, operands, body, compute=None, cost=1):
-        """A pointwise value: operands broadcast to val's shape, each loaded and cast to
-        `compute` (default: val's dtype); body(kb, regs) -> register."""
+    def computation_dtype(self, node, val):
+        """The dtype node's op computes in, from the graph's dtype facts (the meta values
+        of its operands and result): meta.computation_dtype, the dtype eager's
+        TensorIterator converts every operand to."""
+        return M.computation_dtype(node.target.entry, _meta_args(node), val)
+
+    def pointwise(self, node, val, operands, body, cost=1, dtypes=None):
+        """A pointwise value: operands broadcast to val's shape and converted, each once,
+        to the dtype node's op computes in (or to dtypes[i]); body(kb, regs) -> register.
+        This is the one place operands meet their computation dtype."""
         shape = tuple(val.shape)
         dtype = val.dtype
-        compute = compute or dtype
+        if dtypes is None:
+            dtypes = [self.computation_dtype(node, val)] * len(operands)
         for o in operands:
             if not _is_value(o) and not isinstance(o, (int, float, bool)):
                 raise LoweringError(f"{node.target.entry.name}: operand {o!r}")
@@ -471,26 +490,41 @@ class Lowering:
 
         def fn(kb, index):
             regs = []
-            for o in operands:
+            for o, want in zip(operands, dtypes):
                 if _is_value(o):
                     r = o.load(kb, _broadcast_index(index, shape, o.shape))
-                    regs.append(kb.cast(r, o.dtype, compute))
+                    regs.append(kb.cast(r, want))
                 else:
-                    regs.append(kb.const(o, compute))
-            return body(kb, regs)
+                    regs.append(kb.const(o, want))
+            out = body(kb, regs)
+            if kb.reg_dtype[out] is not dtype:
+                raise LoweringError(f"{node.target.entry.name}: computes a "
+                                    f"{kb.reg_dtype[out]} where its value is {dtype}")
+            return out
 
         return PointwiseValue(shape, dtype, fn, total, node, _reads(operands, shape))
 
-    def _binary(self, node, val, a, b, op, compute=None):
-        compute = compute or val.dtype
-        return self.pointwise(node, val, [a, b],
-                              lambda kb, r: kb.emit(op, compute, r), compute)
+    def _binary(self, node, val, a, b, op):
+        compute = self.computation_dtype(node, val)
+        return self.pointwise(node, val, [a, b], lambda kb, r: kb.emit(op, compute, r))
 
     def op_add(self, node, val, a, b, alpha=1):
         if alpha != 1:
+            compute = self.computation_dtype(node, val)
             b = self.pointwise(node, _shape_of(b, val), [b, alpha],
-                               lambda kb, r: kb.emit("mul", val.dtype, r))
+                               lambda kb, r: kb.emit("mul", compute, r))
         return self._binary(node, val, a, b, "add")
+
+    def op_div(self, node, val, a, b, rounding_mode=None):
+        compute = self.computation_dtype(node, val)
+        if not compute.is_floating_point or rounding_mode == "floor":
+            # integer division (its zero-divisor error) and Python's floor division of
+            # floats (fmod-based: 1 // 0.1 is 9) run eager's kernel
+            return self.extern(node, val)
+        if rounding_mode is None:
+            return self._binary(node, val, a, b, "div")
+        return self.pointwise(node, val, [a, b], lambda kb, r: kb.emit(
+            "trunc", compute, (kb.emit("div", compute, r),)))
 
     def op_mul(self, node, val, a, b):
         return self._binary(node, val, a, b, "mul")
@@ -505,7 +539,8 @@ class Lowering:
         return self._binary(node, val, a, b, "or")
 
     def _unary(self, node, val, a, op):
-        return self.pointwise(node, val, [a], lambda kb, r: kb.emit(op, val.dtype, r))
+        compute = self.computation_dtype(node, val)
+        return self.pointwise(node, val, [a], lambda kb, r: kb.emit(op, compute, r))
 
     def op_neg(self, node, val, a):
         return self._unary(node, val, a, "neg")
@@ -591,9 +626,7 @@ class Lowering:
         return self._binary(node, val, a, b, "pow")
 
     def _compare(self, node, val, a, b, op):
-        compute = M.result_type(_fake(a), _fake(b))
-        return self.pointwise(node, val, [a, b],
-                              lambda kb, r: kb.emit(op, compute, r), compute)
+        return self._binary(node, val, a, b, op)
 
     def op_eq(self, node, val, a, b):
         return self._compare(node, val, a, b, "eq")
@@ -608,26 +641,10 @@ class Lowering:
         return self._compare(node, val, a, b, "le")
 
     def op_where(self, node, val, cond, a, b):
-        dtype = val.dtype
-        operands = [cond, a, b]
-
-        def body(kb, r):
-            return kb.emit("select", dtype, r)
-
-        shape = tuple(val.shape)
-
-        def fn(kb, index):
-            regs = []
-            for o, want in zip(operands, (_C.bool, dtype, dtype)):
-                if _is_value(o):
-                    reg = o.load(kb, _broadcast_index(index, shape, o.shape))
-                    regs.append(kb.cast(reg, o.dtype, want))
-                else:
-                    regs.append(kb.const(o, want))
-            return body(kb, regs)
-
-        cost = 1 + sum(o.cost for o in operands if isinstance(o, PointwiseValue))
-        return PointwiseValue(shape, dtype, fn, cost, node, _reads(operands, shape))
+        compute = self.computation_dtype(node, val)
+        return self.pointwise(node, val, [cond, a, b],
+                              lambda kb, r: kb.emit("select", compute, r),
+                              dtypes=(_C.bool, compute, compute))
 
     def op_to_copy(self, node, val, a, dtype=None):
         return self.pointwise(node, val, [a], lambda kb, r: r[0])
@@ -764,7 +781,7 @@ class Lowering:
         index = _domain_index(nd)
         reg = a.load(kb, _broadcast_index(index, shape, a.shape))
         kb.emit("store", param=kb.param(out), index=out.at(index, nd),
-                args=(kb.cast(reg, a.dtype, val.dtype),), dst=False)
+                args=(kb.cast(reg, val.dtype),), dst=False)
         self.add_kernel(kb)
         if math.prod(src.shape) == 0:
             return out
@@ -781,7 +798,7 @@ class Lowering:
         index = _domain_index(nd)
         reg = src.load(kb, index)
         kb.emit("store", param=kb.param(dst), index=dst.at(index, nd),
-                args=(kb.cast(reg, src.dtype, val.dtype),), dst=False)
+                args=(kb.cast(reg, val.dtype),), dst=False)
         self.add_kernel(kb)
         return out
 
@@ -822,7 +839,7 @@ class Lowering:
             if not mask[d]:
                 out_coeffs[order.index(d)] = out.strides[k]
         reg = a.load(kb, index) if nd else a.load(kb, [])
-        reg = kb.cast(reg, a.dtype, acc_dtype)
+        reg = kb.cast(reg, acc_dtype)
         kb.emit(stmt, param=kb.param(out), index=Affine(tuple(out_coeffs)), args=(reg,),
                 value=None if stmt == "store" else op, dst=False)
         self.add_kernel(kb)
@@ -872,10 +889,23 @@ def _is_value(o):
     return isinstance(o, (BufferValue, PointwiseValue))
 
 
-def _fake(o):
-    if _is_value(o):
-        return _C._meta_tensor(o.shape, o.dtype)
-    return o
+def _meta_args(node):
+    """node's arguments bound to its op's parameters, graph values as their meta values
+    (fake tensors with the traced shapes and dtypes)."""
+    def meta(a):
+        if isinstance(a, fx.Node):
+            return a.meta["val"]
+        if isinstance(a, (list, tuple)):
+            return type(a)(meta(x) for x in a)
+        return a
+    pos = list(node.args)
+    out = []
+    for p in node.target.entry.schema.params:
+        if not p.kwonly and pos:
+            out.append(meta(pos.pop(0)))
+        else:
+            out.append(meta(node.kwargs.get(p.name, p.default if p.has_default else None)))
+    return out
 
 
 def _shape_of(o, val):

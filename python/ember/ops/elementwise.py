@@ -83,33 +83,13 @@ def _div_backward(g, out, self, other, rounding_mode):
     return (g / other, -g * out / other if _is_tensor(other) else None)
 
 
-def _div_decompose(self, other, rounding_mode):
-    if rounding_mode == "floor":
-        return P.floor_divide(self, other)
-    if rounding_mode == "trunc":
-        if _is_float(self) or _is_float(other):
-            # trunc of the quotient, which is self * (1 / other) as in true division
-            return _p_trunc(_div_decompose(self, other, None))
-        # integers: floor division, plus one where the quotient is negative and inexact
-        q = P.floor_divide(self, other)
-        inexact = P.ne(P.remainder(self, other), 0)
-        if not _is_tensor(other):
-            neg = P.lt(self, 0) if other > 0 else P.lt(0, self)
-        elif not _is_tensor(self):
-            neg = P.lt(other, 0) if self > 0 else P.lt(0, other)
-        else:
-            neg = P.bitwise_xor(P.lt(self, 0), P.lt(other, 0))
-        return P.add(q, P._to_copy(P.bitwise_and(inexact, neg), dtype=q.dtype))
-    if not _is_tensor(other):
-        return P.mul(self, 1.0 / other)
-    return P.mul(self, P.reciprocal(other))
-
-
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
-   inplace_variant=True,
-   backward=_div_backward, decompose=_div_decompose,
-   doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'.")
+   inplace_variant=True, prim=True,
+   backward=_div_backward,
+   doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'. "
+       "A prim: true division is not self * (1 / other), which rounds twice (49 * (1 / 49) "
+       "is below 1).")
 
 op("neg(Tensor self) -> Tensor",
    UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, aliases=("negative",),
@@ -312,7 +292,7 @@ op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", prim=True,
 
 op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_variant=True,
    backward=lambda g, out, self: (g * (out * out + 1),),
-   decompose=lambda self: P.mul(P.sin(self), P.reciprocal(P.cos(self))))
+   decompose=lambda self: P.div(P.sin(self), P.cos(self)))
 
 op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
    inplace_variant=True,
@@ -532,11 +512,14 @@ def _clamp_backward(g, out, self, min, max):
 
 def _clamp_decompose(self, min, max):
     rt = M.result_type(self, min, max)
-    x = self if self.dtype is rt else P._to_copy(self, dtype=rt)
+
+    def to_rt(t):      # every tensor operand in the computation dtype first
+        return P._to_copy(t, dtype=rt) if _is_tensor(t) and t.dtype is not rt else t
+    x = to_rt(self)
     if min is not None:
-        x = P.maximum(x, min)
+        x = P.maximum(x, to_rt(min))
     if max is not None:
-        x = _p_minimum(x, max)
+        x = _p_minimum(x, to_rt(max))
     return x
 
 
@@ -625,7 +608,7 @@ op("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> T
    backward=lambda g, out, self, tensor1, tensor2, value: (
        g, g * value / tensor2, -g * value * tensor1 / (tensor2 * tensor2)),
    decompose=lambda self, tensor1, tensor2, value: P.add(
-       self, P.mul(P.mul(tensor1, P.reciprocal(tensor2)), value)),
+       self, P.mul(P.div(tensor1, tensor2), value)),
    doc="self + value * tensor1 / tensor2 (true division: integer tensor1 and tensor2 are "
        "an error).")
 

@@ -103,6 +103,7 @@ def index_geometry(entry, self, entries):
     else:
         before, after = [], rest
     shape = ([self.shape[d] for d in before] + list(bshape) + [self.shape[d] for d in after])
+    M.check_ndim(entry.name, len(shape))
     strides = [[st[d] for d in before] + [0] * len(bshape) + [st[d] for d in after]]
     for _, t in entries:
         strides.append([0] * len(before) + _broadcast_strides(t, bshape) + [0] * len(after))

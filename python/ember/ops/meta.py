@@ -181,8 +181,19 @@ def tensoriter_strides(strides, shape, skip_unit=False):
     return tuple(out)
 
 
+MAX_DIMS = _C.MAX_DIMS      # tensors have at most this many dims (EM_MAX_DIMS)
+
+
+def check_ndim(name, ndim):
+    """RuntimeError unless a result of ndim dims fits the limit (as the C kernels say)."""
+    if ndim > MAX_DIMS:
+        raise RuntimeError(f"{name}(): at most {MAX_DIMS} dimensions are supported, but the "
+                           f"result would have {ndim}")
+
+
 def meta_tensor(shape, dtype, strides=None):
     shape = tuple(shape)
+    check_ndim("meta_tensor", len(shape))
     return _C._meta_tensor(shape, dtype, strides if strides is not None else
                            contiguous_strides(shape))
 
@@ -213,6 +224,19 @@ def reduce_mask(dims, ndim):
 
 def _operands(entry, args):
     return [a for p, a in zip(entry.schema.params, args) if p.is_tensor][:3]
+
+
+def computation_dtype(entry, args, result=None):
+    """The dtype an elementwise op computes in, TensorIterator's common dtype: every
+    operand is converted to it first. For comparisons it is the operands' result_type
+    (the result is bool); for every other op it is the result's dtype (`result`, or the
+    meta rule's), which already says how the kind promotes (true division and the
+    UNARY_FLOAT ops lift integers to the default float; rounding division keeps them)."""
+    if entry.kind == R.COMPARE:
+        return result_type(*_operands(entry, args))
+    if result is None:
+        result = rule_for(entry)(entry, args)
+    return result.dtype
 
 
 def elementwise(entry, args):
@@ -379,6 +403,7 @@ def _view(self, shape, strides):
 
 def view(entry, args):
     self, size = args
+    check_ndim(entry.name, len(size))
     shape = infer_size(size, self.numel())
     st = compute_stride(tuple(self.shape), self.stride(), self.numel(), shape)
     if st is None:
@@ -419,6 +444,7 @@ def t(entry, args):
 
 def expand(entry, args):
     self, size = args[0], list(args[1])
+    check_ndim(entry.name, len(size))
     if len(size) < self.ndim:
         raise RuntimeError("expand(): the number of sizes provided must be greater or equal "
                            "to the number of dimensions in the tensor")
@@ -446,6 +472,7 @@ def expand(entry, args):
 
 def unsqueeze(entry, args):
     self, dim = args
+    check_ndim("unsqueeze", self.ndim + 1)      # (decompositions call it without an entry)
     d = wrap_dim(dim, self.ndim + 1)
     shape, st = list(self.shape), list(self.stride())
     new_stride = 1 if d >= self.ndim else shape[d] * st[d]
@@ -559,6 +586,7 @@ def factory(entry, args):
 
 
 def check_sizes(entry, shape):
+    check_ndim(entry.name, len(shape))
     if any(n < 0 for n in shape):
         raise RuntimeError(f"{entry.name}(): Trying to create tensor with negative dimension "
                            f"{min(shape)}: {list(shape)}")

@@ -71,7 +71,9 @@ op("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=
 
 def _mean_decompose(self, dim, keepdim, dtype):
     n = _count(self, dim)
-    return P.mul(P.sum(self, dim, keepdim, dtype=dtype), 1.0 / n if n else math.nan)
+    # the sum divided by n, as eager divides it (times 1 / n rounds twice: the mean of
+    # 49 ones would be below 1); n = 0 gives 0 / 0, NaN
+    return P.div(P.sum(self, dim, keepdim, dtype=dtype), float(n))
 
 
 op("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
@@ -249,9 +251,10 @@ def _var_meta(entry, args):
 def _var_decompose(self, dim, unbiased, keepdim, correction, std=False):
     n = _count(self, dim)
     dof = n - _correction(unbiased, correction)
-    mean = P.mul(P.sum(self, dim, True), 1.0 / n if n else math.nan)
+    # divisions, as eager divides (not products with 1 / n, which round twice)
+    mean = P.div(P.sum(self, dim, True), float(n))
     d = P.add(self, P.neg(mean))
-    var = P.mul(P.sum(P.mul(d, d), dim, keepdim), 1.0 / dof if dof > 0 else _INF)
+    var = P.div(P.sum(P.mul(d, d), dim, keepdim), float(dof) if dof > 0 else 0.0)
     return P.pow(var, 0.5) if std else var
 
 

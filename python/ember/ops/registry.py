@@ -143,6 +143,8 @@ def op(schema: str, kind: int, kernel: str, **kw) -> OpEntry:
     entry = OpEntry(_schema.parse(schema), kind, kernel, **kw)
     if entry.prim and entry.decompose is not None:
         raise ValueError(f"{entry.qualified_name}: a prim has no decomposition")
+    if entry.decompose is not None and entry.kind in _ELEMENTWISE_KINDS:
+        entry.decompose = _in_computation_dtype(entry, entry.decompose)
     if entry.composite and entry.backward is not None:
         raise ValueError(f"{entry.qualified_name}: a composite's autograd comes from the ops "
                          "it calls")
@@ -151,6 +153,34 @@ def op(schema: str, kind: int, kernel: str, **kw) -> OpEntry:
     if entry.inplace_variant:
         _declare_inplace(entry)
     return entry
+
+
+_ELEMENTWISE_KINDS = (UNARY, UNARY_FLOAT, BINARY, BINARY_FLOAT, COMPARE)
+
+
+def _in_computation_dtype(entry: OpEntry, fn):
+    """An elementwise op's decomposition, called with its tensor operands converted to the
+    dtype the op computes in (meta.computation_dtype), as TensorIterator converts them:
+    so every prim it calls computes in that dtype, not in a narrower one an operand
+    happens to have (uint8 - int32 negating the uint8, float64 / float32 taking the
+    float32's reciprocal). Python numbers stay numbers: beside operands of that dtype,
+    they promote to it."""
+    positions = [i for i, p in enumerate(entry.schema.params) if p.is_tensor]
+
+    def decompose(*args):
+        from . import meta
+        from .. import prims
+        dtype = meta.computation_dtype(entry, args)
+        args = list(args)
+        for i in positions:
+            a = args[i]
+            if isinstance(a, _C.Tensor) and a.dtype is not dtype:
+                args[i] = prims._to_copy(a, dtype=dtype)
+        return fn(*args)
+
+    decompose.__wrapped__ = fn
+    decompose.__doc__ = fn.__doc__
+    return decompose
 
 
 def _declare_inplace(functional: OpEntry):
