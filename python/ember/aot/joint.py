@@ -77,7 +77,8 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
     for i, node in zip(needs_grad if diff else [], grads):
         grad_nodes[i] = node
     tracer.graph.output(tuple(out_nodes) + (tuple(grad_nodes) if diff else ()))
-    tracer.graph.eliminate_dead_code()
+    # dead code goes after decomposition: a dead op may still raise as eager raises (an
+    # index out of range), and only the prims say so (entry.checks_values)
     tracer.graph.lint()
     return JointGraph(tracer.graph, len(primals), len(outs), len(tangents), diff,
                       needs_grad if diff else [],

@@ -22,6 +22,17 @@ def _ancestors(nodes):
     return seen
 
 
+def _descendants(nodes):
+    seen, stack = set(), list(nodes)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.users)
+    return seen
+
+
 def partition(joint: JointGraph):
     """Returns (forward graph, backward graph, saved nodes of the joint graph)."""
     g = joint.graph
@@ -33,8 +44,14 @@ def partition(joint: JointGraph):
     placeholders = [n for n in nodes if n.op == "placeholder"]
     primals = placeholders[:joint.num_primals]
     tangents = placeholders[joint.num_primals:]
-    fw_set = _ancestors(fw_outs) | set(primals)
-    bw_needed = _ancestors([x for x in grads if x is not None])
+    # nodes that must run although nothing reads them (an op that may raise on its
+    # values): in the forward when they depend on no tangent, else in the backward
+    from_tangents = _descendants(tangents)
+    kept = [n for n in nodes if n.op == "call_function" and not n.users and n.is_impure()]
+    fw_set = _ancestors(fw_outs + [n for n in kept if n not in from_tangents]) | \
+        set(primals)
+    bw_needed = _ancestors([x for x in grads if x is not None] +
+                           [n for n in kept if n in from_tangents])
     bw_nodes = [n for n in nodes if n in bw_needed and n not in fw_set and n.op != "placeholder"]
     saved = []
     for n in nodes:

@@ -186,7 +186,8 @@ def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     _guard_mutated_objects(out)
     graph = out.graph
     graph.output(tuple(outputs))
-    graph.eliminate_dead_code()
+    # no dead-code elimination here: an unused op may still raise as eager raises (an
+    # index out of range); AOT drops what is dead by the prims' own facts
     graph.lint()
     gm = fx.GraphModule({}, graph, class_name=f"GraphModule_{code.co_name}")
     gm.meta = {"code": code, "inputs": [src.name() for src, _, _ in out.inputs],

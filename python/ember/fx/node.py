@@ -19,6 +19,7 @@ which is walking the graph when the node is erased can still step past it.
 from __future__ import annotations
 
 import builtins
+import inspect
 import operator
 from typing import Any, Callable
 
@@ -28,6 +29,13 @@ from .. import _C
 OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
 
 _side_effectful_functions = {operator.setitem}
+
+
+def _op_is_impure(target) -> bool:
+    if not isinstance(target, _C.Op):
+        return False
+    entry = target.entry
+    return bool(entry.mutates) or entry.checks_values
 
 
 def has_side_effect(fn: Callable) -> Callable:
@@ -256,14 +264,15 @@ class Node:
 
     def is_impure(self) -> bool:
         """True when running the node matters even if its value is unused: inputs,
-        the output, in-place ops and functions registered with has_side_effect."""
+        the output, functions registered with has_side_effect, and ops whose table
+        entry writes into an argument (Tensor(a!)) or raises on some input values
+        (entry.checks_values: an index out of range, an integer division by zero)."""
         if self.op in ("placeholder", "output"):
             return True
         if self.op == "call_function":
-            return (self.target in _side_effectful_functions
-                    or (isinstance(self.target, _C.Op) and bool(self.target.inplace)))
+            return self.target in _side_effectful_functions or _op_is_impure(self.target)
         if self.op == "call_method":      # Tensor.add_, Tensor.copy_, ...
-            return self.target.endswith("_") and not self.target.startswith("__")
+            return _op_is_impure(inspect.getattr_static(_C.Tensor, self.target, None))
         if self.op == "call_module":
             try:
                 module = fetch_attr(self.graph.owning_module, self.target)

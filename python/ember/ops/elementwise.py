@@ -85,7 +85,7 @@ def _div_backward(g, out, self, other, rounding_mode):
 
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
-   inplace_variant=True, prim=True,
+   inplace_variant=True, prim=True, checks_values=True,
    backward=_div_backward,
    doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'. "
        "A prim: true division is not self * (1 / other), which rounds twice (49 * (1 / 49) "
@@ -117,7 +117,7 @@ def _pow_backward(g, out, self, exponent):
 
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
-   BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True,
+   BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True, checks_values=True,
    inplace_variant=True,
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")
@@ -130,13 +130,13 @@ def _remainder_backward(g, out, self, other):
 
 
 op("floor_divide(Tensor self, Tensor other) -> Tensor",
-   BINARY, "int_checked", ufunc="floor_divide", rule=NOT_BOOL, prim=True,
+   BINARY, "int_checked", ufunc="floor_divide", rule=NOT_BOOL, prim=True, checks_values=True,
    inplace_variant=True,
    doc="floor(self / other) with Python's semantics (the quotient rounded towards -inf, "
        "as // does); integer division by zero is an error. Not differentiable.")
 
 op("remainder(Tensor self, Tensor other) -> Tensor",
-   BINARY, "int_checked", ufunc="remainder", rule=NOT_BOOL, prim=True,
+   BINARY, "int_checked", ufunc="remainder", rule=NOT_BOOL, prim=True, checks_values=True,
    inplace_variant=True,
    backward=_remainder_backward,
    doc="self - floor_divide(self, other) * other, with the sign of other (Python's %); "

@@ -126,6 +126,7 @@ def _index_backward(g, out, self, indices):
 
 
 op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True,
+   checks_values=True,
    method=False, function=False, meta=_index_meta, backward=_index_backward,
    doc="self[indices] for a tuple of index tensors (int64 / int32, or bool masks) and None "
        "(a whole dim): PyTorch's advanced indexing. The broadcast index shape replaces the "
@@ -161,6 +162,7 @@ def _check_values(entry, values, shape):
 
 op("index_put(Tensor self, Any indices, Tensor values, bool accumulate=False) -> Tensor",
    CUSTOM, "index_put", prim=True, inplace_variant=True, meta=_index_put_meta,
+   checks_values=True,
    backward=lambda g, out, self, indices, values, accumulate: (
        g if accumulate else g.index_put(indices, O.zeros((), dtype=g.dtype)), None,
        O.index(g, indices), None),
@@ -407,6 +409,7 @@ def _slice_src(src, index):
 
 op("scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, "
    "bool include_self=True) -> Tensor", CUSTOM, "scatter", prim=True, meta=_scatter_meta,
+   checks_values=True,
    inplace_variant=True, backward=_scatter_reduce_backward,
    doc="self with src reduced into it at index along dim: reduce is sum, prod, mean, amax "
        "or amin; include_self=False leaves self's values out where src lands.")

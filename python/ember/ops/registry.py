@@ -81,6 +81,10 @@ class OpEntry:
     view_replay: Optional[Callable] = None    # view ops: (self, *args) -> the view's value
     inplace: bool = False
     inplace_variant: bool = False   # also declare name_ (in place, e.g. add_)
+    checks_values: bool = False     # the eager kernel raises on some input values (an
+    #                                 index out of range, a mask count that does not fit,
+    #                                 an integer division by zero): graphs keep such a
+    #                                 node even when its result is unused
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
     operators: tuple = ()
