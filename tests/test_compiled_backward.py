@@ -271,6 +271,28 @@ def test_a_variant_that_needs_an_unsaved_value_raises():
         variants((True, False, False))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(2, 0, 3), (4, 2, 3)])
+def test_a_variant_reads_forward_values_its_own_formulas_need(backend, shape):
+    """Found by the fuzzer: with one output left out of the backward, the variant's
+    formulas (logsumexp's exp(x - lse), recomputed in the backward) read a forward value
+    the full backward's prims did not: the forward saves it too."""
+    def f(x0, x1):
+        v0 = x1 * x0
+        v3 = v0[-2::3, :]
+        return v3.logsumexp(dim=[-2, 0, -1], keepdim=True), v0
+
+    g = np.random.default_rng(5)
+    x0 = ember.from_numpy(g.standard_normal(shape).astype(np.float32))
+    x1, x1c = _leaf(g.standard_normal(3)), None
+    x1c = _leaf(x1.detach().numpy())
+    out = ember.compile(f, backend=backend)(x0, x1c)
+    _compiled(out[0])
+    out[0].sum().backward()
+    f(x0, x1)[0].sum().backward()
+    np.testing.assert_allclose(x1c.grad.numpy(), x1.grad.numpy(), **TOL[ember.float64])
+
+
 # ================================================================== empty tensors
 
 

@@ -12,6 +12,7 @@ Backend "aot_eager" compiles both graphs with eager ops.
 """
 from __future__ import annotations
 
+from .. import _C
 from .. import fx
 from ..capture.backends import register_backend
 from .decompose import PrimVerificationError, decompose, verify_prims
@@ -49,13 +50,43 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
                             joint.num_forward_outputs, joint.num_tangents,
                             joint.differentiable_outputs, joint.primals_requiring_grad,
                             joint.forward_output_meta)
-    fw, bw, saved = partition(prim_joint)
+    # a call whose outputs get only some gradients runs a backward traced for those
+    # (variants.py), whose formulas read forward values the full backward's prims may
+    # not: every forward value an op-level formula reads is saved too
+    also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
+    fw, bw, saved = partition(prim_joint, also_save=also)
     log_graphs(fw, bw, saved, name)
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
         if joint.num_tangents > 1 else None
     return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
                              bw_compiler(bw, f"{name}_backward"), name, variants)
+
+
+def _formula_reads(joint, prim_values):
+    """Prim nodes of the forward values the joint graph's backward part reads (the
+    backward part: every node the forward outputs do not need, tangent-free chains a
+    formula computes included)."""
+    g = joint.graph
+    nodes = list(g.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    out = nodes[-1].args[0][:joint.num_forward_outputs]
+    forward, stack = set(placeholders[:joint.num_primals]), [o for o in out if o is not None]
+    while stack:
+        n = stack.pop()
+        if n not in forward:
+            forward.add(n)
+            stack.extend(n.all_input_nodes)
+    reads = []
+    for n in nodes:
+        if n.op != "call_function" or n in forward:
+            continue
+        for a in n.all_input_nodes:
+            fake = prim_values.get(a) if a in forward else None
+            node = getattr(fake, "_trace", None) if isinstance(fake, _C.Tensor) else None
+            if node is not None:
+                reads.append(node)
+    return reads
 
 
 def _strip_grads(graph, n):

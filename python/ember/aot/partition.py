@@ -33,8 +33,10 @@ def _descendants(nodes):
     return seen
 
 
-def partition(joint: JointGraph):
-    """Returns (forward graph, backward graph, saved nodes of the joint graph)."""
+def partition(joint: JointGraph, also_save=()):
+    """Returns (forward graph, backward graph, saved nodes of the joint graph). Forward
+    values in also_save are computed by the forward and saved even when the backward
+    graph does not read them (a backward variant may, aot/variants.py)."""
     g = joint.graph
     nodes = list(g.nodes)
     output = nodes[-1]
@@ -48,14 +50,17 @@ def partition(joint: JointGraph):
     # values): in the forward when they depend on no tangent, else in the backward
     from_tangents = _descendants(tangents)
     kept = [n for n in nodes if n.op == "call_function" and not n.users and n.is_impure()]
-    fw_set = _ancestors(fw_outs + [n for n in kept if n not in from_tangents]) | \
+    also = [n for n in also_save if n not in from_tangents and n.op != "output"]
+    fw_set = _ancestors(fw_outs + also + [n for n in kept if n not in from_tangents]) | \
         set(primals)
     bw_needed = _ancestors([x for x in grads if x is not None] +
                            [n for n in kept if n in from_tangents])
     bw_nodes = [n for n in nodes if n in bw_needed and n not in fw_set and n.op != "placeholder"]
     saved = []
+    also_set = set(also)
     for n in nodes:
-        if n in fw_set and any(u in bw_needed and u not in fw_set for u in n.users):
+        if n in fw_set and (n in also_set or
+                            any(u in bw_needed and u not in fw_set for u in n.users)):
             saved.append(n)
 
     fw = fx.Graph()
