@@ -85,7 +85,7 @@ def _div_backward(g, out, self, other, rounding_mode):
 
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
-   inplace_variant=True, prim=True, checks_values=True,
+   inplace_variant=True, prim=True, checks_values=True, meta=M.div,
    backward=_div_backward,
    doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'. "
        "A prim: true division is not self * (1 / other), which rounds twice (49 * (1 / 49) "
@@ -118,6 +118,7 @@ def _pow_backward(g, out, self, exponent):
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
    BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True, checks_values=True,
+   meta=M.pow_,
    inplace_variant=True,
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")

@@ -9,29 +9,29 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
-from .registry import CUSTOM, FACTORY, op
+from .registry import CUSTOM, FACTORY, FLOATING, op
 
 _OPTS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 _GEN = "Generator? generator=None, " + _OPTS
 
 
-def _factory(name, kernel, fill=None, prim=False, opts=_OPTS):
+def _factory(name, kernel, fill=None, prim=False, opts=_OPTS, rule=0):
     decompose = None
     if fill is not None:
         def decompose(size, dtype, device, requires_grad, _fill=fill):
             return P.full(size, _fill, dtype=dtype if dtype is not None
                           else _C.get_default_dtype())
     op(f"{name}(SymInt[] size, *, {opts}) -> Tensor", FACTORY, kernel, prim=prim,
-       method=False, decompose=decompose)
+       method=False, decompose=decompose, rule=rule)
 
 
 _factory("zeros", "zeros", fill=0)
 _factory("ones", "ones", fill=1)
 _factory("empty", "empty", fill=0)
 op(f"full(SymInt[] size, Scalar fill_value, *, {_OPTS}) -> Tensor", FACTORY, "full",
-   prim=True, method=False)
-_factory("rand", "rand", prim=True, opts=_GEN)
-_factory("randn", "randn", prim=True, opts=_GEN)
+   prim=True, method=False, meta=M.full)
+_factory("rand", "rand", prim=True, opts=_GEN, rule=FLOATING)
+_factory("randn", "randn", prim=True, opts=_GEN, rule=FLOATING)
 
 op(f"arange(Scalar end, *, {_OPTS}) -> Tensor", FACTORY, "arange", prim=True, method=False,
    meta=M.arange)
@@ -51,9 +51,11 @@ op(f"full_like(Tensor self, Scalar fill_value, *, {_LIKE}) -> Tensor", FACTORY, 
    decompose=lambda self, fill_value, dtype, device, requires_grad: P.full(
        self.shape, fill_value, dtype=dtype if dtype is not None else self.dtype))
 op(f"rand_like(Tensor self, *, {_LIKE}) -> Tensor", FACTORY, "rand", method=False,
+   rule=FLOATING,
    decompose=lambda self, dtype, device, requires_grad: P.rand(
        self.shape, dtype=dtype if dtype is not None else self.dtype))
 op(f"randn_like(Tensor self, *, {_LIKE}) -> Tensor", FACTORY, "randn", method=False,
+   rule=FLOATING,
    decompose=lambda self, dtype, device, requires_grad: P.randn(
        self.shape, dtype=dtype if dtype is not None else self.dtype))
 

@@ -258,22 +258,36 @@ def elementwise(entry, args):
         if isinstance(alpha, float) and not is_float(rt):
             raise RuntimeError(f"{entry.name}(): For integral input tensors, argument alpha "
                                "must not be a floating point number.")
-    if entry.name == "div" and args[2] not in (None, "trunc", "floor"):
-        raise RuntimeError(f"div(): div expected rounding_mode to be one of None, 'trunc', or "
-                           f"'floor' but found '{args[2]}'")
-    if entry.name == "pow" and not is_float(rt) and isinstance(args[1], int) and args[1] < 0:
-        raise RuntimeError("pow(): Integers to negative integer powers are not allowed.")
     kind = entry.kind
     if kind in (R.UNARY_FLOAT, R.BINARY_FLOAT) and not is_float(rt):
         rt = _C.get_default_dtype()
     if kind == R.COMPARE:
         rt = _C.bool
-    if entry.name == "div" and len(args) > 2 and args[2] is not None:
-        rt = result_type(*ops)
-        if rt is _C.bool:
-            raise NotImplementedError(f"div(): \"div_{args[2]}_cpu\" not implemented for "
-                                      "'Bool'")
     return meta_tensor(shape, rt, elementwise_strides(ops, shape))
+
+
+def div(entry, args):
+    """div's rule: true division lifts integers to the default float; a rounding mode
+    keeps the operands' common dtype."""
+    mode = args[2] if len(args) > 2 else None
+    out = elementwise(entry, args)
+    if mode not in (None, "trunc", "floor"):
+        raise RuntimeError(f"div(): div expected rounding_mode to be one of None, 'trunc', or "
+                           f"'floor' but found '{mode}'")
+    if mode is None:
+        return out
+    rt = result_type(*_operands(entry, args))
+    if rt is _C.bool:
+        raise NotImplementedError(f"div(): \"div_{mode}_cpu\" not implemented for 'Bool'")
+    return meta_tensor(tuple(out.shape), rt, tuple(out.stride()))
+
+
+def pow_(entry, args):
+    """pow's rule: integers to negative integer powers are refused."""
+    out = elementwise(entry, args)
+    if not is_float(out.dtype) and isinstance(args[1], int) and args[1] < 0:
+        raise RuntimeError("pow(): Integers to negative integer powers are not allowed.")
+    return out
 
 
 def _reduced_shape(shape, mask, keepdim):
@@ -545,12 +559,16 @@ def to_copy(entry, args):
     return _dense_like(args[0], args[1] if args[1] is not None else args[0].dtype)
 
 
-def scatter_like(entry, args):
-    """select_scatter / slice_scatter: self's layout; the view written must exist."""
-    if entry.name == "select_scatter":
-        view = select(entry, (args[0], args[2], args[3]))
-    else:
-        view = slice_(entry, (args[0],) + tuple(args[2:6]))
+def select_scatter(entry, args):
+    """self's layout; the view written must exist."""
+    return _scatter_like(entry, args, select(entry, (args[0], args[2], args[3])))
+
+
+def slice_scatter(entry, args):
+    return _scatter_like(entry, args, slice_(entry, (args[0],) + tuple(args[2:6])))
+
+
+def _scatter_like(entry, args, view):
     if tuple(args[1].shape) != tuple(view.shape):
         raise RuntimeError(f"{entry.name}(): expected src to have a size equal to the slice "
                            f"of self. src size = {list(args[1].shape)}, slice size = "
@@ -576,13 +594,20 @@ def factory(entry, args):
     else:
         shape, default = tuple(first), _C.get_default_dtype()
         check_sizes(entry, shape)
-        if entry.name == "full":
-            fv = args[1]
-            default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
-                       else _C.get_default_dtype())
     dtype = _factory_dtype(args, names, default)
     _check_random_dtype(entry, dtype)
     return meta_tensor(shape, dtype)
+
+
+def full(entry, args):
+    """full's rule: without dtype=, the fill value's kind says it (bool, int64, or the
+    default float)."""
+    size, fv = args[0], args[1]
+    check_sizes(entry, tuple(size))
+    default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
+               else _C.get_default_dtype())
+    names = [p.name for p in entry.schema.params]
+    return meta_tensor(tuple(size), _factory_dtype(args, names, default))
 
 
 def check_sizes(entry, shape):
@@ -593,7 +618,7 @@ def check_sizes(entry, shape):
 
 
 def _check_random_dtype(entry, dtype):
-    if entry.kernel in ("rand", "randn") and not is_float(dtype):
+    if entry.rule & R.FLOATING and not is_float(dtype):
         raise NotImplementedError(f"{entry.name}(): not implemented for {dtype}")
 
 

@@ -166,12 +166,8 @@ op("to(Tensor(a) self, Any dtype_or_device=None, Any dtype=None, bool non_blocki
    doc="to(dtype), to(device), to(other): a converted copy, or self if nothing changes.")
 
 
-def _scatter_meta(entry, args):
-    return M.scatter_like(entry, args)
-
-
 op("select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor", CUSTOM,
-   "select_scatter", meta=_scatter_meta,
+   "select_scatter", meta=M.select_scatter,
    backward=lambda g, out, self, src, dim, index: (
        O.select_scatter(g, O.zeros(src.shape, dtype=g.dtype), dim, index),
        g.select(dim, index)),
@@ -186,7 +182,7 @@ def _select_scatter_decompose(self, src, dim, index):
 
 
 op("slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,"
-   " SymInt step=1) -> Tensor", CUSTOM, "slice_scatter", prim=True, meta=_scatter_meta,
+   " SymInt step=1) -> Tensor", CUSTOM, "slice_scatter", prim=True, meta=M.slice_scatter,
    backward=lambda g, out, self, src, dim, start, end, step: (
        O.slice_scatter(g, O.zeros(src.shape, dtype=g.dtype), dim, start, end, step),
        g.slice(dim, start, end, step)),
