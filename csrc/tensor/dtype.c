@@ -157,6 +157,18 @@ dtype_numpy(em_DType *self, void *c)
 }
 
 static PyObject *
+dtype_name(em_DType *self, void *c)
+{
+    return PyUnicode_FromString(self->name);
+}
+
+static PyObject *
+dtype_torch_name(em_DType *self, void *c)
+{
+    return PyUnicode_FromString(em_dtype_torch_name(self->code));
+}
+
+static PyObject *
 dtype_code(em_DType *self, void *c)
 {
     return PyLong_FromLong(self->code);
@@ -176,6 +188,9 @@ static PyGetSetDef dtype_getset[] = {
     {"itemsize", (getter)dtype_itemsize, NULL, NULL, NULL},
     {"numpy_dtype", (getter)dtype_numpy, NULL, NULL, NULL},
     {"_code", (getter)dtype_code, NULL, NULL, NULL},
+    {"_name", (getter)dtype_name, NULL, "'float32', as the attribute of ember", NULL},
+    {"_torch_name", (getter)dtype_torch_name, NULL,
+     "'Float': the scalar type name PyTorch's messages use", NULL},
     {NULL},
 };
 

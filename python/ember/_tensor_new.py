@@ -6,17 +6,13 @@ import warnings
 
 import numpy as np
 
-from . import _C
-
-
-_ALL = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+from . import _C, _dtypes
 
 
 def dtype_from_numpy(np_dtype):
     """The ember dtype of a NumPy dtype; TypeError for dtypes ember lacks."""
     np_dtype = np.dtype(np_dtype)
-    for name in _ALL:
-        d = getattr(_C, name)
+    for d in _dtypes.ALL:
         if d.numpy_dtype == np_dtype:
             return d
     raise TypeError(f"can't convert np.ndarray of type numpy.{np_dtype}. The only supported "

@@ -66,7 +66,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _C
+from . import _C, _dtypes
 from ._safe_zip import ZIP_ERRORS, SafeZip
 from .device import device
 
@@ -75,9 +75,7 @@ VERSION = 1
 _MANIFEST = "ember/manifest.json"
 _MANIFEST_SUM = "ember/manifest.sha256"
 # every ember dtype by the name the format stores (loading looks names up here only)
-_DTYPE_BY_NAME = {"bool": _C.bool, "uint8": _C.uint8, "int8": _C.int8, "int16": _C.int16,
-                  "int32": _C.int32, "int64": _C.int64, "float16": _C.float16,
-                  "float32": _C.float32, "float64": _C.float64}
+_DTYPE_BY_NAME = dict(_dtypes.BY_NAME)     # a copy: the allow-list of stored names
 _DTYPES = tuple(_DTYPE_BY_NAME)
 _MAX_DEPTH = 100                        # container nesting levels
 _MAX_NDIM = 64                          # EM_MAX_DIMS
@@ -92,7 +90,7 @@ class CorruptFileError(RuntimeError):
 # ------------------------------------------------------------------ tensor protocols
 
 def _dtype_name(dtype):
-    return str(dtype).split(".")[-1]
+    return dtype._name
 
 
 def _np_dtype(name):

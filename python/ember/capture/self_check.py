@@ -103,7 +103,7 @@ class _Diff(Exception):
 
 
 def _dtype_name(t):
-    return str(t.dtype).split(".")[-1]
+    return t.dtype._name
 
 
 def _compare_tensors(got, want, where):

@@ -127,7 +127,7 @@ def _softmax(input, dim, dtype, log):
         return getattr(_O(), name)(input, dim)
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"{name}(): \"{name}_lastdim_kernel_impl\" not implemented for "
-                           f"'{str(input.dtype).split('.')[-1]}'")
+                           f"'{input.dtype._name}'")
     if input.ndim == 0:
         return input * 0 if log else input * 0 + 1
     z = input - input.amax(dim, keepdim=True).detach()
@@ -442,7 +442,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 
 def _eps_of(dtype):
-    return float(np.finfo(str(dtype).split(".")[-1]).eps)
+    return float(np.finfo(dtype.numpy_dtype).eps)
 
 
 # ------------------------------------------------------------------ embedding

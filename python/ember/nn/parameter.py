@@ -52,7 +52,7 @@ def _dtype_tensor_name(t):
     names = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
              "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
              "bool": "Bool"}
-    return names.get(str(t.dtype).split(".")[-1], "") + "Tensor"
+    return names.get(t.dtype._name, "") + "Tensor"
 
 
 def typename(obj):

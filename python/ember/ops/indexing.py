@@ -13,13 +13,8 @@ from . import api as O
 from . import meta as M
 from .registry import CUSTOM, op
 
-_TORCH_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
-                "int32": "Int", "int64": "Long", "float16": "Half", "float32": "Float",
-                "float64": "Double"}
-
-
 def _tn(dt):
-    return _TORCH_NAMES[str(dt).split(".")[-1]]
+    return dt._torch_name
 
 
 def _shape_str(shape):

@@ -42,23 +42,16 @@ from .registry import CUSTOM, op
 _C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char",
             "int16": "short int", "int32": "int", "int64": "long int",
             "float16": "c10::Half", "float32": "float", "float64": "double"}
-_TORCH_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
-                "int32": "Int", "int64": "Long", "float16": "Half", "float32": "Float",
-                "float64": "Double"}
-
-
-def _dname(dt):
-    return str(dt).split(".")[-1]
 
 
 def c_type(dt):
     """PyTorch's C++ name of a dtype, as its dtype-mismatch messages print it."""
-    return _C_NAMES[_dname(dt)]
+    return _C_NAMES[dt._name]
 
 
 def torch_type(dt):
     """'Float', 'Long', ...: the scalar type names PyTorch's messages use."""
-    return _TORCH_NAMES[_dname(dt)]
+    return dt._torch_name
 
 
 def _no_bool(name, *ts, work=1):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from .. import _C
+from .. import _dtypes
 from . import registry as R
 
-_ORDER = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
-DTYPES = {n: getattr(_C, n) for n in _ORDER}
+DTYPES = _dtypes.BY_NAME
 
 
 def is_float(dt):

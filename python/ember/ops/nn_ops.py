@@ -571,8 +571,8 @@ def _max_pool_backward_meta(entry, args):
     if not self.dtype.is_floating_point:
         raise _not_implemented("max_pool2d_backward", self.dtype)
     if g.dtype is not self.dtype:
-        raise RuntimeError(f"expected dtype {str(self.dtype).split('.')[-1]} for `gradOutput` "
-                           f"but got dtype {str(g.dtype).split('.')[-1]}")
+        raise RuntimeError(f"expected dtype {self.dtype._name} for `gradOutput` "
+                           f"but got dtype {g.dtype._name}")
     if indices.dtype is not _C.int64:
         raise RuntimeError(f"expected scalar type Long but found {torch_type(indices.dtype)}")
     _check_pooled(g, self, shape)
@@ -1511,7 +1511,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
 
 
 def _dt(t):
-    return "torch." + str(t.dtype).split(".")[-1]
+    return "torch." + t.dtype._name
 
 
 op("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, "

@@ -332,13 +332,8 @@ def _norm_meta(entry, args):
     return _reduced_meta(self, dim, keepdim, dtype if dtype is not None else self.dtype)
 
 
-_TORCH_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short",
-                "int32": "Int", "int64": "Long", "float16": "Half", "float32": "Float",
-                "float64": "Double"}
-
-
 def _torch_name(dt):
-    return _TORCH_NAMES[str(dt).split(".")[-1]]
+    return dt._torch_name
 
 
 def _norm_decompose(self, p, dim, keepdim, dtype):

@@ -28,7 +28,7 @@ def _stack(tensors):
     dtype = _C.result_type(*tensors) if len(tensors) > 1 else first.dtype
     if not any(t.requires_grad for t in tensors) or not _C.is_grad_enabled():
         return _C.from_numpy(np.stack([t.detach().numpy() for t in tensors]).astype(
-            np.dtype(str(dtype).split(".")[-1]), copy=False))
+            dtype.numpy_dtype, copy=False))
     out = api.zeros((len(tensors), *first.shape), dtype=dtype)
     for i, t in enumerate(tensors):
         out = api.select_scatter(out, t.to(dtype), 0, i)
