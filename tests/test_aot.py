@@ -237,3 +237,22 @@ def test_decomposition_matches_the_op(info):
     if checked == 0 and unimplemented:
         pytest.skip(f"{info.name}: decomposition not written for these samples yet")
     assert checked > 0, f"no usable sample for {info.name}"
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_non_differentiable_outputs_of_inputs_that_require_grad(backend):
+    """Found by the fuzzer: inputs require grad, yet no output is differentiable
+    (scatter with a reduce has no gradient in ember): the compiled outputs record no
+    history, as eager's."""
+    x = ember.randn(3, 4, dtype=ember.float64, requires_grad=True)
+    i = ember.zeros(1, 4, dtype=ember.int64)
+    src = ember.randn(1, 4, dtype=ember.float64, requires_grad=True)
+
+    def f(x, i, src):
+        v = x.scatter(0, i, src, reduce="add")
+        return v, v.t()
+
+    want = f(x, i, src)
+    got = ember.compile(f, backend=backend)(x, i, src)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [False] * 2
+    assert all(t.grad_fn is None for t in got)

@@ -44,7 +44,12 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
         # no autograd history, as no input requires grad or grad mode is off)
         graph = decompose(joint.graph)
         _strip_grads(graph, joint.num_forward_outputs)
-        return fw_compiler(graph, f"{name}_inference")
+        fw = fw_compiler(graph, f"{name}_inference")
+        if any(getattr(x, "requires_grad", False) for x in example_inputs):
+            # inputs require grad but no output is differentiable (scatter with a
+            # reduce): the eager prims must record no history either
+            return _without_grad(fw)
+        return fw
     prim_values = {}
     prim_joint = JointGraph(decompose(joint.graph, prim_values), joint.num_primals,
                             joint.num_forward_outputs, joint.num_tangents,
@@ -87,6 +92,16 @@ def _formula_reads(joint, prim_values):
             if node is not None:
                 reads.append(node)
     return reads
+
+
+def _without_grad(fn):
+    def run(*args):
+        prev = _C._set_grad_enabled(False)
+        try:
+            return fn(*args)
+        finally:
+            _C._set_grad_enabled(prev)
+    return run
 
 
 def _strip_grads(graph, n):
