@@ -25,6 +25,7 @@ shrinker keeps and the report groups by.
 from __future__ import annotations
 
 import ast
+import re
 import math
 import warnings
 
@@ -212,13 +213,16 @@ def call(fn, inputs, seed, check):
 def diff_calls(want, got, exposure=None):
     """[(where, kind, detail)] between an eager record and a compiled one. exposure
     (see exposure()) says which float64 values may carry float32 rounding."""
-    exposed, anywhere = exposure or (set(), False)
+    exposed, anywhere, in_backward = exposure or (set(), False, False)
 
     def loose_out(where):
         return any(where == p or where.startswith(p + "[") for p in exposed)
 
     def loose_all(where):
         return anywhere
+
+    def loose_grads(where):
+        return in_backward
     out = []
     we, ge = want["exc"], got["exc"]
     if we and not ge:
@@ -264,7 +268,7 @@ def diff_calls(want, got, exposure=None):
                             f"{'None' if gnone else 'set'}"))
                 continue
             sub = []
-            compare(w, g, where, sub, loose_all)
+            compare(w, g, where, sub, loose_grads)
             for wh, kind, detail in sub:
                 if kind != "requires_grad":
                     out.append((wh, f"{stage}_grad_{kind}", detail))
@@ -298,6 +302,9 @@ def _written(stmt):
     return out
 
 
+_LOW_PRECISION_TEXT = re.compile(r"\bfloat(16|32)\b|\bhalf\b|\.float\(\)|\.half\(\)")
+
+
 def _low_precision(v):
     if isinstance(v, ember.Tensor):
         return v.dtype in (ember.float32, ember.float16)
@@ -317,12 +324,14 @@ def exposure(prog):
     taints that name, and a statement reading a tainted name taints every name it
     mentions. Casts of float32 inputs to float64 are exact and taint nothing, so
     float64 arithmetic on them (x64 / x32) is still compared at float64's tolerance.
-    Returns (output paths that are tainted, whether anything is)."""
+    Returns (output paths that are tainted, whether anything is, whether gradients
+    may carry float32 rounding)."""
     tree = ast.parse(prog.source)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "f")
     env = {"ember": ember, "Box": Box}
     env.update(zip(prog.inputs, build_inputs(prog.inputs, int(prog.check.get("seed", 0)))))
     tainted = set()
+    inner = False
     ret = None
     for stmt in fn.body:
         if isinstance(stmt, ast.Return):
@@ -334,6 +343,10 @@ def exposure(prog):
         except Exception:   # noqa: BLE001 - the program raises here; so does the check
             break
         written = _written(stmt)
+        # a float32 value inside the statement (x.to(ember.float32), x.float()): its
+        # forward rounding is the same in both runs, but the backward computes the
+        # gradient through it in float32
+        inner = inner or _LOW_PRECISION_TEXT.search(ast.unparse(stmt)) is not None
         if reads & tainted or any(_low_precision(env.get(n)) for n in written):
             tainted |= written | (reads - set(prog.inputs) if reads & tainted else set())
     paths = set()
@@ -349,7 +362,7 @@ def exposure(prog):
             paths.add(path)
     if ret is not None:
         walk(ret, "out")
-    return paths, bool(tainted)
+    return paths, bool(tainted), bool(tainted) or inner
 
 
 # ---------------------------------------------------------------- one program
