@@ -115,17 +115,21 @@ move_to_front(PyCodeObject *code, PyObject *entries, Py_ssize_t i)
 }
 
 int
-em_cache_lookup(PyCodeObject *code, const em_GuardInputs *in, PyObject **fn)
+em_cache_lookup(PyCodeObject *code, const em_GuardInputs *in, PyObject **fn,
+                em_Resolved *resolved)
 {
     em_CodeCache *c = em_cache_get(code);
     *fn = NULL;
+    resolved->vals = NULL;
+    resolved->n = 0;
     if (c == NULL || PyTuple_GET_SIZE(c->entries) == 0)
         return 0;
     PyObject *entries = Py_NewRef(c->entries);
     int result = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entries); i++) {
         PyObject *entry = PyTuple_GET_ITEM(entries, i);
-        int r = em_guards_check(PyTuple_GET_ITEM(entry, 0), in, NULL);
+        em_resolved_clear(resolved);
+        int r = em_guards_check_resolved(PyTuple_GET_ITEM(entry, 0), in, resolved);
         if (r < 0) {
             result = -1;
             break;

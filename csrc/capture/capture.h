@@ -46,6 +46,23 @@ extern PyTypeObject em_GuardProgram_Type;
  * expected 8, got 16"). */
 int em_guards_check(PyObject *program, const em_GuardInputs *in, PyObject **reason);
 
+/* The values of a program's sources, resolved by a check that passed: one entry per
+ * source (a new reference, or NULL for a source no guard needed). */
+typedef struct {
+    PyObject **vals;
+    int n;
+    PyObject *small[16];
+} em_Resolved;
+
+/* em_guards_check that, when every guard passes, keeps the resolved sources in *out
+ * (release them with em_resolved_clear, whatever the result). */
+int em_guards_check_resolved(PyObject *program, const em_GuardInputs *in,
+                             em_Resolved *out);
+void em_resolved_clear(em_Resolved *r);
+/* The index of the program's source that getter (a Source.getter() chain) names, or
+ * -1 when the program has no such source. Never sets an exception. */
+int em_guards_find_source(PyObject *program, PyObject *getter);
+
 /* FrameInfo: a struct sequence (code, func, globals, builtins, args, closure). */
 extern PyTypeObject *em_FrameInfo_Type;
 PyObject *em_frame_info_new(PyObject *code, PyObject *func, PyObject *globals,
@@ -79,9 +96,11 @@ em_CodeCache *em_cache_get(PyCodeObject *code);
 /* The cache of code, created if needed. NULL with an exception set on failure. */
 em_CodeCache *em_cache_ensure(PyCodeObject *code);
 /* Finds the first entry whose guards pass, moves it to the front and stores a new
- * reference to its compiled callable in *fn. Returns 1 (hit), 0 (miss) or -1.
+ * reference to its compiled callable in *fn, and the sources its guards resolved in
+ * *resolved (cleared by the caller). Returns 1 (hit), 0 (miss) or -1.
  * Safe against guards that run Python code which resets this cache. */
-int em_cache_lookup(PyCodeObject *code, const em_GuardInputs *in, PyObject **fn);
+int em_cache_lookup(PyCodeObject *code, const em_GuardInputs *in, PyObject **fn,
+                    em_Resolved *resolved);
 /* Prepends (guards, fn). Returns 0 or -1. */
 int em_cache_add(PyCodeObject *code, PyObject *guards, PyObject *fn);
 /* Sets flag (EM_CACHE_SKIP or EM_CACHE_RUN_ONLY). Returns 0 or -1. */
@@ -104,6 +123,13 @@ int em_cache_init(void);
  * graph calls (allow_in_graph functions, a backend's Python code) are not
  * converted, while a compiled function they call turns its own capture on. */
 int em_capture_swap_state(PyObject *state, PyObject **old);
+
+/* CompiledFrame (compiled_frame.c): a cache hit's call with the frame's argument
+ * slots and the sources its guard program resolved. */
+extern PyTypeObject em_CompiledFrame_Type;
+#define em_CompiledFrame_Check(o) (Py_TYPE(o) == &em_CompiledFrame_Type)
+PyObject *em_compiled_frame_call(PyObject *frame, PyObject *const *args, Py_ssize_t nargs,
+                                 const em_Resolved *resolved);
 
 #endif /* EM_CAPTURE_HOOK */
 

@@ -29,6 +29,7 @@ enum { E_LIST_SET, E_DICT_SET, E_SETATTR, E_DELATTR, E_SETITEM, E_DELITEM };
 
 typedef struct {
     int root_kind;
+    int guard_src;         /* the guard program's source for the same chain, or -1 */
     Py_ssize_t index;      /* slot or cell index */
     PyObject *root;        /* name (global) or object (object root); borrowed from spec */
     int nsteps;
@@ -156,7 +157,8 @@ apply_effect(const effect_t *e, PyObject **vals)
 /* Computes the program's values from the graph's outputs, applies its effects and
  * returns its result (a new reference), or NULL. */
 static PyObject *
-run_program(CompiledFrame *self, PyObject *outs, PyObject *const *args, Py_ssize_t nargs)
+run_program(CompiledFrame *self, PyObject *outs, PyObject *const *args, Py_ssize_t nargs,
+            const em_Resolved *r)
 {
     PyObject *small[16], **vals = small, *res = NULL;
     int n = self->nvalues, done = 0;
@@ -177,9 +179,12 @@ run_program(CompiledFrame *self, PyObject *outs, PyObject *const *args, Py_ssize
         case V_CONST:
             o = Py_NewRef(v->obj);
             break;
-        case V_SRC:
-            o = fetch(self, &v->g, args, nargs);
+        case V_SRC: {
+            int k = v->g.guard_src;
+            o = (r != NULL && k >= 0 && k < r->n && r->vals[k] != NULL)
+                ? Py_NewRef(r->vals[k]) : fetch(self, &v->g, args, nargs);
             break;
+        }
         case V_TUPLE:
         case V_LIST:
             o = v->kind == V_TUPLE ? PyTuple_New(v->n) : PyList_New(v->n);
@@ -250,9 +255,8 @@ run_eagerly(CompiledFrame *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+run(CompiledFrame *self, PyObject *const *args, Py_ssize_t nargs, const em_Resolved *r)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *small[16], **inputs = small, *outs = NULL, *res = NULL;
     int n = self->ngetters, got = 0;
     if (self->program == NULL) {
@@ -265,7 +269,11 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
             return PyErr_NoMemory();
     }
     for (; got < n; got++) {
-        inputs[got] = fetch(self, &self->g[got], args, nargs);
+        int k = self->g[got].guard_src;
+        if (r != NULL && k >= 0 && k < r->n && r->vals[k] != NULL)
+            inputs[got] = Py_NewRef(r->vals[k]);      /* resolved by the guards */
+        else
+            inputs[got] = fetch(self, &self->g[got], args, nargs);
         if (inputs[got] == NULL)
             goto done;
     }
@@ -284,7 +292,7 @@ frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyOb
         Py_CLEAR(outs);
     }
     else
-        res = run_program(self, outs, args, nargs);
+        res = run_program(self, outs, args, nargs, r);
 #if EM_CAPTURE_HOOK
     if (em_capture_swap_state(saved, &left) < 0)
         Py_CLEAR(res);
@@ -298,6 +306,19 @@ done:
         PyMem_Free(inputs);
     Py_XDECREF(outs);
     return res;
+}
+
+static PyObject *
+frame_vectorcall(CompiledFrame *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return run(self, args, PyVectorcall_NARGS(nargsf), NULL);
+}
+
+PyObject *
+em_compiled_frame_call(PyObject *frame, PyObject *const *args, Py_ssize_t nargs,
+                       const em_Resolved *resolved)
+{
+    return run((CompiledFrame *)frame, args, nargs, resolved);
 }
 
 /* ------------------------------------------------------------------ construction */
@@ -459,7 +480,7 @@ tag_is(PyObject *tag, const char *name)
 }
 
 static int
-parse_value(CompiledFrame *self, PyObject *spec, int at, value_t *v)
+parse_value(CompiledFrame *self, PyObject *spec, int at, value_t *v, PyObject *guards)
 {
     Py_ssize_t n = PyTuple_Check(spec) ? PyTuple_GET_SIZE(spec) : 0;
     PyObject *tag = n ? PyTuple_GET_ITEM(spec, 0) : NULL;
@@ -479,6 +500,8 @@ parse_value(CompiledFrame *self, PyObject *spec, int at, value_t *v)
     }
     if (n == 2 && tag_is(tag, "src")) {
         v->kind = V_SRC;
+        v->g.guard_src = guards == Py_None ? -1
+            : em_guards_find_source(guards, PyTuple_GET_ITEM(spec, 1));
         return parse_getter(PyTuple_GET_ITEM(spec, 1), &v->g);
     }
     if (n == 2 && (tag_is(tag, "tuple") || tag_is(tag, "list"))) {
@@ -549,7 +572,7 @@ bad:
 
 /* (values, effects, result) into value_t and effect_t records. */
 static int
-parse_program(CompiledFrame *self, PyObject *program)
+parse_program(CompiledFrame *self, PyObject *program, PyObject *guards)
 {
     PyObject *values, *effects, *result;
     if (!PyTuple_Check(program) ||
@@ -569,7 +592,7 @@ parse_program(CompiledFrame *self, PyObject *program)
     }
     for (int i = 0; i < nv; i++) {
         self->nvalues = i + 1;    /* so that free_records sees what this one allocates */
-        if (parse_value(self, PyTuple_GET_ITEM(values, i), i, &self->values[i]) < 0)
+        if (parse_value(self, PyTuple_GET_ITEM(values, i), i, &self->values[i], guards) < 0)
             return -1;
     }
     self->nvalues = nv;
@@ -581,14 +604,16 @@ parse_program(CompiledFrame *self, PyObject *program)
     return self->result < 0 ? -1 : 0;
 }
 
-/* CompiledFrame(fn, getters, program, globals, closure, on_error, name) */
+/* CompiledFrame(fn, getters, program, globals, closure, on_error, name, guards=None):
+ * guards, the entry's GuardProgram, lets a cache hit reuse the sources it resolved. */
 static PyObject *
 frame_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *fn, *getters, *program, *globals, *closure, *on_error, *name;
-    if (!PyArg_ParseTuple(args, "OO!O!O!OOU:CompiledFrame", &fn, &PyTuple_Type, &getters,
+    PyObject *guards = Py_None;
+    if (!PyArg_ParseTuple(args, "OO!O!O!OOU|O:CompiledFrame", &fn, &PyTuple_Type, &getters,
                           &PyTuple_Type, &program, &PyDict_Type, &globals, &closure,
-                          &on_error, &name))
+                          &on_error, &name, &guards))
         return NULL;
     if (closure != Py_None && !PyTuple_Check(closure)) {
         PyErr_SetString(PyExc_TypeError, "CompiledFrame: closure must be a tuple or None");
@@ -615,10 +640,13 @@ frame_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         goto error;
     }
     self->ngetters = ngetters;
-    for (int i = 0; i < ngetters; i++)
+    for (int i = 0; i < ngetters; i++) {
         if (parse_getter(PyTuple_GET_ITEM(getters, i), &self->g[i]) < 0)
             goto error;
-    if (parse_program(self, program) < 0)
+        self->g[i].guard_src = guards == Py_None ? -1
+            : em_guards_find_source(guards, PyTuple_GET_ITEM(getters, i));
+    }
+    if (parse_program(self, program, guards) < 0)
         goto error;
     PyObject_GC_Track(self);
     return (PyObject *)self;
@@ -653,7 +681,7 @@ static PyGetSetDef frame_getset[] = {
     {NULL},
 };
 
-static PyTypeObject CompiledFrame_Type = {
+PyTypeObject em_CompiledFrame_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ember._C.CompiledFrame",
     .tp_basicsize = sizeof(CompiledFrame),
@@ -672,8 +700,8 @@ static PyTypeObject CompiledFrame_Type = {
 int
 em_compiled_frame_init(PyObject *module)
 {
-    if (PyType_Ready(&CompiledFrame_Type) < 0)
+    if (PyType_Ready(&em_CompiledFrame_Type) < 0)
         return -1;
-    Py_INCREF(&CompiledFrame_Type);
-    return PyModule_AddObject(module, "CompiledFrame", (PyObject *)&CompiledFrame_Type);
+    Py_INCREF(&em_CompiledFrame_Type);
+    return PyModule_AddObject(module, "CompiledFrame", (PyObject *)&em_CompiledFrame_Type);
 }

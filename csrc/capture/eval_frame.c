@@ -313,17 +313,26 @@ eval_frame_hook(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
         em_GuardInputs in = {frame->localsplus, nargs, frame->f_globals, frame->f_builtins,
                              frame->f_func->func_closure};
         PyObject *fn = NULL;
+        em_Resolved resolved;
         guards_running++;
-        int r = em_cache_lookup(code, &in, &fn);
+        int r = em_cache_lookup(code, &in, &fn, &resolved);
         guards_running--;
-        if (r < 0)
+        if (r < 0) {
+            em_resolved_clear(&resolved);
             return NULL;
+        }
         if (r > 0) {
             n_hits++;
-            PyObject *result = call_instead(fn, frame, nargs);
+            /* a CompiledFrame takes the sources the guards resolved (each chain is
+             * walked once per call); anything else is called with the slots */
+            PyObject *result = em_CompiledFrame_Check(fn)
+                ? em_compiled_frame_call(fn, frame->localsplus, nargs, &resolved)
+                : call_instead(fn, frame, nargs);
+            em_resolved_clear(&resolved);
             Py_DECREF(fn);
             return result;
         }
+        em_resolved_clear(&resolved);
     }
     n_misses++;
     /* Guards may have run Python code (and other threads): look again. */

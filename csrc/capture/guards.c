@@ -108,6 +108,7 @@ typedef struct {
     int cleared;              /* tp_clear ran: the program fails every check */
     PyObject *descr;          /* tuple of str: one line per guard (not the guard tuples,
                                * which would keep guarded objects alive) */
+    PyObject *seen;           /* identity of a source -> its index (em_guards_find_source) */
     PyObject *argnames, *freenames;   /* while building only */
 } GuardProgram;
 
@@ -119,6 +120,7 @@ typedef struct {
     GuardProgram *prog;
     PyObject *seen;           /* identity of a source -> its index */
     int cap_sources;
+    int lookup_only;          /* find sources, never add them (-2: not there) */
 } Builder;
 
 static PyObject *
@@ -145,6 +147,10 @@ intern_source(Builder *b, Source *s, PyObject *dedupe)
     }
     if (PyErr_Occurred())
         goto done;
+    if (b->lookup_only) {
+        index = -2;
+        goto done;
+    }
     GuardProgram *p = b->prog;
     if (p->nsources == b->cap_sources) {
         int cap = b->cap_sources ? 2 * b->cap_sources : 8;
@@ -306,7 +312,7 @@ add_source(Builder *b, PyObject *src)
         }
         int base = add_source(b, PyTuple_GET_ITEM(src, 1));
         if (base < 0)
-            return -1;
+            return base;
         return add_step(b, base, tag, PyTuple_GET_ITEM(src, 2));
     }
     int index = add_root(b, tag, PyTuple_GET_ITEM(src, 1));
@@ -670,7 +676,7 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"guards", "argnames", "freenames", NULL};
     PyObject *guards, *argnames = Py_None, *freenames = Py_None, *spec = NULL;
-    Builder b = {NULL, NULL, 0};
+    Builder b = {NULL, NULL, 0, 0};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:GuardProgram", kwlist, &guards,
                                      &argnames, &freenames))
         return NULL;
@@ -708,7 +714,7 @@ program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto error;
         PyTuple_SET_ITEM(p->descr, i, line);
     }
-    Py_DECREF(b.seen);
+    p->seen = b.seen;        /* kept: em_guards_find_source */
     Py_DECREF(spec);
     Py_CLEAR(p->argnames);   /* only needed to name sources */
     Py_CLEAR(p->freenames);
@@ -730,6 +736,7 @@ program_traverse(GuardProgram *p, visitproc visit, void *arg)
     }
     for (int i = 0; i < p->nsources; i++)
         Py_VISIT(p->sources[i].key);
+    Py_VISIT(p->seen);
     return 0;
 }
 
@@ -739,6 +746,7 @@ program_clear(GuardProgram *p)
     p->cleared = 1;
     program_release(p);
     Py_CLEAR(p->descr);
+    Py_CLEAR(p->seen);
     Py_CLEAR(p->argnames);
     Py_CLEAR(p->freenames);
     return 0;
@@ -1107,14 +1115,25 @@ run_guard(Eval *ev, const Guard *g)
     return -1;
 }
 
-int
-em_guards_check(PyObject *program, const em_GuardInputs *in, PyObject **reason)
+void
+em_resolved_clear(em_Resolved *r)
 {
-    GuardProgram *p = (GuardProgram *)program;
-    PyObject *small[16];
-    PyObject **vals = small;
+    for (int i = 0; r->vals != NULL && i < r->n; i++)
+        Py_XDECREF(r->vals[i]);
+    if (r->vals != NULL && r->vals != r->small)
+        PyMem_Free(r->vals);
+    r->vals = NULL;
+    r->n = 0;
+}
+
+/* Runs the guards; the resolved sources are left in *res (released by the caller). */
+static int
+check(GuardProgram *p, const em_GuardInputs *in, PyObject **reason, em_Resolved *res)
+{
     Eval ev = {p, in, NULL, reason};
     int result = 1;
+    res->vals = NULL;
+    res->n = 0;
     if (reason != NULL)
         *reason = NULL;
     if (p->cleared) {
@@ -1122,33 +1141,60 @@ em_guards_check(PyObject *program, const em_GuardInputs *in, PyObject **reason)
             *reason = PyUnicode_FromString("guard program was cleared");
         return reason != NULL && *reason == NULL ? -1 : 0;
     }
-    if (p->nsources > (int)(sizeof(small) / sizeof(small[0]))) {
-        vals = PyMem_Calloc(p->nsources, sizeof(PyObject *));
-        if (vals == NULL) {
+    if (p->nsources > (int)(sizeof(res->small) / sizeof(res->small[0]))) {
+        res->vals = PyMem_Calloc(p->nsources, sizeof(PyObject *));
+        if (res->vals == NULL) {
             PyErr_NoMemory();
             return -1;
         }
     }
     else {
-        memset(small, 0, sizeof(small));
+        memset(res->small, 0, sizeof(res->small));
+        res->vals = res->small;
     }
-    ev.vals = vals;
+    res->n = p->nsources;
+    ev.vals = res->vals;
     /* Keep the program alive: a predicate or getattr may drop the last reference. */
     Py_INCREF(p);
-    int nsources = p->nsources;
     for (int i = 0; i < p->nguards; i++) {
         result = run_guard(&ev, &p->guards[i]);
         if (result <= 0)
             break;
     }
-    for (int i = 0; i < nsources; i++)
-        Py_XDECREF(vals[i]);
-    if (vals != small)
-        PyMem_Free(vals);
     Py_DECREF(p);
     if (result < 0 && reason != NULL)
         Py_CLEAR(*reason);
     return result;
+}
+
+int
+em_guards_check(PyObject *program, const em_GuardInputs *in, PyObject **reason)
+{
+    em_Resolved res;
+    int result = check((GuardProgram *)program, in, reason, &res);
+    em_resolved_clear(&res);
+    return result;
+}
+
+int
+em_guards_check_resolved(PyObject *program, const em_GuardInputs *in, em_Resolved *out)
+{
+    return check((GuardProgram *)program, in, NULL, out);
+}
+
+int
+em_guards_find_source(PyObject *program, PyObject *getter)
+{
+    GuardProgram *p = (GuardProgram *)program;
+    if (!em_GuardProgram_Check(program) || p->seen == NULL || p->cleared)
+        return -1;
+    Builder b = {p, p->seen, p->nsources, 1};
+    int index = add_source(&b, getter);
+    if (index < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return index;
 }
 
 /* ------------------------------------------------------------------ Python methods */

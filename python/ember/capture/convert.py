@@ -122,7 +122,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                              frame_info.closure,
                              _eager_rerun(code, frame_info.globals, frame_info.closure, ctx),
-                             code.co_name)
+                             code.co_name, guards)
     if ctx.check:
         frame = SelfCheckingFrame(frame, frame_info, pristine, out, ctx.backend,
                                   ctx.backend_name)

@@ -1,0 +1,44 @@
+"""On a cache hit each source is resolved once: the guards' values are the compiled
+frame's inputs (no second walk of the attribute and item chains)."""
+import pytest
+
+import ember
+from ember.capture import _hook
+
+pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
+
+
+class CountingList(list):
+    """A list whose item reads (through __getitem__, as guards and inputs read items of
+    list subclasses) are counted."""
+    reads = 0
+
+    def __getitem__(self, i):
+        CountingList.reads += 1
+        return list.__getitem__(self, i)
+
+
+def test_a_hit_walks_each_input_chain_once():
+    def f(xs):
+        return xs[0] * 2 + xs[1]
+
+    compiled = ember.compile(f, backend="eager")
+    xs = CountingList([ember.ones(2), ember.ones(2)])
+    compiled(xs)
+    CountingList.reads = 0
+    for _ in range(5):
+        assert compiled(xs).tolist() == [3.0, 3.0]
+    assert CountingList.reads == 5 * 2       # xs[0] and xs[1], once per call each
+
+
+def test_module_parameters_are_read_afresh_on_every_call():
+    lin = ember.nn.Linear(2, 2)
+    compiled = ember.compile(lin, backend="eager")
+    x = ember.ones(1, 2)
+    compiled(x)
+    with ember.no_grad():
+        lin.weight.fill_(0.0)
+        lin.bias.fill_(1.0)
+    assert compiled(x).tolist() == [[1.0, 1.0]]
+    lin.weight = ember.nn.Parameter(ember.ones(2, 2))     # a new object at the same path
+    assert compiled(x).tolist() == [[3.0, 3.0]]
