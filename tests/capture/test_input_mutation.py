@@ -7,6 +7,7 @@ import pytest
 
 import ember
 from ember.capture import CaptureError, _hook, counters
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 

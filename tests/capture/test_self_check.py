@@ -10,6 +10,7 @@ import pytest
 import ember
 from ember.capture import SelfCheckError, _hook, counters
 from ember.capture.self_check import SelfCheckingFrame
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 

@@ -281,6 +281,7 @@ def state():
 """),
     Case("python_module_attribute", """
 import types
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 settings = types.ModuleType("settings")
 settings.scale = 2
 def make():

@@ -1,0 +1,13 @@
+"""A fixture for capture tests that start and end with empty caches and counters:
+`from fresh_compiler import fresh_compiler  # noqa: F401` makes it apply to a module
+(a conftest.py here would shadow tests/conftest.py for `from conftest import ...`)."""
+import pytest
+
+import ember
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    ember.compiler.reset()
+    yield
+    ember.compiler.reset()
