@@ -15,10 +15,12 @@ An entry holds everything every stage needs to know about an operator:
   new value of self.<op>(*args), into self; none where there is no inverse (expand),
   and view_replay(self, *args) where the view's value for any layout of self is not
   the op itself (view -> reshape); see ops/view_replay.py;
-- where it appears: as ember.<name>, as a Tensor method, as Python operators.
+- where it appears: as ember.<name>, as a Tensor method (Python operators are Tensor
+  slots in csrc/tensor/tensor.c, which name their ops by id).
 
-`install()` turns every entry into a C Op (csrc/dispatch/op.c) and puts it in place.
-Adding an operator is one `op(...)` call plus its kernel.
+`install()` turns every entry into a C Op (csrc/dispatch/op.c), puts it in place and
+binds the C table of ops by id (ops/op_ids.py). Adding an operator is one `op(...)` call
+plus its kernel; C code that calls it by id needs `python -m ember.ops.op_ids` first.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _C
+from . import op_ids
 from . import schema as _schema
 
 UNARY = _C.KIND_UNARY
@@ -83,11 +86,11 @@ class OpEntry:
     inplace_variant: bool = False   # also declare name_ (in place, e.g. add_)
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
-    operators: tuple = ()
     aliases: tuple = ()
     doc: str = ""
     c_op: object = field(default=None, repr=False)
     functional: object = field(default=None, repr=False)   # in-place ops: their twin
+    op_id: int = field(default=-1, repr=False)   # its id in C (ops/op_ids.py), by install()
 
     @property
     def name(self):
@@ -253,13 +256,11 @@ def install(namespace: dict) -> dict:
             methods = {name: head}
             methods.update({alias: head for alias in first.aliases})
             _C._add_tensor_attrs(methods)
-        for slot in (name, *first.operators):
-            _C._bind_slot(slot, head)
     for e in ENTRIES:
         if e.functional is not None:
             e.c_op._set_functional(e.functional.c_op)
-    _C._bind_view_ops(public["view"], public["clone"], public["_to_copy"])
-    _C._bind_engine_ops(public["add"], public["sum_to_size"], public["_to_copy"])
+    op_ids.assign(BY_NAME)
+    _C._bind_ops({e.qualified_name: e.c_op for e in ENTRIES})
     return public
 
 
