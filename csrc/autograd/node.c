@@ -407,7 +407,7 @@ em_node_apply(em_Node *node, PyObject *grads)
     em_Op *op = node->op;
     /* Only what the formula reads must be unmodified (op->backward_reads). */
     for (int i = 0; i < op->nparams; i++)
-        if ((op->backward_reads >> (i + 1) & 1) && check_version(node, i) < 0)
+        if (((op->backward_reads >> (i + 1)) & 1) && check_version(node, i) < 0)
             return NULL;
     bool check_result = op->backward_reads & 1;
     int n = op->nparams + 2;

@@ -641,11 +641,13 @@ set_entry_facts(em_Op *op, PyObject *entry)
         return -1;
     }
     if (dec != Py_None)
-        op->decompose = (Py_INCREF(dec), dec);
+        op->decompose = dec;
+    else
+        Py_DECREF(dec);
     if (impl != Py_None)
-        op->impl = (Py_INCREF(impl), impl);
-    Py_DECREF(dec);
-    Py_DECREF(impl);
+        op->impl = impl;
+    else
+        Py_DECREF(impl);
     if (op->backward == NULL)
         return 0;
     PyObject *uses = PyObject_GetAttrString(entry, "backward_uses");
@@ -1020,6 +1022,9 @@ static PyMemberDef op_members[] = {
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
     {"id", T_INT, offsetof(em_Op, id), READONLY,
      "Its id in C (csrc/dispatch/op_ids.h) once install() bound it, else -1."},
+    {"backward_reads", T_UINT, offsetof(em_Op, backward_reads), READONLY,
+     "Which of (result, *args) the backward formula reads: bit 0 the result, bit i + 1 "
+     "parameter i (entry.backward_uses); all bits when that can't be told."},
     {"__doc__", T_OBJECT, offsetof(em_Op, schema), READONLY, NULL},
     {NULL},
 };

@@ -403,13 +403,13 @@ k_round_decimals(em_Op *op, PyObject **args)
         return finish(out, -1);
     PyObject *first[2] = {args[0], scale}, *self_out[1] = {(PyObject *)out},
              *last[2] = {(PyObject *)out, scale};
-    int st = em_ufunc_call(d > 0 ? em_np.multiply : em_np.true_divide, first, 2, out->array, compute,
-                           compute);
+    int st = em_ufunc_call(d > 0 ? em_np.multiply : em_np.true_divide, first, 2, out->array,
+                           compute, compute);
     if (st == 0)
         st = em_ufunc_call(op->ufunc, self_out, 1, out->array, compute, compute);
     if (st == 0)
-        st = em_ufunc_call(d > 0 ? em_np.true_divide : em_np.multiply, last, 2, out->array, compute,
-                           compute);
+        st = em_ufunc_call(d > 0 ? em_np.true_divide : em_np.multiply, last, 2, out->array,
+                           compute, compute);
     Py_DECREF(scale);
     return finish(out, st);
 }

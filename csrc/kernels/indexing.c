@@ -1228,8 +1228,8 @@ k_index_add(em_Op *op, PyObject **args)
     if (!(PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1)) {
         Py_SETREF(scaled, em_empty(source->ndim, source->sizes, source->dtype, false));
         PyObject *ins[2] = {(PyObject *)source, alpha};
-        if (scaled == NULL || em_ufunc_call(em_np.multiply, ins, 2, scaled->array, EM_UNDEFINED,
-                                                     EM_UNDEFINED) < 0) {
+        if (scaled == NULL ||
+            em_ufunc_call(em_np.multiply, ins, 2, scaled->array, EM_UNDEFINED, EM_UNDEFINED) < 0) {
             Py_XDECREF(scaled);
             goto error;
         }

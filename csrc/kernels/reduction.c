@@ -876,7 +876,8 @@ sort_indices(PyArrayObject *arr, int d, bool descending)
                                                             PyArray_DIMS(arr), NPY_INT64);
     PyObject *last = PyLong_FromSsize_t(PyArray_DIMS(arr)[d] - 1);
     PyObject *ins[2] = {last, (PyObject *)ra};
-    int st = (out && last) ? em_ufunc_call(em_np.subtract, ins, 2, out, EM_UNDEFINED, EM_UNDEFINED) : -1;
+    int st = (out && last)
+                 ? em_ufunc_call(em_np.subtract, ins, 2, out, EM_UNDEFINED, EM_UNDEFINED) : -1;
     Py_XDECREF(last);
     Py_DECREF(ra);
     if (st < 0)

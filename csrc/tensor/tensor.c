@@ -829,9 +829,15 @@ unary_slot(int id, PyObject *a, const char *what)
     return em_op_call(op, &a, 1);
 }
 
-static PyObject *tensor_nb_neg(PyObject *a) { return unary_slot(EM_OP_NEG, a, "unary -"); }
-static PyObject *tensor_nb_abs(PyObject *a) { return unary_slot(EM_OP_ABS, a, "abs()"); }
-static PyObject *tensor_nb_invert(PyObject *a) { return unary_slot(EM_OP___INVERT__, a, "unary ~"); }
+#define UNARY_SLOT(fname, id, what)                               \
+    static PyObject *fname(PyObject *a)                           \
+    {                                                             \
+        return unary_slot(id, a, what);                           \
+    }
+
+UNARY_SLOT(tensor_nb_neg, EM_OP_NEG, "unary -")
+UNARY_SLOT(tensor_nb_abs, EM_OP_ABS, "abs()")
+UNARY_SLOT(tensor_nb_invert, EM_OP___INVERT__, "unary ~")   /* a TypeError for floats */
 
 static PyObject *
 tensor_nb_pos(PyObject *a)
