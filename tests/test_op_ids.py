@@ -49,7 +49,7 @@ def test_constant_names_that_collide_are_refused():
 
     table = {"a_b": [Entry("a_b", "")], "A_B": [Entry("A_B", "")]}
     with pytest.raises(ValueError, match="EM_OP_A_B"):
-        op_ids.assign(table)
+        registry.assign_op_ids(table)
 
 
 def test_no_c_file_calls_an_op_by_name():
@@ -95,6 +95,15 @@ def test_backward_reads_only_what_the_formula_uses():
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
 
 
-def test_unbound_ops_raise():
+def test_an_op_c_needs_but_is_not_bound_is_a_runtime_error():
+    table = {e.qualified_name: e.c_op for e in registry.ENTRIES}
+    x = ember.ones(2, 3).t()   # not viewable as (6,): reshape clones
+    try:
+        _C._bind_ops({name: op for name, op in table.items() if name != "clone"})
+        with pytest.raises(RuntimeError, match="op clone is not bound"):
+            x.reshape(6)
+    finally:
+        _C._bind_ops(table)
+    assert x.reshape(6).shape == (6,)
     with pytest.raises(TypeError):
         _C._bind_ops([])

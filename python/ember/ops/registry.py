@@ -33,7 +33,6 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _C
-from . import op_ids
 from . import schema as _schema
 
 UNARY = _C.KIND_UNARY
@@ -234,6 +233,29 @@ def _make_c_op(entry: OpEntry):
                  entry.composite, entry, backward_name(s.name))
 
 
+def id_name(name: str, overload: str = "") -> str:
+    """The C constant of an op id (csrc/dispatch/op_ids.h): EM_OP_MAX, EM_OP_MAX__DIM."""
+    return "EM_OP_" + (f"{name}__{overload}" if overload else name).upper()
+
+
+def assign_op_ids(by_name: dict) -> list:
+    """[(C constant, entry)] in id order (ops/op_ids.py), with entry.op_id the index, for
+    the table's name -> [entries] (overloads in declaration order): EM_OP_<NAME> for a
+    name's first overload, EM_OP_<NAME>__<OVERLOAD> for the others."""
+    named = {}
+    for name, entries in by_name.items():
+        for i, e in enumerate(entries):
+            c = id_name(name) if i == 0 else id_name(name, e.overload or "default")
+            if c in named:
+                raise ValueError(f"{e.qualified_name} and {named[c].qualified_name} both "
+                                 f"map to {c}")
+            named[c] = e
+    ids = sorted(named.items())
+    for i, (_, e) in enumerate(ids):
+        e.op_id = i
+    return ids
+
+
 def install(namespace: dict) -> dict:
     """Makes the C ops; puts functions in namespace and methods on Tensor.
     Returns name -> public op (the first overload, which tries the others)."""
@@ -259,7 +281,7 @@ def install(namespace: dict) -> dict:
     for e in ENTRIES:
         if e.functional is not None:
             e.c_op._set_functional(e.functional.c_op)
-    op_ids.assign(BY_NAME)
+    assign_op_ids(BY_NAME)
     _C._bind_ops({e.qualified_name: e.c_op for e in ENTRIES})
     return public
 
