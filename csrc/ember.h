@@ -22,6 +22,8 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
+#include "dispatch/op_ids.h"
+
 #define EM_MAX_DIMS 64
 #define EM_INLINE_DIMS 6
 #define EM_MAX_PARAMS 16
@@ -224,6 +226,8 @@ struct em_Op {
     PyObject *schema;          /* the signature string */
     PyObject *entry;           /* the Python OpEntry */
     PyObject *backward;        /* Python formula or NULL (not differentiable) */
+    PyObject *decompose;       /* entry.decompose or NULL ("decomposed" kernels) */
+    PyObject *impl;            /* entry.impl or NULL ("python" kernels) */
     PyObject *ufunc;           /* NumPy ufunc for ufunc-backed kernels, or NULL */
     PyObject *reduce_ufunc;    /* second ufunc (e.g. argmax for max.dim) or NULL */
     PyObject *backward_name;   /* "AddBackward0" */
@@ -231,6 +235,7 @@ struct em_Op {
     em_Op *functional;         /* in-place ops: the out-of-place op they update self with */
     em_kernel_fn kernel;
     em_kind_t kind;
+    int id;                    /* EM_OP_* (op_ids.h) once install() bound it, else -1 */
     int nparams;
     int npositional;
     int nouts;
@@ -239,24 +244,33 @@ struct em_Op {
     int alias_param;           /* the parameter the result may be a view of (its schema's
                                 * Tensor(a) return), or -1 */
     int rule;                  /* variant of the kind's dtype rule (EM_RULE_*) */
+    uint32_t backward_reads;   /* which of (result, *args) the formula reads (bit 0: the
+                                * result, bit i + 1: parameter i; entry.backward_uses),
+                                * all bits when that can't be told */
     em_Param params[EM_MAX_PARAMS];
 };
 
 extern PyTypeObject em_Op_Type;
 #define em_Op_Check(o) PyObject_TypeCheck((o), &em_Op_Type)
 
-/* The operators the Tensor type's number/mapping slots call, bound at import. */
-typedef enum {
-    EM_SLOT_ADD, EM_SLOT_SUB, EM_SLOT_RSUB, EM_SLOT_MUL, EM_SLOT_DIV, EM_SLOT_RDIV,
-    EM_SLOT_POW, EM_SLOT_RPOW, EM_SLOT_NEG, EM_SLOT_MATMUL, EM_SLOT_EQ, EM_SLOT_NE,
-    EM_SLOT_LT, EM_SLOT_LE, EM_SLOT_GT, EM_SLOT_GE, EM_SLOT_SELECT, EM_SLOT_SLICE,
-    EM_SLOT_UNSQUEEZE, EM_SLOT_ALIAS, EM_SLOT_ABS, EM_SLOT_POS, EM_SLOT_INVERT,
-    EM_SLOT_AND, EM_SLOT_OR, EM_SLOT_XOR, EM_SLOT_FLOORDIV, EM_SLOT_RFLOORDIV,
-    EM_SLOT_MOD, EM_SLOT_RMOD, EM_SLOT_SETITEM, EM_SLOT_INDEX, EM_SLOT_LSHIFT,
-    EM_SLOT_RSHIFT, EM_SLOT_IADD, EM_SLOT_ISUB, EM_SLOT_IMUL, EM_SLOT_IDIV,
-    EM_NSLOTS
-} em_slot_t;
-extern em_Op *em_slots[EM_NSLOTS];
+/* Ops by id (op_ids.h, generated from the op table): em_ops[EM_OP_VIEW] is the public
+ * view op, filled by ember.ops.install() (_C._bind_ops). */
+extern em_Op *em_ops[EM_NOPS];
+/* em_ops[id], bounds-checked; NULL (no exception) when install() bound none. */
+static inline em_Op *
+em_op_lookup(int id)
+{
+    return (id >= 0 && id < EM_NOPS) ? em_ops[id] : NULL;
+}
+/* The same, NULL with a RuntimeError. */
+em_Op *em_op(int id);
+/* Calls the op of id through the dispatcher as Python would: positional args, then the
+ * values of the keyword arguments named in kwnames (NULL: none). What a C composite
+ * does for each op it is made of. */
+PyObject *em_call_op(int id, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* Keyword names for em_call_op, made once: ("dtype",), ("memory_format",); and the
+ * string "contiguous_format". */
+extern PyObject *em_kw_dtype, *em_kw_memory_format, *em_str_contiguous_format;
 
 /* Calls an op with already-bound arguments (dispatch by mode, then autograd). */
 PyObject *em_op_call_bound(em_Op *op, PyObject **args);
@@ -269,6 +283,7 @@ PyObject *em_call_tracer(em_Op *op, PyObject **args);
 PyObject *em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs);
 em_kernel_fn em_find_kernel(const char *name);
 int em_op_init(PyObject *module);
+int em_registry_init(PyObject *module);   /* kernels/registry.c: _C._kernel_names */
 
 /* ------------------------------------------------------------------ rules (C side)
  * Shape and dtype rules per op kind, shared by eager kernels and the meta path. */
@@ -317,9 +332,41 @@ PyObject *em_decomposed_kernel(em_Op *op, PyObject **args);
 extern const em_KernelEntry em_shape_kernels[];     /* shape.c */
 extern const em_KernelEntry em_indexing_kernels[];  /* indexing.c */
 
-/* Calls a NumPy ufunc: ufunc(ins..., out=out, signature=sig, casting="unsafe"). */
+int em_reduction_init(void);    /* reduction.c */
+/* factory.c: _C._set_default_generator(gen), the generator factories draw from */
+PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
+
+/* NumPy glue (kernels/numpy.c), set up once at import by em_numpy_init: the NumPy
+ * functions kernels call (em_np.add is numpy.add, borrowed), NumPy's errstate and the
+ * calls of ufuncs. */
+#define EM_NUMPY_FUNCTIONS(X)                                                           \
+    X(absolute) X(add) X(all) X(arange) X(broadcast_to) X(copyto) X(equal) X(exp)       \
+    X(floor) X(floor_divide) X(fmod) X(greater_equal) X(iinfo) X(isfinite) X(less)     \
+    X(less_equal) X(log) X(logical_and) X(maximum) X(minimum) X(multiply) X(not_equal) \
+    X(power) X(sqrt) X(subtract) X(true_divide) X(trunc)
+#define EM_NUMPY_FIELD(name) PyObject *name;
+typedef struct {
+    EM_NUMPY_FUNCTIONS(EM_NUMPY_FIELD)
+} em_NumPy;
+#undef EM_NUMPY_FIELD
+extern em_NumPy em_np;
+extern PyObject *em_numpy;    /* the numpy module */
+/* interned "unsafe" and the ufunc method names */
+extern PyObject *em_str_unsafe, *em_str_at, *em_str_reduce, *em_str_accumulate;
+int em_numpy_init(void);
+/* Sets NumPy's errstate to ignore; returns a token for em_errstate_restore, NULL with an
+ * exception set. */
+PyObject *em_errstate_ignore(void);
+int em_errstate_restore(PyObject *token);
+/* ufunc(ins..., out=out, signature=(compute, ..., result), casting="unsafe") (1 to 3
+ * inputs: Tensors, arrays or numbers) with errstate ignored; Python ints of an integer
+ * loop wrap to its width. compute EM_UNDEFINED: no signature, NumPy picks the loop. */
 int em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out,
                   em_dtype_t compute, em_dtype_t result);
+/* ufunc.<method>(args..., **kw) with errstate ignored (em_str_reduce, em_str_at, ...). */
+PyObject *em_ufunc_method(PyObject *ufunc, PyObject *method, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames);
+
 PyObject *em_number_from(PyObject *obj);  /* numbers pass through; error otherwise */
 bool em_is_number(PyObject *obj);
 /* Tensor and numbers in args -> result geometry for an elementwise kind. */
@@ -374,6 +421,12 @@ PyObject *em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObje
 bool em_aot_backward_release(PyObject *fn);
 int em_node_init_type(PyObject *module);
 int em_engine_init(PyObject *module);
+/* node.c, for the engine: runs a node's backward on grads (a tuple, one per output; None
+ * where none arrived), returning one gradient (or None) per edge; frees what a node
+ * saved; PyTorch's error for a node already released. */
+PyObject *em_node_apply(em_Node *node, PyObject *grads);
+void em_node_release(em_Node *node);
+PyObject *em_node_released_error(em_Node *node);
 
 /* Views (csrc/autograd/view.c). A result of op(args) that shares args[alias_param]'s
  * storage records the step that made it (so base, steps replay it). */
@@ -408,8 +461,5 @@ PyObject *em_op_error(PyObject *exc, const char *opname, const char *fmt, ...);
 
 /* ------------------------------------------------------------------ misc */
 PyObject *em_llvm_info(PyObject *self, PyObject *noargs);
-extern PyObject *em_numpy;    /* the numpy module */
-extern PyObject *em_str_out, *em_str_signature, *em_str_casting, *em_str_unsafe,
-    *em_str_axis, *em_str_keepdims, *em_str_dtype, *em_str_reduce;
 
 #endif /* EMBER_H */

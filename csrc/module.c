@@ -2,15 +2,6 @@
 #define EM_IMPORT_ARRAY
 #include "ember.h"
 
-PyObject *em_numpy;
-PyObject *em_str_out, *em_str_signature, *em_str_casting, *em_str_unsafe, *em_str_axis,
-    *em_str_keepdims, *em_str_dtype, *em_str_reduce;
-
-int em_elementwise_init(void);
-int em_reduction_init(void);
-int em_registry_init(PyObject *module);
-PyObject *em_bind_view_ops(PyObject *self, PyObject *args);
-PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
 int em_compiled_frame_init(PyObject *module);
 int em_compiled_graph_init(PyObject *module);
 int em_jit_init_type(PyObject *module);
@@ -83,7 +74,6 @@ static PyMethodDef module_methods[] = {
     {"get_default_dtype", get_default_dtype, METH_NOARGS, NULL},
     {"set_default_dtype", set_default_dtype, METH_O, NULL},
     {"_llvm_info", em_llvm_info, METH_NOARGS, NULL},
-    {"_bind_view_ops", em_bind_view_ops, METH_VARARGS, NULL},
     {"_set_default_generator", em_set_default_generator, METH_O, NULL},
     {NULL},
 };
@@ -96,21 +86,6 @@ static struct PyModuleDef module_def = {
     .m_methods = module_methods,
 };
 
-static int
-intern_strings(void)
-{
-    em_str_out = PyUnicode_InternFromString("out");
-    em_str_signature = PyUnicode_InternFromString("signature");
-    em_str_casting = PyUnicode_InternFromString("casting");
-    em_str_unsafe = PyUnicode_InternFromString("unsafe");
-    em_str_axis = PyUnicode_InternFromString("axis");
-    em_str_keepdims = PyUnicode_InternFromString("keepdims");
-    em_str_dtype = PyUnicode_InternFromString("dtype");
-    em_str_reduce = PyUnicode_InternFromString("reduce");
-    return (em_str_out && em_str_signature && em_str_casting && em_str_unsafe && em_str_axis &&
-            em_str_keepdims && em_str_dtype && em_str_reduce) ? 0 : -1;
-}
-
 PyMODINIT_FUNC
 PyInit__C(void)
 {
@@ -119,12 +94,10 @@ PyInit__C(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    em_numpy = PyImport_ImportModule("numpy");
-    if (em_numpy == NULL || intern_strings() < 0 ||
-        PyModule_AddIntConstant(m, "MAX_DIMS", EM_MAX_DIMS) < 0 || em_dtype_init(m) < 0 ||
-        em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 || em_op_init(m) < 0 ||
-        em_node_init_type(m) < 0 || em_engine_init(m) < 0 || em_view_init(m) < 0 ||
-        em_elementwise_init() < 0 || em_reduction_init() < 0 || em_registry_init(m) < 0 ||
+    if (em_numpy_init() < 0 || PyModule_AddIntConstant(m, "MAX_DIMS", EM_MAX_DIMS) < 0 ||
+        em_dtype_init(m) < 0 || em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 ||
+        em_op_init(m) < 0 || em_node_init_type(m) < 0 || em_engine_init(m) < 0 ||
+        em_view_init(m) < 0 || em_reduction_init() < 0 || em_registry_init(m) < 0 ||
         em_capture_init(m) < 0 || em_compiled_frame_init(m) < 0 ||
         em_compiled_graph_init(m) < 0 || em_jit_init_type(m) < 0 || em_blas_init(m) < 0 ||
         em_threadpool_init(m) < 0 || em_aot_function_init(m) < 0) {

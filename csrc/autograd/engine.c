@@ -10,12 +10,6 @@
  */
 #include "ember.h"
 
-PyObject *em_node_apply(em_Node *node, PyObject *grads);
-PyObject *em_node_released_error(em_Node *node);
-void em_node_release(em_Node *node);
-
-static em_Op *op_add, *op_sum_to_size, *op_to_copy;
-
 static PyObject *
 add_grads(PyObject *a, PyObject *b)
 {
@@ -24,7 +18,7 @@ add_grads(PyObject *a, PyObject *b)
         return b;
     }
     PyObject *args[2] = {a, b};
-    return em_op_call(op_add, args, 2);
+    return em_call_op(EM_OP_ADD, args, 2, NULL);
 }
 
 /* Makes g match the shape and dtype of what the edge's target expects. */
@@ -61,7 +55,7 @@ conform(PyObject *g, int ndim, const Py_ssize_t *sizes, em_dtype_t dtype, PyObje
         for (int i = 0; i < ndim; i++)
             PyTuple_SET_ITEM(shape, i, PyLong_FromSsize_t(sizes[i]));
         PyObject *args[2] = {g, shape};
-        PyObject *r = em_op_call(op_sum_to_size, args, 2);
+        PyObject *r = em_call_op(EM_OP_SUM_TO_SIZE, args, 2, NULL);
         Py_DECREF(shape);
         Py_DECREF(g);
         if (r == NULL)
@@ -69,10 +63,8 @@ conform(PyObject *g, int ndim, const Py_ssize_t *sizes, em_dtype_t dtype, PyObje
         g = r;
     }
     if (((em_Tensor *)g)->dtype != dtype) {
-        PyObject *kw = Py_BuildValue("(s)", "dtype");
         PyObject *args[2] = {g, (PyObject *)em_dtypes[dtype]};
-        PyObject *r = kw ? PyObject_Vectorcall((PyObject *)op_to_copy, args, 1, kw) : NULL;
-        Py_XDECREF(kw);
+        PyObject *r = em_call_op(EM_OP__TO_COPY, args, 1, em_kw_dtype);
         Py_DECREF(g);
         g = r;
     }
@@ -192,7 +184,7 @@ add_in_place(em_Tensor *grad, em_Tensor *g)
         if (grad->strides[d] == 0 && grad->sizes[d] > 1)
             return 0;
     PyObject *ins[2] = {(PyObject *)grad, (PyObject *)g};
-    if (em_ufunc_call(op_add->ufunc, ins, 2, grad->array, grad->dtype, grad->dtype) < 0)
+    if (em_ufunc_call(em_np.add, ins, 2, grad->array, grad->dtype, grad->dtype) < 0)
         return -1;
     grad->storage->version++;
     return 1;
@@ -479,10 +471,6 @@ run_backward(PyObject *self, PyObject *args)
                           &PyTuple_Type, &grads, &retain, &create, &inputs, &accumulate,
                           &allow_unused))
         return NULL;
-    if (op_add == NULL || op_sum_to_size == NULL || op_to_copy == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "autograd engine ops are not bound");
-        return NULL;
-    }
     Py_ssize_t nroots = PyTuple_GET_SIZE(roots);
     if (PyTuple_GET_SIZE(grads) != nroots) {
         PyErr_Format(PyExc_RuntimeError, "grad can be implicitly created only for scalar "
@@ -669,26 +657,10 @@ done:
     return result;
 }
 
-static PyObject *
-bind_engine_ops(PyObject *self, PyObject *args)
-{
-    PyObject *a, *s, *t;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &em_Op_Type, &a, &em_Op_Type, &s, &em_Op_Type, &t))
-        return NULL;
-    Py_INCREF(a);
-    Py_XSETREF(op_add, (em_Op *)a);
-    Py_INCREF(s);
-    Py_XSETREF(op_sum_to_size, (em_Op *)s);
-    Py_INCREF(t);
-    Py_XSETREF(op_to_copy, (em_Op *)t);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef engine_methods[] = {
     {"_run_backward", run_backward, METH_VARARGS,
      "_run_backward(roots, grads, retain_graph, create_graph, inputs, accumulate, "
      "allow_unused=False)"},
-    {"_bind_engine_ops", bind_engine_ops, METH_VARARGS, NULL},
     {NULL},
 };
 

@@ -405,22 +405,11 @@ em_node_apply(em_Node *node, PyObject *grads)
         return raw;
     }
     em_Op *op = node->op;
-    /* Only what the formula reads must be unmodified: the entry says which of
-     * (result, *args) that is (None: all of them). */
-    PyObject *uses = PyObject_GetAttrString(op->entry, "backward_uses");
-    if (uses == NULL)
-        return NULL;
-    bool known = PyTuple_Check(uses) && PyTuple_GET_SIZE(uses) == op->nparams + 1;
-    for (int i = 0; i < op->nparams; i++) {
-        if (known && !PyObject_IsTrue(PyTuple_GET_ITEM(uses, i + 1)))
-            continue;
-        if (check_version(node, i) < 0) {
-            Py_DECREF(uses);
+    /* Only what the formula reads must be unmodified (op->backward_reads). */
+    for (int i = 0; i < op->nparams; i++)
+        if (((op->backward_reads >> (i + 1)) & 1) && check_version(node, i) < 0)
             return NULL;
-        }
-    }
-    bool check_result = !known || PyObject_IsTrue(PyTuple_GET_ITEM(uses, 0));
-    Py_DECREF(uses);
+    bool check_result = op->backward_reads & 1;
     int n = op->nparams + 2;
     PyObject **call = PyMem_Malloc(sizeof(PyObject *) * n);
     if (call == NULL)

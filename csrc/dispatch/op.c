@@ -12,7 +12,12 @@
 #include "ember.h"
 #include <structmember.h>
 
-em_Op *em_slots[EM_NSLOTS];
+em_Op *em_ops[EM_NOPS];
+PyObject *em_kw_dtype, *em_kw_memory_format, *em_str_contiguous_format;
+
+static const char *const qualnames[] = {EM_OP_QUALNAMES};
+_Static_assert(sizeof qualnames / sizeof qualnames[0] == EM_NOPS,
+               "op_ids.h: one qualified name per id");
 
 PyObject *
 em_op_error(PyObject *exc, const char *opname, const char *fmt, ...)
@@ -560,6 +565,24 @@ em_op_call(em_Op *op, PyObject *const *args, Py_ssize_t nargs)
     return op_vectorcall(op, args, (size_t)nargs, NULL);
 }
 
+em_Op *
+em_op(int id)
+{
+    em_Op *op = em_op_lookup(id);
+    if (op == NULL)
+        PyErr_Format(PyExc_RuntimeError, "op %s is not bound (ember.ops.install() binds the "
+                     "op table by csrc/dispatch/op_ids.h)",
+                     (id >= 0 && id < EM_NOPS) ? qualnames[id] : "of an unknown id");
+    return op;
+}
+
+PyObject *
+em_call_op(int id, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    em_Op *op = em_op(id);
+    return op == NULL ? NULL : op_vectorcall(op, args, (size_t)nargs, kwnames);
+}
+
 /* ------------------------------------------------------------------ the type */
 
 static void
@@ -570,6 +593,8 @@ op_dealloc(em_Op *self)
     Py_XDECREF(self->schema);
     Py_XDECREF(self->entry);
     Py_XDECREF(self->backward);
+    Py_XDECREF(self->decompose);
+    Py_XDECREF(self->impl);
     Py_XDECREF(self->ufunc);
     Py_XDECREF(self->reduce_ufunc);
     Py_XDECREF(self->backward_name);
@@ -601,6 +626,46 @@ set_alias_param(em_Op *op, PyObject *entry)
     }
     Py_DECREF(ap);
     return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The entry's facts C reads per call or per backward, read once: its decompose and impl
+ * functions, and which of (result, *args) its backward formula reads. */
+static int
+set_entry_facts(em_Op *op, PyObject *entry)
+{
+    op->backward_reads = UINT32_MAX;
+    PyObject *dec = PyObject_GetAttrString(entry, "decompose");
+    PyObject *impl = dec ? PyObject_GetAttrString(entry, "impl") : NULL;
+    if (impl == NULL) {
+        Py_XDECREF(dec);
+        return -1;
+    }
+    if (dec != Py_None)
+        op->decompose = dec;
+    else
+        Py_DECREF(dec);
+    if (impl != Py_None)
+        op->impl = impl;
+    else
+        Py_DECREF(impl);
+    if (op->backward == NULL)
+        return 0;
+    PyObject *uses = PyObject_GetAttrString(entry, "backward_uses");
+    if (uses == NULL)
+        return -1;
+    if (PyTuple_Check(uses) && PyTuple_GET_SIZE(uses) == op->nparams + 1) {
+        op->backward_reads = 0;
+        for (int i = 0; i <= op->nparams; i++) {
+            int r = PyObject_IsTrue(PyTuple_GET_ITEM(uses, i));
+            if (r < 0) {
+                Py_DECREF(uses);
+                return -1;
+            }
+            op->backward_reads |= (uint32_t)r << i;
+        }
+    }
+    Py_DECREF(uses);
+    return 0;
 }
 
 /* Op(name, overload, schema, params, kind, rule, kernel, backward, ufunc, reduce_ufunc,
@@ -656,6 +721,7 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     op->inplace = inplace;
     op->composite = composite;
     op->rule = rule;
+    op->id = -1;
     op->npositional = 0;
     if (backward != Py_None) {
         Py_INCREF(backward);
@@ -703,6 +769,10 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             op->npositional = (int)i + 1;
     }
     Py_DECREF(seq);
+    if (set_entry_facts(op, entry) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
     return (PyObject *)op;
 error:
     Py_DECREF(seq);
@@ -950,6 +1020,11 @@ static PyMemberDef op_members[] = {
     {"nouts", T_INT, offsetof(em_Op, nouts), READONLY, NULL},
     {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
+    {"id", T_INT, offsetof(em_Op, id), READONLY,
+     "Its id in C (csrc/dispatch/op_ids.h) once install() bound it, else -1."},
+    {"backward_reads", T_UINT, offsetof(em_Op, backward_reads), READONLY,
+     "Which of (result, *args) the backward formula reads: bit 0 the result, bit i + 1 "
+     "parameter i (entry.backward_uses); all bits when that can't be told."},
     {"__doc__", T_OBJECT, offsetof(em_Op, schema), READONLY, NULL},
     {NULL},
 };
@@ -973,51 +1048,48 @@ PyTypeObject em_Op_Type = {
 
 /* ------------------------------------------------------------------ module functions */
 
-static const struct {
-    const char *name;
-    em_slot_t slot;
-} slot_names[] = {
-    {"add", EM_SLOT_ADD}, {"sub", EM_SLOT_SUB}, {"mul", EM_SLOT_MUL}, {"div", EM_SLOT_DIV},
-    {"pow", EM_SLOT_POW}, {"neg", EM_SLOT_NEG}, {"matmul", EM_SLOT_MATMUL},
-    {"eq", EM_SLOT_EQ}, {"ne", EM_SLOT_NE}, {"lt", EM_SLOT_LT}, {"le", EM_SLOT_LE},
-    {"gt", EM_SLOT_GT}, {"ge", EM_SLOT_GE}, {"abs", EM_SLOT_ABS},
-    {"bitwise_not", EM_SLOT_INVERT}, {"bitwise_and", EM_SLOT_AND},
-    {"bitwise_or", EM_SLOT_OR}, {"bitwise_xor", EM_SLOT_XOR},
-    {"floor_divide", EM_SLOT_FLOORDIV}, {"remainder", EM_SLOT_MOD},
-    {"__getitem__", EM_SLOT_INDEX}, {"__setitem__", EM_SLOT_SETITEM},
-    {"bitwise_left_shift", EM_SLOT_LSHIFT}, {"bitwise_right_shift", EM_SLOT_RSHIFT},
-    {"add_", EM_SLOT_IADD}, {"sub_", EM_SLOT_ISUB}, {"mul_", EM_SLOT_IMUL},
-    {"div_", EM_SLOT_IDIV}, {"select", EM_SLOT_SELECT}, {"slice", EM_SLOT_SLICE},
-    {"unsqueeze", EM_SLOT_UNSQUEEZE}, {"alias", EM_SLOT_ALIAS},
-};
-
-/* _bind_slot(name, op): the op a Python operator (+, [], ...) calls. */
+/* _bind_ops({qualified name: op}): em_ops[id] is the op of the name op_ids.h gives id
+ * (none when the table has no such entry); the op's id is set. */
 static PyObject *
-bind_slot(PyObject *self, PyObject *args)
+bind_ops(PyObject *self, PyObject *table)
 {
-    const char *name;
-    PyObject *op;
-    if (!PyArg_ParseTuple(args, "sO!:_bind_slot", &name, &em_Op_Type, &op))
+    if (!PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "_bind_ops expects a dict of ops");
         return NULL;
-    for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0]; i++) {
-        if (strcmp(slot_names[i].name, name) == 0) {
-            Py_INCREF(op);
-            Py_XSETREF(em_slots[slot_names[i].slot], (em_Op *)op);
-            Py_RETURN_TRUE;
-        }
     }
-    Py_RETURN_FALSE;
+    for (int i = 0; i < EM_NOPS; i++) {
+        PyObject *key = PyUnicode_FromString(qualnames[i]);
+        PyObject *o = key ? PyDict_GetItemWithError(table, key) : NULL;
+        Py_XDECREF(key);
+        if (o == NULL && PyErr_Occurred())
+            return NULL;
+        if (o != NULL && !em_Op_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "_bind_ops: %s is not an Op", qualnames[i]);
+            return NULL;
+        }
+        if (o != NULL) {
+            Py_INCREF(o);
+            ((em_Op *)o)->id = i;
+        }
+        Py_XSETREF(em_ops[i], (em_Op *)o);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef op_module_methods[] = {
-    {"_bind_slot", bind_slot, METH_VARARGS, NULL},
+    {"_bind_ops", bind_ops, METH_O,
+     "_bind_ops({qualified name: op}): fill the C table of ops by id (op_ids.h)."},
     {NULL},
 };
 
 int
 em_op_init(PyObject *module)
 {
-    if (PyType_Ready(&em_Op_Type) < 0)
+    em_kw_dtype = Py_BuildValue("(s)", "dtype");
+    em_kw_memory_format = Py_BuildValue("(s)", "memory_format");
+    em_str_contiguous_format = PyUnicode_InternFromString("contiguous_format");
+    if (em_kw_dtype == NULL || em_kw_memory_format == NULL ||
+        em_str_contiguous_format == NULL || PyType_Ready(&em_Op_Type) < 0)
         return -1;
     Py_INCREF(&em_Op_Type);
     if (PyModule_AddObject(module, "Op", (PyObject *)&em_Op_Type) < 0)

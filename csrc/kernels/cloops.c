@@ -10,7 +10,7 @@
  * buffer laid out like the output. float16 results are computed in float32 and
  * rounded once at the end, as PyTorch computes half ops in float.
  */
-#include "ember.h"
+#include "kutil.h"
 
 /* These loops are the point of the file: let the compiler vectorise them fully
  * (before vecmath.h, so its inline functions get the same options and inline). */

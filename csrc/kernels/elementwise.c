@@ -5,101 +5,9 @@
  * it with an explicit loop signature. Meta inputs (or meta mode) stop after
  * the allocation.
  */
-#include "ember.h"
+#include "kutil.h"
 #include <float.h>
 #include <math.h>
-
-static PyObject *extobj_var;       /* numpy's errstate context variable */
-static PyObject *extobj_ignore;    /* errstate(all="ignore"): PyTorch never warns */
-static PyObject *ufunc_kwnames;    /* ("out", "signature", "casting") */
-static PyObject *sig_cache[4][EM_NDTYPES][EM_NDTYPES];
-
-static PyObject *
-signature(int nin, em_dtype_t compute, em_dtype_t result)
-{
-    PyObject **slot = &sig_cache[nin][compute][result];
-    if (*slot == NULL) {
-        PyObject *t = PyTuple_New(nin + 1);
-        if (t == NULL)
-            return NULL;
-        for (int i = 0; i <= nin; i++) {
-            PyObject *d = (PyObject *)em_dtypes[i < nin ? compute : result]->descr;
-            Py_INCREF(d);
-            PyTuple_SET_ITEM(t, i, d);
-        }
-        *slot = t;
-    }
-    return *slot;
-}
-
-/* A Python int operand of an integer loop, wrapped to the loop's width as PyTorch
- * casts scalars (uint8 + -1 adds 255); NumPy 2 would raise OverflowError. */
-static PyObject *
-wrapped_int(PyObject *o, em_dtype_t t)
-{
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow) {
-        PyErr_Format(PyExc_RuntimeError, "value cannot be converted to type %s without "
-                     "overflow", em_dtypes[t]->name);
-        return NULL;
-    }
-    switch (t) {
-    case EM_UINT8: v = (uint8_t)v; break;
-    case EM_INT8: v = (int8_t)v; break;
-    case EM_INT16: v = (int16_t)v; break;
-    case EM_INT32: v = (int32_t)v; break;
-    default: break;
-    }
-    return PyLong_FromLongLong(v);
-}
-
-int
-em_ufunc_call(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out, em_dtype_t compute,
-              em_dtype_t result)
-{
-    PyObject *args[8], *owned[8] = {NULL};
-    PyObject *sig = signature(nin, compute, result);
-    int st = -1;
-    if (sig == NULL)
-        return -1;
-    for (int i = 0; i < nin; i++) {
-        PyObject *o = ins[i];
-        if (em_Tensor_Check(o)) {
-            args[i] = (PyObject *)((em_Tensor *)o)->array;
-        }
-        else if (em_is_int(compute) && PyLong_Check(o) && !PyBool_Check(o)) {
-            if ((owned[i] = wrapped_int(o, compute)) == NULL)
-                goto done;
-            args[i] = owned[i];
-        }
-        else {
-            args[i] = o;
-        }
-    }
-    args[nin] = (PyObject *)out;
-    args[nin + 1] = sig;
-    args[nin + 2] = em_str_unsafe;
-    PyObject *token = PyContextVar_Set(extobj_var, extobj_ignore);
-    if (token == NULL)
-        goto done;
-    PyObject *r = PyObject_Vectorcall(ufunc, args, nin, ufunc_kwnames);
-    if (PyContextVar_Reset(extobj_var, token) < 0) {
-        Py_XDECREF(r);
-        r = NULL;
-    }
-    Py_DECREF(token);
-    if (r != NULL) {
-        Py_DECREF(r);
-        st = 0;
-    }
-done:
-    for (int i = 0; i < nin; i++)
-        Py_XDECREF(owned[i]);
-    return st;
-}
 
 /* Collects the tensor-typed parameters (the operands) of an elementwise op. */
 static int
@@ -181,12 +89,8 @@ k_binary_alpha(em_Op *op, PyObject **args)
     if (unit)
         return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
     /* out = other * alpha, then out = self (op) out */
-    PyObject *mul = PyObject_GetAttrString(em_numpy, "multiply");
-    if (mul == NULL)
-        return finish(out, -1);
     PyObject *scaled[2] = {args[1], alpha};
-    int st = em_ufunc_call(mul, scaled, 2, out->array, compute, compute);
-    Py_DECREF(mul);
+    int st = em_ufunc_call(em_np.multiply, scaled, 2, out->array, compute, compute);
     if (st == 0) {
         PyObject *second[2] = {args[0], (PyObject *)out};
         st = em_ufunc_call(op->ufunc, second, 2, out->array, compute, compute);
@@ -229,25 +133,23 @@ int_pow_negative(em_Op *op, PyObject **args, em_Tensor *out, em_dtype_t compute)
     PyObject *absexp = NULL, *neg = NULL, *absbase = NULL, *not_one = NULL, *mask = NULL,
              *r = NULL;
     int st = -1;
-    absexp = PyObject_CallMethod(em_numpy, "absolute", "(O)", exp);
+    absexp = PyObject_CallOneArg(em_np.absolute, exp);
     if (absexp == NULL)
         goto error;
     PyObject *ins[2] = {args[0], absexp};
     if (em_ufunc_call(op->ufunc, ins, 2, out->array, compute, compute) < 0)
         goto error;
-    neg = PyObject_CallMethod(em_numpy, "less", "(Oi)", exp, 0);
-    absbase = neg ? PyObject_CallMethod(em_numpy, "absolute", "(O)", base) : NULL;
-    not_one = absbase ? PyObject_CallMethod(em_numpy, "not_equal", "(Oi)", absbase, 1) : NULL;
-    mask = not_one ? PyObject_CallMethod(em_numpy, "logical_and", "(OO)", neg, not_one) : NULL;
+    neg = PyObject_CallFunction(em_np.less, "(Oi)", exp, 0);
+    absbase = neg ? PyObject_CallOneArg(em_np.absolute, base) : NULL;
+    not_one = absbase ? PyObject_CallFunction(em_np.not_equal, "(Oi)", absbase, 1) : NULL;
+    mask = not_one ? PyObject_CallFunctionObjArgs(em_np.logical_and, neg, not_one, NULL) : NULL;
     if (mask == NULL)
         goto error;
-    PyObject *copyto = PyObject_GetAttrString(em_numpy, "copyto");
-    PyObject *kw = copyto ? Py_BuildValue("{sO}", "where", mask) : NULL;
+    PyObject *kw = Py_BuildValue("{sO}", "where", mask);
     PyObject *a = kw ? Py_BuildValue("(Oi)", (PyObject *)out->array, 0) : NULL;
-    r = a ? PyObject_Call(copyto, a, kw) : NULL;
+    r = a ? PyObject_Call(em_np.copyto, a, kw) : NULL;
     Py_XDECREF(a);
     Py_XDECREF(kw);
-    Py_XDECREF(copyto);
     st = r != NULL ? 0 : -1;
 error:
     Py_XDECREF(r);
@@ -292,18 +194,12 @@ k_pow(em_Op *op, PyObject **args)
     return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
 }
 
-static PyObject *
-numpy_ufunc(const char *name)
-{
-    return PyObject_GetAttrString(em_numpy, name);
-}
-
 static int
 any_zero(PyObject *b)
 {
     if (!em_Tensor_Check(b))
         return !PyObject_IsTrue(b);
-    PyObject *eq = PyObject_CallMethod(em_numpy, "equal", "(Oi)", ((em_Tensor *)b)->array, 0);
+    PyObject *eq = PyObject_CallFunction(em_np.equal, "(Oi)", ((em_Tensor *)b)->array, 0);
     if (eq == NULL)
         return -1;
     PyObject *anyz = PyObject_CallMethod(eq, "any", NULL);
@@ -360,53 +256,29 @@ k_div(em_Op *op, PyObject **args)
             PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
             return NULL;
         }
-        PyObject *fd = numpy_ufunc(floor ? "floor_divide" : "fmod");
-        if (fd == NULL)
-            return finish(out, -1);
-        if (floor) {
-            st = em_ufunc_call(fd, operands, 2, out->array, rt, rt);
-        }
-        else {
+        st = em_ufunc_call(floor ? em_np.floor_divide : em_np.fmod, operands, 2, out->array,
+                           rt, rt);
+        if (!floor && st == 0) {
             /* trunc(a / b) = (a - fmod(a, b)) / b, exact in integers */
-            st = em_ufunc_call(fd, operands, 2, out->array, rt, rt);
-            PyObject *sub = numpy_ufunc("subtract"), *fdiv = numpy_ufunc("floor_divide");
-            if (st == 0 && sub && fdiv) {
-                PyObject *a1[2] = {args[0], (PyObject *)out};
-                st = em_ufunc_call(sub, a1, 2, out->array, rt, rt);
-                PyObject *a2[2] = {(PyObject *)out, args[1]};
-                if (st == 0)
-                    st = em_ufunc_call(fdiv, a2, 2, out->array, rt, rt);
-            }
-            else if (st == 0)
-                st = -1;
-            Py_XDECREF(sub);
-            Py_XDECREF(fdiv);
+            PyObject *a1[2] = {args[0], (PyObject *)out};
+            st = em_ufunc_call(em_np.subtract, a1, 2, out->array, rt, rt);
+            PyObject *a2[2] = {(PyObject *)out, args[1]};
+            if (st == 0)
+                st = em_ufunc_call(em_np.floor_divide, a2, 2, out->array, rt, rt);
         }
-        Py_DECREF(fd);
         return finish(out, st);
     }
     if (floor) {
         /* Python's floor division (fmod-based), as PyTorch's div_floor: 1 // 0.1 is 9 */
-        PyObject *fd = numpy_ufunc("floor_divide");
-        st = fd ? em_ufunc_call(fd, operands, 2, out->array, rt, rt) : -1;
-        Py_XDECREF(fd);
-        return finish(out, st);
+        return finish(out, em_ufunc_call(em_np.floor_divide, operands, 2, out->array, rt, rt));
     }
     st = em_ufunc_call(op->ufunc, operands, 2, out->array, rt, rt);
     if (st == 0) {
-        PyObject *round = numpy_ufunc("trunc");
         PyObject *one[1] = {(PyObject *)out};
-        st = round ? em_ufunc_call(round, one, 1, out->array, rt, rt) : -1;
-        Py_XDECREF(round);
+        st = em_ufunc_call(em_np.trunc, one, 1, out->array, rt, rt);
     }
     return finish(out, st);
 }
-
-int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
-
-/* cached NumPy ufuncs the kernels below chain */
-static PyObject *uf_maximum, *uf_minimum, *uf_multiply, *uf_add, *uf_true_divide,
-    *uf_subtract;
 
 /* Runs the C loop `loop` (cloops.c) over the tensors ins into out; out is floating
  * point for every op that gets here. */
@@ -531,13 +403,13 @@ k_round_decimals(em_Op *op, PyObject **args)
         return finish(out, -1);
     PyObject *first[2] = {args[0], scale}, *self_out[1] = {(PyObject *)out},
              *last[2] = {(PyObject *)out, scale};
-    int st = em_ufunc_call(d > 0 ? uf_multiply : uf_true_divide, first, 2, out->array, compute,
-                           compute);
+    int st = em_ufunc_call(d > 0 ? em_np.multiply : em_np.true_divide, first, 2, out->array,
+                           compute, compute);
     if (st == 0)
         st = em_ufunc_call(op->ufunc, self_out, 1, out->array, compute, compute);
     if (st == 0)
-        st = em_ufunc_call(d > 0 ? uf_true_divide : uf_multiply, last, 2, out->array, compute,
-                           compute);
+        st = em_ufunc_call(d > 0 ? em_np.true_divide : em_np.multiply, last, 2, out->array,
+                           compute, compute);
     Py_DECREF(scale);
     return finish(out, st);
 }
@@ -555,7 +427,7 @@ k_frac(em_Op *op, PyObject **args)
     int st = em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute);
     PyObject *diff[2] = {args[0], (PyObject *)out};
     if (st == 0)
-        st = em_ufunc_call(uf_subtract, diff, 2, out->array, compute, compute);
+        st = em_ufunc_call(em_np.subtract, diff, 2, out->array, compute, compute);
     return finish(out, st);
 }
 
@@ -655,12 +527,12 @@ clamp_into(em_Tensor *out, PyObject *x, PyObject *lo, PyObject *hi, em_dtype_t c
     PyObject *src = x;
     if (lo != Py_None) {
         PyObject *in[2] = {x, lo};
-        st = em_ufunc_call(uf_maximum, in, 2, out->array, compute, compute);
+        st = em_ufunc_call(em_np.maximum, in, 2, out->array, compute, compute);
         src = (PyObject *)out;
     }
     if (st == 0 && hi != Py_None) {
         PyObject *in[2] = {src, hi};
-        st = em_ufunc_call(uf_minimum, in, 2, out->array, compute, compute);
+        st = em_ufunc_call(em_np.minimum, in, 2, out->array, compute, compute);
     }
     return st;
 }
@@ -768,13 +640,13 @@ add_scaled(em_Tensor *out, PyObject **args, PyObject *ufunc, em_dtype_t compute)
             Py_INCREF(v);
         }
         PyObject *sc[2] = {(PyObject *)out, v};
-        int st = em_ufunc_call(uf_multiply, sc, 2, out->array, compute, compute);
+        int st = em_ufunc_call(em_np.multiply, sc, 2, out->array, compute, compute);
         Py_DECREF(v);
         if (st < 0)
             return -1;
     }
     PyObject *sum[2] = {args[0], (PyObject *)out};
-    return em_ufunc_call(uf_add, sum, 2, out->array, compute, compute);
+    return em_ufunc_call(em_np.add, sum, 2, out->array, compute, compute);
 }
 
 /* addcmul(self, tensor1, tensor2, *, value=1) = self + value * tensor1 * tensor2 */
@@ -787,7 +659,7 @@ k_addcmul(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, add_scaled(out, args, uf_multiply, compute));
+    return finish(out, add_scaled(out, args, em_np.multiply, compute));
 }
 
 /* addcdiv(self, tensor1, tensor2, *, value=1) = self + value * tensor1 / tensor2; the
@@ -815,7 +687,7 @@ k_addcdiv(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, add_scaled(out, args, uf_true_divide, compute));
+    return finish(out, add_scaled(out, args, em_np.true_divide, compute));
 }
 
 /* lerp(self, end, weight): weight a tensor (lerp.Tensor) or a number (lerp.Scalar);
@@ -934,8 +806,8 @@ k_where(em_Op *op, PyObject **args)
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    PyObject *copyto = PyObject_GetAttrString(em_numpy, "copyto");
-    if (copyto == NULL)
+    if (copyto_kwnames == NULL &&
+        (copyto_kwnames = Py_BuildValue("(ss)", "casting", "where")) == NULL)
         return finish(out, -1);
     int st = 0;
     for (int i = 0; i < 2 && st == 0; i++) {
@@ -944,12 +816,11 @@ k_where(em_Op *op, PyObject **args)
             src = (PyObject *)((em_Tensor *)src)->array;
         PyObject *call[4] = {(PyObject *)out->array, src, em_str_unsafe,
                              i == 0 ? Py_True : (PyObject *)((em_Tensor *)cond)->array};
-        PyObject *r = PyObject_Vectorcall(copyto, call, 2, copyto_kwnames);
+        PyObject *r = PyObject_Vectorcall(em_np.copyto, call, 2, copyto_kwnames);
         if (r == NULL)
             st = -1;
         Py_XDECREF(r);
     }
-    Py_DECREF(copyto);
     return finish(out, st);
 }
 
@@ -982,36 +853,3 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {NULL, NULL},
 };
 
-int
-em_elementwise_init(void)
-{
-    PyObject *umath = PyImport_ImportModule("numpy._core.umath");
-    if (umath == NULL)
-        return -1;
-    extobj_var = PyObject_GetAttrString(umath, "_extobj_contextvar");
-    PyObject *make = PyObject_GetAttrString(umath, "_make_extobj");
-    Py_DECREF(umath);
-    if (extobj_var == NULL || make == NULL) {
-        Py_XDECREF(make);
-        return -1;
-    }
-    PyObject *kw = Py_BuildValue("{ss}", "all", "ignore");
-    PyObject *noargs = PyTuple_New(0);
-    if (kw && noargs)
-        extobj_ignore = PyObject_Call(make, noargs, kw);
-    Py_XDECREF(kw);
-    Py_XDECREF(noargs);
-    Py_DECREF(make);
-    if (extobj_ignore == NULL)
-        return -1;
-    struct { PyObject **slot; const char *name; } ufs[] = {
-        {&uf_maximum, "maximum"}, {&uf_minimum, "minimum"}, {&uf_multiply, "multiply"},
-        {&uf_add, "add"}, {&uf_true_divide, "true_divide"}, {&uf_subtract, "subtract"},
-    };
-    for (size_t i = 0; i < sizeof ufs / sizeof ufs[0]; i++)
-        if ((*ufs[i].slot = numpy_ufunc(ufs[i].name)) == NULL)
-            return -1;
-    ufunc_kwnames = Py_BuildValue("(sss)", "out", "signature", "casting");
-    copyto_kwnames = Py_BuildValue("(ss)", "casting", "where");
-    return (ufunc_kwnames && copyto_kwnames) ? 0 : -1;
-}

@@ -232,7 +232,7 @@ k_arange(em_Op *op, PyObject **args)
     em_Tensor *t = em_tensor_empty(&g, m);
     if (t != NULL && !m && n > 0) {
         /* values start + i * step, computed in double (int64 for integers) */
-        PyObject *r = PyObject_CallMethod(em_numpy, "arange", "(n)", n);
+        PyObject *r = PyObject_CallFunction(em_np.arange, "(n)", n);
         PyObject *v = NULL;
         if (r != NULL) {
             PyObject *mul = PyNumber_Multiply(r, step);
@@ -449,8 +449,7 @@ random_fill(em_Op *op, PyObject **args, const char *method)
          * take multiples of 2**-11, as PyTorch's half uniform does */
         PyObject *scale = PyFloat_FromDouble(2048.0);
         PyObject *scaled = scale ? PyNumber_Multiply(vals, scale) : NULL;
-        PyObject *floored = scaled ? PyObject_CallMethod(em_numpy, "floor", "(O)", scaled)
-                                   : NULL;
+        PyObject *floored = scaled ? PyObject_CallOneArg(em_np.floor, scaled) : NULL;
         PyObject *r = floored ? PyNumber_TrueDivide(floored, scale) : NULL;
         Py_XDECREF(scale);
         Py_XDECREF(scaled);

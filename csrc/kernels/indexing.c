@@ -545,11 +545,11 @@ ufunc_at_fits(PyArrayObject *a, PyObject *key, PyObject *vals)
  * NumPy's fancy indexing, which takes up to 63 index arrays and 64 dims), vals
  * broadcast to them, into a's flat copy, which is then copied back. */
 static int
-ufunc_at(const char *name, PyArrayObject *a, PyObject *key, PyObject *vals)
+ufunc_at(PyObject *ufunc, PyArrayObject *a, PyObject *key, PyObject *vals)
 {
     if (ufunc_at_fits(a, key, vals)) {
         PyObject *args[3] = {(PyObject *)a, key, vals};
-        PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
+        PyObject *r = em_ufunc_method(ufunc, em_str_at, args, 3, NULL);
         Py_XDECREF(r);
         return r ? 0 : -1;
     }
@@ -562,7 +562,7 @@ ufunc_at(const char *name, PyArrayObject *a, PyObject *key, PyObject *vals)
     grid = all ? PyArray_Newshape((PyArrayObject *)all, &shape, NPY_CORDER) : NULL;
     pos = grid ? PyObject_GetItem(grid, key) : NULL;
     PyObject *pshape = pos ? PyObject_GetAttrString(pos, "shape") : NULL;
-    vb = pshape ? PyObject_CallFunctionObjArgs(em_np("broadcast_to"), vals, pshape, NULL)
+    vb = pshape ? PyObject_CallFunctionObjArgs(em_np.broadcast_to, vals, pshape, NULL)
                 : NULL;
     Py_XDECREF(pshape);
     pflat = vb ? PyArray_Ravel((PyArrayObject *)pos, NPY_CORDER) : NULL;
@@ -571,7 +571,7 @@ ufunc_at(const char *name, PyArrayObject *a, PyObject *key, PyObject *vals)
     back = af ? PyArray_Newshape((PyArrayObject *)af, &flat, NPY_CORDER) : NULL;
     if (back != NULL) {
         PyObject *args[3] = {back, pflat, vflat};
-        PyObject *r = em_ufunc_method(em_np(name), "at", args, 3, NULL);
+        PyObject *r = em_ufunc_method(ufunc, em_str_at, args, 3, NULL);
         st = r ? PyArray_CopyInto(a, (PyArrayObject *)af) : -1;
         Py_XDECREF(r);
     }
@@ -597,7 +597,7 @@ plan_write(Plan *p, PyArrayObject *arr, PyObject *values, bool accumulate)
         st = PyObject_SetItem((PyObject *)arr, key, v);
     }
     else if (v != NULL) {
-        st = ufunc_at("add", arr, key, v);
+        st = ufunc_at(em_np.add, arr, key, v);
     }
     Py_XDECREF(key);
     Py_XDECREF(v);
@@ -657,7 +657,7 @@ k_index_put(em_Op *op, PyObject **args)
         int st = -1;
         if (v != NULL && args[3] == Py_True) {
             PyObject *ins[2] = {(PyObject *)out, v};
-            st = em_ufunc_out(em_np("add"), ins, 2, out->array);
+            st = em_ufunc_call(em_np.add, ins, 2, out->array, EM_UNDEFINED, EM_UNDEFINED);
         }
         else if (v != NULL)
             st = PyArray_CopyInto(out->array, (PyArrayObject *)v);
@@ -752,7 +752,7 @@ k_nonzero(em_Op *op, PyObject **args)
 static PyObject *
 nonzero_tuple(PyObject *self)
 {
-    PyObject *nz = em_call("nonzero", &self, 1);
+    PyObject *nz = em_call_op(EM_OP_NONZERO, &self, 1, NULL);
     if (nz == NULL)
         return NULL;
     PyObject *r;
@@ -771,7 +771,7 @@ nonzero_tuple(PyObject *self)
     else {
         PyObject *one = PyLong_FromLong(1);
         PyObject *a[2] = {nz, one};
-        r = one ? em_call("unbind", a, 2) : NULL;
+        r = one ? em_call_op(EM_OP_UNBIND, a, 2, NULL) : NULL;
         Py_XDECREF(one);
     }
     Py_DECREF(nz);
@@ -782,14 +782,14 @@ static PyObject *
 k_nonzero_tuple(em_Op *op, PyObject **args)
 {
     if (args[1] != Py_True)
-        return em_call("nonzero", args, 1);
+        return em_call_op(EM_OP_NONZERO, args, 1, NULL);
     return nonzero_tuple(args[0]);
 }
 
 static PyObject *
 k_argwhere(em_Op *op, PyObject **args)
 {
-    return em_call("nonzero", args, 1);
+    return em_call_op(EM_OP_NONZERO, args, 1, NULL);
 }
 
 static PyObject *
@@ -976,7 +976,7 @@ identity_for(red_t red, em_dtype_t dt)
             return PyFloat_FromDouble(max ? -INFINITY : INFINITY);
         if (dt == EM_BOOL)
             return PyBool_FromLong(!max);
-        PyObject *info = PyObject_CallFunctionObjArgs(em_np("iinfo"),
+        PyObject *info = PyObject_CallFunctionObjArgs(em_np.iinfo,
                                                       (PyObject *)em_dtypes[dt]->descr, NULL);
         PyObject *r = info ? PyObject_GetAttrString(info, max ? "min" : "max") : NULL;
         Py_XDECREF(info);
@@ -1086,8 +1086,8 @@ k_scatter(em_Op *op, PyObject **args)
         Py_XDECREF(first);
     }
     if (st == 0 && red != RED_NONE) {
-        const char *uf = red == RED_PROD ? "multiply" : red == RED_AMAX ? "maximum"
-                         : red == RED_AMIN ? "minimum" : "add";
+        PyObject *uf = red == RED_PROD ? em_np.multiply : red == RED_AMAX ? em_np.maximum
+                       : red == RED_AMIN ? em_np.minimum : em_np.add;
         st = ufunc_at(uf, flat, (PyObject *)pos, vals);
     }
     if (st == 0 && red == RED_MEAN) {
@@ -1097,15 +1097,15 @@ k_scatter(em_Op *op, PyObject **args)
         PyObject *fill = PyLong_FromLong(include_self ? 1 : 0), *one = PyLong_FromLong(1);
         st = (c && fill && one) ? PyArray_FillWithScalar(c->array, fill) : -1;
         if (st == 0)
-            st = ufunc_at("add", c->array, (PyObject *)pos, one);
+            st = ufunc_at(em_np.add, c->array, (PyObject *)pos, one);
         if (st == 0) {   /* positions nothing lands on keep self */
             PyObject *ins[2] = {(PyObject *)c, one};
-            st = em_ufunc_out(em_np("maximum"), ins, 2, c->array);
+            st = em_ufunc_call(em_np.maximum, ins, 2, c->array, EM_UNDEFINED, EM_UNDEFINED);
         }
         if (st == 0) {
             PyObject *ins[2] = {(PyObject *)flat, (PyObject *)c};
-            st = em_ufunc_out(em_np(em_is_float(self->dtype) ? "true_divide" : "floor_divide"),
-                              ins, 2, flat);
+            st = em_ufunc_call(em_is_float(self->dtype) ? em_np.true_divide : em_np.floor_divide,
+                               ins, 2, flat, EM_UNDEFINED, EM_UNDEFINED);
         }
         count = (PyObject *)c;
         Py_XDECREF(fill);
@@ -1228,7 +1228,8 @@ k_index_add(em_Op *op, PyObject **args)
     if (!(PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1)) {
         Py_SETREF(scaled, em_empty(source->ndim, source->sizes, source->dtype, false));
         PyObject *ins[2] = {(PyObject *)source, alpha};
-        if (scaled == NULL || em_ufunc_out(em_np("multiply"), ins, 2, scaled->array) < 0) {
+        if (scaled == NULL ||
+            em_ufunc_call(em_np.multiply, ins, 2, scaled->array, EM_UNDEFINED, EM_UNDEFINED) < 0) {
             Py_XDECREF(scaled);
             goto error;
         }
@@ -1247,7 +1248,7 @@ k_index_add(em_Op *op, PyObject **args)
     }
     if (st == 0 && self->ndim == 0) {
         PyObject *ins[2] = {(PyObject *)out, (PyObject *)scaled};
-        st = em_ufunc_out(em_np("add"), ins, 2, out->array);
+        st = em_ufunc_call(em_np.add, ins, 2, out->array, EM_UNDEFINED, EM_UNDEFINED);
     }
     else if (st == 0) {
         npy_intp n = PyArray_SIZE(iv);
@@ -1259,7 +1260,7 @@ k_index_add(em_Op *op, PyObject **args)
         if (key != NULL) {
             Py_INCREF(iflat);
             PyTuple_SET_ITEM(key, d, iflat);
-            st = ufunc_at("add", out->array, key, (PyObject *)scaled->array);
+            st = ufunc_at(em_np.add, out->array, key, (PyObject *)scaled->array);
         }
         else {
             st = -1;

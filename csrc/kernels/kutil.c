@@ -1,152 +1,5 @@
-/* kutil.c: helpers of the reduction, view, shape and indexing kernels (kutil.h). */
+/* kutil.c: helpers shared by the kernels (kutil.h). */
 #include "kutil.h"
-
-static PyObject *api_module;   /* ember.ops.api */
-static PyObject *op_cache;     /* name -> Op */
-static PyObject *np_cache;     /* name -> numpy attribute */
-static PyObject *extobj_var, *extobj_ignore;
-static PyObject *kw_out_casting;
-
-em_Op *
-em_op_named(const char *name)
-{
-    if (op_cache == NULL && (op_cache = PyDict_New()) == NULL)
-        return NULL;
-    PyObject *o = PyDict_GetItemString(op_cache, name);
-    if (o != NULL)
-        return (em_Op *)o;
-    if (api_module == NULL && (api_module = PyImport_ImportModule("ember.ops.api")) == NULL)
-        return NULL;
-    o = PyObject_GetAttrString(api_module, name);
-    if (o == NULL)
-        return NULL;
-    if (!em_Op_Check(o)) {
-        Py_DECREF(o);
-        PyErr_Format(PyExc_RuntimeError, "ember.ops.api.%s is not an op", name);
-        return NULL;
-    }
-    int st = PyDict_SetItemString(op_cache, name, o);
-    Py_DECREF(o);   /* the cache keeps it alive */
-    return st < 0 ? NULL : (em_Op *)o;
-}
-
-PyObject *
-em_call(const char *name, PyObject *const *args, Py_ssize_t nargs)
-{
-    em_Op *op = em_op_named(name);
-    return op == NULL ? NULL : em_op_call(op, args, nargs);
-}
-
-PyObject *
-em_call_kw(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    em_Op *op = em_op_named(name);
-    return op == NULL ? NULL : PyObject_Vectorcall((PyObject *)op, args, nargs, kwnames);
-}
-
-PyObject *
-em_np(const char *name)
-{
-    if (np_cache == NULL && (np_cache = PyDict_New()) == NULL)
-        return NULL;
-    PyObject *o = PyDict_GetItemString(np_cache, name);
-    if (o != NULL)
-        return o;
-    o = PyObject_GetAttrString(em_numpy, name);
-    if (o == NULL)
-        return NULL;
-    int st = PyDict_SetItemString(np_cache, name, o);
-    Py_DECREF(o);
-    return st < 0 ? NULL : o;
-}
-
-PyObject *
-em_errstate_ignore(void)
-{
-    if (extobj_ignore == NULL) {
-        PyObject *umath = PyImport_ImportModule("numpy._core.umath");
-        if (umath == NULL)
-            return NULL;
-        extobj_var = PyObject_GetAttrString(umath, "_extobj_contextvar");
-        PyObject *make = PyObject_GetAttrString(umath, "_make_extobj");
-        Py_DECREF(umath);
-        if (extobj_var == NULL || make == NULL) {
-            Py_XDECREF(make);
-            return NULL;
-        }
-        PyObject *kw = Py_BuildValue("{ss}", "all", "ignore");
-        PyObject *noargs = PyTuple_New(0);
-        if (kw != NULL && noargs != NULL)
-            extobj_ignore = PyObject_Call(make, noargs, kw);
-        Py_XDECREF(kw);
-        Py_XDECREF(noargs);
-        Py_DECREF(make);
-        if (extobj_ignore == NULL)
-            return NULL;
-    }
-    return PyContextVar_Set(extobj_var, extobj_ignore);
-}
-
-int
-em_errstate_restore(PyObject *token)
-{
-    int st = PyContextVar_Reset(extobj_var, token);
-    Py_DECREF(token);
-    return st;
-}
-
-PyObject *
-em_ufunc_method(PyObject *ufunc, const char *method, PyObject *const *args, Py_ssize_t nargs,
-                PyObject *kwnames)
-{
-    PyObject *name = PyUnicode_InternFromString(method);
-    if (name == NULL)
-        return NULL;
-    PyObject *token = em_errstate_ignore();
-    if (token == NULL) {
-        Py_DECREF(name);
-        return NULL;
-    }
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *stack[16];
-    if (nargs + nk + 1 > 16) {
-        Py_DECREF(name);
-        em_errstate_restore(token);
-        PyErr_SetString(PyExc_SystemError, "em_ufunc_method: too many arguments");
-        return NULL;
-    }
-    stack[0] = ufunc;
-    for (Py_ssize_t i = 0; i < nargs + nk; i++)
-        stack[i + 1] = args[i];
-    PyObject *r = PyObject_VectorcallMethod(name, stack, (nargs + 1), kwnames);
-    Py_DECREF(name);
-    if (em_errstate_restore(token) < 0)
-        Py_CLEAR(r);
-    return r;
-}
-
-int
-em_ufunc_out(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out)
-{
-    if (kw_out_casting == NULL &&
-        (kw_out_casting = Py_BuildValue("(ss)", "out", "casting")) == NULL)
-        return -1;
-    PyObject *args[8];
-    for (int i = 0; i < nin; i++)
-        args[i] = em_Tensor_Check(ins[i]) ? (PyObject *)((em_Tensor *)ins[i])->array : ins[i];
-    args[nin] = (PyObject *)out;
-    args[nin + 1] = em_str_unsafe;
-    PyObject *token = em_errstate_ignore();
-    if (token == NULL)
-        return -1;
-    PyObject *r = PyObject_Vectorcall(ufunc, args, nin, kw_out_casting);
-    if (em_errstate_restore(token) < 0)
-        Py_CLEAR(r);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
-}
 
 em_Tensor *
 em_empty_like(em_Tensor *t, em_dtype_t dt, bool meta)
@@ -200,6 +53,13 @@ em_copy_into(em_Tensor *dst, PyObject *src)
     if (converts && em_errstate_restore(token) < 0)
         r = -1;
     return r;
+}
+
+PyObject *
+em_clone_contiguous(PyObject *t)
+{
+    PyObject *a[2] = {t, em_str_contiguous_format};
+    return em_call_op(EM_OP_CLONE, a, 1, em_kw_memory_format);
 }
 
 PyObject *

@@ -1,32 +1,9 @@
-/* kutil.h: helpers shared by the reduction, view, shape and indexing kernels
- * (kutil.c): finding ops by name for C composites, NumPy ufuncs, errstate, result
- * geometry and PyTorch-worded shape errors. */
+/* kutil.h: helpers shared by the kernels (kutil.c): result geometry, copies,
+ * PyTorch-worded shape errors, argument reading; and the C loops of cloops.c. */
 #ifndef EMBER_KUTIL_H
 #define EMBER_KUTIL_H
 
 #include "ember.h"
-
-/* The public op `name` (ember.ops.api.<name>, the first overload, which tries the
- * others); a borrowed reference, cached. NULL with an exception set. */
-em_Op *em_op_named(const char *name);
-/* Calls the named op through the dispatcher (mode, autograd): what a C composite
- * does for each op it is made of. */
-PyObject *em_call(const char *name, PyObject *const *args, Py_ssize_t nargs);
-/* The same with keyword arguments (values after the positionals, names in kwnames). */
-PyObject *em_call_kw(const char *name, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames);
-
-/* numpy.<name> (a ufunc or function), borrowed, cached. */
-PyObject *em_np(const char *name);
-/* Sets NumPy's errstate to ignore (PyTorch never warns about inf/nan); returns a
- * token for em_errstate_restore, NULL with an exception set. */
-PyObject *em_errstate_ignore(void);
-int em_errstate_restore(PyObject *token);
-/* ufunc(*ins, out=out) with errstate ignored and casting="unsafe" (no signature). */
-int em_ufunc_out(PyObject *ufunc, PyObject **ins, int nin, PyArrayObject *out);
-/* ufunc.<method>(args..., **kw) with errstate ignored (reduce, accumulate, at). */
-PyObject *em_ufunc_method(PyObject *ufunc, const char *method, PyObject *const *args,
-                          Py_ssize_t nargs, PyObject *kwnames);
 
 /* Whether a kernel computes geometry only (meta mode or a meta input). */
 static inline bool
@@ -64,6 +41,16 @@ int em_check_ndim(const char *name, Py_ssize_t ndim);
 void em_gather_loop(PyArrayObject *src, PyArrayObject *idx, int d, PyArrayObject *out);
 /* A view of arr reversed along d (negative stride). */
 PyArrayObject *em_flip_view(PyArrayObject *arr, int d);
+
+/* clone(t, memory_format=contiguous_format), dispatched. */
+PyObject *em_clone_contiguous(PyObject *t);
+
+/* cloops.c: name's C loop over ins into out (params: the op's scalars); 1 when it ran,
+ * 0 when no loop fits (the caller computes otherwise), -1 with an exception. */
+int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
+/* softmax (log_out: log_softmax) of contiguous float rows along the last dim into out;
+ * 1 when it ran, 0 when it does not apply. */
+int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);
 
 /* x[indices] = value for tensor indices (a tuple of Tensors and None), in place and
  * without autograd (indexing.c): __setitem__'s path. A tensor value must have self's

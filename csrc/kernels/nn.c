@@ -18,22 +18,17 @@
 #include "ember.h"
 #include <math.h>
 
-static PyObject *str_decompose;
-
 PyObject *
 em_decomposed_kernel(em_Op *op, PyObject **args)
 {
-    if (str_decompose == NULL &&
-        (str_decompose = PyUnicode_InternFromString("decompose")) == NULL)
+    if (op->decompose == NULL) {
+        PyErr_Format(PyExc_TypeError, "%U has no decomposition", op->name);
         return NULL;
-    PyObject *fn = PyObject_GetAttr(op->entry, str_decompose);
-    if (fn == NULL)
-        return NULL;
+    }
     int grad = em_tls.grad_enabled;
     em_tls.grad_enabled = 0;
-    PyObject *r = PyObject_Vectorcall(fn, args, op->nparams, NULL);
+    PyObject *r = PyObject_Vectorcall(op->decompose, args, op->nparams, NULL);
     em_tls.grad_enabled = grad;
-    Py_DECREF(fn);
     return r;
 }
 
@@ -86,12 +81,8 @@ k_linear(em_Op *op, PyObject **args)
     if (st < 0)
         goto error;
     if (b != NULL) {
-        PyObject *add = PyObject_GetAttrString(em_numpy, "add");
-        if (add == NULL)
-            goto error;
         PyObject *ins2[2] = {(PyObject *)out, (PyObject *)b};
-        st = em_ufunc_call(add, ins2, 2, out->array, x->dtype, x->dtype);
-        Py_DECREF(add);
+        st = em_ufunc_call(em_np.add, ins2, 2, out->array, x->dtype, x->dtype);
         if (st < 0)
             goto error;
     }

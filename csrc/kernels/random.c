@@ -244,13 +244,13 @@ check_probabilities(PyObject *p)
     /* all(0 <= p <= 1): NaN fails both comparisons, so min/max alone would miss it */
     PyObject *arr = em_tensor_to_array(t), *ge = NULL, *le = NULL, *both = NULL, *ok = NULL;
     if (arr != NULL)
-        ge = PyObject_CallMethod(em_numpy, "greater_equal", "(Od)", arr, 0.0);
+        ge = PyObject_CallFunction(em_np.greater_equal, "(Od)", arr, 0.0);
     if (ge != NULL)
-        le = PyObject_CallMethod(em_numpy, "less_equal", "(Od)", arr, 1.0);
+        le = PyObject_CallFunction(em_np.less_equal, "(Od)", arr, 1.0);
     if (le != NULL)
-        both = PyObject_CallMethod(em_numpy, "logical_and", "(OO)", ge, le);
+        both = PyObject_CallFunctionObjArgs(em_np.logical_and, ge, le, NULL);
     if (both != NULL)
-        ok = PyObject_CallMethod(em_numpy, "all", "(O)", both);
+        ok = PyObject_CallOneArg(em_np.all, both);
     Py_XDECREF(both);
     Py_XDECREF(le);
     Py_XDECREF(ge);

@@ -83,15 +83,9 @@ ufunc_reduce(PyObject *ufunc, em_Tensor *self, const bool *mask, bool keepdim,
     PyObject *axes = axes_tuple(mask, self->ndim);
     if (axes == NULL)
         return -1;
-    PyObject *name = PyUnicode_FromString("reduce");
-    PyObject *args[6] = {ufunc, (PyObject *)self->array, axes,
-                         (PyObject *)em_dtypes[compute]->descr, (PyObject *)out->array,
-                         keepdim ? Py_True : Py_False};
-    PyObject *token = name ? em_errstate_ignore() : NULL;
-    PyObject *r = token ? PyObject_VectorcallMethod(name, args, 2, reduce_kwnames) : NULL;
-    if (token != NULL && em_errstate_restore(token) < 0)
-        Py_CLEAR(r);
-    Py_XDECREF(name);
+    PyObject *args[5] = {(PyObject *)self->array, axes, (PyObject *)em_dtypes[compute]->descr,
+                         (PyObject *)out->array, keepdim ? Py_True : Py_False};
+    PyObject *r = em_ufunc_method(ufunc, em_str_reduce, args, 1, reduce_kwnames);
     Py_DECREF(axes);
     if (r == NULL)
         return -1;
@@ -173,12 +167,10 @@ reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *
                 if (mask[d])
                     count *= self->sizes[d];
             PyObject *n = PyLong_FromSsize_t(count);
-            PyObject *div = PyObject_GetAttrString(em_numpy, "true_divide");
             PyObject *in2[2] = {(PyObject *)acc, n};
-            st = (n && div) ? em_ufunc_call(div, in2, 2, acc->array, EM_FLOAT32, EM_FLOAT32)
-                            : -1;
+            st = n ? em_ufunc_call(em_np.true_divide, in2, 2, acc->array, EM_FLOAT32,
+                                   EM_FLOAT32) : -1;
             Py_XDECREF(n);
-            Py_XDECREF(div);
         }
         if (st == 0)
             st = PyArray_CopyInto(out->array, acc->array);
@@ -196,11 +188,9 @@ reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *
             if (mask[d])
                 count *= self->sizes[d];
         PyObject *n = PyLong_FromSsize_t(count);
-        PyObject *div = PyObject_GetAttrString(em_numpy, "true_divide");
         PyObject *in2[2] = {(PyObject *)out, n};
-        int st = (n && div) ? em_ufunc_call(div, in2, 2, out->array, out_t, out_t) : -1;
+        int st = n ? em_ufunc_call(em_np.true_divide, in2, 2, out->array, out_t, out_t) : -1;
         Py_XDECREF(n);
-        Py_XDECREF(div);
         if (st < 0)
             goto error;
     }
@@ -418,20 +408,19 @@ temp_like(em_Tensor *self, em_dtype_t dt)
 
 /* ufunc(a[, b]) -> out with the loop in dtype ct. */
 static int
-uf(const char *name, PyObject *a, PyObject *b, em_Tensor *out, em_dtype_t ct, em_dtype_t rt)
+uf(PyObject *ufunc, PyObject *a, PyObject *b, em_Tensor *out, em_dtype_t ct, em_dtype_t rt)
 {
-    PyObject *u = em_np(name);
     PyObject *ins[2] = {a, b};
-    return u == NULL ? -1 : em_ufunc_call(u, ins, b == NULL ? 1 : 2, out->array, ct, rt);
+    return em_ufunc_call(ufunc, ins, b == NULL ? 1 : 2, out->array, ct, rt);
 }
 
 static int
-uf_scalar(const char *name, PyObject *a, double v, em_Tensor *out, em_dtype_t ct)
+uf_scalar(PyObject *ufunc, PyObject *a, double v, em_Tensor *out, em_dtype_t ct)
 {
     PyObject *f = PyFloat_FromDouble(v);
     if (f == NULL)
         return -1;
-    int st = uf(name, a, f, out, ct, ct);
+    int st = uf(ufunc, a, f, out, ct, ct);
     Py_DECREF(f);
     return st;
 }
@@ -501,17 +490,17 @@ k_var(em_Op *op, PyObject **args)
     em_Tensor *s = ct == out->dtype ? (Py_INCREF(out), out) : temp_of(&g, ct);
     int st = (mean && d && s) ? 0 : -1;
     if (st == 0)
-        st = ufunc_reduce(em_np("add"), self, mask, true, ct, mean);
+        st = ufunc_reduce(em_np.add, self, mask, true, ct, mean);
     if (st == 0)
-        st = uf_scalar("true_divide", (PyObject *)mean, (double)n, mean, ct);
+        st = uf_scalar(em_np.true_divide, (PyObject *)mean, (double)n, mean, ct);
     if (st == 0)
-        st = uf("subtract", (PyObject *)self, (PyObject *)mean, d, ct, ct);
+        st = uf(em_np.subtract, (PyObject *)self, (PyObject *)mean, d, ct, ct);
     if (st == 0)
-        st = uf("multiply", (PyObject *)d, (PyObject *)d, d, ct, ct);
+        st = uf(em_np.multiply, (PyObject *)d, (PyObject *)d, d, ct, ct);
     if (st == 0)
-        st = ufunc_reduce(em_np("add"), d, mask, keepdim, ct, s);
+        st = ufunc_reduce(em_np.add, d, mask, keepdim, ct, s);
     if (st == 0)
-        st = uf_scalar("true_divide", (PyObject *)s, dof > 0 ? dof : 0.0, s, ct);
+        st = uf_scalar(em_np.true_divide, (PyObject *)s, dof > 0 ? dof : 0.0, s, ct);
     if (st == 0 && op->ufunc != NULL)
         st = em_ufunc_call(op->ufunc, (PyObject **)&s, 1, s->array, ct, ct);
     if (st == 0 && s != out)
@@ -618,36 +607,36 @@ k_norm(em_Op *op, PyObject **args)
     em_Tensor *a = temp_like(self, ct);
     em_Tensor *s = ct == rt ? (Py_INCREF(out), out) : temp_of(&g, ct);
     em_Tensor *nz = NULL;
-    int st = (a && s) ? uf("absolute", (PyObject *)self, NULL, a, ct, ct) : -1;
+    int st = (a && s) ? uf(em_np.absolute, (PyObject *)self, NULL, a, ct, ct) : -1;
     if (st < 0)
         goto done;
     if (isinf(p)) {
-        st = ufunc_reduce(em_np(p > 0 ? "maximum" : "minimum"), a, mask, keepdim, ct, s);
+        st = ufunc_reduce(p > 0 ? em_np.maximum : em_np.minimum, a, mask, keepdim, ct, s);
     }
     else if (p == 0) {
         PyObject *zero = PyLong_FromLong(0);
         nz = temp_like(self, EM_BOOL);
-        st = (zero && nz) ? uf("not_equal", (PyObject *)a, zero, nz, ct, EM_BOOL) : -1;
+        st = (zero && nz) ? uf(em_np.not_equal, (PyObject *)a, zero, nz, ct, EM_BOOL) : -1;
         Py_XDECREF(zero);
         if (st == 0)
-            st = ufunc_reduce(em_np("add"), nz, mask, keepdim, ct, s);
+            st = ufunc_reduce(em_np.add, nz, mask, keepdim, ct, s);
     }
     else if (p == 1) {
-        st = ufunc_reduce(em_np("add"), a, mask, keepdim, ct, s);
+        st = ufunc_reduce(em_np.add, a, mask, keepdim, ct, s);
     }
     else if (p == 2) {
-        st = uf("multiply", (PyObject *)a, (PyObject *)a, a, ct, ct);
+        st = uf(em_np.multiply, (PyObject *)a, (PyObject *)a, a, ct, ct);
         if (st == 0)
-            st = ufunc_reduce(em_np("add"), a, mask, keepdim, ct, s);
+            st = ufunc_reduce(em_np.add, a, mask, keepdim, ct, s);
         if (st == 0)
-            st = uf("sqrt", (PyObject *)s, NULL, s, ct, ct);
+            st = uf(em_np.sqrt, (PyObject *)s, NULL, s, ct, ct);
     }
     else {
-        st = uf_scalar("power", (PyObject *)a, p, a, ct);
+        st = uf_scalar(em_np.power, (PyObject *)a, p, a, ct);
         if (st == 0)
-            st = ufunc_reduce(em_np("add"), a, mask, keepdim, ct, s);
+            st = ufunc_reduce(em_np.add, a, mask, keepdim, ct, s);
         if (st == 0)
-            st = uf_scalar("power", (PyObject *)s, 1.0 / p, s, ct);
+            st = uf_scalar(em_np.power, (PyObject *)s, 1.0 / p, s, ct);
     }
     if (st == 0 && s != out)
         st = PyArray_CopyInto(out->array, s->array);
@@ -667,7 +656,7 @@ finite_or_zero(em_Tensor *m)
     em_Tensor *fin = temp_like(m, EM_BOOL);
     if (fin == NULL)
         return -1;
-    int st = uf("isfinite", (PyObject *)m, NULL, fin, m->dtype, EM_BOOL);
+    int st = uf(em_np.isfinite, (PyObject *)m, NULL, fin, m->dtype, EM_BOOL);
     PyObject *zero = st == 0 ? PyFloat_FromDouble(0.0) : NULL;
     PyObject *w = zero ? PyArray_Where((PyObject *)fin->array, (PyObject *)m->array, zero) : NULL;
     st = w != NULL ? PyArray_CopyInto(m->array, (PyArrayObject *)w) : -1;
@@ -705,19 +694,19 @@ k_logsumexp(em_Op *op, PyObject **args)
     }
     em_dtype_t ct = acc_dtype(rt);
     em_Tensor *m = temp_of(&kg, ct), *e = temp_like(self, ct), *s = temp_of(&kg, ct);
-    int st = (m && e && s) ? ufunc_reduce(em_np("maximum"), self, mask, true, ct, m) : -1;
+    int st = (m && e && s) ? ufunc_reduce(em_np.maximum, self, mask, true, ct, m) : -1;
     if (st == 0)
         st = finite_or_zero(m);
     if (st == 0)
-        st = uf("subtract", (PyObject *)self, (PyObject *)m, e, ct, ct);
+        st = uf(em_np.subtract, (PyObject *)self, (PyObject *)m, e, ct, ct);
     if (st == 0)
-        st = uf("exp", (PyObject *)e, NULL, e, ct, ct);
+        st = uf(em_np.exp, (PyObject *)e, NULL, e, ct, ct);
     if (st == 0)
-        st = ufunc_reduce(em_np("add"), e, mask, true, ct, s);
+        st = ufunc_reduce(em_np.add, e, mask, true, ct, s);
     if (st == 0)
-        st = uf("log", (PyObject *)s, NULL, s, ct, ct);
+        st = uf(em_np.log, (PyObject *)s, NULL, s, ct, ct);
     if (st == 0)
-        st = uf("add", (PyObject *)s, (PyObject *)m, s, ct, ct);
+        st = uf(em_np.add, (PyObject *)s, (PyObject *)m, s, ct, ct);
     if (st == 0)
         st = copy_reshaped(out, s);
     Py_XDECREF(m);
@@ -728,7 +717,6 @@ k_logsumexp(em_Op *op, PyObject **args)
     return (PyObject *)out;
 }
 
-int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);   /* cloops.c */
 
 /* softmax / log_softmax (op->ufunc is log): (self, dim, dtype) */
 static PyObject *
@@ -761,25 +749,25 @@ k_softmax(em_Op *op, PyObject **args)
     em_dtype_t ct = em_is_float(rt) ? acc_dtype(rt) : EM_FLOAT64;
     em_Tensor *m = temp_of(&kg, ct), *z = temp_like(self, ct), *s = temp_of(&kg, ct);
     em_Tensor *e = NULL;
-    int st = (m && z && s) ? ufunc_reduce(em_np("maximum"), self, mask, true, ct, m) : -1;
+    int st = (m && z && s) ? ufunc_reduce(em_np.maximum, self, mask, true, ct, m) : -1;
     if (st == 0)
-        st = uf("subtract", (PyObject *)self, (PyObject *)m, z, ct, ct);
+        st = uf(em_np.subtract, (PyObject *)self, (PyObject *)m, z, ct, ct);
     if (st == 0 && op->ufunc == NULL) {   /* softmax: e / sum(e) */
-        st = uf("exp", (PyObject *)z, NULL, z, ct, ct);
+        st = uf(em_np.exp, (PyObject *)z, NULL, z, ct, ct);
         if (st == 0)
-            st = ufunc_reduce(em_np("add"), z, mask, true, ct, s);
+            st = ufunc_reduce(em_np.add, z, mask, true, ct, s);
         if (st == 0)
-            st = uf("true_divide", (PyObject *)z, (PyObject *)s, z, ct, ct);
+            st = uf(em_np.true_divide, (PyObject *)z, (PyObject *)s, z, ct, ct);
     }
     else if (st == 0) {                   /* log_softmax: z - log(sum(exp(z))) */
         e = temp_like(self, ct);
-        st = e ? uf("exp", (PyObject *)z, NULL, e, ct, ct) : -1;
+        st = e ? uf(em_np.exp, (PyObject *)z, NULL, e, ct, ct) : -1;
         if (st == 0)
-            st = ufunc_reduce(em_np("add"), e, mask, true, ct, s);
+            st = ufunc_reduce(em_np.add, e, mask, true, ct, s);
         if (st == 0)
-            st = uf("log", (PyObject *)s, NULL, s, ct, ct);
+            st = uf(em_np.log, (PyObject *)s, NULL, s, ct, ct);
         if (st == 0)
-            st = uf("subtract", (PyObject *)z, (PyObject *)s, z, ct, ct);
+            st = uf(em_np.subtract, (PyObject *)z, (PyObject *)s, z, ct, ct);
     }
     if (st == 0)
         st = PyArray_CopyInto(out->array, z->array);
@@ -823,7 +811,7 @@ k_cumulative(em_Op *op, PyObject **args)
     PyObject *axis = PyLong_FromSsize_t(d);
     PyObject *a[4] = {(PyObject *)self->array, axis, (PyObject *)em_dtypes[ct]->descr,
                       (PyObject *)acc->array};
-    PyObject *r = axis ? em_ufunc_method(op->ufunc, "accumulate", a, 1, kwnames) : NULL;
+    PyObject *r = axis ? em_ufunc_method(op->ufunc, em_str_accumulate, a, 1, kwnames) : NULL;
     Py_XDECREF(axis);
     int st = r ? 0 : -1;
     Py_XDECREF(r);
@@ -888,7 +876,8 @@ sort_indices(PyArrayObject *arr, int d, bool descending)
                                                             PyArray_DIMS(arr), NPY_INT64);
     PyObject *last = PyLong_FromSsize_t(PyArray_DIMS(arr)[d] - 1);
     PyObject *ins[2] = {last, (PyObject *)ra};
-    int st = (out && last) ? em_ufunc_out(em_np("subtract"), ins, 2, out) : -1;
+    int st = (out && last)
+                 ? em_ufunc_call(em_np.subtract, ins, 2, out, EM_UNDEFINED, EM_UNDEFINED) : -1;
     Py_XDECREF(last);
     Py_DECREF(ra);
     if (st < 0)

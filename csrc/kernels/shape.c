@@ -3,7 +3,8 @@
  * flatten, unflatten, movedim, narrow, repeat, tile, the *_as forms and T / mT.
  *
  * A composite runs in every mode and calls the ops it is made of through the
- * dispatcher (em_call), so autograd and tracers see those ops, never the composite.
+ * dispatcher by id (em_call_op), so autograd and tracers see those ops, never the
+ * composite.
  */
 #include "kutil.h"
 
@@ -22,13 +23,13 @@ int_tuple_of(const Py_ssize_t *v, int n)
 }
 
 static PyObject *
-call_ints(const char *name, PyObject *self, const Py_ssize_t *v, int n)
+call_ints(int id, PyObject *self, const Py_ssize_t *v, int n)
 {
     PyObject *t = int_tuple_of(v, n);
     if (t == NULL)
         return NULL;
     PyObject *a[2] = {self, t};
-    PyObject *r = em_call(name, a, 2);
+    PyObject *r = em_call_op(id, a, 2, NULL);
     Py_DECREF(t);
     return r;
 }
@@ -39,20 +40,21 @@ call_slice(PyObject *self, Py_ssize_t d, Py_ssize_t start, Py_ssize_t stop)
 {
     PyObject *a[5] = {self, PyLong_FromSsize_t(d), PyLong_FromSsize_t(start),
                       PyLong_FromSsize_t(stop), PyLong_FromLong(1)};
-    PyObject *r = (a[1] && a[2] && a[3] && a[4]) ? em_call("slice", a, 5) : NULL;
+    PyObject *r = (a[1] && a[2] && a[3] && a[4]) ? em_call_op(EM_OP_SLICE, a, 5, NULL) : NULL;
     for (int i = 1; i < 5; i++)
         Py_XDECREF(a[i]);
     return r;
 }
 
+/* op(self, d) for an op of id taking a dim: unsqueeze, cat */
 static PyObject *
-call_dim(const char *name, PyObject *self, Py_ssize_t d)
+call_dim(int id, PyObject *self, Py_ssize_t d)
 {
     PyObject *pd = PyLong_FromSsize_t(d);
     if (pd == NULL)
         return NULL;
     PyObject *a[2] = {self, pd};
-    PyObject *r = em_call(name, a, 2);
+    PyObject *r = em_call_op(id, a, 2, NULL);
     Py_DECREF(pd);
     return r;
 }
@@ -187,7 +189,7 @@ k_stack(em_Op *op, PyObject **args)
         return NULL;
     PyObject *parts = PyTuple_New(n);
     for (Py_ssize_t i = 0; parts != NULL && i < n; i++) {
-        PyObject *u = call_dim("unsqueeze", PyTuple_GET_ITEM(list, i), d);
+        PyObject *u = call_dim(EM_OP_UNSQUEEZE, PyTuple_GET_ITEM(list, i), d);
         if (u == NULL)
             Py_CLEAR(parts);
         else
@@ -195,10 +197,7 @@ k_stack(em_Op *op, PyObject **args)
     }
     if (parts == NULL)
         return NULL;
-    PyObject *pd = PyLong_FromSsize_t(d);
-    PyObject *a[2] = {parts, pd};
-    PyObject *r = pd ? em_call("cat", a, 2) : NULL;
-    Py_XDECREF(pd);
+    PyObject *r = call_dim(EM_OP_CAT, parts, d);
     Py_DECREF(parts);
     return r;
 }
@@ -220,7 +219,7 @@ atleast(PyObject *list, int rank)
             Py_ssize_t shape[2] = {1, 1};
             if (t->ndim == 1)
                 shape[rank - 1] = t->sizes[0];
-            v = call_ints("reshape", (PyObject *)t, shape, rank);
+            v = call_ints(EM_OP_RESHAPE, (PyObject *)t, shape, rank);
         }
         if (v == NULL)
             Py_CLEAR(out);
@@ -230,16 +229,6 @@ atleast(PyObject *list, int rank)
     return out;
 }
 
-static PyObject *
-cat_along(PyObject *list, long d)
-{
-    PyObject *pd = PyLong_FromLong(d);
-    PyObject *a[2] = {list, pd};
-    PyObject *r = pd ? em_call("cat", a, 2) : NULL;
-    Py_XDECREF(pd);
-    return r;
-}
-
 /* hstack(tensors): cat along 1 (0 when the tensors are 1-D) */
 static PyObject *
 k_hstack(em_Op *op, PyObject **args)
@@ -247,9 +236,9 @@ k_hstack(em_Op *op, PyObject **args)
     PyObject *list = atleast(args[0], 1);
     if (list == NULL)
         return NULL;
-    long d = PyTuple_GET_SIZE(list) > 0 && ((em_Tensor *)PyTuple_GET_ITEM(list, 0))->ndim == 1
-                 ? 0 : 1;
-    PyObject *r = cat_along(list, d);
+    Py_ssize_t d = PyTuple_GET_SIZE(list) > 0 &&
+                   ((em_Tensor *)PyTuple_GET_ITEM(list, 0))->ndim == 1 ? 0 : 1;
+    PyObject *r = call_dim(EM_OP_CAT, list, d);
     Py_DECREF(list);
     return r;
 }
@@ -261,7 +250,7 @@ k_vstack(em_Op *op, PyObject **args)
     PyObject *list = atleast(args[0], 2);
     if (list == NULL)
         return NULL;
-    PyObject *r = cat_along(list, 0);
+    PyObject *r = call_dim(EM_OP_CAT, list, 0);
     Py_DECREF(list);
     return r;
 }
@@ -418,7 +407,7 @@ k_unbind(em_Op *op, PyObject **args)
     for (Py_ssize_t i = 0; out != NULL && pd != NULL && i < n; i++) {
         PyObject *pi = PyLong_FromSsize_t(i);
         PyObject *a[3] = {args[0], pd, pi};
-        PyObject *s = pi ? em_call("select", a, 3) : NULL;
+        PyObject *s = pi ? em_call_op(EM_OP_SELECT, a, 3, NULL) : NULL;
         Py_XDECREF(pi);
         if (s == NULL)
             Py_CLEAR(out);
@@ -443,7 +432,7 @@ k_flatten(em_Op *op, PyObject **args)
         return NULL;
     if (self->ndim == 0) {
         Py_ssize_t one = 1;
-        return call_ints("reshape", args[0], &one, 1);
+        return call_ints(EM_OP_RESHAPE, args[0], &one, 1);
     }
     if (s > e) {
         PyErr_SetString(PyExc_RuntimeError, "flatten(): flatten() has invalid args: start_dim "
@@ -464,7 +453,7 @@ k_flatten(em_Op *op, PyObject **args)
     shape[n++] = merged;
     for (int i = (int)e + 1; i < self->ndim; i++)
         shape[n++] = self->sizes[i];
-    return call_ints("reshape", args[0], shape, n);
+    return call_ints(EM_OP_RESHAPE, args[0], shape, n);
 }
 
 /* unflatten(self, dim, sizes) */
@@ -521,7 +510,7 @@ k_unflatten(em_Op *op, PyObject **args)
     if (self->ndim == 0)
         for (int k = 0; k < ns; k++)
             shape[n++] = sizes[k];
-    return call_ints("view", args[0], shape, n);
+    return call_ints(EM_OP_VIEW, args[0], shape, n);
 }
 
 /* Reads an int[1] argument (tuple) of dims, wrapped. */
@@ -587,7 +576,7 @@ k_movedim(em_Op *op, PyObject **args)
             s++;
         perm[i] = s++;
     }
-    return call_ints("permute", args[0], perm, nd_);
+    return call_ints(EM_OP_PERMUTE, args[0], perm, nd_);
 }
 
 /* narrow(self, dim, start, length) */
@@ -631,38 +620,38 @@ k_narrow_copy(em_Op *op, PyObject **args)
     PyObject *v = k_narrow(op, args);
     if (v == NULL)
         return NULL;
-    PyObject *r = em_call("contiguous", &v, 1);
+    PyObject *r = em_call_op(EM_OP_CONTIGUOUS, &v, 1, NULL);
     if (r == v) {   /* already contiguous: still a copy */
         Py_DECREF(r);
-        r = em_call("clone", &v, 1);
+        r = em_call_op(EM_OP_CLONE, &v, 1, NULL);
     }
     Py_DECREF(v);
     return r;
 }
 
 static PyObject *
-call_with_shape_of(const char *name, PyObject *self, PyObject *other)
+call_with_shape_of(int id, PyObject *self, PyObject *other)
 {
     em_Tensor *o = (em_Tensor *)other;
-    return call_ints(name, self, o->sizes, o->ndim);
+    return call_ints(id, self, o->sizes, o->ndim);
 }
 
 static PyObject *
 k_view_as(em_Op *op, PyObject **args)
 {
-    return call_with_shape_of("view", args[0], args[1]);
+    return call_with_shape_of(EM_OP_VIEW, args[0], args[1]);
 }
 
 static PyObject *
 k_reshape_as(em_Op *op, PyObject **args)
 {
-    return call_with_shape_of("reshape", args[0], args[1]);
+    return call_with_shape_of(EM_OP_RESHAPE, args[0], args[1]);
 }
 
 static PyObject *
 k_expand_as(em_Op *op, PyObject **args)
 {
-    return call_with_shape_of("expand", args[0], args[1]);
+    return call_with_shape_of(EM_OP_EXPAND, args[0], args[1]);
 }
 
 /* repeat(self, repeats): reshape to [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...],
@@ -710,20 +699,14 @@ repeat_impl(PyObject *selfo, const Py_ssize_t *reps, int n)
         big[m++] = own ? s : s * reps[i];
         ones &= reps[i] == 1;
     }
-    PyObject *v = call_ints("reshape", selfo, shape, m);
-    PyObject *e = v ? call_ints("expand", v, big, m) : NULL;
+    PyObject *v = call_ints(EM_OP_RESHAPE, selfo, shape, m);
+    PyObject *e = v ? call_ints(EM_OP_EXPAND, v, big, m) : NULL;
     Py_XDECREF(v);
-    PyObject *r = e ? call_ints("reshape", e, target, n) : NULL;
+    PyObject *r = e ? call_ints(EM_OP_RESHAPE, e, target, n) : NULL;
     Py_XDECREF(e);
     if (r != NULL && (ones || ((em_Tensor *)r)->storage == self->storage)) {
         /* nothing was repeated: reshape returned a view; repeat always copies */
-        PyObject *fmt = PyUnicode_FromString("contiguous_format");
-        PyObject *kw = Py_BuildValue("(s)", "memory_format");
-        PyObject *a[2] = {r, fmt};
-        PyObject *c = (fmt && kw) ? em_call_kw("clone", a, 1, kw) : NULL;
-        Py_XDECREF(fmt);
-        Py_XDECREF(kw);
-        Py_SETREF(r, c);
+        Py_SETREF(r, em_clone_contiguous(r));
     }
     return r;
 }
@@ -761,7 +744,7 @@ k_numpy_T(em_Op *op, PyObject **args)
     Py_ssize_t perm[EM_MAX_DIMS];
     for (int i = 0; i < self->ndim; i++)
         perm[i] = self->ndim - 1 - i;
-    return call_ints("permute", args[0], perm, self->ndim);
+    return call_ints(EM_OP_PERMUTE, args[0], perm, self->ndim);
 }
 
 /* Tensor.mT: the last two dims swapped */
@@ -775,7 +758,7 @@ k_mT(em_Op *op, PyObject **args)
         return NULL;
     }
     PyObject *a[3] = {args[0], PyLong_FromLong(-2), PyLong_FromLong(-1)};
-    PyObject *r = (a[1] && a[2]) ? em_call("transpose", a, 3) : NULL;
+    PyObject *r = (a[1] && a[2]) ? em_call_op(EM_OP_TRANSPOSE, a, 3, NULL) : NULL;
     Py_XDECREF(a[1]);
     Py_XDECREF(a[2]);
     return r;

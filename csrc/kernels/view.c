@@ -152,28 +152,6 @@ k_view(em_Op *op, PyObject **args)
     return view_of(self, n, shape, strides, self->offset);
 }
 
-static PyObject *
-call_slot(em_slot_t slot, const char *name, PyObject *const *args, Py_ssize_t n)
-{
-    if (em_slots[slot] == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "op %s is not bound", name);
-        return NULL;
-    }
-    return em_op_call(em_slots[slot], args, n);
-}
-
-static em_Op *view_op, *clone_op, *to_copy_op;
-
-static PyObject *
-call_named(em_Op *op, const char *name, PyObject *const *args, Py_ssize_t n)
-{
-    if (op == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "op %s is not bound", name);
-        return NULL;
-    }
-    return em_op_call(op, args, n);
-}
-
 /* reshape(self, shape): a view when the strides allow it, else a copy (composite). */
 static PyObject *
 k_reshape(em_Op *op, PyObject **args)
@@ -183,28 +161,20 @@ k_reshape(em_Op *op, PyObject **args)
     int n;
     if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
-    if (compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape, strides)) {
-        PyObject *va[2] = {args[0], args[1]};
-        return call_named(view_op, "view", va, 2);
-    }
-    PyObject *ca[1] = {args[0]};
-    PyObject *copy = call_named(clone_op, "clone", ca, 1);
+    if (compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape, strides))
+        return em_call_op(EM_OP_VIEW, args, 2, NULL);
+    PyObject *copy = em_call_op(EM_OP_CLONE, args, 1, NULL);
     if (copy == NULL)
         return NULL;
     /* clone keeps a dense permuted layout; force a contiguous one for the view */
     if (!em_tensor_is_contiguous(as_tensor(copy))) {
-        PyObject *fmt = PyUnicode_FromString("contiguous_format");
-        PyObject *kw = Py_BuildValue("(s)", "memory_format");
-        PyObject *a2[2] = {args[0], fmt};
         Py_DECREF(copy);
-        copy = (fmt && kw) ? PyObject_Vectorcall((PyObject *)clone_op, a2, 1, kw) : NULL;
-        Py_XDECREF(fmt);
-        Py_XDECREF(kw);
+        copy = em_clone_contiguous(args[0]);
         if (copy == NULL)
             return NULL;
     }
     PyObject *va[2] = {copy, args[1]};
-    PyObject *res = call_named(view_op, "view", va, 2);
+    PyObject *res = em_call_op(EM_OP_VIEW, va, 2, NULL);
     Py_DECREF(copy);
     return res;
 }
@@ -575,16 +545,7 @@ k_contiguous(em_Op *op, PyObject **args)
         Py_INCREF(self);
         return (PyObject *)self;
     }
-    PyObject *fmt = PyUnicode_FromString("contiguous_format");
-    PyObject *kw = Py_BuildValue("(s)", "memory_format");
-    PyObject *a2[2] = {args[0], fmt};
-    PyObject *r = (fmt && kw && clone_op)
-                      ? PyObject_Vectorcall((PyObject *)clone_op, a2, 1, kw) : NULL;
-    if (r == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "op clone is not bound");
-    Py_XDECREF(fmt);
-    Py_XDECREF(kw);
-    return r;
+    return em_clone_contiguous(args[0]);
 }
 
 /* The scatter ops write src into a view of self: PyTorch wants src of the view's size. */
@@ -796,9 +757,6 @@ index_tensor_traced(PyObject *obj, int dtype_code)
         Py_XDECREF(list);
         return r;
     }
-    PyObject *kw = Py_BuildValue("(s)", "dtype");
-    if (kw == NULL)
-        return NULL;
     PyObject *dt = (PyObject *)em_dtypes[dtype_code];
     PyObject *r = NULL;
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
@@ -806,7 +764,7 @@ index_tensor_traced(PyObject *obj, int dtype_code)
         if (n == 0) {
             PyObject *shape = Py_BuildValue("(i)", 0), *zero = PyLong_FromLong(0);
             PyObject *a[3] = {shape, zero, dt};
-            r = (shape && zero) ? em_call_kw("full", a, 2, kw) : NULL;
+            r = (shape && zero) ? em_call_op(EM_OP_FULL, a, 2, em_kw_dtype) : NULL;
             Py_XDECREF(shape);
             Py_XDECREF(zero);
         }
@@ -821,7 +779,7 @@ index_tensor_traced(PyObject *obj, int dtype_code)
                 else
                     PyTuple_SET_ITEM(parts, i, t);
             }
-            r = parts ? em_call("stack", &parts, 1) : NULL;
+            r = parts ? em_call_op(EM_OP_STACK, &parts, 1, NULL) : NULL;
             Py_XDECREF(parts);
         }
     }
@@ -830,11 +788,10 @@ index_tensor_traced(PyObject *obj, int dtype_code)
                                             : PyNumber_Long(obj);
         PyObject *shape = PyTuple_New(0);
         PyObject *a[3] = {shape, v, dt};
-        r = (v && shape) ? em_call_kw("full", a, 2, kw) : NULL;
+        r = (v && shape) ? em_call_op(EM_OP_FULL, a, 2, em_kw_dtype) : NULL;
         Py_XDECREF(v);
         Py_XDECREF(shape);
     }
-    Py_DECREF(kw);
     return r;
 }
 
@@ -1007,7 +964,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
         }
         if (it->kind == IT_NONE || it->kind == IT_BOOL) {
             PyObject *a[2] = {cur, pdim};
-            next = call_slot(EM_SLOT_UNSQUEEZE, "unsqueeze", a, 2);
+            next = em_call_op(EM_OP_UNSQUEEZE, a, 2, NULL);
             if (next != NULL && it->kind == IT_BOOL) {
                 /* a Python bool: a new dim of size 1, kept (True) or emptied (False) */
                 Py_ssize_t len = it->ival ? 1 : 0;
@@ -1040,7 +997,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
             }
             PyObject *one = PyLong_FromLong(1);
             PyObject *a[5] = {cur, pdim, s->start, s->stop, step ? step : one};
-            next = one ? call_slot(EM_SLOT_SLICE, "slice", a, 5) : NULL;
+            next = one ? em_call_op(EM_OP_SLICE, a, 5, NULL) : NULL;
             Py_XDECREF(one);
             dim++;
         }
@@ -1055,7 +1012,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
             else {
                 PyObject *idx = PyLong_FromSsize_t(it->ival);
                 PyObject *a[3] = {cur, pdim, idx};
-                next = idx ? call_slot(EM_SLOT_SELECT, "select", a, 3) : NULL;
+                next = idx ? em_call_op(EM_OP_SELECT, a, 3, NULL) : NULL;
                 Py_XDECREF(idx);
             }
         }
@@ -1090,7 +1047,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
     else if (!viewed) {
         /* x[...] and x[()] are views of the whole tensor */
         PyObject *a[1] = {cur};
-        Py_SETREF(cur, call_slot(EM_SLOT_ALIAS, "alias", a, 1));
+        Py_SETREF(cur, em_call_op(EM_OP_ALIAS, a, 1, NULL));
         if (cur == NULL)
             goto done;
     }
@@ -1118,7 +1075,7 @@ k_getitem(em_Op *op, PyObject **args)
     if (indices == NULL)
         return view;
     PyObject *a[2] = {view, indices};
-    PyObject *r = em_call("index", a, 2);
+    PyObject *r = em_call_op(EM_OP_INDEX, a, 2, NULL);
     Py_DECREF(view);
     Py_DECREF(indices);
     return r;
@@ -1175,11 +1132,8 @@ mask_over(em_Tensor *self, em_Tensor *mask)
     PyObject *m = (PyObject *)mask;
     Py_INCREF(m);
     if (mask->dtype != EM_BOOL) {
-        PyObject *kw = Py_BuildValue("(s)", "dtype");
         PyObject *a[2] = {m, (PyObject *)em_dtypes[EM_BOOL]};
-        PyObject *c = kw ? em_call_kw("_to_copy", a, 1, kw) : NULL;
-        Py_XDECREF(kw);
-        Py_SETREF(m, c);
+        Py_SETREF(m, em_call_op(EM_OP__TO_COPY, a, 1, em_kw_dtype));
         if (m == NULL)
             return NULL;
     }
@@ -1196,7 +1150,7 @@ mask_over(em_Tensor *self, em_Tensor *mask)
     PyObject *r = NULL;
     if (shape != NULL) {
         PyObject *a[2] = {m, shape};
-        r = em_call("view", a, 2);
+        r = em_call_op(EM_OP_VIEW, a, 2, NULL);
         Py_DECREF(shape);
     }
     Py_DECREF(m);
@@ -1207,11 +1161,9 @@ mask_over(em_Tensor *self, em_Tensor *mask)
 static PyObject *
 full_scalar(PyObject *number, em_dtype_t dtype)
 {
-    PyObject *kw = Py_BuildValue("(s)", "dtype");
     PyObject *empty = PyTuple_New(0);
     PyObject *a[3] = {empty, number, (PyObject *)em_dtypes[dtype]};
-    PyObject *r = (kw && empty) ? em_call_kw("full", a, 2, kw) : NULL;
-    Py_XDECREF(kw);
+    PyObject *r = empty ? em_call_op(EM_OP_FULL, a, 2, em_kw_dtype) : NULL;
     Py_XDECREF(empty);
     return r;
 }
@@ -1229,15 +1181,15 @@ setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
     if (indices == NULL) {
         PyObject *a[2] = {view, value};
         if (!em_Tensor_Check(value))
-            res = em_call("fill_", a, 2);
+            res = em_call_op(EM_OP_FILL_, a, 2, NULL);
         else if (check_broadcast_to(v, value) == 0)
-            res = em_call("copy_", a, 2);
+            res = em_call_op(EM_OP_COPY_, a, 2, NULL);
     }
     else if (is_mask_fill(key, value)) {
         PyObject *mask = mask_over(v, as_tensor(key));
         if (mask != NULL) {
             PyObject *a[3] = {view, mask, value};
-            res = em_call("masked_fill_", a, 3);
+            res = em_call_op(EM_OP_MASKED_FILL_, a, 3, NULL);
             Py_DECREF(mask);
         }
     }
@@ -1248,7 +1200,7 @@ setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
             Py_SETREF(val, full_scalar(value, v->dtype));
         if (val != NULL) {
             PyObject *a[3] = {view, indices, val};
-            res = em_call("index_put_", a, 3);
+            res = em_call_op(EM_OP_INDEX_PUT_, a, 3, NULL);
             Py_DECREF(val);
         }
     }
@@ -1308,12 +1260,11 @@ k_setitem(em_Op *op, PyObject **args)
 static PyObject *
 k_python(em_Op *op, PyObject **args)
 {
-    PyObject *impl = PyObject_GetAttrString(op->entry, "impl");
-    if (impl == NULL)
+    if (op->impl == NULL) {
+        PyErr_Format(PyExc_TypeError, "%U has no impl", op->name);
         return NULL;
-    PyObject *r = PyObject_Vectorcall(impl, args, op->nparams, NULL);
-    Py_DECREF(impl);
-    return r;
+    }
+    return PyObject_Vectorcall(op->impl, args, op->nparams, NULL);
 }
 
 const em_KernelEntry em_view_kernels[] = {
@@ -1340,19 +1291,3 @@ const em_KernelEntry em_view_kernels[] = {
     {"python", k_python},
     {NULL, NULL},
 };
-
-/* _bind_view_ops(view, clone, _to_copy): the ops composites call. */
-PyObject *
-em_bind_view_ops(PyObject *self, PyObject *args)
-{
-    PyObject *v, *c, *t;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &em_Op_Type, &v, &em_Op_Type, &c, &em_Op_Type, &t))
-        return NULL;
-    Py_INCREF(v);
-    Py_XSETREF(view_op, (em_Op *)v);
-    Py_INCREF(c);
-    Py_XSETREF(clone_op, (em_Op *)c);
-    Py_INCREF(t);
-    Py_XSETREF(to_copy_op, (em_Op *)t);
-    Py_RETURN_NONE;
-}

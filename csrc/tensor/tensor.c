@@ -764,10 +764,11 @@ tensor_hash(PyObject *self)
     return _Py_HashPointer(self);
 }
 
+/* The Python operators call ops by id (op_ids.h); NotImplemented before install(). */
 static PyObject *
-slot_call(em_slot_t s, PyObject *a, PyObject *b)
+slot_call(int id, PyObject *a, PyObject *b)
 {
-    em_Op *op = em_slots[s];
+    em_Op *op = em_op_lookup(id);
     if (op == NULL)
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *other = em_Tensor_Check(a) ? b : a;
@@ -783,37 +784,28 @@ slot_call(em_slot_t s, PyObject *a, PyObject *b)
         return slot_call(slot, a, b);                             \
     }
 
-BINARY_SLOT(tensor_nb_add, EM_SLOT_ADD)
-BINARY_SLOT(tensor_nb_sub, EM_SLOT_SUB)
-BINARY_SLOT(tensor_nb_mul, EM_SLOT_MUL)
-BINARY_SLOT(tensor_nb_div, EM_SLOT_DIV)
-BINARY_SLOT(tensor_nb_floordiv, EM_SLOT_FLOORDIV)
-BINARY_SLOT(tensor_nb_mod, EM_SLOT_MOD)
-BINARY_SLOT(tensor_nb_and, EM_SLOT_AND)
-BINARY_SLOT(tensor_nb_or, EM_SLOT_OR)
-BINARY_SLOT(tensor_nb_xor, EM_SLOT_XOR)
-BINARY_SLOT(tensor_nb_lshift, EM_SLOT_LSHIFT)
-BINARY_SLOT(tensor_nb_rshift, EM_SLOT_RSHIFT)
-
-static PyObject *
-inplace_slot(em_slot_t s, PyObject *a, PyObject *b)
-{
-    if (em_slots[s] == NULL)
-        Py_RETURN_NOTIMPLEMENTED;
-    return slot_call(s, a, b);
-}
-
-static PyObject *tensor_nb_iadd(PyObject *a, PyObject *b) { return inplace_slot(EM_SLOT_IADD, a, b); }
-static PyObject *tensor_nb_isub(PyObject *a, PyObject *b) { return inplace_slot(EM_SLOT_ISUB, a, b); }
-static PyObject *tensor_nb_imul(PyObject *a, PyObject *b) { return inplace_slot(EM_SLOT_IMUL, a, b); }
-static PyObject *tensor_nb_idiv(PyObject *a, PyObject *b) { return inplace_slot(EM_SLOT_IDIV, a, b); }
+BINARY_SLOT(tensor_nb_add, EM_OP_ADD)
+BINARY_SLOT(tensor_nb_sub, EM_OP_SUB)
+BINARY_SLOT(tensor_nb_mul, EM_OP_MUL)
+BINARY_SLOT(tensor_nb_div, EM_OP_DIV)
+BINARY_SLOT(tensor_nb_floordiv, EM_OP_FLOOR_DIVIDE)
+BINARY_SLOT(tensor_nb_mod, EM_OP_REMAINDER)
+BINARY_SLOT(tensor_nb_and, EM_OP_BITWISE_AND)
+BINARY_SLOT(tensor_nb_or, EM_OP_BITWISE_OR)
+BINARY_SLOT(tensor_nb_xor, EM_OP_BITWISE_XOR)
+BINARY_SLOT(tensor_nb_lshift, EM_OP_BITWISE_LEFT_SHIFT)
+BINARY_SLOT(tensor_nb_rshift, EM_OP_BITWISE_RIGHT_SHIFT)
+BINARY_SLOT(tensor_nb_iadd, EM_OP_ADD_)
+BINARY_SLOT(tensor_nb_isub, EM_OP_SUB_)
+BINARY_SLOT(tensor_nb_imul, EM_OP_MUL_)
+BINARY_SLOT(tensor_nb_idiv, EM_OP_DIV_)
 
 static PyObject *
 tensor_nb_matmul(PyObject *a, PyObject *b)
 {
     if (!em_Tensor_Check(a) || !em_Tensor_Check(b))
         Py_RETURN_NOTIMPLEMENTED;
-    return slot_call(EM_SLOT_MATMUL, a, b);
+    return slot_call(EM_OP_MATMUL, a, b);
 }
 
 static PyObject *
@@ -823,13 +815,13 @@ tensor_nb_pow(PyObject *a, PyObject *b, PyObject *mod)
         PyErr_SetString(PyExc_TypeError, "pow() with a modulus is not supported for tensors");
         return NULL;
     }
-    return slot_call(EM_SLOT_POW, a, b);
+    return slot_call(EM_OP_POW, a, b);
 }
 
 static PyObject *
-unary_slot(em_slot_t s, PyObject *a, const char *what)
+unary_slot(int id, PyObject *a, const char *what)
 {
-    em_Op *op = em_slots[s];
+    em_Op *op = em_op_lookup(id);
     if (op == NULL) {
         PyErr_Format(PyExc_TypeError, "bad operand type for %s: 'Tensor'", what);
         return NULL;
@@ -837,9 +829,15 @@ unary_slot(em_slot_t s, PyObject *a, const char *what)
     return em_op_call(op, &a, 1);
 }
 
-static PyObject *tensor_nb_neg(PyObject *a) { return unary_slot(EM_SLOT_NEG, a, "unary -"); }
-static PyObject *tensor_nb_abs(PyObject *a) { return unary_slot(EM_SLOT_ABS, a, "abs()"); }
-static PyObject *tensor_nb_invert(PyObject *a) { return unary_slot(EM_SLOT_INVERT, a, "unary ~"); }
+#define UNARY_SLOT(fname, id, what)                               \
+    static PyObject *fname(PyObject *a)                           \
+    {                                                             \
+        return unary_slot(id, a, what);                           \
+    }
+
+UNARY_SLOT(tensor_nb_neg, EM_OP_NEG, "unary -")
+UNARY_SLOT(tensor_nb_abs, EM_OP_ABS, "abs()")
+UNARY_SLOT(tensor_nb_invert, EM_OP___INVERT__, "unary ~")   /* a TypeError for floats */
 
 static PyObject *
 tensor_nb_pos(PyObject *a)
@@ -945,11 +943,13 @@ static PyNumberMethods tensor_as_number = {
 static PyObject *
 tensor_richcompare(PyObject *a, PyObject *b, int op)
 {
-    static const em_slot_t map[] = {
-        [Py_LT] = EM_SLOT_LT, [Py_LE] = EM_SLOT_LE, [Py_EQ] = EM_SLOT_EQ,
-        [Py_NE] = EM_SLOT_NE, [Py_GT] = EM_SLOT_GT, [Py_GE] = EM_SLOT_GE,
+    static const em_op_id ids[] = {
+        [Py_LT] = EM_OP_LT, [Py_LE] = EM_OP_LE, [Py_EQ] = EM_OP_EQ,
+        [Py_NE] = EM_OP_NE, [Py_GT] = EM_OP_GT, [Py_GE] = EM_OP_GE,
     };
-    return slot_call(map[op], a, b);
+    if (op < 0 || op >= (int)(sizeof ids / sizeof ids[0]))
+        Py_RETURN_NOTIMPLEMENTED;
+    return slot_call(ids[op], a, b);
 }
 
 static Py_ssize_t
@@ -965,7 +965,7 @@ tensor_len(em_Tensor *self)
 static PyObject *
 tensor_getitem(PyObject *self, PyObject *key)
 {
-    em_Op *op = em_slots[EM_SLOT_INDEX];
+    em_Op *op = em_op_lookup(EM_OP___GETITEM__);
     if (op == NULL) {
         PyErr_SetString(PyExc_TypeError, "indexing is not available yet");
         return NULL;
@@ -977,7 +977,7 @@ tensor_getitem(PyObject *self, PyObject *key)
 static int
 tensor_setitem(PyObject *self, PyObject *key, PyObject *value)
 {
-    em_Op *op = em_slots[EM_SLOT_SETITEM];
+    em_Op *op = em_op_lookup(EM_OP___SETITEM__);
     if (value == NULL) {
         PyErr_SetString(PyExc_TypeError, "Tensor does not support item deletion");
         return -1;

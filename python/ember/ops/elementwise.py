@@ -94,7 +94,6 @@ op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
 op("neg(Tensor self) -> Tensor",
    UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, aliases=("negative",),
    inplace_variant=True,
-   operators=("__neg__",),
    backward=lambda g, out, self: (-g,))
 
 op("reciprocal(Tensor self) -> Tensor",
@@ -412,9 +411,10 @@ def _invert(self):
     return O.bitwise_not(self)
 
 
-# ~x: bitwise_not, but a TypeError for floats, as PyTorch's Tensor.__invert__ says
+# ~x (the Tensor slot calls it): bitwise_not, but a TypeError for floats, as PyTorch's
+# Tensor.__invert__ says
 op("__invert__(Tensor self) -> Tensor", CUSTOM, "python", composite=True, method=False,
-   function=False, operators=("bitwise_not",), impl=_invert)
+   function=False, impl=_invert)
 
 # Shifts decompose into integer arithmetic (no prims of their own): x << s is x * 2**s
 # (wrapping, as the shift does), x >> s is floor division by 2**s, in two steps so that no

@@ -21,7 +21,7 @@ def _matmul_backward(g, out, a, b):
 
 
 op("matmul(Tensor self, Tensor other) -> Tensor", MATMUL, "matmul", ufunc="matmul",
-   prim=True, backward=_matmul_backward, operators=("__matmul__",),
+   prim=True, backward=_matmul_backward,
    doc="Matrix product with NumPy's (and PyTorch's) rules for 1-D and batched operands.")
 
 

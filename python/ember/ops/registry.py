@@ -15,10 +15,12 @@ An entry holds everything every stage needs to know about an operator:
   new value of self.<op>(*args), into self; none where there is no inverse (expand),
   and view_replay(self, *args) where the view's value for any layout of self is not
   the op itself (view -> reshape); see ops/view_replay.py;
-- where it appears: as ember.<name>, as a Tensor method, as Python operators.
+- where it appears: as ember.<name>, as a Tensor method (Python operators are Tensor
+  slots in csrc/tensor/tensor.c, which name their ops by id).
 
-`install()` turns every entry into a C Op (csrc/dispatch/op.c) and puts it in place.
-Adding an operator is one `op(...)` call plus its kernel.
+`install()` turns every entry into a C Op (csrc/dispatch/op.c), puts it in place and
+binds the C table of ops by id (ops/op_ids.py). Adding an operator is one `op(...)` call
+plus its kernel; C code that calls it by id needs `python -m ember.ops.op_ids` first.
 """
 from __future__ import annotations
 
@@ -87,11 +89,11 @@ class OpEntry:
     #                                 node even when its result is unused
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
-    operators: tuple = ()
     aliases: tuple = ()
     doc: str = ""
     c_op: object = field(default=None, repr=False)
     functional: object = field(default=None, repr=False)   # in-place ops: their twin
+    op_id: int = field(default=-1, repr=False)   # its id in C (ops/op_ids.py), by install()
 
     @property
     def name(self):
@@ -235,6 +237,29 @@ def _make_c_op(entry: OpEntry):
                  entry.composite, entry, backward_name(s.name))
 
 
+def id_name(name: str, overload: str = "") -> str:
+    """The C constant of an op id (csrc/dispatch/op_ids.h): EM_OP_MAX, EM_OP_MAX__DIM."""
+    return "EM_OP_" + (f"{name}__{overload}" if overload else name).upper()
+
+
+def assign_op_ids(by_name: dict) -> list:
+    """[(C constant, entry)] in id order (ops/op_ids.py), with entry.op_id the index, for
+    the table's name -> [entries] (overloads in declaration order): EM_OP_<NAME> for a
+    name's first overload, EM_OP_<NAME>__<OVERLOAD> for the others."""
+    named = {}
+    for name, entries in by_name.items():
+        for i, e in enumerate(entries):
+            c = id_name(name) if i == 0 else id_name(name, e.overload or "default")
+            if c in named:
+                raise ValueError(f"{e.qualified_name} and {named[c].qualified_name} both "
+                                 f"map to {c}")
+            named[c] = e
+    ids = sorted(named.items())
+    for i, (_, e) in enumerate(ids):
+        e.op_id = i
+    return ids
+
+
 def install(namespace: dict) -> dict:
     """Makes the C ops; puts functions in namespace and methods on Tensor.
     Returns name -> public op (the first overload, which tries the others)."""
@@ -257,13 +282,11 @@ def install(namespace: dict) -> dict:
             methods = {name: head}
             methods.update({alias: head for alias in first.aliases})
             _C._add_tensor_attrs(methods)
-        for slot in (name, *first.operators):
-            _C._bind_slot(slot, head)
     for e in ENTRIES:
         if e.functional is not None:
             e.c_op._set_functional(e.functional.c_op)
-    _C._bind_view_ops(public["view"], public["clone"], public["_to_copy"])
-    _C._bind_engine_ops(public["add"], public["sum_to_size"], public["_to_copy"])
+    assign_op_ids(BY_NAME)
+    _C._bind_ops({e.qualified_name: e.c_op for e in ENTRIES})
     return public
 
 
