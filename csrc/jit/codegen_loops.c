@@ -41,17 +41,13 @@
 
 static PyObject *op_codes, *reduction_codes;     /* name -> code, from loop_ir.h */
 
-static PyObject *
-code_table(const char *const *names, int n)
+static int
+add_code(PyObject *table, const char *name, int code)
 {
-    PyObject *table = PyDict_New();
-    for (int i = 0; table != NULL && i < n; i++) {
-        PyObject *code = PyLong_FromLong(i);
-        if (code == NULL || PyDict_SetItemString(table, names[i], code) < 0)
-            Py_CLEAR(table);
-        Py_XDECREF(code);
-    }
-    return table;
+    PyObject *v = PyLong_FromLong(code);
+    int st = v == NULL ? -1 : PyDict_SetItemString(table, name, v);
+    Py_XDECREF(v);
+    return st;
 }
 
 static int
@@ -59,21 +55,25 @@ init_code_tables(void)
 {
     if (op_codes != NULL)
         return 0;
-    const char *names[EM_NOPS];
-    for (int i = 0; i < EM_NOPS; i++)
-        names[i] = em_op_info[i].name;
-    op_codes = code_table(names, EM_NOPS);
-    reduction_codes = code_table(em_reduction_names, EM_NREDUCTIONS);
-    if (op_codes == NULL || reduction_codes == NULL) {
-        Py_CLEAR(op_codes);
-        Py_CLEAR(reduction_codes);
+    PyObject *ops = PyDict_New(), *reds = PyDict_New();
+    int st = ops != NULL && reds != NULL ? 0 : -1;
+    for (int i = 0; st == 0 && i < EM_NOPS; i++)
+        st = add_code(ops, em_op_info[i].name, i);
+    for (int i = 0; st == 0 && i < EM_NREDUCTIONS; i++)
+        st = add_code(reds, em_reduction_names[i], i);
+    if (st < 0) {
+        Py_XDECREF(ops);
+        Py_XDECREF(reds);
         return -1;
     }
+    op_codes = ops;
+    reduction_codes = reds;
     return 0;
 }
 
+/* The code of name in table, or -1 with an exception set. */
 static int
-code_of(PyObject *table, PyObject *name, const char *what, int *out)
+code_of(PyObject *table, PyObject *name, const char *what)
 {
     PyObject *code = PyUnicode_Check(name) ? PyDict_GetItemWithError(table, name) : NULL;
     if (code == NULL) {
@@ -81,19 +81,11 @@ code_of(PyObject *table, PyObject *name, const char *what, int *out)
             PyErr_Format(PyExc_ValueError, "ember JIT: unknown %s %R", what, name);
         return -1;
     }
-    *out = (int)PyLong_AsLong(code);
-    return 0;
+    return (int)PyLong_AsLong(code);
 }
 
 static int
-long_at(PyObject *tup, Py_ssize_t i, long *out)
-{
-    *out = PyLong_AsLong(PyTuple_GET_ITEM(tup, i));
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int
-check_dtype(em_dtype_t t)
+check_dtype(long t)
 {
     if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16) {
         PyErr_Format(PyExc_NotImplementedError, "ember JIT: dtype %s is not supported",
@@ -114,46 +106,16 @@ in_domain(em_domain_t d, em_dtype_t t)
     }
 }
 
-/* Field i of ins: a register defined before, holding dtype want (any for
- * EM_UNDEFINED). Nothing converts implicitly (the loop IR casts explicitly;
- * python/ember/compiler/loop_ir.py verifies the same rule). */
+/* A load's, store's or fold's buffer and index coefficients. */
 static int
-operand_at(em_cg *g, PyObject *tup, Py_ssize_t i, em_dtype_t want, const em_instr *ins,
-           int *out)
+decode_address(em_cg *g, PyObject *coeffs, em_instr *ins)
 {
-    long r;
-    if (long_at(tup, i, &r) < 0)
-        return -1;
-    if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
-        PyErr_Format(PyExc_ValueError, "ember JIT: register %ld used before definition", r);
+    if (ins->param < 0 || ins->param >= g->nparams) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %d", ins->param);
         return -1;
     }
-    if (want != EM_UNDEFINED && g->rtype[r] != want) {
-        PyErr_Format(PyExc_ValueError,
-                     "ember JIT: %s computes in %s but register %ld holds %s (a cast is "
-                     "missing)", em_op_info[ins->op].name, em_dtypes[want]->name, r,
-                     em_dtypes[g->rtype[r]]->name);
-        return -1;
-    }
-    *out = (int)r;
-    return 0;
-}
-
-/* Fields i (the buffer), j and j + 1 (the index's coeffs and offset) of ins. */
-static int
-address_at(em_cg *g, PyObject *tup, Py_ssize_t i, Py_ssize_t j, em_instr *ins)
-{
-    long param;
-    if (long_at(tup, i, &param) < 0)
-        return -1;
-    if (param < 0 || param >= g->nparams) {
-        PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %ld", param);
-        return -1;
-    }
-    ins->param = (int)param;
-    ins->dtype = g->ptype[param];
-    PyObject *coeffs = PyTuple_GET_ITEM(tup, j);
-    if (!PyTuple_Check(coeffs) || PyTuple_GET_SIZE(coeffs) != g->ndim) {
+    ins->dtype = g->ptype[ins->param];
+    if (PyTuple_GET_SIZE(coeffs) != g->ndim) {
         PyErr_SetString(PyExc_ValueError,
                         "ember JIT: index coefficients do not match the domain");
         return -1;
@@ -163,110 +125,124 @@ address_at(em_cg *g, PyObject *tup, Py_ssize_t i, Py_ssize_t j, em_instr *ins)
         if (ins->coeffs[d] == -1 && PyErr_Occurred())
             return -1;
     }
-    ins->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(tup, j + 1));
-    return (ins->offset == -1 && PyErr_Occurred()) ? -1 : 0;
+    return 0;
+}
+
+/* Operand k of ins: a register defined before, holding the dtype ins computes in
+ * (any for a cast; bool for a select's condition). Nothing converts implicitly (the
+ * loop IR casts explicitly; python/ember/compiler/loop_ir.py verifies the same rule). */
+static int
+check_operand(em_cg *g, const em_instr *ins, int k)
+{
+    int r = ins->args[k];
+    em_dtype_t want = ins->op == EM_OP_CAST ? EM_UNDEFINED
+                      : ins->op == EM_OP_SELECT && k == 0 ? EM_BOOL : ins->dtype;
+    if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
+        return -1;
+    }
+    if (want != EM_UNDEFINED && g->rtype[r] != want) {
+        PyErr_Format(PyExc_ValueError,
+                     "ember JIT: %s computes in %s but register %d holds %s (a cast is "
+                     "missing)", em_op_info[ins->op].name, em_dtypes[want]->name, r,
+                     em_dtypes[g->rtype[r]]->name);
+        return -1;
+    }
+    return 0;
 }
 
 static int
 decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
 {
-    static const Py_ssize_t fields[EM_NFORMS] = {
-        [EM_FORM_LOAD] = 5, [EM_FORM_STORE] = 5, [EM_FORM_FOLD] = 6, [EM_FORM_CONST] = 4,
-        [EM_FORM_IOTA] = 4, [EM_FORM_UNARY] = 4, [EM_FORM_BINARY] = 5,
-        [EM_FORM_COMPARE] = 5, [EM_FORM_SELECT] = 6,
-    };
-    int code;
-    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) < 2) {
+    PyObject *name, *coeffs = NULL, *reduction = NULL, *value = NULL;
+    int dtype = EM_UNDEFINED, ok, *a = ins->args;
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) < 1) {
         PyErr_SetString(PyExc_ValueError, "ember JIT: malformed instruction");
         return -1;
     }
-    if (code_of(op_codes, PyTuple_GET_ITEM(tup, 0), "instruction", &code) < 0)
+    int code = code_of(op_codes, PyTuple_GET_ITEM(tup, 0), "instruction");
+    if (code < 0)
         return -1;
+    const em_op_info_t *info = &em_op_info[code];
+    int nargs = em_form_operands[info->form];
     ins->op = (em_op_t)code;
     ins->dst = -1;
-    const em_op_info_t *info = &em_op_info[code];
-    if (PyTuple_GET_SIZE(tup) != fields[info->form]) {
-        PyErr_Format(PyExc_ValueError, "ember JIT: %s takes %zd fields, got %zd",
-                     info->name, fields[info->form], PyTuple_GET_SIZE(tup));
-        return -1;
-    }
-    long v;
     switch (info->form) {
     case EM_FORM_LOAD:
-        if (address_at(g, tup, 2, 3, ins) < 0)
-            return -1;
+        ok = PyArg_ParseTuple(tup, "OiiO!n;ember JIT: malformed load", &name, &ins->dst,
+                              &ins->param, &PyTuple_Type, &coeffs, &ins->offset);
         break;
     case EM_FORM_STORE:
-        return address_at(g, tup, 1, 2, ins) < 0 ? -1
-               : operand_at(g, tup, 4, ins->dtype, ins, &ins->args[0]);
+        ok = PyArg_ParseTuple(tup, "OiO!ni;ember JIT: malformed store", &name, &ins->param,
+                              &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        break;
     case EM_FORM_FOLD:
-        if (address_at(g, tup, 1, 3, ins) < 0 ||
-            code_of(reduction_codes, PyTuple_GET_ITEM(tup, 2), "reduction", &code) < 0)
+        ok = PyArg_ParseTuple(tup, "OiOO!ni;ember JIT: malformed fold", &name, &ins->param,
+                              &reduction, &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        break;
+    case EM_FORM_CONST:
+        ok = PyArg_ParseTuple(tup, "OiiO;ember JIT: malformed const", &name, &ins->dst,
+                              &dtype, &value);
+        break;
+    case EM_FORM_IOTA:
+        ok = PyArg_ParseTuple(tup, "Oiii;ember JIT: malformed iota", &name, &ins->dst, &dtype,
+                              &ins->dim);
+        break;
+    default:          /* unary, binary, compare, select: dst, dtype, operands */
+        ok = PyTuple_GET_SIZE(tup) == 3 + nargs &&
+             PyArg_ParseTuple(tup, "Oii|iii", &name, &ins->dst, &dtype, &a[0], &a[1], &a[2]);
+        if (!ok && !PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "ember JIT: %s takes %d operands", info->name,
+                         nargs);
+        break;
+    }
+    if (!ok)
+        return -1;
+    if (coeffs != NULL) {
+        if (decode_address(g, coeffs, ins) < 0)
+            return -1;
+    }
+    else {
+        if (check_dtype(dtype) < 0)
+            return -1;
+        ins->dtype = (em_dtype_t)dtype;
+        if (!in_domain(info->domain, ins->dtype)) {
+            PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", info->name,
+                         em_dtypes[ins->dtype]->name);
+            return -1;
+        }
+    }
+    if (reduction != NULL) {
+        if ((code = code_of(reduction_codes, reduction, "reduction")) < 0)
             return -1;
         ins->reduction = (em_reduction_t)code;
         if (ins->op == EM_OP_ACCUMULATE && ins->dtype == EM_BOOL) {
             PyErr_SetString(PyExc_ValueError, "ember JIT: accumulate into a bool buffer");
             return -1;
         }
-        return operand_at(g, tup, 5, ins->dtype, ins, &ins->args[0]);
-    default:
-        if (long_at(tup, 2, &v) < 0 || check_dtype((em_dtype_t)v) < 0)
-            return -1;
-        ins->dtype = (em_dtype_t)v;
-        if (!in_domain(info->domain, ins->dtype)) {
-            PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", info->name,
-                         em_dtypes[ins->dtype]->name);
-            return -1;
-        }
-        break;
     }
-    PyObject *value = PyTuple_GET_ITEM(tup, 3);
-    switch (info->form) {
-    case EM_FORM_CONST:
+    if (value != NULL) {
         if (em_is_float(ins->dtype))
             ins->fvalue = PyFloat_AsDouble(value);
         else
             ins->ivalue = PyLong_AsLongLong(value);
         if (PyErr_Occurred())
             return -1;
-        break;
-    case EM_FORM_IOTA:
-        if (long_at(tup, 3, &v) < 0)
-            return -1;
-        if (v < 0 || v >= g->ndim) {
-            PyErr_Format(PyExc_ValueError, "ember JIT: iota of dim %ld", v);
-            return -1;
-        }
-        ins->dim = (int)v;
-        break;
-    case EM_FORM_UNARY:
-        if (operand_at(g, tup, 3, ins->op == EM_OP_CAST ? EM_UNDEFINED : ins->dtype, ins,
-                       &ins->args[0]) < 0)
-            return -1;
-        break;
-    case EM_FORM_BINARY:
-    case EM_FORM_COMPARE:
-        if (operand_at(g, tup, 3, ins->dtype, ins, &ins->args[0]) < 0 ||
-            operand_at(g, tup, 4, ins->dtype, ins, &ins->args[1]) < 0)
-            return -1;
-        break;
-    case EM_FORM_SELECT:
-        if (operand_at(g, tup, 3, EM_BOOL, ins, &ins->args[0]) < 0 ||
-            operand_at(g, tup, 4, ins->dtype, ins, &ins->args[1]) < 0 ||
-            operand_at(g, tup, 5, ins->dtype, ins, &ins->args[2]) < 0)
-            return -1;
-        break;
-    default:
-        break;
     }
-    if (long_at(tup, 1, &v) < 0)
-        return -1;
-    if (v < 0 || v >= g->nregs || g->rtype[v] != EM_UNDEFINED) {
-        PyErr_Format(PyExc_ValueError, "ember JIT: bad register %ld", v);
+    if (info->form == EM_FORM_IOTA && (ins->dim < 0 || ins->dim >= g->ndim)) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: iota of dim %d", ins->dim);
         return -1;
     }
-    ins->dst = (int)v;
-    g->rtype[v] = info->form == EM_FORM_COMPARE ? EM_BOOL : ins->dtype;
+    for (int k = 0; k < nargs; k++)
+        if (check_operand(g, ins, k) < 0)
+            return -1;
+    if (info->form == EM_FORM_STORE || info->form == EM_FORM_FOLD)
+        return 0;
+    if (ins->dst < 0 || ins->dst >= g->nregs || g->rtype[ins->dst] != EM_UNDEFINED) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad register %d", ins->dst);
+        return -1;
+    }
+    g->rtype[ins->dst] = info->form == EM_FORM_COMPARE ? EM_BOOL : ins->dtype;
     return 0;
 }
 
@@ -291,10 +267,9 @@ decode_spec(em_cg *g, PyObject *spec)
         return -1;
     }
     for (int d = 0; d < g->ndim; d++) {
-        long s;
-        if (long_at(sizes, d, &s) < 0)
+        g->sizes[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, d));
+        if (g->sizes[d] == -1 && PyErr_Occurred())
             return -1;
-        g->sizes[d] = s;
     }
     g->nparams = (int)PyTuple_GET_SIZE(params);
     g->ninstrs = PyTuple_GET_SIZE(instrs);
@@ -312,8 +287,8 @@ decode_spec(em_cg *g, PyObject *spec)
         return -1;
     }
     for (int i = 0; i < g->nparams; i++) {
-        long t;
-        if (long_at(params, i, &t) < 0 || check_dtype((em_dtype_t)t) < 0)
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(params, i));
+        if ((t == -1 && PyErr_Occurred()) || check_dtype(t) < 0)
             return -1;
         g->ptype[i] = (em_dtype_t)t;
     }

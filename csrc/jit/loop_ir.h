@@ -83,6 +83,11 @@ typedef struct {
     em_domain_t domain;
 } em_op_info_t;
 
+/* the registers an instruction of each form reads */
+static const int em_form_operands[EM_NFORMS] = {
+    0, 1, 1, 0, 0, 1, 2, 2, 3,
+};
+
 static const em_op_info_t em_op_info[EM_NOPS] = {
     {"load", EM_FORM_LOAD, EM_DOMAIN_ANY},
     {"store", EM_FORM_STORE, EM_DOMAIN_ANY},

@@ -127,127 +127,69 @@ bad_plan(const char *what)
     return -1;
 }
 
-/* Item i of tuple t, which must be a tuple (of at least n items). */
-static PyObject *
-tuple_item(PyObject *t, Py_ssize_t i, Py_ssize_t n, const char *what)
-{
-    PyObject *item = PyTuple_GET_ITEM(t, i);
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < n) {
-        bad_plan(what);
-        return NULL;
-    }
-    return item;
-}
-
+/* An index into something of `limit` items. */
 static int
-ssize_at(PyObject *t, Py_ssize_t i, Py_ssize_t *out)
+check_index(Py_ssize_t i, int limit, const char *what)
 {
-    *out = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    return i >= 0 && i < limit ? 0 : bad_plan(what);
 }
 
-static int
-index_at(PyObject *t, Py_ssize_t i, int limit, const char *what, int *out)
-{
-    Py_ssize_t v;
-    if (ssize_at(t, i, &v) < 0)
-        return -1;
-    if (v < 0 || v >= limit)
-        return bad_plan(what);
-    *out = (int)v;
-    return 0;
-}
-
-/* sizes (and strides, unless NULL) as dims */
+/* sizes (and strides, unless NULL): tuples of ints */
 static int
 decode_dims(plan_t *p, PyObject *sizes, PyObject *strides, dims_t *d)
 {
-    if (!PyTuple_Check(sizes) || PyTuple_GET_SIZE(sizes) > EM_MAX_DIMS ||
-        (strides != NULL && (!PyTuple_Check(strides) ||
-                             PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(sizes))))
+    Py_ssize_t n = PyTuple_GET_SIZE(sizes);
+    if (n > EM_MAX_DIMS || (strides != NULL && PyTuple_GET_SIZE(strides) != n))
         return bad_plan("a shape");
-    d->ndim = (int)PyTuple_GET_SIZE(sizes);
-    d->sizes = plan_alloc(p, 2 * d->ndim, sizeof(Py_ssize_t));
-    if (d->sizes == NULL)
+    d->ndim = (int)n;
+    if ((d->sizes = plan_alloc(p, 2 * n, sizeof(Py_ssize_t))) == NULL)
         return -1;
-    d->strides = strides != NULL ? d->sizes + d->ndim : NULL;
-    for (int k = 0; k < d->ndim; k++)
-        if (ssize_at(sizes, k, &d->sizes[k]) < 0 ||
-            (strides != NULL && ssize_at(strides, k, &d->strides[k]) < 0))
-            return -1;
-    return 0;
+    d->strides = strides != NULL ? d->sizes + n : NULL;
+    for (int k = 0; k < n; k++) {
+        d->sizes[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, k));
+        if (strides != NULL)
+            d->strides[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, k));
+    }
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static int
 decode_ref(const plan_t *p, PyObject *ref, ref_t *r)
 {
-    if (!PyTuple_Check(ref) || PyTuple_GET_SIZE(ref) != 2 ||
-        !PyUnicode_Check(PyTuple_GET_ITEM(ref, 0)))
-        return bad_plan("a ref");
-    PyObject *kind = PyTuple_GET_ITEM(ref, 0);
+    PyObject *kind;
+    Py_ssize_t i;
+    if (!PyTuple_Check(ref) || !PyArg_ParseTuple(ref, "Un;CompiledGraph: a ref is (kind, i)",
+                                                 &kind, &i))
+        return PyErr_Occurred() ? -1 : bad_plan("a ref");
     r->is_buf = PyUnicode_CompareWithASCIIString(kind, "buf") == 0;
     if (!r->is_buf && PyUnicode_CompareWithASCIIString(kind, "in") != 0)
         return bad_plan("a ref");
-    return index_at(ref, 1, r->is_buf ? p->nbufs : p->ninputs, "a ref", &r->index);
+    r->index = (int)i;
+    return check_index(i, r->is_buf ? p->nbufs : p->ninputs, "a ref");
 }
 
 static int
 decode_view(plan_t *p, PyObject *view, view_t *v)
 {
-    if (!PyTuple_Check(view) || PyTuple_GET_SIZE(view) != 4)
-        return bad_plan("a view");
-    if (decode_ref(p, PyTuple_GET_ITEM(view, 0), &v->ref) < 0 ||
-        decode_dims(p, PyTuple_GET_ITEM(view, 1), PyTuple_GET_ITEM(view, 2), &v->dims) < 0)
+    PyObject *ref, *sizes, *strides;
+    if (!PyTuple_Check(view) ||
+        !PyArg_ParseTuple(view, "OO!O!n;CompiledGraph: a view is (ref, sizes, strides, "
+                          "offset)", &ref, &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
+                          &v->offset))
+        return PyErr_Occurred() ? -1 : bad_plan("a view");
+    if (decode_ref(p, ref, &v->ref) < 0)
         return -1;
-    return ssize_at(view, 3, &v->offset);
+    return decode_dims(p, sizes, strides, &v->dims);
 }
 
 static int
-decode_kernel(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
+decode_views(plan_t *p, PyObject *views, int *n, view_t **out)
 {
-    int k;
-    if (PyTuple_GET_SIZE(t) < 5 || index_at(t, 1, nkernels, "a kernel step", &k) < 0)
-        return PyErr_Occurred() ? -1 : bad_plan("a kernel step");
-    s->fn = kernels[k];
-    PyObject *refs = PyTuple_GET_ITEM(t, 2);
-    if (!PyTuple_Check(refs))
-        return bad_plan("a kernel step");
-    s->nrefs = (int)PyTuple_GET_SIZE(refs);
-    s->refs = plan_alloc(p, s->nrefs, sizeof(ref_t));
-    if (s->refs == NULL)
+    *n = (int)PyTuple_GET_SIZE(views);
+    if ((*out = plan_alloc(p, *n, sizeof(view_t))) == NULL)
         return -1;
-    for (int i = 0; i < s->nrefs; i++)
-        if (decode_ref(p, PyTuple_GET_ITEM(refs, i), &s->refs[i]) < 0)
-            return -1;
-    int parallel = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
-    if (parallel < 0 || ssize_at(t, 3, &s->outer) < 0)
-        return -1;
-    s->parallel = parallel;
-    return 0;
-}
-
-static int
-decode_extern(plan_t *p, PyObject *t, step_t *s)
-{
-    if (PyTuple_GET_SIZE(t) != 5 || !PyCallable_Check(PyTuple_GET_ITEM(t, 1)))
-        return bad_plan("an extern step");
-    PyObject *views = tuple_item(t, 2, 0, "an extern step");
-    PyObject *slots = views ? tuple_item(t, 3, 0, "an extern step") : NULL;
-    if (slots == NULL)
-        return -1;
-    s->call = PyTuple_GET_ITEM(t, 1);
-    s->name = PyTuple_GET_ITEM(t, 4);
-    s->nviews = (int)PyTuple_GET_SIZE(views);
-    s->nslots = (int)PyTuple_GET_SIZE(slots);
-    s->views = plan_alloc(p, s->nviews, sizeof(view_t));
-    s->slots = plan_alloc(p, s->nslots, sizeof(int));
-    if (s->views == NULL || s->slots == NULL)
-        return -1;
-    for (int i = 0; i < s->nviews; i++)
-        if (decode_view(p, PyTuple_GET_ITEM(views, i), &s->views[i]) < 0)
-            return -1;
-    for (int i = 0; i < s->nslots; i++)
-        if (index_at(slots, i, p->nbufs, "an extern step's buffer", &s->slots[i]) < 0)
+    for (int i = 0; i < *n; i++)
+        if (decode_view(p, PyTuple_GET_ITEM(views, i), &(*out)[i]) < 0)
             return -1;
     return 0;
 }
@@ -255,54 +197,65 @@ decode_extern(plan_t *p, PyObject *t, step_t *s)
 static int
 decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
 {
+    PyObject *kind, *refs, *views, *slots, *a, *b, *rest;
+    int parallel, k;
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 ||
         !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
         return bad_plan("a step");
-    PyObject *kind = PyTuple_GET_ITEM(t, 0);
+    kind = PyTuple_GET_ITEM(t, 0);
     if (PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
         s->kind = STEP_KERNEL;
-        return decode_kernel(p, t, kernels, nkernels, s);
+        if (!PyArg_ParseTuple(t, "OiO!np|O;CompiledGraph: a kernel step is (kind, k, refs, "
+                              "outer, parallel, ...)", &kind, &k, &PyTuple_Type, &refs,
+                              &s->outer, &parallel, &rest) ||
+            check_index(k, nkernels, "a kernel step") < 0)
+            return -1;
+        s->fn = kernels[k];
+        s->parallel = parallel;
+        s->nrefs = (int)PyTuple_GET_SIZE(refs);
+        if ((s->refs = plan_alloc(p, s->nrefs, sizeof(ref_t))) == NULL)
+            return -1;
+        for (int i = 0; i < s->nrefs; i++)
+            if (decode_ref(p, PyTuple_GET_ITEM(refs, i), &s->refs[i]) < 0)
+                return -1;
+        return 0;
     }
     if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
         s->kind = STEP_MATMUL;
-        if (PyTuple_GET_SIZE(t) != 4)
-            return bad_plan("a matmul step");
-        if (decode_view(p, PyTuple_GET_ITEM(t, 1), &s->a) < 0 ||
-            decode_view(p, PyTuple_GET_ITEM(t, 2), &s->b) < 0)
+        if (!PyArg_ParseTuple(t, "OOOi;CompiledGraph: a matmul step is (kind, a, b, out)",
+                              &kind, &a, &b, &s->out) ||
+            decode_view(p, a, &s->a) < 0 || decode_view(p, b, &s->b) < 0)
             return -1;
-        return index_at(t, 3, p->nbufs, "a matmul step", &s->out);
+        return check_index(s->out, p->nbufs, "a matmul step");
     }
     if (PyUnicode_CompareWithASCIIString(kind, "extern") == 0) {
         s->kind = STEP_EXTERN;
-        return decode_extern(p, t, s);
+        if (!PyArg_ParseTuple(t, "OOO!O!O;CompiledGraph: an extern step is (kind, fn, views, "
+                              "slots, name)", &kind, &s->call, &PyTuple_Type, &views,
+                              &PyTuple_Type, &slots, &s->name) ||
+            decode_views(p, views, &s->nviews, &s->views) < 0)
+            return -1;
+        s->nslots = (int)PyTuple_GET_SIZE(slots);
+        if ((s->slots = plan_alloc(p, s->nslots, sizeof(int))) == NULL)
+            return -1;
+        for (int i = 0; i < s->nslots; i++) {
+            Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+            if ((j == -1 && PyErr_Occurred()) || check_index(j, p->nbufs, "a slot") < 0)
+                return -1;
+            s->slots[i] = (int)j;
+        }
+        return 0;
     }
     return bad_plan("a step of an unknown kind");
 }
 
 static int
-decode_buffer(plan_t *p, PyObject *t, buffer_t *b)
-{
-    PyObject *dtype = PyTuple_GET_ITEM(t, 0);
-    if (!PyObject_TypeCheck(dtype, &em_DType_Type))
-        return bad_plan("a buffer's dtype");
-    b->dtype = ((em_DType *)dtype)->code;
-    int ext = PyObject_IsTrue(PyTuple_GET_ITEM(t, 2));
-    if (ext < 0)
-        return -1;
-    b->by_extern = ext;
-    return decode_dims(p, PyTuple_GET_ITEM(t, 1), NULL, &b->dims);
-}
-
-static int
 decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
 {
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4)
-        return bad_plan("not (inputs, buffers, steps, outputs)");
-    PyObject *inputs = tuple_item(plan, 0, 0, "inputs");
-    PyObject *bufs = inputs ? tuple_item(plan, 1, 0, "buffers") : NULL;
-    PyObject *steps = bufs ? tuple_item(plan, 2, 0, "steps") : NULL;
-    PyObject *outputs = steps ? tuple_item(plan, 3, 0, "outputs") : NULL;
-    if (outputs == NULL)
+    PyObject *inputs, *bufs, *steps, *outputs, *sizes, *strides, *dtype;
+    if (!PyArg_ParseTuple(plan, "O!O!O!O!;CompiledGraph: a plan is (inputs, buffers, "
+                          "steps, outputs)", &PyTuple_Type, &inputs, &PyTuple_Type, &bufs,
+                          &PyTuple_Type, &steps, &PyTuple_Type, &outputs))
         return -1;
     p->ninputs = (int)PyTuple_GET_SIZE(inputs);
     p->nbufs = (int)PyTuple_GET_SIZE(bufs);
@@ -316,15 +269,24 @@ decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
     if (!p->inputs || !p->bufs || !p->steps || !p->outputs || !p->output_none)
         return -1;
     for (int i = 0; i < p->ninputs; i++) {
-        PyObject *t = tuple_item(inputs, i, 2, "an input");
-        if (t == NULL ||
-            decode_dims(p, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1), &p->inputs[i]) < 0)
-            return -1;
+        PyObject *t = PyTuple_GET_ITEM(inputs, i);
+        if (!PyTuple_Check(t) ||
+            !PyArg_ParseTuple(t, "O!O!;CompiledGraph: an input is (sizes, strides)",
+                              &PyTuple_Type, &sizes, &PyTuple_Type, &strides) ||
+            decode_dims(p, sizes, strides, &p->inputs[i]) < 0)
+            return PyErr_Occurred() ? -1 : bad_plan("an input");
     }
     for (int i = 0; i < p->nbufs; i++) {
-        PyObject *t = tuple_item(bufs, i, 3, "a buffer");
-        if (t == NULL || decode_buffer(p, t, &p->bufs[i]) < 0)
-            return -1;
+        PyObject *t = PyTuple_GET_ITEM(bufs, i);
+        buffer_t *b = &p->bufs[i];
+        int ext;
+        if (!PyTuple_Check(t) ||
+            !PyArg_ParseTuple(t, "O!O!p;CompiledGraph: a buffer is (dtype, sizes, extern)",
+                              &em_DType_Type, &dtype, &PyTuple_Type, &sizes, &ext) ||
+            decode_dims(p, sizes, NULL, &b->dims) < 0)
+            return PyErr_Occurred() ? -1 : bad_plan("a buffer");
+        b->dtype = ((em_DType *)dtype)->code;
+        b->by_extern = ext;
     }
     for (int i = 0; i < p->nsteps; i++)
         if (decode_step(p, PyTuple_GET_ITEM(steps, i), kernels, nkernels, &p->steps[i]) < 0)

@@ -54,6 +54,11 @@ class Form(enum.Enum):
     SELECT = "select"          # %d = select dtype %c, %a, %b   (%c bool)
 
 
+# the registers an instruction of each form reads
+OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
+            Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3}
+
+
 class Domain(enum.Enum):
     """The dtypes an instruction computes in."""
     ANY = "any"
@@ -313,8 +318,6 @@ def _check_dtypes(kernel, s, defined):
         fail(f"computes {_DOMAIN_TEXT[s.op.domain]}, not {_name(s.dtype)}")
 
 
-_ARITY = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
-          Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3}
 _DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,
             Form.SELECT}
 _ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD}
@@ -358,8 +361,8 @@ def verify(kernel: Kernel):
     defined = {}
     for s in kernel.stmts:
         form = s.op.form
-        if len(s.args) != _ARITY[form]:
-            n = _ARITY[form]
+        if len(s.args) != OPERANDS[form]:
+            n = OPERANDS[form]
             raise LoopIRError(f"{kernel.name}: `{s}` takes {n} operand"
                               f"{'s' if n != 1 else ''}")
         for a in s.args:

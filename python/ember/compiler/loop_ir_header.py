@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from .loop_ir import Domain, Form, Op, Reduction
+from .loop_ir import OPERANDS, Domain, Form, Op, Reduction
 
 PATH = pathlib.Path("csrc") / "jit" / "loop_ir.h"
 
@@ -45,6 +45,11 @@ def text() -> str:
         "    em_form_t form;",
         "    em_domain_t domain;",
         "} em_op_info_t;",
+        "",
+        "/* the registers an instruction of each form reads */",
+        "static const int em_form_operands[EM_NFORMS] = {",
+        "    " + ", ".join(str(OPERANDS[f]) for f in Form) + ",",
+        "};",
         "",
         "static const em_op_info_t em_op_info[EM_NOPS] = {",
     ]
