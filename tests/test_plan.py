@@ -94,3 +94,43 @@ def test_a_malformed_plan_is_refused_when_the_graph_is_built():
     with pytest.raises(ValueError, match="bad plan: a shape"):
         build((InputSpec((8,) * 65, (1,) * 65),), buffers, steps, outputs)
 
+
+
+def test_the_plan_verifier():
+    """plan.verify (run on every lowered graph) refuses refs to nothing, reads of an
+    extern's buffer before the extern runs, and kernel steps that are not their
+    kernels'."""
+    import copy
+    from ember.compiler.plan import PlanError, verify
+    x = ember.randn(8, 8)
+    g = _graph(_mixed, x)
+    verify(g.lowered)
+    ext = next(i for i, s in enumerate(g.lowered.steps) if isinstance(s, ExternStep))
+    kernel = next(i for i, s in enumerate(g.lowered.steps) if isinstance(s, KernelStep))
+
+    def broken(change):
+        lowered = copy.copy(g.lowered)
+        lowered.steps = list(g.lowered.steps)
+        lowered.outputs = list(g.lowered.outputs)
+        change(lowered)
+        return lowered
+
+    def move_extern_last(lw):
+        lw.steps.append(lw.steps.pop(ext))
+
+    def output_nothing(lw):
+        lw.outputs[0] = lw.outputs[0]._replace(ref=Ref("buf", 99))
+
+    def other_refs(lw):
+        s = lw.steps[kernel]
+        lw.steps[kernel] = s._replace(refs=s.refs[::-1] + (Ref("in", 0),))
+
+    def drop_kernel(lw):
+        del lw.steps[kernel]
+
+    for change, message in ((move_extern_last, "before an extern step makes it"),
+                            (output_nothing, "does not exist"),
+                            (other_refs, "not its kernel's"),
+                            (drop_kernel, "not its kernel's|never run")):
+        with pytest.raises(PlanError, match=message):
+            verify(broken(change))

@@ -20,6 +20,7 @@ from .buffers import BufferPlan
 from .fusion import KernelBuilder
 from .lowerings import extern
 from .loop_ir import verify
+from . import plan
 from .plan import ExternStep, KernelStep, Lowered, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
                      check_dtype, domain_index, is_value, reads)
@@ -161,7 +162,7 @@ class GraphLowering:
                 self.lower_output(node)
             else:
                 raise LoweringError(f"node {node.format_node()}")
-        return self.out
+        return plan.verify(self.out)
 
     def lower_output(self, node):
         outs = node.args[0]

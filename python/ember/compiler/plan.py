@@ -9,6 +9,8 @@ and prints them with their __str__ (the loop IR text, profiles).
     buffers: BufferSpec(dtype, sizes, extern) per buffer
     steps:   KernelStep, MatmulStep, ExternStep
     outputs: View, or None for an output with no value (a gradient that is None)
+
+Lowered prints as the steps' text and verify() checks it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ from typing import Callable, NamedTuple
 
 from ..ops import meta as M
 from .loop_ir import Kernel
+
+
+class PlanError(RuntimeError):
+    pass
 
 
 class StepKind(enum.StrEnum):
@@ -132,3 +138,48 @@ class Lowered:
     def __str__(self):
         outs = ", ".join("None" if o is None else str(o) for o in self.outputs)
         return "\n".join([str(s) for s in self.steps] + [f"return ({outs})"])
+
+
+def verify(lowered: Lowered):
+    """Raises PlanError unless the plan is well formed: every ref names an input or a
+    buffer, kernel steps run their kernels in order on those kernels' buffers, and each
+    buffer an extern step makes is made once, before any step reads it."""
+    made = {j for j, b in enumerate(lowered.buffers) if not b.extern}
+
+    def read(ref, step):
+        kind, i = ref
+        n = len(lowered.inputs) if kind == "in" else len(lowered.buffers)
+        if kind not in ("in", "buf") or not 0 <= i < n:
+            raise PlanError(f"`{step}` reads {kind}{i}, which does not exist")
+        if kind == "buf" and i not in made:
+            raise PlanError(f"`{step}` reads buf{i} before an extern step makes it")
+
+    kernels = 0
+    for step in lowered.steps:
+        if isinstance(step, KernelStep):
+            if step.kernel != kernels or lowered.kernels[step.kernel] is not step.ir or \
+                    step.refs != tuple(p.ref for p in step.ir.params):
+                raise PlanError(f"kernel step {step.kernel} is not its kernel's")
+            kernels += 1
+            for ref in step.refs:
+                read(ref, step.ir.name)
+        elif isinstance(step, MatmulStep):
+            read(step.a.ref, step)
+            read(step.b.ref, step)
+            if step.out not in made:
+                raise PlanError(f"`{step}` writes into a buffer an extern step makes")
+        elif isinstance(step, ExternStep):
+            for v in step.views:
+                read(v.ref, step)
+            for j in step.slots:
+                if j in made or not lowered.buffers[j].extern:
+                    raise PlanError(f"`{step}` makes buf{j} again or in place")
+                made.add(j)
+        else:
+            raise PlanError(f"unknown step {step!r}")
+    if kernels != len(lowered.kernels):
+        raise PlanError(f"{len(lowered.kernels) - kernels} kernels are never run")
+    for o in lowered.outputs:
+        if o is not None:
+            read(o.ref, "return")
+    return lowered
