@@ -15,12 +15,11 @@ import operator
 from .. import _C
 from .. import fx
 from ..ops import meta as M
-from . import fusion
+from . import fusion, plan
 from .buffers import BufferPlan
 from .fusion import KernelBuilder
-from .lowerings import extern
 from .loop_ir import verify
-from . import plan
+from .lowerings import extern
 from .plan import ExternStep, KernelStep, Lowered, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
                      check_dtype, domain_index, is_value, reads)
