@@ -1,9 +1,9 @@
 """The op lowerings: how each prim becomes loop IR or a plan step. The op table names
 one per prim (`lower=` of its entry in python/ember/ops/):
 
-    pointwise(Op.ADD)        one loop-IR instruction of the operands, in the dtype
-                             the op computes in (meta.computation_dtype)
-    reduction(Reduction.SUM) a reduce (or accumulate) kernel
+    pointwise("add")         one loop-IR instruction (loop_ir.Op) of the operands, in
+                             the dtype the op computes in (meta.computation_dtype)
+    reduction("sum")         a reduce (or accumulate) kernel (loop_ir.Reduction)
     extern                   the eager kernel, run as a plan step between kernels
     a function below         anything else (views, BLAS, pow by constants, ...)
 
