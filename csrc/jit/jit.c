@@ -3,8 +3,8 @@
  * One LLJIT per process, made on first use: target CPU "generic" plus the host's
  * features (LLVMGetHostCPUFeatures; EMBER_LLVM_FEATURES overrides), as the notes on
  * LLVM 14 on this CPU recommend. A JitModule is one LLVM module holding every kernel
- * of a graph: built through the LLVM-C builder (codegen.c), verified, optimised with
- * the new pass manager ("default<O2>"), added to the JIT under its own resource
+ * of a graph: built through the LLVM-C builder (codegen_loops.c), verified, optimised
+ * with the new pass manager ("default<O2>"), added to the JIT under its own resource
  * tracker (removed when the JitModule dies) and looked up to function pointers.
  * The textual IR, before and after optimisation, is kept for logs and tests; it is
  * never parsed.

@@ -1,4 +1,5 @@
-/* jit.h: the LLVM JIT (jit.c) and kernel code generation (codegen.c, vecmath_ir.c). */
+/* jit.h: the LLVM JIT (jit.c) and kernel code generation (codegen_loops.c,
+ * codegen_expr.c, vecmath_ir.c). */
 #ifndef EMBER_JIT_H
 #define EMBER_JIT_H
 
@@ -14,7 +15,8 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
-/* Builds `void name(void **args)` for one kernel spec (see codegen.c) into M.
+/* Builds `void name(void **args, int64_t start, int64_t end)` for one kernel spec (see
+ * codegen_loops.c) into M.
  * Returns 0, or -1 with a Python exception set (the module is then discarded). */
 int em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name);
 

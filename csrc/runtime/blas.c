@@ -7,7 +7,7 @@
  * Anything else (no BLAS found, other layouts) returns 1 and the caller uses
  * numpy.matmul.
  */
-#include "ember.h"
+#include "runtime/runtime.h"
 
 #include <dlfcn.h>
 

@@ -1,57 +1,313 @@
 /* compiled_graph.c: runs a compiled graph (kernels and BLAS calls) in one call.
  *
- * CompiledGraph(jit_module, plan) is callable with the graph's input tensors and
- * returns a tuple of output tensors. The plan is the plain tuple
- * python/ember/compiler/plan.py makes:
+ * CompiledGraph(jit_module, addresses, plan) is callable with the graph's input
+ * tensors and returns a tuple of output tensors. The plan is the tuple of records
+ * python/ember/compiler/plan.py makes (each a tuple, read here by position):
  *
  *     (inputs, buffers, steps, outputs)
  *
- * inputs:  (sizes, strides) each input was compiled for; an input laid out
+ * inputs:  InputSpec (sizes, strides) each input was compiled for; an input laid out
  *          differently (a gradient that arrives expanded, say) is first copied into
  *          that layout when it is dense, else the call fails; an empty input is only
  *          re-viewed with those strides
- * buffers: (dtype, sizes, extern) of each buffer: allocated per call (contiguous), or
- *          when extern is true, made by an extern step
- * steps:   ("extern", fn, views, slots, name)
+ * buffers: BufferSpec (dtype, sizes, extern) of each buffer: allocated per call
+ *          (contiguous), or when extern is true, made by an extern step
+ * steps:   KernelStep ("kernel", k, refs, outer, parallel, ...)
+ *                                     call kernel k (addresses[k]) with pointers to refs
+ *                                     over [0, outer) of its dim 0, split across the
+ *                                     thread pool when parallel
+ *          MatmulStep ("matmul", a, b, buffer)
+ *                                     BLAS (else numpy.matmul) from views a and b
+ *          ExternStep ("extern", fn, views, slots, name)
  *                                     fn(*tensors of views) -> tuple of tensors, stored
  *                                     (made contiguous) in the buffer slots
- *          ("kernel", k, refs, outer, parallel)
- *                                     call kernel k with pointers to refs over
- *                                     [0, outer) of its dim 0, split across the
- *                                     thread pool when parallel
- *          ("matmul", a, b, buffer)   BLAS (NumPy's matmul) from views a and b
  * outputs: views, or None for an output with no value (a gradient that is None)
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
  * elements of the ref's dtype.
+ *
+ * The plan is decoded into the C structs below (and checked) once, when the graph is
+ * built; a call only reads them.
  */
-#include "ember.h"
+#include "runtime/runtime.h"
 
+#include <stddef.h>
 #include <time.h>
 
 typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
 
-void em_parallel_for(void (*fn)(void *, int64_t, int64_t), void *ctx, int64_t n);
+/* ------------------------------------------------------------------ the plan */
 
 typedef struct {
-    kernel_fn fn;
-    void **args;
-} range_job;
+    bool is_buf;
+    int index;
+} ref_t;
 
-static void
-run_range(void *ctx, int64_t start, int64_t end)
+typedef struct {
+    int ndim;
+    Py_ssize_t *sizes, *strides;     /* ndim each (strides NULL for buffers) */
+} dims_t;
+
+typedef struct {
+    ref_t ref;
+    dims_t dims;
+    Py_ssize_t offset;
+} view_t;
+
+typedef struct {
+    em_dtype_t dtype;
+    dims_t dims;
+    bool by_extern;
+} buffer_t;
+
+typedef enum { STEP_KERNEL, STEP_MATMUL, STEP_EXTERN } step_kind_t;
+
+typedef struct {
+    step_kind_t kind;
+    /* kernel */
+    kernel_fn fn;
+    int nrefs;
+    ref_t *refs;
+    Py_ssize_t outer;
+    bool parallel;
+    /* matmul: buffer out = a @ b */
+    view_t a, b;
+    int out;
+    /* extern: call(*views) -> the buffers slots; borrowed from the plan tuple */
+    PyObject *call, *name;
+    int nviews, nslots;
+    view_t *views;
+    int *slots;
+} step_t;
+
+/* Every allocation of a decoded plan, freed together. */
+typedef struct chunk {
+    struct chunk *next;
+    max_align_t data[];
+} chunk_t;
+
+typedef struct {
+    int ninputs, nbufs, nsteps, noutputs;
+    dims_t *inputs;
+    buffer_t *bufs;
+    step_t *steps;
+    view_t *outputs;
+    bool *output_none;
+    chunk_t *chunks;
+} plan_t;
+
+static void *
+plan_alloc(plan_t *p, Py_ssize_t n, size_t size)
 {
-    range_job *job = ctx;
-    job->fn(job->args, start, end);
+    chunk_t *c = PyMem_Calloc(1, sizeof(chunk_t) + (size_t)(n > 0 ? n : 1) * size);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->next = p->chunks;
+    p->chunks = c;
+    return c->data;
 }
 
-int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
+static void
+plan_free(plan_t *p)
+{
+    while (p->chunks != NULL) {
+        chunk_t *c = p->chunks;
+        p->chunks = c->next;
+        PyMem_Free(c);
+    }
+}
+
+/* ------------------------------------------------------------------ decoding */
+
+static int
+bad_plan(const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "CompiledGraph: bad plan: %s", what);
+    return -1;
+}
+
+/* An index into something of `limit` items. */
+static int
+check_index(Py_ssize_t i, int limit, const char *what)
+{
+    return i >= 0 && i < limit ? 0 : bad_plan(what);
+}
+
+/* sizes (and strides, unless NULL): tuples of ints */
+static int
+decode_dims(plan_t *p, PyObject *sizes, PyObject *strides, dims_t *d)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(sizes);
+    if (n > EM_MAX_DIMS || (strides != NULL && PyTuple_GET_SIZE(strides) != n))
+        return bad_plan("a shape");
+    d->ndim = (int)n;
+    if ((d->sizes = plan_alloc(p, 2 * n, sizeof(Py_ssize_t))) == NULL)
+        return -1;
+    d->strides = strides != NULL ? d->sizes + n : NULL;
+    for (int k = 0; k < n; k++) {
+        d->sizes[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, k));
+        if (strides != NULL)
+            d->strides[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, k));
+    }
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int
+decode_ref(const plan_t *p, PyObject *ref, ref_t *r)
+{
+    PyObject *kind;
+    Py_ssize_t i;
+    if (!PyTuple_Check(ref) || !PyArg_ParseTuple(ref, "Un;CompiledGraph: a ref is (kind, i)",
+                                                 &kind, &i))
+        return PyErr_Occurred() ? -1 : bad_plan("a ref");
+    r->is_buf = PyUnicode_CompareWithASCIIString(kind, "buf") == 0;
+    if (!r->is_buf && PyUnicode_CompareWithASCIIString(kind, "in") != 0)
+        return bad_plan("a ref");
+    r->index = (int)i;
+    return check_index(i, r->is_buf ? p->nbufs : p->ninputs, "a ref");
+}
+
+static int
+decode_view(plan_t *p, PyObject *view, view_t *v)
+{
+    PyObject *ref, *sizes, *strides;
+    if (!PyTuple_Check(view) ||
+        !PyArg_ParseTuple(view, "OO!O!n;CompiledGraph: a view is (ref, sizes, strides, "
+                          "offset)", &ref, &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
+                          &v->offset))
+        return PyErr_Occurred() ? -1 : bad_plan("a view");
+    if (decode_ref(p, ref, &v->ref) < 0)
+        return -1;
+    return decode_dims(p, sizes, strides, &v->dims);
+}
+
+static int
+decode_views(plan_t *p, PyObject *views, int *n, view_t **out)
+{
+    *n = (int)PyTuple_GET_SIZE(views);
+    if ((*out = plan_alloc(p, *n, sizeof(view_t))) == NULL)
+        return -1;
+    for (int i = 0; i < *n; i++)
+        if (decode_view(p, PyTuple_GET_ITEM(views, i), &(*out)[i]) < 0)
+            return -1;
+    return 0;
+}
+
+static int
+decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
+{
+    PyObject *kind, *refs, *views, *slots, *a, *b, *rest;
+    int parallel, k;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
+        return bad_plan("a step");
+    kind = PyTuple_GET_ITEM(t, 0);
+    if (PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
+        s->kind = STEP_KERNEL;
+        if (!PyArg_ParseTuple(t, "OiO!np|O;CompiledGraph: a kernel step is (kind, k, refs, "
+                              "outer, parallel, ...)", &kind, &k, &PyTuple_Type, &refs,
+                              &s->outer, &parallel, &rest) ||
+            check_index(k, nkernels, "a kernel step") < 0)
+            return -1;
+        s->fn = kernels[k];
+        s->parallel = parallel;
+        s->nrefs = (int)PyTuple_GET_SIZE(refs);
+        if ((s->refs = plan_alloc(p, s->nrefs, sizeof(ref_t))) == NULL)
+            return -1;
+        for (int i = 0; i < s->nrefs; i++)
+            if (decode_ref(p, PyTuple_GET_ITEM(refs, i), &s->refs[i]) < 0)
+                return -1;
+        return 0;
+    }
+    if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
+        s->kind = STEP_MATMUL;
+        if (!PyArg_ParseTuple(t, "OOOi;CompiledGraph: a matmul step is (kind, a, b, out)",
+                              &kind, &a, &b, &s->out) ||
+            decode_view(p, a, &s->a) < 0 || decode_view(p, b, &s->b) < 0)
+            return -1;
+        return check_index(s->out, p->nbufs, "a matmul step");
+    }
+    if (PyUnicode_CompareWithASCIIString(kind, "extern") == 0) {
+        s->kind = STEP_EXTERN;
+        if (!PyArg_ParseTuple(t, "OOO!O!O;CompiledGraph: an extern step is (kind, fn, views, "
+                              "slots, name)", &kind, &s->call, &PyTuple_Type, &views,
+                              &PyTuple_Type, &slots, &s->name) ||
+            decode_views(p, views, &s->nviews, &s->views) < 0)
+            return -1;
+        s->nslots = (int)PyTuple_GET_SIZE(slots);
+        if ((s->slots = plan_alloc(p, s->nslots, sizeof(int))) == NULL)
+            return -1;
+        for (int i = 0; i < s->nslots; i++) {
+            Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+            if ((j == -1 && PyErr_Occurred()) || check_index(j, p->nbufs, "a slot") < 0)
+                return -1;
+            s->slots[i] = (int)j;
+        }
+        return 0;
+    }
+    return bad_plan("a step of an unknown kind");
+}
+
+static int
+decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
+{
+    PyObject *inputs, *bufs, *steps, *outputs, *sizes, *strides, *dtype;
+    if (!PyArg_ParseTuple(plan, "O!O!O!O!;CompiledGraph: a plan is (inputs, buffers, "
+                          "steps, outputs)", &PyTuple_Type, &inputs, &PyTuple_Type, &bufs,
+                          &PyTuple_Type, &steps, &PyTuple_Type, &outputs))
+        return -1;
+    p->ninputs = (int)PyTuple_GET_SIZE(inputs);
+    p->nbufs = (int)PyTuple_GET_SIZE(bufs);
+    p->nsteps = (int)PyTuple_GET_SIZE(steps);
+    p->noutputs = (int)PyTuple_GET_SIZE(outputs);
+    p->inputs = plan_alloc(p, p->ninputs, sizeof(dims_t));
+    p->bufs = plan_alloc(p, p->nbufs, sizeof(buffer_t));
+    p->steps = plan_alloc(p, p->nsteps, sizeof(step_t));
+    p->outputs = plan_alloc(p, p->noutputs, sizeof(view_t));
+    p->output_none = plan_alloc(p, p->noutputs, sizeof(bool));
+    if (!p->inputs || !p->bufs || !p->steps || !p->outputs || !p->output_none)
+        return -1;
+    for (int i = 0; i < p->ninputs; i++) {
+        PyObject *t = PyTuple_GET_ITEM(inputs, i);
+        if (!PyTuple_Check(t) ||
+            !PyArg_ParseTuple(t, "O!O!;CompiledGraph: an input is (sizes, strides)",
+                              &PyTuple_Type, &sizes, &PyTuple_Type, &strides) ||
+            decode_dims(p, sizes, strides, &p->inputs[i]) < 0)
+            return PyErr_Occurred() ? -1 : bad_plan("an input");
+    }
+    for (int i = 0; i < p->nbufs; i++) {
+        PyObject *t = PyTuple_GET_ITEM(bufs, i);
+        buffer_t *b = &p->bufs[i];
+        int ext;
+        if (!PyTuple_Check(t) ||
+            !PyArg_ParseTuple(t, "O!O!p;CompiledGraph: a buffer is (dtype, sizes, extern)",
+                              &em_DType_Type, &dtype, &PyTuple_Type, &sizes, &ext) ||
+            decode_dims(p, sizes, NULL, &b->dims) < 0)
+            return PyErr_Occurred() ? -1 : bad_plan("a buffer");
+        b->dtype = ((em_DType *)dtype)->code;
+        b->by_extern = ext;
+    }
+    for (int i = 0; i < p->nsteps; i++)
+        if (decode_step(p, PyTuple_GET_ITEM(steps, i), kernels, nkernels, &p->steps[i]) < 0)
+            return -1;
+    for (int i = 0; i < p->noutputs; i++) {
+        PyObject *o = PyTuple_GET_ITEM(outputs, i);
+        p->output_none[i] = o == Py_None;
+        if (o != Py_None && decode_view(p, o, &p->outputs[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the type */
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *module;        /* the JitModule: keeps the code alive */
-    PyObject *plan;
-    int ninputs, nbufs, nkernels;
+    PyObject *plan;          /* the plan tuple (owns what steps borrow) */
+    plan_t p;
     kernel_fn *kernels;
     PyObject *matmul;        /* numpy.matmul */
     Py_ssize_t calls;
@@ -60,7 +316,6 @@ typedef struct {
      * nothing else holds it any more (refcount 1), so large intermediates are not
      * mapped and page-faulted in afresh on every call */
     PyObject **pool;
-    char *made_by_extern;    /* per buffer: an extern step makes it (read from the plan once) */
 } CompiledGraph;
 
 static double
@@ -73,66 +328,31 @@ now_seconds(void)
 
 /* ------------------------------------------------------------------ helpers */
 
-static int
-parse_ref(PyObject *ref, int *is_buf, Py_ssize_t *index)
-{
-    const char *kind;
-    if (!PyArg_ParseTuple(ref, "sn", &kind, index))
-        return -1;
-    *is_buf = kind[0] == 'b';
-    return 0;
-}
-
-static int
-int_tuple(PyObject *t, Py_ssize_t *out, int *n)
-{
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > EM_MAX_DIMS) {
-        PyErr_SetString(PyExc_ValueError, "CompiledGraph: bad shape tuple");
-        return -1;
-    }
-    *n = (int)PyTuple_GET_SIZE(t);
-    for (int i = 0; i < *n; i++) {
-        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
-        if (out[i] == -1 && PyErr_Occurred())
-            return -1;
-    }
-    return 0;
-}
-
 static em_Tensor *
-ref_tensor(PyObject *ref, PyObject *const *inputs, em_Tensor **bufs)
+ref_tensor(ref_t r, PyObject *const *inputs, em_Tensor **bufs)
 {
-    int is_buf;
-    Py_ssize_t i;
-    if (parse_ref(ref, &is_buf, &i) < 0)
-        return NULL;
-    em_Tensor *t = is_buf ? bufs[i] : (em_Tensor *)inputs[i];
+    em_Tensor *t = r.is_buf ? bufs[r.index] : (em_Tensor *)inputs[r.index];
     if (t == NULL)
-        PyErr_Format(PyExc_RuntimeError, "compiled graph: buffer %zd read before it was made", i);
+        PyErr_Format(PyExc_RuntimeError, "compiled graph: buffer %d read before it was made",
+                     r.index);
     return t;
 }
 
-/* A tensor for view (ref, sizes, strides, offset): the ref itself when the view is
- * all of it. New reference. */
+/* A tensor for a view: the ref itself when the view is all of it. New reference. */
 static em_Tensor *
-view_tensor(PyObject *view, PyObject *const *inputs, em_Tensor **bufs)
+view_tensor(const view_t *v, PyObject *const *inputs, em_Tensor **bufs)
 {
-    PyObject *ref, *sz, *st;
-    Py_ssize_t off, sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
-    int n, ns;
-    if (!PyArg_ParseTuple(view, "OOOn", &ref, &sz, &st, &off) ||
-        int_tuple(sz, sizes, &n) < 0 || int_tuple(st, strides, &ns) < 0)
-        return NULL;
-    em_Tensor *base = ref_tensor(ref, inputs, bufs);
+    em_Tensor *base = ref_tensor(v->ref, inputs, bufs);
     if (base == NULL)
         return NULL;
-    if (off == 0 && n == base->ndim &&
-        memcmp(sizes, base->sizes, sizeof(Py_ssize_t) * n) == 0 &&
-        memcmp(strides, base->strides, sizeof(Py_ssize_t) * n) == 0) {
+    int n = v->dims.ndim;
+    if (v->offset == 0 && n == base->ndim &&
+        memcmp(v->dims.sizes, base->sizes, sizeof(Py_ssize_t) * n) == 0 &&
+        memcmp(v->dims.strides, base->strides, sizeof(Py_ssize_t) * n) == 0) {
         Py_INCREF(base);
         return base;
     }
-    return em_tensor_view(base, n, sizes, strides, base->offset + off);
+    return em_tensor_view(base, n, v->dims.sizes, v->dims.strides, base->offset + v->offset);
 }
 
 /* True when g's strides lay its elements out without gaps or overlaps (a permutation
@@ -164,31 +384,27 @@ dense(const em_Geom *g)
 
 /* The input as the kernels expect it laid out (a copy if it arrived otherwise). */
 static em_Tensor *
-conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
+conform_input(PyObject *arg, const dims_t *want, Py_ssize_t i)
 {
     if (!em_Tensor_Check(arg) || em_is_meta((em_Tensor *)arg)) {
         PyErr_Format(PyExc_TypeError, "compiled graph: input %zd must be a tensor with data", i);
         return NULL;
     }
     em_Tensor *t = (em_Tensor *)arg;
-    em_Geom g;
-    int n, ns;
-    if (int_tuple(PyTuple_GET_ITEM(geom, 0), g.sizes, &n) < 0 ||
-        int_tuple(PyTuple_GET_ITEM(geom, 1), g.strides, &ns) < 0)
-        return NULL;
-    if (n != t->ndim || memcmp(g.sizes, t->sizes, sizeof(Py_ssize_t) * n) != 0) {
-        PyObject *want = em_format_shape(n, g.sizes), *got = em_format_shape(t->ndim, t->sizes);
-        if (want && got)
+    int n = want->ndim;
+    if (n != t->ndim || memcmp(want->sizes, t->sizes, sizeof(Py_ssize_t) * n) != 0) {
+        PyObject *w = em_format_shape(n, want->sizes), *got = em_format_shape(t->ndim, t->sizes);
+        if (w && got)
             PyErr_Format(PyExc_RuntimeError,
                          "compiled graph: input %zd has shape %U, but the graph was compiled "
-                         "for %U", i, got, want);
-        Py_XDECREF(want);
+                         "for %U", i, got, w);
+        Py_XDECREF(w);
         Py_XDECREF(got);
         return NULL;
     }
     bool same = true;
     for (int d = 0; d < n; d++)
-        if (g.sizes[d] > 1 && g.strides[d] != t->strides[d])
+        if (want->sizes[d] > 1 && want->strides[d] != t->strides[d])
             same = false;
     if (same) {
         Py_INCREF(t);
@@ -196,10 +412,13 @@ conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
     }
     if (t->numel == 0) {
         /* no element is read: the same (empty) data seen with the compiled strides */
-        return em_tensor_view(t, n, g.sizes, g.strides, t->offset);
+        return em_tensor_view(t, n, want->sizes, want->strides, t->offset);
     }
+    em_Geom g;
     g.ndim = n;
     g.dtype = t->dtype;
+    memcpy(g.sizes, want->sizes, sizeof(Py_ssize_t) * n);
+    memcpy(g.strides, want->strides, sizeof(Py_ssize_t) * n);
     if (!dense(&g)) {
         PyErr_Format(PyExc_RuntimeError,
                      "compiled graph: input %zd arrived in another layout than the sparse one "
@@ -226,22 +445,78 @@ conform_input(PyObject *arg, PyObject *geom, Py_ssize_t i)
     return copy;
 }
 
+/* buffer j for this call: last call's memory when nothing else holds it, else new */
+static em_Tensor *
+make_buffer(CompiledGraph *self, int j)
+{
+    const buffer_t *b = &self->p.bufs[j];
+    PyObject *arr = self->pool[j];
+    if (arr != NULL && Py_REFCNT(arr) == 1) {
+        em_Tensor *t = em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
+        self->pool[j] = NULL;
+        Py_DECREF(arr);
+        return t;
+    }
+    em_Geom g;
+    g.ndim = b->dims.ndim;
+    g.dtype = b->dtype;
+    memcpy(g.sizes, b->dims.sizes, sizeof(Py_ssize_t) * g.ndim);
+    return em_tensor_empty(&g, false);
+}
+
 /* ------------------------------------------------------------------ running */
 
-static int
-run_matmul(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tensor **bufs)
+typedef struct {
+    kernel_fn fn;
+    void **args;
+} range_job;
+
+static void
+run_range(void *ctx, int64_t start, int64_t end)
 {
-    Py_ssize_t out_i = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 3));
-    if (out_i < 0 || out_i >= self->nbufs) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "CompiledGraph: bad matmul output");
+    range_job *job = ctx;
+    job->fn(job->args, start, end);
+}
+
+static int
+run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
+{
+    void *small[16], **args = small;
+    if (s->nrefs > 16 && (args = PyMem_Malloc(sizeof(void *) * s->nrefs)) == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
-    em_Tensor *a = view_tensor(PyTuple_GET_ITEM(step, 1), inputs, bufs);
-    em_Tensor *b = a ? view_tensor(PyTuple_GET_ITEM(step, 2), inputs, bufs) : NULL;
+    for (int i = 0; i < s->nrefs; i++) {
+        em_Tensor *t = ref_tensor(s->refs[i], inputs, bufs);
+        if (t == NULL) {
+            if (args != small)
+                PyMem_Free(args);
+            return -1;
+        }
+        args[i] = PyArray_DATA(t->array);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (s->parallel && s->outer > 1) {
+        range_job job = {s->fn, args};
+        em_parallel_for(run_range, &job, s->outer);
+    }
+    else {
+        s->fn(args, 0, s->outer);
+    }
+    Py_END_ALLOW_THREADS
+    if (args != small)
+        PyMem_Free(args);
+    return 0;
+}
+
+static int
+run_matmul(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
+{
+    em_Tensor *a = view_tensor(&s->a, inputs, bufs);
+    em_Tensor *b = a ? view_tensor(&s->b, inputs, bufs) : NULL;
     int st = -1;
     if (a != NULL && b != NULL) {
-        em_Tensor *out = bufs[out_i];
+        em_Tensor *out = bufs[s->out];
         st = em_blas_matmul(a, b, out);
         if (st == 1) {
             PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
@@ -254,92 +529,42 @@ run_matmul(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tens
 }
 
 static int
-run_kernel(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tensor **bufs)
+run_extern(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
 {
-    Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 1));
-    PyObject *refs = PyTuple_GET_ITEM(step, 2);
-    if (k < 0 || k >= self->nkernels || !PyTuple_Check(refs)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "CompiledGraph: bad kernel step");
-        return -1;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(refs);
-    void *small[16], **args = small;
-    if (n > 16 && (args = PyMem_Malloc(sizeof(void *) * n)) == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        em_Tensor *t = ref_tensor(PyTuple_GET_ITEM(refs, i), inputs, bufs);
-        if (t == NULL) {
-            if (args != small)
-                PyMem_Free(args);
-            return -1;
-        }
-        args[i] = PyArray_DATA(t->array);
-    }
-    kernel_fn fn = self->kernels[k];
-    Py_ssize_t outer = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 3));
-    int parallel = PyObject_IsTrue(PyTuple_GET_ITEM(step, 4));
-    Py_BEGIN_ALLOW_THREADS
-    if (parallel && outer > 1) {
-        range_job job = {fn, args};
-        em_parallel_for(run_range, &job, outer);
-    }
-    else {
-        fn(args, 0, outer);
-    }
-    Py_END_ALLOW_THREADS
-    if (args != small)
-        PyMem_Free(args);
-    return 0;
-}
-
-static int
-run_extern(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tensor **bufs)
-{
-    PyObject *fn = PyTuple_GET_ITEM(step, 1), *views = PyTuple_GET_ITEM(step, 2);
-    PyObject *slots = PyTuple_GET_ITEM(step, 3);
-    Py_ssize_t n = PyTuple_GET_SIZE(views);
     PyObject *small[8], **args = small, *res = NULL;
-    Py_ssize_t made = 0;
-    int st = -1;
-    if (n > 8 && (args = PyMem_Malloc(sizeof(PyObject *) * n)) == NULL) {
+    int made = 0, st = -1;
+    if (s->nviews > 8 && (args = PyMem_Malloc(sizeof(PyObject *) * s->nviews)) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (; made < n; made++) {
-        args[made] = (PyObject *)view_tensor(PyTuple_GET_ITEM(views, made), inputs, bufs);
+    for (; made < s->nviews; made++) {
+        args[made] = (PyObject *)view_tensor(&s->views[made], inputs, bufs);
         if (args[made] == NULL)
             goto done;
     }
-    res = PyObject_Vectorcall(fn, args, n, NULL);
+    res = PyObject_Vectorcall(s->call, args, s->nviews, NULL);
     if (res == NULL)
         goto done;
-    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != PyTuple_GET_SIZE(slots)) {
+    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != s->nslots) {
         PyErr_Format(PyExc_RuntimeError, "compiled graph: extern %S returned the wrong values",
-                     PyTuple_GET_ITEM(step, 4));
+                     s->name);
         goto done;
     }
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(slots); k++) {
-        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, k));
+    for (int k = 0; k < s->nslots; k++) {
+        int j = s->slots[k];
         PyObject *t = PyTuple_GET_ITEM(res, k);
-        if (j < 0 || j >= self->nbufs || !em_Tensor_Check(t)) {
+        if (!em_Tensor_Check(t)) {
             PyErr_SetString(PyExc_RuntimeError, "compiled graph: bad extern result");
             goto done;
         }
         /* the kernels after it were built for the shape and dtype the meta rule gave */
-        PyObject *spec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(self->plan, 1), j);
+        const buffer_t *b = &self->p.bufs[j];
         em_Tensor *rt = (em_Tensor *)t;
-        Py_ssize_t sizes[EM_MAX_DIMS];
-        int nd;
-        if (int_tuple(PyTuple_GET_ITEM(spec, 1), sizes, &nd) < 0)
-            goto done;
-        if (rt->dtype != (em_dtype_t)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) || rt->ndim != nd ||
-            memcmp(rt->sizes, sizes, sizeof(Py_ssize_t) * nd) != 0) {
+        if (rt->dtype != b->dtype || rt->ndim != b->dims.ndim ||
+            memcmp(rt->sizes, b->dims.sizes, sizeof(Py_ssize_t) * rt->ndim) != 0) {
             PyErr_Format(PyExc_RuntimeError,
                          "compiled graph: extern %S returned a result unlike its meta rule's",
-                         PyTuple_GET_ITEM(step, 4));
+                         s->name);
             goto done;
         }
         em_Tensor *c = em_tensor_contiguous(rt);
@@ -353,7 +578,7 @@ run_extern(CompiledGraph *self, PyObject *step, PyObject *const *inputs, em_Tens
     }
     st = 0;
 done:
-    for (Py_ssize_t i = 0; i < made; i++)
+    for (int i = 0; i < made; i++)
         Py_DECREF(args[i]);
     if (args != small)
         PyMem_Free(args);
@@ -361,82 +586,63 @@ done:
     return st;
 }
 
+static int
+run_step(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
+{
+    switch (s->kind) {
+    case STEP_KERNEL: return run_kernel(s, inputs, bufs);
+    case STEP_MATMUL: return run_matmul(self, s, inputs, bufs);
+    default: return run_extern(self, s, inputs, bufs);
+    }
+}
+
 static PyObject *
 graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    const plan_t *p = &self->p;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *in_geoms = PyTuple_GET_ITEM(self->plan, 0);
-    PyObject *buf_specs = PyTuple_GET_ITEM(self->plan, 1);
-    PyObject *steps = PyTuple_GET_ITEM(self->plan, 2);
-    PyObject *outs = PyTuple_GET_ITEM(self->plan, 3);
-    if (nargs != self->ninputs || kwnames != NULL) {
+    if (nargs != p->ninputs || kwnames != NULL) {
         PyErr_Format(PyExc_TypeError, "compiled graph takes %d tensors, got %zd",
-                     self->ninputs, nargs);
+                     p->ninputs, nargs);
         return NULL;
     }
     PyObject *small_in[16], **inputs = small_in;
     em_Tensor *small_buf[32], **bufs = small_buf;
     PyObject *result = NULL;
     int nin = 0, nbuf = 0;
-    if (self->ninputs > 16 && (inputs = PyMem_Malloc(sizeof(PyObject *) * nargs)) == NULL)
+    if (p->ninputs > 16 && (inputs = PyMem_Malloc(sizeof(PyObject *) * nargs)) == NULL)
         return PyErr_NoMemory();
-    if (self->nbufs > 32 && (bufs = PyMem_Malloc(sizeof(em_Tensor *) * self->nbufs)) == NULL) {
+    if (p->nbufs > 32 && (bufs = PyMem_Malloc(sizeof(em_Tensor *) * p->nbufs)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (; nin < nargs; nin++) {
-        inputs[nin] = (PyObject *)conform_input(args[nin], PyTuple_GET_ITEM(in_geoms, nin), nin);
+        inputs[nin] = (PyObject *)conform_input(args[nin], &p->inputs[nin], nin);
         if (inputs[nin] == NULL)
             goto done;
     }
-    for (; nbuf < self->nbufs; nbuf++) {
-        PyObject *spec = PyTuple_GET_ITEM(buf_specs, nbuf);
-        em_Geom g;
-        int n;
-        if (self->made_by_extern[nbuf]) {
-            bufs[nbuf] = NULL;
-            continue;
-        }
-        PyObject *arr = self->pool[nbuf];
-        if (arr != NULL && Py_REFCNT(arr) == 1) {
-            bufs[nbuf] = em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
-            self->pool[nbuf] = NULL;
-            Py_DECREF(arr);
-            if (bufs[nbuf] == NULL)
-                goto done;
-            continue;
-        }
-        g.dtype = (em_dtype_t)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-        if (int_tuple(PyTuple_GET_ITEM(spec, 1), g.sizes, &n) < 0)
-            goto done;
-        g.ndim = n;
-        bufs[nbuf] = em_tensor_empty(&g, false);
-        if (bufs[nbuf] == NULL)
+    for (; nbuf < p->nbufs; nbuf++) {
+        bufs[nbuf] = NULL;
+        if (!p->bufs[nbuf].by_extern && (bufs[nbuf] = make_buffer(self, nbuf)) == NULL)
             goto done;
     }
-    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(steps); s++) {
-        PyObject *step = PyTuple_GET_ITEM(steps, s);
-        const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(step, 0));
+    for (int s = 0; s < p->nsteps; s++) {
         double t0 = self->step_seconds != NULL ? now_seconds() : 0.0;
-        int st = kind[0] == 'k' ? run_kernel(self, step, inputs, bufs)
-                 : kind[0] == 'e' ? run_extern(self, step, inputs, bufs)
-                                  : run_matmul(self, step, inputs, bufs);
-        if (st < 0)
+        if (run_step(self, &p->steps[s], inputs, bufs) < 0)
             goto done;
         if (self->step_seconds != NULL)
             self->step_seconds[s] += now_seconds() - t0;
     }
-    Py_ssize_t nout = PyTuple_GET_SIZE(outs);
-    result = PyTuple_New(nout);
-    for (Py_ssize_t o = 0; result != NULL && o < nout; o++) {
-        PyObject *view = PyTuple_GET_ITEM(outs, o), *t;
-        if (view == Py_None) {
+    result = PyTuple_New(p->noutputs);
+    for (int o = 0; result != NULL && o < p->noutputs; o++) {
+        PyObject *t;
+        if (p->output_none[o]) {
             /* no value (a backward graph's input that gets no gradient) */
             Py_INCREF(Py_None);
             t = Py_None;
         }
         else
-            t = (PyObject *)view_tensor(view, inputs, bufs);
+            t = (PyObject *)view_tensor(&p->outputs[o], inputs, bufs);
         if (t == NULL)
             Py_CLEAR(result);
         else
@@ -445,8 +651,7 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     self->calls++;
     for (int i = 0; i < nbuf; i++) {
         em_Tensor *t = bufs[i];
-        if (t != NULL && t->numel > 0 && t->storage->array != NULL &&
-            !self->made_by_extern[i]) {
+        if (t != NULL && t->numel > 0 && t->storage->array != NULL && !p->bufs[i].by_extern) {
             Py_INCREF(t->storage->array);
             Py_XSETREF(self->pool[i], (PyObject *)t->storage->array);
         }
@@ -463,22 +668,20 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------ the type */
-
 static void
 graph_dealloc(CompiledGraph *self)
 {
+    if (self->pool != NULL) {
+        for (int i = 0; i < self->p.nbufs; i++)
+            Py_XDECREF(self->pool[i]);
+        PyMem_Free(self->pool);
+    }
+    plan_free(&self->p);
     Py_XDECREF(self->module);
     Py_XDECREF(self->plan);
     Py_XDECREF(self->matmul);
     PyMem_Free(self->kernels);
     PyMem_Free(self->step_seconds);
-    PyMem_Free(self->made_by_extern);
-    if (self->pool != NULL) {
-        for (int i = 0; i < self->nbufs; i++)
-            Py_XDECREF(self->pool[i]);
-        PyMem_Free(self->pool);
-    }
     PyObject_Free(self);
 }
 
@@ -490,11 +693,6 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTuple(args, "OO!O!:CompiledGraph", &module, &PyTuple_Type, &addresses,
                           &PyTuple_Type, &plan))
         return NULL;
-    if (PyTuple_GET_SIZE(plan) != 4) {
-        PyErr_SetString(PyExc_ValueError, "CompiledGraph: plan is (inputs, buffers, steps, "
-                                          "outputs)");
-        return NULL;
-    }
     CompiledGraph *self = PyObject_New(CompiledGraph, type);
     if (self == NULL)
         return NULL;
@@ -503,34 +701,18 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->module = module;
     Py_INCREF(plan);
     self->plan = plan;
+    memset(&self->p, 0, sizeof self->p);
     self->calls = 0;
     self->step_seconds = NULL;
     self->pool = NULL;
-    self->made_by_extern = NULL;
-    self->kernels = NULL;
-    self->matmul = NULL;
-    self->ninputs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 0));
-    self->nbufs = (int)PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1));
-    self->nkernels = (int)PyTuple_GET_SIZE(addresses);
-    self->kernels = PyMem_Calloc(self->nkernels + 1, sizeof(kernel_fn));
-    self->pool = PyMem_Calloc(self->nbufs + 1, sizeof(PyObject *));
-    self->made_by_extern = PyMem_Calloc(self->nbufs + 1, 1);
+    int nkernels = (int)PyTuple_GET_SIZE(addresses);
+    self->kernels = PyMem_Calloc(nkernels + 1, sizeof(kernel_fn));
     self->matmul = PyObject_GetAttrString(em_numpy, "matmul");
-    if (self->kernels == NULL || self->pool == NULL || self->made_by_extern == NULL ||
-        self->matmul == NULL) {
+    if (self->kernels == NULL || self->matmul == NULL) {
         Py_DECREF(self);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    for (int i = 0; i < self->nbufs; i++) {
-        int ext = PyObject_IsTrue(PyTuple_GET_ITEM(PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, 1), i),
-                                                   2));
-        if (ext < 0) {
-            Py_DECREF(self);
-            return NULL;
-        }
-        self->made_by_extern[i] = (char)ext;
-    }
-    for (int k = 0; k < self->nkernels; k++) {
+    for (int k = 0; k < nkernels; k++) {
         void *p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(addresses, k));
         if (p == NULL) {
             if (!PyErr_Occurred())
@@ -539,6 +721,15 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             return NULL;
         }
         self->kernels[k] = (kernel_fn)p;
+    }
+    if (decode_plan(&self->p, plan, self->kernels, nkernels) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->pool = PyMem_Calloc(self->p.nbufs + 1, sizeof(PyObject *));
+    if (self->pool == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
     }
     return (PyObject *)self;
 }
@@ -573,8 +764,7 @@ graph_set_profile(CompiledGraph *self, PyObject *value, void *c)
     PyMem_Free(self->step_seconds);
     self->step_seconds = NULL;
     if (on) {
-        Py_ssize_t n = PyTuple_GET_SIZE(PyTuple_GET_ITEM(self->plan, 2));
-        self->step_seconds = PyMem_Calloc(n + 1, sizeof(double));
+        self->step_seconds = PyMem_Calloc(self->p.nsteps + 1, sizeof(double));
         if (self->step_seconds == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -588,9 +778,8 @@ graph_get_step_seconds(CompiledGraph *self, void *c)
 {
     if (self->step_seconds == NULL)
         Py_RETURN_NONE;
-    Py_ssize_t n = PyTuple_GET_SIZE(PyTuple_GET_ITEM(self->plan, 2));
-    PyObject *out = PyTuple_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+    PyObject *out = PyTuple_New(self->p.nsteps);
+    for (int i = 0; out != NULL && i < self->p.nsteps; i++) {
         PyObject *v = PyFloat_FromDouble(self->step_seconds[i]);
         if (v == NULL) {
             Py_CLEAR(out);

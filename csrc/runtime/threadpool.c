@@ -8,7 +8,7 @@
  * touches Python: callers release the GIL around it. After fork() the child starts
  * with no workers and makes new ones when it needs them.
  */
-#include "ember.h"
+#include "runtime/runtime.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,8 +17,6 @@
 #define MAX_THREADS 64
 #define SPIN_ROUNDS 20000
 
-typedef void (*range_fn)(void *ctx, int64_t start, int64_t end);
-
 static struct {
     pthread_mutex_t lock;          /* serialises jobs, guards sleeping workers */
     pthread_cond_t wake;
@@ -26,7 +24,7 @@ static struct {
     int nthreads;                  /* threads a job uses, the caller included */
     atomic_ulong generation;       /* bumped per job */
     atomic_int remaining;          /* ranges not finished */
-    range_fn fn;
+    em_range_fn fn;
     void *ctx;
     int64_t n;
     int parts;
@@ -108,8 +106,6 @@ start_workers(int want)
     return pool.started + 1;
 }
 
-void em_blas_set_threads(int n);
-
 int
 em_num_threads(void)
 {
@@ -118,7 +114,7 @@ em_num_threads(void)
 
 /* Runs fn over [0, n) on up to em_num_threads() threads; returns when all are done. */
 void
-em_parallel_for(range_fn fn, void *ctx, int64_t n)
+em_parallel_for(em_range_fn fn, void *ctx, int64_t n)
 {
     int want = pool.nthreads < n ? pool.nthreads : (int)n;
     if (want <= 1 || pthread_mutex_trylock(&job_lock) != 0) {

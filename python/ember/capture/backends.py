@@ -1,11 +1,9 @@
 """Backends by name, as torch.compile's: a backend is `backend(gm, example_inputs) ->
-callable`. "eager" runs the captured graph with eager ops; "aot_eager" and "llvm"
-("inductor" is an alias) arrive with the aot-1 and llvm-1 work."""
+callable`. "eager" runs the captured graph with eager ops; "aot_eager" (python/ember/aot/) and
+"llvm" ("inductor" too: python/ember/compiler/backend.py) register themselves."""
 from __future__ import annotations
 
 _REGISTRY = {}
-_PLANNED = {"aot_eager": "AOT autograd", "llvm": "the LLVM backend",
-            "inductor": "the LLVM backend"}
 
 
 def register_backend(name, fn=None):
@@ -31,13 +29,8 @@ def lookup(backend):
         return getattr(backend, "__name__", "custom"), backend
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a name or a callable, got {backend!r}")
-    name = "llvm" if backend == "inductor" and "llvm" in _REGISTRY else backend
-    if name in _REGISTRY:
-        return name, _REGISTRY[name]
-    if name in _PLANNED:
-        raise NotImplementedError(f"ember.compile: backend {backend!r} needs "
-                                  f"{_PLANNED[name]}, which is not built yet; available "
-                                  f"backends: {', '.join(list_backends())}")
+    if backend in _REGISTRY:
+        return backend, _REGISTRY[backend]
     raise ValueError(f"ember.compile: unknown backend {backend!r}; available backends: "
                      f"{', '.join(list_backends())}")
 

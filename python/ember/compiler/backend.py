@@ -16,8 +16,7 @@ from ..aot import aot_compile, eager_compiler
 from ..capture.backends import register_backend
 from ..capture.config import config
 from ..capture.exc import counters
-from .codegen import kernel_spec
-from .lowering import LoweringError, lower
+from .lowering import lower
 
 _warned = set()
 
@@ -39,7 +38,7 @@ class CompiledLLVMGraph:
 
     def __init__(self, graph, name):
         self.lowered = lower(graph, name)
-        specs = tuple(kernel_spec(k) for k in self.lowered.kernels)
+        specs = tuple(k.spec() for k in self.lowered.kernels)
         self.module = _C.JitModule(specs, name) if specs else None
         addresses = self.module.addresses if self.module is not None else ()
         self.run = _C.CompiledGraph(self.module, addresses, self.lowered.plan())
@@ -56,20 +55,6 @@ class CompiledLLVMGraph:
     def __call__(self, *args):
         return self.run(*args)
 
-    def step_labels(self):
-        out = []
-        for st in self.lowered.steps:
-            if st[0] == "kernel":
-                k = self.lowered.kernels[st[1]]
-                red = f" reduce {k.nreduce}" if k.nreduce else ""
-                out.append(f"kernel {k.name} {list(k.sizes)}{red}")
-            elif st[0] == "matmul":
-                a, b = st[1], st[2]
-                out.append(f"blas matmul {list(a[1])} @ {list(b[1])}")
-            else:
-                out.append(f"extern {st[4]}")
-        return out
-
     def start_profile(self):
         """Times every step of the calls from now on (see profile_report)."""
         self.run.profile = True
@@ -81,7 +66,8 @@ class CompiledLLVMGraph:
         if secs is None:
             return f"{self.name}: not profiling (call start_profile() first)"
         calls = max(self.run.calls - getattr(self, "_profile_from", 0), 1)
-        rows = sorted(zip(secs, self.step_labels()), reverse=True)[:top]
+        labels = [str(step).splitlines()[0] for step in self.lowered.steps]
+        rows = sorted(zip(secs, labels), reverse=True)[:top]
         total = sum(secs)
         lines = [f"===== {self.name}: {total / calls * 1e3:.3f} ms per call over "
                  f"{len(secs)} steps ====="]
@@ -118,4 +104,4 @@ def llvm(gm, example_inputs):
                        bw_compiler=llvm_compiler, name=code.co_name if code else "graph")
 
 
-register_backend("inductor", llvm)
+register_backend("inductor", llvm)      # torch's name for its default backend

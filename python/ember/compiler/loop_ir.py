@@ -22,28 +22,136 @@ memory (which a kernel before it fills with the reduction's identity):
       %0 = load p0[512*i0 + i1]
       accumulate sum p1[i1] += %0
 
-Every kernel prints as this text, and verify() checks it.
+The instruction set is closed: `Op` lists every instruction once, with its form (which
+operands it has, hence its text and its spec tuple) and the dtypes it computes in.
+csrc/jit/loop_ir.h is generated from it (loop_ir_header.py). Every kernel prints as
+this text, and verify() checks it; Kernel.spec() is the plain tuple the JIT builds it
+from (csrc/jit/codegen_loops.c).
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import _C
-
-UNARY_OPS = {"neg", "exp", "log", "tanh", "reciprocal", "abs", "sqrt", "not", "floor", "sin",
-             "cos", "erf", "expm1", "log1p", "trunc"}
-BINARY_OPS = {"add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor"}
-COMPARE_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
-REDUCE_OPS = {"sum", "max", "min", "prod"}
-# what each computes in: float-only ops, integer/bool-only ops, ops bool has no meaning for
-FLOAT_OPS = {"exp", "log", "tanh", "reciprocal", "abs", "sqrt", "floor", "sin", "cos", "erf",
-             "expm1", "log1p", "trunc", "div", "pow"}
-INTEGRAL_OPS = {"not", "and", "or", "xor"}
-NOT_BOOL_OPS = {"neg", "sub"}
 
 
 class LoopIRError(RuntimeError):
     pass
+
+
+class Form(enum.Enum):
+    """What an instruction reads and defines (its text and its spec tuple follow)."""
+    LOAD = "load"              # %d = load p[index]
+    STORE = "store"            # store p[index] = %a
+    FOLD = "fold"              # reduce/accumulate <reduction> p[index] += %a
+    CONST = "const"            # %d = const dtype value
+    IOTA = "iota"              # %d = iota dtype i<dim>
+    UNARY = "unary"            # %d = op dtype %a           (cast: the only conversion)
+    BINARY = "binary"          # %d = op dtype %a, %b
+    COMPARE = "compare"        # %d = op dtype %a, %b       (the result is bool)
+    SELECT = "select"          # %d = select dtype %c, %a, %b   (%c bool)
+
+
+# the registers an instruction of each form reads
+OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
+            Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3}
+
+
+class Domain(enum.Enum):
+    """The dtypes an instruction computes in."""
+    ANY = "any"
+    FLOAT = "float"            # floating dtypes only
+    INTEGRAL = "integral"      # integer and bool dtypes only
+    NOT_BOOL = "not_bool"      # anything but bool
+
+
+class Op(enum.StrEnum):
+    """The instructions. An Op is its name (a str), as the text prints it."""
+
+    def __new__(cls, name, form, domain=Domain.ANY):
+        op = str.__new__(cls, name)
+        op._value_ = name
+        op.form = form
+        op.domain = domain
+        op.code = len(cls.__members__)       # csrc/jit/loop_ir.h: EM_OP_<NAME>
+        return op
+
+    LOAD = "load", Form.LOAD
+    STORE = "store", Form.STORE
+    REDUCE = "reduce", Form.FOLD             # into a register, over the reduced dims
+    ACCUMULATE = "accumulate", Form.FOLD     # into memory, along outer dims
+    CONST = "const", Form.CONST
+    IOTA = "iota", Form.IOTA
+    CAST = "cast", Form.UNARY
+    NEG = "neg", Form.UNARY, Domain.NOT_BOOL
+    EXP = "exp", Form.UNARY, Domain.FLOAT
+    LOG = "log", Form.UNARY, Domain.FLOAT
+    TANH = "tanh", Form.UNARY, Domain.FLOAT
+    RECIPROCAL = "reciprocal", Form.UNARY, Domain.FLOAT
+    ABS = "abs", Form.UNARY, Domain.FLOAT
+    SQRT = "sqrt", Form.UNARY, Domain.FLOAT
+    NOT = "not", Form.UNARY, Domain.INTEGRAL
+    FLOOR = "floor", Form.UNARY, Domain.FLOAT
+    TRUNC = "trunc", Form.UNARY, Domain.FLOAT
+    SIN = "sin", Form.UNARY, Domain.FLOAT
+    COS = "cos", Form.UNARY, Domain.FLOAT
+    ERF = "erf", Form.UNARY, Domain.FLOAT
+    EXPM1 = "expm1", Form.UNARY, Domain.FLOAT
+    LOG1P = "log1p", Form.UNARY, Domain.FLOAT
+    ADD = "add", Form.BINARY                 # of bools: or (True + True is True)
+    SUB = "sub", Form.BINARY, Domain.NOT_BOOL
+    MUL = "mul", Form.BINARY
+    DIV = "div", Form.BINARY, Domain.FLOAT
+    MAX = "max", Form.BINARY                 # floats: NaN propagates
+    MIN = "min", Form.BINARY
+    POW = "pow", Form.BINARY, Domain.FLOAT
+    AND = "and", Form.BINARY, Domain.INTEGRAL
+    OR = "or", Form.BINARY, Domain.INTEGRAL
+    XOR = "xor", Form.BINARY, Domain.INTEGRAL
+    LT = "lt", Form.COMPARE
+    LE = "le", Form.COMPARE
+    GT = "gt", Form.COMPARE
+    GE = "ge", Form.COMPARE
+    EQ = "eq", Form.COMPARE
+    NE = "ne", Form.COMPARE
+    SELECT = "select", Form.SELECT
+
+    def allows(self, dtype):
+        """Whether the instruction computes in dtype."""
+        if self.domain is Domain.FLOAT:
+            return dtype.is_floating_point
+        if self.domain is Domain.INTEGRAL:
+            return not dtype.is_floating_point
+        if self.domain is Domain.NOT_BOOL:
+            return dtype is not _C.bool
+        return True
+
+
+class Reduction(enum.StrEnum):
+    """What reduce and accumulate fold with."""
+
+    def __new__(cls, name):
+        r = str.__new__(cls, name)
+        r._value_ = name
+        r.code = len(cls.__members__)        # csrc/jit/loop_ir.h: EM_REDUCE_<NAME>
+        return r
+
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+
+
+_REDUCTIONS = frozenset(Reduction)
+_DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
+                Domain.INTEGRAL: "only in integer and bool dtypes",
+                Domain.NOT_BOOL: "in any dtype but bool"}
+
+
+def _name(dtype):
+    return repr(dtype).split(".")[-1]
 
 
 @dataclass(frozen=True)
@@ -73,39 +181,82 @@ class Affine:
 
 @dataclass
 class Param:
-    ref: tuple           # ("in", i) or ("buf", j)
+    ref: tuple           # plan.Ref: ("in", i) or ("buf", j)
     dtype: object        # ember dtype
     extent: int          # elements addressable from element 0
 
     def __str__(self):
-        return f"{self.dtype.__repr__().split('.')[-1]} {self.ref[0]}{self.ref[1]}"
+        return f"{_name(self.dtype)} {self.ref[0]}{self.ref[1]}"
 
 
 @dataclass
 class Stmt:
-    op: str
-    dst: int | None = None          # register defined (None for store/reduce)
+    """One instruction: op (an Op, or its name), the register it defines (None for
+    store, reduce, accumulate), the dtype it computes in, the registers it reads, and
+    by form: a buffer and index (load, store, reduce, accumulate), a value (const: the
+    constant, iota: the dim, reduce/accumulate: the Reduction)."""
+    op: Op
+    dst: int | None = None
     dtype: object = None
-    args: tuple = ()                # registers read
-    param: int | None = None        # load/store/reduce
+    args: tuple = ()
+    param: int | None = None
     index: Affine | None = None
-    value: object = None            # const value, iota dim, reduce op
+    value: object = None
+
+    def __post_init__(self):
+        try:
+            self.op = Op(self.op)
+        except ValueError:
+            raise LoopIRError(f"unknown instruction {self.op!r}") from None
+        if self.op.form is Form.FOLD and self.value in _REDUCTIONS:
+            self.value = Reduction(self.value)
 
     def __str__(self):
-        d = f"%{self.dst} = " if self.dst is not None else ""
-        dt = self.dtype.__repr__().split(".")[-1] if self.dtype is not None else ""
+        form = self.op.form
         regs = ", ".join(f"%{a}" for a in self.args)
-        if self.op == "load":
-            return f"{d}load p{self.param}[{self.index}]"
-        if self.op == "store":
+        if form is Form.STORE:
             return f"store p{self.param}[{self.index}] = {regs}"
-        if self.op in ("reduce", "accumulate"):
+        if form is Form.FOLD:
             return f"{self.op} {self.value} p{self.param}[{self.index}] += {regs}"
-        if self.op == "const":
+        d = f"%{self.dst} = " if self.dst is not None else ""
+        if form is Form.LOAD:
+            return f"{d}load p{self.param}[{self.index}]"
+        dt = _name(self.dtype) if self.dtype is not None else ""
+        if form is Form.CONST:
             return f"{d}const {dt} {self.value!r}"
-        if self.op == "iota":
+        if form is Form.IOTA:
             return f"{d}iota {dt} i{self.value}"
         return f"{d}{self.op} {dt} {regs}"
+
+    def spec(self):
+        """The instruction as csrc/jit reads it: its name, then by form
+            load     dst, param, coeffs, offset
+            store    param, coeffs, offset, src
+            fold     param, reduction, coeffs, offset, src
+            const    dst, dtype, value           iota   dst, dtype, dim
+            unary    dst, dtype, a               binary, compare  dst, dtype, a, b
+            select   dst, dtype, c, a, b
+        (dtypes as their codes)."""
+        form, name = self.op.form, self.op.value
+        if form is Form.LOAD:
+            return (name, self.dst, self.param, self.index.coeffs, self.index.offset)
+        if form is Form.STORE:
+            return (name, self.param, self.index.coeffs, self.index.offset, self.args[0])
+        if form is Form.FOLD:
+            return (name, self.param, str(self.value), self.index.coeffs,
+                    self.index.offset, self.args[0])
+        if form in (Form.CONST, Form.IOTA):
+            return (name, self.dst, self.dtype._code, self.value)
+        return (name, self.dst, self.dtype._code) + tuple(self.args)
+
+
+class KernelSpec(NamedTuple):
+    """A kernel as csrc/jit builds it: the domain, each param's dtype code and the
+    instructions' spec tuples."""
+    sizes: tuple
+    nreduce: int
+    params: tuple
+    instrs: tuple
 
 
 @dataclass
@@ -123,9 +274,13 @@ class Kernel:
         params = ", ".join(f"p{i}: {p}" for i, p in enumerate(self.params))
         return head + f" ({params})\n" + "".join(f"  {s}\n" for s in self.stmts)
 
+    def spec(self) -> KernelSpec:
+        return KernelSpec(tuple(self.sizes), self.nreduce,
+                          tuple(p.dtype._code for p in self.params),
+                          tuple(s.spec() for s in self.stmts))
 
-def _name(dtype):
-    return repr(dtype).split(".")[-1]
+
+# ------------------------------------------------------------------ the verifier
 
 
 def _check_dtypes(kernel, s, defined):
@@ -139,36 +294,61 @@ def _check_dtypes(kernel, s, defined):
             fail(f"reads {what} %{reg} of {_name(defined[reg])} where it computes in "
                  f"{_name(dtype)} (insert a cast)")
 
-    if s.op in ("store", "reduce", "accumulate"):
+    form = s.op.form
+    if form in (Form.STORE, Form.FOLD):
         want(s.args[0], kernel.params[s.param].dtype, "value")
         return
-    if s.op == "load":
+    if form is Form.LOAD:
         if s.dtype is not None and s.dtype is not kernel.params[s.param].dtype:
             fail(f"loads {_name(s.dtype)} from a {_name(kernel.params[s.param].dtype)} "
                  "buffer")
         return
     if s.dtype is None:
         fail("has no dtype")
-    if s.op == "cast" or s.op in ("const", "iota"):
+    if form in (Form.CONST, Form.IOTA) or s.op is Op.CAST:
         return
-    if s.op == "select":
-        if len(s.args) != 3:
-            fail("needs a condition and two values")
+    if form is Form.SELECT:
         want(s.args[0], _C.bool, "condition")
         for a in s.args[1:]:
             want(a, s.dtype)
         return
-    n = 1 if s.op in UNARY_OPS else 2
-    if len(s.args) != n:
-        fail(f"takes {n} operand{'s' if n > 1 else ''}")
     for a in s.args:
         want(a, s.dtype)
-    if s.op in FLOAT_OPS and not s.dtype.is_floating_point:
-        fail(f"computes only in floating dtypes, not {_name(s.dtype)}")
-    if s.op in INTEGRAL_OPS and s.dtype.is_floating_point:
-        fail(f"computes only in integer and bool dtypes, not {_name(s.dtype)}")
-    if s.op in NOT_BOOL_OPS and s.dtype is _C.bool:
-        fail("does not compute in bool")
+    if not s.op.allows(s.dtype):
+        fail(f"computes {_DOMAIN_TEXT[s.op.domain]}, not {_name(s.dtype)}")
+
+
+_DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,
+            Form.SELECT}
+_ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD}
+
+
+def _check_address(kernel, s):
+    nd = len(kernel.sizes)
+    if not 0 <= s.param < len(kernel.params):
+        raise LoopIRError(f"{kernel.name}: no parameter p{s.param} in `{s}`")
+    if len(s.index.coeffs) != nd:
+        raise LoopIRError(f"{kernel.name}: index of rank {len(s.index.coeffs)} in a "
+                          f"rank-{nd} domain: `{s}`")
+    lo, hi = s.index.bounds(kernel.sizes)
+    extent = kernel.params[s.param].extent
+    if any(n == 0 for n in kernel.sizes[:nd - kernel.nreduce]):
+        lo = hi = 0
+    if lo < 0 or (hi >= extent and extent > 0):
+        raise LoopIRError(f"{kernel.name}: `{s}` reaches elements [{lo}, {hi}] of a "
+                          f"buffer of {extent}")
+    if s.op.form is not Form.FOLD:
+        return
+    if s.value not in _REDUCTIONS:
+        raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
+    if s.op is Op.REDUCE:
+        if any(c != 0 for c in s.index.coeffs[nd - kernel.nreduce:]):
+            raise LoopIRError(f"{kernel.name}: a reduction stores along a reduced "
+                              f"dim: `{s}`")
+        if kernel.nreduce == 0:
+            raise LoopIRError(f"{kernel.name}: reduce in a kernel without reduced dims")
+    elif kernel.params[s.param].dtype is _C.bool:
+        raise LoopIRError(f"{kernel.name}: accumulate into a bool buffer")
 
 
 def verify(kernel: Kernel):
@@ -178,53 +358,28 @@ def verify(kernel: Kernel):
     nd = len(kernel.sizes)
     if not 0 <= kernel.nreduce <= nd:
         raise LoopIRError(f"{kernel.name}: nreduce {kernel.nreduce} outside 0..{nd}")
-    known = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"load", "const", "iota", "cast", "select"}
     defined = {}
     for s in kernel.stmts:
+        form = s.op.form
+        if len(s.args) != OPERANDS[form]:
+            n = OPERANDS[form]
+            raise LoopIRError(f"{kernel.name}: `{s}` takes {n} operand"
+                              f"{'s' if n != 1 else ''}")
         for a in s.args:
             if a not in defined:
                 raise LoopIRError(f"{kernel.name}: %{a} used before definition in `{s}`")
-        if s.param is not None:
-            if not 0 <= s.param < len(kernel.params):
-                raise LoopIRError(f"{kernel.name}: no parameter p{s.param} in `{s}`")
-            if len(s.index.coeffs) != nd:
-                raise LoopIRError(f"{kernel.name}: index of rank {len(s.index.coeffs)} in a "
-                                  f"rank-{nd} domain: `{s}`")
-            lo, hi = s.index.bounds(kernel.sizes)
-            extent = kernel.params[s.param].extent
-            if any(n == 0 for n in kernel.sizes[:nd - kernel.nreduce]):
-                lo = hi = 0
-            if lo < 0 or (hi >= extent and extent > 0):
-                raise LoopIRError(f"{kernel.name}: `{s}` reaches elements [{lo}, {hi}] of a "
-                                  f"buffer of {extent}")
-            if s.op == "reduce":
-                if any(c != 0 for c in s.index.coeffs[nd - kernel.nreduce:]):
-                    raise LoopIRError(f"{kernel.name}: a reduction stores along a reduced "
-                                      f"dim: `{s}`")
-                if kernel.nreduce == 0:
-                    raise LoopIRError(f"{kernel.name}: reduce in a kernel without reduced "
-                                      "dims")
-                if s.value not in REDUCE_OPS:
-                    raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
-            if s.op == "accumulate":
-                if s.value not in REDUCE_OPS:
-                    raise LoopIRError(f"{kernel.name}: unknown reduction {s.value}")
-                if kernel.params[s.param].dtype is _C.bool:
-                    raise LoopIRError(f"{kernel.name}: accumulate into a bool buffer")
-        if s.dst is None:
-            if s.op not in ("store", "reduce", "accumulate"):
-                raise LoopIRError(f"{kernel.name}: unknown statement `{s}`")
-        else:
-            if s.dst in defined:
-                raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")
-            if s.op not in known:
-                raise LoopIRError(f"{kernel.name}: unknown statement `{s}`")
+        if form in _ADDRESSES:
+            _check_address(kernel, s)
+        if (s.dst is not None) != (form in _DEFINES):
+            raise LoopIRError(f"{kernel.name}: `{s}` " + (
+                "defines no register" if form in _DEFINES else "defines a register"))
+        if s.dst in defined:
+            raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")
         _check_dtypes(kernel, s, defined)
-        if s.dst is not None:
-            if s.op == "load":
-                defined[s.dst] = kernel.params[s.param].dtype
-            elif s.op in COMPARE_OPS:
-                defined[s.dst] = _C.bool
-            else:
-                defined[s.dst] = s.dtype
+        if form is Form.LOAD:
+            defined[s.dst] = kernel.params[s.param].dtype
+        elif form is Form.COMPARE:
+            defined[s.dst] = _C.bool
+        elif s.dst is not None:
+            defined[s.dst] = s.dtype
     return kernel

@@ -13,6 +13,7 @@ from . import meta as M
 from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, FLOATING, INTEGRAL, NO_BOOL,
                        NOT_BOOL, UNARY, UNARY_FLOAT, op)
 from .. import prims as P
+from ..compiler.lowerings import extern, lower_add, lower_div, lower_pow, pointwise
 from . import api as O
 
 _LN2 = math.log(2.0)
@@ -52,7 +53,7 @@ def _p_not_zero(x):
 # ------------------------------------------------------------------ arithmetic
 
 op("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-   BINARY, "binary_alpha", ufunc="add", prim=True,
+   BINARY, "binary_alpha", ufunc="add", prim=True, lower=lower_add,
    inplace_variant=True,
    backward=lambda g, out, self, other, alpha: (g, g if alpha == 1 else g * alpha),
    doc="self + alpha * other, broadcasting, with PyTorch's type promotion.")
@@ -72,7 +73,8 @@ op("sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
    doc="self - alpha * other.")
 
 op("mul(Tensor self, Tensor other) -> Tensor",
-   BINARY, "ufunc", ufunc="multiply", prim=True, aliases=("multiply",),
+   BINARY, "ufunc", ufunc="multiply", prim=True, lower=pointwise("mul"),
+   aliases=("multiply",),
    inplace_variant=True,
    backward=lambda g, out, self, other: (g * other, g * self))
 
@@ -87,17 +89,19 @@ op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
    inplace_variant=True, prim=True, checks_values=True, meta=M.div,
    backward=_div_backward,
+   lower=lower_div,
    doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'. "
        "A prim: true division is not self * (1 / other), which rounds twice (49 * (1 / 49) "
        "is below 1).")
 
 op("neg(Tensor self) -> Tensor",
-   UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, aliases=("negative",),
+   UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, lower=pointwise("neg"),
+   aliases=("negative",),
    inplace_variant=True,
    backward=lambda g, out, self: (-g,))
 
 op("reciprocal(Tensor self) -> Tensor",
-   UNARY_FLOAT, "ufunc", ufunc="reciprocal", prim=True,
+   UNARY_FLOAT, "ufunc", ufunc="reciprocal", prim=True, lower=pointwise("reciprocal"),
    inplace_variant=True,
    backward=lambda g, out, self: (-g * out * out,))
 
@@ -117,7 +121,7 @@ def _pow_backward(g, out, self, exponent):
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
    BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True, checks_values=True,
-   meta=M.pow_,
+   meta=M.pow_, lower=lower_pow,
    inplace_variant=True,
    backward=_pow_backward,
    doc="self ** exponent; integer tensors to negative integer powers are an error.")
@@ -131,12 +135,14 @@ def _remainder_backward(g, out, self, other):
 
 op("floor_divide(Tensor self, Tensor other) -> Tensor",
    BINARY, "int_checked", ufunc="floor_divide", rule=NOT_BOOL, prim=True, checks_values=True,
+   lower=extern,
    inplace_variant=True,
    doc="floor(self / other) with Python's semantics (the quotient rounded towards -inf, "
        "as // does); integer division by zero is an error. Not differentiable.")
 
 op("remainder(Tensor self, Tensor other) -> Tensor",
    BINARY, "int_checked", ufunc="remainder", rule=NOT_BOOL, prim=True, checks_values=True,
+   lower=extern,
    inplace_variant=True,
    backward=_remainder_backward,
    doc="self - floor_divide(self, other) * other, with the sign of other (Python's %); "
@@ -243,6 +249,7 @@ op("square_(Tensor(a!) self) -> Tensor(a!)", CUSTOM, "python", composite=True,
 # ------------------------------------------------------------------ transcendental
 
 op("exp(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp", prim=True,
+   lower=pointwise("exp"),
    inplace_variant=True,
    backward=lambda g, out, self: (g * out,))
 
@@ -252,11 +259,13 @@ op("exp2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp2", inplace_va
    doc="2 ** self.")
 
 op("expm1(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="expm1", prim=True,
+   lower=pointwise("expm1"),
    inplace_variant=True,
    backward=lambda g, out, self: (g * (out + 1),),
    doc="exp(self) - 1, accurate near 0.")
 
 op("log(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log", prim=True,
+   lower=pointwise("log"),
    inplace_variant=True,
    backward=lambda g, out, self: (g / self,))
 
@@ -269,11 +278,13 @@ op("log10(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log10", inplace_
    decompose=lambda self: P.mul(P.log(self), 1.0 / _LN10))
 
 op("log1p(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log1p", prim=True,
+   lower=pointwise("log1p"),
    inplace_variant=True,
    backward=lambda g, out, self: (g / (self + 1),),
    doc="log(1 + self), accurate near 0.")
 
 op("sqrt(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sqrt", prim=True,
+   lower=pointwise("sqrt"),
    inplace_variant=True,
    backward=lambda g, out, self: (g / (out * 2),))
 
@@ -283,10 +294,12 @@ op("rsqrt(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", inplace_variant=True,
    doc="1 / sqrt(self).")
 
 op("sin(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sin", prim=True,
+   lower=pointwise("sin"),
    inplace_variant=True,
    backward=lambda g, out, self: (g * self.cos(),))
 
 op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", prim=True,
+   lower=pointwise("cos"),
    inplace_variant=True,
    backward=lambda g, out, self: (-g * self.sin(),))
 
@@ -295,6 +308,7 @@ op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_vari
    decompose=lambda self: P.div(P.sin(self), P.cos(self)))
 
 op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
+   lower=pointwise("tanh"),
    inplace_variant=True,
    backward=lambda g, out, self: (g * (1 - out * out),))
 
@@ -310,6 +324,7 @@ def _erf_grad(g, self):
 
 
 op("erf(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_variant=True,
+   lower=pointwise("erf"),
    backward=lambda g, out, self: (_erf_grad(g, self),),
    doc="The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to self.")
 
@@ -338,7 +353,7 @@ def _min_binary_backward(g, out, self, other):
 
 
 op("maximum(Tensor self, Tensor other) -> Tensor",
-   BINARY, "ufunc", ufunc="maximum", prim=True,
+   BINARY, "ufunc", ufunc="maximum", prim=True, lower=pointwise("max"),
    backward=_max_binary_backward,
    doc="Elementwise maximum; NaN propagates.")
 
@@ -350,10 +365,12 @@ op("minimum(Tensor self, Tensor other) -> Tensor",
 
 # ------------------------------------------------------------------ comparisons
 
-for _name, _ufunc, _alias in (("eq", "equal", ()), ("ne", "not_equal", ("not_equal",)),
-                              ("lt", "less", ("less",)), ("le", "less_equal", ("less_equal",))):
+for _name, _ufunc, _alias, _ins in (("eq", "equal", (), "eq"),
+                                    ("ne", "not_equal", ("not_equal",), "ne"),
+                                    ("lt", "less", ("less",), "lt"),
+                                    ("le", "less_equal", ("less_equal",), "le")):
     op(f"{_name}(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc=_ufunc,
-       prim=True, aliases=_alias, inplace_variant=True)
+       prim=True, lower=pointwise(_ins), aliases=_alias, inplace_variant=True)
 
 op("gt(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater",
    aliases=("greater",), inplace_variant=True,
@@ -393,11 +410,11 @@ op("logical_not(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="logical_not",
    doc="self == 0, as bool.")
 
 op("bitwise_and(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_and",
-   rule=INTEGRAL, prim=True, inplace_variant=True)
+   rule=INTEGRAL, prim=True, lower=pointwise("and"), inplace_variant=True)
 op("bitwise_or(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_or",
-   rule=INTEGRAL, prim=True, inplace_variant=True)
+   rule=INTEGRAL, prim=True, lower=pointwise("or"), inplace_variant=True)
 op("bitwise_xor(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="bitwise_xor",
-   rule=INTEGRAL, prim=True, inplace_variant=True)
+   rule=INTEGRAL, prim=True, lower=pointwise("xor"), inplace_variant=True)
 op("bitwise_not(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="invert", rule=INTEGRAL,
    inplace_variant=True,
    decompose=lambda self: P.bitwise_xor(self, True if self.dtype is _C.bool else -1),
@@ -477,6 +494,7 @@ def _where_meta(entry, args):
 
 op("where(Tensor condition, Tensor self, Tensor other) -> Tensor",
    CUSTOM, "where", prim=True, meta=_where_meta, numbers=True,
+   lower=pointwise("select"),
    backward=lambda g, out, cond, self, other: (
        None, O.where(cond, g, 0) if _is_tensor(self) else None,
        O.where(cond, 0, g) if _is_tensor(other) else None),

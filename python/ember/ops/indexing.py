@@ -11,6 +11,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
+from ..compiler.lowerings import extern
 from .registry import CUSTOM, op
 
 def _tn(dt):
@@ -120,7 +121,7 @@ def _index_backward(g, out, self, indices):
     return (O.zeros(self.shape, dtype=g.dtype).index_put(indices, g, accumulate=True), None)
 
 
-op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True,
+op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True, lower=extern,
    checks_values=True,
    method=False, function=False, meta=_index_meta, backward=_index_backward,
    doc="self[indices] for a tuple of index tensors (int64 / int32, or bool masks) and None "
@@ -156,7 +157,7 @@ def _check_values(entry, values, shape):
 
 
 op("index_put(Tensor self, Any indices, Tensor values, bool accumulate=False) -> Tensor",
-   CUSTOM, "index_put", prim=True, inplace_variant=True, meta=_index_put_meta,
+   CUSTOM, "index_put", prim=True, lower=extern, inplace_variant=True, meta=_index_put_meta,
    checks_values=True,
    backward=lambda g, out, self, indices, values, accumulate: (
        g if accumulate else g.index_put(indices, O.zeros((), dtype=g.dtype)), None,
@@ -171,6 +172,7 @@ def _dynamic_meta(entry, args):
 
 
 op("nonzero(Tensor self) -> Tensor", CUSTOM, "nonzero", prim=True, meta=_dynamic_meta,
+   lower=extern,
    doc="The indices of the non-zero elements, one row per element ([n, ndim], int64); the "
        "shape depends on the values.")
 op("nonzero.as_tuple(Tensor self, *, bool as_tuple) -> Tensor[]", CUSTOM, "nonzero_tuple",
@@ -404,7 +406,7 @@ def _slice_src(src, index):
 
 op("scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, "
    "bool include_self=True) -> Tensor", CUSTOM, "scatter", prim=True, meta=_scatter_meta,
-   checks_values=True,
+   checks_values=True, lower=extern,
    inplace_variant=True, backward=_scatter_reduce_backward,
    doc="self with src reduced into it at index along dim: reduce is sum, prod, mean, amax "
        "or amin; include_self=False leaves self's values out where src lands.")

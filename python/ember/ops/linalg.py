@@ -1,6 +1,7 @@
 """Linear algebra: matmul (NumPy's matmul, so BLAS for float32 and float64)."""
 import math
 
+from ..compiler.lowerings import lower_matmul
 from .registry import MATMUL, op
 
 
@@ -21,7 +22,7 @@ def _matmul_backward(g, out, a, b):
 
 
 op("matmul(Tensor self, Tensor other) -> Tensor", MATMUL, "matmul", ufunc="matmul",
-   prim=True, backward=_matmul_backward,
+   prim=True, lower=lower_matmul, backward=_matmul_backward,
    doc="Matrix product with NumPy's (and PyTorch's) rules for 1-D and batched operands.")
 
 

@@ -27,6 +27,7 @@ from . import api as O
 from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
+from ..compiler.lowerings import extern
 from .registry import CUSTOM, op
 
 
@@ -272,6 +273,7 @@ def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation
 op("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,"
    " SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
    CUSTOM, "convolution", ufunc="matmul", prim=True, method=False, meta=_convolution_meta,
+   lower=extern,
    backward=_convolution_backward,
    doc="N-d (1-d, 2-d) convolution or transposed convolution: strided, padded, dilated, "
        "grouped; output channels-last when the input or weight is.")
@@ -548,7 +550,7 @@ def _max_pool_backward(grads, outs, self, kernel_size, stride, padding, dilation
 
 op("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], "
    "int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
-   CUSTOM, "max_pool2d_with_indices", prim=True, method=False, meta=_max_pool_meta,
+   CUSTOM, "max_pool2d_with_indices", prim=True, lower=extern, method=False, meta=_max_pool_meta,
    backward=_max_pool_backward,
    doc="2-d max pooling: the maxima and their flat indices (h * W + w) in each input plane; "
        "NaN propagates.")
@@ -594,7 +596,7 @@ def _max_pool_backward_backward(g, out, grad_output, self, kernel_size, stride, 
 
 op("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, "
    "int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
-   CUSTOM, "max_pool2d_with_indices_backward", prim=True, method=False,
+   CUSTOM, "max_pool2d_with_indices_backward", prim=True, lower=extern, method=False,
    meta=_max_pool_backward_meta, backward=_max_pool_backward_backward,
    doc="The gradient of max_pool2d_with_indices: grad_output added at the indices.")
 

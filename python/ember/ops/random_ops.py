@@ -17,6 +17,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
+from ..compiler.lowerings import extern
 from .registry import CUSTOM, FACTORY, op
 
 _GEN = "Generator? generator=None"
@@ -148,11 +149,12 @@ def _int_factory_meta(shape_of):
 _randint_meta = _int_factory_meta(lambda names, args: tuple(args[names.index("size")]))
 
 op(f"randint(SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randint",
-   prim=True, method=False, meta=_randint_meta,
+   prim=True, lower=extern, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [0, high); int64 unless dtype is given.")
 op(f"randint.low(SymInt low, SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor",
-   FACTORY, "randint", prim=True, method=False, meta=_randint_meta,
+   FACTORY, "randint", prim=True, lower=extern, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [low, high).")
 op(f"randperm(SymInt n, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randperm", prim=True,
+   lower=extern,
    method=False, meta=_int_factory_meta(lambda names, args: (args[0],)),
    doc="A random permutation of 0 .. n-1; int64 unless dtype is given.")

@@ -8,6 +8,7 @@ from .. import prims as P
 from . import api as O
 from . import meta as M
 from .elementwise import _max_binary_backward
+from ..compiler.lowerings import extern, reduction
 from .registry import BINARY, CUSTOM, FLOAT_ONLY, INT_TO_LONG, REDUCE, REDUCE_INDEX, op
 
 _INF = math.inf
@@ -64,7 +65,7 @@ def _sum_backward(g, out, self, dim, keepdim, dtype):
 
 
 op("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-   REDUCE, "reduce", ufunc="add", rule=INT_TO_LONG, prim=True,
+   REDUCE, "reduce", ufunc="add", rule=INT_TO_LONG, prim=True, lower=reduction("sum"),
    backward=_sum_backward,
    doc="Sum over dim (all dims when None); integers and bool accumulate in int64.")
 
@@ -122,7 +123,7 @@ op("prod(Tensor self, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "prod_all",
    decompose=lambda self, dtype: P.prod(O.reshape(self, [-1]), 0, False, dtype=dtype),
    doc="Product of all elements; integers and bool accumulate in int64.")
 op("prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-   REDUCE, "reduce", ufunc="multiply", rule=INT_TO_LONG, prim=True,
+   REDUCE, "reduce", ufunc="multiply", rule=INT_TO_LONG, prim=True, lower=extern,
    meta=lambda entry, args: M.reduce(entry, (args[0], (args[1],)) + tuple(args[2:])),
    backward=_prod_dim_backward,
    doc="Product over dim; integers and bool accumulate in int64.")
@@ -140,12 +141,12 @@ def _evenly(g, out, self, dims, keepdim):
 
 
 op("amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
-   REDUCE, "reduce", ufunc="maximum", prim=True,
+   REDUCE, "reduce", ufunc="maximum", prim=True, lower=reduction("max"),
    backward=lambda g, out, self, dim, keepdim: (_evenly(g, out, self, dim, keepdim),),
    doc="Maximum over dim (all dims when empty); NaN propagates.")
 
 op("amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
-   REDUCE, "reduce", ufunc="minimum", prim=True,
+   REDUCE, "reduce", ufunc="minimum", prim=True, lower=reduction("min"),
    backward=lambda g, out, self, dim, keepdim: (_evenly(g, out, self, dim, keepdim),),
    doc="Minimum over dim (all dims when empty); NaN propagates.")
 
@@ -208,7 +209,7 @@ op("min.other(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="min
    decompose=_minimum)
 
 op("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",
-   CUSTOM, "argreduce", reduce_ufunc="argmax", prim=True, meta=M.argreduce,
+   CUSTOM, "argreduce", reduce_ufunc="argmax", prim=True, lower=extern, meta=M.argreduce,
    doc="Index of the first maximum (of the flattened tensor when dim is None).")
 
 
@@ -495,11 +496,11 @@ def _cumprod_backward(g, out, self, dim, dtype):
 
 
 op("cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "cumulative",
-   ufunc="add", prim=True, inplace_variant=True, meta=_cumulative_meta,
+   ufunc="add", prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
    backward=_cumsum_backward,
    doc="Cumulative sum along dim; integers and bool accumulate in int64.")
 op("cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "cumulative",
-   ufunc="multiply", prim=True, inplace_variant=True, meta=_cumulative_meta,
+   ufunc="multiply", prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
    backward=_cumprod_backward,
    doc="Cumulative product along dim; integers and bool accumulate in int64.")
 
@@ -561,7 +562,7 @@ def _sort_backward(grads, outs, self, dim, descending, stable):
 
 
 op("sort(Tensor self, int dim=-1, bool descending=False, *, bool? stable=None) -> "
-   "(Tensor values, Tensor indices)", CUSTOM, "sort", prim=True, meta=_sort_meta,
+   "(Tensor values, Tensor indices)", CUSTOM, "sort", prim=True, lower=extern, meta=_sort_meta,
    backward=_sort_backward,
    doc="Values sorted along dim and their indices; always stable (ties keep their order); "
        "NaN sorts as the largest value.")

@@ -11,6 +11,8 @@ An entry holds everything every stage needs to know about an operator:
 - backward: the gradient formula, written with ember ops:
       backward(grad, result, *args) -> one gradient per parameter (None where none);
 - decompose: the same computation written with prims, or prim=True;
+- lower: how the LLVM backend compiles a prim (python/ember/compiler/lowerings.py:
+  pointwise(...), reduction(...), extern, or a lowering function);
 - view ops: view_scatter(self, src, *args), the functional inverse that writes src, a
   new value of self.<op>(*args), into self; none where there is no inverse (expand),
   and view_replay(self, *args) where the view's value for any layout of self is not
@@ -74,6 +76,7 @@ class OpEntry:
     backward: Optional[Callable] = None
     decompose: Optional[Callable] = None
     prim: bool = False
+    lower: Optional[Callable] = None   # prims: compiler/lowerings.py
     method: bool = True
     function: bool = True
     composite: bool = False

@@ -3,6 +3,8 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
+from ..compiler.lowerings import (copy, lower_expand, lower_permute, lower_slice,
+                                   lower_slice_scatter, lower_view)
 from .registry import CUSTOM, VIEW, op
 
 
@@ -20,6 +22,7 @@ def _inverse(perm):
 # ------------------------------------------------------------------ views
 
 op("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", VIEW, "view", prim=True, meta=M.view,
+   lower=lower_view,
    backward=lambda g, out, self, size: (g.reshape(self.shape),),
    view_scatter=lambda self, src, size: src.reshape(self.shape),
    view_replay=lambda self, size: self.reshape(size),
@@ -34,6 +37,7 @@ def _permute_backward(g, out, self, dims):
 
 
 op("permute(Tensor(a) self, int[] dims) -> Tensor(a)", VIEW, "permute", prim=True,
+   lower=lower_permute,
    meta=M.permute, backward=_permute_backward,
    view_scatter=lambda self, src, dims: _permute_backward(src, None, self, dims)[0])
 
@@ -58,7 +62,7 @@ op("t(Tensor(a) self) -> Tensor(a)", VIEW, "t", meta=M.t,
    decompose=lambda self: P.permute(self, list(range(self.ndim))[::-1]))
 
 op("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)", VIEW,
-   "expand", prim=True, meta=M.expand,
+   "expand", prim=True, lower=lower_expand, meta=M.expand,
    backward=lambda g, out, self, size, implicit: (g.sum_to_size(self.shape),))
 
 op("expand_as(Tensor(a) self, Tensor other) -> Tensor(a)", CUSTOM, "expand_as",
@@ -89,7 +93,7 @@ op("select(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", VIEW, "select",
    decompose=_select_decompose)
 
 op("slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)"
-   " -> Tensor(a)", VIEW, "slice", prim=True, meta=M.slice_,
+   " -> Tensor(a)", VIEW, "slice", prim=True, lower=lower_slice, meta=M.slice_,
    backward=lambda g, out, self, dim, start, end, step: (
        O.slice_scatter(O.zeros(self.shape, dtype=g.dtype), g, dim, start, end, step),),
    view_scatter=lambda self, src, dim, start, end, step: O.slice_scatter(
@@ -111,7 +115,7 @@ op("__setitem__(Tensor(a!) self, Any indices, Tensor value) -> ()", CUSTOM, "set
 # ------------------------------------------------------------------ copies
 
 op("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", CUSTOM, "clone",
-   prim=True, meta=M.clone,
+   prim=True, lower=copy, meta=M.clone,
    backward=lambda g, out, self, memory_format: (g,),
    doc="A copy; keeps a dense layout unless memory_format asks for contiguous.")
 
@@ -120,7 +124,7 @@ op("contiguous(Tensor(a) self, *, MemoryFormat memory_format='contiguous_format'
    doc="self if already contiguous, else a contiguous copy.")
 
 op("_to_copy(Tensor self, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "to_copy",
-   prim=True, meta=M.to_copy,
+   prim=True, lower=copy, meta=M.to_copy,
    backward=lambda g, out, self, dtype: (O._to_copy(g, dtype=self.dtype),),
    doc="A copy converted to dtype (convert_element_type).")
 
@@ -183,6 +187,7 @@ def _select_scatter_decompose(self, src, dim, index):
 
 op("slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,"
    " SymInt step=1) -> Tensor", CUSTOM, "slice_scatter", prim=True, meta=M.slice_scatter,
+   lower=lower_slice_scatter,
    backward=lambda g, out, self, src, dim, start, end, step: (
        O.slice_scatter(g, O.zeros(src.shape, dtype=g.dtype), dim, start, end, step),
        g.slice(dim, start, end, step)),

@@ -1,0 +1,73 @@
+/* codegen.h: internal to kernel code generation. codegen_loops.c decodes a kernel spec
+ * into em_instr records once and emits the function and its loops; codegen_expr.c
+ * emits the value of one instruction (a conversion, an arithmetic op, a comparison,
+ * a reduction's identity and fold). */
+#ifndef EMBER_JIT_CODEGEN_H
+#define EMBER_JIT_CODEGEN_H
+
+#include "jit/jit.h"
+#include "jit/loop_ir.h"
+
+/* One instruction of the loop IR, decoded and checked (registers defined before use,
+ * operands of the dtype it computes in, a dtype it computes in). */
+typedef struct {
+    em_op_t op;
+    em_dtype_t dtype;        /* what it computes in; load, store, fold: its buffer's */
+    int dst;                 /* the register it defines, or -1 */
+    int args[3];             /* the registers it reads: em_op_info[op].form's operands */
+    int param;               /* load, store, fold: the buffer */
+    Py_ssize_t offset;       /* load, store, fold: the index, offset + coeffs . i */
+    Py_ssize_t coeffs[EM_MAX_DIMS];
+    em_reduction_t reduction;   /* fold */
+    int dim;                 /* iota */
+    double fvalue;           /* const, floating dtypes */
+    long long ivalue;        /* const, integer and bool dtypes */
+} em_instr;
+
+typedef struct {
+    LLVMContextRef C;
+    LLVMModuleRef M;
+    LLVMBuilderRef B;
+    LLVMValueRef fn;
+    LLVMTypeRef i64;
+    int ndim, nreduce;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    int nparams;
+    em_dtype_t *ptype;       /* per buffer */
+    LLVMValueRef *ptr;
+    Py_ssize_t ninstrs;
+    em_instr *instrs;
+    int nregs;
+    LLVMValueRef *reg;       /* per register: its value once emitted */
+    em_dtype_t *rtype;       /* per register: its dtype */
+    LLVMValueRef iv[EM_MAX_DIMS];
+    LLVMValueRef *acc;       /* per instruction: a reduce's accumulator alloca, or NULL */
+    /* per instruction, for float max/min reductions: an i8 alloca recording whether a
+     * NaN was seen. Their accumulator holds order-preserving integer keys of the floats
+     * (see em_cg_float_key), so the fold is an integer smax/smin and the NaN flag an
+     * `or`: both reductions LLVM 14's loop vectoriser widens, where a NaN-propagating
+     * float max is not. */
+    LLVMValueRef *nan_acc;
+    bool float_sum;
+    bool split;              /* dim 0 runs over [start, end): threads split it */
+    LLVMValueRef start, end;
+} em_cg;
+
+LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */
+LLVMTypeRef em_cg_reg_type(em_cg *g, em_dtype_t t);    /* in a register (bool: i1) */
+
+/* The value of an instruction of form const, iota, unary, binary, compare or select
+ * from the registers it reads. */
+LLVMValueRef em_cg_expr(em_cg *g, const em_instr *ins);
+
+/* Reductions: the identity, and acc folded with v, in dtype t. */
+LLVMValueRef em_cg_identity(em_cg *g, em_reduction_t r, em_dtype_t t);
+LLVMValueRef em_cg_combine(em_cg *g, em_reduction_t r, em_dtype_t t, LLVMValueRef acc,
+                           LLVMValueRef v);
+
+/* Float max/min reductions: the integer type as wide as float dtype t, and the map
+ * bits -> key (its own inverse) whose signed order is the floats' order. */
+LLVMTypeRef em_cg_key_type(em_cg *g, em_dtype_t t);
+LLVMValueRef em_cg_float_key(em_cg *g, LLVMValueRef bits);
+
+#endif /* EMBER_JIT_CODEGEN_H */

@@ -1,0 +1,656 @@
+/* codegen_loops.c: one kernel spec -> one LLVM function, through the LLVM-C builder.
+ *
+ * A kernel spec is the plain tuple python/ember/compiler/loop_ir.py's Kernel.spec()
+ * makes:
+ *
+ *     (sizes, nreduce, params, instrs)
+ *
+ * sizes: the iteration domain, outer to inner; the last `nreduce` dims are reduced.
+ * params: the dtype code of each pointer argument. The function is
+ * `void f(void **args, int64_t start, int64_t end)`: args[i] points at element 0 of
+ * buffer i, and when dim 0 is not reduced it runs only over [start, end) of dim 0 (so
+ * threads can split it); a kernel reducing every dim ignores the range.
+ * instrs: the instructions in order, each a tuple of its name (loop_ir.h's table) and
+ * its fields by form (Stmt.spec()): on numbered registers, an index being
+ * offset + sum(coeffs[d] * i_d),
+ *
+ *     load     (name, dst, param, coeffs, offset)
+ *     store    (name, param, coeffs, offset, src)        every point of the domain
+ *     fold     (name, param, reduction, coeffs, offset, src)
+ *              reduce: sum/prod/max/min over the reduced dims (their coeffs are 0),
+ *              kept in a register and stored once per outer point; accumulate:
+ *              buffer[index] = reduction(buffer[index], src) in memory
+ *     const    (name, dst, dtype, value)     iota (name, dst, dtype, dim)
+ *     unary    (name, dst, dtype, a)         binary, compare (name, dst, dtype, a, b)
+ *     select   (name, dst, dtype, c, a, b)
+ *
+ * The spec is decoded into em_instr records first, and checked: registers defined
+ * before use, every operand of the dtype its instruction computes in (cast is the only
+ * conversion; a select's condition is bool; a stored value is of its buffer's dtype),
+ * and that dtype in the instruction's domain. Emission then switches on the form.
+ *
+ * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser
+ * (run by jit.c at O2) turns the innermost one into vector code of the host's width.
+ * Float sum reductions carry llvm.loop.vectorize.enable so that it may reorder them.
+ */
+#include "jit/codegen.h"
+
+#include <math.h>
+
+/* ------------------------------------------------------------------ decoding */
+
+static PyObject *op_codes, *reduction_codes;     /* name -> code, from loop_ir.h */
+
+static int
+add_code(PyObject *table, const char *name, int code)
+{
+    PyObject *v = PyLong_FromLong(code);
+    int st = v == NULL ? -1 : PyDict_SetItemString(table, name, v);
+    Py_XDECREF(v);
+    return st;
+}
+
+static int
+init_code_tables(void)
+{
+    if (op_codes != NULL)
+        return 0;
+    PyObject *ops = PyDict_New(), *reds = PyDict_New();
+    int st = ops != NULL && reds != NULL ? 0 : -1;
+    for (int i = 0; st == 0 && i < EM_NOPS; i++)
+        st = add_code(ops, em_op_info[i].name, i);
+    for (int i = 0; st == 0 && i < EM_NREDUCTIONS; i++)
+        st = add_code(reds, em_reduction_names[i], i);
+    if (st < 0) {
+        Py_XDECREF(ops);
+        Py_XDECREF(reds);
+        return -1;
+    }
+    op_codes = ops;
+    reduction_codes = reds;
+    return 0;
+}
+
+/* The code of name in table, or -1 with an exception set. */
+static int
+code_of(PyObject *table, PyObject *name, const char *what)
+{
+    PyObject *code = PyUnicode_Check(name) ? PyDict_GetItemWithError(table, name) : NULL;
+    if (code == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "ember JIT: unknown %s %R", what, name);
+        return -1;
+    }
+    return (int)PyLong_AsLong(code);
+}
+
+static int
+check_dtype(long t)
+{
+    if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16) {
+        PyErr_Format(PyExc_NotImplementedError, "ember JIT: dtype %s is not supported",
+                     t >= 0 && t < EM_NDTYPES ? em_dtypes[t]->name : "?");
+        return -1;
+    }
+    return 0;
+}
+
+static bool
+in_domain(em_domain_t d, em_dtype_t t)
+{
+    switch (d) {
+    case EM_DOMAIN_FLOAT: return em_is_float(t);
+    case EM_DOMAIN_INTEGRAL: return !em_is_float(t);
+    case EM_DOMAIN_NOT_BOOL: return t != EM_BOOL;
+    default: return true;
+    }
+}
+
+/* A load's, store's or fold's buffer and index coefficients. */
+static int
+decode_address(em_cg *g, PyObject *coeffs, em_instr *ins)
+{
+    if (ins->param < 0 || ins->param >= g->nparams) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %d", ins->param);
+        return -1;
+    }
+    ins->dtype = g->ptype[ins->param];
+    if (PyTuple_GET_SIZE(coeffs) != g->ndim) {
+        PyErr_SetString(PyExc_ValueError,
+                        "ember JIT: index coefficients do not match the domain");
+        return -1;
+    }
+    for (int d = 0; d < g->ndim; d++) {
+        ins->coeffs[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(coeffs, d));
+        if (ins->coeffs[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* Operand k of ins: a register defined before, holding the dtype ins computes in
+ * (any for a cast; bool for a select's condition). Nothing converts implicitly (the
+ * loop IR casts explicitly; python/ember/compiler/loop_ir.py verifies the same rule). */
+static int
+check_operand(em_cg *g, const em_instr *ins, int k)
+{
+    int r = ins->args[k];
+    em_dtype_t want = ins->op == EM_OP_CAST ? EM_UNDEFINED
+                      : ins->op == EM_OP_SELECT && k == 0 ? EM_BOOL : ins->dtype;
+    if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
+        return -1;
+    }
+    if (want != EM_UNDEFINED && g->rtype[r] != want) {
+        PyErr_Format(PyExc_ValueError,
+                     "ember JIT: %s computes in %s but register %d holds %s (a cast is "
+                     "missing)", em_op_info[ins->op].name, em_dtypes[want]->name, r,
+                     em_dtypes[g->rtype[r]]->name);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
+{
+    PyObject *name, *coeffs = NULL, *reduction = NULL, *value = NULL;
+    int dtype = EM_UNDEFINED, ok, *a = ins->args;
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) < 1) {
+        PyErr_SetString(PyExc_ValueError, "ember JIT: malformed instruction");
+        return -1;
+    }
+    int code = code_of(op_codes, PyTuple_GET_ITEM(tup, 0), "instruction");
+    if (code < 0)
+        return -1;
+    const em_op_info_t *info = &em_op_info[code];
+    int nargs = em_form_operands[info->form];
+    ins->op = (em_op_t)code;
+    ins->dst = -1;
+    switch (info->form) {
+    case EM_FORM_LOAD:
+        ok = PyArg_ParseTuple(tup, "OiiO!n;ember JIT: malformed load", &name, &ins->dst,
+                              &ins->param, &PyTuple_Type, &coeffs, &ins->offset);
+        break;
+    case EM_FORM_STORE:
+        ok = PyArg_ParseTuple(tup, "OiO!ni;ember JIT: malformed store", &name, &ins->param,
+                              &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        break;
+    case EM_FORM_FOLD:
+        ok = PyArg_ParseTuple(tup, "OiOO!ni;ember JIT: malformed fold", &name, &ins->param,
+                              &reduction, &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        break;
+    case EM_FORM_CONST:
+        ok = PyArg_ParseTuple(tup, "OiiO;ember JIT: malformed const", &name, &ins->dst,
+                              &dtype, &value);
+        break;
+    case EM_FORM_IOTA:
+        ok = PyArg_ParseTuple(tup, "Oiii;ember JIT: malformed iota", &name, &ins->dst, &dtype,
+                              &ins->dim);
+        break;
+    default:          /* unary, binary, compare, select: dst, dtype, operands */
+        ok = PyTuple_GET_SIZE(tup) == 3 + nargs &&
+             PyArg_ParseTuple(tup, "Oii|iii", &name, &ins->dst, &dtype, &a[0], &a[1], &a[2]);
+        if (!ok && !PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "ember JIT: %s takes %d operands", info->name,
+                         nargs);
+        break;
+    }
+    if (!ok)
+        return -1;
+    if (coeffs != NULL) {
+        if (decode_address(g, coeffs, ins) < 0)
+            return -1;
+    }
+    else {
+        if (check_dtype(dtype) < 0)
+            return -1;
+        ins->dtype = (em_dtype_t)dtype;
+        if (!in_domain(info->domain, ins->dtype)) {
+            PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", info->name,
+                         em_dtypes[ins->dtype]->name);
+            return -1;
+        }
+    }
+    if (reduction != NULL) {
+        if ((code = code_of(reduction_codes, reduction, "reduction")) < 0)
+            return -1;
+        ins->reduction = (em_reduction_t)code;
+        if (ins->op == EM_OP_ACCUMULATE && ins->dtype == EM_BOOL) {
+            PyErr_SetString(PyExc_ValueError, "ember JIT: accumulate into a bool buffer");
+            return -1;
+        }
+    }
+    if (value != NULL) {
+        if (em_is_float(ins->dtype))
+            ins->fvalue = PyFloat_AsDouble(value);
+        else
+            ins->ivalue = PyLong_AsLongLong(value);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (info->form == EM_FORM_IOTA && (ins->dim < 0 || ins->dim >= g->ndim)) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: iota of dim %d", ins->dim);
+        return -1;
+    }
+    for (int k = 0; k < nargs; k++)
+        if (check_operand(g, ins, k) < 0)
+            return -1;
+    if (info->form == EM_FORM_STORE || info->form == EM_FORM_FOLD)
+        return 0;
+    if (ins->dst < 0 || ins->dst >= g->nregs || g->rtype[ins->dst] != EM_UNDEFINED) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: bad register %d", ins->dst);
+        return -1;
+    }
+    g->rtype[ins->dst] = info->form == EM_FORM_COMPARE ? EM_BOOL : ins->dtype;
+    return 0;
+}
+
+/* Fills g's domain, params and instructions from spec (allocating its arrays). */
+static int
+decode_spec(em_cg *g, PyObject *spec)
+{
+    PyObject *sizes, *params, *instrs;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "O!iO!O!", &PyTuple_Type, &sizes,
+                                                  &g->nreduce, &PyTuple_Type, &params,
+                                                  &PyTuple_Type, &instrs)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "ember JIT: a kernel spec is (sizes, nreduce, "
+                                             "params, instrs)");
+        return -1;
+    }
+    if (init_code_tables() < 0)
+        return -1;
+    g->ndim = (int)PyTuple_GET_SIZE(sizes);
+    if (g->ndim > EM_MAX_DIMS || g->nreduce < 0 || g->nreduce > g->ndim) {
+        PyErr_SetString(PyExc_ValueError, "ember JIT: bad domain");
+        return -1;
+    }
+    for (int d = 0; d < g->ndim; d++) {
+        g->sizes[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, d));
+        if (g->sizes[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    g->nparams = (int)PyTuple_GET_SIZE(params);
+    g->ninstrs = PyTuple_GET_SIZE(instrs);
+    g->nregs = (int)g->ninstrs + 1;
+    g->ptr = PyMem_Calloc(g->nparams + 1, sizeof(LLVMValueRef));
+    g->ptype = PyMem_Calloc(g->nparams + 1, sizeof(em_dtype_t));
+    g->instrs = PyMem_Calloc(g->ninstrs + 1, sizeof(em_instr));
+    g->reg = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
+    g->rtype = PyMem_Calloc(g->nregs, sizeof(em_dtype_t));
+    g->acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
+    g->nan_acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
+    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->acc ||
+        !g->nan_acc) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < g->nparams; i++) {
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(params, i));
+        if ((t == -1 && PyErr_Occurred()) || check_dtype(t) < 0)
+            return -1;
+        g->ptype[i] = (em_dtype_t)t;
+    }
+    for (int r = 0; r < g->nregs; r++)
+        g->rtype[r] = EM_UNDEFINED;
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++)
+        if (decode_instr(g, PyTuple_GET_ITEM(instrs, k), &g->instrs[k]) < 0)
+            return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+/* ins's address: element offset + sum(coeffs[d] * iv[d]) of its buffer */
+static LLVMValueRef
+address(em_cg *g, const em_instr *ins)
+{
+    LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)ins->offset, 1);
+    for (int d = 0; d < g->ndim; d++) {
+        Py_ssize_t c = ins->coeffs[d];
+        if (c == 0)
+            continue;
+        LLVMValueRef term = g->iv[d];
+        if (c != 1)
+            term = LLVMBuildMul(g->B, term, LLVMConstInt(g->i64, (unsigned long long)c, 1), "");
+        idx = LLVMBuildAdd(g->B, idx, term, "");
+    }
+    return LLVMBuildInBoundsGEP2(g->B, em_cg_mem_type(g, g->ptype[ins->param]),
+                                 g->ptr[ins->param], &idx, 1, "");
+}
+
+static unsigned
+align_of(em_dtype_t t)
+{
+    return (unsigned)em_dtypes[t]->itemsize;
+}
+
+static LLVMValueRef
+emit_load(em_cg *g, const em_instr *ins)
+{
+    em_dtype_t t = ins->dtype;
+    LLVMValueRef v = LLVMBuildLoad2(g->B, em_cg_mem_type(g, t), address(g, ins), "");
+    LLVMSetAlignment(v, align_of(t));
+    if (t == EM_BOOL)
+        v = LLVMBuildICmp(g->B, LLVMIntNE, v, LLVMConstInt(em_cg_mem_type(g, t), 0, 0), "");
+    return v;
+}
+
+static void
+store_at(em_cg *g, em_dtype_t t, LLVMValueRef v, LLVMValueRef addr)
+{
+    if (t == EM_BOOL)
+        v = LLVMBuildZExt(g->B, v, em_cg_mem_type(g, t), "");
+    LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), align_of(t));
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static bool
+keyed(const em_instr *ins)
+{
+    return em_is_float(ins->dtype) &&
+           (ins->reduction == EM_REDUCE_MAX || ins->reduction == EM_REDUCE_MIN);
+}
+
+/* The accumulator of each reduce, in the function's entry block. */
+static void
+alloc_accumulators(em_cg *g)
+{
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        if (ins->op != EM_OP_REDUCE)
+            continue;
+        em_dtype_t t = ins->dtype;
+        if (keyed(ins)) {
+            g->acc[k] = LLVMBuildAlloca(g->B, em_cg_key_type(g, t), "acc_key");
+            g->nan_acc[k] = LLVMBuildAlloca(g->B, LLVMInt8TypeInContext(g->C), "seen_nan");
+        }
+        else
+            g->acc[k] = LLVMBuildAlloca(g->B, em_cg_reg_type(g, t), "acc");
+        if (em_is_float(t) && ins->reduction == EM_REDUCE_SUM)
+            g->float_sum = true;
+    }
+}
+
+static int
+init_accumulators(em_cg *g)
+{
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        if (ins->op != EM_OP_REDUCE)
+            continue;
+        LLVMValueRef id = em_cg_identity(g, ins->reduction, ins->dtype);
+        if (id == NULL)
+            return -1;
+        if (g->nan_acc[k] != NULL) {
+            id = em_cg_float_key(g, LLVMConstBitCast(id, em_cg_key_type(g, ins->dtype)));
+            LLVMBuildStore(g->B, LLVMConstInt(LLVMInt8TypeInContext(g->C), 0, 0),
+                           g->nan_acc[k]);
+        }
+        LLVMBuildStore(g->B, id, g->acc[k]);
+    }
+    return 0;
+}
+
+static void
+store_accumulators(em_cg *g)
+{
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        if (ins->op != EM_OP_REDUCE)
+            continue;
+        em_dtype_t t = ins->dtype;
+        LLVMValueRef v;
+        if (g->nan_acc[k] == NULL)
+            v = LLVMBuildLoad2(g->B, em_cg_reg_type(g, t), g->acc[k], "");
+        else {                   /* the key back to a float, NaN if one was seen */
+            v = LLVMBuildLoad2(g->B, em_cg_key_type(g, t), g->acc[k], "");
+            v = LLVMBuildBitCast(g->B, em_cg_float_key(g, v), em_cg_reg_type(g, t), "");
+            LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
+            LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
+            v = LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntNE, seen,
+                                                    LLVMConstInt(i8, 0, 0), ""),
+                                LLVMConstReal(em_cg_reg_type(g, t), NAN), v, "");
+        }
+        store_at(g, t, v, address(g, ins));
+    }
+}
+
+/* A reduce: v folded into its accumulator. */
+static int
+emit_reduce(em_cg *g, Py_ssize_t k, const em_instr *ins, LLVMValueRef v)
+{
+    em_dtype_t t = ins->dtype;
+    if (g->nan_acc[k] != NULL) {
+        LLVMTypeRef i8 = LLVMInt8TypeInContext(g->C);
+        LLVMValueRef seen = LLVMBuildLoad2(g->B, i8, g->nan_acc[k], "");
+        LLVMValueRef isnan = LLVMBuildZExt(g->B, LLVMBuildFCmp(g->B, LLVMRealUNO, v, v, ""),
+                                           i8, "");
+        LLVMBuildStore(g->B, LLVMBuildOr(g->B, seen, isnan, ""), g->nan_acc[k]);
+        LLVMValueRef key = em_cg_float_key(g, LLVMBuildBitCast(g->B, v,
+                                                               em_cg_key_type(g, t), ""));
+        LLVMValueRef cur = LLVMBuildLoad2(g->B, em_cg_key_type(g, t), g->acc[k], "");
+        LLVMIntPredicate p = ins->reduction == EM_REDUCE_MAX ? LLVMIntSGT : LLVMIntSLT;
+        LLVMValueRef gt = LLVMBuildICmp(g->B, p, key, cur, "");
+        LLVMBuildStore(g->B, LLVMBuildSelect(g->B, gt, key, cur, ""), g->acc[k]);
+        return 0;
+    }
+    LLVMValueRef cur = LLVMBuildLoad2(g->B, em_cg_reg_type(g, t), g->acc[k], "");
+    LLVMValueRef nv = em_cg_combine(g, ins->reduction, t, cur, v);
+    if (nv == NULL)
+        return -1;
+    LLVMBuildStore(g->B, nv, g->acc[k]);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the body */
+
+static int
+emit_body(em_cg *g)
+{
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        LLVMValueRef v, addr, cur;
+        switch (em_op_info[ins->op].form) {
+        case EM_FORM_LOAD:
+            g->reg[ins->dst] = emit_load(g, ins);
+            break;
+        case EM_FORM_STORE:
+            store_at(g, ins->dtype, g->reg[ins->args[0]], address(g, ins));
+            break;
+        case EM_FORM_FOLD:
+            v = g->reg[ins->args[0]];
+            if (ins->op == EM_OP_REDUCE) {
+                if (emit_reduce(g, k, ins, v) < 0)
+                    return -1;
+                break;
+            }
+            /* accumulate: buffer[index] = reduction(buffer[index], v) */
+            addr = address(g, ins);
+            cur = LLVMBuildLoad2(g->B, em_cg_mem_type(g, ins->dtype), addr, "");
+            LLVMSetAlignment(cur, align_of(ins->dtype));
+            v = em_cg_combine(g, ins->reduction, ins->dtype, cur, v);
+            if (v == NULL)
+                return -1;
+            store_at(g, ins->dtype, v, addr);
+            break;
+        default:
+            v = em_cg_expr(g, ins);
+            if (v == NULL)
+                return -1;
+            g->reg[ins->dst] = v;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ loops */
+
+static void
+mark_vectorize(em_cg *g, LLVMValueRef latch_br)
+{
+    LLVMMetadataRef tmp = LLVMTemporaryMDNode(g->C, NULL, 0);
+    LLVMMetadataRef kv[2] = {
+        LLVMMDStringInContext2(g->C, "llvm.loop.vectorize.enable", 26),
+        LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(g->C), 1, 0)),
+    };
+    LLVMMetadataRef prop = LLVMMDNodeInContext2(g->C, kv, 2);
+    LLVMMetadataRef ops[2] = {tmp, prop};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(g->C, ops, 2);
+    LLVMMetadataReplaceAllUsesWith(tmp, id);
+    LLVMSetMetadata(latch_br, LLVMGetMDKindIDInContext(g->C, "llvm.loop", 9),
+                    LLVMMetadataAsValue(g->C, id));
+}
+
+static int
+emit_nest(em_cg *g, int d)
+{
+    if (d == g->ndim)
+        return emit_body(g);
+    bool first_reduced = g->nreduce > 0 && d == g->ndim - g->nreduce;
+    if (first_reduced && init_accumulators(g) < 0)
+        return -1;
+    if (g->sizes[d] > 0) {
+        bool ranged = d == 0 && g->split;
+        LLVMValueRef lo = ranged ? g->start : LLVMConstInt(g->i64, 0, 0);
+        LLVMValueRef hi = ranged ? g->end
+                                 : LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0);
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
+        LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
+        LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
+        if (ranged)
+            LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, lo, hi, ""), head, exit);
+        else
+            LLVMBuildBr(g->B, head);
+        LLVMPositionBuilderAtEnd(g->B, head);
+        LLVMValueRef phi = LLVMBuildPhi(g->B, g->i64, "i");
+        g->iv[d] = phi;
+        if (emit_nest(g, d + 1) < 0)
+            return -1;
+        LLVMValueRef next = LLVMBuildAdd(g->B, phi, LLVMConstInt(g->i64, 1, 0), "");
+        LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, "");
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
+        LLVMValueRef br = LLVMBuildCondBr(g->B, more, head, exit);
+        if (d == g->ndim - 1 && g->float_sum)
+            mark_vectorize(g, br);
+        LLVMAddIncoming(phi, &lo, &pre, 1);
+        LLVMAddIncoming(phi, &next, &latch, 1);
+        LLVMPositionBuilderAtEnd(g->B, exit);
+    }
+    if (first_reduced)
+        store_accumulators(g);
+    return 0;
+}
+
+static bool
+nonreduced_empty(em_cg *g)
+{
+    for (int d = 0; d < g->ndim - g->nreduce; d++)
+        if (g->sizes[d] == 0)
+            return true;
+    return false;
+}
+
+/* ------------------------------------------------------------------ the functions */
+
+static void
+add_fn_attr(em_cg *g, LLVMValueRef fn, unsigned index, const char *name)
+{
+    unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+    LLVMAddAttributeAtIndex(fn, index, LLVMCreateEnumAttribute(g->C, kind, 0));
+}
+
+/* The body `void name.body(T0 *noalias p0, ..., int64_t start, int64_t end)` (always
+ * inlined), g->B left at its entry block, and the entry point
+ * `void name(void **args, int64_t start, int64_t end)` calling it. */
+static int
+build_functions(em_cg *g, const char *name)
+{
+    /* the body takes one noalias pointer per buffer (outputs are fresh allocations;
+     * inputs are only read), so the vectoriser needs no overlap checks; the entry
+     * point unpacks args and calls it (inlined at O2, which turns noalias into scoped
+     * alias metadata) */
+    LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(g->C), 0);
+    LLVMTypeRef *ptys = PyMem_Calloc(g->nparams + 3, sizeof(LLVMTypeRef));
+    LLVMValueRef *cargs = PyMem_Calloc(g->nparams + 3, sizeof(LLVMValueRef));
+    if (ptys == NULL || cargs == NULL) {
+        PyMem_Free(ptys);
+        PyMem_Free(cargs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < g->nparams; i++)
+        ptys[i] = LLVMPointerType(em_cg_mem_type(g, g->ptype[i]), 0);
+    ptys[g->nparams] = g->i64;
+    ptys[g->nparams + 1] = g->i64;
+    char body_name[160];
+    snprintf(body_name, sizeof body_name, "%s.body", name);
+    LLVMTypeRef void_t = LLVMVoidTypeInContext(g->C);
+    g->fn = LLVMAddFunction(g->M, body_name,
+                            LLVMFunctionType(void_t, ptys, (unsigned)g->nparams + 2, 0));
+    LLVMSetLinkage(g->fn, LLVMInternalLinkage);
+    add_fn_attr(g, g->fn, LLVMAttributeFunctionIndex, "nounwind");
+    add_fn_attr(g, g->fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    for (int i = 0; i < g->nparams; i++) {
+        add_fn_attr(g, g->fn, (unsigned)i + 1, "noalias");
+        add_fn_attr(g, g->fn, (unsigned)i + 1, "nocapture");
+        g->ptr[i] = LLVMGetParam(g->fn, (unsigned)i);
+    }
+    g->start = LLVMGetParam(g->fn, (unsigned)g->nparams);
+    g->end = LLVMGetParam(g->fn, (unsigned)g->nparams + 1);
+    LLVMTypeRef outer_params[3] = {LLVMPointerType(i8p, 0), g->i64, g->i64};
+    LLVMValueRef outer = LLVMAddFunction(g->M, name,
+                                         LLVMFunctionType(void_t, outer_params, 3, 0));
+    add_fn_attr(g, outer, LLVMAttributeFunctionIndex, "nounwind");
+    LLVMPositionBuilderAtEnd(g->B, LLVMAppendBasicBlockInContext(g->C, outer, "entry"));
+    for (int i = 0; i < g->nparams; i++) {
+        LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)i, 0);
+        LLVMValueRef slot = LLVMBuildInBoundsGEP2(g->B, i8p, LLVMGetParam(outer, 0), &idx,
+                                                  1, "");
+        cargs[i] = LLVMBuildBitCast(g->B, LLVMBuildLoad2(g->B, i8p, slot, ""), ptys[i], "");
+    }
+    cargs[g->nparams] = LLVMGetParam(outer, 1);
+    cargs[g->nparams + 1] = LLVMGetParam(outer, 2);
+    LLVMBuildCall2(g->B, LLVMGlobalGetValueType(g->fn), g->fn, cargs,
+                   (unsigned)g->nparams + 2, "");
+    LLVMBuildRetVoid(g->B);
+    PyMem_Free(cargs);
+    PyMem_Free(ptys);
+    LLVMPositionBuilderAtEnd(g->B, LLVMAppendBasicBlockInContext(g->C, g->fn, "entry"));
+    return 0;
+}
+
+int
+em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
+{
+    em_cg g = {0};
+    int status = -1;
+    g.M = M;
+    g.C = LLVMGetModuleContext(M);
+    g.i64 = LLVMInt64TypeInContext(g.C);
+    if (decode_spec(&g, spec) < 0)
+        goto done;
+    g.split = g.nreduce < g.ndim;
+    g.B = LLVMCreateBuilderInContext(g.C);
+    if (build_functions(&g, name) < 0)
+        goto done;
+    alloc_accumulators(&g);
+    if (!nonreduced_empty(&g) && emit_nest(&g, 0) < 0)
+        goto done;
+    LLVMBuildRetVoid(g.B);
+    status = 0;
+done:
+    if (g.B)
+        LLVMDisposeBuilder(g.B);
+    PyMem_Free(g.ptr);
+    PyMem_Free(g.ptype);
+    PyMem_Free(g.instrs);
+    PyMem_Free(g.reg);
+    PyMem_Free(g.rtype);
+    PyMem_Free(g.acc);
+    PyMem_Free(g.nan_acc);
+    return status;
+}

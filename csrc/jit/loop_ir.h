@@ -1,0 +1,137 @@
+/* loop_ir.h: the loop IR's instruction set, for csrc/jit.
+ *
+ * GENERATED from python/ember/compiler/loop_ir.py by
+ * `python -m ember.compiler.loop_ir_header`: do not edit. */
+#ifndef EMBER_LOOP_IR_H
+#define EMBER_LOOP_IR_H
+
+typedef enum {
+    EM_FORM_LOAD = 0,
+    EM_FORM_STORE = 1,
+    EM_FORM_FOLD = 2,
+    EM_FORM_CONST = 3,
+    EM_FORM_IOTA = 4,
+    EM_FORM_UNARY = 5,
+    EM_FORM_BINARY = 6,
+    EM_FORM_COMPARE = 7,
+    EM_FORM_SELECT = 8,
+    EM_NFORMS
+} em_form_t;
+
+typedef enum {
+    EM_DOMAIN_ANY = 0,
+    EM_DOMAIN_FLOAT = 1,
+    EM_DOMAIN_INTEGRAL = 2,
+    EM_DOMAIN_NOT_BOOL = 3,
+    EM_NDOMAINS
+} em_domain_t;
+
+typedef enum {
+    EM_OP_LOAD = 0,
+    EM_OP_STORE = 1,
+    EM_OP_REDUCE = 2,
+    EM_OP_ACCUMULATE = 3,
+    EM_OP_CONST = 4,
+    EM_OP_IOTA = 5,
+    EM_OP_CAST = 6,
+    EM_OP_NEG = 7,
+    EM_OP_EXP = 8,
+    EM_OP_LOG = 9,
+    EM_OP_TANH = 10,
+    EM_OP_RECIPROCAL = 11,
+    EM_OP_ABS = 12,
+    EM_OP_SQRT = 13,
+    EM_OP_NOT = 14,
+    EM_OP_FLOOR = 15,
+    EM_OP_TRUNC = 16,
+    EM_OP_SIN = 17,
+    EM_OP_COS = 18,
+    EM_OP_ERF = 19,
+    EM_OP_EXPM1 = 20,
+    EM_OP_LOG1P = 21,
+    EM_OP_ADD = 22,
+    EM_OP_SUB = 23,
+    EM_OP_MUL = 24,
+    EM_OP_DIV = 25,
+    EM_OP_MAX = 26,
+    EM_OP_MIN = 27,
+    EM_OP_POW = 28,
+    EM_OP_AND = 29,
+    EM_OP_OR = 30,
+    EM_OP_XOR = 31,
+    EM_OP_LT = 32,
+    EM_OP_LE = 33,
+    EM_OP_GT = 34,
+    EM_OP_GE = 35,
+    EM_OP_EQ = 36,
+    EM_OP_NE = 37,
+    EM_OP_SELECT = 38,
+    EM_NOPS
+} em_op_t;
+
+typedef enum {
+    EM_REDUCE_SUM = 0,
+    EM_REDUCE_PROD = 1,
+    EM_REDUCE_MAX = 2,
+    EM_REDUCE_MIN = 3,
+    EM_NREDUCTIONS
+} em_reduction_t;
+
+typedef struct {
+    const char *name;
+    em_form_t form;
+    em_domain_t domain;
+} em_op_info_t;
+
+/* the registers an instruction of each form reads */
+static const int em_form_operands[EM_NFORMS] = {
+    0, 1, 1, 0, 0, 1, 2, 2, 3,
+};
+
+static const em_op_info_t em_op_info[EM_NOPS] = {
+    {"load", EM_FORM_LOAD, EM_DOMAIN_ANY},
+    {"store", EM_FORM_STORE, EM_DOMAIN_ANY},
+    {"reduce", EM_FORM_FOLD, EM_DOMAIN_ANY},
+    {"accumulate", EM_FORM_FOLD, EM_DOMAIN_ANY},
+    {"const", EM_FORM_CONST, EM_DOMAIN_ANY},
+    {"iota", EM_FORM_IOTA, EM_DOMAIN_ANY},
+    {"cast", EM_FORM_UNARY, EM_DOMAIN_ANY},
+    {"neg", EM_FORM_UNARY, EM_DOMAIN_NOT_BOOL},
+    {"exp", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"log", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"tanh", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"reciprocal", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"abs", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"sqrt", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"not", EM_FORM_UNARY, EM_DOMAIN_INTEGRAL},
+    {"floor", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"trunc", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"sin", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"cos", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"erf", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"expm1", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"log1p", EM_FORM_UNARY, EM_DOMAIN_FLOAT},
+    {"add", EM_FORM_BINARY, EM_DOMAIN_ANY},
+    {"sub", EM_FORM_BINARY, EM_DOMAIN_NOT_BOOL},
+    {"mul", EM_FORM_BINARY, EM_DOMAIN_ANY},
+    {"div", EM_FORM_BINARY, EM_DOMAIN_FLOAT},
+    {"max", EM_FORM_BINARY, EM_DOMAIN_ANY},
+    {"min", EM_FORM_BINARY, EM_DOMAIN_ANY},
+    {"pow", EM_FORM_BINARY, EM_DOMAIN_FLOAT},
+    {"and", EM_FORM_BINARY, EM_DOMAIN_INTEGRAL},
+    {"or", EM_FORM_BINARY, EM_DOMAIN_INTEGRAL},
+    {"xor", EM_FORM_BINARY, EM_DOMAIN_INTEGRAL},
+    {"lt", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"le", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"gt", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"ge", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"eq", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"ne", EM_FORM_COMPARE, EM_DOMAIN_ANY},
+    {"select", EM_FORM_SELECT, EM_DOMAIN_ANY},
+};
+
+static const char *const em_reduction_names[EM_NREDUCTIONS] = {
+    "sum", "prod", "max", "min",
+};
+
+#endif /* EMBER_LOOP_IR_H */

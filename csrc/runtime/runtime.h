@@ -1,0 +1,21 @@
+/* runtime.h: internal to csrc/runtime: what compiled graphs (compiled_graph.c) call in
+ * the thread pool (threadpool.c) and BLAS (blas.c). */
+#ifndef EMBER_RUNTIME_H
+#define EMBER_RUNTIME_H
+
+#include "ember.h"
+
+typedef void (*em_range_fn)(void *ctx, int64_t start, int64_t end);
+
+/* Runs fn over [0, n), split into one contiguous range per thread of the pool; returns
+ * when all are done. Touches no Python object: callers release the GIL around it. */
+void em_parallel_for(em_range_fn fn, void *ctx, int64_t n);
+
+/* out = a @ b straight into BLAS: 0 done, 1 not handled (the caller uses
+ * numpy.matmul), never an error. */
+int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
+
+/* The BLAS library's threads (ember.set_num_threads sets them with the pool's). */
+void em_blas_set_threads(int n);
+
+#endif /* EMBER_RUNTIME_H */

@@ -1,0 +1,48 @@
+"""Buffer planning: the memory a compiled graph reads and writes.
+
+Graph inputs are read in place with the strides traced for them when those are dense;
+anything else (an expanded gradient, a strided view) is compiled for a contiguous
+input, and the runtime copies an input into that layout. Buffers are contiguous and
+allocated per call (the runtime reuses last call's memory when nothing holds it), or
+made by an extern step. Outputs are views of inputs or buffers.
+"""
+from __future__ import annotations
+
+import math
+
+from .plan import BufferSpec, InputSpec, buffer_ref, input_ref
+from .values import BufferValue, check_dtype, contiguous_strides, dense, span
+
+
+class BufferPlan:
+    """The inputs and buffers of a Lowered, with the extent of each."""
+
+    def __init__(self, lowered):
+        self.out = lowered
+        self.input_extents = []
+
+    def add_input(self, meta, what):
+        """The value of the next graph input, whose traced (meta) value is `meta`."""
+        check_dtype(meta.dtype, what)
+        shape = tuple(meta.shape)
+        strides = tuple(meta.stride())
+        if not dense(shape, strides):
+            strides = contiguous_strides(shape)
+        i = len(self.out.inputs)
+        self.out.inputs.append(InputSpec(shape, strides))
+        extent = span(shape, strides, 0)
+        self.input_extents.append(extent)
+        return BufferValue(input_ref(i), meta.dtype, shape, strides, 0, extent)
+
+    def new_buffer(self, dtype, shape, extern=False):
+        """A buffer allocated per call (contiguous), or filled by an extern step."""
+        check_dtype(dtype, "a buffer")
+        j = len(self.out.buffers)
+        self.out.buffers.append(BufferSpec(dtype, tuple(shape), extern))
+        return BufferValue(buffer_ref(j), dtype, shape, contiguous_strides(shape))
+
+    def extent_of(self, ref):
+        """Elements addressable from element 0 of a ref."""
+        if ref[0] == "in":
+            return self.input_extents[ref[1]]
+        return math.prod(self.out.buffers[ref[1]].sizes)

@@ -1,0 +1,162 @@
+"""Fusion and scheduling: which values a kernel computes on the way, which values are
+stored, and how a kernel runs.
+
+A kernel is built by loading values at its domain's indices (KernelBuilder): a
+pointwise value inlines its whole chain, so elementwise ops fuse into whoever consumes
+them. A value is stored (realized) when it must exist as a buffer: a graph output or
+the operand of an op that reads buffers (BLAS); or when several consumers would
+otherwise recompute it at a high cost (more than INLINE_LIMIT ops, or reading several
+buffers). It is stored by the first kernel that visits all of it, in that kernel's
+loops, so (x @ w + b).relu().sum() is one BLAS call and one kernel, with no
+intermediate buffer. A kernel's outer dim is split across threads when its domain is
+large enough (PARALLEL_MIN) and no point of it accumulates along that dim.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _C
+from .loop_ir import Affine, Form, Kernel, Op, Param, Stmt
+from .values import PointwiseValue
+
+INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
+PARALLEL_MIN = 1 << 16     # domain points below which a kernel runs on one thread
+
+
+class KernelBuilder:
+    """The kernel being built: statements, with each load, constant and cast emitted
+    once."""
+
+    def __init__(self, buffers, name, sizes, nreduce):
+        self.buffers = buffers      # buffers.BufferPlan: extents, new buffers
+        self.kernel = Kernel(name, tuple(sizes), nreduce)
+        self.sizes = tuple(sizes)
+        self.params = {}
+        self.loads = {}
+        self.next_reg = 0
+        self.reg_dtype = {}         # register -> the dtype of its value
+        self.stored = []            # pointwise values this kernel realizes
+
+    def param(self, buf):
+        key = buf.ref
+        if key not in self.params:
+            self.params[key] = len(self.kernel.params)
+            self.kernel.params.append(Param(buf.ref, buf.dtype, self.buffers.extent_of(key)))
+        return self.params[key]
+
+    def emit(self, op, dtype=None, args=(), param=None, index=None, value=None):
+        """Appends a statement; returns the register it defines (None for a store or a
+        fold). `dtype` is what the statement computes in, so its operands must already
+        be of it (the verifier checks): convert them with cast() first."""
+        op = Op(op)
+        reg = None
+        if op.form not in (Form.STORE, Form.FOLD):
+            reg = self.next_reg
+            self.next_reg += 1
+            self.reg_dtype[reg] = _C.bool if op.form is Form.COMPARE else dtype
+        self.kernel.stmts.append(Stmt(op, reg, dtype, tuple(args), param, index, value))
+        return reg
+
+    def store(self, buf, index, reg, fold=None, reduction=None):
+        """buf[index] = reg, or folds reg into it (fold: Op.REDUCE or Op.ACCUMULATE)."""
+        self.emit(fold or Op.STORE, args=(reg,), param=self.param(buf), index=index,
+                  value=reduction)
+
+    def load(self, buf, index):
+        p = self.param(buf)
+        key = (p, index)
+        if key not in self.loads:
+            self.loads[key] = self.emit(Op.LOAD, buf.dtype, param=p, index=index)
+        return self.loads[key]
+
+    def const(self, value, dtype):
+        if dtype.is_floating_point:
+            value = float(value)
+        elif dtype is _C.bool:
+            value = int(bool(value))
+        else:
+            value = int(value)
+        key = ("const", value, dtype)
+        if key not in self.loads:
+            self.loads[key] = self.emit(Op.CONST, dtype, value=value)
+        return self.loads[key]
+
+    def cast(self, reg, dtype):
+        """reg converted to dtype (reg itself when it has that dtype already); each
+        register is converted to a dtype once per kernel."""
+        if self.reg_dtype[reg] is dtype:
+            return reg
+        key = ("cast", reg, dtype)
+        if key not in self.loads:
+            self.loads[key] = self.emit(Op.CAST, dtype, args=(reg,))
+        return self.loads[key]
+
+    def identity_dims(self, index):
+        """The loop dim each index entry is, if index is a permutation of loop dims."""
+        dims = []
+        for a in index:
+            nz = [d for d, c in enumerate(a.coeffs) if c != 0]
+            if a.offset != 0 or len(nz) != 1 or a.coeffs[nz[0]] != 1:
+                return None
+            dims.append(nz[0])
+        if sorted(dims) != list(range(len(self.sizes))):
+            return None
+        return dims
+
+    def maybe_store(self, value, index, reg):
+        """Stores a value that must be realized when this kernel visits all of it."""
+        if value.realized is not None or value in self.stored:
+            return
+        dims = self.identity_dims(index)
+        if dims is None or tuple(self.sizes[d] for d in dims) != value.shape:
+            return
+        buf = self.buffers.new_buffer(value.dtype, value.shape)
+        coeffs = [0] * len(self.sizes)
+        for k, d in enumerate(dims):
+            coeffs[d] = buf.strides[k]
+        self.store(buf, Affine(tuple(coeffs)), reg)
+        self.stored.append(value)
+        value.realized = buf
+
+
+def mark_realize(value):
+    """Asks for a value (or the base a view of it is made from) to be stored by the
+    first kernel that visits all of it."""
+    while value.view_base is not None and value.view_base[0].realized is None:
+        value = value.view_base[0]
+    value.must_realize = True
+
+
+def must_realize(graph):
+    """Nodes whose values will have to exist as buffers: graph outputs and operands of
+    lowerings that read buffers (known before lowering, so a kernel that computes one
+    on the way to something else can store it then)."""
+    must = set()
+    for node in graph.nodes:
+        if node.op == "output":
+            must.update(a for a in node.args[0] if a is not None)
+        elif node.op == "call_function" and isinstance(node.target, _C.Op):
+            lower = node.target.entry.lower
+            if lower is not None and lower.reads_buffers:
+                must.update(a for a in node.args if hasattr(a, "users"))
+    return must
+
+
+def worth_storing(value, node, users, must):
+    """Whether a node's pointwise value is to be stored for its users: it must exist,
+    or recomputing it per user would repeat many ops or read several buffers (a residual
+    stream feeding a norm and the next block)."""
+    return isinstance(value, PointwiseValue) and (node in must or (
+        users > 1 and (value.cost > INLINE_LIMIT or len(value.reads) > 1)))
+
+
+def schedule(kernel):
+    """(outer, parallel): the kernel runs over [0, outer) of its dim 0, split across
+    threads when parallel."""
+    split = kernel.nreduce < len(kernel.sizes)
+    outer = kernel.sizes[0] if split else 1
+    # threads split dim 0; accumulating along it would race
+    racy = any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts)
+    parallel = split and outer > 1 and not racy and math.prod(kernel.sizes) >= PARALLEL_MIN
+    return outer, parallel
+

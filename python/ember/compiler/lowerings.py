@@ -1,0 +1,422 @@
+"""The op lowerings: how each prim becomes loop IR or a plan step. The op table names
+one per prim (`lower=` of its entry in python/ember/ops/):
+
+    pointwise("add")         one loop-IR instruction (loop_ir.Op) of the operands, in
+                             the dtype the op computes in (meta.computation_dtype)
+    reduction("sum")         a reduce (or accumulate) kernel (loop_ir.Reduction)
+    extern                   the eager kernel, run as a plan step between kernels
+    a function below         anything else (views, BLAS, pow by constants, ...)
+
+A lowering is called as lower(ctx, node, val, *args, **kwargs): ctx is the
+lowering.GraphLowering (its building blocks: pointwise, realize, kernel, add_kernel,
+new_buffer, extern, add_step), val the node's meta value, args and kwargs the node's
+with graph values (values.py) in place of nodes. It returns the node's value.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _C
+from ..ops import meta as M
+from .loop_ir import Affine, Op, Reduction
+from .plan import MatmulStep, StepKind
+from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
+                     contiguous_strides, domain_index, is_value, layout_strides,
+                     refinement)
+
+
+class OpLowering:
+    """A prim's lowering. reads_buffers: its tensor operands are read as buffers (so
+    the kernels computing them store them on the way)."""
+
+    def __init__(self, fn, name, reads_buffers=False):
+        self.fn = fn
+        self.name = name
+        self.reads_buffers = reads_buffers
+
+    def __call__(self, ctx, node, val, *args, **kwargs):
+        return self.fn(ctx, node, val, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<lowering {self.name}>"
+
+
+def lowering(fn=None, *, reads_buffers=False):
+    """Makes a function a prim's lowering (a decorator)."""
+    if fn is None:
+        return lambda f: lowering(f, reads_buffers=reads_buffers)
+    return OpLowering(fn, fn.__name__.removeprefix("lower_"), reads_buffers)
+
+
+# ------------------------------------------------------------------ the vocabulary
+
+
+def _instruction(ctx, node, val, op, operands):
+    compute = ctx.computation_dtype(node, val)
+    if not op.allows(compute):
+        raise LoweringError(f"{op} of {compute}")
+    dtypes = [compute] * len(operands)
+    if op is Op.SELECT:
+        dtypes[0] = _C.bool
+    return ctx.pointwise(node, val, operands, lambda kb, r: kb.emit(op, compute, r),
+                         dtypes=dtypes)
+
+
+def pointwise(op):
+    """The prim is one instruction of its operands (select: condition first)."""
+    op = Op(op)
+
+    def lower(ctx, node, val, *operands):
+        return _instruction(ctx, node, val, op, list(operands))
+    return OpLowering(lower, f"pointwise({op})")
+
+
+def reduction(op):
+    """The prim reduces its first operand over dims (all of them for none)."""
+    op = Reduction(op)
+
+    def lower(ctx, node, val, a, dim=None, keepdim=False, **_):
+        return _reduce(ctx, val, a, dim, keepdim, op, val.dtype)
+    return OpLowering(lower, f"reduction({op})")
+
+
+extern = OpLowering(lambda ctx, node, val, *args, **kwargs: ctx.extern(node, val),
+                    "extern")
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+@lowering
+def lower_add(ctx, node, val, a, b, alpha=1):
+    if alpha != 1:
+        compute = ctx.computation_dtype(node, val)
+        shape = b.shape if is_value(b) else tuple(val.shape)
+        b = ctx.pointwise(node, _Like(shape, val.dtype), [b, alpha],
+                          lambda kb, r: kb.emit(Op.MUL, compute, r))
+    return _instruction(ctx, node, val, Op.ADD, [a, b])
+
+
+@lowering
+def lower_div(ctx, node, val, a, b, rounding_mode=None):
+    compute = ctx.computation_dtype(node, val)
+    if not compute.is_floating_point or rounding_mode == "floor":
+        # integer division (its zero-divisor error) and Python's floor division of
+        # floats (fmod-based: 1 // 0.1 is 9) run eager's kernel
+        return ctx.extern(node, val)
+    if rounding_mode is None:
+        return _instruction(ctx, node, val, Op.DIV, [a, b])
+    return ctx.pointwise(node, val, [a, b], lambda kb, r: kb.emit(
+        Op.TRUNC, compute, (kb.emit(Op.DIV, compute, r),)))
+
+
+@lowering
+def lower_pow(ctx, node, val, a, b):
+    # a constant exponent that is a multiple of 1/2 up to 4 in size becomes
+    # multiplications, a sqrt and a division (x ** -0.5 is layer norm's rsqrt), which
+    # vectorise; other exponents call libm's pow per element
+    if not is_value(b) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+            and is_value(a) and val.dtype.is_floating_point and \
+            float(2 * b).is_integer() and abs(b) <= 4:
+        return ctx.pointwise(node, val, [a], lambda kb, r: _pow_by(kb, r[0], float(b),
+                                                                   val.dtype))
+    if not val.dtype.is_floating_point:
+        raise LoweringError("integer pow")
+    return _instruction(ctx, node, val, Op.POW, [a, b])
+
+
+def _pow_by(kb, x, e, dt):
+    """x ** e for a multiple e of 1/2, |e| <= 4, as eager computes it."""
+    if e == 0.5:             # eager (NumPy) computes x ** 0.5 as sqrt(x)
+        return kb.emit(Op.SQRT, dt, (x,))
+    one = kb.const(1.0, dt)
+    if e == 0:
+        return one
+    whole, half = int(abs(e)), abs(e) % 1 == 0.5
+    y = None
+    if half:
+        # pow's special cases: (-0) ** e and (-inf) ** e are those of +0 and +inf when e
+        # is not an integer; other negative x give NaN (the sqrt)
+        zero = kb.const(0.0, dt)
+        ninf = kb.emit(Op.EQ, dt, (x, kb.const(-math.inf, dt)))
+        x = kb.emit(Op.SELECT, dt, (kb.emit(Op.EQ, dt, (x, zero)), zero, x))
+        x = kb.emit(Op.SELECT, dt, (ninf, kb.const(math.inf, dt), x))
+        y = kb.emit(Op.SQRT, dt, (x,))
+        if e < 0:
+            y = kb.emit(Op.DIV, dt, (one, y))
+    # negative powers multiply reciprocals (x ** -1.5 of a large x underflows gradually
+    # instead of overflowing first)
+    b = kb.emit(Op.DIV, dt, (one, x)) if e < 0 and whole else x
+    for _ in range(whole):
+        y = b if y is None else kb.emit(Op.MUL, dt, (y, b))
+    return y
+
+
+@lowering
+def copy(ctx, node, val, a, **_):
+    """_to_copy and clone: the value itself (converted to val's dtype)."""
+    return ctx.pointwise(node, val, [a], lambda kb, r: r[0])
+
+
+@lowering
+def lower_full(ctx, node, val, size, fill_value, **_):
+    return ctx.pointwise(node, val, [fill_value], lambda kb, r: r[0], cost=0)
+
+
+@lowering
+def lower_arange(ctx, node, val, end, **_):
+    out = val.dtype
+    return PointwiseValue(tuple(val.shape), out,
+                          lambda kb, index: _iota(kb, index[0], out), 1, node)
+
+
+def _iota(kb, affine, dtype):
+    """The value of arange at an affine index: offset + sum(coeff * loop index)."""
+    reg = None
+    for d, c in enumerate(affine.coeffs):
+        if c == 0:
+            continue
+        term = kb.emit(Op.IOTA, dtype, value=d)
+        if c != 1:
+            term = kb.emit(Op.MUL, dtype, (term, kb.const(c, dtype)))
+        reg = term if reg is None else kb.emit(Op.ADD, dtype, (reg, term))
+    if reg is None:
+        return kb.const(affine.offset, dtype)
+    if affine.offset:
+        reg = kb.emit(Op.ADD, dtype, (reg, kb.const(affine.offset, dtype)))
+    return reg
+
+
+class _Like:
+    """A stand-in meta value of another shape."""
+
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+
+# ------------------------------------------------------------------ views
+
+
+def _view_of(value, shape, strides_fn, index_fn, base_layout=False):
+    """A view: strided for buffers, an index transform for pointwise values.
+    base_layout: when the view has to become a buffer, compute its source in the
+    source's own layout and view that (a transposed operand of a matmul is computed
+    row by row and handed to BLAS transposed, not gathered column by column)."""
+    if isinstance(value, PointwiseValue) and value.realized is not None:
+        value = value.realized
+    if isinstance(value, BufferValue):
+        return value.restrided(*strides_fn(value))
+    src = value
+
+    def fn(kb, index):
+        return src.load(kb, index_fn(index))
+    view = PointwiseValue(shape, src.dtype, fn, src.cost, None, src.reads)
+    if base_layout:
+        view.view_base = (src, strides_fn)
+    return view
+
+
+@lowering
+def lower_permute(ctx, node, val, a, dims):
+    nd = len(dims)
+    dims = [M.wrap_dim(d, nd) for d in dims]
+    inv = [0] * nd
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return _view_of(
+        a, tuple(val.shape),
+        lambda b: (tuple(b.shape[d] for d in dims), tuple(b.strides[d] for d in dims),
+                   b.offset),
+        lambda index: [index[inv[k]] for k in range(nd)], base_layout=True)
+
+
+@lowering
+def lower_expand(ctx, node, val, a, size, implicit=False):
+    shape = tuple(val.shape)
+    off = len(shape) - len(a.shape)
+
+    def strides(b):
+        st = [0] * len(shape)
+        for k in range(len(b.shape)):
+            if b.shape[k] == shape[k + off]:
+                st[k + off] = b.strides[k]
+        return shape, tuple(st), b.offset
+    return _view_of(a, shape, strides, lambda index: broadcast_index(index, shape, a.shape))
+
+
+def _clamp_start(start, size):
+    s = 0 if start is None else start
+    if s < 0:
+        s += size
+    return min(max(s, 0), size)
+
+
+@lowering
+def lower_slice(ctx, node, val, a, dim=0, start=None, end=None, step=1):
+    d = M.wrap_dim(dim, len(a.shape))
+    s = _clamp_start(start, a.shape[d])
+
+    def strides(b):
+        st = list(b.strides)
+        st[d] = b.strides[d] * step
+        return tuple(val.shape), tuple(st), b.offset + s * b.strides[d]
+
+    def index_fn(index):
+        out = list(index)
+        a_d = index[d]
+        out[d] = Affine(tuple(c * step for c in a_d.coeffs), a_d.offset * step + s)
+        return out
+    return _view_of(a, tuple(val.shape), strides, index_fn)
+
+
+@lowering
+def lower_view(ctx, node, val, a, size):
+    shape = tuple(val.shape)
+    if isinstance(a, PointwiseValue) and a.realized is None:
+        mapping = refinement(a.shape, shape)
+        if mapping is None:
+            a = ctx.realize(a)
+        else:
+            return _view_of(a, shape, None, lambda index: _merge(index, mapping, shape))
+    if isinstance(a, PointwiseValue):
+        a = ctx.realize(a)
+    if M.compute_stride(a.shape, a.strides, math.prod(a.shape), shape) is None:
+        # the buffer is laid out otherwise than the traced value was (buffers are made
+        # contiguous, or in a source's layout): its view is a reshape, of a copy
+        a = _contiguous_copy(ctx, a)
+
+    def strides(b):
+        st = M.compute_stride(b.shape, b.strides, math.prod(b.shape), shape)
+        if st is None:
+            raise LoweringError("view of a buffer its strides cannot express")
+        return shape, st, b.offset
+    return _view_of(a, shape, strides, None)
+
+
+def _merge(index, mapping, shape):
+    """The index into a value split by a reshape (refinement's mapping) from the index
+    into the reshaped one."""
+    out = []
+    for group in mapping:
+        coeffs = [0] * len(index[0].coeffs) if index else []
+        offset, mult = 0, 1
+        for k in reversed(group):
+            coeffs = [c + mult * x for c, x in zip(coeffs, index[k].coeffs)]
+            offset += mult * index[k].offset
+            mult *= shape[k]
+        out.append(Affine(tuple(coeffs), offset))
+    return out
+
+
+def _contiguous_copy(ctx, buf):
+    copied = PointwiseValue(buf.shape, buf.dtype, lambda kb, index: buf.load(kb, index), 1,
+                            None, frozenset({buf.ref}))
+    out = ctx.realize(copied)
+    if out.strides != tuple(contiguous_strides(out.shape)):
+        raise LoweringError("a copy of a buffer was not made contiguous")
+    return out
+
+
+@lowering
+def lower_slice_scatter(ctx, node, val, a, src, dim=0, start=None, end=None, step=1):
+    """A copy of `a` with src written over a slice of it: one kernel copies (or
+    computes) `a` into a new buffer, a second stores src into the slice."""
+    shape = tuple(val.shape)
+    out = ctx.new_buffer(val.dtype, shape)
+    nd = len(shape)
+    kb = ctx.kernel(shape, 0, "pointwise")
+    index = domain_index(nd)
+    reg = a.load(kb, broadcast_index(index, shape, a.shape))
+    kb.store(out, out.at(index, nd), kb.cast(reg, val.dtype))
+    ctx.add_kernel(kb)
+    if math.prod(src.shape) == 0:
+        return out
+    d = M.wrap_dim(dim, nd)
+    strides = list(out.strides)
+    strides[d] *= step
+    dst = out.restrided(tuple(src.shape), tuple(strides),
+                        _clamp_start(start, shape[d]) * out.strides[d])
+    kb = ctx.kernel(tuple(src.shape), 0, "scatter")
+    reg = src.load(kb, index)
+    kb.store(dst, dst.at(index, nd), kb.cast(reg, val.dtype))
+    ctx.add_kernel(kb)
+    return out
+
+
+# ------------------------------------------------------------------ reductions and BLAS
+
+
+def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
+    nd = len(a.shape)
+    mask = M.reduce_mask(dims if dims != () else None, nd) if nd else []
+    kept = [d for d in range(nd) if not mask[d]]
+    reduced = [d for d in range(nd) if mask[d]]
+    out = ctx.new_buffer(val.dtype, tuple(val.shape))
+    if not reduced:
+        # nothing to reduce (a 0-d input): each element is its own result
+        order = kept
+        kb = ctx.kernel(tuple(a.shape), 0, "reduce")
+        fold = None
+    elif _outer_reduction(a, kept, reduced) and acc_dtype is not _C.bool:
+        # the reduced dims are outer in memory: fold rows into the output in place
+        # (contiguous, vectorised) instead of walking each column with a stride
+        order = reduced + kept
+        fill = ctx.kernel(tuple(val.shape), 0, "fill")
+        fill.store(out, Affine(tuple(out.strides)),
+                   fill.const(_identity(op, acc_dtype), acc_dtype))
+        ctx.add_kernel(fill)
+        kb = ctx.kernel(tuple(a.shape[d] for d in order), 0, "reduce")
+        fold = Op.ACCUMULATE
+    else:
+        order = kept + reduced
+        kb = ctx.kernel(tuple(a.shape[d] for d in order), len(reduced), "reduce")
+        fold = Op.REDUCE
+    index = [None] * nd
+    for pos, d in enumerate(order):
+        index[d] = Affine(tuple(1 if k == pos else 0 for k in range(nd)))
+    out_coeffs = [0] * nd
+    out_dims = [d for d in range(nd) if keepdim or not mask[d]]
+    for k, d in enumerate(out_dims):
+        if not mask[d]:
+            out_coeffs[order.index(d)] = out.strides[k]
+    reg = kb.cast(a.load(kb, index), acc_dtype)
+    kb.store(out, Affine(tuple(out_coeffs)), reg, fold, op if fold else None)
+    ctx.add_kernel(kb)
+    return out
+
+
+def _outer_reduction(a, kept, reduced):
+    """Whether a reduction's input is contiguous along a kept dim (the smallest stride
+    belongs to a kept dim), so that looping kept dims innermost reads it in order."""
+    if not kept or not reduced:
+        return False
+    strides = layout_strides(a)
+    dims = [d for d in range(len(a.shape)) if a.shape[d] > 1 and strides[d] != 0]
+    if not dims or all(a.shape[d] <= 1 for d in reduced):
+        return False
+    inner = min(dims, key=lambda d: (abs(strides[d]), -d))
+    return inner in kept
+
+
+def _identity(op, dtype):
+    if op is Reduction.SUM:
+        return 0
+    if op is Reduction.PROD:
+        return 1
+    if dtype.is_floating_point:
+        return -math.inf if op is Reduction.MAX else math.inf
+    info = np.iinfo(dtype.numpy_dtype)
+    return info.min if op is Reduction.MAX else info.max
+
+
+@lowering(reads_buffers=True)
+def lower_matmul(ctx, node, val, a, b):
+    if not val.dtype.is_floating_point:
+        raise LoweringError("integer matmul")
+    av, bv = ctx.realize(a), ctx.realize(b)
+    out = ctx.new_buffer(val.dtype, tuple(val.shape))
+    ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))
+    return out

@@ -1,0 +1,185 @@
+"""The plan of a compiled graph: what csrc/runtime/compiled_graph.c runs per call.
+
+Every part is a small named record, and a tuple: the runtime decodes the plan once,
+when the graph is built, from the records' fields in order; Python reads them by name
+and prints them with their __str__ (the loop IR text, profiles).
+
+    Plan = (inputs, buffers, steps, outputs)
+    inputs:  InputSpec(sizes, strides) per graph input
+    buffers: BufferSpec(dtype, sizes, extern) per buffer
+    steps:   KernelStep, MatmulStep, ExternStep
+    outputs: View, or None for an output with no value (a gradient that is None)
+
+Lowered prints as the steps' text and verify() checks it.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Callable, NamedTuple
+
+from ..ops import meta as M
+from .loop_ir import Kernel
+
+
+class PlanError(RuntimeError):
+    pass
+
+
+class StepKind(enum.StrEnum):
+    KERNEL = "kernel"
+    MATMUL = "matmul"
+    EXTERN = "extern"
+
+
+class Ref(NamedTuple):
+    """A graph input ("in", i) or a buffer ("buf", j)."""
+    kind: str
+    index: int
+
+    def __str__(self):
+        return f"{self.kind}{self.index}"
+
+
+def input_ref(i):
+    return Ref("in", i)
+
+
+def buffer_ref(j):
+    return Ref("buf", j)
+
+
+class View(NamedTuple):
+    """A strided view of a ref, in elements of its dtype."""
+    ref: Ref
+    sizes: tuple
+    strides: tuple
+    offset: int = 0
+
+    def layout(self):
+        """'' for a contiguous view from element 0, else its strides and offset."""
+        if self.offset or self.strides != M.contiguous_strides(tuple(self.sizes)):
+            return f"(strides {list(self.strides)}, offset {self.offset})"
+        return ""
+
+    def __str__(self):
+        return f"{self.ref}{list(self.sizes)}{self.layout()}"
+
+
+class InputSpec(NamedTuple):
+    """The layout a graph input is compiled for (an input laid out otherwise is copied
+    into it when dense)."""
+    sizes: tuple
+    strides: tuple
+
+
+class BufferSpec(NamedTuple):
+    """A buffer: allocated per call (contiguous), or made by an extern step."""
+    dtype: object
+    sizes: tuple
+    extern: bool = False
+
+
+class KernelStep(NamedTuple):
+    """Runs kernel number `kernel` (its loop IR: `ir`) on pointers to refs over
+    [0, outer) of its dim 0, split across the thread pool when parallel."""
+    kind: str
+    kernel: int
+    refs: tuple
+    outer: int
+    parallel: bool
+    ir: Kernel
+
+    def __str__(self):
+        return str(self.ir).rstrip()
+
+
+class MatmulStep(NamedTuple):
+    """buf[out] = a @ b, by BLAS (or numpy.matmul)."""
+    kind: str
+    a: View
+    b: View
+    out: int
+
+    def __str__(self):
+        return (f"blas matmul {list(self.a.sizes)} @ {list(self.b.sizes)}: "
+                f"{self.a.ref}{self.a.layout()} @ {self.b.ref}{self.b.layout()} "
+                f"-> buf{self.out}")
+
+
+class ExternStep(NamedTuple):
+    """fn(*tensors of views) -> a tuple of tensors, stored (made contiguous) in the
+    buffers slots: a prim's eager kernel run inside the graph."""
+    kind: str
+    fn: Callable
+    views: tuple
+    slots: tuple
+    name: str
+
+    def __str__(self):
+        ins = ", ".join(str(v) for v in self.views)
+        outs = ", ".join(f"buf{j}" for j in self.slots)
+        return f"extern {self.name}({ins}) -> {outs}"
+
+
+class Lowered:
+    """A lowered graph: its kernels (loop IR) and the plan that runs them."""
+
+    def __init__(self):
+        self.kernels = []           # Kernel, in the order of their steps
+        self.inputs = []            # InputSpec per graph input
+        self.buffers = []           # BufferSpec per buffer
+        self.steps = []             # KernelStep / MatmulStep / ExternStep
+        self.outputs = []           # View, or None
+
+    def plan(self):
+        return (tuple(self.inputs), tuple(self.buffers), tuple(self.steps),
+                tuple(self.outputs))
+
+    def __str__(self):
+        outs = ", ".join("None" if o is None else str(o) for o in self.outputs)
+        return "\n".join([str(s) for s in self.steps] + [f"return ({outs})"])
+
+
+def verify(lowered: Lowered):
+    """Raises PlanError unless the plan is well formed: every ref names an input or a
+    buffer, kernel steps run their kernels in order on those kernels' buffers, and each
+    buffer an extern step makes is made once, before any step reads it."""
+    made = {j for j, b in enumerate(lowered.buffers) if not b.extern}
+
+    def read(ref, step):
+        kind, i = ref
+        n = len(lowered.inputs) if kind == "in" else len(lowered.buffers)
+        if kind not in ("in", "buf") or not 0 <= i < n:
+            raise PlanError(f"`{step}` reads {kind}{i}, which does not exist")
+        if kind == "buf" and i not in made:
+            raise PlanError(f"`{step}` reads buf{i} before an extern step makes it")
+
+    kernels = 0
+    for step in lowered.steps:
+        if isinstance(step, KernelStep):
+            if step.kernel != kernels or lowered.kernels[step.kernel] is not step.ir or \
+                    step.refs != tuple(p.ref for p in step.ir.params):
+                raise PlanError(f"kernel step {step.kernel} is not its kernel's")
+            kernels += 1
+            for ref in step.refs:
+                read(ref, step.ir.name)
+        elif isinstance(step, MatmulStep):
+            read(step.a.ref, step)
+            read(step.b.ref, step)
+            if step.out not in made:
+                raise PlanError(f"`{step}` writes into a buffer an extern step makes")
+        elif isinstance(step, ExternStep):
+            for v in step.views:
+                read(v.ref, step)
+            for j in step.slots:
+                if j in made or not lowered.buffers[j].extern:
+                    raise PlanError(f"`{step}` makes buf{j} again or in place")
+                made.add(j)
+        else:
+            raise PlanError(f"unknown step {step!r}")
+    if kernels != len(lowered.kernels):
+        raise PlanError(f"{len(lowered.kernels) - kernels} kernels are never run")
+    for o in lowered.outputs:
+        if o is not None:
+            read(o.ref, "return")
+    return lowered
