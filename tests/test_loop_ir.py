@@ -26,7 +26,7 @@ def test_codes_are_declaration_order_and_match_the_header():
     loop_ir_header.check_codes()
     text = loop_ir_header.text()
     for op in Op:
-        assert f"EM_OP_{op.name} = {op.code}," in text
+        assert f"EM_IR_{op.name} = {op.code}," in text
         assert f'{{"{op.value}", EM_FORM_{op.form.name}, EM_DOMAIN_{op.domain.name}}}' in text
     for r in Reduction:
         assert f"EM_REDUCE_{r.name} = {r.code}," in text

@@ -11,10 +11,10 @@
 /* One instruction of the loop IR, decoded and checked (registers defined before use,
  * operands of the dtype it computes in, a dtype it computes in). */
 typedef struct {
-    em_op_t op;
+    em_ir_t op;
     em_dtype_t dtype;        /* what it computes in; load, store, fold: its buffer's */
     int dst;                 /* the register it defines, or -1 */
-    int args[3];             /* the registers it reads: em_op_info[op].form's operands */
+    int args[3];             /* the registers it reads: em_ir_info[op].form's operands */
     int param;               /* load, store, fold: the buffer */
     Py_ssize_t offset;       /* load, store, fold: the index, offset + coeffs . i */
     Py_ssize_t coeffs[EM_MAX_DIMS];

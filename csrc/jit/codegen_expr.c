@@ -132,105 +132,105 @@ int_extreme(em_cg *g, LLVMValueRef a, LLVMValueRef b, bool is_max, em_dtype_t t)
 }
 
 static LLVMValueRef
-binary(em_cg *g, em_op_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
+binary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
 {
     bool f = em_is_float(t);
     switch (op) {
-    case EM_OP_ADD:
+    case EM_IR_ADD:
         if (t == EM_BOOL)
             return LLVMBuildOr(g->B, a, b, "");          /* True + True is True */
         return f ? LLVMBuildFAdd(g->B, a, b, "") : LLVMBuildAdd(g->B, a, b, "");
-    case EM_OP_SUB:
+    case EM_IR_SUB:
         return f ? LLVMBuildFSub(g->B, a, b, "") : LLVMBuildSub(g->B, a, b, "");
-    case EM_OP_MUL:
+    case EM_IR_MUL:
         return f ? LLVMBuildFMul(g->B, a, b, "") : LLVMBuildMul(g->B, a, b, "");
-    case EM_OP_DIV:
+    case EM_IR_DIV:
         return LLVMBuildFDiv(g->B, a, b, "");
-    case EM_OP_MAX:
-    case EM_OP_MIN:
+    case EM_IR_MAX:
+    case EM_IR_MIN:
         if (f)
-            return fmax_nan(g, a, b, op == EM_OP_MAX);
-        return int_extreme(g, a, b, op == EM_OP_MAX, t);
-    case EM_OP_POW: {
+            return fmax_nan(g, a, b, op == EM_IR_MAX);
+        return int_extreme(g, a, b, op == EM_IR_MAX, t);
+    case EM_IR_POW: {
         LLVMValueRef args[2] = {a, b};
         return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "powf" : "pow",
                                      em_cg_reg_type(g, t), 2), args, 2);
     }
-    case EM_OP_AND:
+    case EM_IR_AND:
         return LLVMBuildAnd(g->B, a, b, "");
-    case EM_OP_OR:
+    case EM_IR_OR:
         return LLVMBuildOr(g->B, a, b, "");
-    case EM_OP_XOR:
+    case EM_IR_XOR:
         return LLVMBuildXor(g->B, a, b, "");
     default:
         break;
     }
-    PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a binary op", em_op_info[op].name);
+    PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a binary op", em_ir_info[op].name);
     return NULL;
 }
 
 static LLVMValueRef
-unary(em_cg *g, em_op_t op, em_dtype_t t, LLVMValueRef a)
+unary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
 {
     bool f = em_is_float(t);
     LLVMTypeRef ty = em_cg_reg_type(g, t);
     switch (op) {
-    case EM_OP_NEG:
+    case EM_IR_NEG:
         return f ? LLVMBuildFNeg(g->B, a, "") : LLVMBuildNeg(g->B, a, "");
-    case EM_OP_NOT:
+    case EM_IR_NOT:
         return LLVMBuildNot(g->B, a, "");
-    case EM_OP_RECIPROCAL:
+    case EM_IR_RECIPROCAL:
         return LLVMBuildFDiv(g->B, LLVMConstReal(ty, 1.0), a, "");
-    case EM_OP_ABS:
+    case EM_IR_ABS:
         return intrinsic(g, "llvm.fabs", ty, &a, 1);
-    case EM_OP_SQRT:
+    case EM_IR_SQRT:
         return intrinsic(g, "llvm.sqrt", ty, &a, 1);
-    case EM_OP_FLOOR:
+    case EM_IR_FLOOR:
         return intrinsic(g, "llvm.floor", ty, &a, 1);
-    case EM_OP_TRUNC:
+    case EM_IR_TRUNC:
         return intrinsic(g, "llvm.trunc", ty, &a, 1);
-    case EM_OP_EXP:
+    case EM_IR_EXP:
         if (t == EM_FLOAT32)
             return call_fn(g, em_ir_expf(g->M), &a, 1);
         return libm1(g, "exp", t, a);
-    case EM_OP_ERF:
+    case EM_IR_ERF:
         if (t == EM_FLOAT32)
             return call_fn(g, em_ir_erff(g->M), &a, 1);
         return libm1(g, "erf", t, a);
-    case EM_OP_LOG:
+    case EM_IR_LOG:
         return libm1(g, "log", t, a);
-    case EM_OP_TANH:
+    case EM_IR_TANH:
         return libm1(g, "tanh", t, a);
-    case EM_OP_SIN:
+    case EM_IR_SIN:
         return libm1(g, "sin", t, a);
-    case EM_OP_COS:
+    case EM_IR_COS:
         return libm1(g, "cos", t, a);
-    case EM_OP_EXPM1:
+    case EM_IR_EXPM1:
         return libm1(g, "expm1", t, a);
-    case EM_OP_LOG1P:
+    case EM_IR_LOG1P:
         return libm1(g, "log1p", t, a);
     default:
         break;
     }
-    PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a unary op", em_op_info[op].name);
+    PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a unary op", em_ir_info[op].name);
     return NULL;
 }
 
 static LLVMValueRef
-compare(em_cg *g, em_op_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
+compare(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
 {
     LLVMRealPredicate fp;
     LLVMIntPredicate sp, up;
     switch (op) {
-    case EM_OP_LT: fp = LLVMRealOLT; sp = LLVMIntSLT; up = LLVMIntULT; break;
-    case EM_OP_LE: fp = LLVMRealOLE; sp = LLVMIntSLE; up = LLVMIntULE; break;
-    case EM_OP_GT: fp = LLVMRealOGT; sp = LLVMIntSGT; up = LLVMIntUGT; break;
-    case EM_OP_GE: fp = LLVMRealOGE; sp = LLVMIntSGE; up = LLVMIntUGE; break;
-    case EM_OP_EQ: fp = LLVMRealOEQ; sp = up = LLVMIntEQ; break;
-    case EM_OP_NE: fp = LLVMRealUNE; sp = up = LLVMIntNE; break;
+    case EM_IR_LT: fp = LLVMRealOLT; sp = LLVMIntSLT; up = LLVMIntULT; break;
+    case EM_IR_LE: fp = LLVMRealOLE; sp = LLVMIntSLE; up = LLVMIntULE; break;
+    case EM_IR_GT: fp = LLVMRealOGT; sp = LLVMIntSGT; up = LLVMIntUGT; break;
+    case EM_IR_GE: fp = LLVMRealOGE; sp = LLVMIntSGE; up = LLVMIntUGE; break;
+    case EM_IR_EQ: fp = LLVMRealOEQ; sp = up = LLVMIntEQ; break;
+    case EM_IR_NE: fp = LLVMRealUNE; sp = up = LLVMIntNE; break;
     default:
         PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a comparison",
-                     em_op_info[op].name);
+                     em_ir_info[op].name);
         return NULL;
     }
     if (em_is_float(t))
@@ -245,7 +245,7 @@ em_cg_expr(em_cg *g, const em_instr *ins)
     LLVMTypeRef ty = em_cg_reg_type(g, t);
     LLVMValueRef *r = g->reg;
     const int *a = ins->args;
-    switch (em_op_info[ins->op].form) {
+    switch (em_ir_info[ins->op].form) {
     case EM_FORM_CONST:
         if (em_is_float(t))
             return LLVMConstReal(ty, ins->fvalue);
@@ -253,7 +253,7 @@ em_cg_expr(em_cg *g, const em_instr *ins)
     case EM_FORM_IOTA:
         return convert(g, g->iv[ins->dim], EM_INT64, t);
     case EM_FORM_UNARY:
-        if (ins->op == EM_OP_CAST)
+        if (ins->op == EM_IR_CAST)
             return convert(g, r[a[0]], g->rtype[a[0]], t);
         return unary(g, ins->op, t, r[a[0]]);
     case EM_FORM_BINARY:
@@ -265,7 +265,7 @@ em_cg_expr(em_cg *g, const em_instr *ins)
     default:
         break;
     }
-    PyErr_Format(PyExc_SystemError, "ember JIT: %s has no value", em_op_info[ins->op].name);
+    PyErr_Format(PyExc_SystemError, "ember JIT: %s has no value", em_ir_info[ins->op].name);
     return NULL;
 }
 
@@ -319,9 +319,9 @@ em_cg_combine(em_cg *g, em_reduction_t r, em_dtype_t t, LLVMValueRef acc, LLVMVa
 {
     switch (r) {
     case EM_REDUCE_SUM:
-        return binary(g, EM_OP_ADD, t, acc, v);      /* bools: or */
+        return binary(g, EM_IR_ADD, t, acc, v);      /* bools: or */
     case EM_REDUCE_PROD:
-        return binary(g, EM_OP_MUL, t, acc, v);
+        return binary(g, EM_IR_MUL, t, acc, v);
     case EM_REDUCE_MAX:
     case EM_REDUCE_MIN:
         if (em_is_float(t))   /* the new value first: a NaN anywhere sticks */

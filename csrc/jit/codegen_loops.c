@@ -57,8 +57,8 @@ init_code_tables(void)
         return 0;
     PyObject *ops = PyDict_New(), *reds = PyDict_New();
     int st = ops != NULL && reds != NULL ? 0 : -1;
-    for (int i = 0; st == 0 && i < EM_NOPS; i++)
-        st = add_code(ops, em_op_info[i].name, i);
+    for (int i = 0; st == 0 && i < EM_IR_NOPS; i++)
+        st = add_code(ops, em_ir_info[i].name, i);
     for (int i = 0; st == 0 && i < EM_NREDUCTIONS; i++)
         st = add_code(reds, em_reduction_names[i], i);
     if (st < 0) {
@@ -135,8 +135,8 @@ static int
 check_operand(em_cg *g, const em_instr *ins, int k)
 {
     int r = ins->args[k];
-    em_dtype_t want = ins->op == EM_OP_CAST ? EM_UNDEFINED
-                      : ins->op == EM_OP_SELECT && k == 0 ? EM_BOOL : ins->dtype;
+    em_dtype_t want = ins->op == EM_IR_CAST ? EM_UNDEFINED
+                      : ins->op == EM_IR_SELECT && k == 0 ? EM_BOOL : ins->dtype;
     if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
         PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
         return -1;
@@ -144,7 +144,7 @@ check_operand(em_cg *g, const em_instr *ins, int k)
     if (want != EM_UNDEFINED && g->rtype[r] != want) {
         PyErr_Format(PyExc_ValueError,
                      "ember JIT: %s computes in %s but register %d holds %s (a cast is "
-                     "missing)", em_op_info[ins->op].name, em_dtypes[want]->name, r,
+                     "missing)", em_ir_info[ins->op].name, em_dtypes[want]->name, r,
                      em_dtypes[g->rtype[r]]->name);
         return -1;
     }
@@ -163,9 +163,9 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
     int code = code_of(op_codes, PyTuple_GET_ITEM(tup, 0), "instruction");
     if (code < 0)
         return -1;
-    const em_op_info_t *info = &em_op_info[code];
+    const em_ir_info_t *info = &em_ir_info[code];
     int nargs = em_form_operands[info->form];
-    ins->op = (em_op_t)code;
+    ins->op = (em_ir_t)code;
     ins->dst = -1;
     switch (info->form) {
     case EM_FORM_LOAD:
@@ -216,7 +216,7 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         if ((code = code_of(reduction_codes, reduction, "reduction")) < 0)
             return -1;
         ins->reduction = (em_reduction_t)code;
-        if (ins->op == EM_OP_ACCUMULATE && ins->dtype == EM_BOOL) {
+        if (ins->op == EM_IR_ACCUMULATE && ins->dtype == EM_BOOL) {
             PyErr_SetString(PyExc_ValueError, "ember JIT: accumulate into a bool buffer");
             return -1;
         }
@@ -360,7 +360,7 @@ alloc_accumulators(em_cg *g)
 {
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
-        if (ins->op != EM_OP_REDUCE)
+        if (ins->op != EM_IR_REDUCE)
             continue;
         em_dtype_t t = ins->dtype;
         if (keyed(ins)) {
@@ -379,7 +379,7 @@ init_accumulators(em_cg *g)
 {
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
-        if (ins->op != EM_OP_REDUCE)
+        if (ins->op != EM_IR_REDUCE)
             continue;
         LLVMValueRef id = em_cg_identity(g, ins->reduction, ins->dtype);
         if (id == NULL)
@@ -399,7 +399,7 @@ store_accumulators(em_cg *g)
 {
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
-        if (ins->op != EM_OP_REDUCE)
+        if (ins->op != EM_IR_REDUCE)
             continue;
         em_dtype_t t = ins->dtype;
         LLVMValueRef v;
@@ -453,7 +453,7 @@ emit_body(em_cg *g)
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
         LLVMValueRef v, addr, cur;
-        switch (em_op_info[ins->op].form) {
+        switch (em_ir_info[ins->op].form) {
         case EM_FORM_LOAD:
             g->reg[ins->dst] = emit_load(g, ins);
             break;
@@ -462,7 +462,7 @@ emit_body(em_cg *g)
             break;
         case EM_FORM_FOLD:
             v = g->reg[ins->args[0]];
-            if (ins->op == EM_OP_REDUCE) {
+            if (ins->op == EM_IR_REDUCE) {
                 if (emit_reduce(g, k, ins, v) < 0)
                     return -1;
                 break;

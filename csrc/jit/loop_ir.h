@@ -27,47 +27,47 @@ typedef enum {
 } em_domain_t;
 
 typedef enum {
-    EM_OP_LOAD = 0,
-    EM_OP_STORE = 1,
-    EM_OP_REDUCE = 2,
-    EM_OP_ACCUMULATE = 3,
-    EM_OP_CONST = 4,
-    EM_OP_IOTA = 5,
-    EM_OP_CAST = 6,
-    EM_OP_NEG = 7,
-    EM_OP_EXP = 8,
-    EM_OP_LOG = 9,
-    EM_OP_TANH = 10,
-    EM_OP_RECIPROCAL = 11,
-    EM_OP_ABS = 12,
-    EM_OP_SQRT = 13,
-    EM_OP_NOT = 14,
-    EM_OP_FLOOR = 15,
-    EM_OP_TRUNC = 16,
-    EM_OP_SIN = 17,
-    EM_OP_COS = 18,
-    EM_OP_ERF = 19,
-    EM_OP_EXPM1 = 20,
-    EM_OP_LOG1P = 21,
-    EM_OP_ADD = 22,
-    EM_OP_SUB = 23,
-    EM_OP_MUL = 24,
-    EM_OP_DIV = 25,
-    EM_OP_MAX = 26,
-    EM_OP_MIN = 27,
-    EM_OP_POW = 28,
-    EM_OP_AND = 29,
-    EM_OP_OR = 30,
-    EM_OP_XOR = 31,
-    EM_OP_LT = 32,
-    EM_OP_LE = 33,
-    EM_OP_GT = 34,
-    EM_OP_GE = 35,
-    EM_OP_EQ = 36,
-    EM_OP_NE = 37,
-    EM_OP_SELECT = 38,
-    EM_NOPS
-} em_op_t;
+    EM_IR_LOAD = 0,
+    EM_IR_STORE = 1,
+    EM_IR_REDUCE = 2,
+    EM_IR_ACCUMULATE = 3,
+    EM_IR_CONST = 4,
+    EM_IR_IOTA = 5,
+    EM_IR_CAST = 6,
+    EM_IR_NEG = 7,
+    EM_IR_EXP = 8,
+    EM_IR_LOG = 9,
+    EM_IR_TANH = 10,
+    EM_IR_RECIPROCAL = 11,
+    EM_IR_ABS = 12,
+    EM_IR_SQRT = 13,
+    EM_IR_NOT = 14,
+    EM_IR_FLOOR = 15,
+    EM_IR_TRUNC = 16,
+    EM_IR_SIN = 17,
+    EM_IR_COS = 18,
+    EM_IR_ERF = 19,
+    EM_IR_EXPM1 = 20,
+    EM_IR_LOG1P = 21,
+    EM_IR_ADD = 22,
+    EM_IR_SUB = 23,
+    EM_IR_MUL = 24,
+    EM_IR_DIV = 25,
+    EM_IR_MAX = 26,
+    EM_IR_MIN = 27,
+    EM_IR_POW = 28,
+    EM_IR_AND = 29,
+    EM_IR_OR = 30,
+    EM_IR_XOR = 31,
+    EM_IR_LT = 32,
+    EM_IR_LE = 33,
+    EM_IR_GT = 34,
+    EM_IR_GE = 35,
+    EM_IR_EQ = 36,
+    EM_IR_NE = 37,
+    EM_IR_SELECT = 38,
+    EM_IR_NOPS
+} em_ir_t;
 
 typedef enum {
     EM_REDUCE_SUM = 0,
@@ -81,14 +81,14 @@ typedef struct {
     const char *name;
     em_form_t form;
     em_domain_t domain;
-} em_op_info_t;
+} em_ir_info_t;
 
 /* the registers an instruction of each form reads */
 static const int em_form_operands[EM_NFORMS] = {
     0, 1, 1, 0, 0, 1, 2, 2, 3,
 };
 
-static const em_op_info_t em_op_info[EM_NOPS] = {
+static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
     {"load", EM_FORM_LOAD, EM_DOMAIN_ANY},
     {"store", EM_FORM_STORE, EM_DOMAIN_ANY},
     {"reduce", EM_FORM_FOLD, EM_DOMAIN_ANY},

@@ -75,7 +75,7 @@ class Op(enum.StrEnum):
         op._value_ = name
         op.form = form
         op.domain = domain
-        op.code = len(cls.__members__)       # csrc/jit/loop_ir.h: EM_OP_<NAME>
+        op.code = len(cls.__members__)       # csrc/jit/loop_ir.h: EM_IR_<NAME>
         return op
 
     LOAD = "load", Form.LOAD

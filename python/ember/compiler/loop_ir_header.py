@@ -35,7 +35,7 @@ def text() -> str:
         "",
         _enum("EM_DOMAIN_", domains, "EM_NDOMAINS") + "} em_domain_t;",
         "",
-        _enum("EM_OP_", [op.name for op in Op], "EM_NOPS") + "} em_op_t;",
+        _enum("EM_IR_", [op.name for op in Op], "EM_IR_NOPS") + "} em_ir_t;",
         "",
         _enum("EM_REDUCE_", [r.name for r in Reduction], "EM_NREDUCTIONS") +
         "} em_reduction_t;",
@@ -44,14 +44,14 @@ def text() -> str:
         "    const char *name;",
         "    em_form_t form;",
         "    em_domain_t domain;",
-        "} em_op_info_t;",
+        "} em_ir_info_t;",
         "",
         "/* the registers an instruction of each form reads */",
         "static const int em_form_operands[EM_NFORMS] = {",
         "    " + ", ".join(str(OPERANDS[f]) for f in Form) + ",",
         "};",
         "",
-        "static const em_op_info_t em_op_info[EM_NOPS] = {",
+        "static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {",
     ]
     out += [f'    {{"{op.value}", EM_FORM_{op.form.name}, EM_DOMAIN_{op.domain.name}}},'
             for op in Op]
