@@ -65,7 +65,7 @@ ext = Extension(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION"),
                    ("EMBER_LLVM_VERSION", f'"{version}"')],
     library_dirs=[libdir],
-    libraries=[llvm(cfg, "--libs", "--link-shared").replace("-l", "", 1).split()[0]],
+    libraries=[llvm(cfg, "--libs", "--link-shared").replace("-l", "", 1).split()[0], "m", "dl"],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
     depends=sorted(glob.glob("csrc/**/*.h", recursive=True)),

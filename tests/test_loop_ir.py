@@ -9,7 +9,7 @@ import pytest
 import ember
 from ember import _C
 from ember.compiler import loop_ir_header
-from ember.compiler.loop_ir import (OPERANDS, Affine, Domain, Form, Kernel, LoopIRError, Op,
+from ember.compiler.loop_ir import (LIBM, OPERANDS, Affine, Domain, Form, Kernel, LoopIRError, Op,
                                     Param, Reduction, Stmt, verify)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def _kernel_with_every_op(dtype, ops):
         r = _value_of(stmts, Op.CAST, f64, [r])
         total = _value_of(stmts, Op.ADD, f64, [total, r])
     stmts.append(Stmt("store", None, None, (total,), param=2, index=i))
-    return verify(Kernel(f"every_{repr(dtype).split('.')[-1]}", (8,), 0, params, stmts))
+    return verify(Kernel(f"every_{dtype._name}", (8,), 0, params, stmts))
 
 
 @pytest.mark.parametrize("dtype", [_C.float32, _C.float64, _C.int32, _C.bool])
@@ -141,3 +141,59 @@ def test_kernel_specs_compile_and_run_as_the_ir_says():
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
     (got,) = run(ember.from_numpy(x))
     np.testing.assert_array_equal(got.numpy(), x.max(1))
+
+
+def _call_kernel(fn, dtype, n=6):
+    i = Affine((1,))
+    return Kernel(f"call_{fn}_{dtype._name}", (n,), 0,
+                  [Param(("in", 0), dtype, n), Param(("buf", 0), dtype, n)],
+                  [Stmt("load", 0, dtype, param=0, index=i),
+                   Stmt("call", 1, dtype, (0,), value=fn),
+                   Stmt("store", None, None, (1,), param=1, index=i)])
+
+
+@pytest.mark.parametrize("fn", sorted(LIBM))
+@pytest.mark.parametrize("dtype", [_C.float32, _C.float64])
+def test_a_call_is_the_c_math_library_function_of_its_operands(fn, dtype):
+    """`call` prints with its function, compiles to a call of libm's fn (fnf in float32)
+    and computes what libm does: here checked against Python's math module (libm's
+    double functions) over values reaching each function's tail."""
+    import math
+    from ember.compiler.plan import BufferSpec, InputSpec, KernelStep, StepKind, View
+    k = verify(_call_kernel(fn, dtype))
+    assert f"%1 = call {dtype._name} {fn}(%0)" in str(k)
+    assert k.spec().instrs[1] == ("call", 1, dtype._code, fn, 0)
+    module = _C.JitModule((k.spec(),), k.name)
+    assert f"{fn}{'f' if dtype is _C.float32 else ''}(" in module.ir
+    ref_in, ref_out = ("in", 0), ("buf", 0)
+    plan = ((InputSpec((6,), (1,)),), (BufferSpec(dtype, (6,)),),
+            (KernelStep(StepKind.KERNEL, 0, (ref_in, ref_out), 6, False, k),),
+            (View(ref_out, (6,), (1,), 0),))
+    run = _C.CompiledGraph(module, module.addresses, plan)
+    np_dt = np.float32 if dtype is _C.float32 else np.float64
+    x = np.array([-3.0, -0.5, 0.0, 0.75, 5.0, 9.0], dtype=np_dt)
+    (got,) = run(ember.from_numpy(x))
+    want = np.array([getattr(math, fn)(float(v)) for v in x]).astype(np_dt)
+    rtol = 1e-6 if dtype is _C.float32 else 1e-15
+    np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=0)
+
+
+def test_a_call_names_a_function_of_libm_only():
+    k = _call_kernel("system", _C.float64)
+    with pytest.raises(LoopIRError, match="calls a function not in LIBM"):
+        verify(k)
+    f64 = _C.float64._code
+    spec = ((4,), 0, (f64, f64), (("load", 0, 0, (1,), 0),
+                                  ("call", 1, f64, "no_such_fn", 0),
+                                  ("store", 1, (1,), 0, 1)))
+    with pytest.raises(ValueError, match="no function no_such_fn in the C math library"):
+        _C.JitModule((spec,), "nofn")
+    spec = ((4,), 0, (f64, f64), (("load", 0, 0, (1,), 0), ("call", 1, f64, "erfc"),
+                                  ("store", 1, (1,), 0, 1)))
+    with pytest.raises(ValueError, match="1 or 2 operands"):
+        _C.JitModule((spec,), "noargs")
+    i32 = _C.int32._code
+    spec = ((4,), 0, (i32, i32), (("load", 0, 0, (1,), 0), ("call", 1, i32, "erfc", 0),
+                                  ("store", 1, (1,), 0, 1)))
+    with pytest.raises(NotImplementedError, match="call on int32"):
+        _C.JitModule((spec,), "intcall")

@@ -68,3 +68,24 @@ def test_operands_of_a_lowering_that_reads_buffers_are_stored_on_the_way(monkeyp
     g = _compile(fn, x)
     kernels = [s for s in g.lowered.steps if isinstance(s, KernelStep)]
     assert len(kernels) == 2, str(g.lowered)
+
+
+def _libm_prims():
+    return [e for e in registry.prims() if e.lower.name.startswith("libm(")]
+
+
+def test_prims_of_a_c_math_function_compile_to_its_call_and_keep_its_tail():
+    """A prim lowered as libm(fn) (erfc) is one call in its kernel, and compiled equals
+    eager to float64 rounding where a decomposition would lose everything: erfc(x) for
+    large x is far below 1 - erf(x)'s resolution (erfc(10) is 2.1e-45, 1 - erf(10) is
+    0)."""
+    prims = _libm_prims()
+    assert "erfc" in [e.name for e in prims]
+    x = ember.tensor([-4.0, -1.0, 0.0, 0.5, 3.0, 10.0, 26.0], dtype=ember.float64)
+    for e in prims:
+        fn = e.name
+        g = _compile(lambda t: getattr(t * 1, fn)(), x)
+        assert f"call float64 {fn}(" in str(g.lowered), str(g.lowered)
+        got, want = g(x)[0].numpy(), getattr(x, fn)().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0, err_msg=fn)
+    assert ember.compile(lambda t: t.erfc(), backend="llvm")(x)[-2].item() > 1e-45

@@ -22,6 +22,8 @@ typedef struct {
     int dim;                 /* iota */
     double fvalue;           /* const, floating dtypes */
     long long ivalue;        /* const, integer and bool dtypes */
+    int nargs;               /* how many registers it reads */
+    char fn[16];             /* call: the libm function (with its f for float32) */
 } em_instr;
 
 typedef struct {
@@ -56,8 +58,8 @@ typedef struct {
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */
 LLVMTypeRef em_cg_reg_type(em_cg *g, em_dtype_t t);    /* in a register (bool: i1) */
 
-/* The value of an instruction of form const, iota, unary, binary, compare or select
- * from the registers it reads. */
+/* The value of an instruction of form const, iota, unary, binary, compare, select or
+ * call from the registers it reads. */
 LLVMValueRef em_cg_expr(em_cg *g, const em_instr *ins);
 
 /* Reductions: the identity, and acc folded with v, in dtype t. */

@@ -22,7 +22,9 @@
  *              buffer[index] = reduction(buffer[index], src) in memory
  *     const    (name, dst, dtype, value)     iota (name, dst, dtype, dim)
  *     unary    (name, dst, dtype, a)         binary, compare (name, dst, dtype, a, b)
- *     select   (name, dst, dtype, c, a, b)
+ *     select   (name, dst, dtype, c, a, b)     call (name, dst, dtype, fn, a[, b])
+ *              call: the C math library's function fn (fn`f` in float32), looked
+ *              up when decoded, of 1 or 2 operands
  *
  * The spec is decoded into em_instr records first, and checked: registers defined
  * before use, every operand of the dtype its instruction computes in (cast is the only
@@ -151,6 +153,28 @@ check_operand(em_cg *g, const em_instr *ins, int k)
     return 0;
 }
 
+/* A call's function: libm's `fn`, `fn`f in float32, found in the process now so that
+ * a missing one is an error here and not a failed link later. */
+static int
+decode_function(em_instr *ins, PyObject *fn)
+{
+    const char *base = PyUnicode_AsUTF8(fn);
+    if (base == NULL)
+        return -1;
+    int n = snprintf(ins->fn, sizeof ins->fn, "%s%s", base,
+                     ins->dtype == EM_FLOAT32 ? "f" : "");
+    if (n < 0 || (size_t)n >= sizeof ins->fn) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: function name %R is too long", fn);
+        return -1;
+    }
+    if (em_jit_libm_address(ins->fn) == NULL) {
+        PyErr_Format(PyExc_ValueError, "ember JIT: no function %s in the C math library",
+                     ins->fn);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
 {
@@ -188,6 +212,14 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         ok = PyArg_ParseTuple(tup, "Oiii;ember JIT: malformed iota", &name, &ins->dst, &dtype,
                               &ins->dim);
         break;
+    case EM_FORM_CALL:
+        nargs = (int)PyTuple_GET_SIZE(tup) - 4;
+        ok = nargs >= 1 && nargs <= 2 &&
+             PyArg_ParseTuple(tup, "OiiO!i|i", &name, &ins->dst, &dtype, &PyUnicode_Type,
+                              &value, &a[0], &a[1]);
+        if (!ok && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "ember JIT: a call takes 1 or 2 operands");
+        break;
     default:          /* unary, binary, compare, select: dst, dtype, operands */
         ok = PyTuple_GET_SIZE(tup) == 3 + nargs &&
              PyArg_ParseTuple(tup, "Oii|iii", &name, &ins->dst, &dtype, &a[0], &a[1], &a[2]);
@@ -221,7 +253,12 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
             return -1;
         }
     }
-    if (value != NULL) {
+    ins->nargs = nargs;
+    if (info->form == EM_FORM_CALL) {
+        if (decode_function(ins, value) < 0)
+            return -1;
+    }
+    else if (value != NULL) {
         if (em_is_float(ins->dtype))
             ins->fvalue = PyFloat_AsDouble(value);
         else

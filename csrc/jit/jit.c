@@ -195,6 +195,8 @@ jitmodule_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->optimized_ir = module_text(M);
     if (self->ir == NULL || self->optimized_ir == NULL)
         goto error_module;
+    if (em_jit_define_calls(jit, M) < 0)
+        goto error_module;
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
     self->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
     err = LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, self->rt,

@@ -25,8 +25,13 @@ LLVMValueRef em_ir_expf(LLVMModuleRef M);
 LLVMValueRef em_ir_erff(LLVMModuleRef M);
 LLVMValueRef em_ir_libm(LLVMModuleRef M, const char *name, LLVMTypeRef type, int nargs);
 
-/* Absolute symbols every module may call (libm functions). */
+/* symbols.c: the functions outside a module its kernels call. em_jit_define_symbols
+ * defines those the code generator emits; em_jit_libm_address finds a C math library
+ * function by name (NULL if none); em_jit_define_calls defines the ones a module
+ * declares that are not defined yet (before it is added). */
 int em_jit_define_symbols(LLVMOrcLLJITRef J);
+void *em_jit_libm_address(const char *name);
+int em_jit_define_calls(LLVMOrcLLJITRef J, LLVMModuleRef M);
 
 int em_jit_init_type(PyObject *module);
 

@@ -15,6 +15,7 @@ typedef enum {
     EM_FORM_BINARY = 6,
     EM_FORM_COMPARE = 7,
     EM_FORM_SELECT = 8,
+    EM_FORM_CALL = 9,
     EM_NFORMS
 } em_form_t;
 
@@ -66,6 +67,7 @@ typedef enum {
     EM_IR_EQ = 36,
     EM_IR_NE = 37,
     EM_IR_SELECT = 38,
+    EM_IR_CALL = 39,
     EM_IR_NOPS
 } em_ir_t;
 
@@ -85,7 +87,7 @@ typedef struct {
 
 /* the registers an instruction of each form reads */
 static const int em_form_operands[EM_NFORMS] = {
-    0, 1, 1, 0, 0, 1, 2, 2, 3,
+    0, 1, 1, 0, 0, 1, 2, 2, 3, -1,
 };
 
 static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
@@ -128,6 +130,7 @@ static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
     {"eq", EM_FORM_COMPARE, EM_DOMAIN_ANY},
     {"ne", EM_FORM_COMPARE, EM_DOMAIN_ANY},
     {"select", EM_FORM_SELECT, EM_DOMAIN_ANY},
+    {"call", EM_FORM_CALL, EM_DOMAIN_FLOAT},
 };
 
 static const char *const em_reduction_names[EM_NREDUCTIONS] = {

@@ -52,11 +52,18 @@ class Form(enum.Enum):
     BINARY = "binary"          # %d = op dtype %a, %b
     COMPARE = "compare"        # %d = op dtype %a, %b       (the result is bool)
     SELECT = "select"          # %d = select dtype %c, %a, %b   (%c bool)
+    CALL = "call"              # %d = call dtype fn(%a[, %b])   (fn: one of LIBM)
 
 
-# the registers an instruction of each form reads
+# the registers an instruction of each form reads (a call: its function's arity)
 OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
-            Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3}
+            Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3,
+            Form.CALL: -1}
+
+# The C math library's functions a `call` names, with their arity: in float64 it calls
+# `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). A prim
+# whose value is one of them lowers as lowerings.libm(fn).
+LIBM = {"erfc": 1}
 
 
 class Domain(enum.Enum):
@@ -117,6 +124,7 @@ class Op(enum.StrEnum):
     EQ = "eq", Form.COMPARE
     NE = "ne", Form.COMPARE
     SELECT = "select", Form.SELECT
+    CALL = "call", Form.CALL, Domain.FLOAT
 
     def allows(self, dtype):
         """Whether the instruction computes in dtype."""
@@ -151,7 +159,7 @@ _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
 
 
 def _name(dtype):
-    return repr(dtype).split(".")[-1]
+    return dtype._name
 
 
 @dataclass(frozen=True)
@@ -194,7 +202,7 @@ class Stmt:
     """One instruction: op (an Op, or its name), the register it defines (None for
     store, reduce, accumulate), the dtype it computes in, the registers it reads, and
     by form: a buffer and index (load, store, reduce, accumulate), a value (const: the
-    constant, iota: the dim, reduce/accumulate: the Reduction)."""
+    constant, iota: the dim, reduce/accumulate: the Reduction, call: the function)."""
     op: Op
     dst: int | None = None
     dtype: object = None
@@ -226,6 +234,8 @@ class Stmt:
             return f"{d}const {dt} {self.value!r}"
         if form is Form.IOTA:
             return f"{d}iota {dt} i{self.value}"
+        if form is Form.CALL:
+            return f"{d}call {dt} {self.value}({regs})"
         return f"{d}{self.op} {dt} {regs}"
 
     def spec(self):
@@ -235,7 +245,7 @@ class Stmt:
             fold     param, reduction, coeffs, offset, src
             const    dst, dtype, value           iota   dst, dtype, dim
             unary    dst, dtype, a               binary, compare  dst, dtype, a, b
-            select   dst, dtype, c, a, b
+            select   dst, dtype, c, a, b         call   dst, dtype, fn, a[, b]
         (dtypes as their codes)."""
         form, name = self.op.form, self.op.value
         if form is Form.LOAD:
@@ -247,6 +257,8 @@ class Stmt:
                     self.index.offset, self.args[0])
         if form in (Form.CONST, Form.IOTA):
             return (name, self.dst, self.dtype._code, self.value)
+        if form is Form.CALL:
+            return (name, self.dst, self.dtype._code, self.value) + tuple(self.args)
         return (name, self.dst, self.dtype._code) + tuple(self.args)
 
 
@@ -319,7 +331,7 @@ def _check_dtypes(kernel, s, defined):
 
 
 _DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,
-            Form.SELECT}
+            Form.SELECT, Form.CALL}
 _ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD}
 
 
@@ -361,8 +373,10 @@ def verify(kernel: Kernel):
     defined = {}
     for s in kernel.stmts:
         form = s.op.form
-        if len(s.args) != OPERANDS[form]:
-            n = OPERANDS[form]
+        if form is Form.CALL and s.value not in LIBM:
+            raise LoopIRError(f"{kernel.name}: `{s}` calls a function not in LIBM")
+        n = LIBM[s.value] if form is Form.CALL else OPERANDS[form]
+        if len(s.args) != n:
             raise LoopIRError(f"{kernel.name}: `{s}` takes {n} operand"
                               f"{'s' if n != 1 else ''}")
         for a in s.args:

@@ -3,6 +3,8 @@ one per prim (`lower=` of its entry in python/ember/ops/):
 
     pointwise("add")         one loop-IR instruction (loop_ir.Op) of the operands, in
                              the dtype the op computes in (meta.computation_dtype)
+    libm("erfc")             a call of the C math library's function (loop_ir.LIBM)
+                             of the operands, in that dtype
     reduction("sum")         a reduce (or accumulate) kernel (loop_ir.Reduction)
     extern                   the eager kernel, run as a plan step between kernels
     a function below         anything else (views, BLAS, pow by constants, ...)
@@ -20,7 +22,7 @@ import numpy as np
 
 from .. import _C
 from ..ops import meta as M
-from .loop_ir import Affine, Op, Reduction
+from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
                      contiguous_strides, domain_index, is_value, layout_strides,
@@ -71,6 +73,20 @@ def pointwise(op):
     def lower(ctx, node, val, *operands):
         return _instruction(ctx, node, val, op, list(operands))
     return OpLowering(lower, f"pointwise({op})")
+
+
+def libm(fn):
+    """The prim is the C math library's function fn of its operands (a call)."""
+    if fn not in LIBM:
+        raise ValueError(f"libm({fn!r}): not a function of loop_ir.LIBM")
+
+    def lower(ctx, node, val, *operands):
+        compute = ctx.computation_dtype(node, val)
+        if not Op.CALL.allows(compute):
+            raise LoweringError(f"{fn} of {compute}")
+        return ctx.pointwise(node, val, list(operands),
+                             lambda kb, r: kb.emit(Op.CALL, compute, r, value=fn))
+    return OpLowering(lower, f"libm({fn})")
 
 
 def reduction(op):

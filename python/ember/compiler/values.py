@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 
+from .. import _C
 from ..ops import meta as M
 from .loop_ir import Affine
 from .plan import View
 
-SUPPORTED_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64")
+SUPPORTED_DTYPES = frozenset((_C.bool, _C.uint8, _C.int8, _C.int16, _C.int32, _C.int64,
+                              _C.float32, _C.float64))
 
 
 class LoweringError(NotImplementedError):
@@ -25,7 +27,7 @@ class LoweringError(NotImplementedError):
 
 def check_dtype(dtype, what):
     """Values of compiled code are of the dtypes the JIT computes in."""
-    if repr(dtype).split(".")[-1] not in SUPPORTED_DTYPES:
+    if dtype not in SUPPORTED_DTYPES:
         raise LoweringError(f"{what}: dtype {dtype} is not supported by the LLVM backend")
 
 

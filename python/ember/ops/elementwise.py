@@ -13,7 +13,7 @@ from . import meta as M
 from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, FLOATING, INTEGRAL, NO_BOOL,
                        NOT_BOOL, UNARY, UNARY_FLOAT, op)
 from .. import prims as P
-from ..compiler.lowerings import extern, lower_add, lower_div, lower_pow, pointwise
+from ..compiler.lowerings import extern, libm, lower_add, lower_div, lower_pow, pointwise
 from . import api as O
 
 _LN2 = math.log(2.0)
@@ -328,10 +328,10 @@ op("erf(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_varian
    backward=lambda g, out, self: (_erf_grad(g, self),),
    doc="The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to self.")
 
-op("erfc(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", inplace_variant=True,
+op("erfc(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_variant=True,
+   lower=libm("erfc"),
    backward=lambda g, out, self: (-_erf_grad(g, self),),
-   decompose=lambda self: P.add(P.neg(P.erf(self)), 1),
-   doc="1 - erf(self), accurate in the tail.")
+   doc="1 - erf(self), accurate in the tail (a prim: 1 - erf loses it).")
 
 op("relu(Tensor self) -> Tensor", UNARY, "relu", ufunc="maximum", rule=NO_BOOL,
    inplace_variant=True,
