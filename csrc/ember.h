@@ -229,6 +229,7 @@ struct em_Op {
     PyObject *decompose;       /* entry.decompose or NULL ("decomposed" kernels) */
     PyObject *impl;            /* entry.impl or NULL ("python" kernels) */
     PyObject *ufunc;           /* NumPy ufunc for ufunc-backed kernels, or NULL */
+    int ufunc_has_identity;    /* its identity is not None (what it reduces empty to) */
     PyObject *reduce_ufunc;    /* second ufunc (e.g. argmax for max.dim) or NULL */
     PyObject *backward_name;   /* "AddBackward0" */
     em_Op *next;               /* next overload of the same name, or NULL */
@@ -454,6 +455,15 @@ bool em_grad_enabled(void);
 /* ------------------------------------------------------------------ capture */
 /* Adds ember._C._capture: the frame hook, its cache and guards (csrc/capture/). */
 int em_capture_init(PyObject *module);
+int em_compiled_frame_init(PyObject *module);     /* capture/compiled_frame.c */
+
+/* ------------------------------------------------------------------ compiled code */
+/* The types of compiled graphs and their parts, added to ember._C by module.c. */
+int em_compiled_graph_init(PyObject *module);     /* runtime/compiled_graph.c */
+int em_aot_function_init(PyObject *module);       /* runtime/aot_function.c */
+int em_blas_init(PyObject *module);               /* runtime/blas.c */
+int em_threadpool_init(PyObject *module);         /* runtime/threadpool.c */
+int em_jit_init_type(PyObject *module);           /* jit/jit.c: JitModule */
 
 /* ------------------------------------------------------------------ errors */
 /* Sets exc with "op(): message" formatting. Returns NULL. */

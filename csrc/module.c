@@ -2,13 +2,6 @@
 #define EM_IMPORT_ARRAY
 #include "ember.h"
 
-int em_compiled_frame_init(PyObject *module);
-int em_compiled_graph_init(PyObject *module);
-int em_jit_init_type(PyObject *module);
-int em_blas_init(PyObject *module);
-int em_threadpool_init(PyObject *module);
-int em_aot_function_init(PyObject *module);
-
 static PyObject *
 result_type(PyObject *self, PyObject *args)
 {

@@ -727,9 +727,18 @@ op_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_INCREF(backward);
         op->backward = backward;
     }
+    op->ufunc_has_identity = 0;
     if (ufunc != Py_None) {
         Py_INCREF(ufunc);
         op->ufunc = ufunc;
+        PyObject *ident = PyObject_GetAttrString(ufunc, "identity");
+        if (ident == NULL) {
+            Py_DECREF(seq);
+            Py_DECREF(op);
+            return NULL;
+        }
+        op->ufunc_has_identity = ident != Py_None;
+        Py_DECREF(ident);
     }
     if (reduce_ufunc != Py_None) {
         Py_INCREF(reduce_ufunc);

@@ -33,6 +33,4 @@ int em_jit_define_symbols(LLVMOrcLLJITRef J);
 void *em_jit_libm_address(const char *name);
 int em_jit_define_calls(LLVMOrcLLJITRef J, LLVMModuleRef M);
 
-int em_jit_init_type(PyObject *module);
-
 #endif /* EMBER_JIT_H */

@@ -131,14 +131,7 @@ reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *
     }
     g.dtype = out_t;
     /* reductions without an identity (max, min) refuse empty dims */
-    bool has_identity = true;
-    if (!(op->rule & EM_RULE_FLOAT_ONLY)) {
-        PyObject *ident = PyObject_GetAttrString(op->ufunc, "identity");
-        if (ident == NULL)
-            return NULL;
-        has_identity = ident != Py_None;
-        Py_DECREF(ident);
-    }
+    bool has_identity = (op->rule & EM_RULE_FLOAT_ONLY) || op->ufunc_has_identity;
     if (!has_identity && self->numel == 0 &&
         (dims == Py_None || (PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) == 0))) {
         PyErr_Format(PyExc_RuntimeError,

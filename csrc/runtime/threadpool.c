@@ -106,13 +106,7 @@ start_workers(int want)
     return pool.started + 1;
 }
 
-int
-em_num_threads(void)
-{
-    return pool.nthreads;
-}
-
-/* Runs fn over [0, n) on up to em_num_threads() threads; returns when all are done. */
+/* Runs fn over [0, n) on up to pool.nthreads threads; returns when all are done. */
 void
 em_parallel_for(em_range_fn fn, void *ctx, int64_t n)
 {

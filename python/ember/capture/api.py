@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import platform
-import sys
 import warnings
 
 from . import _hook, backends

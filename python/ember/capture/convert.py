@@ -7,9 +7,7 @@ ember/capture/_hook.py for the protocol.
 from __future__ import annotations
 
 import inspect
-import operator
 import os
-import sys
 import time
 import types
 import warnings

@@ -10,14 +10,13 @@ guards can re-check it and the compiled frame can fetch it again.
 from __future__ import annotations
 
 import builtins
-import inspect
 import math
 import operator
 import types
 
 from .. import _C
 from .exc import Unsupported
-from .source import AttrSource, DictSource, ItemSource
+from .source import AttrSource, DictSource
 
 _CONST_TYPES = (bool, int, float, str, type(None), type(Ellipsis), type(NotImplemented),
                 complex, bytes)

@@ -5,7 +5,6 @@ masked_fill, masked_select, argwhere and where(condition).
 `x[...]` and `x[...] = v` (views.py, csrc/kernels/view.c) apply ints, slices, None and
 Ellipsis as views, then hand the tensor indices (masks, integer tensors, lists) to index /
 index_put. Kernels: csrc/kernels/indexing.c."""
-import math
 
 from .. import _C
 from .. import prims as P

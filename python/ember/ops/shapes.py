@@ -4,7 +4,6 @@ tile, flip, roll, pad and the *_as forms.
 cat is a prim; flip, roll and pad decompose (into index, slice, cat and full); the rest
 are composites written in C (csrc/kernels/shape.c): they call view, slice, select,
 unsqueeze, permute, expand, reshape and cat, which autograd and tracers see."""
-import math
 
 from .. import _C
 from .. import prims as P
