@@ -60,10 +60,11 @@ OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA:
             Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3,
             Form.CALL: -1}
 
-# The C math library's functions a `call` names, with their arity: in float64 it calls
-# `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). A prim
-# whose value is one of them lowers as lowerings.libm(fn).
-LIBM = {"erfc": 1}
+# The C math library's functions a `call` may name, with their arity: in float64 it
+# calls `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). The
+# op table declares them: a prim whose value is one lowers as lowerings.libm(fn), which
+# adds it here, so the set is closed once the table is installed.
+LIBM: dict[str, int] = {}
 
 
 class Domain(enum.Enum):

@@ -3,8 +3,8 @@ one per prim (`lower=` of its entry in python/ember/ops/):
 
     pointwise("add")         one loop-IR instruction (loop_ir.Op) of the operands, in
                              the dtype the op computes in (meta.computation_dtype)
-    libm("erfc")             a call of the C math library's function (loop_ir.LIBM)
-                             of the operands, in that dtype
+    libm("erfc")             a call of the C math library's function of the operands,
+                             in that dtype (declared in loop_ir.LIBM)
     reduction("sum")         a reduce (or accumulate) kernel (loop_ir.Reduction)
     extern                   the eager kernel, run as a plan step between kernels
     a function below         anything else (views, BLAS, pow by constants, ...)
@@ -75,10 +75,13 @@ def pointwise(op):
     return OpLowering(lower, f"pointwise({op})")
 
 
-def libm(fn):
-    """The prim is the C math library's function fn of its operands (a call)."""
-    if fn not in LIBM:
-        raise ValueError(f"libm({fn!r}): not a function of loop_ir.LIBM")
+def libm(fn, arity=1):
+    """The prim is the C math library's function fn (float64; fn`f` in float32) of its
+    operands: one call instruction. Declares fn in loop_ir.LIBM."""
+    if not fn.isidentifier() or LIBM.get(fn, arity) != arity or arity not in (1, 2):
+        raise ValueError(f"libm({fn!r}, {arity}): not a C math function of 1 or 2 "
+                         "operands")
+    LIBM[fn] = arity
 
     def lower(ctx, node, val, *operands):
         compute = ctx.computation_dtype(node, val)
