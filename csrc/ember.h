@@ -404,6 +404,8 @@ typedef struct em_Node {
     em_OutMeta *outmeta;
     uint64_t seq;
     bool released;
+    struct em_Node *inner;     /* CopySlices: the in-place op's node it runs, released
+                                * with it */
     PyObject *pre_hooks;       /* list or NULL */
     PyObject *dict;
     PyObject *weakreflist;

@@ -293,6 +293,26 @@ def test_a_variant_reads_forward_values_its_own_formulas_need(backend, shape):
     np.testing.assert_allclose(x1c.grad.numpy(), x1.grad.numpy(), **TOL[ember.float64])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_variant_reads_forward_values_no_forward_output_needs(backend):
+    """Found by the fuzzer: max's indices, computed by the forward but needed by no
+    forward output (only the values are returned), are read by max's formula in the
+    backward of the values alone: the forward saves them too."""
+    def f(x, y):
+        values, _ = ember.max(x, 1, True)
+        return values, y * y
+
+    g = np.random.default_rng(2)
+    x, y = _leaf(g.standard_normal((3, 4))), _leaf(g.standard_normal(2))
+    xc, yc = _leaf(x.detach().numpy()), _leaf(y.detach().numpy())
+    out = ember.compile(f, backend=backend)(xc, yc)
+    _compiled(out[0])
+    out[0].sum().backward()
+    f(x, y)[0].sum().backward()
+    np.testing.assert_allclose(xc.grad.numpy(), x.grad.numpy(), **TOL[ember.float64])
+    assert yc.grad is None and y.grad is None
+
+
 # ================================================================== empty tensors
 
 

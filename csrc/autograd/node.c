@@ -46,6 +46,7 @@ node_traverse(em_Node *self, visitproc visit, void *arg)
     Py_VISIT(self->saved);
     Py_VISIT(self->saved_versions);
     Py_VISIT(self->saved_outputs);
+    Py_VISIT(self->inner);
     Py_VISIT(self->pre_hooks);
     Py_VISIT(self->dict);
     for (int i = 0; i < self->nedges; i++)
@@ -60,6 +61,7 @@ node_clear(em_Node *self)
     Py_CLEAR(self->saved);
     Py_CLEAR(self->saved_versions);
     Py_CLEAR(self->saved_outputs);
+    Py_CLEAR(self->inner);
     Py_CLEAR(self->pre_hooks);
     Py_CLEAR(self->dict);
     for (int i = 0; i < self->nedges; i++)
@@ -498,8 +500,13 @@ void
 em_node_release(em_Node *node)
 {
     if (node->op == NULL) {
-        /* compiled backwards free their saved tensors; other Python nodes keep what
-         * their closure needs */
+        /* CopySlices frees what its in-place op's node saved; compiled backwards free
+         * their saved tensors; other Python nodes keep what their closure needs */
+        if (node->inner != NULL) {
+            em_node_release(node->inner);
+            node->released = node->inner->released;
+            return;
+        }
         if (node->py_backward != NULL && em_aot_backward_release(node->py_backward))
             node->released = true;
         return;

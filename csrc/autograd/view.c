@@ -209,6 +209,10 @@ em_view_rebase(em_Op *fn, PyObject **fargs, em_Tensor *view, PyObject *result)
     node = em_make_node(backward, inputs, outputs, copy_slices_name);
     if (node == NULL)
         goto error;
+    if (em_Node_Check(r->grad_fn)) {
+        Py_INCREF(r->grad_fn);
+        ((em_Node *)node)->inner = (em_Node *)r->grad_fn;
+    }
     /* the view is now a view of the new base */
     view->view_version = view->storage->version - 1;
     if (em_view_refresh(view) < 0)

@@ -172,6 +172,33 @@ def fn(x, box):
 def state():
     return sorted(vars(BOX).items())
 """, graphs=2),      # box.scale changed: the second call recompiles
+    Case("attribute_and_global_order", """
+class Box:
+    pass
+BOX = Box()
+G_A = 1
+G_B = 2
+def make():
+    for k in list(vars(BOX)):
+        delattr(BOX, k)
+    BOX.a = 1
+    BOX.b = 2
+    return (T(3), BOX)
+def fn(x, box):
+    global G_A, G_C
+    box.h = x
+    box.k = x * 2
+    box.h = x * 3        # h keeps its place, before k
+    del box.a
+    box.a = 5            # created anew: it moves to the end
+    box.b = 7            # keeps its place
+    del G_A
+    G_C = 3
+    G_A = 4              # created anew: after G_C
+    return x + 1
+def state():
+    return list(vars(BOX).items()), [k for k in globals() if k.startswith("G_")]
+""", graphs=2),       # G_C exists at the second call: its write is guarded anew
     Case("object_attribute_replaced_list", """
 class Box:
     pass

@@ -69,21 +69,13 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
 
 
 def _formula_reads(joint, prim_values):
-    """Prim nodes of the forward values the joint graph's backward part reads (the
-    backward part: every node the forward outputs do not need, tangent-free chains a
-    formula computes included)."""
-    g = joint.graph
-    nodes = list(g.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    out = nodes[-1].args[0][:joint.num_forward_outputs]
-    forward, stack = set(placeholders[:joint.num_primals]), [o for o in out if o is not None]
-    while stack:
-        n = stack.pop()
-        if n not in forward:
-            forward.add(n)
-            stack.extend(n.all_input_nodes)
+    """Prim nodes of the forward values the joint graph's backward part reads: values
+    the forward's trace recorded (those no forward output needs included: the indices
+    of a max whose values alone are returned), read by nodes the backward's trace
+    recorded (tangent-free chains a formula computes included)."""
+    forward = joint.forward_nodes
     reads = []
-    for n in nodes:
+    for n in joint.graph.nodes:
         if n.op != "call_function" or n in forward:
             continue
         for a in n.all_input_nodes:

@@ -31,6 +31,7 @@ class JointGraph:
     primals_requiring_grad: list   # indices of primals that get a gradient
     forward_output_meta: list      # (shape, dtype) per forward output
     backward_trace: object = None  # BackwardTrace, to trace the backward again
+    forward_nodes: frozenset = frozenset()   # the nodes the forward's trace recorded
 
 
 def _flat_outputs(out):
@@ -57,6 +58,7 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
     finally:
         _C._set_grad_enabled(prev_grad)
     out_nodes = [tracer.node_of(o) for o in outs]
+    forward_nodes = frozenset(tracer.graph.nodes)
     diff = [i for i, o in enumerate(outs) if grad_on and o.requires_grad and
             o.dtype.is_floating_point]
     grads = []
@@ -82,7 +84,8 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
     tracer.graph.lint()
     return JointGraph(tracer.graph, len(primals), len(outs), len(tangents), diff,
                       needs_grad if diff else [],
-                      [(tuple(o.shape), o.dtype) for o in outs], backward_trace)
+                      [(tuple(o.shape), o.dtype) for o in outs], backward_trace,
+                      forward_nodes)
 
 
 @dataclass

@@ -129,17 +129,19 @@ class ProgramBuilder:
                 keys = tuple(vt.items)
                 out.append(("dict_set", t, self._add(("dict", keys, tuple(
                     self.value(vt.items[k]) for k in keys)))))
-        for vt, name, value in side_effects.attrs.values():
+        # in the order of side_effects' tables: that of eager's dicts (a name created
+        # anew is deleted first, so that it moves to the end)
+        for vt, name, value, recreate in side_effects.attrs.values():
             t = self.target(vt)
-            if value is DELETED:
+            if value is DELETED or recreate:
                 out.append(("delattr", t, name))
-            else:
+            if value is not DELETED:
                 out.append(("setattr", t, name, self.value(value)))
-        for globals_dict, name, value in side_effects.globals_.values():
+        for globals_dict, name, value, recreate in side_effects.globals_.values():
             t = self.const(globals_dict)
-            if value is DELETED:
+            if value is DELETED or recreate:
                 out.append(("delitem", t, name))
-            else:
+            if value is not DELETED:
                 out.append(("setitem", t, name, self.value(value)))
         for cell in side_effects.cells:
             out.append(("setattr", self.const(cell.real), "cell_contents",

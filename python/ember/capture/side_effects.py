@@ -106,11 +106,11 @@ class SideEffects:
                 raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__} "
                                   "without a __dict__")
         key = (id(vt), name)
-        old = self.attrs.pop(key, None)
+        old = self.attrs.get(key)
         if value is DELETED and old is not None and old[2] is not DELETED and \
                 not _has_attr(obj, name):
             raise Unsupported(f"deleting attribute {name!r} that the compiled code created")
-        self.attrs[key] = (vt, name, value)      # re-inserted: last write last
+        _record_write(self.attrs, key, vt, name, value, _has_attr(obj, name))
         vt.written = True
 
     # ------------------------------------------------------------ globals
@@ -125,20 +125,20 @@ class SideEffects:
 
     def write_global(self, globals_dict, name, value):
         key = (id(globals_dict), name)
-        old = self.globals_.pop(key, None)
+        old = self.globals_.get(key)
         if value is DELETED and old is not None and old[2] is not DELETED and \
                 name not in globals_dict:
             raise Unsupported(f"deleting global {name!r} that the compiled code created")
-        self.globals_[key] = (globals_dict, name, value)
+        _record_write(self.globals_, key, globals_dict, name, value, name in globals_dict)
 
     # ------------------------------------------------------------ reporting
 
     def describe(self):
         lines = [f"{type(vt).__name__} {_src(vt)}: items changed" for vt in self.mutated]
         lines += [f"{_src(vt)}.{name} {'deleted' if v is DELETED else '= ' + repr(v)}"
-                  for vt, name, v in self.attrs.values()]
+                  for vt, name, v, _ in self.attrs.values()]
         lines += [f"global {name} {'deleted' if v is DELETED else '= ' + repr(v)}"
-                  for _, name, v in self.globals_.values()]
+                  for _, name, v, _ in self.globals_.values()]
         lines += [f"cell {_src(c)} = {c.content!r}" for c in self.cells]
         return lines
 
@@ -173,3 +173,19 @@ def _check_module_write(m, name, value):
         raise Unsupported(f"assigning a non-Module to submodule {name!r}")
     if name in (d.get("_buffers") or {}) and not (isinstance(value, TensorVar) or is_none):
         raise Unsupported(f"assigning a non-tensor to buffer {name!r}")
+
+
+def _record_write(table, key, target, name, value, existed):
+    """Records target.name = value (value DELETED: deleted) in table (attrs or globals_)
+    so that replay leaves the names in the order eager leaves them in the object's dict:
+    a write of a name that exists keeps its place, one that creates it (again) moves to
+    the end, as inserting into a dict does. An entry is (target, name, value, recreate):
+    recreate when the name existed before the frame, which deleted it and created it
+    anew (replay deletes it first, so that it moves to the end)."""
+    old = table.get(key)
+    exists = old[2] is not DELETED if old is not None else existed
+    if value is DELETED or exists:
+        table[key] = (target, name, value, old[3] if old is not None else False)
+    else:
+        table.pop(key, None)
+        table[key] = (target, name, value, existed)

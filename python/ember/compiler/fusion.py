@@ -36,6 +36,7 @@ class KernelBuilder:
         self.next_reg = 0
         self.reg_dtype = {}         # register -> the dtype of its value
         self.stored = []            # pointwise values this kernel realizes
+        self.stored_at = {}         # id(value) -> the index this kernel stores it at
 
     def param(self, buf):
         key = buf.ref
@@ -116,7 +117,15 @@ class KernelBuilder:
             coeffs[d] = buf.strides[k]
         self.store(buf, Affine(tuple(coeffs)), reg)
         self.stored.append(value)
+        self.stored_at[id(value)] = tuple(index)
         value.realized = buf
+
+    def stores_elsewhere(self, value, index):
+        """Whether this kernel stores value at another index than `index`: that element
+        may not be written yet (an earlier point, or another thread's), so the value is
+        computed again there instead of loaded."""
+        at = self.stored_at.get(id(value))
+        return at is not None and at != tuple(index)
 
 
 def mark_realize(value):

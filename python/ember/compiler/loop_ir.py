@@ -364,14 +364,27 @@ def _check_address(kernel, s):
         raise LoopIRError(f"{kernel.name}: accumulate into a bool buffer")
 
 
+def _check_written_loads(kernel, s, written):
+    """A kernel reads a buffer it writes only where this point has written it: any other
+    element may not be written yet (an earlier point of the loops, or another thread's
+    part)."""
+    if s.param in written and s.index not in written[s.param]:
+        raise LoopIRError(f"{kernel.name}: `{s}` reads p{s.param}, which this kernel "
+                          "writes, where this point has not written it")
+
+
 def verify(kernel: Kernel):
     """Raises LoopIRError unless the kernel is well formed: registers defined before use,
     indices of the domain's rank and inside their buffers, reductions over the reduced
-    dims only, every operand of the dtype its instruction computes in."""
+    dims only, every operand of the dtype its instruction computes in, and a buffer the
+    kernel writes read only where the same point wrote it before."""
     nd = len(kernel.sizes)
     if not 0 <= kernel.nreduce <= nd:
         raise LoopIRError(f"{kernel.name}: nreduce {kernel.nreduce} outside 0..{nd}")
     defined = {}
+    # buffers the kernel writes -> the indices stored so far (a folded one: none)
+    written = {s.param: set() for s in kernel.stmts if s.op.form in (Form.STORE, Form.FOLD)}
+    folded = {s.param for s in kernel.stmts if s.op.form is Form.FOLD}
     for s in kernel.stmts:
         form = s.op.form
         if form is Form.CALL and s.value not in LIBM:
@@ -391,6 +404,10 @@ def verify(kernel: Kernel):
         if s.dst in defined:
             raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")
         _check_dtypes(kernel, s, defined)
+        if form is Form.LOAD:
+            _check_written_loads(kernel, s, written)
+        elif form is Form.STORE and s.param not in folded:
+            written[s.param].add(s.index)
         if form is Form.LOAD:
             defined[s.dst] = kernel.params[s.param].dtype
         elif form is Form.COMPARE:

@@ -82,7 +82,7 @@ class PointwiseValue:
         self.view_base = None
 
     def load(self, kb, index):
-        if self.realized is not None:
+        if self.realized is not None and not kb.stores_elsewhere(self, index):
             return self.realized.load(kb, index)
         reg = self.fn(kb, index)
         if self.must_realize:
