@@ -1114,7 +1114,11 @@ add(OpInfo("binary_cross_entropy_with_logits", _bce_logits_samples, _bce_logits_
            reduction=True, dtypes=FLOATS,
            errors=lambda: [ErrorSample((_T(3, 4, dtype="int64"), _T(3, 4, dtype="int64")), {},
                                        NotImplementedError,
-                                       r"binary_cross_entropy_with_logits\(\).*Long", "int")]))
+                                       r"binary_cross_entropy_with_logits\(\).*Long", "int"),
+                           ErrorSample((_T(3, 4, dtype="int64"), _T(3, 4, dtype="float64")),
+                                       {}, NotImplementedError,
+                                       r"binary_cross_entropy_with_logits\(\).*Long",
+                                       "int logits, float target")]))
 
 
 def _class_dim(x):

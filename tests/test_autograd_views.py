@@ -213,6 +213,25 @@ def test_the_base_hangs_from_copy_slices_and_the_view_from_it(torch):
         assert v.grad_fn.next_functions[0][0] is y.grad_fn
 
 
+@pytest.mark.parametrize("shape", [(0,), (3,)])
+def test_a_second_backward_through_copy_slices_raises_as_pytorch(shape, torch):
+    """Found by the fuzzer: CopySlices frees what its in-place op's node saved, so a
+    second backward raises as PyTorch's does (and as a compiled graph's does); with
+    retain_graph it runs again."""
+    for lib in (ember, torch):
+        x = lib.ones(shape, dtype=lib.float64, requires_grad=True)
+        y = lib.zeros_like(x)
+        y[0:].remainder_(x)
+        y.sum().backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y.sum().backward()
+        y = lib.zeros_like(x)
+        y[0:].mul_(x)
+        y.sum().backward(retain_graph=True)
+        y.sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.zeros(shape))
+
+
 def test_a_view_made_earlier_gets_a_new_grad_fn_when_used():
     a = ember.ones(3, 4, dtype=ember.float64, requires_grad=True)
     y = a * 1

@@ -96,3 +96,30 @@ def test_a_module_buffer_updated_in_place_is_applied():
     m = M()
     out = ember.compile(m, backend="llvm")(ember.zeros(2))
     assert m.count.item() == 1.0 and out.tolist() == [1.0, 1.0]
+
+
+_RETURNS_SELF = {
+    "flatten": lambda t: t.flatten(),
+    "contiguous": lambda t: t.contiguous(),
+    "to_own_dtype": lambda t: t.to(ember.float64),
+    "double": lambda t: t.double(),
+    "with_another_output": lambda t: (t.contiguous(), t * 2)[0],
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+@pytest.mark.parametrize("name", sorted(_RETURNS_SELF))
+def test_an_op_returning_its_argument_returns_the_same_object(name, backend):
+    """Found by the fuzzer: eager's flatten of a 1-d tensor (contiguous of a contiguous
+    one, to() of its own dtype) returns the tensor itself; compiled code returned a new
+    tensor hanging from the compiled node, so a second backward raised and writes into
+    the result missed the input."""
+    fn = _RETURNS_SELF[name]
+    x = ember.ones(3, dtype=ember.float64, requires_grad=True)
+    y = ember.compile(fn, backend=backend)(x)
+    assert y is x and y.grad_fn is None
+    w = ember.full((3,), 2.0, dtype=ember.float64)
+    y.backward(w)
+    y.backward(w)                          # a leaf: nothing was freed
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 4.0, 4.0])
+    assert not counters["unsupported"]

@@ -775,7 +775,10 @@ class Generator:
         def sub(v):
             if isinstance(v, ember.Tensor):
                 return self.substitute(v, False, state, new_inputs)
-            return lit(v)
+            try:
+                return lit(v)
+            except _Unrenderable:      # a list of tensors: not as a method's argument
+                raise Reject("unrenderable argument") from None
         rest = [sub(a) for a in s.args[1:]] + [f"{k}={sub(v)}" for k, v in s.kwargs.items()]
         if new_inputs and len(self.inputs) + len(new_inputs) > MAX_INPUTS:
             raise Reject("too many inputs")

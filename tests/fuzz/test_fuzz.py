@@ -9,6 +9,7 @@ itself on planted differences, so they do not depend on Ember's bugs.
 import os
 import textwrap
 
+import numpy as np
 import pytest
 
 from fuzz import execute, gen, shrink
@@ -121,3 +122,18 @@ def test_a_crash_is_caught_and_its_program_shrunk(tmp_path):
         ev.close()
     assert alone
     assert "v0" not in small and "os.kill" in small, small
+
+
+def test_ill_conditioned_values_are_told_from_wrong_ones():
+    """A compiled value that differs from eager's where eager itself moves as much when
+    its inputs move by a few ulps (a remainder of a large float32 value) is not a
+    failure; one where eager stays put is."""
+    from fuzz.execute import _explained
+
+    def rec(values):
+        return {"out": ("T", "float32", (2,), np.array(values, dtype=np.float32), False),
+                "inputs": [], "grads": None, "grads2": None}
+    want, got = rec([0.7595, 2.0]), rec([0.7627, 2.0])
+    assert _explained("out", want, got, rec([1.1, 2.0]))          # eager moved by 0.34
+    assert not _explained("out", want, got, rec([0.7595001, 2.0]))  # eager stayed put
+    assert not _explained("out", want, rec([0.7627, 2.5]), rec([1.1, 2.0]))

@@ -401,6 +401,14 @@ class Translator:
         except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
             raise Unsupported(f"{name} raised {type(e).__name__} on its inputs: {e}") \
                 from None
+        if isinstance(result, _C.Tensor) and entry is not None and not entry.mutates:
+            for a, fake in zip(list(args) + list(kwargs.values()),
+                               fake_args + list(fake_kwargs.values())):
+                if fake is result and isinstance(a, TensorVar):
+                    # the op returns its argument itself (flatten of 1-d, contiguous of
+                    # a contiguous tensor, to() of its own dtype): the same object, as
+                    # in eager, not a new tensor
+                    return a
         node_args = tuple(self.node_arg(a) for a in args)
         node_kwargs = {k: self.node_arg(v) for k, v in kwargs.items()}
         graph = self.output.graph

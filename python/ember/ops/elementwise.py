@@ -192,14 +192,17 @@ def _p_trunc(x):
 
 
 def _p_round(x):
-    """Half to even: floor, then up when the rest is above 1/2, or 1/2 and floor is odd."""
+    """Half to even: floor, then up when the rest is above 1/2, or 1/2 and floor is odd;
+    a zero result has x's sign."""
     if not x.dtype.is_floating_point:
         return P.clone(x)
     r = _p_floor(x)
     rest = _p_sub(x, r)                   # exact, in [0, 1)
     up = P.bitwise_or(P.lt(0.5, rest),
                       P.bitwise_and(P.eq(rest, 0.5), P.eq(P.remainder(r, 2), 1)))
-    return P.where(up, P.add(r, 1), r)
+    out = P.where(up, P.add(r, 1), r)
+    # a zero keeps x's sign, as rint's does (-0.3 rounds to -0.0)
+    return P.where(P.eq(out, 0), P.mul(x, 0.0), out)
 
 
 def _zero_grad(g, out, self, *rest):

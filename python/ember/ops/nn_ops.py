@@ -1778,11 +1778,13 @@ def _softplus_neg_o(x):
 def _bce_logits_decompose(self, target, weight, pos_weight, reduction):
     _check_reduction(reduction)
     dt = M.result_type(self, target)
-    if not dt.is_floating_point:
-        raise _not_implemented("log_sigmoid_cpu", dt)
+    if not self.dtype.is_floating_point:        # PyTorch's log_sigmoid of the logits
+        raise _not_implemented("log_sigmoid_cpu", self.dtype)
     M.broadcast_shapes("binary_cross_entropy_with_logits", tuple(self.shape),
                        tuple(target.shape))
-    x, t = _upcast(self), _upcast(target)
+    # computed in the result's dtype (integer logits too: PyTorch promotes them first)
+    x = _upcast(self if self.dtype is dt else P._to_copy(self, dtype=dt))
+    t = _upcast(target if target.dtype is dt else P._to_copy(target, dtype=dt))
     sp = _softplus_neg_p(x)
     if pos_weight is not None:
         lw = P.add(P.mul(P.add(_upcast(pos_weight), -1.0), t), 1.0)
@@ -1795,7 +1797,8 @@ def _bce_logits_decompose(self, target, weight, pos_weight, reduction):
 
 
 def _bce_logits_backward(g, out, self, target, weight, pos_weight, reduction):
-    x, t, gc = _as_cdt(self), _as_cdt(target), _as_cdt(g)
+    dt = M.result_type(self, target)
+    x, t, gc = _as_cdt(self.to(dt)), _as_cdt(target.to(dt)), _as_cdt(g)
     shape = M.broadcast_shapes("binary_cross_entropy_with_logits", tuple(self.shape),
                                tuple(target.shape))
     ge = _unreduce(gc, reduction, shape)
