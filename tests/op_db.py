@@ -954,6 +954,7 @@ _UNARY_FLOAT_REFS = [
     ("sin", math.sin, (-4.0, 4.0), (-100.0, 100.0), True),
     ("cos", math.cos, (-4.0, 4.0), (-100.0, 100.0), True),
     ("tan", math.tan, (-1.4, 1.4), None, True),
+    ("atan", math.atan, (-4.0, 4.0), (-1e4, 1e4), True),
     ("erf", math.erf, (-3.0, 3.0), (-6.0, 6.0), True),
     ("erfc", math.erfc, (-3.0, 3.0), (-6.0, 9.0), True),
 ]

@@ -26,6 +26,8 @@ typedef enum {
     EM_OP_ARGMIN,                            /* argmin */
     EM_OP_ARGSORT,                           /* argsort */
     EM_OP_ARGWHERE,                          /* argwhere */
+    EM_OP_ATAN,                              /* atan */
+    EM_OP_ATAN_,                             /* atan_ */
     EM_OP_AVG_POOL2D,                        /* avg_pool2d */
     EM_OP_BATCH_NORM,                        /* batch_norm */
     EM_OP_BERNOULLI,                         /* bernoulli */
@@ -364,6 +366,8 @@ typedef enum {
     "argmin", \
     "argsort", \
     "argwhere", \
+    "atan", \
+    "atan_", \
     "avg_pool2d", \
     "batch_norm", \
     "bernoulli", \

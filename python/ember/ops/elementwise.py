@@ -310,6 +310,12 @@ op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_vari
    backward=lambda g, out, self: (g * (out * out + 1),),
    decompose=lambda self: P.div(P.sin(self), P.cos(self)))
 
+op("atan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arctan", prim=True,
+   lower=libm("atan"),
+   inplace_variant=True,
+   backward=lambda g, out, self: (g / (self * self + 1),),
+   doc="The arctangent, in (-pi/2, pi/2).")
+
 op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
    lower=pointwise("tanh"),
    inplace_variant=True,
