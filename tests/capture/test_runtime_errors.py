@@ -65,6 +65,28 @@ def test_integer_division_by_zero_names_the_users_line(backend):
     assert ("divide", divide.__code__.co_firstlineno + 2) in _frames(got)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("bad", [5, -1])
+def test_a_target_out_of_range_raises_eagers_index_error(loss, bad, backend):
+    """Found by the fuzzer: the losses' decompositions check their targets in the graph
+    too (an index of C elements), so a compiled call with a target out of range raises
+    eager's IndexError instead of returning a loss; ignore_index is still ignored."""
+    fn = getattr(ember.nn.functional, loss)
+
+    def f(x, t):
+        return fn(x, t)
+    compiled = ember.compile(f, backend=backend)
+    x = ember.randn(4, 5, dtype=ember.float64)
+    good = ember.tensor([0, 1, -100, 4])
+    assert compiled(x, good).item() == pytest.approx(f(x, good).item(), rel=1e-12)
+    t = ember.tensor([0, 1, bad, 3])
+    want = _raised(f, x, t)
+    got = _raised(compiled, x, t)
+    assert type(got) is type(want) is IndexError and str(got) == str(want)
+    assert len(compiled._ember_compile_context.graphs) == 1    # a cache hit raised
+
+
 def _raises_at_run_time(gm, example_inputs):
     calls = []
 

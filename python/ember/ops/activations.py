@@ -40,7 +40,7 @@ def _gelu_backward(g, out, self, approximate):
         left = (t + 1) * 0.5
         right = self * 0.5 * (1 - t * t) * ((x2 * (3 * _KAPPA) + 1) * _SQRT_2_OVER_PI)
         return (g * (left + right),)
-    cdf = ((self * _SQRT1_2).erf() + 1) * 0.5
+    cdf = (self * -_SQRT1_2).erfc() * 0.5
     pdf = (self * self * -0.5).exp() * _INV_SQRT_2PI
     return (g * (cdf + self * pdf),)
 
@@ -52,7 +52,8 @@ def _gelu_decompose(self, approximate):
         cube = P.mul(P.mul(self, self), self)
         inner = P.mul(P.add(self, P.mul(cube, _KAPPA)), _SQRT_2_OVER_PI)
         return P.mul(half, P.add(P.tanh(inner), 1))
-    return P.mul(half, P.add(P.erf(P.mul(self, _SQRT1_2)), 1))
+    # x/2 erfc(-x/sqrt(2)): 1 + erf(x/sqrt(2)) would lose the tail of large negative x
+    return P.mul(half, P.erfc(P.mul(self, -_SQRT1_2)))
 
 
 op("gelu(Tensor self, *, str approximate='none') -> Tensor", UNARY, "gelu", rule=FLOATING,

@@ -1937,11 +1937,23 @@ def _class_view(t, ndim, cd):
     return shape
 
 
+def _check_targets_p(t, C, ignore_index):
+    """An index of C elements at the targets (ignored ones at 0, negative ones past the
+    end): it raises where a target is out of range, so a compiled graph raises where
+    eager does (its frame then runs eagerly and the user gets eager's IndexError)."""
+    if C == 0:
+        return
+    safe = P.where(P.eq(t, ignore_index), 0, t)
+    safe = P.where(P.lt(safe, 0), C, safe)
+    P.index(P.full([C], 0, dtype=_C.int8), (safe,))
+
+
 def _target_coeffs_p(self, target, weight, ignore_index, cd, cdt, smoothing=0.0):
     """For class indices: the coefficients a (input's shape) with loss_n = -sum_c a logp,
     and the per-sample weights w_t (target's shape; their sum divides 'mean')."""
     C = self.shape[cd]
     t = P._to_copy(target, dtype=_C.int64) if target.dtype is not _C.int64 else target
+    _check_targets_p(t, C, ignore_index)
     onehot = P.eq(P.view(t, list(t.shape[:cd]) + [1] + list(t.shape[cd:])),
                   P.view(P.arange(C), _class_view(P.arange(C), self.ndim, cd)))
     valid = P._to_copy(P.ne(t, ignore_index), dtype=cdt)
