@@ -35,8 +35,8 @@ class KernelBuilder:
         self.loads = {}
         self.next_reg = 0
         self.reg_dtype = {}         # register -> the dtype of its value
-        self.stored = []            # pointwise values this kernel realizes
-        self.stored_at = {}         # id(value) -> the index this kernel stores it at
+        # id(value) -> (value, the index) of each pointwise value this kernel realizes
+        self.stored_at = {}
 
     def param(self, buf):
         key = buf.ref
@@ -106,7 +106,7 @@ class KernelBuilder:
 
     def maybe_store(self, value, index, reg):
         """Stores a value that must be realized when this kernel visits all of it."""
-        if value.realized is not None or value in self.stored:
+        if value.realized is not None or id(value) in self.stored_at:
             return
         dims = self.identity_dims(index)
         if dims is None or tuple(self.sizes[d] for d in dims) != value.shape:
@@ -116,8 +116,7 @@ class KernelBuilder:
         for k, d in enumerate(dims):
             coeffs[d] = buf.strides[k]
         self.store(buf, Affine(tuple(coeffs)), reg)
-        self.stored.append(value)
-        self.stored_at[id(value)] = tuple(index)
+        self.stored_at[id(value)] = (value, tuple(index))
         value.realized = buf
 
     def stores_elsewhere(self, value, index):
@@ -125,7 +124,7 @@ class KernelBuilder:
         may not be written yet (an earlier point, or another thread's), so the value is
         computed again there instead of loaded."""
         at = self.stored_at.get(id(value))
-        return at is not None and at != tuple(index)
+        return at is not None and at[1] != tuple(index)
 
 
 def mark_realize(value):

@@ -1923,7 +1923,11 @@ def _class_targets_check(name, self, target, weight, kernel):
 
 
 def _check_target_values(target, C, ignore_index):
+    """Class indices in [0, C) or ignore_index: checked on the values eagerly, and by an
+    op in the graph when traced (_check_targets_p)."""
     if not _has_data(target):
+        t = P._to_copy(target, dtype=_C.int64) if target.dtype is not _C.int64 else target
+        _check_targets_p(t, C, ignore_index)
         return
     a = target.detach().numpy().astype("int64")
     bad = a[(a != ignore_index) & ((a < 0) | (a >= C))]
@@ -1953,7 +1957,6 @@ def _target_coeffs_p(self, target, weight, ignore_index, cd, cdt, smoothing=0.0)
     and the per-sample weights w_t (target's shape; their sum divides 'mean')."""
     C = self.shape[cd]
     t = P._to_copy(target, dtype=_C.int64) if target.dtype is not _C.int64 else target
-    _check_targets_p(t, C, ignore_index)
     onehot = P.eq(P.view(t, list(t.shape[:cd]) + [1] + list(t.shape[cd:])),
                   P.view(P.arange(C), _class_view(P.arange(C), self.ndim, cd)))
     valid = P._to_copy(P.ne(t, ignore_index), dtype=cdt)
