@@ -1,2 +1,3 @@
-"""ember.utils: data loading (ember.utils.data) and hook handles (ember.utils.hooks)."""
-from . import data, hooks  # noqa: F401
+"""ember.utils: data loading (ember.utils.data), DLPack interop (ember.utils.dlpack) and
+hook handles (ember.utils.hooks)."""
+from . import data, dlpack, hooks  # noqa: F401
