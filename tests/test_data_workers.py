@@ -120,12 +120,15 @@ class Uneven(IterableDataset):
 
 
 class Slow(Dataset):
+    def __init__(self, delay=30):
+        self.delay = delay
+
     def __len__(self):
         return 4
 
     def __getitem__(self, i):
         if i == 2:
-            time.sleep(30)
+            time.sleep(self.delay)
         return i
 
 
@@ -345,13 +348,18 @@ def test_persistent_workers_prefetch_and_in_order():
     assert first[1].tolist() == [0, 1, 2, 3]
     assert _batches(loader) == want                             # ... the next is whole
     assert all(p in pids for p in iter(loader).worker_pids)
+    failing = DataLoader(Slow(delay=3), batch_size=None, num_workers=1, persistent_workers=True,
+                         timeout=1.0, multiprocessing_context="fork")
+    with pytest.raises(RuntimeError, match="timed out"):
+        list(failing)
+    assert next(iter(failing)) == 0         # a new set of workers after the failure
     iterable = DataLoader(Uneven(), batch_size=2, num_workers=2, persistent_workers=True,
                           timeout=TIMEOUT, multiprocessing_context="fork")
     assert _batches(iterable) == _batches(iterable) == [[0], [100, 101], [102, 103]]
     out_of_order = DataLoader(Rows(n=30), batch_size=4, num_workers=2, in_order=False,
                               timeout=TIMEOUT, multiprocessing_context="fork")
     assert sorted(_batches(out_of_order), key=lambda b: b[1]) == want
-    del loader, it, iterable
+    del loader, it, iterable, failing
     gc.collect()
     assert _gone(pids)
 

@@ -215,7 +215,7 @@ class MultiProcessingIter:
         return data
 
     def __next__(self):
-        if self._finalizer is not None and not self._finalizer.alive:
+        if not self._finalizer.alive:
             raise StopIteration
         while True:
             while self._rcvd_idx < self._send_idx:
@@ -252,8 +252,12 @@ class MultiProcessingIter:
     # ---------------------------------------------------------------- shutdown
 
     def _shutdown_workers(self):
-        if self._finalizer is not None:
-            self._finalizer()
+        self._finalizer()
+
+    @property
+    def alive(self):
+        """Whether the workers are running (not shut down)."""
+        return self._finalizer.alive
 
     @property
     def worker_pids(self):

@@ -120,8 +120,8 @@ class DataLoader:
         if self.num_workers > 0:
             if not self.persistent_workers:
                 return MultiProcessingIter(self)
-            if self._iterator is None:
-                self._iterator = MultiProcessingIter(self)
+            if self._iterator is None or not self._iterator.alive:
+                self._iterator = MultiProcessingIter(self)   # first, or after a failure
             else:
                 self._iterator._reset()
             return self._iterator
