@@ -26,12 +26,16 @@ def _check_byte_order(arr):
                          "order. Conversion between byte orders is currently not supported.")
 
 
+_PLAIN = frozenset({int, float, bool, list, tuple, str, type(None)})
+
+
 def _array_like(data):
     """data itself, or what an array-like of another library (a PyTorch tensor, a NumPy
     scalar, an object with __array_interface__ or __array__) is as an ember tensor or a
     NumPy array sharing its memory."""
-    if isinstance(data, (_C.Tensor, np.ndarray, list, tuple, numbers.Number, str)) and \
-            not isinstance(data, np.generic):
+    if type(data) in _PLAIN or (isinstance(data, (_C.Tensor, np.ndarray, list, tuple,
+                                                   numbers.Number, str)) and
+                                not isinstance(data, np.generic)):
         return data
     from ._interop import array_like
     converted = array_like(data)

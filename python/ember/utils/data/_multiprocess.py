@@ -144,18 +144,18 @@ class MultiProcessingIter:
     def _try_put_index(self):
         if self._sampler_done:
             return
-        try:
-            index = self._next_index()
-        except StopIteration:
-            self._sampler_done = True
-            return
         cap = self._prefetch * self._num_workers
         for _ in range(self._num_workers):
             wid = next(self._cycle)
             if self._active[wid] and (self._in_order or self._per_worker[wid] <
-                                      cap // max(1, sum(self._active))):
+                                      max(1, cap // sum(self._active))):
                 break
         else:
+            return                   # no worker may take more (the index is not drawn)
+        try:
+            index = self._next_index()
+        except StopIteration:
+            self._sampler_done = True
             return
         self._index_queues[wid].put((self._send_idx, index))
         self._tasks[self._send_idx] = wid
