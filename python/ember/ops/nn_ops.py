@@ -2654,6 +2654,9 @@ def _adaptive3_params(self, output_size):
     if any(n < 0 for n in output_size):
         raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater than "
                            f"or equal to 0 but received {list(output_size)}")
+    if tuple(output_size) == (1, 1, 1) and not self.dtype.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
     _float_or_raise("adaptive_avg_pool3d_cpu", self)
     return tuple(self.shape[-3:]), tuple(output_size)
 
