@@ -16,6 +16,11 @@ matrices built from the geometry by prims (arange, comparisons), so they decompo
 two matmuls and their backward is A_h^T @ g @ A_w. The composites (conv1d/conv2d/
 conv_transpose*, max_pool2d, batch_norm, dropout, scaled_dot_product_attention) run
 other ops, as PyTorch's CompositeImplicitAutograd functions do.
+
+The block at the end adds 3-d convolution (composites over the 2-d prim: depth taps
+become channels), 3-d and adaptive max pooling (windows gathered with the index prim),
+3-d average and adaptive pooling and the 3-d, bicubic and nearest-exact resizes (the
+separable matrices with a depth axis), pixel/channel shuffle and instance_norm.
 """
 from __future__ import annotations
 
