@@ -658,3 +658,36 @@ def test_compiled_instance_norm_updates_running_stats_as_eager():
     np.testing.assert_allclose(comp.running_mean.numpy(), eager.running_mean.numpy(),
                                rtol=1e-6)
     np.testing.assert_allclose(comp.running_var.numpy(), eager.running_var.numpy(), rtol=1e-6)
+
+
+def test_signatures_match_torch(torch):
+    """Constructors and Python-level functions take PyTorch's arguments, in its order,
+    with its defaults."""
+    import inspect
+
+    def sig(fn):
+        return [(p.name, p.kind, repr(p.default))
+                for p in inspect.signature(fn).parameters.values()]
+    for name in ("ReflectionPad1d", "ReflectionPad3d", "ReplicationPad2d", "ZeroPad1d",
+                 "ZeroPad3d", "ConstantPad2d", "CircularPad3d", "InstanceNorm1d",
+                 "InstanceNorm3d", "LocalResponseNorm", "LSTMCell", "GRUCell", "RNNCell",
+                 "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d",
+                 "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "PixelShuffle",
+                 "PixelUnshuffle", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+                 "ChannelShuffle", "BatchNorm3d"):
+        assert sig(getattr(nn, name).__init__) == sig(getattr(torch.nn, name).__init__), name
+    for name in ("pad", "instance_norm", "local_response_norm", "interpolate", "upsample",
+                 "upsample_nearest", "upsample_bilinear"):
+        assert sig(getattr(F, name)) == sig(getattr(torch.nn.functional, name)), name
+    for name in ("pad_sequence", "pack_padded_sequence", "pad_packed_sequence",
+                 "pack_sequence", "unpad_sequence", "unpack_sequence", "invert_permutation"):
+        assert sig(getattr(rnn_utils, name)) == sig(getattr(torch.nn.utils.rnn, name)), name
+    for name in ("weight_norm", "spectral_norm", "orthogonal"):
+        assert sig(getattr(nn.utils.parametrizations, name)) == \
+            sig(getattr(torch.nn.utils.parametrizations, name)), name
+    for name in ("register_parametrization", "remove_parametrizations", "is_parametrized",
+                 "type_before_parametrizations", "transfer_parametrizations_and_params"):
+        assert sig(getattr(nn.utils.parametrize, name)) == \
+            sig(getattr(torch.nn.utils.parametrize, name)), name
+    for name in ("weight_norm", "remove_weight_norm", "clip_grad_value_"):
+        assert sig(getattr(nn.utils, name)) == sig(getattr(torch.nn.utils, name)), name

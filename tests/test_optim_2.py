@@ -485,3 +485,23 @@ def test_existing_schedulers_exist():
     for name in ("LinearLR", "ConstantLR", "OneCycleLR", "LambdaLR", "MultiplicativeLR",
                  "ExponentialLR", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LRScheduler"):
         assert hasattr(lr_scheduler, name), name
+
+
+def _signature(fn):
+    import inspect
+    return [(p.name, p.kind, repr(p.default)) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_constructor_signatures_match_torch(torch):
+    """Every keyword torch.optim accepts (foreach, fused, maximize, capturable,
+    differentiable, ...) at the same position, with the same default."""
+    for name in ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
+                 "RAdam", "ASGD", "Rprop", "LBFGS", "SparseAdam"):
+        assert _signature(getattr(optim, name).__init__) == \
+            _signature(getattr(torch.optim, name).__init__), name
+    for name in ("LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
+                 "LinearLR", "ExponentialLR", "SequentialLR", "PolynomialLR",
+                 "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau", "CyclicLR",
+                 "CosineAnnealingWarmRestarts", "OneCycleLR"):
+        assert _signature(getattr(lr_scheduler, name).__init__) == \
+            _signature(getattr(torch.optim.lr_scheduler, name).__init__), name
