@@ -3,7 +3,6 @@ give the gradients of the plain computation (dropout included: the RNG state is
 replayed), free the intermediate values of the forward pass, and follow PyTorch's
 rules (warnings, errors, autograd.grad, keyword arguments)."""
 import gc
-import warnings
 import weakref
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 
 import ember
 import ember.nn as nn
-import ember.nn.functional as F
 from ember.utils.checkpoint import CheckpointError, checkpoint, checkpoint_sequential
 
 

@@ -3,7 +3,6 @@ copied across by name: padding layers, instance norm, local response norm, batch
 3-d, 3-d convolution and pooling, adaptive max pooling, every interpolate mode and
 Upsample, pixel/channel shuffle, the recurrent cells, LSTM projections, packed sequences
 (nn.utils.rnn and the recurrent layers' packed input), clip_grad_value_."""
-import math
 import warnings
 
 import numpy as np
@@ -30,7 +29,8 @@ PADS = [("ReflectionPad1d", 2, (2, 4, 5)), ("ReflectionPad1d", (1, 3), (4, 5)),
         ("CircularPad1d", (1, 2), (2, 3, 4)), ("CircularPad2d", 1, (2, 3, 4, 5)),
         ("CircularPad3d", (1, 0, 2, 1, 0, 1), (1, 2, 3, 3, 4)),
         ("ZeroPad1d", (2, -1), (2, 3, 4)), ("ZeroPad2d", 2, (2, 3, 4, 5)),
-        ("ZeroPad2d", (1, -1, 2, 0), (3, 4, 5)), ("ZeroPad3d", (1, 2, 0, 1, 2, 0), (1, 2, 3, 4, 2))]
+        ("ZeroPad2d", (1, -1, 2, 0), (3, 4, 5)),
+        ("ZeroPad3d", (1, 2, 0, 1, 2, 0), (1, 2, 3, 4, 2))]
 
 
 @pytest.mark.parametrize("name,padding,shape", PADS,

@@ -5,7 +5,6 @@ differentiable) and state_dict round trips; the schedulers ReduceLROnPlateau,
 CosineAnnealingWarmRestarts, SequentialLR, ChainedScheduler, CyclicLR, PolynomialLR,
 ConstantLR and MultiplicativeLR against torch.optim.lr_scheduler."""
 import copy
-import math
 import warnings
 
 import numpy as np

@@ -18,7 +18,6 @@ from copy import deepcopy
 from ... import _C
 from ...autograd import no_grad
 from ..modules.container import ModuleDict, ModuleList
-from ..modules.module import Module
 from ..parameter import Parameter
 
 Tensor = _C.Tensor
