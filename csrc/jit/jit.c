@@ -45,7 +45,7 @@ static const char *cpu_name = "generic";
 
 /* one target machine per compile thread (a TargetMachine is not shared between
  * threads), made on first use; compile_lock serialises compiles (and fork) */
-static LLVMTargetMachineRef compile_tms[MAX_COMPILE_THREADS];
+static LLVMTargetMachineRef compile_tms[MAX_COMPILE_THREADS][4];   /* by codegen level */
 static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* counters for tests and benchmarks: kernels optimised and compiled to object code,
@@ -78,11 +78,20 @@ quiet_diagnostics(LLVMDiagnosticInfoRef info, void *ctx)
 }
 
 static LLVMTargetMachineRef
-make_tm(void)
+make_tm(LLVMCodeGenOptLevel level)
 {
-    return LLVMCreateTargetMachine(target, triple, cpu_name, host_features,
-                                   LLVMCodeGenLevelDefault, LLVMRelocDefault,
-                                   LLVMCodeModelJITDefault);
+    return LLVMCreateTargetMachine(target, triple, cpu_name, host_features, level,
+                                   LLVMRelocDefault, LLVMCodeModelJITDefault);
+}
+
+/* compile_tms[thread][level], made if needed; NULL with an exception set */
+static LLVMTargetMachineRef
+compile_tm(int thread, int level)
+{
+    LLVMTargetMachineRef *tm = &compile_tms[thread][level];
+    if (*tm == NULL && (*tm = make_tm((LLVMCodeGenOptLevel)level)) == NULL)
+        PyErr_SetString(PyExc_RuntimeError, "LLVM could not make a target machine");
+    return *tm;
 }
 
 /* Defines the missing symbols an object refers to that the C math library (or the
@@ -140,7 +149,7 @@ jit_init(void)
         LLVMDisposeMessage(err_msg);
         return -1;
     }
-    LLVMTargetMachineRef tm = make_tm();
+    LLVMTargetMachineRef tm = make_tm(LLVMCodeGenLevelDefault);
     if (tm == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "LLVM could not make a target machine");
         return -1;
@@ -237,6 +246,7 @@ optimise(LLVMModuleRef M, const char *passes, LLVMTargetMachineRef tm, char **er
 typedef struct {
     LLVMModuleRef module;
     const char *passes;           /* borrowed from the caller's str */
+    int level;                    /* code generation: LLVMCodeGenOptLevel */
     LLVMMemoryBufferRef object;   /* the result */
     char *error;                  /* malloc'd message, or NULL */
 } compile_job;
@@ -249,7 +259,7 @@ typedef struct {
 
 typedef struct {
     compile_queue *queue;
-    LLVMTargetMachineRef tm;
+    LLVMTargetMachineRef *tms;    /* by level */
 } compile_worker;
 
 static void
@@ -283,7 +293,7 @@ compile_worker_run(void *arg)
         long i = atomic_fetch_add(&w->queue->next, 1);
         if (i >= w->queue->njobs)
             return NULL;
-        compile_one(&w->queue->jobs[i], w->tm);
+        compile_one(&w->queue->jobs[i], w->tms[w->queue->jobs[i].level]);
     }
 }
 
@@ -297,7 +307,7 @@ run_queue(compile_queue *q, int threads)
     int started = 0;
     for (int t = 0; t < threads; t++) {
         workers[t].queue = q;
-        workers[t].tm = compile_tms[t];
+        workers[t].tms = compile_tms[t];
     }
     for (int t = 1; t < threads; t++) {
         if (pthread_create(&tids[t], NULL, compile_worker_run, &workers[t]) != 0)
@@ -309,18 +319,21 @@ run_queue(compile_queue *q, int threads)
         pthread_join(tids[t], NULL);
 }
 
-/* _jit_compile(specs, names, passes, threads) -> tuple of bytes */
+/* _jit_compile(specs, names, passes, levels, threads) -> tuple of bytes */
 static PyObject *
 jit_compile(PyObject *self, PyObject *args)
 {
-    PyObject *specs, *names, *passes, *result = NULL;
+    PyObject *specs, *names, *passes, *levels, *result = NULL;
     int threads;
-    if (!PyArg_ParseTuple(args, "O!O!O!i:_jit_compile", &PyTuple_Type, &specs, &PyTuple_Type,
-                          &names, &PyTuple_Type, &passes, &threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!i:_jit_compile", &PyTuple_Type, &specs,
+                          &PyTuple_Type, &names, &PyTuple_Type, &passes, &PyTuple_Type,
+                          &levels, &threads))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(specs);
-    if (PyTuple_GET_SIZE(names) != n || PyTuple_GET_SIZE(passes) != n) {
-        PyErr_SetString(PyExc_ValueError, "_jit_compile: one name and pipeline per spec");
+    if (PyTuple_GET_SIZE(names) != n || PyTuple_GET_SIZE(passes) != n ||
+        PyTuple_GET_SIZE(levels) != n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "_jit_compile: one name, pipeline and code generation level per spec");
         return NULL;
     }
     if (jit_init() < 0)
@@ -333,6 +346,14 @@ jit_compile(PyObject *self, PyObject *args)
         jobs[i].passes = PyUnicode_AsUTF8(PyTuple_GET_ITEM(passes, i));
         if (name == NULL || jobs[i].passes == NULL)
             goto done;
+        long level = PyLong_AsLong(PyTuple_GET_ITEM(levels, i));
+        if (level < 0 || level > 3) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "_jit_compile: code generation level %ld "
+                             "is not 0 to 3", level);
+            goto done;
+        }
+        jobs[i].level = (int)level;
         if ((jobs[i].module = build_module(PyTuple_GET_ITEM(specs, i), name)) == NULL)
             goto done;
     }
@@ -342,12 +363,10 @@ jit_compile(PyObject *self, PyObject *args)
         threads = MAX_COMPILE_THREADS;
     if (threads < 1)
         threads = 1;
-    for (int t = 0; t < threads; t++) {
-        if (compile_tms[t] == NULL && (compile_tms[t] = make_tm()) == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "LLVM could not make a target machine");
-            goto done;
-        }
-    }
+    for (int t = 0; t < threads; t++)
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (compile_tm(t, jobs[i].level) == NULL)
+                goto done;
     compile_queue queue = {jobs, n, 0};
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&compile_lock);
@@ -403,10 +422,9 @@ jit_ir(PyObject *self, PyObject *args)
         return NULL;
     if (jit_init() < 0)
         return NULL;
-    if (compile_tms[0] == NULL && (compile_tms[0] = make_tm()) == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "LLVM could not make a target machine");
+    LLVMTargetMachineRef tm = compile_tm(0, LLVMCodeGenLevelDefault);
+    if (tm == NULL)
         return NULL;
-    }
     LLVMModuleRef M = build_module(spec, name);
     if (M == NULL)
         return NULL;
@@ -415,7 +433,7 @@ jit_ir(PyObject *self, PyObject *args)
     int st;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&compile_lock);
-    st = optimise(M, passes, compile_tms[0], &error);
+    st = optimise(M, passes, tm, &error);
     pthread_mutex_unlock(&compile_lock);
     Py_END_ALLOW_THREADS
     if (st < 0) {
@@ -558,9 +576,9 @@ static PyMethodDef jit_methods[] = {
     {"_jit_target", jit_target, METH_NOARGS,
      "The target the JIT compiles for: triple, CPU, features and LLVM's version."},
     {"_jit_compile", jit_compile, METH_VARARGS,
-     "_jit_compile(specs, names, passes, threads): object code of each kernel spec "
-     "(function names[i], optimised with pipeline passes[i]), compiled on up to "
-     "`threads` threads with the GIL released."},
+     "_jit_compile(specs, names, passes, levels, threads): object code of each kernel "
+     "spec (function names[i], optimised with pipeline passes[i], code generation level "
+     "levels[i] 0-3), compiled on up to `threads` threads with the GIL released."},
     {"_jit_ir", jit_ir, METH_VARARGS,
      "_jit_ir(spec, name, passes): the kernel's LLVM IR before and after optimisation."},
     {"_jit_stats", jit_stats, METH_NOARGS,

@@ -5,7 +5,8 @@ kernel spec (structure, dtypes, sizes; `Kernel.spec()`), the optimisation pipeli
 the context (LLVM's version, the target triple, CPU and features, and a hash of the
 built extension file itself, as the package version does not change between builds).
 
-    kernels(specs, passes) -> one _C.JitKernel per spec
+    kernels(specs, options) -> one _C.JitKernel per spec (options: (pipeline, codegen
+                               level) per spec)
 
 - in memory: a table from key to the live JitKernel, so identical kernels (the layers
   of a model, forward and backward graphs) are compiled and linked once per process;
@@ -72,10 +73,11 @@ def context():
     return _context or None
 
 
-def key(spec, passes):
-    """The hex digest naming spec compiled with pipeline `passes` in this context."""
+def key(spec, options):
+    """The hex digest naming spec compiled with options (pipeline, codegen level) in
+    this context."""
     h = hashlib.blake2b(context() or b"no extension hash", digest_size=20)
-    h.update(repr((passes, spec)).encode())
+    h.update(repr((options, spec)).encode())
     return h.hexdigest()
 
 
@@ -190,16 +192,17 @@ def compile_threads(n):
     return max(1, min(int(t or 1), n))
 
 
-def kernels(specs, passes):
-    """One linked _C.JitKernel per spec (specs[i] optimised with pipeline passes[i]):
+def kernels(specs, options):
+    """One linked _C.JitKernel per spec (specs[i] compiled with options[i], a pipeline
+    and a code generation level):
     from the in-memory table, else the disk cache, else compiled (all of a call's
     misses at once, in parallel) and stored."""
-    keys = [key(s, p) for s, p in zip(specs, passes)]
+    keys = [key(s, o) for s, o in zip(specs, options)]
     found = {}
-    todo = {}                    # key -> (spec, passes), in first-seen order
+    todo = {}                    # key -> (spec, options), in first-seen order
     path = None
     looked_on_disk = False
-    for k, s, p in zip(keys, specs, passes):
+    for k, s, o in zip(keys, specs, options):
         if k in found or k in todo:
             continue
         kern = _table.get(k)
@@ -219,11 +222,12 @@ def kernels(specs, passes):
                 stats["disk"] += 1
                 found[k] = _table[k] = kern
                 continue
-        todo[k] = (s, p)
+        todo[k] = (s, o)
     if todo:
         ks = tuple(todo)
         objs = _C._jit_compile(tuple(todo[k][0] for k in ks), tuple(symbol(k) for k in ks),
-                               tuple(todo[k][1] for k in ks), compile_threads(len(ks)))
+                               tuple(todo[k][1][0] for k in ks),
+                               tuple(todo[k][1][1] for k in ks), compile_threads(len(ks)))
         stats["compiled"] += len(ks)
         for k, obj in zip(ks, objs):
             if path is not None:
