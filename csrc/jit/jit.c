@@ -11,8 +11,8 @@
  *       Each kernel is one LLVM module in its own LLVMContext, built through the LLVM-C
  *       builder (codegen_loops.c; the GIL held, as it reads the spec's Python objects),
  *       then verified, optimised with the new pass manager (its pipeline string, e.g.
- *       "default<O2>") and turned into an object file by worker threads, one target
- *       machine each, with the GIL released: independent kernels compile in parallel.
+ *       compiler/jit.py's lean one) and turned into an object file by worker threads,
+ *       one target machine each, with the GIL released: kernels compile in parallel.
  *   JitKernel(object, name)
  *       Adds one object file to the JIT under its own resource tracker (removed when
  *       the JitKernel dies) and looks up `name`: linking only, no compilation.
