@@ -118,6 +118,29 @@ def test_parallel_compilation_gives_the_same_code():
     assert compiled() - before == 12
 
 
+def test_two_threads_compiling_the_same_kernels_at_once(cache_dir):
+    """Both compile (the GIL is released meanwhile) and both get the one linked kernel."""
+    import threading
+    specs = [triad_spec(8000 + i) for i in range(4)]
+    barrier, results, errors = threading.Barrier(2), [None, None], []
+
+    def work(i):
+        barrier.wait()
+        try:
+            results[i] = kernel_cache.kernels(specs, [jit.options(s) for s in specs])
+        except Exception as e:              # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert [k.address for k in results[0]] == [k.address for k in results[1]]
+    assert all(k.address for k in results[0])
+
+
 def test_options_by_kernel_size():
     """Small kernels get the fast instruction selector; both run correctly."""
     small, large = triad_spec(jit.SMALL), triad_spec(jit.SMALL + 1)

@@ -230,7 +230,12 @@ def kernels(specs, options):
                                tuple(todo[k][1][1] for k in ks), compile_threads(len(ks)))
         stats["compiled"] += len(ks)
         for k, obj in zip(ks, objs):
-            if path is not None:
-                write(path, k, obj)
-            found[k] = _table[k] = _C.JitKernel(obj, symbol(k))
+            # another thread may have linked it while this one compiled (the GIL is
+            # released during compilation): a symbol is defined once
+            kern = _table.get(k)
+            if kern is None:
+                kern = _table[k] = _C.JitKernel(obj, symbol(k))
+                if path is not None:
+                    write(path, k, obj)          # only code that linked
+            found[k] = kern
     return [found[k] for k in keys]
