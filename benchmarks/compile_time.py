@@ -2,6 +2,7 @@
 the zoo's GPT, MLP and ResNet training steps.
 
     python benchmarks/compile_time.py [--threads 1] [--quick] [--only gpt,mlp,resnet]
+    python benchmarks/compile_time.py --pipelines [--threads 1] [--runs 20]
 
 A compile time is the first call's duration minus one eager-speed call (the median of
 the eager step after warm-up), in three situations:
@@ -16,6 +17,11 @@ Each situation runs in its own child process (this script with --child), so impo
 and one-time initialisation are paid where a user pays them: in the first call.
 Ember's LLVM work runs on every core the process has (config.compile_threads); kernels
 run on --threads threads on both sides.
+
+With --pipelines it measures instead the choice of LLVM pipeline (compiler/jit.py): for
+the GPT step's distinct kernels, the compile time (one thread, best of 3) and the
+kernels' run time within the training step (median of >= 20 interleaved steps, one
+graph per pipeline in one process) under default<O2> (the ratios' base), default<O1> and Ember's own.
 
 Workloads: GPT (4 layers, 4 heads, 128 wide, vocabulary 65, 8 x 128 tokens, no dropout),
 MLP (256 -> 512 -> 512 -> 10, batch 128) and a ResNet-style CNN (one BasicBlock per
@@ -33,13 +39,19 @@ import time
 import _harness
 
 ONLY = None
+PIPELINES = False
 args = None
-if __name__ == "__main__" and "--child" not in sys.argv:
+if __name__ == "__main__" and not any(a.endswith("child") for a in sys.argv):
     if "--only" in sys.argv:     # ours (kept through _harness.setup's re-execution)
         i = sys.argv.index("--only")
         os.environ["COMPILE_TIME_ONLY"] = sys.argv[i + 1]
         del sys.argv[i:i + 2]
+    PIPELINES = "--pipelines" in sys.argv
+    if PIPELINES:
+        sys.argv.remove("--pipelines")
+        os.environ["COMPILE_TIME_PIPELINES"] = "1"
     args = _harness.setup(__doc__)
+    PIPELINES = os.environ.get("COMPILE_TIME_PIPELINES") == "1"
     ONLY = os.environ.get("COMPILE_TIME_ONLY", "").split(",") if os.environ.get(
         "COMPILE_TIME_ONLY") else None
 
@@ -138,6 +150,62 @@ def child(lib_name, workload, threads, second):
     print(json.dumps(out))
 
 
+def pipelines(threads, runs):
+    """Compile time and kernel run time of the GPT step's kernels by pipeline."""
+    import ember
+    from ember import _C
+    from ember.compiler import backend, jit
+    ember.set_num_threads(threads)
+    ember.compiler.config.kernel_cache = False
+    choices = {"default<O2>": lambda spec: ("default<O2>", jit.CODEGEN_DEFAULT),
+               "default<O1>": lambda spec: ("default<O1>", jit.CODEGEN_DEFAULT),
+               "ember (jit.options)": jit.options}
+    graphs, steps, specs = {}, {}, {}
+    for label, choose in choices.items():
+        jit.options = choose
+        model, step = build("ember", "gpt", seed=0)
+        compiled = ember.compile(model)
+        n0 = len(backend.recent)
+        step(compiled)
+        graphs[label] = list(backend.recent)[n0:]
+        steps[label] = (lambda s=step, c=compiled: s(c))
+        for g in graphs[label]:
+            g.start_profile()
+            for k in g.lowered.kernels:
+                specs.setdefault(repr(k.spec()), k.spec())
+
+    def kernel_seconds(label):
+        return sum(sec for g in graphs[label] for s, sec in zip(g.lowered.steps,
+                                                                g.run.step_seconds)
+                   if s[0] == "kernel")
+
+    per_round = {label: [] for label in choices}
+    for _ in range(runs):
+        for label in choices:
+            before = kernel_seconds(label)
+            steps[label]()
+            per_round[label].append(kernel_seconds(label) - before)
+    print(f"# GPT training step: {len(specs)} distinct kernels; compile time on one "
+          f"thread (best of 3), kernel time per step (median of {runs}, {threads} "
+          f"thread(s))")
+    base = None
+    for label, choose in choices.items():
+        total = 0.0
+        for i, spec in enumerate(specs.values()):
+            passes, level = choose(spec)
+            best = float("inf")
+            for r in range(3):
+                t0 = time.thread_time()
+                _C._jit_compile((spec,), (f"pipe_{abs(hash(label))}_{i}_{r}",), (passes,),
+                                (level,), 1)
+                best = min(best, time.thread_time() - t0)
+            total += best
+        k = statistics.median(per_round[label])
+        base = base or (total, k)
+        print(f"  {label:<22} compile {total * 1e3:7.0f} ms ({total / base[0]:5.2f}x)   "
+              f"kernels {k * 1e3:7.1f} ms per step ({k / base[1]:5.2f}x)")
+
+
 # ------------------------------------------------------------------ parent
 
 def run_child(lib_name, workload, cache, second):
@@ -152,6 +220,10 @@ def run_child(lib_name, workload, cache, second):
 
 def main():
     _harness.print_env(args.threads)
+    if PIPELINES:
+        r = subprocess.run([sys.executable, __file__, "--pipelines-child", str(args.threads),
+                            str(args.runs if not args.quick else 5)], timeout=3600)
+        sys.exit(r.returncode)
     torch = _harness.try_torch()
     only = ONLY or list(WORKLOADS)
     libs = ["ember"] + (["torch"] if torch is not None else [])
@@ -185,7 +257,10 @@ def main():
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
+    if "--pipelines-child" in sys.argv:
+        i = sys.argv.index("--pipelines-child")
+        pipelines(int(sys.argv[i + 1]), int(sys.argv[i + 2]))
+    elif "--child" in sys.argv:
         i = sys.argv.index("--child")
         lib_name, workload, threads, second = sys.argv[i + 1:i + 5]
         child(lib_name, workload, int(threads), second == "1")
