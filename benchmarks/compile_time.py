@@ -2,6 +2,7 @@
 the zoo's GPT, MLP and ResNet training steps.
 
     python benchmarks/compile_time.py [--threads 1] [--quick] [--only gpt,mlp,resnet]
+                                      [--ember-only]
     python benchmarks/compile_time.py --pipelines [--threads 1] [--runs 20]
 
 A compile time is the first call's duration minus one eager-speed call (the median of
@@ -39,19 +40,20 @@ import time
 import _harness
 
 ONLY = None
-PIPELINES = False
+PIPELINES = EMBER_ONLY = False
 args = None
 if __name__ == "__main__" and not any(a.endswith("child") for a in sys.argv):
     if "--only" in sys.argv:     # ours (kept through _harness.setup's re-execution)
         i = sys.argv.index("--only")
         os.environ["COMPILE_TIME_ONLY"] = sys.argv[i + 1]
         del sys.argv[i:i + 2]
-    PIPELINES = "--pipelines" in sys.argv
-    if PIPELINES:
-        sys.argv.remove("--pipelines")
-        os.environ["COMPILE_TIME_PIPELINES"] = "1"
+    for flag in ("--pipelines", "--ember-only"):
+        if flag in sys.argv:
+            sys.argv.remove(flag)
+            os.environ["COMPILE_TIME" + flag.upper().replace("-", "_")] = "1"
     args = _harness.setup(__doc__)
-    PIPELINES = os.environ.get("COMPILE_TIME_PIPELINES") == "1"
+    PIPELINES = os.environ.get("COMPILE_TIME__PIPELINES") == "1"
+    EMBER_ONLY = os.environ.get("COMPILE_TIME__EMBER_ONLY") == "1"
     ONLY = os.environ.get("COMPILE_TIME_ONLY", "").split(",") if os.environ.get(
         "COMPILE_TIME_ONLY") else None
 
@@ -226,7 +228,7 @@ def main():
         sys.exit(r.returncode)
     torch = _harness.try_torch()
     only = ONLY or list(WORKLOADS)
-    libs = ["ember"] + (["torch"] if torch is not None else [])
+    libs = ["ember"] + (["torch"] if torch is not None and not EMBER_ONLY else [])
     print("# compile time = first call - one eager-speed call, seconds; "
           "Ember compiles on every core")
     print(f"{'workload':<52}{'':16}{'cold':>8}{'warm, same':>12}{'warm, new':>11}"
