@@ -359,3 +359,17 @@ def test_two_processes_filling_one_cache_at_once(tmp_path):
     assert not list((cache / "kernels").glob("*.tmp"))
     warm = run_program(cache)
     assert warm["jit"]["compiled"] == 0 and warm["loss"] == a["loss"]
+
+
+def test_a_rebuilt_extension_stops_this_process_using_the_disk_cache(cache_dir, monkeypatch,
+                                                                    tmp_path):
+    """The extension file changed after it was loaded: its hash no longer describes the
+    running code, so nothing is read from or written to disk."""
+    other = tmp_path / "other"
+    other.write_bytes(b"x")
+    monkeypatch.setattr(kernel_cache, "_EXT_STAT", os.stat(other))
+    monkeypatch.setattr(kernel_cache, "_context", None)
+    assert kernel_cache.context() is None and kernel_cache.folder() is None
+    kern = load(triad_spec(7301))
+    np.testing.assert_array_equal(run_triad(kern, 7301), np.arange(7301) + 3.0)
+    assert not os.path.exists(cache_dir / "kernels")
