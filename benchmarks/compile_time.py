@@ -231,6 +231,8 @@ def main():
     libs = ["ember"] + (["torch"] if torch is not None and not EMBER_ONLY else [])
     print("# compile time = first call - one eager-speed call, seconds; "
           "Ember compiles on every core")
+    print("# load average at the start: %.1f %.1f %.1f (figures are wall times: a loaded "
+          "machine inflates them)" % os.getloadavg())
     print(f"{'workload':<52}{'':16}{'cold':>8}{'warm, same':>12}{'warm, new':>11}"
           f"{'eager step':>12}")
     for workload in only:
@@ -255,7 +257,7 @@ def main():
                     print(f"{'':52}  aim cold < {aim_cold} s: "
                           f"{'met' if c < aim_cold else 'MISSED'}; aim new process < "
                           f"{aim_warm} s: {'met' if w < aim_warm else 'MISSED'}")
-    print()
+    print("# load average at the end: %.1f %.1f %.1f" % os.getloadavg())
 
 
 if __name__ == "__main__":
