@@ -153,11 +153,12 @@ def example_section(runs):
 def _triad(n):
     """A STREAM triad kernel from Ember's JIT, run in place on preallocated arrays."""
     from ember import _C
+    from ember.compiler.jit import JitModule
     f32 = ember.float32._code
     spec = ((n,), 0, (f32, f32, f32),
             (("load", 0, 1, (1,), 0), ("load", 1, 2, (1,), 0), ("const", 2, f32, 3.0),
              ("mul", 3, f32, 1, 2), ("add", 4, f32, 0, 3), ("store", 0, (1,), 0, 4)))
-    module = _C.JitModule((spec,), "triad")
+    module = JitModule((spec,), "triad")
     geo = ((n,), (1,))
     plan = ((geo, geo, geo), (), (("kernel", 0, (("in", 0), ("in", 1), ("in", 2)), n,
                                    n >= (1 << 16)),), ())

@@ -465,7 +465,7 @@ int em_compiled_graph_init(PyObject *module);     /* runtime/compiled_graph.c */
 int em_aot_function_init(PyObject *module);       /* runtime/aot_function.c */
 int em_blas_init(PyObject *module);               /* runtime/blas.c */
 int em_threadpool_init(PyObject *module);         /* runtime/threadpool.c */
-int em_jit_init_type(PyObject *module);           /* jit/jit.c: JitModule */
+int em_jit_init_type(PyObject *module);           /* jit/jit.c: JitKernel, _jit_* */
 
 /* ------------------------------------------------------------------ errors */
 /* Sets exc with "op(): message" formatting. Returns NULL. */

@@ -37,3 +37,16 @@ def test_overhead_benchmark_runs():
 def test_models_benchmark_runs():
     out = _run("models.py", "--quick")
     assert "MLP training step" in out and "GPT training step" in out
+
+
+def test_compile_time_benchmark_runs():
+    out = _run("compile_time.py", "--quick", "--only", "mlp", "--ember-only")
+    assert "MLP training step" in out and "ember.compile" in out
+    assert "new process 0 (disk hits" in out          # the warm process compiled nothing
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_compile_time_benchmark_runs_beside_torch():
+    out = _run("compile_time.py", "--quick", "--only", "mlp")
+    assert "torch.compile" in out

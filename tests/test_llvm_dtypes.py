@@ -29,6 +29,7 @@ import ember
 from ember import _C
 from ember.aot import decompose, trace_joint
 from ember.compiler.backend import CompiledLLVMGraph
+from ember.compiler.jit import JitModule
 from ember.compiler.loop_ir import Kernel, LoopIRError, Param, Stmt, verify
 from ember.compiler.lowering import LoweringError
 
@@ -445,11 +446,11 @@ def test_codegen_converts_nothing_implicitly():
             (("load", 0, 0, (1,), 0), ("load", 1, 1, (1,), 0), ("div", 2, f64, 1, 0),
              ("store", 2, (1,), 0, 2)))
     with pytest.raises(ValueError, match="cast is missing"):
-        _C.JitModule((spec,), "implicit")
+        JitModule((spec,), "implicit")
     fixed = ((4,), 0, (f32, f64, f64),
              (("load", 0, 0, (1,), 0), ("load", 1, 1, (1,), 0), ("cast", 2, f64, 0),
               ("div", 3, f64, 1, 2), ("store", 2, (1,), 0, 3)))
-    _C.JitModule((fixed,), "explicit")
+    JitModule((fixed,), "explicit")
 
 
 def test_compiled_kernels_cast_once_per_register():

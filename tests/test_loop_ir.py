@@ -9,6 +9,7 @@ import pytest
 import ember
 from ember import _C
 from ember.compiler import loop_ir_header
+from ember.compiler.jit import JitModule
 from ember.compiler.loop_ir import (LIBM, OPERANDS, Affine, Domain, Form, Kernel, LoopIRError, Op,
                                     Param, Reduction, Stmt, verify)
 
@@ -39,11 +40,11 @@ def test_unknown_instructions_are_refused():
     spec = ((4,), 0, (f32, f32), (("load", 0, 0, (1,), 0), ("fma", 1, f32, 0, 0),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(ValueError, match="unknown instruction 'fma'"):
-        _C.JitModule((spec,), "unknown")
+        JitModule((spec,), "unknown")
     bad_fold = ((4,), 1, (f32, f32), (("load", 0, 0, (1,), 0),
                                       ("reduce", 1, "mean", (0,), 0, 0)))
     with pytest.raises(ValueError, match="unknown reduction 'mean'"):
-        _C.JitModule((bad_fold,), "unknown_reduction")
+        JitModule((bad_fold,), "unknown_reduction")
 
 
 def test_instructions_outside_their_domain_are_refused_by_the_jit():
@@ -52,11 +53,11 @@ def test_instructions_outside_their_domain_are_refused_by_the_jit():
     spec = ((4,), 0, (i32, i32), (("load", 0, 0, (1,), 0), ("sqrt", 1, i32, 0),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(NotImplementedError, match="sqrt on int32"):
-        _C.JitModule((spec,), "domain")
+        JitModule((spec,), "domain")
     spec = ((4,), 0, (f32, f32), (("load", 0, 0, (1,), 0), ("xor", 1, f32, 0, 0),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(NotImplementedError, match="xor on float32"):
-        _C.JitModule((spec,), "domain")
+        JitModule((spec,), "domain")
 
 
 def _value_of(kb_stmts, op, dtype, regs):
@@ -94,7 +95,7 @@ def test_every_value_instruction_prints_verifies_and_compiles(dtype):
     text = str(k)
     for op in ops:
         assert f"= {op.value} " in text
-    module = _C.JitModule((k.spec(),), k.name)
+    module = JitModule((k.spec(),), k.name)
     assert module.addresses and module.addresses[0]
 
 
@@ -132,7 +133,7 @@ def test_kernel_specs_compile_and_run_as_the_ir_says():
                       [Stmt("load", 0, f32, param=0, index=Affine((5, 1))),
                        Stmt("reduce", None, None, (0,), param=1, index=Affine((1, 0)),
                             value="max")]))
-    module = _C.JitModule((k.spec(),), "rowmax")
+    module = JitModule((k.spec(),), "rowmax")
     ref_in, ref_out = ("in", 0), ("buf", 0)
     plan = ((InputSpec((3, 5), (5, 1)),), (BufferSpec(f32, (3,)),),
             (KernelStep(StepKind.KERNEL, 0, (ref_in, ref_out), 3, False, k),),
@@ -163,7 +164,7 @@ def test_a_call_is_the_c_math_library_function_of_its_operands(fn, dtype):
     k = verify(_call_kernel(fn, dtype))
     assert f"%1 = call {dtype._name} {fn}(%0)" in str(k)
     assert k.spec().instrs[1] == ("call", 1, dtype._code, fn, 0)
-    module = _C.JitModule((k.spec(),), k.name)
+    module = JitModule((k.spec(),), k.name)
     assert f"{fn}{'f' if dtype is _C.float32 else ''}(" in module.ir
     ref_in, ref_out = ("in", 0), ("buf", 0)
     plan = ((InputSpec((6,), (1,)),), (BufferSpec(dtype, (6,)),),
@@ -187,13 +188,13 @@ def test_a_call_names_a_function_of_libm_only():
                                   ("call", 1, f64, "no_such_fn", 0),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(ValueError, match="no function no_such_fn in the C math library"):
-        _C.JitModule((spec,), "nofn")
+        JitModule((spec,), "nofn")
     spec = ((4,), 0, (f64, f64), (("load", 0, 0, (1,), 0), ("call", 1, f64, "erfc"),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(ValueError, match="1 or 2 operands"):
-        _C.JitModule((spec,), "noargs")
+        JitModule((spec,), "noargs")
     i32 = _C.int32._code
     spec = ((4,), 0, (i32, i32), (("load", 0, 0, (1,), 0), ("call", 1, i32, "erfc", 0),
                                   ("store", 1, (1,), 0, 1)))
     with pytest.raises(NotImplementedError, match="call on int32"):
-        _C.JitModule((spec,), "intcall")
+        JitModule((spec,), "intcall")

@@ -31,8 +31,8 @@
  * conversion; a select's condition is bool; a stored value is of its buffer's dtype),
  * and that dtype in the instruction's domain. Emission then switches on the form.
  *
- * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser
- * (run by jit.c at O2) turns the innermost one into vector code of the host's width.
+ * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser (in
+ * every pipeline jit.c runs) turns the innermost one into vector code of the host's width.
  * Float sum reductions carry llvm.loop.vectorize.enable so that it may reorder them.
  */
 #include "jit/codegen.h"
@@ -608,7 +608,7 @@ build_functions(em_cg *g, const char *name)
 {
     /* the body takes one noalias pointer per buffer (outputs are fresh allocations;
      * inputs are only read), so the vectoriser needs no overlap checks; the entry
-     * point unpacks args and calls it (inlined at O2, which turns noalias into scoped
+     * point unpacks args and calls it (always inlined, which turns noalias into scoped
      * alias metadata) */
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(g->C), 0);
     LLVMTypeRef *ptys = PyMem_Calloc(g->nparams + 3, sizeof(LLVMTypeRef));

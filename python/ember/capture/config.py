@@ -1,5 +1,15 @@
-"""Capture settings (ember.compiler.config / ember._dynamo.config)."""
+"""Capture and compiler settings (ember.compiler.config / ember._dynamo.config)."""
 import os
+
+
+def default_cache_dir():
+    """EMBER_CACHE_DIR, else ember/ in the user's cache folder ($XDG_CACHE_HOME, else
+    ~/.cache)."""
+    path = os.environ.get("EMBER_CACHE_DIR")
+    if path:
+        return os.path.abspath(os.path.expanduser(path))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.abspath(base), "ember")
 
 
 class _Config:
@@ -10,9 +20,17 @@ class _Config:
         self.cache_size_limit = 8
         # print each captured graph (EMBER_LOGS=graph does the same)
         self.verbose = "graph" in os.environ.get("EMBER_LOGS", "").split(",")
+        # the LLVM backend keeps compiled kernels' object code in cache_dir (kernels/),
+        # so that another process loads it instead of compiling (EMBER_KERNEL_CACHE=0:
+        # off; identical kernels are compiled once per process either way)
+        self.kernel_cache = os.environ.get("EMBER_KERNEL_CACHE", "1") != "0"
+        self.cache_dir = default_cache_dir()
+        # threads compiling a graph's kernels at once (None: the cores this process has)
+        self.compile_threads = None
 
     def __repr__(self):
-        return f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit})"
+        return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "
+                f"kernel_cache={self.kernel_cache}, cache_dir={self.cache_dir!r})")
 
 
 config = _Config()

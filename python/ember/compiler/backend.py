@@ -16,6 +16,7 @@ from ..aot import aot_compile, eager_compiler
 from ..capture.backends import register_backend
 from ..capture.config import config
 from ..capture.exc import counters
+from .jit import JitModule
 from .lowering import lower
 
 _warned = set()
@@ -39,7 +40,7 @@ class CompiledLLVMGraph:
     def __init__(self, graph, name):
         self.lowered = lower(graph, name)
         specs = tuple(k.spec() for k in self.lowered.kernels)
-        self.module = _C.JitModule(specs, name) if specs else None
+        self.module = JitModule(specs, name) if specs else None
         addresses = self.module.addresses if self.module is not None else ()
         self.run = _C.CompiledGraph(self.module, addresses, self.lowered.plan())
         self.name = name
