@@ -236,7 +236,7 @@ struct em_Op {
     em_Op *functional;         /* in-place ops: the out-of-place op they update self with */
     em_kernel_fn kernel;
     em_kind_t kind;
-    int id;                    /* EM_OP_* (op_ids.h) once install() bound it, else -1 */
+    int id;                    /* entry.op_id (EM_OP_* for the ops C calls), else -1 */
     int nparams;
     int npositional;
     int nouts;

@@ -1030,7 +1030,8 @@ static PyMemberDef op_members[] = {
     {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
     {"id", T_INT, offsetof(em_Op, id), READONLY,
-     "Its id in C (csrc/dispatch/op_ids.h) once install() bound it, else -1."},
+     "Its id (entry.op_id; for the ops C calls, EM_OP_* of op_ids.h) once install() bound "
+     "it, else -1."},
     {"backward_reads", T_UINT, offsetof(em_Op, backward_reads), READONLY,
      "Which of (result, *args) the backward formula reads: bit 0 the result, bit i + 1 "
      "parameter i (entry.backward_uses); all bits when that can't be told."},
@@ -1058,7 +1059,8 @@ PyTypeObject em_Op_Type = {
 /* ------------------------------------------------------------------ module functions */
 
 /* _bind_ops({qualified name: op}): em_ops[id] is the op of the name op_ids.h gives id
- * (none when the table has no such entry); the op's id is set. */
+ * (none when the table has no such entry); every op's id is its place in the table,
+ * which install() orders by entry.op_id (C's ops first, as op_ids.h numbers them). */
 static PyObject *
 bind_ops(PyObject *self, PyObject *table)
 {
@@ -1066,20 +1068,18 @@ bind_ops(PyObject *self, PyObject *table)
         PyErr_SetString(PyExc_TypeError, "_bind_ops expects a dict of ops");
         return NULL;
     }
+    PyObject *key, *o;
+    Py_ssize_t pos = 0;
+    for (int i = 0; PyDict_Next(table, &pos, &key, &o); i++) {
+        if (!em_Op_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "_bind_ops: %R is not an Op", key);
+            return NULL;
+        }
+        ((em_Op *)o)->id = i;
+    }
     for (int i = 0; i < EM_NOPS; i++) {
-        PyObject *key = PyUnicode_FromString(qualnames[i]);
-        PyObject *o = key ? PyDict_GetItemWithError(table, key) : NULL;
-        Py_XDECREF(key);
-        if (o == NULL && PyErr_Occurred())
-            return NULL;
-        if (o != NULL && !em_Op_Check(o)) {
-            PyErr_Format(PyExc_TypeError, "_bind_ops: %s is not an Op", qualnames[i]);
-            return NULL;
-        }
-        if (o != NULL) {
-            Py_INCREF(o);
-            ((em_Op *)o)->id = i;
-        }
+        o = PyDict_GetItemString(table, qualnames[i]);
+        Py_XINCREF(o);
         Py_XSETREF(em_ops[i], (em_Op *)o);
     }
     Py_RETURN_NONE;
@@ -1103,6 +1103,18 @@ em_op_init(PyObject *module)
     Py_INCREF(&em_Op_Type);
     if (PyModule_AddObject(module, "Op", (PyObject *)&em_Op_Type) < 0)
         return -1;
+    PyObject *names = PyTuple_New(EM_NOPS);
+    for (int i = 0; names != NULL && i < EM_NOPS; i++) {
+        PyObject *n = PyUnicode_FromString(qualnames[i]);
+        if (n == NULL)
+            Py_CLEAR(names);
+        else
+            PyTuple_SET_ITEM(names, i, n);
+    }
+    if (names == NULL || PyModule_AddObject(module, "OP_QUALNAMES", names) < 0) {
+        Py_XDECREF(names);
+        return -1;
+    }
     static const char *argtypes[] = {"TENSOR", "SCALAR", "INT", "INTLIST", "BOOL", "FLOAT",
                                      "DTYPE", "STR", "TENSORLIST", "ANY", "DEVICE",
                                      "GENERATOR"};
