@@ -59,10 +59,6 @@ extern em_dtype_t em_default_dtype;   /* float32 unless set_default_dtype */
 
 static inline bool em_is_float(em_dtype_t t) { return t >= EM_FLOAT16 && t <= EM_FLOAT64; }
 static inline bool em_is_int(em_dtype_t t) { return t >= EM_UINT8 && t <= EM_INT64; }
-static inline int em_category(em_dtype_t t)
-{
-    return t == EM_BOOL ? 0 : (em_is_float(t) ? 2 : 1);
-}
 em_dtype_t em_promote_types(em_dtype_t a, em_dtype_t b);
 em_dtype_t em_dtype_from_npy(int npy_type);
 em_dtype_t em_dtype_from_object(PyObject *obj);   /* ember or NumPy dtype; -1 + error */
@@ -153,9 +149,11 @@ bool em_tensor_is_contiguous(const em_Tensor *t);
 PyObject *em_tensor_to_array(em_Tensor *t);   /* new ref to the NumPy view; error if meta */
 em_Tensor *em_tensor_contiguous(em_Tensor *t); /* new ref: t itself or a contiguous copy */
 PyObject *em_sizes_tuple(const em_Tensor *t);
-PyObject *em_format_shape(int ndim, const Py_ssize_t *sizes); /* "[2, 3]" */
+/* "[2, 3]": a shape as text for messages, in one of four per-thread buffers used in
+ * turn (so one message may show four shapes). */
+const char *em_shape_s(int ndim, const Py_ssize_t *sizes);
+#define em_tshape(t) em_shape_s((t)->ndim, (t)->sizes)
 int em_tensor_init_type(PyObject *module);
-em_Tensor *em_scalar_tensor(PyObject *number, em_dtype_t dtype); /* 0-d tensor */
 
 /* ------------------------------------------------------------------ modes */
 
@@ -452,7 +450,6 @@ int em_view_sync_args(em_Op *op, PyObject **args);
  * node), and view becomes a view of the new base. */
 int em_view_rebase(em_Op *fn, PyObject **fargs, em_Tensor *view, PyObject *result);
 int em_view_init(PyObject *module);
-bool em_grad_enabled(void);
 
 /* ------------------------------------------------------------------ capture */
 /* Adds ember._C._capture: the frame hook, its cache and guards (csrc/capture/). */
@@ -466,10 +463,6 @@ int em_aot_function_init(PyObject *module);       /* runtime/aot_function.c */
 int em_blas_init(PyObject *module);               /* runtime/blas.c */
 int em_threadpool_init(PyObject *module);         /* runtime/threadpool.c */
 int em_jit_init_type(PyObject *module);           /* jit/jit.c: JitModule */
-
-/* ------------------------------------------------------------------ errors */
-/* Sets exc with "op(): message" formatting. Returns NULL. */
-PyObject *em_op_error(PyObject *exc, const char *opname, const char *fmt, ...);
 
 /* ------------------------------------------------------------------ misc */
 PyObject *em_llvm_info(PyObject *self, PyObject *noargs);

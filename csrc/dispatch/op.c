@@ -19,20 +19,6 @@ static const char *const qualnames[] = {EM_OP_QUALNAMES};
 _Static_assert(sizeof qualnames / sizeof qualnames[0] == EM_NOPS,
                "op_ids.h: one qualified name per id");
 
-PyObject *
-em_op_error(PyObject *exc, const char *opname, const char *fmt, ...)
-{
-    va_list va;
-    va_start(va, fmt);
-    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
-    va_end(va);
-    if (msg == NULL)
-        return NULL;
-    PyErr_Format(exc, "%s(): %U", opname, msg);
-    Py_DECREF(msg);
-    return NULL;
-}
-
 bool
 em_is_number(PyObject *o)
 {

@@ -134,15 +134,10 @@ em_broadcast(const char *opname, PyObject **operands, int n, em_Geom *out)
             }
             else if (s != 1) {
                 em_Tensor *a = (em_Tensor *)operands[owner[off + d]];
-                PyObject *sa = em_format_shape(a->ndim, a->sizes);
-                PyObject *sb = em_format_shape(t->ndim, t->sizes);
-                if (sa && sb)
-                    PyErr_Format(PyExc_RuntimeError,
-                                 "%s(): The size of tensor a (%zd) must match the size of tensor "
-                                 "b (%zd) at non-singleton dimension %d (shapes %U and %U)",
-                                 opname, *o, s, off + d, sa, sb);
-                Py_XDECREF(sa);
-                Py_XDECREF(sb);
+                PyErr_Format(PyExc_RuntimeError,
+                             "%s(): The size of tensor a (%zd) must match the size of tensor "
+                             "b (%zd) at non-singleton dimension %d (shapes %s and %s)",
+                             opname, *o, s, off + d, em_tshape(a), em_tshape(t));
                 return -1;
             }
         }

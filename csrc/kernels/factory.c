@@ -65,12 +65,8 @@ sizes_geom(PyObject *sizes, em_Geom *g)
         if (g->sizes[i] == -1 && PyErr_Occurred())
             return -1;
         if (g->sizes[i] < 0) {
-            PyObject *s = em_format_shape(g->ndim, g->sizes);
-            if (s)
-                PyErr_Format(PyExc_RuntimeError,
-                             "Trying to create tensor with negative dimension %zd: %U",
-                             g->sizes[i], s);
-            Py_XDECREF(s);
+            PyErr_Format(PyExc_RuntimeError, "Trying to create tensor with negative dimension "
+                         "%zd: %s", g->sizes[i], em_shape_s(g->ndim, g->sizes));
             return -1;
         }
     }

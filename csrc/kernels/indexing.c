@@ -100,13 +100,10 @@ plan_parse(const char *name, em_Tensor *self, PyObject *indices, bool compute,
                 }
                 for (int k = 0; k < t->ndim; k++) {
                     if (cursor + k >= self->ndim || t->sizes[k] != self->sizes[cursor + k]) {
-                        PyObject *a = em_shape_str(t), *b = em_shape_str(self);
-                        if (a && b)
-                            em_error(PyExc_IndexError, "%s(): The shape of the mask %S at "
+                        PyErr_Format(PyExc_IndexError, "%s(): The shape of the mask %s at "
                                      "index %d does not match the shape of the indexed tensor "
-                                     "%S at index %d", name, a, k, b, cursor + k);
-                        Py_XDECREF(a);
-                        Py_XDECREF(b);
+                                     "%s at index %d", name, em_tshape(t), k, em_tshape(self),
+                                     cursor + k);
                         goto error;
                     }
                 }
@@ -218,21 +215,15 @@ plan_broadcast(const char *name, Plan *p)
                 *o = s;
                 continue;
             }
-            PyObject *parts = PyList_New(0);
-            for (int j = 0; parts != NULL && j < p->n; j++) {
-                PyObject *sh = em_format_shape(p->ent[j].ndim, p->ent[j].sizes);
-                if (sh == NULL || PyList_Append(parts, sh) < 0)
-                    Py_CLEAR(parts);
-                Py_XDECREF(sh);
-            }
-            PyObject *sep = PyUnicode_FromString(", ");
-            PyObject *joined = (parts && sep) ? PyUnicode_Join(sep, parts) : NULL;
-            if (joined != NULL)
-                em_error(PyExc_IndexError, "%s(): shape mismatch: indexing tensors could not "
-                         "be broadcast together with shapes %U", name, joined);
-            Py_XDECREF(parts);
-            Py_XDECREF(sep);
-            Py_XDECREF(joined);
+            PyObject *shapes = PyUnicode_FromString("");
+            for (int j = 0; shapes != NULL && j < p->n; j++)
+                Py_SETREF(shapes, PyUnicode_FromFormat("%U%s%s", shapes, j ? ", " : "",
+                                                       em_shape_s(p->ent[j].ndim,
+                                                                  p->ent[j].sizes)));
+            if (shapes != NULL)
+                PyErr_Format(PyExc_IndexError, "%s(): shape mismatch: indexing tensors could "
+                             "not be broadcast together with shapes %U", name, shapes);
+            Py_XDECREF(shapes);
             return -1;
         }
     }
@@ -480,12 +471,9 @@ check_values(const char *name, em_Tensor *values, const em_Geom *g)
     }
     if (ok)
         return 0;
-    PyObject *a = em_shape_str(values), *b = em_format_shape(g->ndim, g->sizes);
-    if (a && b)
-        em_error(PyExc_RuntimeError, "%s(): shape mismatch: value tensor of shape %S cannot be "
-                 "broadcast to indexing result of shape %S", name, a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
+    PyErr_Format(PyExc_RuntimeError, "%s(): shape mismatch: value tensor of shape %s cannot "
+                 "be broadcast to indexing result of shape %s", name, em_tshape(values),
+                 em_shape_s(g->ndim, g->sizes));
     return -1;
 }
 
@@ -865,16 +853,11 @@ k_gather(em_Op *op, PyObject **args)
         return NULL;
     }
     for (int a = 0; a < index->ndim; a++) {
-        if (a != d && size_at(index, a) > size_at(self, a)) {
-            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
-            if (x && y)
-                em_error(PyExc_RuntimeError, "gather(): Size does not match at dimension %d "
-                         "expected index %S to be no larger than self %S apart from dimension "
-                         "%zd", a, x, y, d);
-            Py_XDECREF(x);
-            Py_XDECREF(y);
-            return NULL;
-        }
+        if (a != d && size_at(index, a) > size_at(self, a))
+            return PyErr_Format(PyExc_RuntimeError, "gather(): Size does not match at "
+                                "dimension %d expected index %s to be no larger than self %s "
+                                "apart from dimension %zd", a, em_tshape(index),
+                                em_tshape(self), d);
     }
     bool meta = em_meta_of(self) || em_is_meta(index);
     em_Tensor *out = em_empty(index->ndim, index->sizes, self->dtype, meta);
@@ -1043,23 +1026,12 @@ k_scatter(em_Op *op, PyObject **args)
     }
     for (int a = 0; a < index->ndim; a++) {
         if ((a != d && size_at(index, a) > size_at(self, a)) ||
-            (src != NULL && size_at(index, a) > size_at(src, a))) {
-            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
-            PyObject *z = src ? em_shape_str(src) : PyUnicode_FromString("");
-            if (x && y && z) {
-                if (src)
-                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
-                             "self %S apart from dimension %zd and to be smaller size than src "
-                             "%S", name, x, y, d, z);
-                else
-                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
-                             "self %S apart from dimension %zd", name, x, y, d);
-            }
-            Py_XDECREF(x);
-            Py_XDECREF(y);
-            Py_XDECREF(z);
-            return NULL;
-        }
+            (src != NULL && size_at(index, a) > size_at(src, a)))
+            return PyErr_Format(PyExc_RuntimeError, "%s(): Expected index %s to be smaller "
+                                "than self %s apart from dimension %zd%s%s", name,
+                                em_tshape(index), em_tshape(self), d,
+                                src ? " and to be smaller size than src " : "",
+                                src ? em_tshape(src) : "");
     }
     bool meta = em_meta_of(self) || em_is_meta(index) || (src && em_is_meta(src));
     em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);

@@ -62,26 +62,6 @@ em_clone_contiguous(PyObject *t)
     return em_call_op(EM_OP_CLONE, a, 1, em_kw_memory_format);
 }
 
-PyObject *
-em_shape_str(em_Tensor *t)
-{
-    return em_format_shape(t->ndim, t->sizes);
-}
-
-PyObject *
-em_error(PyObject *exc, const char *fmt, ...)
-{
-    va_list va;
-    va_start(va, fmt);
-    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
-    va_end(va);
-    if (msg != NULL) {
-        PyErr_SetObject(exc, msg);
-        Py_DECREF(msg);
-    }
-    return NULL;
-}
-
 int
 em_int_arg(PyObject *o, Py_ssize_t *out)
 {

@@ -20,11 +20,6 @@ em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta)
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
-/* "[2, 3]" of a tensor's shape, new reference. */
-PyObject *em_shape_str(em_Tensor *t);
-/* Formats a message with %S shape arguments; sets exc; returns NULL. */
-PyObject *em_error(PyObject *exc, const char *fmt, ...);
-
 /* Python int -> Py_ssize_t; dims normalised with em_wrap_dim. -1 with an error. */
 int em_int_arg(PyObject *o, Py_ssize_t *out);
 int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);

@@ -289,16 +289,9 @@ k_bernoulli(em_Op *op, PyObject **args)
             return NULL;
         if (g.ndim != self->ndim ||
             memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim) != 0) {
-            em_Tensor *pt = (em_Tensor *)p;
-            PyObject *a = em_format_shape(pt->ndim, pt->sizes);
-            PyObject *b = em_format_shape(self->ndim, self->sizes);
-            if (a && b)
-                PyErr_Format(PyExc_RuntimeError,
-                             "bernoulli_(): p of shape %U cannot be broadcast to self's "
-                             "shape %U", a, b);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return NULL;
+            return PyErr_Format(PyExc_RuntimeError, "bernoulli_(): p of shape %s cannot be "
+                                "broadcast to self's shape %s", em_tshape((em_Tensor *)p),
+                                em_tshape(self));
         }
     }
     em_Tensor *out = empty_like(self, self->dtype);

@@ -63,12 +63,9 @@ infer_size(Py_ssize_t *shape, int n, Py_ssize_t numel)
         }
     }
     if (infer >= 0 && prod == 0) {
-        PyObject *s = em_format_shape(n, shape);
-        if (s)
-            PyErr_Format(PyExc_RuntimeError,
-                         "cannot reshape tensor of 0 elements into shape %U because the "
-                         "unspecified dimension size -1 can be any value and is ambiguous", s);
-        Py_XDECREF(s);
+        PyErr_Format(PyExc_RuntimeError, "cannot reshape tensor of 0 elements into shape %s "
+                     "because the unspecified dimension size -1 can be any value and is "
+                     "ambiguous", em_shape_s(n, shape));
         return -1;
     }
     if (infer >= 0 && numel % prod == 0) {
@@ -77,10 +74,8 @@ infer_size(Py_ssize_t *shape, int n, Py_ssize_t numel)
     }
     if (infer < 0 && prod == numel)
         return 0;
-    PyObject *s = em_format_shape(n, shape);
-    if (s)
-        PyErr_Format(PyExc_RuntimeError, "shape '%U' is invalid for input of size %zd", s, numel);
-    Py_XDECREF(s);
+    PyErr_Format(PyExc_RuntimeError, "shape '%s' is invalid for input of size %zd",
+                 em_shape_s(n, shape), numel);
     return -1;
 }
 
@@ -136,18 +131,12 @@ k_view(em_Op *op, PyObject **args)
         return NULL;
     if (!compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape,
                         strides)) {
-        PyObject *sz = em_format_shape(self->ndim, self->sizes);
-        PyObject *st = em_format_shape(self->ndim, self->strides);
-        PyObject *to = em_format_shape(n, shape);
-        if (sz && st && to)
-            PyErr_Format(PyExc_RuntimeError,
-                         "view size is not compatible with input tensor's size and stride (at "
-                         "least one dimension spans across two contiguous subspaces): size %U "
-                         "and stride %U viewed as %U. Use .reshape(...) instead.", sz, st, to);
-        Py_XDECREF(sz);
-        Py_XDECREF(st);
-        Py_XDECREF(to);
-        return NULL;
+        return PyErr_Format(PyExc_RuntimeError,
+                            "view size is not compatible with input tensor's size and stride "
+                            "(at least one dimension spans across two contiguous subspaces): "
+                            "size %s and stride %s viewed as %s. Use .reshape(...) instead.",
+                            em_tshape(self), em_shape_s(self->ndim, self->strides),
+                            em_shape_s(n, shape));
     }
     return view_of(self, n, shape, strides, self->offset);
 }
@@ -259,17 +248,12 @@ k_expand(em_Op *op, PyObject **args)
     int n;
     if (int_tuple(op, args[1], sizes, &n) < 0)
         return NULL;
-    if (n < self->ndim) {
-        PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
-        if (s && t)
-            PyErr_Format(PyExc_RuntimeError,
-                         "expand(): the number of sizes provided (%d) must be greater or equal "
-                         "to the number of dimensions in the tensor (%d); target sizes %U, "
-                         "tensor sizes %U", n, self->ndim, s, t);
-        Py_XDECREF(s);
-        Py_XDECREF(t);
-        return NULL;
-    }
+    if (n < self->ndim)
+        return PyErr_Format(PyExc_RuntimeError,
+                            "expand(): the number of sizes provided (%d) must be greater or "
+                            "equal to the number of dimensions in the tensor (%d); target "
+                            "sizes %s, tensor sizes %s", n, self->ndim, em_shape_s(n, sizes),
+                            em_tshape(self));
     int off = n - self->ndim;
     for (int i = n - 1; i >= 0; i--) {
         int j = i - off;
@@ -298,15 +282,11 @@ k_expand(em_Op *op, PyObject **args)
             strides[i] = 0;
         }
         else {
-            PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
-            if (s && t)
-                PyErr_Format(PyExc_RuntimeError,
-                             "The expanded size of the tensor (%zd) must match the existing "
-                             "size (%zd) at non-singleton dimension %d.  Target sizes: %U.  "
-                             "Tensor sizes: %U", sizes[i], self->sizes[j], i, s, t);
-            Py_XDECREF(s);
-            Py_XDECREF(t);
-            return NULL;
+            return PyErr_Format(PyExc_RuntimeError,
+                                "The expanded size of the tensor (%zd) must match the existing "
+                                "size (%zd) at non-singleton dimension %d.  Target sizes: %s.  "
+                                "Tensor sizes: %s", sizes[i], self->sizes[j], i,
+                                em_shape_s(n, sizes), em_tshape(self));
         }
     }
     return view_of(self, n, sizes, strides, self->offset);
@@ -370,12 +350,8 @@ select_geom(em_Tensor *self, Py_ssize_t dim, Py_ssize_t index, Py_ssize_t *sizes
         return -1;
     Py_ssize_t size = self->sizes[dim];
     if (index < -size || index >= size) {
-        PyObject *s = em_format_shape(self->ndim, self->sizes);
-        if (s)
-            PyErr_Format(PyExc_IndexError,
-                         "select(): index %zd out of range for tensor of size %U at dimension "
-                         "%zd", index, s, dim);
-        Py_XDECREF(s);
+        PyErr_Format(PyExc_IndexError, "select(): index %zd out of range for tensor of size "
+                     "%s at dimension %zd", index, em_tshape(self), dim);
         return -1;
     }
     if (index < 0)
@@ -556,13 +532,8 @@ check_scatter_src(em_Tensor *view, PyObject *src)
     if (s->ndim == view->ndim &&
         memcmp(s->sizes, view->sizes, sizeof(Py_ssize_t) * s->ndim) == 0)
         return 0;
-    PyObject *a = em_format_shape(s->ndim, s->sizes);
-    PyObject *b = em_format_shape(view->ndim, view->sizes);
-    if (a && b)
-        PyErr_Format(PyExc_RuntimeError, "expected src to have a size equal to the slice of "
-                     "self. src size = %U, slice size = %U", a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
+    PyErr_Format(PyExc_RuntimeError, "expected src to have a size equal to the slice of "
+                 "self. src size = %s, slice size = %s", em_tshape(s), em_tshape(view));
     return -1;
 }
 
@@ -646,18 +617,10 @@ k_copy(em_Op *op, PyObject **args)
     em_Geom g;
     if (em_broadcast("copy_", pair, 2, &g) < 0)
         return NULL;
-    if (g.ndim != self->ndim || memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim)) {
-        em_Tensor *src = as_tensor(args[1]);
-        PyObject *a = em_format_shape(src->ndim, src->sizes);
-        PyObject *b = em_format_shape(self->ndim, self->sizes);
-        if (a && b)
-            PyErr_Format(PyExc_RuntimeError,
-                         "copy_(): the source of shape %U cannot be broadcast to the "
-                         "destination of shape %U", a, b);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
-    }
+    if (g.ndim != self->ndim || memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim))
+        return PyErr_Format(PyExc_RuntimeError, "copy_(): the source of shape %s cannot be "
+                            "broadcast to the destination of shape %s",
+                            em_tshape(as_tensor(args[1])), em_tshape(self));
     g.dtype = self->dtype;
     em_elementwise_strides(&pair[0], 1, &g);
     bool meta = want_meta(self) || em_any_meta(pair, 2);
@@ -1090,15 +1053,10 @@ check_broadcast_to(em_Tensor *v, PyObject *value)
     if (em_broadcast("__setitem__", pair, 2, &g) == 0 && g.ndim == v->ndim &&
         memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) == 0)
         return 0;
-    em_Tensor *val = as_tensor(value);
-    PyObject *s1 = em_format_shape(val->ndim, val->sizes);
-    PyObject *s2 = em_format_shape(v->ndim, v->sizes);
     PyErr_Clear();
-    if (s1 && s2)
-        PyErr_Format(PyExc_RuntimeError, "shape mismatch: value tensor of shape %U cannot be "
-                     "broadcast to indexing result of shape %U", s1, s2);
-    Py_XDECREF(s1);
-    Py_XDECREF(s2);
+    PyErr_Format(PyExc_RuntimeError, "shape mismatch: value tensor of shape %s cannot be "
+                 "broadcast to indexing result of shape %s", em_tshape(as_tensor(value)),
+                 em_tshape(v));
     return -1;
 }
 
@@ -1117,17 +1075,10 @@ static PyObject *
 mask_over(em_Tensor *self, em_Tensor *mask)
 {
     for (int d = 0; d < mask->ndim; d++) {
-        if (d >= self->ndim || mask->sizes[d] != self->sizes[d]) {
-            PyObject *a = em_format_shape(mask->ndim, mask->sizes);
-            PyObject *b = em_format_shape(self->ndim, self->sizes);
-            if (a && b)
-                PyErr_Format(PyExc_IndexError, "The shape of the mask %U at index %d does "
-                             "not match the shape of the indexed tensor %U at index %d",
-                             a, d, b, d);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return NULL;
-        }
+        if (d >= self->ndim || mask->sizes[d] != self->sizes[d])
+            return PyErr_Format(PyExc_IndexError, "The shape of the mask %s at index %d does "
+                                "not match the shape of the indexed tensor %s at index %d",
+                                em_tshape(mask), d, em_tshape(self), d);
     }
     PyObject *m = (PyObject *)mask;
     Py_INCREF(m);

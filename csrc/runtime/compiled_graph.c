@@ -393,13 +393,8 @@ conform_input(PyObject *arg, const dims_t *want, Py_ssize_t i)
     em_Tensor *t = (em_Tensor *)arg;
     int n = want->ndim;
     if (n != t->ndim || memcmp(want->sizes, t->sizes, sizeof(Py_ssize_t) * n) != 0) {
-        PyObject *w = em_format_shape(n, want->sizes), *got = em_format_shape(t->ndim, t->sizes);
-        if (w && got)
-            PyErr_Format(PyExc_RuntimeError,
-                         "compiled graph: input %zd has shape %U, but the graph was compiled "
-                         "for %U", i, got, w);
-        Py_XDECREF(w);
-        Py_XDECREF(got);
+        PyErr_Format(PyExc_RuntimeError, "compiled graph: input %zd has shape %s, but the graph "
+                     "was compiled for %s", i, em_tshape(t), em_shape_s(n, want->sizes));
         return NULL;
     }
     bool same = true;

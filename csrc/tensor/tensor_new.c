@@ -310,43 +310,24 @@ em_tensor_contiguous(em_Tensor *t)
     return out;
 }
 
-em_Tensor *
-em_scalar_tensor(PyObject *number, em_dtype_t dtype)
+const char *
+em_shape_s(int ndim, const Py_ssize_t *sizes)
 {
-    em_Geom g = {.ndim = 0, .dtype = dtype};
-    em_Tensor *t = em_tensor_empty(&g, false);
-    if (t == NULL)
-        return NULL;
-    if (PyArray_SETITEM(t->array, PyArray_DATA(t->array), number) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    return t;
-}
-
-PyObject *
-em_format_shape(int ndim, const Py_ssize_t *sizes)
-{
-    PyObject *parts = PyList_New(ndim);
-    if (parts == NULL)
-        return NULL;
+    static _Thread_local char bufs[4][EM_MAX_DIMS * 22 + 8];
+    static _Thread_local unsigned next;
+    char *b = bufs[next++ % 4];
+    size_t k = 1, cap = sizeof bufs[0] - 4;     /* room for "...]" */
+    b[0] = '[';
     for (int i = 0; i < ndim; i++) {
-        PyObject *s = PyUnicode_FromFormat("%zd", sizes[i]);
-        if (s == NULL) {
-            Py_DECREF(parts);
-            return NULL;
+        int w = snprintf(b + k, cap - k, "%s%zd", i ? ", " : "", sizes[i]);
+        if (w < 0 || (size_t)w >= cap - k) {
+            strcpy(b + k, "...]");
+            return b;
         }
-        PyList_SET_ITEM(parts, i, s);
+        k += (size_t)w;
     }
-    PyObject *sep = PyUnicode_FromString(", ");
-    PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(parts);
-    if (joined == NULL)
-        return NULL;
-    PyObject *res = PyUnicode_FromFormat("[%U]", joined);
-    Py_DECREF(joined);
-    return res;
+    strcpy(b + k, "]");
+    return b;
 }
 
 em_Tensor *
