@@ -332,7 +332,7 @@ extern const em_KernelEntry em_shape_kernels[];     /* shape.c */
 extern const em_KernelEntry em_indexing_kernels[];  /* indexing.c */
 
 int em_reduction_init(void);    /* reduction.c */
-/* factory.c: _C._set_default_generator(gen), the generator factories draw from */
+/* random.c: _C._set_default_generator(gen), the generator random ops draw from */
 PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
 
 /* NumPy glue (kernels/numpy.c), set up once at import by em_numpy_init: the NumPy

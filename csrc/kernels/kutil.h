@@ -12,6 +12,15 @@ em_meta_of(em_Tensor *t)
     return em_tls.mode == EM_MODE_META || em_is_meta(t);
 }
 
+/* What a kernel returns: out, or NULL (out released) when st < 0. */
+static inline PyObject *
+em_finish(em_Tensor *out, int st)
+{
+    if (st < 0)
+        Py_CLEAR(out);
+    return (PyObject *)out;
+}
+
 /* A fresh tensor of t's shape and dtype dt, laid out as empty_like(t) would
  * (dense layouts are kept). */
 em_Tensor *em_empty_like(em_Tensor *t, em_dtype_t dt, bool meta);
@@ -36,6 +45,19 @@ int em_check_ndim(const char *name, Py_ssize_t ndim);
 void em_gather_loop(PyArrayObject *src, PyArrayObject *idx, int d, PyArrayObject *out);
 /* A view of arr reversed along d (negative stride). */
 PyArrayObject *em_flip_view(PyArrayObject *arr, int d);
+
+/* Factories (factory.c): the argument of op's parameter `name` (NULL when op has none);
+ * whether a device argument (NULL, None, "cpu", "meta", an ember.device) asks for meta
+ * tensors (1, 0, or -1 with an error); a size tuple as a contiguous geometry (PyTorch's
+ * error for a negative size); t with requires_grad=True applied (floating dtypes only;
+ * NULL passes through). */
+PyObject *em_arg(em_Op *op, PyObject **args, const char *name);
+int em_device_is_meta(PyObject *device);
+int em_sizes_geom(PyObject *sizes, em_Geom *g);
+PyObject *em_factory_finish(em_Op *op, PyObject **args, em_Tensor *t);
+/* The NumPy Generator behind op's generator argument, or behind ember's default
+ * generator (random.c). New reference. */
+PyObject *em_numpy_generator(em_Op *op, PyObject **args);
 
 /* clone(t, memory_format=contiguous_format), dispatched. */
 PyObject *em_clone_contiguous(PyObject *t);

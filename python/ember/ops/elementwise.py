@@ -321,7 +321,7 @@ op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
    inplace_variant=True,
    backward=lambda g, out, self: (g * (1 - out * out),))
 
-op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "sigmoid",
+op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "cloop",
    backward=lambda g, out, self: (g * out * (1 - out),),
    inplace_variant=True,
    decompose=lambda self: P.reciprocal(P.add(P.exp(P.neg(self)), 1)),
