@@ -15,9 +15,9 @@
 em_Op *em_ops[EM_NOPS];
 PyObject *em_kw_dtype, *em_kw_memory_format, *em_str_contiguous_format;
 
-static const char *const qualnames[] = {EM_OP_QUALNAMES};
-_Static_assert(sizeof qualnames / sizeof qualnames[0] == EM_NOPS,
-               "op_ids.h: one qualified name per id");
+#define EM_OPS_NAME(id, name) name,
+static const char *const qualnames[] = {EM_OPS(EM_OPS_NAME)};
+#undef EM_OPS_NAME
 
 bool
 em_is_number(PyObject *o)

@@ -5,113 +5,63 @@
 #ifndef EMBER_OP_IDS_H
 #define EMBER_OP_IDS_H
 
-typedef enum {
-    EM_OP_ABS,                               /* abs */
-    EM_OP_ADD,                               /* add */
-    EM_OP_ADD_,                              /* add_ */
-    EM_OP_ALIAS,                             /* alias */
-    EM_OP_BITWISE_AND,                       /* bitwise_and */
-    EM_OP_BITWISE_LEFT_SHIFT,                /* bitwise_left_shift */
-    EM_OP_BITWISE_OR,                        /* bitwise_or */
-    EM_OP_BITWISE_RIGHT_SHIFT,               /* bitwise_right_shift */
-    EM_OP_BITWISE_XOR,                       /* bitwise_xor */
-    EM_OP_CAT,                               /* cat */
-    EM_OP_CLONE,                             /* clone */
-    EM_OP_CONTIGUOUS,                        /* contiguous */
-    EM_OP_COPY_,                             /* copy_ */
-    EM_OP_DIV,                               /* div */
-    EM_OP_DIV_,                              /* div_ */
-    EM_OP_EQ,                                /* eq */
-    EM_OP_EXPAND,                            /* expand */
-    EM_OP_FILL_,                             /* fill_.Scalar */
-    EM_OP_FLOOR_DIVIDE,                      /* floor_divide */
-    EM_OP_FULL,                              /* full */
-    EM_OP_GE,                                /* ge */
-    EM_OP_GT,                                /* gt */
-    EM_OP_INDEX,                             /* index.Tensor */
-    EM_OP_INDEX_PUT_,                        /* index_put_ */
-    EM_OP_LE,                                /* le */
-    EM_OP_LT,                                /* lt */
-    EM_OP_MASKED_FILL_,                      /* masked_fill_.Tensor */
-    EM_OP_MATMUL,                            /* matmul */
-    EM_OP_MUL,                               /* mul */
-    EM_OP_MUL_,                              /* mul_ */
-    EM_OP_NE,                                /* ne */
-    EM_OP_NEG,                               /* neg */
-    EM_OP_NONZERO,                           /* nonzero */
-    EM_OP_PERMUTE,                           /* permute */
-    EM_OP_POW,                               /* pow */
-    EM_OP_REMAINDER,                         /* remainder */
-    EM_OP_RESHAPE,                           /* reshape */
-    EM_OP_SELECT,                            /* select */
-    EM_OP_SLICE,                             /* slice */
-    EM_OP_STACK,                             /* stack */
-    EM_OP_SUB,                               /* sub */
-    EM_OP_SUB_,                              /* sub_ */
-    EM_OP_SUM_TO_SIZE,                       /* sum_to_size */
-    EM_OP_TRANSPOSE,                         /* transpose */
-    EM_OP_UNBIND,                            /* unbind */
-    EM_OP_UNSQUEEZE,                         /* unsqueeze */
-    EM_OP_VIEW,                              /* view */
-    EM_OP__TO_COPY,                          /* _to_copy */
-    EM_OP___GETITEM__,                       /* __getitem__ */
-    EM_OP___INVERT__,                        /* __invert__ */
-    EM_OP___SETITEM__,                       /* __setitem__ */
-    EM_NOPS
-} em_op_id;
+/* X(constant, qualified name) per op, in id order: install() binds each id to
+ * the entry of that name */
+#define EM_OPS(X) \
+    X(EM_OP_ABS, "abs") \
+    X(EM_OP_ADD, "add") \
+    X(EM_OP_ADD_, "add_") \
+    X(EM_OP_ALIAS, "alias") \
+    X(EM_OP_BITWISE_AND, "bitwise_and") \
+    X(EM_OP_BITWISE_LEFT_SHIFT, "bitwise_left_shift") \
+    X(EM_OP_BITWISE_OR, "bitwise_or") \
+    X(EM_OP_BITWISE_RIGHT_SHIFT, "bitwise_right_shift") \
+    X(EM_OP_BITWISE_XOR, "bitwise_xor") \
+    X(EM_OP_CAT, "cat") \
+    X(EM_OP_CLONE, "clone") \
+    X(EM_OP_CONTIGUOUS, "contiguous") \
+    X(EM_OP_COPY_, "copy_") \
+    X(EM_OP_DIV, "div") \
+    X(EM_OP_DIV_, "div_") \
+    X(EM_OP_EQ, "eq") \
+    X(EM_OP_EXPAND, "expand") \
+    X(EM_OP_FILL_, "fill_.Scalar") \
+    X(EM_OP_FLOOR_DIVIDE, "floor_divide") \
+    X(EM_OP_FULL, "full") \
+    X(EM_OP_GE, "ge") \
+    X(EM_OP_GT, "gt") \
+    X(EM_OP_INDEX, "index.Tensor") \
+    X(EM_OP_INDEX_PUT_, "index_put_") \
+    X(EM_OP_LE, "le") \
+    X(EM_OP_LT, "lt") \
+    X(EM_OP_MASKED_FILL_, "masked_fill_.Tensor") \
+    X(EM_OP_MATMUL, "matmul") \
+    X(EM_OP_MUL, "mul") \
+    X(EM_OP_MUL_, "mul_") \
+    X(EM_OP_NE, "ne") \
+    X(EM_OP_NEG, "neg") \
+    X(EM_OP_NONZERO, "nonzero") \
+    X(EM_OP_PERMUTE, "permute") \
+    X(EM_OP_POW, "pow") \
+    X(EM_OP_REMAINDER, "remainder") \
+    X(EM_OP_RESHAPE, "reshape") \
+    X(EM_OP_SELECT, "select") \
+    X(EM_OP_SLICE, "slice") \
+    X(EM_OP_STACK, "stack") \
+    X(EM_OP_SUB, "sub") \
+    X(EM_OP_SUB_, "sub_") \
+    X(EM_OP_SUM_TO_SIZE, "sum_to_size") \
+    X(EM_OP_TRANSPOSE, "transpose") \
+    X(EM_OP_UNBIND, "unbind") \
+    X(EM_OP_UNSQUEEZE, "unsqueeze") \
+    X(EM_OP_VIEW, "view") \
+    X(EM_OP__TO_COPY, "_to_copy") \
+    X(EM_OP___GETITEM__, "__getitem__") \
+    X(EM_OP___INVERT__, "__invert__") \
+    X(EM_OP___SETITEM__, "__setitem__") \
 
-/* qualified names in id order: install() binds each id to that entry */
-#define EM_OP_QUALNAMES \
-    "abs", \
-    "add", \
-    "add_", \
-    "alias", \
-    "bitwise_and", \
-    "bitwise_left_shift", \
-    "bitwise_or", \
-    "bitwise_right_shift", \
-    "bitwise_xor", \
-    "cat", \
-    "clone", \
-    "contiguous", \
-    "copy_", \
-    "div", \
-    "div_", \
-    "eq", \
-    "expand", \
-    "fill_.Scalar", \
-    "floor_divide", \
-    "full", \
-    "ge", \
-    "gt", \
-    "index.Tensor", \
-    "index_put_", \
-    "le", \
-    "lt", \
-    "masked_fill_.Tensor", \
-    "matmul", \
-    "mul", \
-    "mul_", \
-    "ne", \
-    "neg", \
-    "nonzero", \
-    "permute", \
-    "pow", \
-    "remainder", \
-    "reshape", \
-    "select", \
-    "slice", \
-    "stack", \
-    "sub", \
-    "sub_", \
-    "sum_to_size", \
-    "transpose", \
-    "unbind", \
-    "unsqueeze", \
-    "view", \
-    "_to_copy", \
-    "__getitem__", \
-    "__invert__", \
-    "__setitem__", \
+#define EM_OPS_ENUM(id, name) id,
+typedef enum { EM_OPS(EM_OPS_ENUM) EM_NOPS } em_op_id;
+#undef EM_OPS_ENUM
 
 #endif /* EMBER_OP_IDS_H */

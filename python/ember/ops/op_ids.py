@@ -25,7 +25,7 @@ HEADER = CSRC / "dispatch" / "op_ids.h"
 def c_uses() -> set:
     """The EM_OP_ constants the C sources name (the header itself aside)."""
     return {c for p in sorted(CSRC.rglob("*.[ch]")) if p != HEADER
-            for c in re.findall(r"\bEM_OP_\w+", p.read_text())} - {"EM_OP_QUALNAMES"}
+            for c in re.findall(r"\bEM_OP_\w+", p.read_text())}
 
 
 def header(by_name: dict, used=None) -> str:
@@ -45,17 +45,18 @@ def header(by_name: dict, used=None) -> str:
              " * ember.ops.op_ids` from python/ember/ops/ and the constants csrc/ names; do not",
              " * edit). C reaches an op as em_op(EM_OP_VIEW) or em_call_op(EM_OP_VIEW, ...)",
              " * (ember.h). */",
-             "#ifndef EMBER_OP_IDS_H", "#define EMBER_OP_IDS_H", "", "typedef enum {"]
-    lines += [f"    {c},{' ' * max(1, 40 - len(c))}/* {constants[c].qualified_name} */"
-              for c in ids]
-    lines += ["    EM_NOPS", "} em_op_id;", ""]
+             "#ifndef EMBER_OP_IDS_H", "#define EMBER_OP_IDS_H", "",
+             "/* X(constant, qualified name) per op, in id order: install() binds each id to",
+             " * the entry of that name */",
+             "#define EM_OPS(X) \\"]
+    lines += [f'    X({c}, "{constants[c].qualified_name}") \\' for c in ids]
+    lines += ["", "#define EM_OPS_ENUM(id, name) id,",
+              "typedef enum { EM_OPS(EM_OPS_ENUM) EM_NOPS } em_op_id;",
+              "#undef EM_OPS_ENUM", ""]
     defines = sorted(f"#define {a} {c}" for a, c in aliases.items() if a in used)
     if defines:
         lines += ["/* first overloads under their overload name */", *defines, ""]
-    lines += ["/* qualified names in id order: install() binds each id to that entry */",
-              "#define EM_OP_QUALNAMES \\"]
-    lines += [f'    "{constants[c].qualified_name}", \\' for c in ids]
-    lines += ["", "#endif /* EMBER_OP_IDS_H */", ""]
+    lines += ["#endif /* EMBER_OP_IDS_H */", ""]
     return "\n".join(lines)
 
 
