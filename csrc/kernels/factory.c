@@ -141,21 +141,24 @@ make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
 }
 
 static PyObject *
+filled_with(em_Op *op, PyObject **args, long value)
+{
+    PyObject *v = PyLong_FromLong(value);
+    PyObject *r = v ? make_filled(op, args, v, false) : NULL;
+    Py_XDECREF(v);
+    return r;
+}
+
+static PyObject *
 k_zeros(em_Op *op, PyObject **args)
 {
-    PyObject *zero = PyLong_FromLong(0);
-    PyObject *r = zero ? make_filled(op, args, zero, false) : NULL;
-    Py_XDECREF(zero);
-    return r;
+    return filled_with(op, args, 0);
 }
 
 static PyObject *
 k_ones(em_Op *op, PyObject **args)
 {
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *r = one ? make_filled(op, args, one, false) : NULL;
-    Py_XDECREF(one);
-    return r;
+    return filled_with(op, args, 1);
 }
 
 static PyObject *
@@ -384,12 +387,8 @@ k_eye(em_Op *op, PyObject **args)
     /* the diagonal: a strided view of (min(n, m),) with stride m + 1 */
     npy_intp k = n < m ? n : m, stride = (npy_intp)((m + 1) * em_dtypes[dt]->itemsize);
     if (st == 0 && k > 0) {
-        PyArray_Descr *d = em_dtypes[dt]->descr;
-        Py_INCREF(d);
-        PyObject *diag = PyArray_NewFromDescr(&PyArray_Type, d, 1, &k, &stride,
-                                              PyArray_DATA(t->array), NPY_ARRAY_WRITEABLE,
-                                              NULL);
-        st = diag ? PyArray_FillWithScalar((PyArrayObject *)diag, one) : -1;
+        PyArrayObject *diag = em_array_view(t->array, 1, &k, &stride, PyArray_DATA(t->array));
+        st = diag ? PyArray_FillWithScalar(diag, one) : -1;
         Py_XDECREF(diag);
     }
     Py_XDECREF(zero);

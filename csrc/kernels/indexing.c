@@ -375,18 +375,7 @@ broadcast_view(PyArrayObject *arr, int nd, const Py_ssize_t *shape)
         int j = i - off;
         strides[i] = (j < 0 || PyArray_DIMS(arr)[j] != shape[i]) ? 0 : PyArray_STRIDES(arr)[j];
     }
-    PyArray_Descr *descr = PyArray_DESCR(arr);
-    Py_INCREF(descr);
-    PyObject *v = PyArray_NewFromDescr(&PyArray_Type, descr, nd, (npy_intp *)shape, strides,
-                                       PyArray_BYTES(arr), 0, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject((PyArrayObject *)v, (PyObject *)arr) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return (PyObject *)em_array_view(arr, nd, shape, strides, PyArray_BYTES(arr));
 }
 
 /* NumPy's key for the plan: slice(None) for unindexed dims, the index arrays broadcast
@@ -948,20 +937,10 @@ static PyArrayObject *
 src_values(em_Tensor *src, em_Tensor *index)
 {
     PyArrayObject *a = src->array;
-    PyArray_Descr *descr = PyArray_DESCR(a);
-    Py_INCREF(descr);
-    PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, index->ndim, (npy_intp *)index->sizes, PyArray_STRIDES(a),
-        PyArray_BYTES(a), 0, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(a);
-    if (PyArray_SetBaseObject(v, (PyObject *)a) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    PyObject *flat = PyArray_Ravel(v, NPY_CORDER);
-    Py_DECREF(v);
+    PyArrayObject *v = em_array_view(a, index->ndim, index->sizes, PyArray_STRIDES(a),
+                                     PyArray_BYTES(a));
+    PyObject *flat = v ? PyArray_Ravel(v, NPY_CORDER) : NULL;
+    Py_XDECREF(v);
     return (PyArrayObject *)flat;
 }
 

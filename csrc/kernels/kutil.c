@@ -160,15 +160,22 @@ em_flip_view(PyArrayObject *arr, int d)
     npy_intp n = PyArray_DIMS(arr)[d];
     char *data = PyArray_BYTES(arr) + (n > 0 ? (n - 1) * strides[d] : 0);
     strides[d] = -strides[d];
-    PyArray_Descr *descr = PyArray_DESCR(arr);
+    return em_array_view(arr, ndim, PyArray_DIMS(arr), strides, data);
+}
+
+PyArrayObject *
+em_array_view(PyArrayObject *base, int nd, const npy_intp *dims, const npy_intp *strides,
+              char *data)
+{
+    PyArray_Descr *descr = PyArray_DESCR(base);
     Py_INCREF(descr);
     PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, ndim, PyArray_DIMS(arr), strides, data,
-        PyArray_FLAGS(arr) & NPY_ARRAY_WRITEABLE, NULL);
+        &PyArray_Type, descr, nd, (npy_intp *)dims, (npy_intp *)strides, data,
+        PyArray_FLAGS(base) & NPY_ARRAY_WRITEABLE, NULL);
     if (v == NULL)
         return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject(v, (PyObject *)arr) < 0) {
+    Py_INCREF(base);
+    if (PyArray_SetBaseObject(v, (PyObject *)base) < 0) {
         Py_DECREF(v);
         return NULL;
     }

@@ -45,6 +45,10 @@ int em_check_ndim(const char *name, Py_ssize_t ndim);
 void em_gather_loop(PyArrayObject *src, PyArrayObject *idx, int d, PyArrayObject *out);
 /* A view of arr reversed along d (negative stride). */
 PyArrayObject *em_flip_view(PyArrayObject *arr, int d);
+/* An array of base's dtype over dims with byte strides, its element 0 at data inside
+ * base's memory, writeable when base is; it keeps base alive. New reference. */
+PyArrayObject *em_array_view(PyArrayObject *base, int nd, const npy_intp *dims,
+                             const npy_intp *strides, char *data);
 
 /* Factories (factory.c): the argument of op's parameter `name` (NULL when op has none);
  * whether a device argument (NULL, None, "cpu", "meta", an ember.device) asks for meta

@@ -133,11 +133,9 @@ k_cat(em_Op *op, PyObject **args)
         if (cat_skipped(t))
             continue;
         if (t->numel > 0) {
-            PyArray_Descr *descr = PyArray_DESCR(out->array);
-            Py_INCREF(descr);
-            PyArrayObject *piece = (PyArrayObject *)PyArray_NewFromDescr(
-                &PyArray_Type, descr, t->ndim, (npy_intp *)t->sizes, ostrides,
-                PyArray_BYTES(out->array) + offset * ostrides[d], NPY_ARRAY_WRITEABLE, NULL);
+            PyArrayObject *piece = em_array_view(out->array, t->ndim, t->sizes, ostrides,
+                                                 PyArray_BYTES(out->array) +
+                                                     offset * ostrides[d]);
             int st = piece ? PyArray_CopyInto(piece, t->array) : -1;
             Py_XDECREF(piece);
             if (st < 0) {
@@ -797,20 +795,8 @@ np_slice(PyArrayObject *arr, int d, Py_ssize_t start, Py_ssize_t stop)
     npy_intp dims[EM_MAX_DIMS];
     memcpy(dims, PyArray_DIMS(arr), sizeof(npy_intp) * nd);
     dims[d] = stop - start;
-    PyArray_Descr *descr = PyArray_DESCR(arr);
-    Py_INCREF(descr);
-    PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, nd, dims, PyArray_STRIDES(arr),
-        PyArray_BYTES(arr) + start * PyArray_STRIDES(arr)[d],
-        PyArray_FLAGS(arr) & NPY_ARRAY_WRITEABLE, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject(v, (PyObject *)arr) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return em_array_view(arr, nd, dims, PyArray_STRIDES(arr),
+                         PyArray_BYTES(arr) + start * PyArray_STRIDES(arr)[d]);
 }
 
 /* dst[..., at:at + (stop - start), ...] = src[..., start:stop, ...] along d */

@@ -876,29 +876,26 @@ check_one_element(em_Tensor *self)
 }
 
 static PyObject *
-tensor_nb_float(em_Tensor *self)
+item_as(em_Tensor *self, PyObject *(*convert)(PyObject *))
 {
     if (check_one_element(self) < 0)
         return NULL;
     PyObject *v = tensor_item(self, NULL);
-    if (v == NULL)
-        return NULL;
-    PyObject *f = PyNumber_Float(v);
-    Py_DECREF(v);
-    return f;
+    PyObject *r = v ? convert(v) : NULL;
+    Py_XDECREF(v);
+    return r;
+}
+
+static PyObject *
+tensor_nb_float(em_Tensor *self)
+{
+    return item_as(self, PyNumber_Float);
 }
 
 static PyObject *
 tensor_nb_int(em_Tensor *self)
 {
-    if (check_one_element(self) < 0)
-        return NULL;
-    PyObject *v = tensor_item(self, NULL);
-    if (v == NULL)
-        return NULL;
-    PyObject *i = PyNumber_Long(v);
-    Py_DECREF(v);
-    return i;
+    return item_as(self, PyNumber_Long);
 }
 
 static PyObject *
