@@ -148,7 +148,8 @@ int em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes,
 bool em_tensor_is_contiguous(const em_Tensor *t);
 PyObject *em_tensor_to_array(em_Tensor *t);   /* new ref to the NumPy view; error if meta */
 em_Tensor *em_tensor_contiguous(em_Tensor *t); /* new ref: t itself or a contiguous copy */
-PyObject *em_sizes_tuple(const em_Tensor *t);
+PyObject *em_sizes_tuple(const em_Tensor *t);        /* its shape, an ember.Size */
+PyObject *em_int_tuple(const Py_ssize_t *v, int n);   /* a tuple of n ints */
 /* "[2, 3]": a shape as text for messages, in one of four per-thread buffers used in
  * turn (so one message may show four shapes). */
 const char *em_shape_s(int ndim, const Py_ssize_t *sizes);

@@ -44,16 +44,10 @@ conform(PyObject *g, int ndim, const Py_ssize_t *sizes, em_dtype_t dtype, PyObje
             Py_DECREF(g);
             return NULL;
         }
-        PyObject *shape = PyTuple_New(ndim);
-        if (shape == NULL) {
-            Py_DECREF(g);
-            return NULL;
-        }
-        for (int i = 0; i < ndim; i++)
-            PyTuple_SET_ITEM(shape, i, PyLong_FromSsize_t(sizes[i]));
+        PyObject *shape = em_int_tuple(sizes, ndim);
         PyObject *args[2] = {g, shape};
-        PyObject *r = em_call_op(EM_OP_SUM_TO_SIZE, args, 2, NULL);
-        Py_DECREF(shape);
+        PyObject *r = shape ? em_call_op(EM_OP_SUM_TO_SIZE, args, 2, NULL) : NULL;
+        Py_XDECREF(shape);
         Py_DECREF(g);
         if (r == NULL)
             return NULL;

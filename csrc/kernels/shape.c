@@ -9,23 +9,9 @@
 #include "kutil.h"
 
 static PyObject *
-int_tuple_of(const Py_ssize_t *v, int n)
-{
-    PyObject *t = PyTuple_New(n);
-    for (int i = 0; t != NULL && i < n; i++) {
-        PyObject *o = PyLong_FromSsize_t(v[i]);
-        if (o == NULL)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, i, o);
-    }
-    return t;
-}
-
-static PyObject *
 call_ints(int id, PyObject *self, const Py_ssize_t *v, int n)
 {
-    PyObject *t = int_tuple_of(v, n);
+    PyObject *t = em_int_tuple(v, n);
     if (t == NULL)
         return NULL;
     PyObject *a[2] = {self, t};

@@ -1037,15 +1037,10 @@ mask_over(em_Tensor *self, em_Tensor *mask)
     }
     if (mask->ndim == self->ndim)
         return m;
-    PyObject *shape = PyTuple_New(self->ndim);
-    for (int d = 0; shape != NULL && d < self->ndim; d++) {
-        PyObject *n = PyLong_FromSsize_t(d < mask->ndim ? mask->sizes[d] : 1);
-        if (n == NULL)
-            Py_CLEAR(shape);
-        else
-            PyTuple_SET_ITEM(shape, d, n);
-    }
-    PyObject *r = NULL;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    for (int d = 0; d < self->ndim; d++)
+        sizes[d] = d < mask->ndim ? mask->sizes[d] : 1;
+    PyObject *shape = em_int_tuple(sizes, self->ndim), *r = NULL;
     if (shape != NULL) {
         PyObject *a[2] = {m, shape};
         r = em_call_op(EM_OP_VIEW, a, 2, NULL);

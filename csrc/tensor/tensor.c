@@ -57,21 +57,31 @@ tensor_dealloc(em_Tensor *self)
 
 /* ------------------------------------------------------------------ Size */
 
+/* A tuple (or, with type, an ember.Size) of the n ints of v. */
+static PyObject *
+ints_of(PyTypeObject *type, const Py_ssize_t *v, int n)
+{
+    PyObject *s = type != NULL ? type->tp_alloc(type, n) : PyTuple_New(n);
+    for (int i = 0; s != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromSsize_t(v[i]);
+        if (x == NULL)
+            Py_CLEAR(s);
+        else
+            PyTuple_SET_ITEM(s, i, x);
+    }
+    return s;
+}
+
+PyObject *
+em_int_tuple(const Py_ssize_t *v, int n)
+{
+    return ints_of(NULL, v, n);
+}
+
 PyObject *
 em_sizes_tuple(const em_Tensor *t)
 {
-    PyObject *s = Size_Type.tp_alloc(&Size_Type, t->ndim);
-    if (s == NULL)
-        return NULL;
-    for (int i = 0; i < t->ndim; i++) {
-        PyObject *v = PyLong_FromSsize_t(t->sizes[i]);
-        if (v == NULL) {
-            Py_DECREF(s);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(s, i, v);
-    }
-    return s;
+    return ints_of(&Size_Type, t->sizes, t->ndim);
 }
 
 static PyObject *
@@ -431,44 +441,32 @@ dim_param(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *
     return 0;
 }
 
+/* size(dim=None) / stride(dim=None): all of v (a Size or a tuple), or v[dim] */
+static PyObject *
+size_or_stride(em_Tensor *self, const char *fname, PyTypeObject *type, const Py_ssize_t *v,
+               PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *dim;
+    Py_ssize_t d;
+    if (dim_param(fname, args, nargs, kwnames, &dim) < 0)
+        return NULL;
+    if (dim == NULL || dim == Py_None)
+        return ints_of(type, v, self->ndim);
+    if (dim_arg(self, dim, &d) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(v[d]);
+}
+
 static PyObject *
 tensor_size(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim;
-    if (dim_param("size", args, nargs, kwnames, &dim) < 0)
-        return NULL;
-    if (dim == NULL || dim == Py_None)
-        return em_sizes_tuple(self);
-    Py_ssize_t d;
-    if (dim_arg(self, dim, &d) < 0)
-        return NULL;
-    return PyLong_FromSsize_t(self->sizes[d]);
+    return size_or_stride(self, "size", &Size_Type, self->sizes, args, nargs, kwnames);
 }
 
 static PyObject *
 tensor_stride(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim;
-    if (dim_param("stride", args, nargs, kwnames, &dim) < 0)
-        return NULL;
-    if (dim == NULL || dim == Py_None) {
-        PyObject *t = PyTuple_New(self->ndim);
-        if (t == NULL)
-            return NULL;
-        for (int i = 0; i < self->ndim; i++) {
-            PyObject *v = PyLong_FromSsize_t(self->strides[i]);
-            if (v == NULL) {
-                Py_DECREF(t);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(t, i, v);
-        }
-        return t;
-    }
-    Py_ssize_t d;
-    if (dim_arg(self, dim, &d) < 0)
-        return NULL;
-    return PyLong_FromSsize_t(self->strides[d]);
+    return size_or_stride(self, "stride", NULL, self->strides, args, nargs, kwnames);
 }
 
 static PyObject *

@@ -65,6 +65,21 @@ em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes, const Py_ssi
     return 0;
 }
 
+/* A tensor of that geometry, dtype and storage offset, with no data or storage yet. */
+static em_Tensor *
+tensor_of(int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides, em_dtype_t dtype,
+          Py_ssize_t offset)
+{
+    em_Tensor *t = tensor_alloc();
+    if (t != NULL && em_tensor_set_geom(t, ndim, sizes, strides) < 0)
+        Py_CLEAR(t);
+    if (t != NULL) {
+        t->dtype = dtype;
+        t->offset = offset;
+    }
+    return t;
+}
+
 em_Tensor *
 em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offset)
 {
@@ -97,28 +112,16 @@ em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offse
         }
         strides[i] = b / itemsize;
     }
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(nd, PyArray_DIMS(array), strides, dt, offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, nd, PyArray_DIMS(array), strides) < 0)
-        goto error;
-    t->dtype = dt;
     Py_INCREF(array);
     t->array = array;
-    if (storage == NULL) {
-        t->storage = em_storage_new(array);
-        if (t->storage == NULL)
-            goto error;
-    }
-    else {
-        Py_INCREF(storage);
-        t->storage = storage;
-    }
-    t->offset = offset;
+    Py_XINCREF(storage);
+    t->storage = storage != NULL ? storage : em_storage_new(array);
+    if (t->storage == NULL)
+        Py_CLEAR(t);
     return t;
-error:
-    Py_DECREF(t);
-    return NULL;
 }
 
 em_Tensor *
@@ -126,23 +129,11 @@ em_tensor_empty(const em_Geom *g, bool meta)
 {
     em_Tensor *t;
     if (meta) {
-        t = tensor_alloc();
-        if (t == NULL)
-            return NULL;
-        Py_ssize_t strides[EM_MAX_DIMS];
-        em_Geom tmp = *g;
-        em_contiguous_strides(&tmp);
-        memcpy(strides, tmp.strides, sizeof(Py_ssize_t) * g->ndim);
-        if (em_tensor_set_geom(t, g->ndim, g->sizes, strides) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        t->dtype = g->dtype;
-        t->storage = em_storage_new(NULL);
-        if (t->storage == NULL) {
-            Py_DECREF(t);
-            return NULL;
-        }
+        em_Geom c = *g;
+        em_contiguous_strides(&c);
+        t = tensor_of(c.ndim, c.sizes, c.strides, c.dtype, 0);
+        if (t != NULL && (t->storage = em_storage_new(NULL)) == NULL)
+            Py_CLEAR(t);
         return t;
     }
     PyArray_Descr *descr = em_dtypes[g->dtype]->descr;
@@ -199,13 +190,9 @@ em_Tensor *
 em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides,
                Py_ssize_t offset)
 {
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(ndim, sizes, strides, base->dtype, offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, ndim, sizes, strides) < 0)
-        goto error;
-    t->dtype = base->dtype;
-    t->offset = offset;
     Py_INCREF(base->storage);
     t->storage = base->storage;
     PyObject *root = base->base ? base->base : (PyObject *)base;
@@ -241,15 +228,9 @@ error:
 em_Tensor *
 em_tensor_alias(em_Tensor *src)
 {
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(src->ndim, src->sizes, src->strides, src->dtype, src->offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, src->ndim, src->sizes, src->strides) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    t->dtype = src->dtype;
-    t->offset = src->offset;
     Py_XINCREF(src->array);
     t->array = src->array;
     Py_INCREF(src->storage);
@@ -333,20 +314,11 @@ em_shape_s(int ndim, const Py_ssize_t *sizes)
 em_Tensor *
 em_tensor_meta_like(em_Tensor *src)
 {
-    em_Tensor *t = tensor_alloc();
-    if (t == NULL)
-        return NULL;
-    if (em_tensor_set_geom(t, src->ndim, src->sizes, src->strides) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    t->dtype = src->dtype;
-    t->offset = src->offset;
-    t->requires_grad = src->requires_grad;
-    t->storage = em_storage_new(NULL);
-    if (t->storage == NULL) {
-        Py_DECREF(t);
-        return NULL;
+    em_Tensor *t = tensor_of(src->ndim, src->sizes, src->strides, src->dtype, src->offset);
+    if (t != NULL) {
+        t->requires_grad = src->requires_grad;
+        if ((t->storage = em_storage_new(NULL)) == NULL)
+            Py_CLEAR(t);
     }
     return t;
 }
