@@ -872,34 +872,35 @@ done:
     return res;
 }
 
+/* The bound arguments a Python call of method `what` passes: a tuple of nparams. */
+static int
+bound_from(em_Op *self, const char *what, PyObject *args, PyObject **bound)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
+        PyErr_Format(PyExc_TypeError, "%U.%s expects a tuple of %d bound arguments",
+                     self->name, what, self->nparams);
+        return -1;
+    }
+    for (int i = 0; i < self->nparams; i++)
+        bound[i] = PyTuple_GET_ITEM(args, i);
+    return 0;
+}
+
 /* Runs this overload's kernel on bound args, bypassing mode and autograd. */
 static PyObject *
 op_run_kernel(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._kernel expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
-    for (int i = 0; i < self->nparams; i++)
-        bound[i] = PyTuple_GET_ITEM(args, i);
-    return self->kernel(self, bound);
+    return bound_from(self, "_kernel", args, bound) < 0 ? NULL : self->kernel(self, bound);
 }
 
 /* Runs bound args through the dispatcher (mode, then autograd). */
 static PyObject *
 op_call_bound_py(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._call_bound expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
-    for (int i = 0; i < self->nparams; i++)
-        bound[i] = PyTuple_GET_ITEM(args, i);
-    return em_op_call_bound(self, bound);
+    return bound_from(self, "_call_bound", args, bound) < 0 ? NULL
+                                                            : em_op_call_bound(self, bound);
 }
 
 /* The C rule: this op's kernel run on meta copies of the tensor arguments;
@@ -907,16 +908,13 @@ op_call_bound_py(em_Op *self, PyObject *args)
 static PyObject *
 op_infer(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._infer expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
     int nb = 0;
     PyObject *res = NULL;
+    if (bound_from(self, "_infer", args, bound) < 0)
+        return NULL;
     for (int i = 0; i < self->nparams; i++) {
-        PyObject *a = PyTuple_GET_ITEM(args, i);
+        PyObject *a = bound[i];
         if (em_Tensor_Check(a))
             a = (PyObject *)em_tensor_meta_like((em_Tensor *)a);
         else if (PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0 &&
@@ -971,12 +969,6 @@ static PyMethodDef op_methods[] = {
 static PyObject *op_get_overloads(em_Op *self, void *c) { return op_overloads(self, c); }
 
 static PyObject *
-op_get_kind(em_Op *self, void *c)
-{
-    return PyLong_FromLong(self->kind);
-}
-
-static PyObject *
 op_get_params(em_Op *self, void *c)
 {
     PyObject *t = PyTuple_New(self->nparams);
@@ -997,7 +989,6 @@ op_get_module(em_Op *self, void *c)
 
 static PyGetSetDef op_getset[] = {
     {"overloads", (getter)op_get_overloads, NULL, NULL, NULL},
-    {"kind", (getter)op_get_kind, NULL, NULL, NULL},
     {"param_names", (getter)op_get_params, NULL, NULL, NULL},
     {"__module__", (getter)op_get_module, NULL, NULL, NULL},
     {NULL},
@@ -1012,6 +1003,7 @@ static PyMemberDef op_members[] = {
     {"entry", T_OBJECT, offsetof(em_Op, entry), READONLY, NULL},
     {"backward", T_OBJECT, offsetof(em_Op, backward), READONLY, NULL},
     {"ufunc", T_OBJECT, offsetof(em_Op, ufunc), READONLY, NULL},
+    {"kind", T_INT, offsetof(em_Op, kind), READONLY, NULL},
     {"nouts", T_INT, offsetof(em_Op, nouts), READONLY, NULL},
     {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},

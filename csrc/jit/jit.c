@@ -12,6 +12,7 @@
 #include "jit/jit.h"
 
 #include <stdlib.h>
+#include <structmember.h>
 #include <time.h>
 
 static LLVMOrcLLJITRef jit;
@@ -231,29 +232,14 @@ error_module:
     return NULL;
 }
 
-static PyObject *
-jitmodule_get(JitModule *self, void *which)
-{
-    PyObject *v = NULL;
-    switch ((int)(intptr_t)which) {
-    case 0: v = self->names; break;
-    case 1: v = self->addresses; break;
-    case 2: v = self->ir; break;
-    case 3: v = self->optimized_ir; break;
-    default: return PyFloat_FromDouble(self->compile_ms);
-    }
-    if (v == NULL)
-        v = Py_None;
-    Py_INCREF(v);
-    return v;
-}
-
-static PyGetSetDef jitmodule_getset[] = {
-    {"names", (getter)jitmodule_get, NULL, "Kernel function names.", (void *)0},
-    {"addresses", (getter)jitmodule_get, NULL, "Kernel entry points.", (void *)1},
-    {"ir", (getter)jitmodule_get, NULL, "LLVM IR as built.", (void *)2},
-    {"optimized_ir", (getter)jitmodule_get, NULL, "LLVM IR after optimisation.", (void *)3},
-    {"compile_ms", (getter)jitmodule_get, NULL, "Time to build and compile.", (void *)4},
+static PyMemberDef jitmodule_members[] = {
+    {"names", T_OBJECT, offsetof(JitModule, names), READONLY, "Kernel function names."},
+    {"addresses", T_OBJECT, offsetof(JitModule, addresses), READONLY, "Kernel entry points."},
+    {"ir", T_OBJECT, offsetof(JitModule, ir), READONLY, "LLVM IR as built."},
+    {"optimized_ir", T_OBJECT, offsetof(JitModule, optimized_ir), READONLY,
+     "LLVM IR after optimisation."},
+    {"compile_ms", T_DOUBLE, offsetof(JitModule, compile_ms), READONLY,
+     "Time to build and compile."},
     {NULL},
 };
 
@@ -264,7 +250,7 @@ static PyTypeObject JitModule_Type = {
     .tp_dealloc = (destructor)jitmodule_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Kernels compiled to machine code (one LLVM module).",
-    .tp_getset = jitmodule_getset,
+    .tp_members = jitmodule_members,
     .tp_new = jitmodule_new,
 };
 
