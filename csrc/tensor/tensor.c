@@ -4,6 +4,7 @@
  * the type at import, as C callables (see dispatch/op.c).
  */
 #include "ember.h"
+#include <structmember.h>
 
 static PyObject *repr_hook;          /* ember._tensor_str.tensor_repr */
 static PyObject *device_cpu, *device_meta;
@@ -153,12 +154,6 @@ tensor_get_dtype(em_Tensor *self, void *c)
 }
 
 static PyObject *
-tensor_get_ndim(em_Tensor *self, void *c)
-{
-    return PyLong_FromLong(self->ndim);
-}
-
-static PyObject *
 tensor_get_requires_grad(em_Tensor *self, void *c)
 {
     if (em_view_sync(self) < 0)
@@ -257,31 +252,9 @@ tensor_get_is_leaf(em_Tensor *self, void *c)
 }
 
 static PyObject *
-tensor_get_output_nr(em_Tensor *self, void *c)
-{
-    return PyLong_FromLong(self->output_nr);
-}
-
-static PyObject *
 tensor_get_version(em_Tensor *self, void *c)
 {
     return PyLong_FromUnsignedLongLong(self->storage->version);
-}
-
-static PyObject *
-tensor_get_base(em_Tensor *self, void *c)
-{
-    PyObject *b = self->base ? self->base : Py_None;
-    Py_INCREF(b);
-    return b;
-}
-
-static PyObject *
-tensor_get_view_steps(em_Tensor *self, void *c)
-{
-    PyObject *s = self->view_steps ? self->view_steps : Py_None;
-    Py_INCREF(s);
-    return s;
 }
 
 static PyObject *
@@ -322,12 +295,6 @@ tensor_set_trace(em_Tensor *self, PyObject *value, void *c)
     Py_XINCREF(value);
     Py_XSETREF(self->trace, value);
     return 0;
-}
-
-static PyObject *
-tensor_get_retains_grad(em_Tensor *self, void *c)
-{
-    return PyBool_FromLong(self->retains_grad);
 }
 
 static PyObject *
@@ -378,28 +345,32 @@ tensor_set_data(em_Tensor *self, PyObject *value, void *c)
 static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)tensor_get_shape, NULL, "The size of each dimension.", NULL},
     {"dtype", (getter)tensor_get_dtype, NULL, NULL, NULL},
-    {"ndim", (getter)tensor_get_ndim, NULL, NULL, NULL},
     {"requires_grad", (getter)tensor_get_requires_grad, (setter)tensor_set_requires_grad,
      NULL, NULL},
     {"grad", (getter)tensor_get_grad, (setter)tensor_set_grad, NULL, NULL},
     {"grad_fn", (getter)tensor_get_grad_fn, NULL, NULL, NULL},
     {"is_leaf", (getter)tensor_get_is_leaf, NULL, NULL, NULL},
-    {"output_nr", (getter)tensor_get_output_nr, NULL, NULL, NULL},
     {"_version", (getter)tensor_get_version, NULL, NULL, NULL},
-    {"_base", (getter)tensor_get_base, NULL, NULL, NULL},
-    {"_view_steps", (getter)tensor_get_view_steps, NULL,
-     "How this view is made from _base: a tuple of (op, args after self...), or None.", NULL},
     {"is_meta", (getter)tensor_get_is_meta, NULL, NULL, NULL},
     {"device", (getter)tensor_get_device, NULL, NULL, NULL},
     {"is_cuda", (getter)tensor_get_false, NULL, NULL, NULL},
     {"is_sparse", (getter)tensor_get_false, NULL, NULL, NULL},
     {"is_quantized", (getter)tensor_get_false, NULL, NULL, NULL},
-    {"retains_grad", (getter)tensor_get_retains_grad, NULL, NULL, NULL},
     {"_backward_hooks", (getter)tensor_get_hooks, NULL, NULL, NULL},
     {"_trace", (getter)tensor_get_trace, (setter)tensor_set_trace,
      "Slot for tracers: the graph value this tensor stands for.", NULL},
     {"data", (getter)tensor_get_data, (setter)tensor_set_data, NULL, NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyMemberDef tensor_members[] = {
+    {"ndim", T_INT, offsetof(em_Tensor, ndim), READONLY, NULL},
+    {"output_nr", T_INT, offsetof(em_Tensor, output_nr), READONLY, NULL},
+    {"retains_grad", T_BOOL, offsetof(em_Tensor, retains_grad), READONLY, NULL},
+    {"_base", T_OBJECT, offsetof(em_Tensor, base), READONLY, NULL},
+    {"_view_steps", T_OBJECT, offsetof(em_Tensor, view_steps), READONLY,
+     "How this view is made from _base: a tuple of (op, args after self...), or None."},
     {NULL},
 };
 
@@ -1076,6 +1047,7 @@ PyTypeObject em_Tensor_Type = {
     .tp_iter = tensor_iter,
     .tp_weaklistoffset = offsetof(em_Tensor, weakreflist),
     .tp_methods = tensor_methods,
+    .tp_members = tensor_members,
     .tp_getset = tensor_getset,
     .tp_dictoffset = offsetof(em_Tensor, dict),
     .tp_new = tensor_new,
