@@ -298,6 +298,9 @@ em_dtype_t em_result_type(PyObject **operands, int n);
 void em_elementwise_strides(PyObject **operands, int n, em_Geom *g);
 /* Normalises dim into [0, ndim); IndexError as PyTorch words it. */
 int em_wrap_dim(Py_ssize_t *dim, int ndim);
+/* Python int -> Py_ssize_t; a dim normalised with em_wrap_dim. -1 with an error. */
+int em_int_arg(PyObject *o, Py_ssize_t *out);
+int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);
 /* dims: None, int or sequence -> mask of reduced dims; ndim 0 accepts 0 and -1. */
 int em_reduce_dims(PyObject *dims, int ndim, bool *mask);
 em_Tensor *em_tensor_meta_like(em_Tensor *t);

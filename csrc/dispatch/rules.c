@@ -23,6 +23,19 @@ em_wrap_dim(Py_ssize_t *dim, int ndim)
 }
 
 int
+em_int_arg(PyObject *o, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+int
+em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out)
+{
+    return em_int_arg(o, out) < 0 ? -1 : em_wrap_dim(out, ndim);
+}
+
+int
 em_reduce_dims(PyObject *dims, int ndim, bool *mask)
 {
     if (dims == Py_None || (PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) == 0)) {

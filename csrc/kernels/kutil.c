@@ -63,21 +63,6 @@ em_clone_contiguous(PyObject *t)
 }
 
 int
-em_int_arg(PyObject *o, Py_ssize_t *out)
-{
-    *out = PyLong_AsSsize_t(o);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-int
-em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out)
-{
-    if (em_int_arg(o, out) < 0)
-        return -1;
-    return em_wrap_dim(out, ndim);
-}
-
-int
 em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max)
 {
     PyObject *seq = PySequence_Fast(tup, "expected a sequence of ints");

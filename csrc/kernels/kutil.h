@@ -29,9 +29,6 @@ em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta)
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
-/* Python int -> Py_ssize_t; dims normalised with em_wrap_dim. -1 with an error. */
-int em_int_arg(PyObject *o, Py_ssize_t *out);
-int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
 /* -1 with a RuntimeError unless a result of ndim dims fits EM_MAX_DIMS: every kernel

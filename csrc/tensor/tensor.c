@@ -376,18 +376,6 @@ static PyMemberDef tensor_members[] = {
 
 /* ------------------------------------------------------------------ methods */
 
-static int
-dim_arg(em_Tensor *self, PyObject *arg, Py_ssize_t *dim)
-{
-    Py_ssize_t d = PyLong_AsSsize_t(arg);
-    if (d == -1 && PyErr_Occurred())
-        return -1;
-    if (em_wrap_dim(&d, self->ndim) < 0)
-        return -1;
-    *dim = d;
-    return 0;
-}
-
 /* The optional dim of size(dim=None) and stride(dim=None); NULL when absent. */
 static int
 dim_param(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -423,7 +411,7 @@ size_or_stride(em_Tensor *self, const char *fname, PyTypeObject *type, const Py_
         return NULL;
     if (dim == NULL || dim == Py_None)
         return ints_of(type, v, self->ndim);
-    if (dim_arg(self, dim, &d) < 0)
+    if (em_dim_arg(dim, self->ndim, &d) < 0)
         return NULL;
     return PyLong_FromSsize_t(v[d]);
 }
