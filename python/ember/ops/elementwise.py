@@ -25,11 +25,6 @@ def _is_tensor(x):
     return isinstance(x, _C.Tensor)
 
 
-def _is_float(x):
-    """A tensor of floating dtype, or a Python float."""
-    return x.dtype.is_floating_point if _is_tensor(x) else isinstance(x, float)
-
-
 # prims-only helpers for decompositions
 
 def _p_sub(a, b):
