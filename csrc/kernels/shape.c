@@ -119,9 +119,12 @@ k_cat(em_Op *op, PyObject **args)
         if (cat_skipped(t))
             continue;
         if (t->numel > 0) {
-            PyArrayObject *piece = em_array_view(out->array, t->ndim, t->sizes, ostrides,
-                                                 PyArray_BYTES(out->array) +
-                                                     offset * ostrides[d]);
+            /* (no base: out outlives the piece) */
+            PyArray_Descr *descr = PyArray_DESCR(out->array);
+            Py_INCREF(descr);
+            PyArrayObject *piece = (PyArrayObject *)PyArray_NewFromDescr(
+                &PyArray_Type, descr, t->ndim, (npy_intp *)t->sizes, ostrides,
+                PyArray_BYTES(out->array) + offset * ostrides[d], NPY_ARRAY_WRITEABLE, NULL);
             int st = piece ? PyArray_CopyInto(piece, t->array) : -1;
             Py_XDECREF(piece);
             if (st < 0) {

@@ -65,8 +65,9 @@ em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes, const Py_ssi
     return 0;
 }
 
-/* A tensor of that geometry, dtype and storage offset, with no data or storage yet. */
-static em_Tensor *
+/* A tensor of that geometry, dtype and storage offset, with no data or storage yet
+ * (inlined: every op's result is made through it). */
+static inline Py_ALWAYS_INLINE em_Tensor *
 tensor_of(int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides, em_dtype_t dtype,
           Py_ssize_t offset)
 {
