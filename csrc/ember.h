@@ -59,10 +59,6 @@ extern em_dtype_t em_default_dtype;   /* float32 unless set_default_dtype */
 
 static inline bool em_is_float(em_dtype_t t) { return t >= EM_FLOAT16 && t <= EM_FLOAT64; }
 static inline bool em_is_int(em_dtype_t t) { return t >= EM_UINT8 && t <= EM_INT64; }
-static inline int em_category(em_dtype_t t)
-{
-    return t == EM_BOOL ? 0 : (em_is_float(t) ? 2 : 1);
-}
 em_dtype_t em_promote_types(em_dtype_t a, em_dtype_t b);
 em_dtype_t em_dtype_from_npy(int npy_type);
 em_dtype_t em_dtype_from_object(PyObject *obj);   /* ember or NumPy dtype; -1 + error */
@@ -152,10 +148,13 @@ int em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes,
 bool em_tensor_is_contiguous(const em_Tensor *t);
 PyObject *em_tensor_to_array(em_Tensor *t);   /* new ref to the NumPy view; error if meta */
 em_Tensor *em_tensor_contiguous(em_Tensor *t); /* new ref: t itself or a contiguous copy */
-PyObject *em_sizes_tuple(const em_Tensor *t);
-PyObject *em_format_shape(int ndim, const Py_ssize_t *sizes); /* "[2, 3]" */
+PyObject *em_sizes_tuple(const em_Tensor *t);        /* its shape, an ember.Size */
+PyObject *em_int_tuple(const Py_ssize_t *v, int n);   /* a tuple of n ints */
+/* "[2, 3]": a shape as text for messages, in one of four per-thread buffers used in
+ * turn (so one message may show four shapes). */
+const char *em_shape_s(int ndim, const Py_ssize_t *sizes);
+#define em_tshape(t) em_shape_s((t)->ndim, (t)->sizes)
 int em_tensor_init_type(PyObject *module);
-em_Tensor *em_scalar_tensor(PyObject *number, em_dtype_t dtype); /* 0-d tensor */
 
 /* ------------------------------------------------------------------ modes */
 
@@ -236,7 +235,7 @@ struct em_Op {
     em_Op *functional;         /* in-place ops: the out-of-place op they update self with */
     em_kernel_fn kernel;
     em_kind_t kind;
-    int id;                    /* EM_OP_* (op_ids.h) once install() bound it, else -1 */
+    int id;                    /* entry.op_id (EM_OP_* for the ops C calls), else -1 */
     int nparams;
     int npositional;
     int nouts;
@@ -299,6 +298,9 @@ em_dtype_t em_result_type(PyObject **operands, int n);
 void em_elementwise_strides(PyObject **operands, int n, em_Geom *g);
 /* Normalises dim into [0, ndim); IndexError as PyTorch words it. */
 int em_wrap_dim(Py_ssize_t *dim, int ndim);
+/* Python int -> Py_ssize_t; a dim normalised with em_wrap_dim. -1 with an error. */
+int em_int_arg(PyObject *o, Py_ssize_t *out);
+int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);
 /* dims: None, int or sequence -> mask of reduced dims; ndim 0 accepts 0 and -1. */
 int em_reduce_dims(PyObject *dims, int ndim, bool *mask);
 em_Tensor *em_tensor_meta_like(em_Tensor *t);
@@ -334,7 +336,7 @@ extern const em_KernelEntry em_shape_kernels[];     /* shape.c */
 extern const em_KernelEntry em_indexing_kernels[];  /* indexing.c */
 
 int em_reduction_init(void);    /* reduction.c */
-/* factory.c: _C._set_default_generator(gen), the generator factories draw from */
+/* random.c: _C._set_default_generator(gen), the generator random ops draw from */
 PyObject *em_set_default_generator(PyObject *self, PyObject *gen);
 
 /* NumPy glue (kernels/numpy.c), set up once at import by em_numpy_init: the NumPy
@@ -452,7 +454,6 @@ int em_view_sync_args(em_Op *op, PyObject **args);
  * node), and view becomes a view of the new base. */
 int em_view_rebase(em_Op *fn, PyObject **fargs, em_Tensor *view, PyObject *result);
 int em_view_init(PyObject *module);
-bool em_grad_enabled(void);
 
 /* ------------------------------------------------------------------ capture */
 /* Adds ember._C._capture: the frame hook, its cache and guards (csrc/capture/). */
@@ -466,10 +467,6 @@ int em_aot_function_init(PyObject *module);       /* runtime/aot_function.c */
 int em_blas_init(PyObject *module);               /* runtime/blas.c */
 int em_threadpool_init(PyObject *module);         /* runtime/threadpool.c */
 int em_jit_init_type(PyObject *module);           /* jit/jit.c: JitKernel, _jit_* */
-
-/* ------------------------------------------------------------------ errors */
-/* Sets exc with "op(): message" formatting. Returns NULL. */
-PyObject *em_op_error(PyObject *exc, const char *opname, const char *fmt, ...);
 
 /* ------------------------------------------------------------------ misc */
 PyObject *em_llvm_info(PyObject *self, PyObject *noargs);

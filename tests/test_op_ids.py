@@ -27,8 +27,9 @@ def test_every_entry_is_bound_to_its_id():
 
 
 def test_heads_and_overloads_have_their_constants():
-    text = (ROOT / "csrc" / "dispatch" / "op_ids.h").read_text()
-    enum = re.findall(r"^    (EM_OP_\w+),", text, re.M)
+    # every entry has a constant (op_ids.h declares those C uses): in id order
+    enum = [c for c, _ in registry.assign_op_ids(registry.BY_NAME, _C.OP_QUALNAMES)]
+    text = op_ids.header(registry.BY_NAME, used={"EM_OP_LERP__TENSOR"})
     assert enum[registry.BY_NAME["view"][0].op_id] == "EM_OP_VIEW"
     assert enum[registry.BY_NAME["__getitem__"][0].op_id] == "EM_OP___GETITEM__"
     max_dim = next(e for e in registry.BY_NAME["max"] if e.overload == "dim")
@@ -50,6 +51,20 @@ def test_constant_names_that_collide_are_refused():
     table = {"a_b": [Entry("a_b", "")], "A_B": [Entry("A_B", "")]}
     with pytest.raises(ValueError, match="EM_OP_A_B"):
         registry.assign_op_ids(table)
+
+
+def test_the_header_declares_the_ops_c_uses_and_only_those():
+    text = (ROOT / "csrc" / "dispatch" / "op_ids.h").read_text()
+    enum = re.findall(r"^    X\((EM_OP_\w+), ", text, re.M)
+    assert enum == sorted(enum) and set(enum) <= op_ids.c_uses()
+    assert "EM_OP_VIEW" in enum and "EM_OP_ATAN" not in enum   # no C code calls atan
+    # C's ops have the ids op_ids.h gives them; every other entry comes after them
+    by_id = {e.op_id: e.qualified_name for e in registry.ENTRIES}
+    assert tuple(by_id[i] for i in range(len(enum))) == _C.OP_QUALNAMES
+    assert registry.BY_NAME["view"][0].op_id == enum.index("EM_OP_VIEW")
+    # C naming an op the table lacks is refused
+    with pytest.raises(ValueError, match="EM_OP_NO_SUCH_OP"):
+        op_ids.header(registry.BY_NAME, used={"EM_OP_VIEW", "EM_OP_NO_SUCH_OP"})
 
 
 def test_no_c_file_calls_an_op_by_name():

@@ -37,26 +37,17 @@ conform(PyObject *g, int ndim, const Py_ssize_t *sizes, em_dtype_t dtype, PyObje
             expandable = s == gs || s == 1;
         }
         if (!expandable) {
-            PyObject *want = em_format_shape(ndim, sizes), *got = em_format_shape(t->ndim, t->sizes);
-            if (want && got)
-                PyErr_Format(PyExc_RuntimeError,
-                             "Function %U returned an invalid gradient at index %d - got %U but "
-                             "expected shape compatible with %U", name, index, got, want);
-            Py_XDECREF(want);
-            Py_XDECREF(got);
+            PyErr_Format(PyExc_RuntimeError,
+                         "Function %U returned an invalid gradient at index %d - got %s but "
+                         "expected shape compatible with %s", name, index, em_tshape(t),
+                         em_shape_s(ndim, sizes));
             Py_DECREF(g);
             return NULL;
         }
-        PyObject *shape = PyTuple_New(ndim);
-        if (shape == NULL) {
-            Py_DECREF(g);
-            return NULL;
-        }
-        for (int i = 0; i < ndim; i++)
-            PyTuple_SET_ITEM(shape, i, PyLong_FromSsize_t(sizes[i]));
+        PyObject *shape = em_int_tuple(sizes, ndim);
         PyObject *args[2] = {g, shape};
-        PyObject *r = em_call_op(EM_OP_SUM_TO_SIZE, args, 2, NULL);
-        Py_DECREF(shape);
+        PyObject *r = shape ? em_call_op(EM_OP_SUM_TO_SIZE, args, 2, NULL) : NULL;
+        Py_XDECREF(shape);
         Py_DECREF(g);
         if (r == NULL)
             return NULL;
@@ -563,14 +554,10 @@ run_backward(PyObject *self, PyObject *args)
             em_Tensor *gt = (em_Tensor *)g;
             if (gt->ndim != rt->ndim ||
                 memcmp(gt->sizes, rt->sizes, sizeof(Py_ssize_t) * rt->ndim) != 0) {
-                PyObject *a = em_format_shape(gt->ndim, gt->sizes);
-                PyObject *b = em_format_shape(rt->ndim, rt->sizes);
-                if (a && b)
-                    PyErr_Format(PyExc_RuntimeError,
-                                 "Mismatch in shape: grad_output[%zd] has a shape of %U and "
-                                 "output[%zd] has a shape of %U.", i, a, i, b);
-                Py_XDECREF(a);
-                Py_XDECREF(b);
+                PyErr_Format(PyExc_RuntimeError,
+                             "Mismatch in shape: grad_output[%zd] has a shape of %s and "
+                             "output[%zd] has a shape of %s.", i, em_tshape(gt), i,
+                             em_tshape(rt));
                 goto done;
             }
             Py_INCREF(g);

@@ -312,6 +312,19 @@ make_node(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------ running */
 
+/* PyTorch's error for a saved tensor (input or output k of node) written in place since
+ * it was saved at version `expect`. */
+static int
+modified_error(em_Node *node, em_Tensor *t, const char *what, int k, uint64_t expect)
+{
+    PyErr_Format(PyExc_RuntimeError, "one of the variables needed for gradient computation "
+                 "has been modified by an inplace operation: [ember.%s %s], which is %s %d "
+                 "of %U, is at version %llu; expected version %llu instead.",
+                 em_dtypes[t->dtype]->name, em_tshape(t), what, k, node->name,
+                 (unsigned long long)t->storage->version, (unsigned long long)expect);
+    return -1;
+}
+
 static int
 check_version(em_Node *node, int i)
 {
@@ -322,16 +335,7 @@ check_version(em_Node *node, int i)
     unsigned long long expect = PyLong_AsUnsignedLongLong(ver);
     if (t->storage->version == expect)
         return 0;
-    PyObject *shape = em_format_shape(t->ndim, t->sizes);
-    if (shape)
-        PyErr_Format(PyExc_RuntimeError,
-                     "one of the variables needed for gradient computation has been modified "
-                     "by an inplace operation: [ember.%s %U], which is input %d of %U, is at "
-                     "version %llu; expected version %llu instead.",
-                     em_dtypes[t->dtype]->name, shape, i, node->name,
-                     (unsigned long long)t->storage->version, expect);
-    Py_XDECREF(shape);
-    return -1;
+    return modified_error(node, t, "input", i, expect);
 }
 
 /* The result as the formula sees it: detached, or (when building a graph of
@@ -342,17 +346,7 @@ unpack_output(em_Node *node, int k, bool check)
     PyObject *alias = PyTuple_GET_ITEM(node->saved_outputs, k);
     if (check && em_Tensor_Check(alias) &&
         ((em_Tensor *)alias)->storage->version != node->outmeta[k].version) {
-        em_Tensor *t = (em_Tensor *)alias;
-        PyObject *shape = em_format_shape(t->ndim, t->sizes);
-        if (shape)
-            PyErr_Format(PyExc_RuntimeError,
-                         "one of the variables needed for gradient computation has been "
-                         "modified by an inplace operation: [ember.%s %U], which is output %d "
-                         "of %U, is at version %llu; expected version %llu instead.",
-                         em_dtypes[t->dtype]->name, shape, k, node->name,
-                         (unsigned long long)t->storage->version,
-                         (unsigned long long)node->outmeta[k].version);
-        Py_XDECREF(shape);
+        modified_error(node, (em_Tensor *)alias, "output", k, node->outmeta[k].version);
         return NULL;
     }
     if (!em_Tensor_Check(alias) || !em_tls.grad_enabled ||

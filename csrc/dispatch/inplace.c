@@ -37,14 +37,9 @@ check_fits(em_Op *op, em_Tensor *self, em_Tensor *res)
     }
     if (res->ndim != self->ndim ||
         memcmp(res->sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim) != 0) {
-        PyObject *a = em_format_shape(self->ndim, self->sizes);
-        PyObject *b = em_format_shape(res->ndim, res->sizes);
-        if (a && b)
-            PyErr_Format(PyExc_RuntimeError,
-                         "%U(): output with shape %U doesn't match the broadcast shape %U",
-                         op->name, a, b);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U(): output with shape %s doesn't match the broadcast shape %s",
+                     op->name, em_tshape(self), em_tshape(res));
         return -1;
     }
     if (!can_cast(res->dtype, self->dtype)) {

@@ -3,12 +3,6 @@
 
 _Thread_local em_ThreadState em_tls = {EM_MODE_EAGER, 1, NULL};
 
-bool
-em_grad_enabled(void)
-{
-    return em_tls.grad_enabled != 0;
-}
-
 static PyObject *
 is_grad_enabled(PyObject *self, PyObject *noargs)
 {

@@ -15,23 +15,9 @@
 em_Op *em_ops[EM_NOPS];
 PyObject *em_kw_dtype, *em_kw_memory_format, *em_str_contiguous_format;
 
-static const char *const qualnames[] = {EM_OP_QUALNAMES};
-_Static_assert(sizeof qualnames / sizeof qualnames[0] == EM_NOPS,
-               "op_ids.h: one qualified name per id");
-
-PyObject *
-em_op_error(PyObject *exc, const char *opname, const char *fmt, ...)
-{
-    va_list va;
-    va_start(va, fmt);
-    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
-    va_end(va);
-    if (msg == NULL)
-        return NULL;
-    PyErr_Format(exc, "%s(): %U", opname, msg);
-    Py_DECREF(msg);
-    return NULL;
-}
+#define EM_OPS_NAME(id, name) name,
+static const char *const qualnames[] = {EM_OPS(EM_OPS_NAME)};
+#undef EM_OPS_NAME
 
 bool
 em_is_number(PyObject *o)
@@ -886,34 +872,35 @@ done:
     return res;
 }
 
+/* The bound arguments a Python call of method `what` passes: a tuple of nparams. */
+static int
+bound_from(em_Op *self, const char *what, PyObject *args, PyObject **bound)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
+        PyErr_Format(PyExc_TypeError, "%U.%s expects a tuple of %d bound arguments",
+                     self->name, what, self->nparams);
+        return -1;
+    }
+    for (int i = 0; i < self->nparams; i++)
+        bound[i] = PyTuple_GET_ITEM(args, i);
+    return 0;
+}
+
 /* Runs this overload's kernel on bound args, bypassing mode and autograd. */
 static PyObject *
 op_run_kernel(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._kernel expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
-    for (int i = 0; i < self->nparams; i++)
-        bound[i] = PyTuple_GET_ITEM(args, i);
-    return self->kernel(self, bound);
+    return bound_from(self, "_kernel", args, bound) < 0 ? NULL : self->kernel(self, bound);
 }
 
 /* Runs bound args through the dispatcher (mode, then autograd). */
 static PyObject *
 op_call_bound_py(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._call_bound expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
-    for (int i = 0; i < self->nparams; i++)
-        bound[i] = PyTuple_GET_ITEM(args, i);
-    return em_op_call_bound(self, bound);
+    return bound_from(self, "_call_bound", args, bound) < 0 ? NULL
+                                                            : em_op_call_bound(self, bound);
 }
 
 /* The C rule: this op's kernel run on meta copies of the tensor arguments;
@@ -921,16 +908,13 @@ op_call_bound_py(em_Op *self, PyObject *args)
 static PyObject *
 op_infer(em_Op *self, PyObject *args)
 {
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nparams) {
-        PyErr_Format(PyExc_TypeError, "%U._infer expects a tuple of %d bound arguments",
-                     self->name, self->nparams);
-        return NULL;
-    }
     PyObject *bound[EM_MAX_PARAMS];
     int nb = 0;
     PyObject *res = NULL;
+    if (bound_from(self, "_infer", args, bound) < 0)
+        return NULL;
     for (int i = 0; i < self->nparams; i++) {
-        PyObject *a = PyTuple_GET_ITEM(args, i);
+        PyObject *a = bound[i];
         if (em_Tensor_Check(a))
             a = (PyObject *)em_tensor_meta_like((em_Tensor *)a);
         else if (PyTuple_Check(a) && PyTuple_GET_SIZE(a) > 0 &&
@@ -985,12 +969,6 @@ static PyMethodDef op_methods[] = {
 static PyObject *op_get_overloads(em_Op *self, void *c) { return op_overloads(self, c); }
 
 static PyObject *
-op_get_kind(em_Op *self, void *c)
-{
-    return PyLong_FromLong(self->kind);
-}
-
-static PyObject *
 op_get_params(em_Op *self, void *c)
 {
     PyObject *t = PyTuple_New(self->nparams);
@@ -1011,7 +989,6 @@ op_get_module(em_Op *self, void *c)
 
 static PyGetSetDef op_getset[] = {
     {"overloads", (getter)op_get_overloads, NULL, NULL, NULL},
-    {"kind", (getter)op_get_kind, NULL, NULL, NULL},
     {"param_names", (getter)op_get_params, NULL, NULL, NULL},
     {"__module__", (getter)op_get_module, NULL, NULL, NULL},
     {NULL},
@@ -1026,11 +1003,13 @@ static PyMemberDef op_members[] = {
     {"entry", T_OBJECT, offsetof(em_Op, entry), READONLY, NULL},
     {"backward", T_OBJECT, offsetof(em_Op, backward), READONLY, NULL},
     {"ufunc", T_OBJECT, offsetof(em_Op, ufunc), READONLY, NULL},
+    {"kind", T_INT, offsetof(em_Op, kind), READONLY, NULL},
     {"nouts", T_INT, offsetof(em_Op, nouts), READONLY, NULL},
     {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
     {"id", T_INT, offsetof(em_Op, id), READONLY,
-     "Its id in C (csrc/dispatch/op_ids.h) once install() bound it, else -1."},
+     "Its id (entry.op_id; for the ops C calls, EM_OP_* of op_ids.h) once install() bound "
+     "it, else -1."},
     {"backward_reads", T_UINT, offsetof(em_Op, backward_reads), READONLY,
      "Which of (result, *args) the backward formula reads: bit 0 the result, bit i + 1 "
      "parameter i (entry.backward_uses); all bits when that can't be told."},
@@ -1058,7 +1037,8 @@ PyTypeObject em_Op_Type = {
 /* ------------------------------------------------------------------ module functions */
 
 /* _bind_ops({qualified name: op}): em_ops[id] is the op of the name op_ids.h gives id
- * (none when the table has no such entry); the op's id is set. */
+ * (none when the table has no such entry); every op's id is its place in the table,
+ * which install() orders by entry.op_id (C's ops first, as op_ids.h numbers them). */
 static PyObject *
 bind_ops(PyObject *self, PyObject *table)
 {
@@ -1066,20 +1046,18 @@ bind_ops(PyObject *self, PyObject *table)
         PyErr_SetString(PyExc_TypeError, "_bind_ops expects a dict of ops");
         return NULL;
     }
+    PyObject *key, *o;
+    Py_ssize_t pos = 0;
+    for (int i = 0; PyDict_Next(table, &pos, &key, &o); i++) {
+        if (!em_Op_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "_bind_ops: %R is not an Op", key);
+            return NULL;
+        }
+        ((em_Op *)o)->id = i;
+    }
     for (int i = 0; i < EM_NOPS; i++) {
-        PyObject *key = PyUnicode_FromString(qualnames[i]);
-        PyObject *o = key ? PyDict_GetItemWithError(table, key) : NULL;
-        Py_XDECREF(key);
-        if (o == NULL && PyErr_Occurred())
-            return NULL;
-        if (o != NULL && !em_Op_Check(o)) {
-            PyErr_Format(PyExc_TypeError, "_bind_ops: %s is not an Op", qualnames[i]);
-            return NULL;
-        }
-        if (o != NULL) {
-            Py_INCREF(o);
-            ((em_Op *)o)->id = i;
-        }
+        o = PyDict_GetItemString(table, qualnames[i]);
+        Py_XINCREF(o);
         Py_XSETREF(em_ops[i], (em_Op *)o);
     }
     Py_RETURN_NONE;
@@ -1103,6 +1081,18 @@ em_op_init(PyObject *module)
     Py_INCREF(&em_Op_Type);
     if (PyModule_AddObject(module, "Op", (PyObject *)&em_Op_Type) < 0)
         return -1;
+    PyObject *names = PyTuple_New(EM_NOPS);
+    for (int i = 0; names != NULL && i < EM_NOPS; i++) {
+        PyObject *n = PyUnicode_FromString(qualnames[i]);
+        if (n == NULL)
+            Py_CLEAR(names);
+        else
+            PyTuple_SET_ITEM(names, i, n);
+    }
+    if (names == NULL || PyModule_AddObject(module, "OP_QUALNAMES", names) < 0) {
+        Py_XDECREF(names);
+        return -1;
+    }
     static const char *argtypes[] = {"TENSOR", "SCALAR", "INT", "INTLIST", "BOOL", "FLOAT",
                                      "DTYPE", "STR", "TENSORLIST", "ANY", "DEVICE",
                                      "GENERATOR"};

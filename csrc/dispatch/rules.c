@@ -23,6 +23,19 @@ em_wrap_dim(Py_ssize_t *dim, int ndim)
 }
 
 int
+em_int_arg(PyObject *o, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+int
+em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out)
+{
+    return em_int_arg(o, out) < 0 ? -1 : em_wrap_dim(out, ndim);
+}
+
+int
 em_reduce_dims(PyObject *dims, int ndim, bool *mask)
 {
     if (dims == Py_None || (PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) == 0)) {
@@ -134,15 +147,10 @@ em_broadcast(const char *opname, PyObject **operands, int n, em_Geom *out)
             }
             else if (s != 1) {
                 em_Tensor *a = (em_Tensor *)operands[owner[off + d]];
-                PyObject *sa = em_format_shape(a->ndim, a->sizes);
-                PyObject *sb = em_format_shape(t->ndim, t->sizes);
-                if (sa && sb)
-                    PyErr_Format(PyExc_RuntimeError,
-                                 "%s(): The size of tensor a (%zd) must match the size of tensor "
-                                 "b (%zd) at non-singleton dimension %d (shapes %U and %U)",
-                                 opname, *o, s, off + d, sa, sb);
-                Py_XDECREF(sa);
-                Py_XDECREF(sb);
+                PyErr_Format(PyExc_RuntimeError,
+                             "%s(): The size of tensor a (%zd) must match the size of tensor "
+                             "b (%zd) at non-singleton dimension %d (shapes %s and %s)",
+                             opname, *o, s, off + d, em_tshape(a), em_tshape(t));
                 return -1;
             }
         }

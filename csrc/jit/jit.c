@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <structmember.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -528,24 +529,12 @@ error:
     return NULL;
 }
 
-static PyObject *
-jitkernel_get(JitKernel *self, void *which)
-{
-    switch ((int)(intptr_t)which) {
-    case 0:
-        Py_INCREF(self->name);
-        return self->name;
-    case 1:
-        return PyLong_FromUnsignedLongLong(self->address);
-    default:
-        return PyFloat_FromDouble(self->load_ms);
-    }
-}
-
-static PyGetSetDef jitkernel_getset[] = {
-    {"name", (getter)jitkernel_get, NULL, "The kernel's function name.", (void *)0},
-    {"address", (getter)jitkernel_get, NULL, "The kernel's entry point.", (void *)1},
-    {"load_ms", (getter)jitkernel_get, NULL, "Time to link and look it up.", (void *)2},
+static PyMemberDef jitkernel_members[] = {
+    {"name", T_OBJECT, offsetof(JitKernel, name), READONLY, "The kernel's function name."},
+    {"address", T_ULONGLONG, offsetof(JitKernel, address), READONLY,
+     "The kernel's entry point."},
+    {"load_ms", T_DOUBLE, offsetof(JitKernel, load_ms), READONLY,
+     "Time to link and look it up."},
     {NULL},
 };
 
@@ -556,7 +545,7 @@ static PyTypeObject JitKernel_Type = {
     .tp_dealloc = (destructor)jitkernel_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One kernel's object code linked into the JIT (freed with it).",
-    .tp_getset = jitkernel_getset,
+    .tp_members = jitkernel_members,
     .tp_weaklistoffset = offsetof(JitKernel, weakrefs),
     .tp_new = jitkernel_new,
 };

@@ -58,26 +58,16 @@ int_params(PyObject *list, const char *what, int nsp, Py_ssize_t *out)
     return 0;
 }
 
-static PyObject *
-shape_of(em_Tensor *t)
-{
-    return em_format_shape(t->ndim, t->sizes);
-}
-
 /* "Given groups=1, weight of size [8, 3, 3, 3], expected input[1, 4, 5, 5] to have 3
  * channels, but got 4 channels instead" */
 static int
 channels_error(const char *given, long value, em_Tensor *input, em_Tensor *weight,
                Py_ssize_t expected)
 {
-    PyObject *ws = shape_of(weight), *is = shape_of(input);
-    if (ws && is)
-        PyErr_Format(PyExc_RuntimeError,
-                     "Given %s=%ld, weight of size %U, expected input%U to have %zd channels, "
-                     "but got %zd channels instead", given, value, ws, is, expected,
-                     input->sizes[1]);
-    Py_XDECREF(ws);
-    Py_XDECREF(is);
+    PyErr_Format(PyExc_RuntimeError,
+                 "Given %s=%ld, weight of size %s, expected input%s to have %zd channels, "
+                 "but got %zd channels instead", given, value, em_tshape(weight),
+                 em_tshape(input), expected, input->sizes[1]);
     return -1;
 }
 
@@ -96,24 +86,16 @@ conv_setup(PyObject **args, conv_params *p)
         if (wd == 5)
             PyErr_SetString(PyExc_NotImplementedError,
                             "3-d convolutions are not supported");
-        else {
-            PyObject *ws = shape_of(weight);
-            if (ws)
-                PyErr_Format(PyExc_RuntimeError,
-                             "weight should have at least three dimensions, but got weight "
-                             "of size %U", ws);
-            Py_XDECREF(ws);
-        }
+        else
+            PyErr_Format(PyExc_RuntimeError, "weight should have at least three dimensions, "
+                         "but got weight of size %s", em_tshape(weight));
         return -1;
     }
     if (input->ndim != wd) {
-        PyObject *ws = shape_of(weight), *is = shape_of(input);
-        if (ws && is)
-            PyErr_Format(PyExc_RuntimeError,
-                         "Expected %d-dimensional input for %d-dimensional weight %U, but got "
-                         "%d-dimensional input of size %U instead", wd, wd, ws, input->ndim, is);
-        Py_XDECREF(ws);
-        Py_XDECREF(is);
+        PyErr_Format(PyExc_RuntimeError,
+                     "Expected %d-dimensional input for %d-dimensional weight %s, but got "
+                     "%d-dimensional input of size %s instead", wd, wd, em_tshape(weight),
+                     input->ndim, em_tshape(input));
         return -1;
     }
     int nsp = p->nsp = wd - 2;
@@ -159,14 +141,11 @@ conv_setup(PyObject **args, conv_params *p)
         return -1;
     }
     if (weight->sizes[0] < 1 || weight->sizes[0] % groups != 0) {
-        PyObject *ws = shape_of(weight);
-        if (ws)
-            PyErr_Format(PyExc_RuntimeError,
-                         "Given groups=%ld, expected weight to be %s %ld at dimension 0, but "
-                         "got weight of size %U instead", groups,
-                         weight->sizes[0] < 1 ? "at least" : "divisible by",
-                         weight->sizes[0] < 1 ? 1L : groups, ws);
-        Py_XDECREF(ws);
+        PyErr_Format(PyExc_RuntimeError,
+                     "Given groups=%ld, expected weight to be %s %ld at dimension 0, but got "
+                     "weight of size %s instead", groups,
+                     weight->sizes[0] < 1 ? "at least" : "divisible by",
+                     weight->sizes[0] < 1 ? 1L : groups, em_tshape(weight));
         return -1;
     }
     p->G = groups;
@@ -185,13 +164,10 @@ conv_setup(PyObject **args, conv_params *p)
     if (bias != Py_None) {
         em_Tensor *b = (em_Tensor *)bias;
         if (b->ndim != 1 || b->sizes[0] != p->Cout) {
-            PyObject *ws = shape_of(weight), *bs = shape_of(b);
-            if (ws && bs)
-                PyErr_Format(PyExc_RuntimeError,
-                             "Given weight of size %U, expected bias to be 1-dimensional with "
-                             "%zd elements, but got bias of size %U instead", ws, p->Cout, bs);
-            Py_XDECREF(ws);
-            Py_XDECREF(bs);
+            PyErr_Format(PyExc_RuntimeError,
+                         "Given weight of size %s, expected bias to be 1-dimensional with %zd "
+                         "elements, but got bias of size %s instead", em_tshape(weight),
+                         p->Cout, em_tshape(b));
             return -1;
         }
     }

@@ -26,8 +26,21 @@ want_meta(PyObject **operands, int n)
     return em_tls.mode == EM_MODE_META || em_any_meta(operands, n);
 }
 
-/* Allocates the result; *done is set when nothing is left to compute (also on
+/* The result of dtype dt for the broadcast geometry g of operands, laid out as
+ * TensorIterator lays it out; *done is set when nothing is left to compute (also on
  * error, when the result is NULL). */
+static em_Tensor *
+layout_out(PyObject **operands, int n, em_Geom *g, em_dtype_t dt, bool *done)
+{
+    g->dtype = dt;
+    em_elementwise_strides(operands, n, g);
+    bool meta = want_meta(operands, n);
+    em_Tensor *out = em_tensor_empty_like_layout(g, meta);
+    *done = out == NULL || meta || out->numel == 0;
+    return out;
+}
+
+/* The result by the op kind's rule (layout_out's *done). */
 static em_Tensor *
 elementwise_out(em_Op *op, PyObject **operands, int n, em_dtype_t *compute, bool *done)
 {
@@ -41,16 +54,6 @@ elementwise_out(em_Op *op, PyObject **operands, int n, em_dtype_t *compute, bool
     return out;
 }
 
-static PyObject *
-finish(em_Tensor *out, int status)
-{
-    if (status < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-
 /* The generic kernel: op->ufunc over the operands. */
 static PyObject *
 k_ufunc(em_Op *op, PyObject **args)
@@ -62,18 +65,17 @@ k_ufunc(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, operands, n, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, em_ufunc_call(op->ufunc, operands, n, out->array, compute, out->dtype));
+    return em_finish(out, em_ufunc_call(op->ufunc, operands, n, out->array, compute, out->dtype));
 }
 
 /* add/sub(self, other, *, alpha): self (op) other * alpha. */
 static PyObject *
 k_binary_alpha(em_Op *op, PyObject **args)
 {
-    PyObject *operands[2] = {args[0], args[1]};
     PyObject *alpha = args[2];
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 2, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
     if (out == NULL)
         return NULL;
     bool unit = PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1;
@@ -87,7 +89,7 @@ k_binary_alpha(em_Op *op, PyObject **args)
     if (done)
         return (PyObject *)out;
     if (unit)
-        return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
+        return em_finish(out, em_ufunc_call(op->ufunc, args, 2, out->array, compute, compute));
     /* out = other * alpha, then out = self (op) out */
     PyObject *scaled[2] = {args[1], alpha};
     int st = em_ufunc_call(em_np.multiply, scaled, 2, out->array, compute, compute);
@@ -95,7 +97,7 @@ k_binary_alpha(em_Op *op, PyObject **args)
         PyObject *second[2] = {args[0], (PyObject *)out};
         st = em_ufunc_call(op->ufunc, second, 2, out->array, compute, compute);
     }
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 static int
@@ -166,10 +168,9 @@ error:
 static PyObject *
 k_pow(em_Op *op, PyObject **args)
 {
-    PyObject *operands[2] = {args[0], args[1]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 2, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
     if (out == NULL)
         return NULL;
     if (!em_is_float(compute) && !em_Tensor_Check(args[1])) {
@@ -187,28 +188,31 @@ k_pow(em_Op *op, PyObject **args)
     if (!em_is_float(compute)) {
         int neg = any_negative_int(args[1]);
         if (neg < 0)
-            return finish(out, -1);
+            return em_finish(out, -1);
         if (neg > 0)
-            return finish(out, int_pow_negative(op, args, out, compute));
+            return em_finish(out, int_pow_negative(op, args, out, compute));
     }
-    return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
+    return em_finish(out, em_ufunc_call(op->ufunc, args, 2, out->array, compute, compute));
 }
 
+/* -1 with PyTorch's error when the integer divisor b holds a zero. */
 static int
-any_zero(PyObject *b)
+check_divisor(PyObject *b)
 {
-    if (!em_Tensor_Check(b))
-        return !PyObject_IsTrue(b);
-    PyObject *eq = PyObject_CallFunction(em_np.equal, "(Oi)", ((em_Tensor *)b)->array, 0);
-    if (eq == NULL)
-        return -1;
-    PyObject *anyz = PyObject_CallMethod(eq, "any", NULL);
-    Py_DECREF(eq);
-    if (anyz == NULL)
-        return -1;
-    int r = PyObject_IsTrue(anyz);
-    Py_DECREF(anyz);
-    return r;
+    int zero = -1;
+    if (!em_Tensor_Check(b)) {
+        zero = !PyObject_IsTrue(b);
+    }
+    else {
+        PyObject *eq = PyObject_CallFunction(em_np.equal, "(Oi)", ((em_Tensor *)b)->array, 0);
+        PyObject *anyz = eq ? PyObject_CallMethod(eq, "any", NULL) : NULL;
+        zero = anyz ? PyObject_IsTrue(anyz) : -1;
+        Py_XDECREF(eq);
+        Py_XDECREF(anyz);
+    }
+    if (zero > 0)
+        PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
+    return zero != 0 ? -1 : 0;
 }
 
 /* div(self, other, *, rounding_mode=None): true division, or "trunc"/"floor"
@@ -216,7 +220,6 @@ any_zero(PyObject *b)
 static PyObject *
 k_div(em_Op *op, PyObject **args)
 {
-    PyObject *operands[2] = {args[0], args[1]};
     PyObject *mode = args[2];
     if (mode == Py_None)
         return k_ufunc(op, args);
@@ -231,32 +234,24 @@ k_div(em_Op *op, PyObject **args)
         return NULL;
     }
     em_Geom g;
-    if (em_broadcast("div", operands, 2, &g) < 0)
+    if (em_broadcast("div", args, 2, &g) < 0)
         return NULL;
-    em_dtype_t rt = em_result_type(operands, 2);
+    em_dtype_t rt = em_result_type(args, 2);
     if (rt == EM_BOOL) {
         PyErr_Format(PyExc_NotImplementedError,
                      "div(): \"div_%s_cpu\" not implemented for 'Bool'", m);
         return NULL;
     }
-    g.dtype = rt;
-    em_elementwise_strides(operands, 2, &g);
-    bool meta = want_meta(operands, 2);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
-    if (out == NULL || meta || out->numel == 0)
+    bool done;
+    em_Tensor *out = layout_out(args, 2, &g, rt, &done);
+    if (done)
         return (PyObject *)out;
     int st;
     if (!em_is_float(rt)) {
         /* integer division by zero is an error in PyTorch */
-        int zero = any_zero(args[1]);
-        if (zero < 0)
-            return finish(out, -1);
-        if (zero) {
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
-            return NULL;
-        }
-        st = em_ufunc_call(floor ? em_np.floor_divide : em_np.fmod, operands, 2, out->array,
+        if (check_divisor(args[1]) < 0)
+            return em_finish(out, -1);
+        st = em_ufunc_call(floor ? em_np.floor_divide : em_np.fmod, args, 2, out->array,
                            rt, rt);
         if (!floor && st == 0) {
             /* trunc(a / b) = (a - fmod(a, b)) / b, exact in integers */
@@ -266,18 +261,18 @@ k_div(em_Op *op, PyObject **args)
             if (st == 0)
                 st = em_ufunc_call(em_np.floor_divide, a2, 2, out->array, rt, rt);
         }
-        return finish(out, st);
+        return em_finish(out, st);
     }
     if (floor) {
         /* Python's floor division (fmod-based), as PyTorch's div_floor: 1 // 0.1 is 9 */
-        return finish(out, em_ufunc_call(em_np.floor_divide, operands, 2, out->array, rt, rt));
+        return em_finish(out, em_ufunc_call(em_np.floor_divide, args, 2, out->array, rt, rt));
     }
-    st = em_ufunc_call(op->ufunc, operands, 2, out->array, rt, rt);
+    st = em_ufunc_call(op->ufunc, args, 2, out->array, rt, rt);
     if (st == 0) {
         PyObject *one[1] = {(PyObject *)out};
         st = em_ufunc_call(em_np.trunc, one, 1, out->array, rt, rt);
     }
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 /* Runs the C loop `loop` (cloops.c) over the tensors ins into out; out is floating
@@ -291,7 +286,7 @@ run_cloop(em_Tensor *out, const char *loop, PyObject **ins, int nin, const doubl
                      em_dtypes[out->dtype]->name);
         c = -1;
     }
-    return finish(out, c < 0 ? -1 : 0);
+    return em_finish(out, c < 0 ? -1 : 0);
 }
 
 /* Kernels of unary ops computed by one C loop: sigmoid, erf, gelu, silu, ... The loop
@@ -299,54 +294,47 @@ run_cloop(em_Tensor *out, const char *loop, PyObject **ins, int nin, const doubl
 static PyObject *
 unary_cloop(em_Op *op, PyObject **args, const char *loop, const double *params)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return run_cloop(out, loop != NULL ? loop : PyUnicode_AsUTF8(op->name), operands, 1,
+    return run_cloop(out, loop != NULL ? loop : PyUnicode_AsUTF8(op->name), args, 1,
                      params);
 }
 
-/* Python numbers among the arguments as doubles (an op's Scalar parameters). */
-static int
-number_params(PyObject **args, const int *which, int n, double *params)
-{
-    for (int i = 0; i < n; i++) {
-        params[i] = PyFloat_AsDouble(args[which[i]]);
-        if (params[i] == -1.0 && PyErr_Occurred())
-            return -1;
-    }
-    return 0;
-}
-
-/* sigmoid(x) = 1 / (1 + exp(-x)); also erf, erfc, rsqrt, silu, mish */
+/* An op computed by the C loop named after it, with its numbers (its parameters after
+ * self) as the loop's params: sigmoid(x) = 1 / (1 + exp(-x)); also erf, erfc, rsqrt,
+ * silu, mish, softplus(self, beta, threshold), elu(self, alpha, scale, input_scale),
+ * leaky_relu(self, negative_slope). */
 static PyObject *
 k_cloop(em_Op *op, PyObject **args)
 {
-    return unary_cloop(op, args, NULL, NULL);
+    double p[EM_MAX_PARAMS];
+    for (int i = 1; i < op->nparams; i++)
+        if ((p[i - 1] = PyFloat_AsDouble(args[i])) == -1.0 && PyErr_Occurred())
+            return NULL;
+    return unary_cloop(op, args, NULL, p);
 }
 
 /* relu(x) = maximum(x, 0), NaN-propagating: a C loop for floats, the ufunc for integers. */
 static PyObject *
 k_relu(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
     if (em_is_float(out->dtype))
-        return run_cloop(out, "relu", operands, 1, NULL);
+        return run_cloop(out, "relu", args, 1, NULL);
     PyObject *zero = PyLong_FromLong(0);
     if (zero == NULL)
-        return finish(out, -1);
+        return em_finish(out, -1);
     PyObject *in[2] = {args[0], zero};
     int st = em_ufunc_call(op->ufunc, in, 2, out->array, compute, compute);
     Py_DECREF(zero);
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 /* sign(x): the C loop for floats (0 for NaN, as PyTorch), NumPy's sign for integers,
@@ -354,32 +342,30 @@ k_relu(em_Op *op, PyObject **args)
 static PyObject *
 k_sign(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
     if (em_is_float(out->dtype))
-        return run_cloop(out, "sign", operands, 1, NULL);
+        return run_cloop(out, "sign", args, 1, NULL);
     if (out->dtype == EM_BOOL)
-        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
-    return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+        return em_finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+    return em_finish(out, em_ufunc_call(op->ufunc, args, 1, out->array, compute, compute));
 }
 
 /* floor, ceil, trunc, round: the ufunc for floats; integers pass through (a copy). */
 static PyObject *
 k_rounding(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
     if (!em_is_float(out->dtype))
-        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
-    return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+        return em_finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+    return em_finish(out, em_ufunc_call(op->ufunc, args, 1, out->array, compute, compute));
 }
 
 /* round(self, *, decimals): rint(self * 10**decimals) / 10**decimals, as PyTorch (for
@@ -387,20 +373,19 @@ k_rounding(em_Op *op, PyObject **args)
 static PyObject *
 k_round_decimals(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
     long d = PyLong_AsLong(args[1]);
     if (d == -1 && PyErr_Occurred())
         return NULL;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
     if (d == 0)
-        return finish(out, em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute));
+        return em_finish(out, em_ufunc_call(op->ufunc, args, 1, out->array, compute, compute));
     PyObject *scale = PyFloat_FromDouble(pow(10.0, (double)labs(d)));
     if (scale == NULL)
-        return finish(out, -1);
+        return em_finish(out, -1);
     PyObject *first[2] = {args[0], scale}, *self_out[1] = {(PyObject *)out},
              *last[2] = {(PyObject *)out, scale};
     int st = em_ufunc_call(d > 0 ? em_np.multiply : em_np.true_divide, first, 2, out->array,
@@ -411,24 +396,23 @@ k_round_decimals(em_Op *op, PyObject **args)
         st = em_ufunc_call(d > 0 ? em_np.true_divide : em_np.multiply, last, 2, out->array,
                            compute, compute);
     Py_DECREF(scale);
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 /* frac(self) = self - trunc(self) */
 static PyObject *
 k_frac(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
-    int st = em_ufunc_call(op->ufunc, operands, 1, out->array, compute, compute);
+    int st = em_ufunc_call(op->ufunc, args, 1, out->array, compute, compute);
     PyObject *diff[2] = {args[0], (PyObject *)out};
     if (st == 0)
         st = em_ufunc_call(em_np.subtract, diff, 2, out->array, compute, compute);
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 /* gelu(self, *, approximate='none'|'tanh') */
@@ -447,53 +431,19 @@ k_gelu(em_Op *op, PyObject **args)
     return unary_cloop(op, args, tanh_ ? "gelu_tanh" : "gelu", NULL);
 }
 
-/* softplus(self, beta=1, threshold=20) */
-static PyObject *
-k_softplus(em_Op *op, PyObject **args)
-{
-    double p[2];
-    static const int which[2] = {1, 2};
-    if (number_params(args, which, 2, p) < 0)
-        return NULL;
-    return unary_cloop(op, args, "softplus", p);
-}
-
-/* elu(self, alpha=1, scale=1, input_scale=1) */
-static PyObject *
-k_elu(em_Op *op, PyObject **args)
-{
-    double p[3];
-    static const int which[3] = {1, 2, 3};
-    if (number_params(args, which, 3, p) < 0)
-        return NULL;
-    return unary_cloop(op, args, "elu", p);
-}
-
-/* leaky_relu(self, negative_slope=0.01) */
-static PyObject *
-k_leaky_relu(em_Op *op, PyObject **args)
-{
-    double p[1];
-    static const int which[1] = {1};
-    if (number_params(args, which, 1, p) < 0)
-        return NULL;
-    return unary_cloop(op, args, "leaky_relu", p);
-}
-
 /* nan_to_num(self, nan=None, posinf=None, neginf=None): floats through a C loop (the
  * defaults: 0 and the dtype's largest and lowest finite values); integers and bool
  * are copied. */
 static PyObject *
 k_nan_to_num(em_Op *op, PyObject **args)
 {
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
     if (!em_is_float(out->dtype))
-        return finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
+        return em_finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
     double big = out->dtype == EM_FLOAT16 ? 65504.0 : out->dtype == EM_FLOAT32 ? FLT_MAX
                                                                                 : DBL_MAX;
     double p[3] = {0.0, big, -big};
@@ -502,9 +452,9 @@ k_nan_to_num(em_Op *op, PyObject **args)
             continue;
         p[i] = PyFloat_AsDouble(args[i + 1]);
         if (p[i] == -1.0 && PyErr_Occurred())
-            return finish(out, -1);
+            return em_finish(out, -1);
     }
-    return run_cloop(out, "nan_to_num", operands, 1, p);
+    return run_cloop(out, "nan_to_num", args, 1, p);
 }
 
 
@@ -557,13 +507,12 @@ k_hardtanh(em_Op *op, PyObject **args)
             return NULL;
         }
     }
-    PyObject *operands[1] = {args[0]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, clamp_into(out, args[0], args[1], args[2], compute));
+    return em_finish(out, clamp_into(out, args[0], args[1], args[2], compute));
 }
 
 /* clamp(self, min=None, max=None): bounds are tensors or numbers, and promote. */
@@ -587,13 +536,11 @@ k_clamp(em_Op *op, PyObject **args)
                         "clamp(): \"clamp\" not implemented for 'Bool'");
         return NULL;
     }
-    g.dtype = rt;
-    em_elementwise_strides(args, 3, &g);
-    bool meta = want_meta(args, 3);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
-    if (out == NULL || meta || out->numel == 0)
+    bool done;
+    em_Tensor *out = layout_out(args, 3, &g, rt, &done);
+    if (done)
         return (PyObject *)out;
-    return finish(out, clamp_into(out, args[0], args[1], args[2], rt));
+    return em_finish(out, clamp_into(out, args[0], args[1], args[2], rt));
 }
 
 /* floor_divide / remainder: Python's floor semantics (NumPy's); an integer divisor of
@@ -601,23 +548,14 @@ k_clamp(em_Op *op, PyObject **args)
 static PyObject *
 k_int_checked(em_Op *op, PyObject **args)
 {
-    PyObject *operands[2] = {args[0], args[1]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 2, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
     if (done)
         return (PyObject *)out;
-    if (!em_is_float(compute)) {
-        int zero = any_zero(args[1]);
-        if (zero < 0)
-            return finish(out, -1);
-        if (zero) {
-            Py_DECREF(out);
-            PyErr_SetString(PyExc_RuntimeError, "ZeroDivisionError");
-            return NULL;
-        }
-    }
-    return finish(out, em_ufunc_call(op->ufunc, operands, 2, out->array, compute, compute));
+    if (!em_is_float(compute) && check_divisor(args[1]) < 0)
+        return em_finish(out, -1);
+    return em_finish(out, em_ufunc_call(op->ufunc, args, 2, out->array, compute, compute));
 }
 
 /* out = self + value * (tensor1 (op) tensor2), op multiply or true_divide */
@@ -653,13 +591,12 @@ add_scaled(em_Tensor *out, PyObject **args, PyObject *ufunc, em_dtype_t compute)
 static PyObject *
 k_addcmul(em_Op *op, PyObject **args)
 {
-    PyObject *operands[3] = {args[0], args[1], args[2]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 3, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, add_scaled(out, args, em_np.multiply, compute));
+    return em_finish(out, add_scaled(out, args, em_np.multiply, compute));
 }
 
 /* addcdiv(self, tensor1, tensor2, *, value=1) = self + value * tensor1 / tensor2; the
@@ -681,13 +618,12 @@ k_addcdiv(em_Op *op, PyObject **args)
                         "implementation: (input + value * tensor1 / tensor2), for all dtypes.");
         return NULL;
     }
-    PyObject *operands[3] = {args[0], args[1], args[2]};
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, operands, 3, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, 3, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return finish(out, add_scaled(out, args, em_np.true_divide, compute));
+    return em_finish(out, add_scaled(out, args, em_np.true_divide, compute));
 }
 
 /* lerp(self, end, weight): weight a tensor (lerp.Tensor) or a number (lerp.Scalar);
@@ -713,17 +649,15 @@ k_lerp(em_Op *op, PyObject **args)
     em_Geom g;
     if (em_broadcast("lerp", args, 3, &g) < 0)
         return NULL;
-    g.dtype = self->dtype;
-    em_elementwise_strides(args, 3, &g);
-    bool meta = want_meta(args, 3);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
-    if (out == NULL || meta || out->numel == 0)
+    bool done;
+    em_Tensor *out = layout_out(args, 3, &g, self->dtype, &done);
+    if (done)
         return (PyObject *)out;
     if (em_Tensor_Check(args[2]))
         return run_cloop(out, "lerp", args, 3, NULL);
     double w = PyFloat_AsDouble(args[2]);
     if (w == -1.0 && PyErr_Occurred())
-        return finish(out, -1);
+        return em_finish(out, -1);
     return run_cloop(out, "lerp_scalar", args, 2, &w);
 }
 
@@ -742,20 +676,15 @@ triangle(em_Op *op, PyObject **args, bool lower)
                      name);
         return NULL;
     }
-    em_Geom g;
-    g.ndim = self->ndim;
-    g.dtype = self->dtype;
-    memcpy(g.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
-    em_contiguous_strides(&g);
-    bool meta = em_tls.mode == EM_MODE_META || em_is_meta(self);
-    em_Tensor *out = em_tensor_empty(&g, meta);
+    bool meta = em_meta_of(self);
+    em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
     if (PyArray_CopyInto(out->array, self->array) < 0)
-        return finish(out, -1);
-    Py_ssize_t rows = g.sizes[g.ndim - 2], cols = g.sizes[g.ndim - 1];
+        return em_finish(out, -1);
+    Py_ssize_t rows = self->sizes[self->ndim - 2], cols = self->sizes[self->ndim - 1];
     Py_ssize_t batch = out->numel / (rows * cols);
-    size_t item = (size_t)em_dtypes[g.dtype]->itemsize;
+    size_t item = (size_t)em_dtypes[self->dtype]->itemsize;
     char *base = PyArray_DATA(out->array);
     for (Py_ssize_t b = 0; b < batch; b++) {
         for (Py_ssize_t i = 0; i < rows; i++) {
@@ -800,15 +729,13 @@ k_where(em_Op *op, PyObject **args)
     em_Geom g;
     if (em_broadcast("where", args, 3, &g) < 0)
         return NULL;
-    g.dtype = em_result_type(args + 1, 2);
-    em_elementwise_strides(args, 3, &g);
-    bool meta = want_meta(args, 3);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
-    if (out == NULL || meta || out->numel == 0)
+    bool done;
+    em_Tensor *out = layout_out(args, 3, &g, em_result_type(args + 1, 2), &done);
+    if (done)
         return (PyObject *)out;
     if (copyto_kwnames == NULL &&
         (copyto_kwnames = Py_BuildValue("(ss)", "casting", "where")) == NULL)
-        return finish(out, -1);
+        return em_finish(out, -1);
     int st = 0;
     for (int i = 0; i < 2 && st == 0; i++) {
         PyObject *src = args[2 - i];
@@ -821,7 +748,7 @@ k_where(em_Op *op, PyObject **args)
             st = -1;
         Py_XDECREF(r);
     }
-    return finish(out, st);
+    return em_finish(out, st);
 }
 
 const em_KernelEntry em_elementwise_kernels[] = {
@@ -830,7 +757,6 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {"binary_alpha", k_binary_alpha},
     {"pow", k_pow},
     {"div", k_div},
-    {"sigmoid", k_cloop},
     {"cloop", k_cloop},
     {"relu", k_relu},
     {"sign", k_sign},
@@ -838,9 +764,6 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {"round_decimals", k_round_decimals},
     {"frac", k_frac},
     {"gelu", k_gelu},
-    {"softplus", k_softplus},
-    {"elu", k_elu},
-    {"leaky_relu", k_leaky_relu},
     {"nan_to_num", k_nan_to_num},
     {"hardtanh", k_hardtanh},
     {"clamp", k_clamp},

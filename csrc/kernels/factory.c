@@ -3,13 +3,11 @@
  *
  * Keyword parameters are found by name: dtype, device, requires_grad, generator.
  */
-#include "ember.h"
+#include "kutil.h"
 #include <math.h>
 
-static PyObject *default_generator;    /* ember.Generator, set from Python */
-
-static PyObject *
-named(em_Op *op, PyObject **args, const char *name)
+PyObject *
+em_arg(em_Op *op, PyObject **args, const char *name)
 {
     for (int i = 0; i < op->nparams; i++)
         if (PyUnicode_CompareWithASCIIString(op->params[i].name, name) == 0)
@@ -17,9 +15,8 @@ named(em_Op *op, PyObject **args, const char *name)
     return NULL;
 }
 
-/* -1 error, 0 cpu, 1 meta */
-static int
-device_is_meta(PyObject *device)
+int
+em_device_is_meta(PyObject *device)
 {
     if (device == NULL || device == Py_None)
         return em_tls.mode == EM_MODE_META;
@@ -45,14 +42,14 @@ device_is_meta(PyObject *device)
 static em_dtype_t
 dtype_arg(em_Op *op, PyObject **args, em_dtype_t dflt)
 {
-    PyObject *d = named(op, args, "dtype");
+    PyObject *d = em_arg(op, args, "dtype");
     if (d == NULL || d == Py_None)
         return dflt;
     return ((em_DType *)d)->code;
 }
 
-static int
-sizes_geom(PyObject *sizes, em_Geom *g)
+int
+em_sizes_geom(PyObject *sizes, em_Geom *g)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(sizes);
     if (n > EM_MAX_DIMS) {
@@ -65,12 +62,8 @@ sizes_geom(PyObject *sizes, em_Geom *g)
         if (g->sizes[i] == -1 && PyErr_Occurred())
             return -1;
         if (g->sizes[i] < 0) {
-            PyObject *s = em_format_shape(g->ndim, g->sizes);
-            if (s)
-                PyErr_Format(PyExc_RuntimeError,
-                             "Trying to create tensor with negative dimension %zd: %U",
-                             g->sizes[i], s);
-            Py_XDECREF(s);
+            PyErr_Format(PyExc_RuntimeError, "Trying to create tensor with negative dimension "
+                         "%zd: %s", g->sizes[i], em_shape_s(g->ndim, g->sizes));
             return -1;
         }
     }
@@ -78,12 +71,12 @@ sizes_geom(PyObject *sizes, em_Geom *g)
     return 0;
 }
 
-static PyObject *
-finish(em_Op *op, PyObject **args, em_Tensor *t)
+PyObject *
+em_factory_finish(em_Op *op, PyObject **args, em_Tensor *t)
 {
     if (t == NULL)
         return NULL;
-    PyObject *rg = named(op, args, "requires_grad");
+    PyObject *rg = em_arg(op, args, "requires_grad");
     if (rg == Py_True) {
         if (!em_is_float(t->dtype)) {
             Py_DECREF(t);
@@ -109,7 +102,7 @@ static int
 target_geom(em_Op *op, PyObject **args, em_Geom *g, bool *meta)
 {
     PyObject *first = args[0];
-    int m = device_is_meta(named(op, args, "device"));
+    int m = em_device_is_meta(em_arg(op, args, "device"));
     if (m < 0)
         return -1;
     if (em_Tensor_Check(first)) {
@@ -121,7 +114,7 @@ target_geom(em_Op *op, PyObject **args, em_Geom *g, bool *meta)
         *meta = m || em_is_meta(like);
         return 0;
     }
-    if (sizes_geom(first, g) < 0)
+    if (em_sizes_geom(first, g) < 0)
         return -1;
     g->dtype = dtype_arg(op, args, em_default_dtype);
     *meta = m;
@@ -136,7 +129,7 @@ make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
     if (target_geom(op, args, &g, &meta) < 0)
         return NULL;
     if (infer_from_value && !em_Tensor_Check(args[0])) {
-        PyObject *d = named(op, args, "dtype");
+        PyObject *d = em_arg(op, args, "dtype");
         if (d == NULL || d == Py_None)
             g.dtype = PyBool_Check(value) ? EM_BOOL
                       : PyLong_Check(value) ? EM_INT64 : em_default_dtype;
@@ -144,25 +137,28 @@ make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
     em_Tensor *t = em_tensor_empty_like_layout(&g, meta);
     if (t != NULL && value != NULL && fill(t, value) < 0)
         Py_CLEAR(t);
-    return finish(op, args, t);
+    return em_factory_finish(op, args, t);
+}
+
+static PyObject *
+filled_with(em_Op *op, PyObject **args, long value)
+{
+    PyObject *v = PyLong_FromLong(value);
+    PyObject *r = v ? make_filled(op, args, v, false) : NULL;
+    Py_XDECREF(v);
+    return r;
 }
 
 static PyObject *
 k_zeros(em_Op *op, PyObject **args)
 {
-    PyObject *zero = PyLong_FromLong(0);
-    PyObject *r = zero ? make_filled(op, args, zero, false) : NULL;
-    Py_XDECREF(zero);
-    return r;
+    return filled_with(op, args, 0);
 }
 
 static PyObject *
 k_ones(em_Op *op, PyObject **args)
 {
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *r = one ? make_filled(op, args, one, false) : NULL;
-    Py_XDECREF(one);
-    return r;
+    return filled_with(op, args, 1);
 }
 
 static PyObject *
@@ -211,7 +207,7 @@ k_arange(em_Op *op, PyObject **args)
                         "arange(): upper bound and larger bound inconsistent with step sign");
         goto done;
     }
-    int m = device_is_meta(named(op, args, "device"));
+    int m = em_device_is_meta(em_arg(op, args, "device"));
     if (m < 0)
         goto done;
     Py_ssize_t n;
@@ -246,7 +242,7 @@ k_arange(em_Op *op, PyObject **args)
             Py_CLEAR(t);
         Py_XDECREF(v);
     }
-    res = finish(op, args, t);
+    res = em_factory_finish(op, args, t);
 done:
     Py_XDECREF(zero);
     Py_XDECREF(one);
@@ -328,14 +324,14 @@ k_linspace(em_Op *op, PyObject **args)
     double start, end;
     if (bound_in_dtype(args[0], dt, &start) < 0 || bound_in_dtype(args[1], dt, &end) < 0)
         return NULL;
-    int m = device_is_meta(named(op, args, "device"));
+    int m = em_device_is_meta(em_arg(op, args, "device"));
     if (m < 0)
         return NULL;
     em_Geom g = {.ndim = 1, .dtype = dt, .sizes = {steps}};
     em_contiguous_strides(&g);
     em_Tensor *t = em_tensor_empty(&g, m);
     if (t == NULL || m || steps == 0)
-        return finish(op, args, t);
+        return em_factory_finish(op, args, t);
     PyArrayObject *vals = dt == EM_FLOAT64 ? t->array
                           : (PyArrayObject *)PyArray_SimpleNew(1, &steps, NPY_DOUBLE);
     if (vals == NULL) {
@@ -361,7 +357,7 @@ k_linspace(em_Op *op, PyObject **args)
             Py_CLEAR(t);
         Py_DECREF(vals);
     }
-    return finish(op, args, t);
+    return em_factory_finish(op, args, t);
 }
 
 /* eye(n, m=None): ones on the diagonal of an n x m matrix (m = n by default). */
@@ -378,32 +374,28 @@ k_eye(em_Op *op, PyObject **args)
         return NULL;
     }
     em_dtype_t dt = dtype_arg(op, args, em_default_dtype);
-    int meta = device_is_meta(named(op, args, "device"));
+    int meta = em_device_is_meta(em_arg(op, args, "device"));
     if (meta < 0)
         return NULL;
     em_Geom g = {.ndim = 2, .dtype = dt, .sizes = {n, m}};
     em_contiguous_strides(&g);
     em_Tensor *t = em_tensor_empty(&g, meta);
     if (t == NULL || meta || t->numel == 0)
-        return finish(op, args, t);
+        return em_factory_finish(op, args, t);
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
     int st = (zero && one) ? PyArray_FillWithScalar(t->array, zero) : -1;
     /* the diagonal: a strided view of (min(n, m),) with stride m + 1 */
     npy_intp k = n < m ? n : m, stride = (npy_intp)((m + 1) * em_dtypes[dt]->itemsize);
     if (st == 0 && k > 0) {
-        PyArray_Descr *d = em_dtypes[dt]->descr;
-        Py_INCREF(d);
-        PyObject *diag = PyArray_NewFromDescr(&PyArray_Type, d, 1, &k, &stride,
-                                              PyArray_DATA(t->array), NPY_ARRAY_WRITEABLE,
-                                              NULL);
-        st = diag ? PyArray_FillWithScalar((PyArrayObject *)diag, one) : -1;
+        PyArrayObject *diag = em_array_view(t->array, 1, &k, &stride, PyArray_DATA(t->array));
+        st = diag ? PyArray_FillWithScalar(diag, one) : -1;
         Py_XDECREF(diag);
     }
     Py_XDECREF(zero);
     Py_XDECREF(one);
     if (st < 0)
         Py_CLEAR(t);
-    return finish(op, args, t);
+    return em_factory_finish(op, args, t);
 }
 
 static PyObject *
@@ -423,16 +415,8 @@ random_fill(em_Op *op, PyObject **args, const char *method)
     }
     em_Tensor *t = em_tensor_empty_like_layout(&g, meta);
     if (t == NULL || meta || t->numel == 0)
-        return finish(op, args, t);
-    PyObject *gen = named(op, args, "generator");
-    if (gen == NULL || gen == Py_None)
-        gen = default_generator;
-    if (gen == NULL) {
-        Py_DECREF(t);
-        PyErr_SetString(PyExc_RuntimeError, "ember's default generator is not initialised");
-        return NULL;
-    }
-    PyObject *np_gen = PyObject_GetAttrString(gen, "_np");
+        return em_factory_finish(op, args, t);
+    PyObject *np_gen = em_numpy_generator(op, args);
     if (np_gen == NULL) {
         Py_DECREF(t);
         return NULL;
@@ -460,7 +444,7 @@ random_fill(em_Op *op, PyObject **args, const char *method)
         PyArray_CopyInto(t->array, (PyArrayObject *)vals) < 0)
         Py_CLEAR(t);
     Py_XDECREF(vals);
-    return finish(op, args, t);
+    return em_factory_finish(op, args, t);
 }
 
 static PyObject *
@@ -487,11 +471,3 @@ const em_KernelEntry em_factory_kernels[] = {
     {"randn", k_randn},
     {NULL, NULL},
 };
-
-PyObject *
-em_set_default_generator(PyObject *self, PyObject *gen)
-{
-    Py_INCREF(gen);
-    Py_XSETREF(default_generator, gen);
-    Py_RETURN_NONE;
-}

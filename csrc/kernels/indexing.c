@@ -41,6 +41,48 @@ plan_clear(Plan *p)
     p->n = 0;
 }
 
+/* 1 with *bad the first value of the integer index array idx outside [lo, size), 0 when
+ * there is none, -1 with an error. */
+static int
+out_of_range(PyArrayObject *idx, Py_ssize_t lo, Py_ssize_t size, long long *bad)
+{
+    PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)idx, NPY_INT64,
+                                                         NPY_ARRAY_CARRAY_RO);
+    if (c == NULL)
+        return -1;
+    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(c);
+    int r = 0;
+    for (npy_intp i = 0, n = PyArray_SIZE(c); r == 0 && i < n; i++)
+        if (v[i] < lo || v[i] >= size) {
+            *bad = (long long)v[i];
+            r = 1;
+        }
+    Py_DECREF(c);
+    return r;
+}
+
+/* index (a vector, or 0-d) as a 1-D int64 array. */
+static PyObject *
+flat_index(em_Tensor *index)
+{
+    PyObject *iv = PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64, NPY_ARRAY_CARRAY_RO);
+    npy_intp n = index->numel;
+    PyArray_Dims flat = {&n, 1};
+    PyObject *r = iv ? PyArray_Newshape((PyArrayObject *)iv, &flat, NPY_CORDER) : NULL;
+    Py_XDECREF(iv);
+    return r;
+}
+
+/* -1 with PyTorch's error unless index is int64 or int32. */
+static int
+check_index_dtype(const char *name, em_Tensor *index)
+{
+    if (index->dtype == EM_INT64 || index->dtype == EM_INT32)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s(): Expected dtype int32 or int64 for index", name);
+    return -1;
+}
+
 /* Whether o (a sequence of Tensors and None) holds exactly one tensor. */
 static bool
 sole_tensor(PyObject *seq)
@@ -100,13 +142,10 @@ plan_parse(const char *name, em_Tensor *self, PyObject *indices, bool compute,
                 }
                 for (int k = 0; k < t->ndim; k++) {
                     if (cursor + k >= self->ndim || t->sizes[k] != self->sizes[cursor + k]) {
-                        PyObject *a = em_shape_str(t), *b = em_shape_str(self);
-                        if (a && b)
-                            em_error(PyExc_IndexError, "%s(): The shape of the mask %S at "
+                        PyErr_Format(PyExc_IndexError, "%s(): The shape of the mask %s at "
                                      "index %d does not match the shape of the indexed tensor "
-                                     "%S at index %d", name, a, k, b, cursor + k);
-                        Py_XDECREF(a);
-                        Py_XDECREF(b);
+                                     "%s at index %d", name, em_tshape(t), k, em_tshape(self),
+                                     cursor + k);
                         goto error;
                     }
                 }
@@ -218,21 +257,15 @@ plan_broadcast(const char *name, Plan *p)
                 *o = s;
                 continue;
             }
-            PyObject *parts = PyList_New(0);
-            for (int j = 0; parts != NULL && j < p->n; j++) {
-                PyObject *sh = em_format_shape(p->ent[j].ndim, p->ent[j].sizes);
-                if (sh == NULL || PyList_Append(parts, sh) < 0)
-                    Py_CLEAR(parts);
-                Py_XDECREF(sh);
-            }
-            PyObject *sep = PyUnicode_FromString(", ");
-            PyObject *joined = (parts && sep) ? PyUnicode_Join(sep, parts) : NULL;
-            if (joined != NULL)
-                em_error(PyExc_IndexError, "%s(): shape mismatch: indexing tensors could not "
-                         "be broadcast together with shapes %U", name, joined);
-            Py_XDECREF(parts);
-            Py_XDECREF(sep);
-            Py_XDECREF(joined);
+            PyObject *shapes = PyUnicode_FromString("");
+            for (int j = 0; shapes != NULL && j < p->n; j++)
+                Py_SETREF(shapes, PyUnicode_FromFormat("%U%s%s", shapes, j ? ", " : "",
+                                                       em_shape_s(p->ent[j].ndim,
+                                                                  p->ent[j].sizes)));
+            if (shapes != NULL)
+                PyErr_Format(PyExc_IndexError, "%s(): shape mismatch: indexing tensors could "
+                             "not be broadcast together with shapes %U", name, shapes);
+            Py_XDECREF(shapes);
             return -1;
         }
     }
@@ -320,25 +353,14 @@ plan_check_bounds(Plan *p, em_Tensor *self)
     if (em_geom_numel(&p->out) == 0)
         return 0;   /* nothing is read or written: PyTorch checks nothing more */
     for (int k = 0; k < p->n; k++) {
-        IdxEnt *e = &p->ent[k];
-        Py_ssize_t size = self->sizes[e->dim];
-        if (e->arr == NULL)
-            continue;   /* positions from a mask */
-        PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)e->arr, NPY_INT64,
-                                                             NPY_ARRAY_CARRAY_RO);
-        if (c == NULL)
+        Py_ssize_t size = self->sizes[p->ent[k].dim];
+        long long bad;
+        int r = p->ent[k].arr ? out_of_range(p->ent[k].arr, -size, size, &bad) : 0;
+        if (r > 0)   /* (an entry without an array: positions from a mask) */
+            PyErr_Format(PyExc_IndexError, "index %lld is out of bounds for dimension %d "
+                         "with size %zd", bad, k, size);
+        if (r != 0)
             return -1;
-        const npy_int64 *v = (const npy_int64 *)PyArray_DATA(c);
-        npy_intp n = PyArray_SIZE(c);
-        for (npy_intp i = 0; i < n; i++) {
-            if (v[i] < -size || v[i] >= size) {
-                PyErr_Format(PyExc_IndexError, "index %lld is out of bounds for dimension %d "
-                             "with size %zd", (long long)v[i], k, size);
-                Py_DECREF(c);
-                return -1;
-            }
-        }
-        Py_DECREF(c);
     }
     return 0;
 }
@@ -353,18 +375,7 @@ broadcast_view(PyArrayObject *arr, int nd, const Py_ssize_t *shape)
         int j = i - off;
         strides[i] = (j < 0 || PyArray_DIMS(arr)[j] != shape[i]) ? 0 : PyArray_STRIDES(arr)[j];
     }
-    PyArray_Descr *descr = PyArray_DESCR(arr);
-    Py_INCREF(descr);
-    PyObject *v = PyArray_NewFromDescr(&PyArray_Type, descr, nd, (npy_intp *)shape, strides,
-                                       PyArray_BYTES(arr), 0, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject((PyArrayObject *)v, (PyObject *)arr) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return (PyObject *)em_array_view(arr, nd, shape, strides, PyArray_BYTES(arr));
 }
 
 /* NumPy's key for the plan: slice(None) for unindexed dims, the index arrays broadcast
@@ -480,12 +491,9 @@ check_values(const char *name, em_Tensor *values, const em_Geom *g)
     }
     if (ok)
         return 0;
-    PyObject *a = em_shape_str(values), *b = em_format_shape(g->ndim, g->sizes);
-    if (a && b)
-        em_error(PyExc_RuntimeError, "%s(): shape mismatch: value tensor of shape %S cannot be "
-                 "broadcast to indexing result of shape %S", name, a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
+    PyErr_Format(PyExc_RuntimeError, "%s(): shape mismatch: value tensor of shape %s cannot "
+                 "be broadcast to indexing result of shape %s", name, em_tshape(values),
+                 em_shape_s(g->ndim, g->sizes));
     return -1;
 }
 
@@ -829,21 +837,12 @@ as_1d_at_least(PyArrayObject *a)
 static int
 check_range(em_Tensor *index, int d, Py_ssize_t size)
 {
-    PyArrayObject *c = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
-                                                         NPY_ARRAY_CARRAY_RO);
-    if (c == NULL)
-        return -1;
-    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(c);
-    for (npy_intp i = 0, n = PyArray_SIZE(c); i < n; i++) {
-        if (v[i] < 0 || v[i] >= size) {
-            PyErr_Format(PyExc_RuntimeError, "index %lld is out of bounds for dimension %d with "
-                         "size %zd", (long long)v[i], d, size);
-            Py_DECREF(c);
-            return -1;
-        }
-    }
-    Py_DECREF(c);
-    return 0;
+    long long bad;
+    int r = out_of_range(index->array, 0, size, &bad);
+    if (r > 0)
+        PyErr_Format(PyExc_RuntimeError, "index %lld is out of bounds for dimension %d with "
+                     "size %zd", bad, d, size);
+    return r != 0 ? -1 : 0;
 }
 
 /* gather(self, dim, index, *, sparse_grad=False) */
@@ -854,27 +853,19 @@ k_gather(em_Op *op, PyObject **args)
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
-    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
-        PyErr_SetString(PyExc_RuntimeError, "gather(): Expected dtype int32 or int64 for "
-                        "index");
+    if (check_index_dtype("gather", index) < 0)
         return NULL;
-    }
     if (rank1(index) != rank1(self)) {
         PyErr_SetString(PyExc_RuntimeError, "gather(): Index tensor must have the same number "
                         "of dimensions as input tensor");
         return NULL;
     }
     for (int a = 0; a < index->ndim; a++) {
-        if (a != d && size_at(index, a) > size_at(self, a)) {
-            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
-            if (x && y)
-                em_error(PyExc_RuntimeError, "gather(): Size does not match at dimension %d "
-                         "expected index %S to be no larger than self %S apart from dimension "
-                         "%zd", a, x, y, d);
-            Py_XDECREF(x);
-            Py_XDECREF(y);
-            return NULL;
-        }
+        if (a != d && size_at(index, a) > size_at(self, a))
+            return PyErr_Format(PyExc_RuntimeError, "gather(): Size does not match at "
+                                "dimension %d expected index %s to be no larger than self %s "
+                                "apart from dimension %zd", a, em_tshape(index),
+                                em_tshape(self), d);
     }
     bool meta = em_meta_of(self) || em_is_meta(index);
     em_Tensor *out = em_empty(index->ndim, index->sizes, self->dtype, meta);
@@ -946,20 +937,10 @@ static PyArrayObject *
 src_values(em_Tensor *src, em_Tensor *index)
 {
     PyArrayObject *a = src->array;
-    PyArray_Descr *descr = PyArray_DESCR(a);
-    Py_INCREF(descr);
-    PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, index->ndim, (npy_intp *)index->sizes, PyArray_STRIDES(a),
-        PyArray_BYTES(a), 0, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(a);
-    if (PyArray_SetBaseObject(v, (PyObject *)a) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    PyObject *flat = PyArray_Ravel(v, NPY_CORDER);
-    Py_DECREF(v);
+    PyArrayObject *v = em_array_view(a, index->ndim, index->sizes, PyArray_STRIDES(a),
+                                     PyArray_BYTES(a));
+    PyObject *flat = v ? PyArray_Ravel(v, NPY_CORDER) : NULL;
+    Py_XDECREF(v);
     return (PyArrayObject *)flat;
 }
 
@@ -1025,11 +1006,8 @@ k_scatter(em_Op *op, PyObject **args)
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
-    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
-        PyErr_Format(PyExc_RuntimeError, "%s(): Expected dtype int32 or int64 for index",
-                     name);
+    if (check_index_dtype(name, index) < 0)
         return NULL;
-    }
     if (src != NULL && src->dtype != self->dtype) {
         PyErr_Format(PyExc_RuntimeError, "%s(): Expected self.dtype to be equal to src.dtype",
                      name);
@@ -1043,38 +1021,28 @@ k_scatter(em_Op *op, PyObject **args)
     }
     for (int a = 0; a < index->ndim; a++) {
         if ((a != d && size_at(index, a) > size_at(self, a)) ||
-            (src != NULL && size_at(index, a) > size_at(src, a))) {
-            PyObject *x = em_shape_str(index), *y = em_shape_str(self);
-            PyObject *z = src ? em_shape_str(src) : PyUnicode_FromString("");
-            if (x && y && z) {
-                if (src)
-                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
-                             "self %S apart from dimension %zd and to be smaller size than src "
-                             "%S", name, x, y, d, z);
-                else
-                    em_error(PyExc_RuntimeError, "%s(): Expected index %S to be smaller than "
-                             "self %S apart from dimension %zd", name, x, y, d);
-            }
-            Py_XDECREF(x);
-            Py_XDECREF(y);
-            Py_XDECREF(z);
-            return NULL;
-        }
+            (src != NULL && size_at(index, a) > size_at(src, a)))
+            return PyErr_Format(PyExc_RuntimeError, "%s(): Expected index %s to be smaller "
+                                "than self %s apart from dimension %zd%s%s", name,
+                                em_tshape(index), em_tshape(self), d,
+                                src ? " and to be smaller size than src " : "",
+                                src ? em_tshape(src) : "");
     }
     bool meta = em_meta_of(self) || em_is_meta(index) || (src && em_is_meta(src));
     em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (em_copy_into(out, (PyObject *)self) < 0 || index->numel == 0)
-        goto done;
+    int st = em_copy_into(out, (PyObject *)self);
+    if (st < 0 || index->numel == 0)
+        return em_finish(out, st);
     if (check_range(index, (int)d, size_at(self, (int)d)) < 0)
-        goto error;
+        return em_finish(out, -1);
     npy_intp numel = out->numel;
     PyArray_Dims flat_shape = {&numel, 1};
     PyArrayObject *flat = (PyArrayObject *)PyArray_Newshape(out->array, &flat_shape, NPY_CORDER);
     PyArrayObject *pos = flat ? scatter_positions(index, (int)d, self->ndim, self->sizes) : NULL;
     PyObject *vals = NULL, *count = NULL;
-    int st = pos ? 0 : -1;
+    st = pos ? 0 : -1;
     if (st == 0) {
         vals = src ? (PyObject *)src_values(src, index) : values_array(value, self->dtype);
         st = vals ? 0 : -1;
@@ -1115,13 +1083,7 @@ k_scatter(em_Op *op, PyObject **args)
     Py_XDECREF(pos);
     Py_XDECREF(vals);
     Py_XDECREF(count);
-    if (st < 0)
-        goto error;
-done:
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
+    return em_finish(out, st);
 }
 
 /* index_select(self, dim, index) */
@@ -1136,11 +1098,8 @@ k_index_select(em_Op *op, PyObject **args)
         PyErr_SetString(PyExc_IndexError, "index_select(): Index is supposed to be a vector");
         return NULL;
     }
-    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
-        PyErr_SetString(PyExc_RuntimeError, "index_select(): Expected dtype int32 or int64 for "
-                        "index");
+    if (check_index_dtype("index_select", index) < 0)
         return NULL;
-    }
     Py_ssize_t sizes[EM_MAX_DIMS];
     memcpy(sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
     if (self->ndim)
@@ -1149,39 +1108,20 @@ k_index_select(em_Op *op, PyObject **args)
     em_Tensor *out = em_empty(self->ndim, sizes, self->dtype, meta);
     if (out == NULL || meta)
         return (PyObject *)out;
-    PyArrayObject *iv = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
-                                                          NPY_ARRAY_CARRAY_RO);
-    if (iv == NULL)
-        goto error;
-    Py_ssize_t size = size_at(self, (int)d);
-    const npy_int64 *v = (const npy_int64 *)PyArray_DATA(iv);
-    for (npy_intp i = 0, n = PyArray_SIZE(iv); i < n; i++) {
-        if (v[i] < 0 || v[i] >= size) {
-            Py_DECREF(iv);
-            PyErr_SetString(PyExc_IndexError, "index_select(): index out of range in self");
-            goto error;
-        }
-    }
-    if (out->numel == 0) {
-        Py_DECREF(iv);
-        return (PyObject *)out;
-    }
+    long long bad;
+    int r = out_of_range(index->array, 0, size_at(self, (int)d), &bad);
+    if (r > 0)
+        PyErr_SetString(PyExc_IndexError, "index_select(): index out of range in self");
+    if (r != 0 || out->numel == 0)
+        return em_finish(out, r != 0 ? -1 : 0);
     PyArrayObject *s = as_1d_at_least(self->array);
-    npy_intp n = PyArray_SIZE(iv);
-    PyArray_Dims flat = {&n, 1};
-    PyObject *iflat = PyArray_Newshape(iv, &flat, NPY_CORDER);
-    Py_DECREF(iv);
-    PyObject *r = (s && iflat) ? PyArray_TakeFrom(s, iflat, (int)d, NULL, NPY_RAISE) : NULL;
+    PyObject *iflat = flat_index(index);
+    PyObject *t = (s && iflat) ? PyArray_TakeFrom(s, iflat, (int)d, NULL, NPY_RAISE) : NULL;
     Py_XDECREF(s);
     Py_XDECREF(iflat);
-    int st = r ? em_copy_into(out, r) : -1;
-    Py_XDECREF(r);
-    if (st < 0)
-        goto error;
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
+    int st = t ? em_copy_into(out, t) : -1;
+    Py_XDECREF(t);
+    return em_finish(out, st);
 }
 
 /* index_add(self, dim, index, source, *, alpha=1) */
@@ -1197,11 +1137,8 @@ k_index_add(em_Op *op, PyObject **args)
         PyErr_SetString(PyExc_IndexError, "index_add(): Index is supposed to be a vector");
         return NULL;
     }
-    if (index->dtype != EM_INT64 && index->dtype != EM_INT32) {
-        PyErr_SetString(PyExc_RuntimeError, "index_add(): Expected dtype int32 or int64 for "
-                        "index");
+    if (check_index_dtype("index_add", index) < 0)
         return NULL;
-    }
     if (source->dtype != self->dtype) {
         PyErr_Format(PyExc_RuntimeError, "index_add(): self and source expected to have the "
                      "same dtype, but got (self) %s and (source) %s",
@@ -1220,8 +1157,6 @@ k_index_add(em_Op *op, PyObject **args)
     em_Tensor *out = em_empty(self->ndim, self->sizes, self->dtype, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (em_copy_into(out, (PyObject *)self) < 0)
-        goto error;
     PyObject *alpha = args[4];
     em_Tensor *scaled = source;
     Py_INCREF(scaled);
@@ -1229,53 +1164,40 @@ k_index_add(em_Op *op, PyObject **args)
         Py_SETREF(scaled, em_empty(source->ndim, source->sizes, source->dtype, false));
         PyObject *ins[2] = {(PyObject *)source, alpha};
         if (scaled == NULL ||
-            em_ufunc_call(em_np.multiply, ins, 2, scaled->array, EM_UNDEFINED, EM_UNDEFINED) < 0) {
-            Py_XDECREF(scaled);
-            goto error;
-        }
+            em_ufunc_call(em_np.multiply, ins, 2, scaled->array, EM_UNDEFINED, EM_UNDEFINED) < 0)
+            Py_CLEAR(scaled);
     }
-    PyArrayObject *iv = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)index->array, NPY_INT64,
-                                                          NPY_ARRAY_CARRAY_RO);
-    int st = iv ? 0 : -1;
+    if (scaled == NULL || em_copy_into(out, (PyObject *)self) < 0) {
+        Py_XDECREF(scaled);
+        return em_finish(out, -1);
+    }
+    long long bad;
     Py_ssize_t size = size_at(self, (int)d);
-    for (npy_intp i = 0; st == 0 && i < PyArray_SIZE(iv); i++) {
-        npy_int64 v = ((const npy_int64 *)PyArray_DATA(iv))[i];
-        if (v < -size || v >= size) {
-            PyErr_Format(PyExc_IndexError, "index_add(): index %lld is out of bounds for "
-                         "dimension %zd with size %zd", (long long)v, d, size);
-            st = -1;
-        }
+    int st = out_of_range(index->array, -size, size, &bad);
+    if (st > 0) {
+        PyErr_Format(PyExc_IndexError, "index_add(): index %lld is out of bounds for "
+                     "dimension %zd with size %zd", bad, d, size);
+        st = -1;
     }
     if (st == 0 && self->ndim == 0) {
         PyObject *ins[2] = {(PyObject *)out, (PyObject *)scaled};
         st = em_ufunc_call(em_np.add, ins, 2, out->array, EM_UNDEFINED, EM_UNDEFINED);
     }
     else if (st == 0) {
-        npy_intp n = PyArray_SIZE(iv);
-        PyArray_Dims flat = {&n, 1};
-        PyObject *iflat = PyArray_Newshape(iv, &flat, NPY_CORDER);
+        PyObject *iflat = flat_index(index);
         PyObject *key = iflat ? PyTuple_New(d + 1) : NULL;
         for (Py_ssize_t i = 0; key != NULL && i < d; i++)
             PyTuple_SET_ITEM(key, i, PySlice_New(NULL, NULL, NULL));
         if (key != NULL) {
             Py_INCREF(iflat);
             PyTuple_SET_ITEM(key, d, iflat);
-            st = ufunc_at(em_np.add, out->array, key, (PyObject *)scaled->array);
         }
-        else {
-            st = -1;
-        }
+        st = key ? ufunc_at(em_np.add, out->array, key, (PyObject *)scaled->array) : -1;
         Py_XDECREF(key);
         Py_XDECREF(iflat);
     }
-    Py_XDECREF(iv);
     Py_DECREF(scaled);
-    if (st < 0)
-        goto error;
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
+    return em_finish(out, st);
 }
 
 /* ------------------------------------------------------------------ masks */

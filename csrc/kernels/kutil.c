@@ -62,41 +62,6 @@ em_clone_contiguous(PyObject *t)
     return em_call_op(EM_OP_CLONE, a, 1, em_kw_memory_format);
 }
 
-PyObject *
-em_shape_str(em_Tensor *t)
-{
-    return em_format_shape(t->ndim, t->sizes);
-}
-
-PyObject *
-em_error(PyObject *exc, const char *fmt, ...)
-{
-    va_list va;
-    va_start(va, fmt);
-    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
-    va_end(va);
-    if (msg != NULL) {
-        PyErr_SetObject(exc, msg);
-        Py_DECREF(msg);
-    }
-    return NULL;
-}
-
-int
-em_int_arg(PyObject *o, Py_ssize_t *out)
-{
-    *out = PyLong_AsSsize_t(o);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-int
-em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out)
-{
-    if (em_int_arg(o, out) < 0)
-        return -1;
-    return em_wrap_dim(out, ndim);
-}
-
 int
 em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max)
 {
@@ -180,15 +145,22 @@ em_flip_view(PyArrayObject *arr, int d)
     npy_intp n = PyArray_DIMS(arr)[d];
     char *data = PyArray_BYTES(arr) + (n > 0 ? (n - 1) * strides[d] : 0);
     strides[d] = -strides[d];
-    PyArray_Descr *descr = PyArray_DESCR(arr);
+    return em_array_view(arr, ndim, PyArray_DIMS(arr), strides, data);
+}
+
+PyArrayObject *
+em_array_view(PyArrayObject *base, int nd, const npy_intp *dims, const npy_intp *strides,
+              char *data)
+{
+    PyArray_Descr *descr = PyArray_DESCR(base);
     Py_INCREF(descr);
     PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, ndim, PyArray_DIMS(arr), strides, data,
-        PyArray_FLAGS(arr) & NPY_ARRAY_WRITEABLE, NULL);
+        &PyArray_Type, descr, nd, (npy_intp *)dims, (npy_intp *)strides, data,
+        PyArray_FLAGS(base) & NPY_ARRAY_WRITEABLE, NULL);
     if (v == NULL)
         return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject(v, (PyObject *)arr) < 0) {
+    Py_INCREF(base);
+    if (PyArray_SetBaseObject(v, (PyObject *)base) < 0) {
         Py_DECREF(v);
         return NULL;
     }

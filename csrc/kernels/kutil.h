@@ -12,6 +12,15 @@ em_meta_of(em_Tensor *t)
     return em_tls.mode == EM_MODE_META || em_is_meta(t);
 }
 
+/* What a kernel returns: out, or NULL (out released) when st < 0. */
+static inline PyObject *
+em_finish(em_Tensor *out, int st)
+{
+    if (st < 0)
+        Py_CLEAR(out);
+    return (PyObject *)out;
+}
+
 /* A fresh tensor of t's shape and dtype dt, laid out as empty_like(t) would
  * (dense layouts are kept). */
 em_Tensor *em_empty_like(em_Tensor *t, em_dtype_t dt, bool meta);
@@ -20,14 +29,6 @@ em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta)
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
-/* "[2, 3]" of a tensor's shape, new reference. */
-PyObject *em_shape_str(em_Tensor *t);
-/* Formats a message with %S shape arguments; sets exc; returns NULL. */
-PyObject *em_error(PyObject *exc, const char *fmt, ...);
-
-/* Python int -> Py_ssize_t; dims normalised with em_wrap_dim. -1 with an error. */
-int em_int_arg(PyObject *o, Py_ssize_t *out);
-int em_dim_arg(PyObject *o, int ndim, Py_ssize_t *out);
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
 /* -1 with a RuntimeError unless a result of ndim dims fits EM_MAX_DIMS: every kernel
@@ -41,6 +42,23 @@ int em_check_ndim(const char *name, Py_ssize_t ndim);
 void em_gather_loop(PyArrayObject *src, PyArrayObject *idx, int d, PyArrayObject *out);
 /* A view of arr reversed along d (negative stride). */
 PyArrayObject *em_flip_view(PyArrayObject *arr, int d);
+/* An array of base's dtype over dims with byte strides, its element 0 at data inside
+ * base's memory, writeable when base is; it keeps base alive. New reference. */
+PyArrayObject *em_array_view(PyArrayObject *base, int nd, const npy_intp *dims,
+                             const npy_intp *strides, char *data);
+
+/* Factories (factory.c): the argument of op's parameter `name` (NULL when op has none);
+ * whether a device argument (NULL, None, "cpu", "meta", an ember.device) asks for meta
+ * tensors (1, 0, or -1 with an error); a size tuple as a contiguous geometry (PyTorch's
+ * error for a negative size); t with requires_grad=True applied (floating dtypes only;
+ * NULL passes through). */
+PyObject *em_arg(em_Op *op, PyObject **args, const char *name);
+int em_device_is_meta(PyObject *device);
+int em_sizes_geom(PyObject *sizes, em_Geom *g);
+PyObject *em_factory_finish(em_Op *op, PyObject **args, em_Tensor *t);
+/* The NumPy Generator behind op's generator argument, or behind ember's default
+ * generator (random.c). New reference. */
+PyObject *em_numpy_generator(em_Op *op, PyObject **args);
 
 /* clone(t, memory_format=contiguous_format), dispatched. */
 PyObject *em_clone_contiguous(PyObject *t);

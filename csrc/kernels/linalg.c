@@ -53,14 +53,10 @@ matmul_geom(em_Tensor *a, em_Tensor *b, em_Geom *g)
         int ia = i - (nbatch - ba), ib = i - (nbatch - bb);
         Py_ssize_t sa = ia >= 0 ? a->sizes[ia] : 1, sb = ib >= 0 ? b->sizes[ib] : 1;
         if (sa != sb && sa != 1 && sb != 1) {
-            PyObject *fa = em_format_shape(na, a->sizes), *fb = em_format_shape(nb, b->sizes);
-            if (fa && fb)
-                PyErr_Format(PyExc_RuntimeError,
-                             "matmul(): The size of tensor a (%zd) must match the size of tensor "
-                             "b (%zd) at non-singleton dimension %d (shapes %U and %U)",
-                             sa, sb, i, fa, fb);
-            Py_XDECREF(fa);
-            Py_XDECREF(fb);
+            PyErr_Format(PyExc_RuntimeError,
+                         "matmul(): The size of tensor a (%zd) must match the size of tensor "
+                         "b (%zd) at non-singleton dimension %d (shapes %s and %s)",
+                         sa, sb, i, em_shape_s(na, a->sizes), em_shape_s(nb, b->sizes));
             return -1;
         }
         g->sizes[i] = sa == 1 ? sb : sa;

@@ -133,12 +133,8 @@ pool_setup(em_Tensor *self, PyObject **args, pool_params *p)
     for (int d = nd - 3; d < nd; d++)
         ok = ok && self->sizes[d] > 0;
     if (!ok) {
-        PyObject *s = em_format_shape(nd, self->sizes);
-        if (s)
-            PyErr_Format(PyExc_RuntimeError,
-                         "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size "
-                         "for input, but got:%U", s);
-        Py_XDECREF(s);
+        PyErr_Format(PyExc_RuntimeError, "Expected 3D or 4D (batch mode) tensor with optional "
+                     "0 dim batch size for input, but got:%s", em_shape_s(nd, self->sizes));
         return -1;
     }
     if (p->kw / 2 < p->pw || p->kh / 2 < p->ph) {

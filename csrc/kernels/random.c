@@ -12,33 +12,28 @@
  * float64 for float64 results) and scale them in that precision, so their
  * decompositions into rand/randn give the same numbers.
  */
-#include "ember.h"
+#include "kutil.h"
 #include <math.h>
 
-static PyObject *random_module;    /* ember.random, imported on first use */
+static PyObject *default_generator;    /* ember.random.default_generator, set at import */
 
-static PyObject *
-named(em_Op *op, PyObject **args, const char *name)
+PyObject *
+em_set_default_generator(PyObject *self, PyObject *gen)
 {
-    for (int i = 0; i < op->nparams; i++)
-        if (PyUnicode_CompareWithASCIIString(op->params[i].name, name) == 0)
-            return args[i];
-    return NULL;
+    Py_INCREF(gen);
+    Py_XSETREF(default_generator, gen);
+    Py_RETURN_NONE;
 }
 
-/* New reference to the NumPy Generator behind the op's generator argument,
- * or behind ember.random.default_generator when none is given. */
-static PyObject *
-numpy_generator(em_Op *op, PyObject **args)
+PyObject *
+em_numpy_generator(em_Op *op, PyObject **args)
 {
-    PyObject *gen = named(op, args, "generator"), *owned = NULL;
-    if (gen == NULL || gen == Py_None) {
-        if (random_module == NULL &&
-            (random_module = PyImport_ImportModule("ember.random")) == NULL)
-            return NULL;
-        gen = owned = PyObject_GetAttrString(random_module, "default_generator");
-        if (gen == NULL)
-            return NULL;
+    PyObject *gen = em_arg(op, args, "generator");
+    if (gen == NULL || gen == Py_None)
+        gen = default_generator;
+    if (gen == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ember's default generator is not initialised");
+        return NULL;
     }
     PyObject *np_gen = PyObject_GetAttrString(gen, "_np");
     if (np_gen == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -46,7 +41,6 @@ numpy_generator(em_Op *op, PyObject **args)
         PyErr_Format(PyExc_TypeError, "%U(): generator must be an ember.Generator, not %s",
                      op->name, Py_TYPE(gen)->tp_name);
     }
-    Py_XDECREF(owned);
     return np_gen;
 }
 
@@ -72,7 +66,7 @@ static PyArrayObject *
 draw_like(em_Op *op, PyObject **args, em_Tensor *out, const char *method, em_dtype_t dtype)
 {
     PyArrayObject *res = NULL;
-    PyObject *np_gen = numpy_generator(op, args);
+    PyObject *np_gen = em_numpy_generator(op, args);
     PyObject *size = np_gen ? em_sizes_tuple(out) : NULL;
     PyObject *call = size ? PyTuple_Pack(2, size, (PyObject *)em_dtypes[dtype]->descr)
                           : NULL;
@@ -277,7 +271,7 @@ static PyObject *
 k_bernoulli(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
-    PyObject *p = named(op, args, "p");
+    PyObject *p = em_arg(op, args, "p");
     if (p == NULL)
         p = args[0];
     if (check_probabilities(p) < 0)
@@ -289,16 +283,9 @@ k_bernoulli(em_Op *op, PyObject **args)
             return NULL;
         if (g.ndim != self->ndim ||
             memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim) != 0) {
-            em_Tensor *pt = (em_Tensor *)p;
-            PyObject *a = em_format_shape(pt->ndim, pt->sizes);
-            PyObject *b = em_format_shape(self->ndim, self->sizes);
-            if (a && b)
-                PyErr_Format(PyExc_RuntimeError,
-                             "bernoulli_(): p of shape %U cannot be broadcast to self's "
-                             "shape %U", a, b);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return NULL;
+            return PyErr_Format(PyExc_RuntimeError, "bernoulli_(): p of shape %s cannot be "
+                                "broadcast to self's shape %s", em_tshape((em_Tensor *)p),
+                                em_tshape(self));
         }
     }
     em_Tensor *out = empty_like(self, self->dtype);
@@ -326,76 +313,16 @@ k_bernoulli(em_Op *op, PyObject **args)
 
 /* ------------------------------------------------------------------ factories */
 
-static int
-sizes_geom(PyObject *sizes, em_Geom *g)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(sizes);
-    if (n > EM_MAX_DIMS) {
-        PyErr_Format(PyExc_RuntimeError, "at most %d dimensions are supported", EM_MAX_DIMS);
-        return -1;
-    }
-    g->ndim = (int)n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        g->sizes[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, i));
-        if (g->sizes[i] == -1 && PyErr_Occurred())
-            return -1;
-        if (g->sizes[i] < 0) {
-            PyErr_Format(PyExc_RuntimeError,
-                         "Trying to create tensor with negative dimension %zd",
-                         g->sizes[i]);
-            return -1;
-        }
-    }
-    em_contiguous_strides(g);
-    return 0;
-}
-
-/* 1 if the device argument asks for a meta tensor, 0 for the CPU, -1 error. */
-static int
-wants_meta(PyObject *device)
-{
-    if (device == NULL || device == Py_None)
-        return em_tls.mode == EM_MODE_META;
-    PyObject *s = PyUnicode_Check(device) ? (Py_INCREF(device), device)
-                                          : PyObject_GetAttrString(device, "type");
-    if (s == NULL)
-        return -1;
-    int r = -1;
-    const char *name = PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : NULL;
-    if (name == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "expected a device, got %R", device);
-    }
-    else if (strcmp(name, "meta") == 0)
-        r = 1;
-    else if (strcmp(name, "cpu") == 0 || strncmp(name, "cpu:", 4) == 0)
-        r = em_tls.mode == EM_MODE_META;
-    else
-        PyErr_Format(PyExc_RuntimeError,
-                     "ember runs on the CPU only: device %R is not available", device);
-    Py_DECREF(s);
-    return r;
-}
-
-/* An empty tensor of shape g for a factory: dtype (default int64), device and
+/* An empty tensor of shape sizes for a factory: dtype (default int64), device and
  * requires_grad (floating point only) from the keyword arguments. */
 static em_Tensor *
 factory_empty(em_Op *op, PyObject **args, em_Geom *g)
 {
-    PyObject *d = named(op, args, "dtype");
+    PyObject *d = em_arg(op, args, "dtype");
     g->dtype = (d == NULL || d == Py_None) ? EM_INT64 : ((em_DType *)d)->code;
-    int meta = wants_meta(named(op, args, "device"));
-    if (meta < 0)
-        return NULL;
-    if (named(op, args, "requires_grad") == Py_True && !em_is_float(g->dtype)) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Only Tensors of floating point dtype can require gradients");
-        return NULL;
-    }
-    em_Tensor *t = em_tensor_empty(g, meta);
-    if (t != NULL && named(op, args, "requires_grad") == Py_True)
-        t->requires_grad = 1;
-    return t;
+    int meta = em_device_is_meta(em_arg(op, args, "device"));
+    em_Tensor *t = meta < 0 ? NULL : em_tensor_empty(g, meta);
+    return (em_Tensor *)em_factory_finish(op, args, t);
 }
 
 /* Copies vals (new reference, stolen) into t; t is returned, or NULL. */
@@ -412,7 +339,7 @@ fill_from(em_Tensor *t, PyArrayObject *vals)
 static PyObject *
 k_randint(em_Op *op, PyObject **args)
 {
-    PyObject *low = named(op, args, "low"), *high = named(op, args, "high");
+    PyObject *low = em_arg(op, args, "low"), *high = em_arg(op, args, "high");
     long long lo = low ? PyLong_AsLongLong(low) : 0, hi = PyLong_AsLongLong(high);
     if (PyErr_Occurred())
         return NULL;
@@ -423,12 +350,12 @@ k_randint(em_Op *op, PyObject **args)
         return NULL;
     }
     em_Geom g;
-    if (sizes_geom(named(op, args, "size"), &g) < 0)
+    if (em_sizes_geom(em_arg(op, args, "size"), &g) < 0)
         return NULL;
     em_Tensor *t = factory_empty(op, args, &g);
     if (t == NULL || em_is_meta(t) || t->numel == 0)
         return (PyObject *)t;
-    PyObject *np_gen = numpy_generator(op, args);
+    PyObject *np_gen = em_numpy_generator(op, args);
     PyObject *call = np_gen ? Py_BuildValue("(LLN)", lo, hi, em_sizes_tuple(t)) : NULL;
     PyObject *kw = call ? Py_BuildValue("{sO}", "dtype",
                                         (PyObject *)em_dtypes[EM_INT64]->descr) : NULL;
@@ -455,7 +382,7 @@ k_randperm(em_Op *op, PyObject **args)
     em_Tensor *t = factory_empty(op, args, &g);
     if (t == NULL || em_is_meta(t) || n == 0)
         return (PyObject *)t;
-    PyObject *np_gen = numpy_generator(op, args);
+    PyObject *np_gen = em_numpy_generator(op, args);
     PyObject *call = np_gen ? Py_BuildValue("(n)", n) : NULL;
     PyArrayObject *vals = call ? draw(np_gen, "permutation", call, NULL) : NULL;
     Py_XDECREF(call);

@@ -40,12 +40,6 @@ return_pair(PyObject *opname, PyObject *a, PyObject *b)
     return r;
 }
 
-static bool
-want_meta(em_Tensor *self)
-{
-    return em_tls.mode == EM_MODE_META || em_is_meta(self);
-}
-
 /* Geometry of a reduction's result. */
 static void
 reduced_geom(em_Tensor *self, const bool *mask, bool keepdim, em_Geom *g)
@@ -105,267 +99,6 @@ check_nonempty(em_Op *op, em_Tensor *self, const bool *mask)
     }
     return 0;
 }
-
-/* sum, mean, amax, prod, ...: (self, dim, keepdim[, dtype]); dim None, an int or a
- * tuple of ints. */
-static PyObject *
-reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *dtype_arg)
-{
-    bool mask[EM_MAX_DIMS];
-    if (em_reduce_dims(dims, self->ndim, mask) < 0)
-        return NULL;
-    em_Geom g;
-    reduced_geom(self, mask, keepdim, &g);
-    em_dtype_t in = self->dtype, out_t;
-    if (dtype_arg != Py_None)
-        out_t = ((em_DType *)dtype_arg)->code;
-    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_float(in))
-        out_t = EM_INT64;
-    else
-        out_t = in;
-    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_float(out_t)) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%U(): could not infer output dtype. Input dtype must be either a floating "
-                     "point or complex dtype. Got: %s", op->name, em_dtype_torch_name(out_t));
-        return NULL;
-    }
-    g.dtype = out_t;
-    /* reductions without an identity (max, min) refuse empty dims */
-    bool has_identity = (op->rule & EM_RULE_FLOAT_ONLY) || op->ufunc_has_identity;
-    if (!has_identity && self->numel == 0 &&
-        (dims == Py_None || (PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) == 0))) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%U(): Expected reduction dim to be specified for input.numel() == 0. "
-                     "Specify the reduction dim with the 'dim' argument.", op->name);
-        return NULL;
-    }
-    if (!has_identity && check_nonempty(op, self, mask) < 0)
-        return NULL;
-    bool meta = want_meta(self);
-    em_Tensor *out = em_tensor_empty(&g, meta);
-    if (out == NULL || meta)
-        return (PyObject *)out;
-    if (out_t == EM_FLOAT16) {
-        /* float16 accumulates in float32, as PyTorch's reductions do (NumPy would
-         * accumulate strided reductions in float16) */
-        em_Geom acc_g = g;
-        acc_g.dtype = EM_FLOAT32;
-        em_Tensor *acc = em_tensor_empty(&acc_g, false);
-        if (acc == NULL)
-            goto error;
-        int st = ufunc_reduce(op->ufunc, self, mask, keepdim, EM_FLOAT32, acc);
-        if (st == 0 && (op->rule & EM_RULE_FLOAT_ONLY)) {
-            Py_ssize_t count = 1;
-            for (int d = 0; d < self->ndim; d++)
-                if (mask[d])
-                    count *= self->sizes[d];
-            PyObject *n = PyLong_FromSsize_t(count);
-            PyObject *in2[2] = {(PyObject *)acc, n};
-            st = n ? em_ufunc_call(em_np.true_divide, in2, 2, acc->array, EM_FLOAT32,
-                                   EM_FLOAT32) : -1;
-            Py_XDECREF(n);
-        }
-        if (st == 0)
-            st = PyArray_CopyInto(out->array, acc->array);
-        Py_DECREF(acc);
-        if (st < 0)
-            goto error;
-        return (PyObject *)out;
-    }
-    if (ufunc_reduce(op->ufunc, self, mask, keepdim, out_t, out) < 0)
-        goto error;
-    if (op->rule & EM_RULE_FLOAT_ONLY) {
-        /* mean: divide the sum by the number of reduced elements */
-        Py_ssize_t count = 1;
-        for (int d = 0; d < self->ndim; d++)
-            if (mask[d])
-                count *= self->sizes[d];
-        PyObject *n = PyLong_FromSsize_t(count);
-        PyObject *in2[2] = {(PyObject *)out, n};
-        int st = n ? em_ufunc_call(em_np.true_divide, in2, 2, out->array, out_t, out_t) : -1;
-        Py_XDECREF(n);
-        if (st < 0)
-            goto error;
-    }
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
-}
-
-static PyObject *
-k_reduce(em_Op *op, PyObject **args)
-{
-    PyObject *dims = args[1], *owned = NULL;
-    if (PyLong_Check(dims) && (dims = owned = PyTuple_Pack(1, args[1])) == NULL)
-        return NULL;
-    PyObject *r = reduce_impl(op, (em_Tensor *)args[0], dims, args[2] == Py_True,
-                              op->nparams > 3 ? args[3] : Py_None);
-    Py_XDECREF(owned);
-    return r;
-}
-
-/* prod(self, *, dtype): over all elements */
-static PyObject *
-k_prod_all(em_Op *op, PyObject **args)
-{
-    return reduce_impl(op, (em_Tensor *)args[0], Py_None, false, args[1]);
-}
-
-/* Index tensor of arg-reduction fn (numpy.argmax/argmin) along dim d. */
-static em_Tensor *
-arg_reduce(PyObject *fn, em_Tensor *self, int d, bool keepdim, const em_Geom *g, bool meta)
-{
-    em_Geom ig = *g;
-    ig.dtype = EM_INT64;
-    if (meta)
-        return em_tensor_empty(&ig, true);
-    PyObject *res;
-    if (self->ndim == 0) {
-        res = PyArray_ZEROS(0, NULL, NPY_INT64, 0);
-    }
-    else {
-        PyObject *kw = Py_BuildValue("{sisO}", "axis", d, "keepdims",
-                                     keepdim ? Py_True : Py_False);
-        PyObject *a = PyTuple_Pack(1, (PyObject *)self->array);
-        res = (kw && a) ? PyObject_Call(fn, a, kw) : NULL;
-        Py_XDECREF(kw);
-        Py_XDECREF(a);
-    }
-    if (res == NULL)
-        return NULL;
-    /* copied into a fresh tensor of the result's geometry (an empty NumPy result
-     * has zero strides) */
-    PyObject *arr = PyArray_FROM_O(res);   /* a 0-d result is a NumPy scalar */
-    Py_DECREF(res);
-    if (arr == NULL)
-        return NULL;
-    em_Tensor *t = em_tensor_empty(&ig, false);
-    if (t != NULL && PyArray_CopyInto(t->array, (PyArrayObject *)arr) < 0)
-        Py_CLEAR(t);
-    Py_DECREF(arr);
-    return t;
-}
-
-/* max.dim / min.dim: (self, dim, keepdim) -> (values, indices) */
-static PyObject *
-k_reduce_index(em_Op *op, PyObject **args)
-{
-    em_Tensor *self = (em_Tensor *)args[0];
-    Py_ssize_t d = PyLong_AsSsize_t(args[1]);
-    bool keepdim = args[2] == Py_True;
-    if (d == -1 && PyErr_Occurred())
-        return NULL;
-    if (em_wrap_dim(&d, self->ndim) < 0)
-        return NULL;
-    bool mask[EM_MAX_DIMS] = {false};
-    if (self->ndim > 0)
-        mask[d] = true;
-    if (check_nonempty(op, self, mask) < 0)
-        return NULL;
-    em_Geom g;
-    reduced_geom(self, mask, keepdim, &g);
-    g.dtype = self->dtype;
-    bool meta = want_meta(self);
-    em_Tensor *values = em_tensor_empty(&g, meta);
-    em_Tensor *indices = NULL;
-    PyObject *res = NULL;
-    if (values == NULL)
-        return NULL;
-    if (!meta && ufunc_reduce(op->ufunc, self, mask, keepdim, self->dtype, values) < 0)
-        goto done;
-    indices = arg_reduce(op->reduce_ufunc, self, (int)d, keepdim, &g, meta);
-    if (indices == NULL)
-        goto done;
-    res = return_pair(op->name, (PyObject *)values, (PyObject *)indices);
-done:
-    Py_XDECREF(values);
-    Py_XDECREF(indices);
-    return res;
-}
-
-/* max() / min() over all elements: a 0-d tensor. */
-static PyObject *
-k_reduce_all(em_Op *op, PyObject **args)
-{
-    em_Tensor *self = (em_Tensor *)args[0];
-    if (self->numel == 0) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%U(): Expected reduction dim to be specified for input.numel() == 0. "
-                     "Specify the reduction dim with the 'dim' argument.", op->name);
-        return NULL;
-    }
-    bool mask[EM_MAX_DIMS];
-    for (int d = 0; d < self->ndim; d++)
-        mask[d] = true;
-    em_Geom g = {.ndim = 0, .dtype = self->dtype};
-    bool meta = want_meta(self);
-    em_Tensor *out = em_tensor_empty(&g, meta);
-    if (out == NULL || meta)
-        return (PyObject *)out;
-    if (ufunc_reduce(op->ufunc, self, mask, false, self->dtype, out) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-
-/* argmax/argmin(self, dim=None, keepdim=False) */
-static PyObject *
-k_argreduce(em_Op *op, PyObject **args)
-{
-    em_Tensor *self = (em_Tensor *)args[0];
-    bool keepdim = args[2] == Py_True;
-    bool meta = want_meta(self);
-    if (self->dtype == EM_BOOL) {
-        PyErr_Format(PyExc_RuntimeError, "%U(): does not support bool input", op->name);
-        return NULL;
-    }
-    if (args[1] == Py_None) {
-        if (self->numel == 0) {
-            PyErr_Format(PyExc_IndexError,
-                         "%U(): Expected reduction dim to be specified for input.numel() == 0.",
-                         op->name);
-            return NULL;
-        }
-        em_Geom g = {.ndim = keepdim ? self->ndim : 0, .dtype = EM_INT64};
-        for (int i = 0; i < g.ndim; i++)
-            g.sizes[i] = 1;
-        em_contiguous_strides(&g);
-        if (meta)
-            return (PyObject *)em_tensor_empty(&g, true);
-        PyObject *flat = PyArray_Ravel(self->array, NPY_CORDER);
-        if (flat == NULL)
-            return NULL;
-        PyObject *idx = PyObject_CallOneArg(op->reduce_ufunc, flat);
-        Py_DECREF(flat);
-        if (idx == NULL)
-            return NULL;
-        em_Tensor *out = em_tensor_empty(&g, false);
-        if (out != NULL && PyArray_SETITEM(out->array, PyArray_DATA(out->array), idx) < 0)
-            Py_CLEAR(out);
-        Py_DECREF(idx);
-        return (PyObject *)out;
-    }
-    Py_ssize_t d = PyLong_AsSsize_t(args[1]);
-    if (d == -1 && PyErr_Occurred())
-        return NULL;
-    if (em_wrap_dim(&d, self->ndim) < 0)
-        return NULL;
-    bool mask[EM_MAX_DIMS] = {false};
-    if (self->ndim > 0)
-        mask[d] = true;
-    if (check_nonempty(op, self, mask) < 0)
-        return NULL;
-    em_Geom g;
-    reduced_geom(self, mask, keepdim, &g);
-    return (PyObject *)arg_reduce(op->reduce_ufunc, self, (int)d, keepdim, &g, meta);
-}
-
-/* ------------------------------------------------------------------ computed reductions
- * var, std, norm, logsumexp, softmax, cumsum/cumprod, all/any, sort, topk: NumPy
- * ufuncs (reduce, accumulate and elementwise loops) on temporaries, in float32 for
- * float16 inputs as PyTorch accumulates. */
 
 static em_dtype_t
 acc_dtype(em_dtype_t t)
@@ -444,6 +177,226 @@ reduce_mask_of(PyObject *dims, em_Tensor *self, bool *mask)
     return st;
 }
 
+/* sum, mean, amax, prod, ...: (self, dim, keepdim[, dtype]); dim None, an int or a
+ * tuple of ints. float16 accumulates in float32, as PyTorch's reductions do (NumPy would
+ * accumulate strided reductions in float16). */
+static PyObject *
+reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *dtype_arg)
+{
+    bool mask[EM_MAX_DIMS];
+    if (reduce_mask_of(dims, self, mask) < 0)
+        return NULL;
+    em_dtype_t in = self->dtype, out_t;
+    if (dtype_arg != Py_None)
+        out_t = ((em_DType *)dtype_arg)->code;
+    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_float(in))
+        out_t = EM_INT64;
+    else
+        out_t = in;
+    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_float(out_t)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U(): could not infer output dtype. Input dtype must be either a floating "
+                     "point or complex dtype. Got: %s", op->name, em_dtype_torch_name(out_t));
+        return NULL;
+    }
+    /* reductions without an identity (max, min) refuse empty dims */
+    bool has_identity = (op->rule & EM_RULE_FLOAT_ONLY) || op->ufunc_has_identity;
+    if (!has_identity && self->numel == 0 &&
+        (dims == Py_None || (PyTuple_Check(dims) && PyTuple_GET_SIZE(dims) == 0))) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U(): Expected reduction dim to be specified for input.numel() == 0. "
+                     "Specify the reduction dim with the 'dim' argument.", op->name);
+        return NULL;
+    }
+    if (!has_identity && check_nonempty(op, self, mask) < 0)
+        return NULL;
+    em_Geom g;
+    reduced_geom(self, mask, keepdim, &g);
+    g.dtype = out_t;
+    bool meta = em_meta_of(self);
+    em_Tensor *out = em_tensor_empty(&g, meta);
+    if (out == NULL || meta)
+        return (PyObject *)out;
+    em_dtype_t ct = acc_dtype(out_t);
+    em_Tensor *acc = ct == out_t ? (Py_INCREF(out), out) : temp_of(&g, ct);
+    int st = acc ? ufunc_reduce(op->ufunc, self, mask, keepdim, ct, acc) : -1;
+    if (st == 0 && (op->rule & EM_RULE_FLOAT_ONLY))   /* mean: the sum over the count */
+        st = uf_scalar(em_np.true_divide, (PyObject *)acc, (double)reduced_count(self, mask),
+                       acc, ct);
+    if (st == 0 && acc != out)
+        st = PyArray_CopyInto(out->array, acc->array);
+    Py_XDECREF(acc);
+    return em_finish(out, st);
+}
+
+static PyObject *
+k_reduce(em_Op *op, PyObject **args)
+{
+    return reduce_impl(op, (em_Tensor *)args[0], args[1], args[2] == Py_True,
+                       op->nparams > 3 ? args[3] : Py_None);
+}
+
+/* prod(self, *, dtype): over all elements */
+static PyObject *
+k_prod_all(em_Op *op, PyObject **args)
+{
+    return reduce_impl(op, (em_Tensor *)args[0], Py_None, false, args[1]);
+}
+
+/* Index tensor of arg-reduction fn (numpy.argmax/argmin) along dim d. */
+static em_Tensor *
+arg_reduce(PyObject *fn, em_Tensor *self, int d, bool keepdim, const em_Geom *g, bool meta)
+{
+    em_Geom ig = *g;
+    ig.dtype = EM_INT64;
+    if (meta)
+        return em_tensor_empty(&ig, true);
+    PyObject *res;
+    if (self->ndim == 0) {
+        res = PyArray_ZEROS(0, NULL, NPY_INT64, 0);
+    }
+    else {
+        PyObject *kw = Py_BuildValue("{sisO}", "axis", d, "keepdims",
+                                     keepdim ? Py_True : Py_False);
+        PyObject *a = PyTuple_Pack(1, (PyObject *)self->array);
+        res = (kw && a) ? PyObject_Call(fn, a, kw) : NULL;
+        Py_XDECREF(kw);
+        Py_XDECREF(a);
+    }
+    if (res == NULL)
+        return NULL;
+    /* copied into a fresh tensor of the result's geometry (an empty NumPy result
+     * has zero strides) */
+    PyObject *arr = PyArray_FROM_O(res);   /* a 0-d result is a NumPy scalar */
+    Py_DECREF(res);
+    if (arr == NULL)
+        return NULL;
+    em_Tensor *t = em_tensor_empty(&ig, false);
+    if (t != NULL && PyArray_CopyInto(t->array, (PyArrayObject *)arr) < 0)
+        Py_CLEAR(t);
+    Py_DECREF(arr);
+    return t;
+}
+
+/* The one dim max.dim and argmax reduce, wrapped, and as a mask; an empty one is an
+ * error. */
+static int
+one_dim(em_Op *op, em_Tensor *self, PyObject *dim, Py_ssize_t *d, bool *mask)
+{
+    if (em_dim_arg(dim, self->ndim, d) < 0)
+        return -1;
+    memset(mask, 0, sizeof(bool) * EM_MAX_DIMS);
+    mask[*d] = self->ndim > 0;
+    return check_nonempty(op, self, mask);
+}
+
+/* max.dim / min.dim: (self, dim, keepdim) -> (values, indices) */
+static PyObject *
+k_reduce_index(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    bool keepdim = args[2] == Py_True, mask[EM_MAX_DIMS];
+    Py_ssize_t d;
+    if (one_dim(op, self, args[1], &d, mask) < 0)
+        return NULL;
+    em_Geom g;
+    reduced_geom(self, mask, keepdim, &g);
+    g.dtype = self->dtype;
+    bool meta = em_meta_of(self);
+    em_Tensor *values = em_tensor_empty(&g, meta);
+    em_Tensor *indices = NULL;
+    PyObject *res = NULL;
+    if (values == NULL)
+        return NULL;
+    if (!meta && ufunc_reduce(op->ufunc, self, mask, keepdim, self->dtype, values) < 0)
+        goto done;
+    indices = arg_reduce(op->reduce_ufunc, self, (int)d, keepdim, &g, meta);
+    if (indices == NULL)
+        goto done;
+    res = return_pair(op->name, (PyObject *)values, (PyObject *)indices);
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(indices);
+    return res;
+}
+
+/* max() / min() over all elements: a 0-d tensor. */
+static PyObject *
+k_reduce_all(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    if (self->numel == 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%U(): Expected reduction dim to be specified for input.numel() == 0. "
+                     "Specify the reduction dim with the 'dim' argument.", op->name);
+        return NULL;
+    }
+    bool mask[EM_MAX_DIMS];
+    for (int d = 0; d < self->ndim; d++)
+        mask[d] = true;
+    em_Geom g = {.ndim = 0, .dtype = self->dtype};
+    bool meta = em_meta_of(self);
+    em_Tensor *out = em_tensor_empty(&g, meta);
+    if (out == NULL || meta)
+        return (PyObject *)out;
+    if (ufunc_reduce(op->ufunc, self, mask, false, self->dtype, out) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
+/* argmax/argmin(self, dim=None, keepdim=False) */
+static PyObject *
+k_argreduce(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    bool keepdim = args[2] == Py_True;
+    bool meta = em_meta_of(self);
+    if (self->dtype == EM_BOOL) {
+        PyErr_Format(PyExc_RuntimeError, "%U(): does not support bool input", op->name);
+        return NULL;
+    }
+    if (args[1] == Py_None) {
+        if (self->numel == 0) {
+            PyErr_Format(PyExc_IndexError,
+                         "%U(): Expected reduction dim to be specified for input.numel() == 0.",
+                         op->name);
+            return NULL;
+        }
+        em_Geom g = {.ndim = keepdim ? self->ndim : 0, .dtype = EM_INT64};
+        for (int i = 0; i < g.ndim; i++)
+            g.sizes[i] = 1;
+        em_contiguous_strides(&g);
+        if (meta)
+            return (PyObject *)em_tensor_empty(&g, true);
+        PyObject *flat = PyArray_Ravel(self->array, NPY_CORDER);
+        if (flat == NULL)
+            return NULL;
+        PyObject *idx = PyObject_CallOneArg(op->reduce_ufunc, flat);
+        Py_DECREF(flat);
+        if (idx == NULL)
+            return NULL;
+        em_Tensor *out = em_tensor_empty(&g, false);
+        if (out != NULL && PyArray_SETITEM(out->array, PyArray_DATA(out->array), idx) < 0)
+            Py_CLEAR(out);
+        Py_DECREF(idx);
+        return (PyObject *)out;
+    }
+    Py_ssize_t d;
+    bool mask[EM_MAX_DIMS];
+    if (one_dim(op, self, args[1], &d, mask) < 0)
+        return NULL;
+    em_Geom g;
+    reduced_geom(self, mask, keepdim, &g);
+    return (PyObject *)arg_reduce(op->reduce_ufunc, self, (int)d, keepdim, &g, meta);
+}
+
+/* ------------------------------------------------------------------ computed reductions
+ * var, std, norm, logsumexp, softmax, cumsum/cumprod, all/any, sort, topk: NumPy
+ * ufuncs (reduce, accumulate and elementwise loops) on temporaries, in float32 for
+ * float16 inputs as PyTorch accumulates. */
+
 /* var / std (op->ufunc is sqrt): (self, dim, unbiased, keepdim, *, correction) */
 static PyObject *
 k_var(em_Op *op, PyObject **args)
@@ -472,7 +425,7 @@ k_var(em_Op *op, PyObject **args)
     reduced_geom(self, mask, keepdim, &g);
     reduced_geom(self, mask, true, &kg);
     g.dtype = self->dtype;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_tensor_empty(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
@@ -501,9 +454,7 @@ k_var(em_Op *op, PyObject **args)
     Py_XDECREF(mean);
     Py_XDECREF(d);
     Py_XDECREF(s);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 /* The order of norm's p: None and 'fro' are 2; 'nuc' is not supported. */
@@ -592,7 +543,7 @@ k_norm(em_Op *op, PyObject **args)
     em_Geom g;
     reduced_geom(self, mask, keepdim, &g);
     g.dtype = rt;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_tensor_empty(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
@@ -637,9 +588,7 @@ done:
     Py_XDECREF(a);
     Py_XDECREF(s);
     Py_XDECREF(nz);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 /* m where it is finite, else 0 (the shift of logsumexp and softmax). */
@@ -673,7 +622,7 @@ k_logsumexp(em_Op *op, PyObject **args)
     reduced_geom(self, mask, keepdim, &g);
     reduced_geom(self, mask, true, &kg);
     g.dtype = rt;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_tensor_empty(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
@@ -681,9 +630,7 @@ k_logsumexp(em_Op *op, PyObject **args)
         PyObject *ninf = PyFloat_FromDouble(-INFINITY);
         int st = ninf ? PyArray_FillWithScalar(out->array, ninf) : -1;
         Py_XDECREF(ninf);
-        if (st < 0)
-            Py_CLEAR(out);
-        return (PyObject *)out;
+        return em_finish(out, st);
     }
     em_dtype_t ct = acc_dtype(rt);
     em_Tensor *m = temp_of(&kg, ct), *e = temp_like(self, ct), *s = temp_of(&kg, ct);
@@ -705,9 +652,7 @@ k_logsumexp(em_Op *op, PyObject **args)
     Py_XDECREF(m);
     Py_XDECREF(e);
     Py_XDECREF(s);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 
@@ -726,7 +671,7 @@ k_softmax(em_Op *op, PyObject **args)
         return NULL;
     }
     em_dtype_t rt = args[2] == Py_None ? self->dtype : ((em_DType *)args[2])->code;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_empty(self->ndim, self->sizes, rt, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
@@ -768,9 +713,7 @@ k_softmax(em_Op *op, PyObject **args)
     Py_XDECREF(z);
     Py_XDECREF(s);
     Py_XDECREF(e);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 /* cumsum / cumprod (op->ufunc add / multiply): (self, dim, *, dtype) via ufunc.accumulate */
@@ -783,15 +726,12 @@ k_cumulative(em_Op *op, PyObject **args)
         return NULL;
     em_dtype_t rt = args[2] != Py_None ? ((em_DType *)args[2])->code
                                        : (em_is_float(self->dtype) ? self->dtype : EM_INT64);
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_empty(self->ndim, self->sizes, rt, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (self->ndim == 0) {
-        if (em_copy_into(out, (PyObject *)self) < 0)
-            Py_CLEAR(out);
-        return (PyObject *)out;
-    }
+    if (self->ndim == 0)
+        return em_finish(out, em_copy_into(out, (PyObject *)self));
     em_dtype_t ct = acc_dtype(rt);
     em_Tensor *acc = ct == rt ? (Py_INCREF(out), out) : temp_like(self, ct);
     if (acc == NULL) {
@@ -811,9 +751,7 @@ k_cumulative(em_Op *op, PyObject **args)
     if (st == 0 && acc != out)
         st = PyArray_CopyInto(out->array, acc->array);
     Py_DECREF(acc);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 /* all / any (op->ufunc logical_and / logical_or): (self, dim, keepdim); bool results,
@@ -831,7 +769,7 @@ k_logical(em_Op *op, PyObject **args)
     em_Geom g;
     reduced_geom(self, mask, keepdim, &g);
     g.dtype = self->dtype == EM_UINT8 ? EM_UINT8 : EM_BOOL;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *out = em_tensor_empty(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
@@ -840,9 +778,7 @@ k_logical(em_Op *op, PyObject **args)
     if (st == 0 && b != out)
         st = PyArray_CopyInto(out->array, b->array);
     Py_XDECREF(b);
-    if (st < 0)
-        Py_CLEAR(out);
-    return (PyObject *)out;
+    return em_finish(out, st);
 }
 
 /* The stable sorting permutation of arr along d (int64, C order): ascending, or
@@ -954,7 +890,7 @@ k_sort(em_Op *op, PyObject **args)
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *values = em_empty_like(self, self->dtype, meta);
     em_Tensor *indices = values ? em_empty_like(self, EM_INT64, meta) : NULL;
     PyObject *res = NULL;
@@ -974,7 +910,7 @@ k_argsort(em_Op *op, PyObject **args)
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *indices = em_empty_like(self, EM_INT64, meta);
     if (indices == NULL || meta || indices->numel == 0)
         return (PyObject *)indices;
@@ -1007,7 +943,7 @@ k_topk(em_Op *op, PyObject **args)
     memcpy(sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
     if (self->ndim)
         sizes[d] = k;
-    bool meta = want_meta(self);
+    bool meta = em_meta_of(self);
     em_Tensor *values = em_empty(self->ndim, sizes, self->dtype, meta);
     em_Tensor *indices = values ? em_empty(self->ndim, sizes, EM_INT64, meta) : NULL;
     PyObject *res = NULL;

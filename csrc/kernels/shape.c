@@ -9,23 +9,9 @@
 #include "kutil.h"
 
 static PyObject *
-int_tuple_of(const Py_ssize_t *v, int n)
-{
-    PyObject *t = PyTuple_New(n);
-    for (int i = 0; t != NULL && i < n; i++) {
-        PyObject *o = PyLong_FromSsize_t(v[i]);
-        if (o == NULL)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, i, o);
-    }
-    return t;
-}
-
-static PyObject *
 call_ints(int id, PyObject *self, const Py_ssize_t *v, int n)
 {
-    PyObject *t = int_tuple_of(v, n);
+    PyObject *t = em_int_tuple(v, n);
     if (t == NULL)
         return NULL;
     PyObject *a[2] = {self, t};
@@ -59,15 +45,6 @@ call_dim(int id, PyObject *self, Py_ssize_t d)
     return r;
 }
 
-static PyObject *
-list_error(PyObject *exc, const char *fmt, const Py_ssize_t *v, int n)
-{
-    PyObject *s = em_format_shape(n, v);
-    if (s != NULL)
-        em_error(exc, fmt, s);
-    Py_XDECREF(s);
-    return NULL;
-}
 
 /* ------------------------------------------------------------------ cat */
 
@@ -142,6 +119,7 @@ k_cat(em_Op *op, PyObject **args)
         if (cat_skipped(t))
             continue;
         if (t->numel > 0) {
+            /* (no base: out outlives the piece) */
             PyArray_Descr *descr = PyArray_DESCR(out->array);
             Py_INCREF(descr);
             PyArrayObject *piece = (PyArrayObject *)PyArray_NewFromDescr(
@@ -174,13 +152,9 @@ k_stack(em_Op *op, PyObject **args)
         em_Tensor *t = (em_Tensor *)PyTuple_GET_ITEM(list, i);
         if (t->ndim != first->ndim ||
             memcmp(t->sizes, first->sizes, sizeof(Py_ssize_t) * t->ndim) != 0) {
-            PyObject *a = em_shape_str(first), *b = em_shape_str(t);
-            if (a && b)
-                em_error(PyExc_RuntimeError, "stack(): stack expects each tensor to be equal "
-                         "size, but got %S at entry 0 and %S at entry %zd", a, b, i);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return NULL;
+            return PyErr_Format(PyExc_RuntimeError, "stack(): stack expects each tensor to be "
+                                "equal size, but got %s at entry 0 and %s at entry %zd",
+                                em_tshape(first), em_tshape(t), i);
         }
     }
     Py_ssize_t d;
@@ -342,19 +316,19 @@ k_split_with_sizes(em_Op *op, PyObject **args)
         total += lengths[i];
     }
     PyObject *r = NULL;
-    PyObject *s = PyErr_Occurred() ? NULL : em_format_shape((int)n, lengths);
-    if (s == NULL)
+    if (PyErr_Occurred())
         ;
     else if (negative)
-        em_error(PyExc_RuntimeError, "split_with_sizes(): split_with_sizes expects split_sizes "
-                 "have only non-negative entries, but got split_sizes=%S", s);
+        PyErr_Format(PyExc_RuntimeError, "split_with_sizes(): split_with_sizes expects "
+                     "split_sizes have only non-negative entries, but got split_sizes=%s",
+                     em_shape_s((int)n, lengths));
     else if (total != self->sizes[d])
-        em_error(PyExc_RuntimeError, "split_with_sizes(): split_with_sizes expects split_sizes "
-                 "to sum exactly to %zd (input tensor's size at dimension %zd), but got "
-                 "split_sizes=%S", self->sizes[d], d, s);
+        PyErr_Format(PyExc_RuntimeError, "split_with_sizes(): split_with_sizes expects "
+                     "split_sizes to sum exactly to %zd (input tensor's size at dimension "
+                     "%zd), but got split_sizes=%s", self->sizes[d], d,
+                     em_shape_s((int)n, lengths));
     else
         r = slices_of(args[0], d, lengths, n);
-    Py_XDECREF(s);
     PyMem_Free(lengths);
     return r;
 }
@@ -490,12 +464,9 @@ k_unflatten(em_Op *op, PyObject **args)
     else if (infer >= 0 || known != size) {
         if (infer >= 0)
             sizes[infer] = -1;
-        PyObject *s = em_format_shape(ns, sizes);
-        if (s != NULL)
-            em_error(PyExc_RuntimeError, "unflatten(): unflatten: Provided sizes %S don't "
-                     "multiply up to the size of dim %zd (%zd) in the input tensor", s, d, size);
-        Py_XDECREF(s);
-        return NULL;
+        return PyErr_Format(PyExc_RuntimeError, "unflatten(): unflatten: Provided sizes %s "
+                            "don't multiply up to the size of dim %zd (%zd) in the input "
+                            "tensor", em_shape_s(ns, sizes), d, size);
     }
     if (em_check_ndim("unflatten", self->ndim + ns - 1) < 0)
         return NULL;
@@ -535,16 +506,11 @@ k_movedim(em_Op *op, PyObject **args)
     if (em_int_list(args[1], src, &ns, EM_MAX_DIMS) < 0 ||
         em_int_list(args[2], dst, &nd, EM_MAX_DIMS) < 0)
         return NULL;
-    if (ns != nd) {
-        PyObject *a = em_format_shape(ns, src), *b = em_format_shape(nd, dst);
-        if (a && b)
-            em_error(PyExc_RuntimeError, "movedim(): movedim: Invalid source or destination "
-                     "dims: source (%S dims) should contain the same number of dims as "
-                     "destination (%S dims)", a, b);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
-    }
+    if (ns != nd)
+        return PyErr_Format(PyExc_RuntimeError, "movedim(): movedim: Invalid source or "
+                            "destination dims: source (%s dims) should contain the same number "
+                            "of dims as destination (%s dims)", em_shape_s(ns, src),
+                            em_shape_s(nd, dst));
     for (int which = 0; which < 2; which++) {
         PyObject *tup = args[1 + which];
         Py_ssize_t *v = which ? dst : src;
@@ -553,11 +519,9 @@ k_movedim(em_Op *op, PyObject **args)
         for (int i = 0; i < nr; i++)
             for (int j = 0; j < i; j++)
                 if (v[i] == v[j])
-                    return list_error(PyExc_RuntimeError,
-                                      which ? "movedim(): movedim: repeated dim in "
-                                              "`destination` (%S)"
-                                            : "movedim(): movedim: repeated dim in `source` "
-                                              "(%S)", raw, nr);
+                    return PyErr_Format(PyExc_RuntimeError, "movedim(): movedim: repeated "
+                                        "dim in `%s` (%s)", which ? "destination" : "source",
+                                        em_shape_s(nr, raw));
     }
     int nd_ = self->ndim > 0 ? self->ndim : 0;
     Py_ssize_t perm[EM_MAX_DIMS];
@@ -676,8 +640,8 @@ repeat_impl(PyObject *selfo, const Py_ssize_t *reps, int n)
         Py_ssize_t s = i < off ? 1 : self->sizes[i - off];
         target[i] = s * reps[i];
         if (reps[i] < 0)
-            return list_error(PyExc_RuntimeError, "repeat(): Trying to create tensor with "
-                              "negative dimension: %S", target, n);
+            return PyErr_Format(PyExc_RuntimeError, "repeat(): Trying to create tensor with "
+                                "negative dimension: %s", em_shape_s(n, target));
         if (reps[i] == 1 && run) {
             shape[m - 1] *= s;
             big[m - 1] *= s;
@@ -820,20 +784,8 @@ np_slice(PyArrayObject *arr, int d, Py_ssize_t start, Py_ssize_t stop)
     npy_intp dims[EM_MAX_DIMS];
     memcpy(dims, PyArray_DIMS(arr), sizeof(npy_intp) * nd);
     dims[d] = stop - start;
-    PyArray_Descr *descr = PyArray_DESCR(arr);
-    Py_INCREF(descr);
-    PyArrayObject *v = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, nd, dims, PyArray_STRIDES(arr),
-        PyArray_BYTES(arr) + start * PyArray_STRIDES(arr)[d],
-        PyArray_FLAGS(arr) & NPY_ARRAY_WRITEABLE, NULL);
-    if (v == NULL)
-        return NULL;
-    Py_INCREF(arr);
-    if (PyArray_SetBaseObject(v, (PyObject *)arr) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return em_array_view(arr, nd, dims, PyArray_STRIDES(arr),
+                         PyArray_BYTES(arr) + start * PyArray_STRIDES(arr)[d]);
 }
 
 /* dst[..., at:at + (stop - start), ...] = src[..., start:stop, ...] along d */
@@ -991,23 +943,14 @@ k_pad(em_Op *op, PyObject **args)
     for (int i = 0; i < k; i++) {
         int d = self->ndim - 1 - i;
         Py_ssize_t n = self->sizes[d], lo = pad[2 * i], hi = pad[2 * i + 1];
-        if (mode == PAD_REFLECT && (lo >= n || hi >= n)) {
-            PyObject *s = em_shape_str(self);
-            if (s)
-                em_error(PyExc_RuntimeError, "pad(): Argument #4: Padding size should be less "
-                         "than the corresponding input dimension, but got: padding (%zd, %zd) "
-                         "at dimension %d of input %S", lo, hi, d, s);
-            Py_XDECREF(s);
-            return NULL;
-        }
-        if (mode == PAD_REPLICATE && n == 0) {
-            PyObject *s = em_shape_str(self);
-            if (s)
-                em_error(PyExc_RuntimeError, "pad(): Expected a tensor with non-zero sizes in "
-                         "the padded dims, but got: %S", s);
-            Py_XDECREF(s);
-            return NULL;
-        }
+        if (mode == PAD_REFLECT && (lo >= n || hi >= n))
+            return PyErr_Format(PyExc_RuntimeError, "pad(): Argument #4: Padding size should "
+                                "be less than the corresponding input dimension, but got: "
+                                "padding (%zd, %zd) at dimension %d of input %s", lo, hi, d,
+                                em_tshape(self));
+        if (mode == PAD_REPLICATE && n == 0)
+            return PyErr_Format(PyExc_RuntimeError, "pad(): Expected a tensor with non-zero "
+                                "sizes in the padded dims, but got: %s", em_tshape(self));
         if (mode == PAD_CIRCULAR && (lo > n || hi > n)) {
             PyErr_SetString(PyExc_RuntimeError, "pad(): Padding value causes wrapping around "
                             "more than once.");

@@ -6,19 +6,6 @@
  */
 #include "kutil.h"
 
-static em_Tensor *
-as_tensor(PyObject *o)
-{
-    return (em_Tensor *)o;
-}
-
-static PyObject *
-view_of(em_Tensor *self, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides,
-        Py_ssize_t offset)
-{
-    return (PyObject *)em_tensor_view(self, ndim, sizes, strides, offset);
-}
-
 /* Reads op's tuple of sizes or dims (already converted by the binder). */
 static int
 int_tuple(em_Op *op, PyObject *tup, Py_ssize_t *out, int *n)
@@ -63,12 +50,9 @@ infer_size(Py_ssize_t *shape, int n, Py_ssize_t numel)
         }
     }
     if (infer >= 0 && prod == 0) {
-        PyObject *s = em_format_shape(n, shape);
-        if (s)
-            PyErr_Format(PyExc_RuntimeError,
-                         "cannot reshape tensor of 0 elements into shape %U because the "
-                         "unspecified dimension size -1 can be any value and is ambiguous", s);
-        Py_XDECREF(s);
+        PyErr_Format(PyExc_RuntimeError, "cannot reshape tensor of 0 elements into shape %s "
+                     "because the unspecified dimension size -1 can be any value and is "
+                     "ambiguous", em_shape_s(n, shape));
         return -1;
     }
     if (infer >= 0 && numel % prod == 0) {
@@ -77,10 +61,8 @@ infer_size(Py_ssize_t *shape, int n, Py_ssize_t numel)
     }
     if (infer < 0 && prod == numel)
         return 0;
-    PyObject *s = em_format_shape(n, shape);
-    if (s)
-        PyErr_Format(PyExc_RuntimeError, "shape '%U' is invalid for input of size %zd", s, numel);
-    Py_XDECREF(s);
+    PyErr_Format(PyExc_RuntimeError, "shape '%s' is invalid for input of size %zd",
+                 em_shape_s(n, shape), numel);
     return -1;
 }
 
@@ -129,34 +111,28 @@ compute_stride(int on, const Py_ssize_t *oshape, const Py_ssize_t *ostride, Py_s
 static PyObject *
 k_view(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
     if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
         return NULL;
     if (!compute_stride(self->ndim, self->sizes, self->strides, self->numel, n, shape,
                         strides)) {
-        PyObject *sz = em_format_shape(self->ndim, self->sizes);
-        PyObject *st = em_format_shape(self->ndim, self->strides);
-        PyObject *to = em_format_shape(n, shape);
-        if (sz && st && to)
-            PyErr_Format(PyExc_RuntimeError,
-                         "view size is not compatible with input tensor's size and stride (at "
-                         "least one dimension spans across two contiguous subspaces): size %U "
-                         "and stride %U viewed as %U. Use .reshape(...) instead.", sz, st, to);
-        Py_XDECREF(sz);
-        Py_XDECREF(st);
-        Py_XDECREF(to);
-        return NULL;
+        return PyErr_Format(PyExc_RuntimeError,
+                            "view size is not compatible with input tensor's size and stride "
+                            "(at least one dimension spans across two contiguous subspaces): "
+                            "size %s and stride %s viewed as %s. Use .reshape(...) instead.",
+                            em_tshape(self), em_shape_s(self->ndim, self->strides),
+                            em_shape_s(n, shape));
     }
-    return view_of(self, n, shape, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, n, shape, strides, self->offset);
 }
 
 /* reshape(self, shape): a view when the strides allow it, else a copy (composite). */
 static PyObject *
 k_reshape(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t shape[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
     if (int_tuple(op, args[1], shape, &n) < 0 || infer_size(shape, n, self->numel) < 0)
@@ -167,7 +143,7 @@ k_reshape(em_Op *op, PyObject **args)
     if (copy == NULL)
         return NULL;
     /* clone keeps a dense permuted layout; force a contiguous one for the view */
-    if (!em_tensor_is_contiguous(as_tensor(copy))) {
+    if (!em_tensor_is_contiguous((em_Tensor *)copy)) {
         Py_DECREF(copy);
         copy = em_clone_contiguous(args[0]);
         if (copy == NULL)
@@ -183,7 +159,7 @@ k_reshape(em_Op *op, PyObject **args)
 static PyObject *
 k_permute(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t dims[EM_MAX_DIMS], sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
     if (int_tuple(op, args[1], dims, &n) < 0)
@@ -207,7 +183,7 @@ k_permute(em_Op *op, PyObject **args)
         sizes[i] = self->sizes[dims[i]];
         strides[i] = self->strides[dims[i]];
     }
-    return view_of(self, n, sizes, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, n, sizes, strides, self->offset);
 }
 
 static PyObject *
@@ -224,7 +200,7 @@ swap_dims(em_Tensor *self, Py_ssize_t d0, Py_ssize_t d1)
         strides[d0] = self->strides[d1];
         strides[d1] = self->strides[d0];
     }
-    return view_of(self, self->ndim, sizes, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, self->ndim, sizes, strides, self->offset);
 }
 
 /* transpose(self, dim0, dim1) */
@@ -234,14 +210,14 @@ k_transpose(em_Op *op, PyObject **args)
     Py_ssize_t d0 = PyLong_AsSsize_t(args[1]), d1 = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred())
         return NULL;
-    return swap_dims(as_tensor(args[0]), d0, d1);
+    return swap_dims((em_Tensor *)args[0], d0, d1);
 }
 
 /* t(self): transpose of a tensor with at most 2 dimensions */
 static PyObject *
 k_t(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     if (self->ndim > 2) {
         PyErr_Format(PyExc_RuntimeError,
                      "t() expects a tensor with <= 2 dimensions, but self is %dD", self->ndim);
@@ -254,22 +230,17 @@ k_t(em_Op *op, PyObject **args)
 static PyObject *
 k_expand(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
     int n;
     if (int_tuple(op, args[1], sizes, &n) < 0)
         return NULL;
-    if (n < self->ndim) {
-        PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
-        if (s && t)
-            PyErr_Format(PyExc_RuntimeError,
-                         "expand(): the number of sizes provided (%d) must be greater or equal "
-                         "to the number of dimensions in the tensor (%d); target sizes %U, "
-                         "tensor sizes %U", n, self->ndim, s, t);
-        Py_XDECREF(s);
-        Py_XDECREF(t);
-        return NULL;
-    }
+    if (n < self->ndim)
+        return PyErr_Format(PyExc_RuntimeError,
+                            "expand(): the number of sizes provided (%d) must be greater or "
+                            "equal to the number of dimensions in the tensor (%d); target "
+                            "sizes %s, tensor sizes %s", n, self->ndim, em_shape_s(n, sizes),
+                            em_tshape(self));
     int off = n - self->ndim;
     for (int i = n - 1; i >= 0; i--) {
         int j = i - off;
@@ -298,25 +269,21 @@ k_expand(em_Op *op, PyObject **args)
             strides[i] = 0;
         }
         else {
-            PyObject *s = em_format_shape(n, sizes), *t = em_format_shape(self->ndim, self->sizes);
-            if (s && t)
-                PyErr_Format(PyExc_RuntimeError,
-                             "The expanded size of the tensor (%zd) must match the existing "
-                             "size (%zd) at non-singleton dimension %d.  Target sizes: %U.  "
-                             "Tensor sizes: %U", sizes[i], self->sizes[j], i, s, t);
-            Py_XDECREF(s);
-            Py_XDECREF(t);
-            return NULL;
+            return PyErr_Format(PyExc_RuntimeError,
+                                "The expanded size of the tensor (%zd) must match the existing "
+                                "size (%zd) at non-singleton dimension %d.  Target sizes: %s.  "
+                                "Tensor sizes: %s", sizes[i], self->sizes[j], i,
+                                em_shape_s(n, sizes), em_tshape(self));
         }
     }
-    return view_of(self, n, sizes, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, n, sizes, strides, self->offset);
 }
 
 /* unsqueeze(self, dim) */
 static PyObject *
 k_unsqueeze(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t d = PyLong_AsSsize_t(args[1]);
     if (d == -1 && PyErr_Occurred())
         return NULL;
@@ -334,14 +301,14 @@ k_unsqueeze(em_Op *op, PyObject **args)
             j++;
         }
     }
-    return view_of(self, self->ndim + 1, sizes, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, self->ndim + 1, sizes, strides, self->offset);
 }
 
 /* squeeze(self, dim=None): drops size-1 dims (all, or those named) */
 static PyObject *
 k_squeeze(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     bool mask[EM_MAX_DIMS];
     if (em_reduce_dims(args[1], self->ndim, mask) < 0)
         return NULL;
@@ -354,7 +321,7 @@ k_squeeze(em_Op *op, PyObject **args)
         strides[n] = self->strides[i];
         n++;
     }
-    return view_of(self, n, sizes, strides, self->offset);
+    return (PyObject *)em_tensor_view(self, n, sizes, strides, self->offset);
 }
 
 /* Geometry of select(dim, index); returns the new offset or -1 with an error. */
@@ -370,12 +337,8 @@ select_geom(em_Tensor *self, Py_ssize_t dim, Py_ssize_t index, Py_ssize_t *sizes
         return -1;
     Py_ssize_t size = self->sizes[dim];
     if (index < -size || index >= size) {
-        PyObject *s = em_format_shape(self->ndim, self->sizes);
-        if (s)
-            PyErr_Format(PyExc_IndexError,
-                         "select(): index %zd out of range for tensor of size %U at dimension "
-                         "%zd", index, s, dim);
-        Py_XDECREF(s);
+        PyErr_Format(PyExc_IndexError, "select(): index %zd out of range for tensor of size "
+                     "%s at dimension %zd", index, em_tshape(self), dim);
         return -1;
     }
     if (index < 0)
@@ -396,14 +359,14 @@ select_geom(em_Tensor *self, Py_ssize_t dim, Py_ssize_t index, Py_ssize_t *sizes
 static PyObject *
 k_select(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t dim = PyLong_AsSsize_t(args[1]), index = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred())
         return NULL;
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset, wd;
     if (select_geom(self, dim, index, sizes, strides, &offset, &wd) < 0)
         return NULL;
-    return view_of(self, self->ndim - 1, sizes, strides, offset);
+    return (PyObject *)em_tensor_view(self, self->ndim - 1, sizes, strides, offset);
 }
 
 static int
@@ -463,48 +426,30 @@ slice_geom(em_Tensor *self, PyObject *dimo, PyObject *starto, PyObject *endo, Py
 static PyObject *
 k_slice(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
     if (slice_geom(self, args[1], args[2], args[3], args[4], sizes, strides, &offset) < 0)
         return NULL;
-    return view_of(self, self->ndim, sizes, strides, offset);
+    return (PyObject *)em_tensor_view(self, self->ndim, sizes, strides, offset);
 }
 
 /* alias(self): a view of the whole tensor */
 static PyObject *
 k_alias(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
-    return view_of(self, self->ndim, self->sizes, self->strides, self->offset);
+    em_Tensor *self = (em_Tensor *)args[0];
+    return (PyObject *)em_tensor_view(self, self->ndim, self->sizes, self->strides, self->offset);
 }
 
 /* ------------------------------------------------------------------ copies */
 
-static bool
-want_meta(em_Tensor *t)
-{
-    return em_tls.mode == EM_MODE_META || em_is_meta(t);
-}
-
 static em_Tensor *
 copy_with_dtype(em_Tensor *self, em_dtype_t dtype, bool contiguous)
 {
-    em_Geom g = {.ndim = self->ndim, .dtype = dtype};
-    memcpy(g.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
-    PyObject *operand = (PyObject *)self;
-    if (contiguous)
-        em_contiguous_strides(&g);
-    else
-        em_elementwise_strides(&operand, 1, &g);
-    bool meta = want_meta(self);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
-    if (out == NULL || meta)
-        return out;
-    if (em_copy_into(out, (PyObject *)self) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return out;
+    bool meta = em_meta_of(self);
+    em_Tensor *out = contiguous ? em_empty(self->ndim, self->sizes, dtype, meta)
+                                : em_empty_like(self, dtype, meta);
+    return (em_Tensor *)em_finish(out, out == NULL ? 0 : em_copy_into(out, (PyObject *)self));
 }
 
 static bool
@@ -523,7 +468,7 @@ wants_contiguous(PyObject *memory_format)
 static PyObject *
 k_clone(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     return (PyObject *)copy_with_dtype(self, self->dtype, wants_contiguous(args[1]));
 }
 
@@ -531,7 +476,7 @@ k_clone(em_Op *op, PyObject **args)
 static PyObject *
 k_to_copy(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     em_dtype_t dt = args[1] == Py_None ? self->dtype : ((em_DType *)args[1])->code;
     return (PyObject *)copy_with_dtype(self, dt, false);
 }
@@ -540,7 +485,7 @@ k_to_copy(em_Op *op, PyObject **args)
 static PyObject *
 k_contiguous(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     if (em_tensor_is_contiguous(self)) {
         Py_INCREF(self);
         return (PyObject *)self;
@@ -552,25 +497,32 @@ k_contiguous(em_Op *op, PyObject **args)
 static int
 check_scatter_src(em_Tensor *view, PyObject *src)
 {
-    em_Tensor *s = as_tensor(src);
+    em_Tensor *s = (em_Tensor *)src;
     if (s->ndim == view->ndim &&
         memcmp(s->sizes, view->sizes, sizeof(Py_ssize_t) * s->ndim) == 0)
         return 0;
-    PyObject *a = em_format_shape(s->ndim, s->sizes);
-    PyObject *b = em_format_shape(view->ndim, view->sizes);
-    if (a && b)
-        PyErr_Format(PyExc_RuntimeError, "expected src to have a size equal to the slice of "
-                     "self. src size = %U, slice size = %U", a, b);
-    Py_XDECREF(a);
-    Py_XDECREF(b);
+    PyErr_Format(PyExc_RuntimeError, "expected src to have a size equal to the slice of "
+                 "self. src size = %s, slice size = %s", em_tshape(s), em_tshape(view));
     return -1;
+}
+
+/* A copy of self with src written into its view (sizes, strides, offset); -1 from the
+ * geometry (its error set) gives NULL. */
+static PyObject *
+scatter_into(em_Tensor *out, int st, int ndim, const Py_ssize_t *sizes,
+             const Py_ssize_t *strides, Py_ssize_t offset, PyObject *src)
+{
+    em_Tensor *view = st < 0 ? NULL : em_tensor_view(out, ndim, sizes, strides, offset);
+    st = view == NULL || check_scatter_src(view, src) < 0 ? -1 : em_copy_into(view, src);
+    Py_XDECREF(view);
+    return em_finish(out, st);
 }
 
 /* select_scatter(self, src, dim, index): self with src written at select(dim, index) */
 static PyObject *
 k_select_scatter(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset, wd;
     Py_ssize_t dim = PyLong_AsSsize_t(args[2]), index = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
@@ -578,97 +530,55 @@ k_select_scatter(em_Op *op, PyObject **args)
     em_Tensor *out = copy_with_dtype(self, self->dtype, false);
     if (out == NULL)
         return NULL;
-    if (select_geom(out, dim, index, sizes, strides, &offset, &wd) < 0)
-        goto error;
-    em_Tensor *view = em_tensor_view(out, self->ndim - 1, sizes, strides, offset);
-    if (view == NULL)
-        goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
-    Py_DECREF(view);
-    if (st < 0)
-        goto error;
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
+    int st = select_geom(out, dim, index, sizes, strides, &offset, &wd);
+    return scatter_into(out, st, self->ndim - 1, sizes, strides, offset, args[1]);
 }
 
 /* slice_scatter(self, src, dim=0, start=None, end=None, step=1) */
 static PyObject *
 k_slice_scatter(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
     em_Tensor *out = copy_with_dtype(self, self->dtype, false);
     if (out == NULL)
         return NULL;
-    if (slice_geom(out, args[2], args[3], args[4], args[5], sizes, strides, &offset) < 0)
-        goto error;
-    em_Tensor *view = em_tensor_view(out, self->ndim, sizes, strides, offset);
-    if (view == NULL)
-        goto error;
-    int st = check_scatter_src(view, args[1]) < 0 ? -1 : em_copy_into(view, args[1]);
-    Py_DECREF(view);
-    if (st < 0)
-        goto error;
-    return (PyObject *)out;
-error:
-    Py_DECREF(out);
-    return NULL;
+    int st = slice_geom(out, args[2], args[3], args[4], args[5], sizes, strides, &offset);
+    return scatter_into(out, st, self->ndim, sizes, strides, offset, args[1]);
 }
 
 /* fill(self, value): a tensor like self, every element value */
 static PyObject *
 k_fill(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
-    em_Geom g = {.ndim = self->ndim, .dtype = self->dtype};
-    memcpy(g.sizes, self->sizes, sizeof(Py_ssize_t) * self->ndim);
-    PyObject *operand = args[0];
-    em_elementwise_strides(&operand, 1, &g);
-    bool meta = want_meta(self);
-    em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
+    em_Tensor *self = (em_Tensor *)args[0];
+    bool meta = em_meta_of(self);
+    em_Tensor *out = em_empty_like(self, self->dtype, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (PyArray_FillWithScalar(out->array, args[1]) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
+    return em_finish(out, PyArray_FillWithScalar(out->array, args[1]));
 }
 
 /* copy(self, src): src broadcast to self's shape, in self's dtype and layout */
 static PyObject *
 k_copy(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     PyObject *pair[2] = {args[0], args[1]};
     em_Geom g;
     if (em_broadcast("copy_", pair, 2, &g) < 0)
         return NULL;
-    if (g.ndim != self->ndim || memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim)) {
-        em_Tensor *src = as_tensor(args[1]);
-        PyObject *a = em_format_shape(src->ndim, src->sizes);
-        PyObject *b = em_format_shape(self->ndim, self->sizes);
-        if (a && b)
-            PyErr_Format(PyExc_RuntimeError,
-                         "copy_(): the source of shape %U cannot be broadcast to the "
-                         "destination of shape %U", a, b);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
-    }
+    if (g.ndim != self->ndim || memcmp(g.sizes, self->sizes, sizeof(Py_ssize_t) * g.ndim))
+        return PyErr_Format(PyExc_RuntimeError, "copy_(): the source of shape %s cannot be "
+                            "broadcast to the destination of shape %s",
+                            em_tshape((em_Tensor *)args[1]), em_tshape(self));
     g.dtype = self->dtype;
     em_elementwise_strides(&pair[0], 1, &g);
-    bool meta = want_meta(self) || em_any_meta(pair, 2);
+    bool meta = em_meta_of(self) || em_any_meta(pair, 2);
     em_Tensor *out = em_tensor_empty_like_layout(&g, meta);
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
-    if (em_copy_into(out, args[1]) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
+    return em_finish(out, em_copy_into(out, args[1]));
 }
 
 /* ------------------------------------------------------------------ indexing
@@ -845,7 +755,7 @@ classify(PyObject *k, Item *it)
     if (PyArray_Check(k) || ((PyList_Check(k) || PyTuple_Check(k)))) {
         PyObject *t = index_tensor_from(k);
         if (t != NULL && em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL) {
-            int code = as_tensor(t)->dtype;
+            int code = ((em_Tensor *)t)->dtype;
             Py_SETREF(t, index_tensor_traced(k, code));
         }
         if (t == NULL)
@@ -1002,7 +912,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
             dim++;
         }
         else {   /* IT_INT */
-            em_Tensor *c = as_tensor(cur);
+            em_Tensor *c = (em_Tensor *)cur;
             Py_ssize_t size = c->sizes[dim];
             if (it->ival < -size || it->ival >= size) {
                 PyErr_Format(PyExc_IndexError,
@@ -1033,7 +943,7 @@ apply_key(em_Tensor *self, PyObject *key, PyObject **view, PyObject **indices)
                     Py_CLEAR(tup);
             if (tup != NULL && PyList_Append(tup, adv[k]) < 0)
                 Py_CLEAR(tup);
-            em_Tensor *t = as_tensor(adv[k]);
+            em_Tensor *t = (em_Tensor *)adv[k];
             at += (t->dtype == EM_BOOL || t->dtype == EM_UINT8) ? t->ndim : 1;
         }
         (void)len;
@@ -1070,7 +980,7 @@ static PyObject *
 k_getitem(em_Op *op, PyObject **args)
 {
     PyObject *view, *indices;
-    if (apply_key(as_tensor(args[0]), args[1], &view, &indices) < 0)
+    if (apply_key((em_Tensor *)args[0], args[1], &view, &indices) < 0)
         return NULL;
     if (indices == NULL)
         return view;
@@ -1090,15 +1000,10 @@ check_broadcast_to(em_Tensor *v, PyObject *value)
     if (em_broadcast("__setitem__", pair, 2, &g) == 0 && g.ndim == v->ndim &&
         memcmp(g.sizes, v->sizes, sizeof(Py_ssize_t) * g.ndim) == 0)
         return 0;
-    em_Tensor *val = as_tensor(value);
-    PyObject *s1 = em_format_shape(val->ndim, val->sizes);
-    PyObject *s2 = em_format_shape(v->ndim, v->sizes);
     PyErr_Clear();
-    if (s1 && s2)
-        PyErr_Format(PyExc_RuntimeError, "shape mismatch: value tensor of shape %U cannot be "
-                     "broadcast to indexing result of shape %U", s1, s2);
-    Py_XDECREF(s1);
-    Py_XDECREF(s2);
+    PyErr_Format(PyExc_RuntimeError, "shape mismatch: value tensor of shape %s cannot be "
+                 "broadcast to indexing result of shape %s", em_tshape((em_Tensor *)value),
+                 em_tshape(v));
     return -1;
 }
 
@@ -1106,9 +1011,9 @@ check_broadcast_to(em_Tensor *v, PyObject *value)
 static bool
 is_mask_fill(PyObject *key, PyObject *value)
 {
-    return em_Tensor_Check(key) && (as_tensor(key)->dtype == EM_BOOL ||
-                                    as_tensor(key)->dtype == EM_UINT8) &&
-           (!em_Tensor_Check(value) || as_tensor(value)->ndim == 0);
+    return em_Tensor_Check(key) && (((em_Tensor *)key)->dtype == EM_BOOL ||
+                                    ((em_Tensor *)key)->dtype == EM_UINT8) &&
+           (!em_Tensor_Check(value) || ((em_Tensor *)value)->ndim == 0);
 }
 
 /* mask (indexing self's leading dims) as a bool tensor broadcasting over self, with
@@ -1117,17 +1022,10 @@ static PyObject *
 mask_over(em_Tensor *self, em_Tensor *mask)
 {
     for (int d = 0; d < mask->ndim; d++) {
-        if (d >= self->ndim || mask->sizes[d] != self->sizes[d]) {
-            PyObject *a = em_format_shape(mask->ndim, mask->sizes);
-            PyObject *b = em_format_shape(self->ndim, self->sizes);
-            if (a && b)
-                PyErr_Format(PyExc_IndexError, "The shape of the mask %U at index %d does "
-                             "not match the shape of the indexed tensor %U at index %d",
-                             a, d, b, d);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            return NULL;
-        }
+        if (d >= self->ndim || mask->sizes[d] != self->sizes[d])
+            return PyErr_Format(PyExc_IndexError, "The shape of the mask %s at index %d does "
+                                "not match the shape of the indexed tensor %s at index %d",
+                                em_tshape(mask), d, em_tshape(self), d);
     }
     PyObject *m = (PyObject *)mask;
     Py_INCREF(m);
@@ -1139,15 +1037,10 @@ mask_over(em_Tensor *self, em_Tensor *mask)
     }
     if (mask->ndim == self->ndim)
         return m;
-    PyObject *shape = PyTuple_New(self->ndim);
-    for (int d = 0; shape != NULL && d < self->ndim; d++) {
-        PyObject *n = PyLong_FromSsize_t(d < mask->ndim ? mask->sizes[d] : 1);
-        if (n == NULL)
-            Py_CLEAR(shape);
-        else
-            PyTuple_SET_ITEM(shape, d, n);
-    }
-    PyObject *r = NULL;
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    for (int d = 0; d < self->ndim; d++)
+        sizes[d] = d < mask->ndim ? mask->sizes[d] : 1;
+    PyObject *shape = em_int_tuple(sizes, self->ndim), *r = NULL;
     if (shape != NULL) {
         PyObject *a[2] = {m, shape};
         r = em_call_op(EM_OP_VIEW, a, 2, NULL);
@@ -1177,7 +1070,7 @@ setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
     PyObject *view, *indices, *res = NULL;
     if (apply_key(self, key, &view, &indices) < 0)
         return NULL;
-    em_Tensor *v = as_tensor(view);
+    em_Tensor *v = (em_Tensor *)view;
     if (indices == NULL) {
         PyObject *a[2] = {view, value};
         if (!em_Tensor_Check(value))
@@ -1186,7 +1079,7 @@ setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
             res = em_call_op(EM_OP_COPY_, a, 2, NULL);
     }
     else if (is_mask_fill(key, value)) {
-        PyObject *mask = mask_over(v, as_tensor(key));
+        PyObject *mask = mask_over(v, (em_Tensor *)key);
         if (mask != NULL) {
             PyObject *a[3] = {view, mask, value};
             res = em_call_op(EM_OP_MASKED_FILL_, a, 3, NULL);
@@ -1216,7 +1109,7 @@ setitem_dispatched(em_Tensor *self, PyObject *key, PyObject *value)
 static PyObject *
 k_setitem(em_Op *op, PyObject **args)
 {
-    em_Tensor *self = as_tensor(args[0]);
+    em_Tensor *self = (em_Tensor *)args[0];
     PyObject *value = args[2];
     if (!em_Tensor_Check(value) && !em_is_number(value)) {
         PyErr_Format(PyExc_TypeError, "can't assign a %s to a Tensor (expected a Tensor or a "
@@ -1226,7 +1119,7 @@ k_setitem(em_Op *op, PyObject **args)
     bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
     bool grad = em_tls.grad_enabled &&
                 (self->requires_grad ||
-                 (em_Tensor_Check(value) && as_tensor(value)->requires_grad));
+                 (em_Tensor_Check(value) && ((em_Tensor *)value)->requires_grad));
     if (tracing || grad)
         return setitem_dispatched(self, args[1], value);
     /* the fast path: written through views, no autograd, one version bump */
@@ -1237,7 +1130,7 @@ k_setitem(em_Op *op, PyObject **args)
     em_tls.grad_enabled = grad_mode;
     if (ok < 0)
         return NULL;
-    em_Tensor *v = as_tensor(view);
+    em_Tensor *v = (em_Tensor *)view;
     int st;
     if (indices != NULL) {
         /* other tensor values go through index_put_, which wants self's dtype */

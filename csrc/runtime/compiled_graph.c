@@ -31,6 +31,7 @@
 #include "runtime/runtime.h"
 
 #include <stddef.h>
+#include <structmember.h>
 #include <time.h>
 
 typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
@@ -393,13 +394,8 @@ conform_input(PyObject *arg, const dims_t *want, Py_ssize_t i)
     em_Tensor *t = (em_Tensor *)arg;
     int n = want->ndim;
     if (n != t->ndim || memcmp(want->sizes, t->sizes, sizeof(Py_ssize_t) * n) != 0) {
-        PyObject *w = em_format_shape(n, want->sizes), *got = em_format_shape(t->ndim, t->sizes);
-        if (w && got)
-            PyErr_Format(PyExc_RuntimeError,
-                         "compiled graph: input %zd has shape %U, but the graph was compiled "
-                         "for %U", i, got, w);
-        Py_XDECREF(w);
-        Py_XDECREF(got);
+        PyErr_Format(PyExc_RuntimeError, "compiled graph: input %zd has shape %s, but the graph "
+                     "was compiled for %s", i, em_tshape(t), em_shape_s(n, want->sizes));
         return NULL;
     }
     bool same = true;
@@ -734,19 +730,6 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
-static PyObject *
-graph_get_calls(CompiledGraph *self, void *c)
-{
-    return PyLong_FromSsize_t(self->calls);
-}
-
-static PyObject *
-graph_get_plan(CompiledGraph *self, void *c)
-{
-    Py_INCREF(self->plan);
-    return self->plan;
-}
-
 /* profile: True times every step of each call (profile = True again resets the
  * sums); step_seconds: the sums, one per step, or None when not profiling */
 static PyObject *
@@ -791,10 +774,14 @@ graph_get_step_seconds(CompiledGraph *self, void *c)
 }
 
 static PyGetSetDef graph_getset[] = {
-    {"calls", (getter)graph_get_calls, NULL, NULL, NULL},
     {"profile", (getter)graph_get_profile, (setter)graph_set_profile, NULL, NULL},
     {"step_seconds", (getter)graph_get_step_seconds, NULL, NULL, NULL},
-    {"plan", (getter)graph_get_plan, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyMemberDef graph_members[] = {
+    {"calls", T_PYSSIZET, offsetof(CompiledGraph, calls), READONLY, NULL},
+    {"plan", T_OBJECT, offsetof(CompiledGraph, plan), READONLY, NULL},
     {NULL},
 };
 
@@ -808,6 +795,7 @@ static PyTypeObject CompiledGraph_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Runs the kernels and BLAS calls of a compiled graph in one call.",
     .tp_getset = graph_getset,
+    .tp_members = graph_members,
     .tp_new = graph_new,
 };
 

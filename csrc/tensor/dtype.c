@@ -1,5 +1,6 @@
 /* dtype.c: ember's dtype objects and PyTorch's type-promotion lattice. */
 #include "ember.h"
+#include <structmember.h>
 
 em_DType *em_dtypes[EM_NDTYPES];
 em_dtype_t em_default_dtype = EM_FLOAT32;
@@ -26,23 +27,6 @@ em_dtype_torch_name(em_dtype_t t)
     return (t >= 0 && t < EM_NDTYPES) ? dtype_info[t].torch_name : "Undefined";
 }
 
-static int
-int_bits(em_dtype_t t)
-{
-    switch (t) {
-    case EM_UINT8: case EM_INT8: return 8;
-    case EM_INT16: return 16;
-    case EM_INT32: return 32;
-    default: return 64;
-    }
-}
-
-static int
-float_bits(em_dtype_t t)
-{
-    return t == EM_FLOAT16 ? 16 : (t == EM_FLOAT32 ? 32 : 64);
-}
-
 /* c10::promoteTypes restricted to ember's dtypes. */
 em_dtype_t
 em_promote_types(em_dtype_t a, em_dtype_t b)
@@ -60,14 +44,14 @@ em_promote_types(em_dtype_t a, em_dtype_t b)
             return b;
         if (!em_is_float(b))
             return a;
-        return float_bits(a) >= float_bits(b) ? a : b;
+        return em_dtypes[a]->itemsize >= em_dtypes[b]->itemsize ? a : b;
     }
     /* two distinct integer types */
     if (a == EM_UINT8 || b == EM_UINT8) {
         em_dtype_t other = a == EM_UINT8 ? b : a;
         return other == EM_INT8 ? EM_INT16 : other;
     }
-    return int_bits(a) >= int_bits(b) ? a : b;
+    return em_dtypes[a]->itemsize >= em_dtypes[b]->itemsize ? a : b;
 }
 
 em_dtype_t
@@ -144,34 +128,9 @@ dtype_is_complex(em_DType *self, void *c)
 }
 
 static PyObject *
-dtype_itemsize(em_DType *self, void *c)
-{
-    return PyLong_FromLong(self->itemsize);
-}
-
-static PyObject *
-dtype_numpy(em_DType *self, void *c)
-{
-    Py_INCREF(self->descr);
-    return (PyObject *)self->descr;
-}
-
-static PyObject *
-dtype_name(em_DType *self, void *c)
-{
-    return PyUnicode_FromString(self->name);
-}
-
-static PyObject *
 dtype_torch_name(em_DType *self, void *c)
 {
     return PyUnicode_FromString(em_dtype_torch_name(self->code));
-}
-
-static PyObject *
-dtype_code(em_DType *self, void *c)
-{
-    return PyLong_FromLong(self->code);
 }
 
 static PyObject *
@@ -185,12 +144,17 @@ static PyGetSetDef dtype_getset[] = {
     {"is_floating_point", (getter)dtype_is_floating_point, NULL, NULL, NULL},
     {"is_signed", (getter)dtype_is_signed, NULL, NULL, NULL},
     {"is_complex", (getter)dtype_is_complex, NULL, NULL, NULL},
-    {"itemsize", (getter)dtype_itemsize, NULL, NULL, NULL},
-    {"numpy_dtype", (getter)dtype_numpy, NULL, NULL, NULL},
-    {"_code", (getter)dtype_code, NULL, NULL, NULL},
-    {"_name", (getter)dtype_name, NULL, "'float32', as the attribute of ember", NULL},
     {"_torch_name", (getter)dtype_torch_name, NULL,
      "'Float': the scalar type name PyTorch's messages use", NULL},
+    {NULL},
+};
+
+static PyMemberDef dtype_members[] = {
+    {"itemsize", T_INT, offsetof(em_DType, itemsize), READONLY, NULL},
+    {"numpy_dtype", T_OBJECT, offsetof(em_DType, descr), READONLY, NULL},
+    {"_code", T_INT, offsetof(em_DType, code), READONLY, NULL},
+    {"_name", T_STRING, offsetof(em_DType, name), READONLY,
+     "'float32', as the attribute of ember"},
     {NULL},
 };
 
@@ -206,6 +170,7 @@ PyTypeObject em_DType_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_repr = (reprfunc)dtype_repr,
     .tp_getset = dtype_getset,
+    .tp_members = dtype_members,
     .tp_methods = dtype_methods,
     .tp_doc = "The data type of an ember Tensor (ember.float32, ember.int64, ...).",
 };

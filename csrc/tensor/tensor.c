@@ -4,6 +4,7 @@
  * the type at import, as C callables (see dispatch/op.c).
  */
 #include "ember.h"
+#include <structmember.h>
 
 static PyObject *repr_hook;          /* ember._tensor_str.tensor_repr */
 static PyObject *device_cpu, *device_meta;
@@ -57,21 +58,31 @@ tensor_dealloc(em_Tensor *self)
 
 /* ------------------------------------------------------------------ Size */
 
+/* A tuple (or, with type, an ember.Size) of the n ints of v. */
+static PyObject *
+ints_of(PyTypeObject *type, const Py_ssize_t *v, int n)
+{
+    PyObject *s = type != NULL ? type->tp_alloc(type, n) : PyTuple_New(n);
+    for (int i = 0; s != NULL && i < n; i++) {
+        PyObject *x = PyLong_FromSsize_t(v[i]);
+        if (x == NULL)
+            Py_CLEAR(s);
+        else
+            PyTuple_SET_ITEM(s, i, x);
+    }
+    return s;
+}
+
+PyObject *
+em_int_tuple(const Py_ssize_t *v, int n)
+{
+    return ints_of(NULL, v, n);
+}
+
 PyObject *
 em_sizes_tuple(const em_Tensor *t)
 {
-    PyObject *s = Size_Type.tp_alloc(&Size_Type, t->ndim);
-    if (s == NULL)
-        return NULL;
-    for (int i = 0; i < t->ndim; i++) {
-        PyObject *v = PyLong_FromSsize_t(t->sizes[i]);
-        if (v == NULL) {
-            Py_DECREF(s);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(s, i, v);
-    }
-    return s;
+    return ints_of(&Size_Type, t->sizes, t->ndim);
 }
 
 static PyObject *
@@ -140,12 +151,6 @@ tensor_get_dtype(em_Tensor *self, void *c)
 {
     Py_INCREF(em_dtypes[self->dtype]);
     return (PyObject *)em_dtypes[self->dtype];
-}
-
-static PyObject *
-tensor_get_ndim(em_Tensor *self, void *c)
-{
-    return PyLong_FromLong(self->ndim);
 }
 
 static PyObject *
@@ -247,31 +252,9 @@ tensor_get_is_leaf(em_Tensor *self, void *c)
 }
 
 static PyObject *
-tensor_get_output_nr(em_Tensor *self, void *c)
-{
-    return PyLong_FromLong(self->output_nr);
-}
-
-static PyObject *
 tensor_get_version(em_Tensor *self, void *c)
 {
     return PyLong_FromUnsignedLongLong(self->storage->version);
-}
-
-static PyObject *
-tensor_get_base(em_Tensor *self, void *c)
-{
-    PyObject *b = self->base ? self->base : Py_None;
-    Py_INCREF(b);
-    return b;
-}
-
-static PyObject *
-tensor_get_view_steps(em_Tensor *self, void *c)
-{
-    PyObject *s = self->view_steps ? self->view_steps : Py_None;
-    Py_INCREF(s);
-    return s;
 }
 
 static PyObject *
@@ -312,12 +295,6 @@ tensor_set_trace(em_Tensor *self, PyObject *value, void *c)
     Py_XINCREF(value);
     Py_XSETREF(self->trace, value);
     return 0;
-}
-
-static PyObject *
-tensor_get_retains_grad(em_Tensor *self, void *c)
-{
-    return PyBool_FromLong(self->retains_grad);
 }
 
 static PyObject *
@@ -368,23 +345,17 @@ tensor_set_data(em_Tensor *self, PyObject *value, void *c)
 static PyGetSetDef tensor_getset[] = {
     {"shape", (getter)tensor_get_shape, NULL, "The size of each dimension.", NULL},
     {"dtype", (getter)tensor_get_dtype, NULL, NULL, NULL},
-    {"ndim", (getter)tensor_get_ndim, NULL, NULL, NULL},
     {"requires_grad", (getter)tensor_get_requires_grad, (setter)tensor_set_requires_grad,
      NULL, NULL},
     {"grad", (getter)tensor_get_grad, (setter)tensor_set_grad, NULL, NULL},
     {"grad_fn", (getter)tensor_get_grad_fn, NULL, NULL, NULL},
     {"is_leaf", (getter)tensor_get_is_leaf, NULL, NULL, NULL},
-    {"output_nr", (getter)tensor_get_output_nr, NULL, NULL, NULL},
     {"_version", (getter)tensor_get_version, NULL, NULL, NULL},
-    {"_base", (getter)tensor_get_base, NULL, NULL, NULL},
-    {"_view_steps", (getter)tensor_get_view_steps, NULL,
-     "How this view is made from _base: a tuple of (op, args after self...), or None.", NULL},
     {"is_meta", (getter)tensor_get_is_meta, NULL, NULL, NULL},
     {"device", (getter)tensor_get_device, NULL, NULL, NULL},
     {"is_cuda", (getter)tensor_get_false, NULL, NULL, NULL},
     {"is_sparse", (getter)tensor_get_false, NULL, NULL, NULL},
     {"is_quantized", (getter)tensor_get_false, NULL, NULL, NULL},
-    {"retains_grad", (getter)tensor_get_retains_grad, NULL, NULL, NULL},
     {"_backward_hooks", (getter)tensor_get_hooks, NULL, NULL, NULL},
     {"_trace", (getter)tensor_get_trace, (setter)tensor_set_trace,
      "Slot for tracers: the graph value this tensor stands for.", NULL},
@@ -393,19 +364,17 @@ static PyGetSetDef tensor_getset[] = {
     {NULL},
 };
 
-/* ------------------------------------------------------------------ methods */
+static PyMemberDef tensor_members[] = {
+    {"ndim", T_INT, offsetof(em_Tensor, ndim), READONLY, NULL},
+    {"output_nr", T_INT, offsetof(em_Tensor, output_nr), READONLY, NULL},
+    {"retains_grad", T_BOOL, offsetof(em_Tensor, retains_grad), READONLY, NULL},
+    {"_base", T_OBJECT, offsetof(em_Tensor, base), READONLY, NULL},
+    {"_view_steps", T_OBJECT, offsetof(em_Tensor, view_steps), READONLY,
+     "How this view is made from _base: a tuple of (op, args after self...), or None."},
+    {NULL},
+};
 
-static int
-dim_arg(em_Tensor *self, PyObject *arg, Py_ssize_t *dim)
-{
-    Py_ssize_t d = PyLong_AsSsize_t(arg);
-    if (d == -1 && PyErr_Occurred())
-        return -1;
-    if (em_wrap_dim(&d, self->ndim) < 0)
-        return -1;
-    *dim = d;
-    return 0;
-}
+/* ------------------------------------------------------------------ methods */
 
 /* The optional dim of size(dim=None) and stride(dim=None); NULL when absent. */
 static int
@@ -431,44 +400,32 @@ dim_param(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *
     return 0;
 }
 
+/* size(dim=None) / stride(dim=None): all of v (a Size or a tuple), or v[dim] */
+static PyObject *
+size_or_stride(em_Tensor *self, const char *fname, PyTypeObject *type, const Py_ssize_t *v,
+               PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *dim;
+    Py_ssize_t d;
+    if (dim_param(fname, args, nargs, kwnames, &dim) < 0)
+        return NULL;
+    if (dim == NULL || dim == Py_None)
+        return ints_of(type, v, self->ndim);
+    if (em_dim_arg(dim, self->ndim, &d) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(v[d]);
+}
+
 static PyObject *
 tensor_size(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim;
-    if (dim_param("size", args, nargs, kwnames, &dim) < 0)
-        return NULL;
-    if (dim == NULL || dim == Py_None)
-        return em_sizes_tuple(self);
-    Py_ssize_t d;
-    if (dim_arg(self, dim, &d) < 0)
-        return NULL;
-    return PyLong_FromSsize_t(self->sizes[d]);
+    return size_or_stride(self, "size", &Size_Type, self->sizes, args, nargs, kwnames);
 }
 
 static PyObject *
 tensor_stride(em_Tensor *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *dim;
-    if (dim_param("stride", args, nargs, kwnames, &dim) < 0)
-        return NULL;
-    if (dim == NULL || dim == Py_None) {
-        PyObject *t = PyTuple_New(self->ndim);
-        if (t == NULL)
-            return NULL;
-        for (int i = 0; i < self->ndim; i++) {
-            PyObject *v = PyLong_FromSsize_t(self->strides[i]);
-            if (v == NULL) {
-                Py_DECREF(t);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(t, i, v);
-        }
-        return t;
-    }
-    Py_ssize_t d;
-    if (dim_arg(self, dim, &d) < 0)
-        return NULL;
-    return PyLong_FromSsize_t(self->strides[d]);
+    return size_or_stride(self, "stride", NULL, self->strides, args, nargs, kwnames);
 }
 
 static PyObject *
@@ -876,29 +833,26 @@ check_one_element(em_Tensor *self)
 }
 
 static PyObject *
-tensor_nb_float(em_Tensor *self)
+item_as(em_Tensor *self, PyObject *(*convert)(PyObject *))
 {
     if (check_one_element(self) < 0)
         return NULL;
     PyObject *v = tensor_item(self, NULL);
-    if (v == NULL)
-        return NULL;
-    PyObject *f = PyNumber_Float(v);
-    Py_DECREF(v);
-    return f;
+    PyObject *r = v ? convert(v) : NULL;
+    Py_XDECREF(v);
+    return r;
+}
+
+static PyObject *
+tensor_nb_float(em_Tensor *self)
+{
+    return item_as(self, PyNumber_Float);
 }
 
 static PyObject *
 tensor_nb_int(em_Tensor *self)
 {
-    if (check_one_element(self) < 0)
-        return NULL;
-    PyObject *v = tensor_item(self, NULL);
-    if (v == NULL)
-        return NULL;
-    PyObject *i = PyNumber_Long(v);
-    Py_DECREF(v);
-    return i;
+    return item_as(self, PyNumber_Long);
 }
 
 static PyObject *
@@ -1081,6 +1035,7 @@ PyTypeObject em_Tensor_Type = {
     .tp_iter = tensor_iter,
     .tp_weaklistoffset = offsetof(em_Tensor, weakreflist),
     .tp_methods = tensor_methods,
+    .tp_members = tensor_members,
     .tp_getset = tensor_getset,
     .tp_dictoffset = offsetof(em_Tensor, dict),
     .tp_new = tensor_new,

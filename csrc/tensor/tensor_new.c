@@ -65,6 +65,22 @@ em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes, const Py_ssi
     return 0;
 }
 
+/* A tensor of that geometry, dtype and storage offset, with no data or storage yet
+ * (inlined: every op's result is made through it). */
+static inline Py_ALWAYS_INLINE em_Tensor *
+tensor_of(int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides, em_dtype_t dtype,
+          Py_ssize_t offset)
+{
+    em_Tensor *t = tensor_alloc();
+    if (t != NULL && em_tensor_set_geom(t, ndim, sizes, strides) < 0)
+        Py_CLEAR(t);
+    if (t != NULL) {
+        t->dtype = dtype;
+        t->offset = offset;
+    }
+    return t;
+}
+
 em_Tensor *
 em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offset)
 {
@@ -97,28 +113,16 @@ em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offse
         }
         strides[i] = b / itemsize;
     }
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(nd, PyArray_DIMS(array), strides, dt, offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, nd, PyArray_DIMS(array), strides) < 0)
-        goto error;
-    t->dtype = dt;
     Py_INCREF(array);
     t->array = array;
-    if (storage == NULL) {
-        t->storage = em_storage_new(array);
-        if (t->storage == NULL)
-            goto error;
-    }
-    else {
-        Py_INCREF(storage);
-        t->storage = storage;
-    }
-    t->offset = offset;
+    Py_XINCREF(storage);
+    t->storage = storage != NULL ? storage : em_storage_new(array);
+    if (t->storage == NULL)
+        Py_CLEAR(t);
     return t;
-error:
-    Py_DECREF(t);
-    return NULL;
 }
 
 em_Tensor *
@@ -126,23 +130,11 @@ em_tensor_empty(const em_Geom *g, bool meta)
 {
     em_Tensor *t;
     if (meta) {
-        t = tensor_alloc();
-        if (t == NULL)
-            return NULL;
-        Py_ssize_t strides[EM_MAX_DIMS];
-        em_Geom tmp = *g;
-        em_contiguous_strides(&tmp);
-        memcpy(strides, tmp.strides, sizeof(Py_ssize_t) * g->ndim);
-        if (em_tensor_set_geom(t, g->ndim, g->sizes, strides) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        t->dtype = g->dtype;
-        t->storage = em_storage_new(NULL);
-        if (t->storage == NULL) {
-            Py_DECREF(t);
-            return NULL;
-        }
+        em_Geom c = *g;
+        em_contiguous_strides(&c);
+        t = tensor_of(c.ndim, c.sizes, c.strides, c.dtype, 0);
+        if (t != NULL && (t->storage = em_storage_new(NULL)) == NULL)
+            Py_CLEAR(t);
         return t;
     }
     PyArray_Descr *descr = em_dtypes[g->dtype]->descr;
@@ -199,13 +191,9 @@ em_Tensor *
 em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides,
                Py_ssize_t offset)
 {
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(ndim, sizes, strides, base->dtype, offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, ndim, sizes, strides) < 0)
-        goto error;
-    t->dtype = base->dtype;
-    t->offset = offset;
     Py_INCREF(base->storage);
     t->storage = base->storage;
     PyObject *root = base->base ? base->base : (PyObject *)base;
@@ -241,15 +229,9 @@ error:
 em_Tensor *
 em_tensor_alias(em_Tensor *src)
 {
-    em_Tensor *t = tensor_alloc();
+    em_Tensor *t = tensor_of(src->ndim, src->sizes, src->strides, src->dtype, src->offset);
     if (t == NULL)
         return NULL;
-    if (em_tensor_set_geom(t, src->ndim, src->sizes, src->strides) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    t->dtype = src->dtype;
-    t->offset = src->offset;
     Py_XINCREF(src->array);
     t->array = src->array;
     Py_INCREF(src->storage);
@@ -310,62 +292,34 @@ em_tensor_contiguous(em_Tensor *t)
     return out;
 }
 
-em_Tensor *
-em_scalar_tensor(PyObject *number, em_dtype_t dtype)
+const char *
+em_shape_s(int ndim, const Py_ssize_t *sizes)
 {
-    em_Geom g = {.ndim = 0, .dtype = dtype};
-    em_Tensor *t = em_tensor_empty(&g, false);
-    if (t == NULL)
-        return NULL;
-    if (PyArray_SETITEM(t->array, PyArray_DATA(t->array), number) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    return t;
-}
-
-PyObject *
-em_format_shape(int ndim, const Py_ssize_t *sizes)
-{
-    PyObject *parts = PyList_New(ndim);
-    if (parts == NULL)
-        return NULL;
+    static _Thread_local char bufs[4][EM_MAX_DIMS * 22 + 8];
+    static _Thread_local unsigned next;
+    char *b = bufs[next++ % 4];
+    size_t k = 1, cap = sizeof bufs[0] - 4;     /* room for "...]" */
+    b[0] = '[';
     for (int i = 0; i < ndim; i++) {
-        PyObject *s = PyUnicode_FromFormat("%zd", sizes[i]);
-        if (s == NULL) {
-            Py_DECREF(parts);
-            return NULL;
+        int w = snprintf(b + k, cap - k, "%s%zd", i ? ", " : "", sizes[i]);
+        if (w < 0 || (size_t)w >= cap - k) {
+            strcpy(b + k, "...]");
+            return b;
         }
-        PyList_SET_ITEM(parts, i, s);
+        k += (size_t)w;
     }
-    PyObject *sep = PyUnicode_FromString(", ");
-    PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-    Py_XDECREF(sep);
-    Py_DECREF(parts);
-    if (joined == NULL)
-        return NULL;
-    PyObject *res = PyUnicode_FromFormat("[%U]", joined);
-    Py_DECREF(joined);
-    return res;
+    strcpy(b + k, "]");
+    return b;
 }
 
 em_Tensor *
 em_tensor_meta_like(em_Tensor *src)
 {
-    em_Tensor *t = tensor_alloc();
-    if (t == NULL)
-        return NULL;
-    if (em_tensor_set_geom(t, src->ndim, src->sizes, src->strides) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    t->dtype = src->dtype;
-    t->offset = src->offset;
-    t->requires_grad = src->requires_grad;
-    t->storage = em_storage_new(NULL);
-    if (t->storage == NULL) {
-        Py_DECREF(t);
-        return NULL;
+    em_Tensor *t = tensor_of(src->ndim, src->sizes, src->strides, src->dtype, src->offset);
+    if (t != NULL) {
+        t->requires_grad = src->requires_grad;
+        if ((t->storage = em_storage_new(NULL)) == NULL)
+            Py_CLEAR(t);
     }
     return t;
 }

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-from .plan import BufferSpec, InputSpec, buffer_ref, input_ref
-from .values import BufferValue, check_dtype, contiguous_strides, dense, span
+from ..ops.meta import contiguous_strides
+from .plan import BufferSpec, InputSpec, Ref
+from .values import BufferValue, check_dtype, dense, span
 
 
 class BufferPlan:
@@ -32,14 +33,14 @@ class BufferPlan:
         self.out.inputs.append(InputSpec(shape, strides))
         extent = span(shape, strides, 0)
         self.input_extents.append(extent)
-        return BufferValue(input_ref(i), meta.dtype, shape, strides, 0, extent)
+        return BufferValue(Ref("in", i), meta.dtype, shape, strides, 0, extent)
 
     def new_buffer(self, dtype, shape, extern=False):
         """A buffer allocated per call (contiguous), or filled by an extern step."""
         check_dtype(dtype, "a buffer")
         j = len(self.out.buffers)
         self.out.buffers.append(BufferSpec(dtype, tuple(shape), extern))
-        return BufferValue(buffer_ref(j), dtype, shape, contiguous_strides(shape))
+        return BufferValue(Ref("buf", j), dtype, shape, contiguous_strides(shape))
 
     def extent_of(self, ref):
         """Elements addressable from element 0 of a ref."""

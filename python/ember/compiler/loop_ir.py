@@ -159,10 +159,6 @@ _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
                 Domain.NOT_BOOL: "in any dtype but bool"}
 
 
-def _name(dtype):
-    return dtype._name
-
-
 @dataclass(frozen=True)
 class Affine:
     coeffs: tuple
@@ -195,7 +191,7 @@ class Param:
     extent: int          # elements addressable from element 0
 
     def __str__(self):
-        return f"{_name(self.dtype)} {self.ref[0]}{self.ref[1]}"
+        return f"{self.dtype._name} {self.ref[0]}{self.ref[1]}"
 
 
 @dataclass
@@ -230,7 +226,7 @@ class Stmt:
         d = f"%{self.dst} = " if self.dst is not None else ""
         if form is Form.LOAD:
             return f"{d}load p{self.param}[{self.index}]"
-        dt = _name(self.dtype) if self.dtype is not None else ""
+        dt = self.dtype._name if self.dtype is not None else ""
         if form is Form.CONST:
             return f"{d}const {dt} {self.value!r}"
         if form is Form.IOTA:
@@ -304,8 +300,8 @@ def _check_dtypes(kernel, s, defined):
 
     def want(reg, dtype, what="operand"):
         if defined[reg] is not dtype:
-            fail(f"reads {what} %{reg} of {_name(defined[reg])} where it computes in "
-                 f"{_name(dtype)} (insert a cast)")
+            fail(f"reads {what} %{reg} of {defined[reg]._name} where it computes in "
+                 f"{dtype._name} (insert a cast)")
 
     form = s.op.form
     if form in (Form.STORE, Form.FOLD):
@@ -313,7 +309,7 @@ def _check_dtypes(kernel, s, defined):
         return
     if form is Form.LOAD:
         if s.dtype is not None and s.dtype is not kernel.params[s.param].dtype:
-            fail(f"loads {_name(s.dtype)} from a {_name(kernel.params[s.param].dtype)} "
+            fail(f"loads {s.dtype._name} from a {kernel.params[s.param].dtype._name} "
                  "buffer")
         return
     if s.dtype is None:
@@ -328,7 +324,7 @@ def _check_dtypes(kernel, s, defined):
     for a in s.args:
         want(a, s.dtype)
     if not s.op.allows(s.dtype):
-        fail(f"computes {_DOMAIN_TEXT[s.op.domain]}, not {_name(s.dtype)}")
+        fail(f"computes {_DOMAIN_TEXT[s.op.domain]}, not {s.dtype._name}")
 
 
 _DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,

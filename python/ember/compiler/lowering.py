@@ -121,16 +121,11 @@ class GraphLowering:
             raise LoweringError(f"{node.target.entry.name} returns nothing")
         views = []
 
-        def template(a):
-            if isinstance(a, fx.Node):
-                views.append(self.realize(self.env[a]).view())
-                return _Slot(len(views) - 1)
-            if isinstance(a, (list, tuple)):
-                return type(a)(template(x) for x in a)
-            return a
+        def slot(a):
+            views.append(self.realize(self.env[a]).view())
+            return _Slot(len(views) - 1)
 
-        args = tuple(template(a) for a in node.args)
-        kwargs = {k: template(v) for k, v in node.kwargs.items()}
+        args, kwargs = fx.map_arg((tuple(node.args), dict(node.kwargs)), slot)
         outs = val if isinstance(val, tuple) else (val,)
         slots = []
         for v in outs:
@@ -204,15 +199,10 @@ class _Slot:
 
 def _extern_call(op, args, kwargs, multi):
     """fn(*tensors) -> tuple of result tensors, calling op with the tensors in place."""
-    def fill(a, ts):
-        if isinstance(a, _Slot):
-            return ts[a.i]
-        if isinstance(a, (list, tuple)):
-            return type(a)(fill(x, ts) for x in a)
-        return a
-
     def call(*ts):
-        r = op(*fill(args, ts), **{k: fill(v, ts) for k, v in kwargs.items()})
+        a, kw = fx.map_aggregate((args, kwargs),
+                                 lambda x: ts[x.i] if isinstance(x, _Slot) else x)
+        r = op(*a, **kw)
         return tuple(r) if multi else (r,)
     return call
 
@@ -221,11 +211,7 @@ def _meta_args(node):
     """node's arguments bound to its op's parameters, graph values as their meta values
     (fake tensors with the traced shapes and dtypes)."""
     def meta(a):
-        if isinstance(a, fx.Node):
-            return a.meta["val"]
-        if isinstance(a, (list, tuple)):
-            return type(a)(meta(x) for x in a)
-        return a
+        return fx.map_arg(a, lambda n: n.meta["val"])
     pos = list(node.args)
     out = []
     for p in node.target.entry.schema.params:

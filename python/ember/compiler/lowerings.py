@@ -25,8 +25,7 @@ from ..ops import meta as M
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     contiguous_strides, domain_index, is_value, layout_strides,
-                     refinement)
+                     domain_index, is_value, layout_strides, refinement)
 
 
 class OpLowering:
@@ -334,7 +333,7 @@ def _contiguous_copy(ctx, buf):
     copied = PointwiseValue(buf.shape, buf.dtype, lambda kb, index: buf.load(kb, index), 1,
                             None, frozenset({buf.ref}))
     out = ctx.realize(copied)
-    if out.strides != tuple(contiguous_strides(out.shape)):
+    if out.strides != M.contiguous_strides(out.shape):
         raise LoweringError("a copy of a buffer was not made contiguous")
     return out
 

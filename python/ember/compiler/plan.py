@@ -40,14 +40,6 @@ class Ref(NamedTuple):
         return f"{self.kind}{self.index}"
 
 
-def input_ref(i):
-    return Ref("in", i)
-
-
-def buffer_ref(j):
-    return Ref("buf", j)
-
-
 class View(NamedTuple):
     """A strided view of a ref, in elements of its dtype."""
     ref: Ref

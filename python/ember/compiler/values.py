@@ -31,10 +31,6 @@ def check_dtype(dtype, what):
         raise LoweringError(f"{what}: dtype {dtype} is not supported by the LLVM backend")
 
 
-def contiguous_strides(shape):
-    return M.contiguous_strides(tuple(shape))
-
-
 class BufferValue:
     def __init__(self, ref, dtype, sizes, strides, offset=0, extent=None):
         self.ref = ref
@@ -175,5 +171,5 @@ def layout_strides(value):
             fake = BufferValue(("in", -1), base.dtype, base.shape, layout_strides(base), 0,
                                1)
             return strides_fn(fake)[1]
-        return contiguous_strides(value.shape)
+        return M.contiguous_strides(value.shape)
     return value.strides

@@ -105,7 +105,7 @@ def _softplus_decompose(self, beta, threshold):
     return P.where(P.lt(threshold, bx), self, soft)
 
 
-op("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor", UNARY, "softplus",
+op("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor", UNARY, "cloop",
    rule=FLOATING, method=False,
    backward=_softplus_backward, decompose=_softplus_decompose,
    doc="log(1 + exp(beta * self)) / beta, or self where beta * self > threshold.")
@@ -124,11 +124,11 @@ def _elu_decompose(self, alpha, scale, input_scale):
 
 
 op("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
-   UNARY, "elu", rule=FLOATING, method=False, inplace_variant=True,
+   UNARY, "cloop", rule=FLOATING, method=False, inplace_variant=True,
    backward=_elu_backward, decompose=_elu_decompose,
    doc="scale * self for self > 0, else alpha * scale * (exp(input_scale * self) - 1).")
 
-op("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor", UNARY, "leaky_relu",
+op("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor", UNARY, "cloop",
    rule=FLOATING, method=False, inplace_variant=True,
    backward=lambda g, out, self, negative_slope: (
        O.where(self > 0, g, g * negative_slope),),

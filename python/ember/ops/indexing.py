@@ -13,10 +13,6 @@ from . import meta as M
 from ..compiler.lowerings import extern
 from .registry import CUSTOM, op
 
-def _tn(dt):
-    return dt._torch_name
-
-
 def _shape_str(shape):
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
@@ -134,8 +130,8 @@ def _index_put_meta(entry, args):
     entries, masks = _index_entries(entry, self, indices, allow_masks=True)
     if values.dtype is not self.dtype:
         raise RuntimeError(f"{entry.name}(): Index put requires the source and destination "
-                           f"dtypes match, got {_tn(self.dtype)} for the destination and "
-                           f"{_tn(values.dtype)} for the source.")
+                           f"dtypes match, got {self.dtype._torch_name} for the destination and "
+                           f"{values.dtype._torch_name} for the source.")
     if entries and not masks:
         shape, _ = index_geometry(entry, self, entries)
         _check_values(entry, values, shape)
@@ -454,7 +450,8 @@ def _index_add_meta(entry, args):
         raise RuntimeError("index_add(): Expected dtype int32 or int64 for index")
     if source.dtype is not self.dtype:
         raise RuntimeError("index_add(): self and source expected to have the same dtype, but "
-                           f"got (self) {_tn(self.dtype)} and (source) {_tn(source.dtype)}")
+                           f"got (self) {self.dtype._torch_name} and (source) "
+                           f"{source.dtype._torch_name}")
     want = list(self.shape)
     if self.ndim:
         want[d] = index.numel()

@@ -1153,10 +1153,6 @@ def _group_norm_check(input, num_groups, weight, bias):
     return C
 
 
-def _channel_view(t, ndim):
-    return [t.shape[0]] + [1] * (ndim - 2)
-
-
 def _group_norm_decompose(input, num_groups, weight, bias, eps, cudnn_enabled):
     C = _group_norm_check(input, num_groups, weight, bias)
     N = input.shape[0]

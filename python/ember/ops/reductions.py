@@ -7,7 +7,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
-from .elementwise import _max_binary_backward
+from .elementwise import _max_binary_backward, _min_binary_backward, _p_minimum
 from ..compiler.lowerings import extern, reduction
 from .registry import BINARY, CUSTOM, FLOAT_ONLY, INT_TO_LONG, REDUCE, REDUCE_INDEX, op
 
@@ -165,22 +165,6 @@ def _extreme_dim_backward(grads, outs, self, dim, keepdim):
     return (O.where(iota == idx, gk, 0),)
 
 
-_max_dim_backward = _extreme_dim_backward
-
-
-def _min_binary_backward(g, out, self, other):
-    half = O.where(self == other, g / 2, g)
-    tensor = isinstance
-    return (half * (self <= other) if tensor(self, _C.Tensor) else None,
-            half * (self >= other) if tensor(other, _C.Tensor) else None)
-
-
-def _minimum(self, other):
-    if hasattr(P, "minimum"):
-        return P.minimum(self, other)
-    # self where self < other or self is NaN, else other (NaN in other propagates)
-    return P.where(P.bitwise_or(P.lt(self, other), P.ne(self, self)), self, other)
-
 
 op("max(Tensor self) -> Tensor", CUSTOM, "reduce_all", ufunc="maximum",
    meta=M.reduce_all,
@@ -206,7 +190,7 @@ op("min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor 
                                          O.argmin(self, dim, keepdim)))
 op("min.other(Tensor self, Tensor other) -> Tensor", BINARY, "ufunc", ufunc="minimum",
    backward=_min_binary_backward,
-   decompose=_minimum)
+   decompose=_p_minimum)
 
 op("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",
    CUSTOM, "argreduce", reduce_ufunc="argmax", prim=True, lower=extern, meta=M.argreduce,
@@ -320,10 +304,10 @@ def _norm_meta(entry, args):
     p = _norm_p(p, dim)
     if not self.dtype.is_floating_point:
         raise RuntimeError("norm(): linalg.vector_norm: Expected a floating point or complex "
-                           f"tensor as input. Got {_torch_name(self.dtype)}")
+                           f"tensor as input. Got {self.dtype._torch_name}")
     if dtype is not None and not dtype.is_floating_point:
         raise RuntimeError("norm(): linalg.vector_norm: dtype should be floating point or "
-                           f"complex, but got {_torch_name(dtype)}")
+                           f"complex, but got {dtype._torch_name}")
     if self.numel() == 0 and (p < 0 or p == _INF):
         mask = M.reduce_mask(_as_dims(dim), self.ndim)
         if any(m and self.shape[i] == 0 for i, m in enumerate(mask)) or self.ndim == 0:
@@ -331,10 +315,6 @@ def _norm_meta(entry, args):
                                "an empty tensor because the operation does not have an "
                                "identity")
     return _reduced_meta(self, dim, keepdim, dtype if dtype is not None else self.dtype)
-
-
-def _torch_name(dt):
-    return dt._torch_name
 
 
 def _norm_decompose(self, p, dim, keepdim, dtype):
@@ -420,7 +400,7 @@ def _softmax_meta(entry, args):
     M.wrap_dim(dim, self.ndim)
     if dtype is None and not self.dtype.is_floating_point and self.numel():
         raise NotImplementedError(f"{entry.name}(): \"{entry.name}_lastdim_kernel_impl\" not "
-                                  f"implemented for '{_torch_name(self.dtype)}'")
+                                  f"implemented for '{self.dtype._torch_name}'")
     out = dtype if dtype is not None else self.dtype
     return M.meta_tensor(self.shape, out)
 

@@ -22,7 +22,7 @@ An entry holds everything every stage needs to know about an operator:
 
 `install()` turns every entry into a C Op (csrc/dispatch/op.c), puts it in place and
 binds the C table of ops by id (ops/op_ids.py). Adding an operator is one `op(...)` call
-plus its kernel; C code that calls it by id needs `python -m ember.ops.op_ids` first.
+plus its kernel; C code that starts calling an op by id needs `python -m ember.ops.op_ids`.
 """
 from __future__ import annotations
 
@@ -48,11 +48,6 @@ MATMUL = _C.KIND_MATMUL
 VIEW = _C.KIND_VIEW
 FACTORY = _C.KIND_FACTORY
 CUSTOM = _C.KIND_CUSTOM
-
-KIND_NAMES = {v: k for k, v in dict(
-    UNARY=UNARY, UNARY_FLOAT=UNARY_FLOAT, BINARY=BINARY, BINARY_FLOAT=BINARY_FLOAT,
-    COMPARE=COMPARE, REDUCE=REDUCE, REDUCE_INDEX=REDUCE_INDEX, MATMUL=MATMUL, VIEW=VIEW,
-    FACTORY=FACTORY, CUSTOM=CUSTOM).items()}
 
 # variants of a kind's dtype rule (csrc/ember.h EM_RULE_*)
 INT_TO_LONG = 1
@@ -96,7 +91,7 @@ class OpEntry:
     doc: str = ""
     c_op: object = field(default=None, repr=False)
     functional: object = field(default=None, repr=False)   # in-place ops: their twin
-    op_id: int = field(default=-1, repr=False)   # its id in C (ops/op_ids.py), by install()
+    op_id: int = field(default=-1, repr=False)   # its id (ops/op_ids.py), by install()
 
     @property
     def name(self):
@@ -245,10 +240,10 @@ def id_name(name: str, overload: str = "") -> str:
     return "EM_OP_" + (f"{name}__{overload}" if overload else name).upper()
 
 
-def assign_op_ids(by_name: dict) -> list:
-    """[(C constant, entry)] in id order (ops/op_ids.py), with entry.op_id the index, for
-    the table's name -> [entries] (overloads in declaration order): EM_OP_<NAME> for a
-    name's first overload, EM_OP_<NAME>__<OVERLOAD> for the others."""
+def op_constants(by_name: dict) -> dict:
+    """C constant -> entry (ops/op_ids.py) for the table's name -> [entries] (overloads
+    in declaration order): EM_OP_<NAME> for a name's first overload,
+    EM_OP_<NAME>__<OVERLOAD> for the others."""
     named = {}
     for name, entries in by_name.items():
         for i, e in enumerate(entries):
@@ -257,7 +252,16 @@ def assign_op_ids(by_name: dict) -> list:
                 raise ValueError(f"{e.qualified_name} and {named[c].qualified_name} both "
                                  f"map to {c}")
             named[c] = e
-    ids = sorted(named.items())
+    return named
+
+
+def assign_op_ids(by_name: dict, c_names=()) -> list:
+    """[(C constant, entry)] in id order, with entry.op_id the index: the entries C calls
+    (qualified names c_names, numbered as op_ids.h numbers them) first, the others after
+    them, each part in the constants' alphabetical order."""
+    c_names = set(c_names)
+    ids = sorted(op_constants(by_name).items(),
+                 key=lambda ce: (ce[1].qualified_name not in c_names, ce[0]))
     for i, (_, e) in enumerate(ids):
         e.op_id = i
     return ids
@@ -288,13 +292,9 @@ def install(namespace: dict) -> dict:
     for e in ENTRIES:
         if e.functional is not None:
             e.c_op._set_functional(e.functional.c_op)
-    assign_op_ids(BY_NAME)
-    _C._bind_ops({e.qualified_name: e.c_op for e in ENTRIES})
+    ids = assign_op_ids(BY_NAME, _C.OP_QUALNAMES)
+    _C._bind_ops({e.qualified_name: e.c_op for _, e in ids})
     return public
-
-
-def entry_of(c_op) -> OpEntry:
-    return c_op.entry
 
 
 def prims() -> list:
