@@ -115,3 +115,12 @@ def log_graphs(fw, bw, saved, name):
     print(f"===== saved for backward: {len(rows)} tensors, {total} bytes =====")
     for nm, shape, dtype, nbytes in rows:
         print(f"  {nm}: {dtype} {list(shape)}  {nbytes} bytes")
+
+
+def log_mutations(joint: JointGraph, name):
+    if not (joint.mutations or joint.output_aliases) or \
+            "aot_graphs" not in os.environ.get("EMBER_LOGS", "").split(","):
+        return
+    from .mutation import describe
+    print(f"===== inputs written back after each call ({name}) =====")
+    print("\n".join(describe(joint.mutations, joint.output_aliases)))

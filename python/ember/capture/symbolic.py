@@ -383,11 +383,13 @@ class Translator:
         entry = _entry_of(target, method)
         for i in (entry.mutates if entry is not None else ()):
             t = args[i] if i < len(args) else None
-            if isinstance(t, TensorVar) and t.from_input:
-                # [aot-2] moves input mutation into graphs; until then the frame runs
-                # in CPython, which applies it
-                raise Unsupported(f"in-place {name} on an input of the compiled function "
-                                  "(or a view of one)")
+            if isinstance(t, TensorVar) and t.from_input and t.fake.requires_grad and \
+                    _C.is_grad_enabled():
+                # writes into inputs are graph outputs written back after each call
+                # (ember/aot/mutation.py); one autograd follows into an input that
+                # requires grad runs in CPython (eager refuses it for a leaf)
+                raise Unsupported(f"in-place {name} on an input that requires grad (or a "
+                                  "view of one) with grad mode on")
         fake_args = [self.fake_of(a) for a in args]
         fake_kwargs = {k: self.fake_of(v) for k, v in kwargs.items()}
         try:
