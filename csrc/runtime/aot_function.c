@@ -80,13 +80,45 @@ static PyTypeObject AOTBackward_Type, AOTFunction_Type;
 
 /* ------------------------------------------------------------------ backward */
 
+/* The engine is done with a Python node (no retain_graph): frees what its backward
+ * holds for it, a compiled backward's saved tensors or, through its _release_saved(),
+ * an autograd.Function's ctx.saved_tensors (python/ember/autograd/function.py). True
+ * when something was freed: running the node again raises PyTorch's error. */
 bool
 em_aot_backward_release(PyObject *fn)
 {
-    if (!PyObject_TypeCheck(fn, &AOTBackward_Type))
+    if (PyObject_TypeCheck(fn, &AOTBackward_Type)) {
+        Py_CLEAR(((AOTBackward *)fn)->saved);
+        return true;
+    }
+    if (PyCFunction_Check(fn) || PyFunction_Check(fn))
         return false;
-    Py_CLEAR(((AOTBackward *)fn)->saved);
-    return true;
+    static PyObject *name;
+    if (name == NULL && (name = PyUnicode_InternFromString("_release_saved")) == NULL) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    PyObject *release = PyObject_GetAttr(fn, name);
+    if (release == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();
+        else
+            PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    PyObject *r = PyObject_CallNoArgs(release);
+    Py_DECREF(release);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    int freed = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (freed < 0) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    return freed;
 }
 
 /* The backward to run for this call's gradients, with the arguments it takes (new

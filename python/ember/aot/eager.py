@@ -7,6 +7,11 @@ new value, runs with eager ops under the caller's grad mode, so its ops record t
 history as eager's do, and the runtime writes the new values back into the inputs after
 the call (csrc/runtime/aot_function.c, forward_grad=True). So a graph that raises has
 written nothing, and the frame can run again eagerly from the state eager started from.
+
+Not when the graph calls an autograd.Function: its op-level trace holds the forward's
+ops, whose eager autograd is not the class's backward. That graph runs as captured (its
+writes into inputs happen in place, as eager's; a graph that raises after one would
+leave it applied when the frame runs again eagerly).
 """
 from __future__ import annotations
 
@@ -24,8 +29,13 @@ def writes_into_inputs(gm) -> bool:
     return False
 
 
+def calls_autograd_functions(gm) -> bool:
+    return any(n.op == "call_function" and hasattr(n.target, "function_class")
+               for n in gm.graph.nodes)
+
+
 def eager_graph(gm, example_inputs):
-    if not writes_into_inputs(gm):
+    if not writes_into_inputs(gm) or calls_autograd_functions(gm):
         return gm.forward
     from . import _aliased_inputs_fallback
     code = getattr(gm, "meta", {}).get("code")
