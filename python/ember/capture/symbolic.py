@@ -554,8 +554,10 @@ class Translator:
             return orig.call(self, args, kwargs)
         m = mvar.value
         d = object.__getattribute__(m, "__dict__")
-        if d.get("_backward_hooks"):
-            raise Unsupported(f"module {type(m).__name__} has backward hooks")
+        for table in ("_backward_hooks", "_backward_pre_hooks"):
+            if d.get(table):
+                raise Unsupported(f"module {type(m).__name__} has backward hooks")
+            self._module_hooks(mvar, table)        # guarded: none registered since
         if "forward" in d:
             raise Unsupported("a module whose forward was replaced on the instance")
         forward = inspect.getattr_static(type(m), "forward", None)
