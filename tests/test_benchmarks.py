@@ -37,3 +37,8 @@ def test_overhead_benchmark_runs():
 def test_models_benchmark_runs():
     out = _run("models.py", "--quick")
     assert "MLP training step" in out and "GPT training step" in out
+
+
+def test_bn_train_step_benchmark_runs():
+    out = _run("bn_train_step.py", "--quick")
+    assert "ember.compile llvm" in out and "BatchNorm" in out
