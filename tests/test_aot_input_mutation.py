@@ -435,3 +435,45 @@ def test_batch_norm_with_momentum_none_falls_back_counted(monkeypatch):
     np.testing.assert_allclose(got_bn.running_var.numpy(), want_bn.running_var.numpy())
     assert counters["stats"]["frames_fallback"] >= 1
     assert any("item" in r for r in counters["unsupported"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_returned_view_of_a_buffer_written_with_a_grad_value(backend):
+    """The output is a view of the buffer written: made again from the buffer after the
+    write-back (copy_ under grad mode), so it shares its memory and its gradient
+    reaches w through the buffer's new history, as in eager."""
+    def f(w, buf):
+        buf.copy_(w * 2)
+        return buf[1:]
+
+    res = []
+    for fn in (f, ember.compile(f, backend=backend, fullgraph=True)):
+        w = ember.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        buf = ember.zeros(3)
+        out = fn(w, buf)
+        (out * out).sum().backward()
+        res.append((out.tolist(), out._base is buf, buf._version, w.grad.tolist(),
+                    out.grad_fn is not None, buf.requires_grad))
+    assert res[0] == res[1]
+    assert res[1][1] and res[1][3] == [0.0, 16.0, 24.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_tensor_passed_twice_then_two_tensors(backend):
+    """Captured with one tensor for both arguments, the graph has one input: the guard
+    that both arguments are one tensor sends a call with two to a graph of its own."""
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    compiled = ember.compile(f, backend=backend, fullgraph=True)
+    for make in (lambda: (lambda t: (t, t))(ember.ones(3)),
+                 lambda: (ember.ones(3), ember.zeros(3))):
+        want_in, got_in = make(), make()
+        want, got = f(*want_in), compiled(*got_in)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        for g, w in zip(got_in, want_in):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+            assert g._version == w._version
+    assert counters["stats"]["unique_graphs"] == 2
+    assert not counters["aliased_inputs"]

@@ -120,6 +120,10 @@ class OutputGraph:
     def add_input(self, value, source) -> TensorVar:
         known = self.tensor_vars.get(id(value))
         if known is not None:
+            if source is not None and known.source is not None and source != known.source:
+                # one input for both paths: guarded to stay one tensor (another call
+                # passing two tensors must not read the first twice)
+                self.guards.add("ALIAS", source, (known.source, True))
             return known
         name = _placeholder_name(source)
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
