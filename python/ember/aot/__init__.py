@@ -8,6 +8,11 @@ graph and a backward graph over prims, wrapped as one eager-autograd node.
     and, for calls where some outputs get no gradient, the backward of the others
     (variants.py), traced again over the joint trace's fakes
 
+Writes into the graph's inputs are functionalized too: their new values are extra
+forward outputs, written back into the inputs by the runtime after each call
+(mutation.py; the eager backend's graphs that write into inputs take the same path,
+eager.py).
+
 Backend "aot_eager" compiles both graphs with eager ops.
 """
 from __future__ import annotations
