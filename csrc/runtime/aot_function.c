@@ -521,7 +521,7 @@ write_back(em_Tensor *dst, PyObject *value, const Mutation *m, int grad)
 /* The outputs returned: the graph's (before the new values of inputs), with the views
  * of inputs written into made again at their positions. Steals outs. */
 static PyObject *
-with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs)
+with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs, Py_ssize_t ninputs)
 {
     Py_ssize_t ngraph = self->noutputs - self->nmut, n = ngraph + self->nalias;
     if (self->nalias == 0 && PyTuple_GET_SIZE(outs) == n)
@@ -533,6 +533,12 @@ with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs)
     for (Py_ssize_t pos = 0; pos < n; pos++) {
         PyObject *o;
         if (a < self->nalias && self->alias[a].position == pos) {
+            if (self->alias[a].index >= ninputs) {
+                PyErr_Format(PyExc_RuntimeError, "compiled function: output %zd is a view "
+                                                 "of input %zd, of %zd", pos,
+                             self->alias[a].index, ninputs);
+                goto error;
+            }
             o = PyObject_CallOneArg(self->alias[a].view, inputs[self->alias[a].index]);
             a++;
             if (o == NULL)
@@ -548,6 +554,11 @@ with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs)
             goto error;
         }
         PyTuple_SET_ITEM(res, pos, o);
+    }
+    if (a != self->nalias || next != ngraph) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled function: output positions do not "
+                                            "add up");
+        goto error;
     }
     Py_DECREF(outs);
     return res;
@@ -661,7 +672,7 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
     if (self->nmut > 0 || self->nalias > 0) {
         PyObject *user = PyTuple_GetSlice(outs, 0, first);
         Py_SETREF(outs, user);
-        if (outs == NULL || (outs = with_aliases(self, outs, inputs)) == NULL)
+        if (outs == NULL || (outs = with_aliases(self, outs, inputs, ninputs)) == NULL)
             goto done;
     }
     self->calls++;
