@@ -10,6 +10,7 @@ BLAS, resampling matrices and prims, so nothing is shared.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -1285,3 +1286,602 @@ add(OpInfo("im2col", _im2col_samples, _ref_im2col, dtypes=FLOATS + BOOL,
                            r"im2col\(\).*must be at least one", "too small"),
                ErrorSample((_T(1, 2, 4, 4, dtype="int64"), [2, 2], [1, 1], [0, 0], [1, 1]), {},
                            NotImplementedError, r"im2col\(\).*Long", "int64")]))
+
+
+# ================================================================== [eager-2] 3-d and more
+#
+# 3-d convolution and pooling, adaptive max pooling, bicubic/trilinear/3-d nearest and
+# nearest-exact resizing, pixel and channel shuffle, instance norm. The references loop
+# over output positions, windows and taps (or permute with NumPy for the shuffles).
+
+
+def _triple_p(v, fallback=None):
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not v:
+        return fallback
+    return v * 3 if len(v) == 1 else v
+
+
+def _ref_conv3d_core(x, w, b, s, p, d, transposed, op_, G):
+    """Direct 3-d (transposed) convolution: one strided slice of the padded input per tap
+    (or the input scattered through each tap)."""
+    x, w = _f(x), _f(w)
+    N, C = x.shape[:2]
+    sp = x.shape[2:]
+    ks = w.shape[2:]
+    if not transposed:
+        cout, cig = w.shape[:2]
+        cog = cout // G
+        out_sp = [(sp[i] + 2 * p[i] - d[i] * (ks[i] - 1) - 1) // s[i] + 1 for i in range(3)]
+        xp = np.zeros((N, C) + tuple(sp[i] + 2 * p[i] for i in range(3)))
+        xp[:, :, p[0]:p[0] + sp[0], p[1]:p[1] + sp[1], p[2]:p[2] + sp[2]] = x
+        out = np.zeros((N, cout) + tuple(out_sp))
+        for g in range(G):
+            for taps in np.ndindex(*ks):
+                sl = tuple(slice(taps[i] * d[i], taps[i] * d[i] + s[i] * (out_sp[i] - 1) + 1,
+                                 s[i]) for i in range(3))
+                patch = xp[(slice(None), slice(g * cig, (g + 1) * cig)) + sl]
+                out[:, g * cog:(g + 1) * cog] += np.einsum(
+                    "ncdhw,oc->nodhw", patch, w[(slice(g * cog, (g + 1) * cog), slice(None))
+                                                + taps])
+    else:
+        cin, cog = w.shape[:2]
+        cig, cout = cin // G, cog * G
+        out_sp = [(sp[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
+                  for i in range(3)]
+        big = np.zeros((N, cout) + tuple(out_sp[i] + 2 * p[i] + s[i] + d[i] * ks[i]
+                                         for i in range(3)))
+        for g in range(G):
+            for taps in np.ndindex(*ks):
+                sl = tuple(slice(taps[i] * d[i], taps[i] * d[i] + s[i] * (sp[i] - 1) + 1,
+                                 s[i]) for i in range(3))
+                big[(slice(None), slice(g * cog, (g + 1) * cog)) + sl] += np.einsum(
+                    "ncdhw,co->nodhw", x[:, g * cig:(g + 1) * cig],
+                    w[(slice(g * cig, (g + 1) * cig), slice(None)) + taps])
+        out = big[(slice(None), slice(None)) + tuple(slice(p[i], p[i] + out_sp[i])
+                                                     for i in range(3))]
+    if b is not None:
+        out = out + _f(b)[None, :, None, None, None]
+    return out
+
+
+def _ref_conv3d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    x = _f(x)
+    unbatched = x.ndim == 4
+    if unbatched:
+        x = x[None]
+    d = _triple_p(dilation)
+    if isinstance(padding, str):
+        ks = np.shape(w)[2:]
+        total = [d[i] * (ks[i] - 1) if padding == "same" else 0 for i in range(3)]
+        xp = np.zeros(x.shape[:2] + tuple(x.shape[2 + i] + total[i] for i in range(3)))
+        lo = [t // 2 for t in total]
+        xp[:, :, lo[0]:lo[0] + x.shape[2], lo[1]:lo[1] + x.shape[3],
+           lo[2]:lo[2] + x.shape[4]] = x
+        x, padding = xp, 0
+    out = _ref_conv3d_core(x, w, b, _triple_p(stride), _triple_p(padding), d, False,
+                           (0, 0, 0), groups)
+    return out[0] if unbatched else out
+
+
+def _conv3d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3, 4, 5, 4), mk(4, 3, 2, 3, 2), mk(4))),
+            Sample((mk(1, 4, 5, 4, 6), mk(6, 2, 3, 2, 2)),
+                   {"stride": (2, 1, 2), "padding": (1, 0, 1), "dilation": (1, 2, 1),
+                    "groups": 2}, desc="grouped strided dilated padded"),
+            Sample((mk(3, 4, 5, 3), mk(2, 3, 2, 3, 2)), {"padding": "same"},
+                   desc="unbatched same"),
+            Sample((mk(1, 2, 3, 4, 3), mk(2, 2, 1, 1, 1), mk(2)), desc="1x1x1"),
+            Sample((mk(0, 2, 3, 3, 3), mk(2, 2, 2, 2, 2)), desc="empty batch", grad=False)]
+
+
+add(OpInfo("conv3d", _conv3d_samples, _ref_conv3d, reduction=True, dtypes=CONV_DTYPES,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.conv3d(*a, **k),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 4, 4, 4, 4), _T(3, 2, 2, 2, 2)), {}, RuntimeError,
+                           r"conv3d\(\).*4D \(unbatched\) or 5D", "rank"),
+               ErrorSample((_T(1, 3, 4, 4, 4), _T(3, 2, 2, 2, 2)), {}, RuntimeError,
+                           r"conv3d\(\).*to have 2 channels, but got 3", "channels"),
+               ErrorSample((_T(1, 2, 1, 4, 4), _T(3, 2, 2, 2, 2)), {}, RuntimeError,
+                           r"conv3d\(\).*Kernel size can't be greater", "too small"),
+               ErrorSample((_T(1, 2, 4, 4, 4), _T(3, 2, 2, 2, 2)), {"stride": (1, 2)},
+                           RuntimeError, r"conv3d\(\).*list of 3 values", "stride length"),
+               ErrorSample((_T(1, 2, 4, 4, 4), _T(3, 2, 2, 2, 2)),
+                           {"padding": "same", "stride": 2}, RuntimeError,
+                           r"conv3d\(\).*strided", "same strided"),
+               ErrorSample((_T(1, 2, 4, 4, 4, dtype="int32"), _T(3, 2, 2, 2, 2, dtype="int32")),
+                           {"dilation": 2}, NotImplementedError, r"conv3d\(\).*Int",
+                           "dilated int32"),
+               ErrorSample((_T(1, 2, 4, 4, 4, dtype="bool"), _T(3, 2, 2, 2, 2, dtype="bool")),
+                           {}, NotImplementedError, r"conv3d\(\).*Bool", "bool")]))
+
+
+def _ref_conv_t3d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    x = _f(x)
+    unbatched = x.ndim == 4
+    out = _ref_conv3d_core(x[None] if unbatched else x, w, b, _triple_p(stride),
+                           _triple_p(padding), _triple_p(dilation), True,
+                           _triple_p(output_padding), groups)
+    return out[0] if unbatched else out
+
+
+def _conv_t3d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    return [Sample((mk(2, 3, 2, 3, 2), mk(3, 2, 2, 3, 2), mk(2)),
+                   {"stride": 2, "padding": 1, "output_padding": 1}),
+            Sample((mk(4, 2, 3, 2), mk(4, 1, 2, 2, 3)),
+                   {"stride": (1, 2, 1), "groups": 2, "dilation": (2, 1, 1),
+                    "output_padding": (1, 1, 0)}, desc="unbatched grouped dilated"),
+            Sample((mk(1, 2, 2, 2, 2), mk(2, 3, 1, 1, 1)), desc="1x1x1")]
+
+
+add(OpInfo("conv_transpose3d.input", _conv_t3d_samples, _ref_conv_t3d, reduction=True,
+           dtypes=CONV_DTYPES,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.conv_transpose3d(*a, **k),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 3, 3, 3), _T(2, 3, 2, 2, 2)),
+                           {"stride": 2, "output_padding": 2}, RuntimeError,
+                           r"conv_transpose3d\(\).*output padding must be smaller", "op"),
+               ErrorSample((_T(1, 3, 3, 3, 3), _T(2, 3, 2, 2, 2)), {}, RuntimeError,
+                           r"conv_transpose3d\(\).*transposed=1.*2 channels", "channels"),
+               ErrorSample((_T(1, 2, 3, 3, 3, dtype="int32"), _T(2, 3, 2, 2, 2, dtype="int32")),
+                           {}, NotImplementedError, r"conv_transpose3d\(\).*Int", "int32")]))
+
+
+# ------------------------------------------------------------------ windowed maxima
+
+
+def _ref_window_max(x, windows):
+    """Maxima of x's last len(windows) dims and their flat indices: windows[i][o] lists
+    the input positions of output o along dim i in window order. PyTorch's rule: the
+    first maximum, a NaN wins (the last one seen)."""
+    x = np.asarray(x, dtype=object)
+    nsp = len(windows)
+    sizes = x.shape[x.ndim - nsp:]
+    lead = x.shape[:x.ndim - nsp]
+    outs = tuple(len(w) for w in windows)
+    vals = np.empty(lead + outs, dtype=object)
+    idx = np.empty(lead + outs, dtype=object)
+    for l in np.ndindex(*lead):
+        for o in np.ndindex(*outs):
+            best = None
+            for pos in itertools.product(*[windows[i][o[i]] for i in range(nsp)]):
+                v = x[l + pos]
+                isnan = isinstance(v, float) and math.isnan(v)
+                if best is None or isnan or v > best[0]:
+                    flat = 0
+                    for i in range(nsp):
+                        flat = flat * sizes[i] + pos[i]
+                    best = (v, flat)
+            vals[l + o], idx[l + o] = best
+    return vals, idx
+
+
+def _pool_windows(n, k, s, p, d, ceil_mode):
+    o_n = _pool_len(n, k, p, s, d, ceil_mode)
+    return [[o * s - p + i * d for i in range(k) if 0 <= o * s - p + i * d < n]
+            for o in range(o_n)]
+
+
+def _ref_max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    k = _triple_p(kernel_size)
+    s, p, d = _triple_p(stride, k), _triple_p(padding), _triple_p(dilation)
+    sp = np.shape(x)[-3:]
+    return _ref_window_max(x, [_pool_windows(sp[i], k[i], s[i], p[i], d[i], ceil_mode)
+                               for i in range(3)])
+
+
+def _max_pool3d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 2, 4, 4, 5), [2, 2, 2])),
+            Sample((mk(1, 2, 5, 4, 6), [3, 2, 3], [2, 1, 2], [1, 1, 1], [1, 1, 1], True),
+                   desc="ceil, pad"),
+            Sample((mk(2, 5, 4, 5), [2, 2, 2], [1, 2, 1], [0, 1, 1], [2, 1, 2]),
+                   desc="4-d, dilated"),
+            Sample((mk(0, 2, 3, 3, 3), [2, 2, 2]), desc="empty batch", grad=False)]
+
+
+def _max_pool3d_errors():
+    def E(args, match, desc, exc=RuntimeError):
+        return ErrorSample(args, {}, exc, r"max_pool3d_with_indices\(\).*" + match, desc)
+    return [E((_T(2, 3, 3), [2, 2, 2]), r"4D or 5D", "rank"),
+            E((_T(1, 2, 3, 3, 3), [2, 2]), r"kernel_size must", "kernel list"),
+            E((_T(1, 2, 3, 3, 3), [2, 2, 2], [1, 1, 1], [2, 2, 2]),
+              r"pad should be at most half", "pad"),
+            E((_T(1, 2, 3, 3, 3), [4, 4, 4]), r"Output size is too small", "too small"),
+            E((_T(1, 2, 3, 3, 3), [2, 2, 2], [0, 1, 1]), r"stride should not be zero",
+              "zero stride"),
+            E((_T(1, 2, 3, 3, 3, dtype="bool"), [2, 2, 2]), r"Bool", "bool",
+              NotImplementedError)]
+
+
+add(OpInfo("max_pool3d_with_indices", _max_pool3d_samples, _ref_max_pool3d, dtypes=NO_BOOL,
+           torch_fn=_t("max_pool3d_with_indices"), errors=_max_pool3d_errors))
+
+
+def _adaptive_windows(n, o_n):
+    return [list(range((o * n) // o_n, -((-(o + 1) * n) // o_n))) for o in range(o_n)]
+
+
+def _ref_adaptive_max(x, output_size):
+    nsp = len(output_size)
+    sp = np.shape(x)[-nsp:]
+    return _ref_window_max(x, [_adaptive_windows(sp[i], output_size[i]) for i in range(nsp)])
+
+
+def _adaptive_max_samples(nsp):
+    def samples(dtype, rng):
+        def mk(*s):
+            return make(s, dtype, rng, -3, 3)
+        if nsp == 2:
+            return [Sample((mk(2, 3, 7, 5), [3, 2])), Sample((mk(3, 5, 4), [5, 6]),
+                                                             desc="3-d, larger"),
+                    Sample((mk(1, 2, 4, 4), [1, 1]), desc="global")]
+        return [Sample((mk(2, 2, 5, 4, 6), [3, 2, 4])),
+                Sample((mk(2, 3, 4, 5), [1, 4, 3]), desc="4-d"),
+                Sample((mk(1, 1, 3, 3, 3), [3, 3, 3]), desc="same size")]
+    return samples
+
+
+for _n in (2, 3):
+    add(OpInfo(f"adaptive_max_pool{_n}d", _adaptive_max_samples(_n), _ref_adaptive_max,
+               dtypes=FLOATS, torch_fn=_t(f"adaptive_max_pool{_n}d"),
+               errors=(lambda n: lambda: [
+                   ErrorSample((_T(*([2] * n)), [2] * n), {}, RuntimeError,
+                               rf"adaptive_max_pool{n}d\(\).*Expected {n + 1}D or {n + 2}D",
+                               "rank"),
+                   ErrorSample((_T(*([2] * (n + 2)), dtype="int64"), [2] * n), {},
+                               NotImplementedError, rf"adaptive_max_pool{n}d\(\).*Long",
+                               "int")])(_n)))
+
+
+# ------------------------------------------------------------------ 3-d average pooling
+
+
+def _ref_avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                    count_include_pad=True, divisor_override=None):
+    x = np.asarray(x, dtype=object)
+    k = _triple_p(kernel_size)
+    s, p = _triple_p(stride, k), _triple_p(padding)
+    sp = x.shape[-3:]
+    outs = [_pool_len(sp[i], k[i], p[i], s[i], 1, ceil_mode) for i in range(3)]
+    floaty = any(isinstance(v, float) for v in x.reshape(-1))
+    out = np.empty(x.shape[:-3] + tuple(outs), dtype=object)
+    for l in np.ndindex(*x.shape[:-3]):
+        for o in np.ndindex(*outs):
+            lo = [o[i] * s[i] - p[i] for i in range(3)]
+            hi = [min(lo[i] + k[i], sp[i] + p[i]) for i in range(3)]
+            pool = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])
+            lo = [max(v, 0) for v in lo]
+            hi = [min(hi[i], sp[i]) for i in range(3)]
+            vals = [x[l + (a, b, c)] for a in range(lo[0], hi[0]) for b in range(lo[1], hi[1])
+                    for c in range(lo[2], hi[2])]
+            if divisor_override is not None:
+                div = divisor_override
+            elif count_include_pad:
+                div = pool
+            else:
+                div = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])
+            if floaty:
+                out[l + o] = math.fsum(vals) / div
+            else:
+                tot = sum(vals)
+                q = abs(tot) // div
+                out[l + o] = q if tot >= 0 else -q
+    return out
+
+
+def _avg_pool3d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 2, 4, 4, 5), [2, 2, 2])),
+            Sample((mk(1, 2, 5, 4, 6), [3, 2, 3], [2, 1, 2], [1, 1, 1], True), desc="ceil, pad"),
+            Sample((mk(1, 2, 5, 4, 6), [3, 2, 3], [2, 1, 2], [1, 1, 1], True, False),
+                   desc="ceil, pad, no count_include_pad"),
+            Sample((mk(2, 5, 4, 5), [3, 2, 2], [1, 2, 1], [1, 0, 1]), desc="4-d"),
+            Sample((mk(1, 2, 4, 3, 4), [2, 3, 2], [2, 2, 2], [1, 1, 1], False, True, 5),
+                   desc="divisor")]
+
+
+add(OpInfo("avg_pool3d", _avg_pool3d_samples, _ref_avg_pool3d,
+           dtypes=("float32", "float64", "int64"), torch_fn=_t("avg_pool3d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 3, 3, 3), [2, 2, 2], [1, 1, 1], [2, 2, 2]), {},
+                           RuntimeError, r"avg_pool3d\(\).*pad should be at most half", "pad"),
+               ErrorSample((_T(1, 2, 3, 3, 3), [4, 4, 4]), {}, RuntimeError,
+                           r"avg_pool3d\(\).*smaller than kernel size", "too small"),
+               ErrorSample((_T(1, 2, 3, 3, 3), [2, 2, 2], [1, 1, 1], [1, 1, 1], False, True, 0),
+                           {}, RuntimeError, r"avg_pool3d\(\).*divisor must be not zero",
+                           "divisor"),
+               ErrorSample((_T(1, 2, 3, 3, 3, dtype="float16"), [2, 2, 2]), {},
+                           NotImplementedError, r"avg_pool3d\(\).*Half", "half")]))
+
+
+def _ref_adaptive3d(x, output_size):
+    x = np.asarray(x, dtype=object)
+    sp = x.shape[-3:]
+    wins = [_adaptive_windows(sp[i], output_size[i]) for i in range(3)]
+    out = np.empty(x.shape[:-3] + tuple(output_size), dtype=object)
+    for l in np.ndindex(*x.shape[:-3]):
+        for o in np.ndindex(*output_size):
+            vals = [x[l + pos] for pos in itertools.product(*[wins[i][o[i]]
+                                                              for i in range(3)])]
+            out[l + o] = math.fsum(vals) / len(vals)
+    return out
+
+
+def _adaptive3d_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -3, 3)
+    return [Sample((mk(2, 2, 5, 4, 6), [3, 2, 4])), Sample((mk(2, 3, 4, 5), [1, 1, 1]),
+                                                           desc="4-d, global"),
+            Sample((mk(1, 2, 3, 2, 3), [4, 5, 3]), desc="larger")]
+
+
+add(OpInfo("adaptive_avg_pool3d", _adaptive3d_samples, _ref_adaptive3d, dtypes=FLOATS,
+           torch_fn=_t("adaptive_avg_pool3d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 3, 3, 3), [2, 2]), {}, RuntimeError,
+                           r"adaptive_avg_pool3d\(\).*output_size must be 3", "size"),
+               ErrorSample((_T(2, 3, 3), [2, 2, 2]), {}, RuntimeError,
+                           r"adaptive_avg_pool3d\(\).*4D or 5D", "rank")]))
+
+
+# ------------------------------------------------------------------ resampling
+
+
+def _src_nearest(o, n_in, n_out, scale, exact):
+    sc = np.float32(1.0 / scale) if scale else np.float32(n_in) / np.float32(n_out)
+    if exact:
+        return min(int(math.floor(np.float32(np.float32(o + 0.5) * sc))), n_in - 1)
+    if n_out == n_in:
+        return o
+    if n_out == 2 * n_in:
+        return o >> 1
+    return min(int(math.floor(np.float32(o) * sc)), n_in - 1)
+
+
+def _ref_nearest_nd(exact):
+    def ref(x, output_size, *scales):
+        x = np.asarray(x, dtype=object)
+        nsp = len(output_size)
+        sp = x.shape[-nsp:]
+        scales = list(scales) + [None] * (nsp - len(scales))
+        maps = [[_src_nearest(o, sp[i], output_size[i], scales[i], exact)
+                 for o in range(output_size[i])] for i in range(nsp)]
+        out = np.empty(x.shape[:-nsp] + tuple(output_size), dtype=object)
+        for l in np.ndindex(*x.shape[:-nsp]):
+            for o in np.ndindex(*output_size):
+                out[l + o] = x[l + tuple(maps[i][o[i]] for i in range(nsp))]
+        return out
+    return ref
+
+
+def _resize_samples(nsp, extra=()):
+    def samples(dtype, rng):
+        def mk(*s):
+            return make(s, dtype, rng, 0, 3)
+        if nsp == 2:
+            shapes = [((2, 3, 4, 5), [8, 10]), ((1, 2, 5, 6), [7, 4]), ((1, 1, 3, 3), [3, 9])]
+            scales = (2.0, 1.5)
+        else:
+            shapes = [((1, 2, 3, 4, 3), [6, 8, 6]), ((1, 2, 4, 3, 5), [3, 7, 4]),
+                      ((2, 1, 2, 3, 2), [2, 3, 5])]
+            scales = (2.0, 1.5, 0.7)
+        out = [Sample((mk(*s), size) + extra) for s, size in shapes]
+        s0 = shapes[0][0]
+        size = [int(math.floor(n * f)) for n, f in zip(s0[2:], scales)]
+        out.append(Sample((mk(*s0), size) + extra + scales, desc="scales"))
+        return out
+    return samples
+
+
+_RESIZE_DTYPES = ("uint8",) + FLOATS
+
+add(OpInfo("upsample_nearest3d", _resize_samples(3), _ref_nearest_nd(False),
+           dtypes=_RESIZE_DTYPES, torch_fn=_t("upsample_nearest3d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 3, 3), [4, 4, 4]), {}, RuntimeError,
+                           r"upsample_nearest3d\(\).*input_size equals to 5", "rank")]))
+add(OpInfo("_upsample_nearest_exact2d", _resize_samples(2), _ref_nearest_nd(True),
+           dtypes=_RESIZE_DTYPES, torch_fn=_t("_upsample_nearest_exact2d")))
+add(OpInfo("_upsample_nearest_exact3d", _resize_samples(3), _ref_nearest_nd(True),
+           dtypes=_RESIZE_DTYPES, torch_fn=_t("_upsample_nearest_exact3d")))
+
+
+def _lin_taps(o, n_in, n_out, align_corners, scale):
+    if align_corners:
+        real = (n_in - 1) / (n_out - 1) * o if n_out > 1 else 0.0
+    else:
+        sc = 1.0 / scale if scale else n_in / n_out
+        real = max(sc * (o + 0.5) - 0.5, 0.0)
+    i0 = min(int(math.floor(real)), n_in - 1)
+    lam = min(max(real - i0, 0.0), 1.0)
+    return [(i0, 1.0 - lam), (i0 + (1 if i0 < n_in - 1 else 0), lam)]
+
+
+def _cubic_taps(o, n_in, n_out, align_corners, scale):
+    A = -0.75
+    if align_corners:
+        real = (n_in - 1) / (n_out - 1) * o if n_out > 1 else 0.0
+    else:
+        sc = 1.0 / scale if scale else n_in / n_out
+        real = sc * (o + 0.5) - 0.5
+    i0 = min(int(math.floor(real)), n_in - 1)
+    t = min(max(real - i0, 0.0), 1.0)
+
+    def near(z):
+        return ((A + 2) * z - (A + 3)) * z * z + 1
+
+    def far(z):
+        return ((A * z - 5 * A) * z + 8 * A) * z - 4 * A
+    ws = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    return [(min(max(i0 - 1 + j, 0), n_in - 1), ws[j]) for j in range(4)]
+
+
+def _ref_separable(taps_fn):
+    def ref(x, output_size, align_corners, *scales):
+        x = _f(x)
+        nsp = len(output_size)
+        sp = x.shape[-nsp:]
+        scales = list(scales) + [None] * (nsp - len(scales))
+        taps = [[taps_fn(o, sp[i], output_size[i], align_corners, scales[i])
+                 for o in range(output_size[i])] for i in range(nsp)]
+        out = np.zeros(x.shape[:-nsp] + tuple(output_size))
+        for o in np.ndindex(*output_size):
+            acc = 0.0
+            for combo in itertools.product(*[taps[i][o[i]] for i in range(nsp)]):
+                w = 1.0
+                for _, wi in combo:
+                    w *= wi
+                acc = acc + w * x[(Ellipsis,) + tuple(c[0] for c in combo)]
+            out[(Ellipsis,) + o] = acc
+        return out
+    return ref
+
+
+def _with_corners(samples):
+    def both(dtype, rng):
+        out = samples(dtype, rng)
+        plain = [Sample(s.args[:2] + (False,) + s.args[2:], desc=s.desc) for s in out]
+        corners = [Sample(s.args[:2] + (True,), desc=(s.desc or "") + " align_corners")
+                   for s in out[:3]]
+        return plain + corners
+    return both
+
+
+add(OpInfo("upsample_trilinear3d", _with_corners(_resize_samples(3)), _ref_separable(_lin_taps),
+           dtypes=FLOATS, torch_fn=_t("upsample_trilinear3d")))
+add(OpInfo("upsample_bicubic2d", _with_corners(_resize_samples(2)), _ref_separable(_cubic_taps),
+           dtypes=FLOATS, torch_fn=_t("upsample_bicubic2d"),
+           errors=lambda: [
+               ErrorSample((_T(1, 2, 3), [4, 4], False), {}, RuntimeError,
+                           r"upsample_bicubic2d\(\).*input_size equals to 4", "rank"),
+               ErrorSample((_T(1, 2, 3, 3), [0, 4], False), {}, RuntimeError,
+                           r"upsample_bicubic2d\(\).*greater than 0", "empty"),
+               ErrorSample((_T(1, 2, 3, 3, dtype="int32"), [4, 4], False), {},
+                           NotImplementedError, r"upsample_bicubic2d\(\).*Int", "int")]))
+
+
+# ------------------------------------------------------------------ shuffles
+
+
+def _ref_pixel_shuffle(x, r):
+    a = np.asarray(x, dtype=object)
+    *lead, c, h, w = a.shape
+    a = a.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
+    n = len(lead)
+    a = a.transpose(tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2))
+    return a.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+def _ref_pixel_unshuffle(x, r):
+    a = np.asarray(x, dtype=object)
+    *lead, c, h, w = a.shape
+    n = len(lead)
+    a = a.reshape(tuple(lead) + (c, h // r, r, w // r, r))
+    a = a.transpose(tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
+    return a.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+
+
+def _ref_channel_shuffle(x, groups):
+    a = np.asarray(x, dtype=object)
+    out = np.empty_like(a)
+    c = a.shape[1]
+    per = c // groups
+    for g in range(groups):
+        for i in range(per):
+            out[:, i * groups + g] = a[:, g * per + i]
+    return out
+
+
+def _shuffle_samples(kind):
+    def samples(dtype, rng):
+        def mk(*s):
+            return make(s, dtype, rng)
+        if kind == "shuffle":
+            return [Sample((mk(2, 8, 3, 2), 2)), Sample((mk(9, 2, 2), 3), desc="unbatched"),
+                    Sample((mk(2, 1, 4, 2, 3), 2), desc="5-d"), Sample((mk(1, 3, 2, 2), 1),
+                                                                       desc="factor 1")]
+        if kind == "unshuffle":
+            return [Sample((mk(2, 2, 4, 6), 2)), Sample((mk(1, 6, 3), 3), desc="unbatched"),
+                    Sample((mk(2, 2, 3, 2, 2), 1), desc="factor 1")]
+        return [Sample((mk(2, 6, 3, 2), 3)), Sample((mk(3, 4, 5), 2), desc="3-d"),
+                Sample((mk(1, 4, 2, 1, 2), 4), desc="5-d, groups = channels")]
+    return samples
+
+
+add(OpInfo("pixel_shuffle", _shuffle_samples("shuffle"), _ref_pixel_shuffle,
+           errors=lambda: [
+               ErrorSample((_T(4, 2), 2), {}, RuntimeError,
+                           r"pixel_shuffle\(\).*at least 3 dimensions", "rank"),
+               ErrorSample((_T(1, 5, 2, 2), 2), {}, RuntimeError,
+                           r"pixel_shuffle\(\).*divisible by the square", "channels"),
+               ErrorSample((_T(1, 4, 2, 2), 0), {}, RuntimeError,
+                           r"pixel_shuffle\(\).*positive upscale_factor", "factor")]))
+add(OpInfo("pixel_unshuffle", _shuffle_samples("unshuffle"), _ref_pixel_unshuffle,
+           errors=lambda: [
+               ErrorSample((_T(1, 1, 3, 4), 2), {}, RuntimeError,
+                           r"pixel_unshuffle\(\).*height to be divisible", "height"),
+               ErrorSample((_T(1, 1, 4, 3), 2), {}, RuntimeError,
+                           r"pixel_unshuffle\(\).*width to be divisible", "width")]))
+add(OpInfo("channel_shuffle", _shuffle_samples("channel"), _ref_channel_shuffle,
+           errors=lambda: [
+               ErrorSample((_T(1, 5, 2, 2), 2), {}, RuntimeError,
+                           r"channel_shuffle\(\).*divisible by groups", "channels"),
+               ErrorSample((_T(1, 4, 2, 2), 0), {}, RuntimeError,
+                           r"channel_shuffle\(\).*must be positive", "groups"),
+               ErrorSample((_T(4, 2), 2), {}, RuntimeError,
+                           r"channel_shuffle\(\).*> 2 dims", "rank")]))
+add(OpInfo("native_channel_shuffle", _shuffle_samples("channel"), _ref_channel_shuffle,
+           torch_fn=lambda torch, *a, **k: torch.native_channel_shuffle(*a, **k)))
+
+
+# ------------------------------------------------------------------ instance norm
+
+
+def _ref_instance_norm(x, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                       eps, cudnn_enabled):
+    x = _f(x)
+    C = x.shape[1]
+    cs = (1, C) + (1,) * (x.ndim - 2)
+    if use_input_stats:
+        red = tuple(range(2, x.ndim))
+        n = int(np.prod([x.shape[d] for d in red]))
+        mean = _fsum(x, red) / n
+        var = _fsum((x - mean) ** 2, red) / n
+    else:
+        mean, var = _f(running_mean).reshape(cs), _f(running_var).reshape(cs)
+    y = (x - mean) / np.sqrt(var + eps)
+    if weight is not None:
+        y = y * _f(weight).reshape(cs)
+    if bias is not None:
+        y = y + _f(bias).reshape(cs)
+    return y
+
+
+def _instance_norm_samples(dtype, rng):
+    def mk(*s, lo=-3, hi=3):
+        return make(s, dtype, rng, lo, hi)
+    return [Sample((mk(2, 3, 5), mk(3), mk(3), None, None, True, 0.1, 1e-5, False)),
+            Sample((mk(2, 3, 3, 4), None, None, None, None, True, 0.1, 1e-3, False),
+                   desc="4-d, no affine"),
+            Sample((mk(1, 2, 2, 3, 2), mk(2), None, mk(2), mk(2, lo=0.5, hi=2), False, 0.1,
+                    1e-5, False), desc="5-d, running statistics")]
+
+
+add(OpInfo("instance_norm", _instance_norm_samples, _ref_instance_norm, reduction=True,
+           dtypes=FLOATS,
+           errors=lambda: [
+               ErrorSample((_T(2, 3, 4), _T(2), None, None, None, True, 0.1, 1e-5, False), {},
+                           RuntimeError, r"instance_norm\(\).*weight should contain 6",
+                           "weight"),
+               ErrorSample((_T(2, 3, 4), None, None, None, None, False, 0.1, 1e-5, False), {},
+                           RuntimeError, r"instance_norm\(\).*running_mean", "no stats"),
+               ErrorSample((_T(2, 3, 4, dtype="int64"), None, None, None, None, True, 0.1, 1e-5,
+                            False), {}, NotImplementedError, r"instance_norm\(\).*Long",
+                           "int")]))

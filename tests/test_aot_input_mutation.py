@@ -477,3 +477,22 @@ def test_the_same_tensor_passed_twice_then_two_tensors(backend):
             assert g._version == w._version
     assert counters["stats"]["unique_graphs"] == 2
     assert not counters["aliased_inputs"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_norm_with_running_statistics_compiles_whole(backend):
+    """instance_norm writes its running statistics (the mean of the per-sample batch_norm
+    updates) like batch_norm: in the graph, written back after the call."""
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((4, 3, 5))
+    want_in, got_in = ember.nn.InstanceNorm1d(3, track_running_stats=True).double(), \
+        ember.nn.InstanceNorm1d(3, track_running_stats=True).double()
+    compiled = ember.compile(got_in, backend=backend, fullgraph=True)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(ember.tensor(data)).numpy(),
+                                   want_in(ember.tensor(data)).numpy(), rtol=1e-12)
+    for name in ("running_mean", "running_var"):
+        g, w = getattr(got_in, name), getattr(want_in, name)
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)
+        assert g._version == w._version
+    assert counters["stats"]["unique_graphs"] == 1

@@ -8,6 +8,9 @@ typedef enum {
     EM_OP_ABS,                               /* abs */
     EM_OP_ABS_,                              /* abs_ */
     EM_OP_ADAPTIVE_AVG_POOL2D,               /* adaptive_avg_pool2d */
+    EM_OP_ADAPTIVE_AVG_POOL3D,               /* adaptive_avg_pool3d */
+    EM_OP_ADAPTIVE_MAX_POOL2D,               /* adaptive_max_pool2d */
+    EM_OP_ADAPTIVE_MAX_POOL3D,               /* adaptive_max_pool3d */
     EM_OP_ADD,                               /* add */
     EM_OP_ADDCDIV,                           /* addcdiv */
     EM_OP_ADDCDIV_,                          /* addcdiv_ */
@@ -29,6 +32,7 @@ typedef enum {
     EM_OP_ATAN,                              /* atan */
     EM_OP_ATAN_,                             /* atan_ */
     EM_OP_AVG_POOL2D,                        /* avg_pool2d */
+    EM_OP_AVG_POOL3D,                        /* avg_pool3d */
     EM_OP_BATCH_NORM,                        /* batch_norm */
     EM_OP_BERNOULLI,                         /* bernoulli */
     EM_OP_BERNOULLI_,                        /* bernoulli_.float */
@@ -54,6 +58,7 @@ typedef enum {
     EM_OP_CAT,                               /* cat */
     EM_OP_CEIL,                              /* ceil */
     EM_OP_CEIL_,                             /* ceil_ */
+    EM_OP_CHANNEL_SHUFFLE,                   /* channel_shuffle */
     EM_OP_CHUNK,                             /* chunk */
     EM_OP_CLAMP,                             /* clamp */
     EM_OP_CLAMP_,                            /* clamp_ */
@@ -67,9 +72,12 @@ typedef enum {
     EM_OP_CONV1D__PADDING,                   /* conv1d.padding */
     EM_OP_CONV2D,                            /* conv2d */
     EM_OP_CONV2D__PADDING,                   /* conv2d.padding */
+    EM_OP_CONV3D,                            /* conv3d */
+    EM_OP_CONV3D__PADDING,                   /* conv3d.padding */
     EM_OP_CONVOLUTION,                       /* convolution */
     EM_OP_CONV_TRANSPOSE1D,                  /* conv_transpose1d */
     EM_OP_CONV_TRANSPOSE2D,                  /* conv_transpose2d */
+    EM_OP_CONV_TRANSPOSE3D,                  /* conv_transpose3d.input */
     EM_OP_COPY,                              /* copy */
     EM_OP_COPY_,                             /* copy_ */
     EM_OP_COS,                               /* cos */
@@ -136,6 +144,7 @@ typedef enum {
     EM_OP_INDEX_PUT,                         /* index_put */
     EM_OP_INDEX_PUT_,                        /* index_put_ */
     EM_OP_INDEX_SELECT,                      /* index_select */
+    EM_OP_INSTANCE_NORM,                     /* instance_norm */
     EM_OP_ISFINITE,                          /* isfinite */
     EM_OP_ISINF,                             /* isinf */
     EM_OP_ISNAN,                             /* isnan */
@@ -183,6 +192,8 @@ typedef enum {
     EM_OP_MAX_POOL2D,                        /* max_pool2d */
     EM_OP_MAX_POOL2D_WITH_INDICES,           /* max_pool2d_with_indices */
     EM_OP_MAX_POOL2D_WITH_INDICES_BACKWARD,  /* max_pool2d_with_indices_backward */
+    EM_OP_MAX_POOL3D,                        /* max_pool3d */
+    EM_OP_MAX_POOL3D_WITH_INDICES,           /* max_pool3d_with_indices */
     EM_OP_MAX__DIM,                          /* max.dim */
     EM_OP_MAX__OTHER,                        /* max.other */
     EM_OP_MEAN,                              /* mean */
@@ -202,6 +213,7 @@ typedef enum {
     EM_OP_NAN_TO_NUM_,                       /* nan_to_num_ */
     EM_OP_NARROW,                            /* narrow */
     EM_OP_NARROW_COPY,                       /* narrow_copy */
+    EM_OP_NATIVE_CHANNEL_SHUFFLE,            /* native_channel_shuffle */
     EM_OP_NE,                                /* ne */
     EM_OP_NEG,                               /* neg */
     EM_OP_NEG_,                              /* neg_ */
@@ -223,6 +235,8 @@ typedef enum {
     EM_OP_ONE_HOT,                           /* one_hot */
     EM_OP_PAD,                               /* pad */
     EM_OP_PERMUTE,                           /* permute */
+    EM_OP_PIXEL_SHUFFLE,                     /* pixel_shuffle */
+    EM_OP_PIXEL_UNSHUFFLE,                   /* pixel_unshuffle */
     EM_OP_POW,                               /* pow */
     EM_OP_POW_,                              /* pow_ */
     EM_OP_PROD,                              /* prod */
@@ -314,8 +328,11 @@ typedef enum {
     EM_OP_UNIFORM,                           /* uniform */
     EM_OP_UNIFORM_,                          /* uniform_ */
     EM_OP_UNSQUEEZE,                         /* unsqueeze */
+    EM_OP_UPSAMPLE_BICUBIC2D,                /* upsample_bicubic2d */
     EM_OP_UPSAMPLE_BILINEAR2D,               /* upsample_bilinear2d */
     EM_OP_UPSAMPLE_NEAREST2D,                /* upsample_nearest2d */
+    EM_OP_UPSAMPLE_NEAREST3D,                /* upsample_nearest3d */
+    EM_OP_UPSAMPLE_TRILINEAR3D,              /* upsample_trilinear3d */
     EM_OP_VAR,                               /* var */
     EM_OP_VAR__UNBIASED,                     /* var.unbiased */
     EM_OP_VIEW,                              /* view */
@@ -328,6 +345,8 @@ typedef enum {
     EM_OP_ZERO_,                             /* zero_ */
     EM_OP__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL, /* _native_batch_norm_legit_functional */
     EM_OP__TO_COPY,                          /* _to_copy */
+    EM_OP__UPSAMPLE_NEAREST_EXACT2D,         /* _upsample_nearest_exact2d */
+    EM_OP__UPSAMPLE_NEAREST_EXACT3D,         /* _upsample_nearest_exact3d */
     EM_OP___GETITEM__,                       /* __getitem__ */
     EM_OP___INVERT__,                        /* __invert__ */
     EM_OP___SETITEM__,                       /* __setitem__ */
@@ -348,6 +367,9 @@ typedef enum {
     "abs", \
     "abs_", \
     "adaptive_avg_pool2d", \
+    "adaptive_avg_pool3d", \
+    "adaptive_max_pool2d", \
+    "adaptive_max_pool3d", \
     "add", \
     "addcdiv", \
     "addcdiv_", \
@@ -369,6 +391,7 @@ typedef enum {
     "atan", \
     "atan_", \
     "avg_pool2d", \
+    "avg_pool3d", \
     "batch_norm", \
     "bernoulli", \
     "bernoulli_.float", \
@@ -394,6 +417,7 @@ typedef enum {
     "cat", \
     "ceil", \
     "ceil_", \
+    "channel_shuffle", \
     "chunk", \
     "clamp", \
     "clamp_", \
@@ -407,9 +431,12 @@ typedef enum {
     "conv1d.padding", \
     "conv2d", \
     "conv2d.padding", \
+    "conv3d", \
+    "conv3d.padding", \
     "convolution", \
     "conv_transpose1d", \
     "conv_transpose2d", \
+    "conv_transpose3d.input", \
     "copy", \
     "copy_", \
     "cos", \
@@ -476,6 +503,7 @@ typedef enum {
     "index_put", \
     "index_put_", \
     "index_select", \
+    "instance_norm", \
     "isfinite", \
     "isinf", \
     "isnan", \
@@ -523,6 +551,8 @@ typedef enum {
     "max_pool2d", \
     "max_pool2d_with_indices", \
     "max_pool2d_with_indices_backward", \
+    "max_pool3d", \
+    "max_pool3d_with_indices", \
     "max.dim", \
     "max.other", \
     "mean", \
@@ -542,6 +572,7 @@ typedef enum {
     "nan_to_num_", \
     "narrow", \
     "narrow_copy", \
+    "native_channel_shuffle", \
     "ne", \
     "neg", \
     "neg_", \
@@ -563,6 +594,8 @@ typedef enum {
     "one_hot", \
     "pad", \
     "permute", \
+    "pixel_shuffle", \
+    "pixel_unshuffle", \
     "pow", \
     "pow_", \
     "prod", \
@@ -654,8 +687,11 @@ typedef enum {
     "uniform", \
     "uniform_", \
     "unsqueeze", \
+    "upsample_bicubic2d", \
     "upsample_bilinear2d", \
     "upsample_nearest2d", \
+    "upsample_nearest3d", \
+    "upsample_trilinear3d", \
     "var", \
     "var.unbiased", \
     "view", \
@@ -668,6 +704,8 @@ typedef enum {
     "zero_", \
     "_native_batch_norm_legit_functional", \
     "_to_copy", \
+    "_upsample_nearest_exact2d", \
+    "_upsample_nearest_exact3d", \
     "__getitem__", \
     "__invert__", \
     "__setitem__", \

@@ -242,6 +242,16 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                                  dilation)
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _O().conv3d(input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    return _O().conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups,
+                                 dilation)
+
+
 # ------------------------------------------------------------------ pooling
 
 
@@ -284,6 +294,32 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return (out, idx) if return_indices else out
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """Maximum over (kd, kh, kw) windows of (N, C, D, H, W) or (C, D, H, W) inputs; with
+    return_indices, also the flat index of each maximum in its input volume."""
+    out, idx = _O().max_pool3d_with_indices(input, _tuple(kernel_size, 3),
+                                            _tuple(stride, 3), _tuple(padding, 3),
+                                            _tuple(dilation, 3), ceil_mode)
+    return (out, idx) if return_indices else out
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=True):
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _O().avg_pool3d(input, _tuple(kernel_size, 3), _tuple(stride, 3),
+                           _tuple(padding, 3), ceil_mode, count_include_pad, divisor_override)
+
+
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     return _O().avg_pool2d(input, _tuple(kernel_size, 2), _tuple(stride, 2),
@@ -308,6 +344,44 @@ def adaptive_avg_pool2d(input, output_size):
     return _O().adaptive_avg_pool2d(input, _adaptive_size(output_size, input.shape[-2:]))
 
 
+def adaptive_avg_pool3d(input, output_size):
+    return _O().adaptive_avg_pool3d(input, _adaptive_size(output_size, input.shape[-3:]))
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"adaptive_max_pool1d(): Expected 2D or 3D tensor, but got: "
+                           f"{list(input.shape)}")
+    n = _adaptive_size(output_size, input.shape[-1:])
+    out, idx = _O().adaptive_max_pool2d(input.unsqueeze(-2), (1,) + n)
+    out, idx = out.squeeze(-2), idx.squeeze(-2)
+    return (out, idx) if return_indices else out
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Maximum over the cells of an output_size grid (None keeps that input dimension);
+    with return_indices, the flat index of each maximum in its input plane."""
+    out, idx = _O().adaptive_max_pool2d(input, _adaptive_size(output_size, input.shape[-2:]))
+    return (out, idx) if return_indices else out
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    out, idx = _O().adaptive_max_pool3d(input, _adaptive_size(output_size, input.shape[-3:]))
+    return (out, idx) if return_indices else out
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    return adaptive_max_pool1d(input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    return adaptive_max_pool2d(input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=True):
+    return adaptive_max_pool3d(input, output_size, True)
+
+
 def adaptive_avg_pool1d(input, output_size):
     x = _unsqueeze_1d("adaptive_avg_pool1d", input)
     n = _adaptive_size(output_size, input.shape[-1:])
@@ -317,67 +391,139 @@ def adaptive_avg_pool1d(input, output_size):
 # ------------------------------------------------------------------ resampling
 
 
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool) or \
+        (isinstance(x, Tensor) and x.ndim == 0 and not x.dtype.is_floating_point)
+
+
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resizes (N, C, L) or (N, C, H, W) inputs: modes 'nearest', 'linear' (3-d),
-    'bilinear' (4-d) and 'area' (adaptive average pooling), with PyTorch's
-    size/scale_factor/align_corners rules."""
+    """Resizes (N, C, L), (N, C, H, W) or (N, C, D, H, W) inputs: modes 'nearest',
+    'nearest-exact', 'area' (adaptive average pooling), 'linear' (3-d), 'bilinear' and
+    'bicubic' (4-d), 'trilinear' (5-d), with PyTorch's size/scale_factor/
+    recompute_scale_factor/align_corners rules and its resize ops."""
+    O = _O()
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating "
                              "modes: linear | bilinear | bicubic | trilinear")
     elif align_corners is None:
         align_corners = False
-    if antialias:
-        raise NotImplementedError("interpolate(): antialias=True is not supported")
-    nsp = input.ndim - 2
-    if nsp not in (1, 2):
-        raise NotImplementedError(f"interpolate(): inputs of {input.ndim} dims are not "
-                                  "supported (3-d and 4-d are)")
+    dim = input.ndim - 2
     if size is not None and scale_factor is not None:
         raise ValueError("only one of size or scale_factor should be defined")
-    spatial = tuple(input.shape[2:])
     if size is not None:
-        out = _tuple(size, nsp)
-        if len(out) != nsp:
-            raise ValueError(f"Input and output must have the same number of spatial "
-                             f"dimensions, but got input with spatial dimensions of "
-                             f"{list(spatial)} and output size of {list(out)}. Please provide "
-                             f"input tensor in (N, C, d1, d2, ...,dK) format and output size in "
-                             f"(o1, o2, ...,oK) format.")
-        scales = (None,) * nsp
+        scale_factors = None
+        if isinstance(size, (list, tuple)):
+            if len(size) != dim:
+                raise ValueError(f"Input and output must have the same number of spatial "
+                                 f"dimensions, but got input with spatial dimensions of "
+                                 f"{list(input.shape[2:])} and output size of {size}. Please "
+                                 f"provide input tensor in (N, C, d1, d2, ...,dK) format and "
+                                 f"output size in (o1, o2, ...,oK) format.")
+            if not all(_is_int(x) for x in size):
+                raise TypeError(f"expected size to be one of int or Tuple[int] or Tuple[int, "
+                                f"int] or Tuple[int, int, int], but got size with types "
+                                f"{[type(x) for x in size]}")
+            output_size = [int(x) for x in size]
+        else:
+            output_size = [int(size)] * dim
     elif scale_factor is not None:
-        sf = _tuple(scale_factor, nsp)
-        if len(sf) != nsp:
-            raise ValueError(f"Input and scale_factor must have the same number of spatial "
-                             f"dimensions, but got input with spatial dimensions of "
-                             f"{list(spatial)} and scale_factor of shape {list(sf)}.")
-        out = tuple(int(math.floor(float(spatial[i]) * sf[i])) for i in range(nsp))
-        scales = (None,) * nsp if recompute_scale_factor else tuple(float(v) for v in sf)
+        output_size = None
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != dim:
+                raise ValueError(f"Input and scale_factor must have the same number of spatial "
+                                 f"dimensions, but got input with spatial dimensions of "
+                                 f"{list(input.shape[2:])} and scale_factor of shape "
+                                 f"{scale_factor}. Please provide input tensor in (N, C, d1, "
+                                 f"d2, ...,dK) format and scale_factor in (s1, s2, ...,sK) "
+                                 f"format.")
+            scale_factors = [float(f) for f in scale_factor]
+        else:
+            scale_factors = [float(scale_factor)] * dim
     else:
         raise ValueError("either size or scale_factor should be defined")
-    if nsp == 1:
-        input = input.unsqueeze(2)
-        out, scales = (1,) + out, (None,) + scales
-    if mode == "nearest":
-        r = _O().upsample_nearest2d(input, list(out), scales[0], scales[1])
-    elif mode == "area":
-        r = _O().adaptive_avg_pool2d(input, list(out))
-    elif (mode == "bilinear" and nsp == 2) or (mode == "linear" and nsp == 1):
-        r = _O().upsample_bilinear2d(input, list(out), align_corners, scales[0], scales[1])
-    elif mode in ("linear", "bilinear"):
-        raise NotImplementedError(f"Got {nsp + 2}D input, but {mode} mode needs "
-                                  f"{3 if mode == 'linear' else 4}D input")
-    else:
-        raise NotImplementedError(f"interpolate(): mode {mode!r} is not supported (nearest, "
-                                  "linear, bilinear are)")
-    return r.squeeze(2) if nsp == 1 else r
+    if recompute_scale_factor and size is not None:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+    if mode == "area" and output_size is None:
+        recompute_scale_factor = True
+    if recompute_scale_factor:
+        output_size = [int(input.shape[i + 2] * scale_factors[i]) for i in range(dim)]
+        scale_factors = None
+    if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and input.ndim == 4):
+        raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos "
+                         "modes and requires a 4-D tensor as input")
+    if antialias:
+        raise NotImplementedError("interpolate(): antialias=True is not supported by ember")
+    if output_size is None:      # the resize ops take the scales: sizes floor(n * scale)
+        output_size = [int(math.floor(float(input.shape[i + 2]) * scale_factors[i]))
+                       for i in range(dim)]
+    scales = list(scale_factors) if scale_factors is not None else [None] * dim
+    if mode in ("nearest", "nearest-exact") and dim in (1, 2, 3):
+        exact = mode == "nearest-exact"
+        if dim == 3:
+            fn = O._upsample_nearest_exact3d if exact else O.upsample_nearest3d
+            return fn(input, output_size, *scales)
+        fn = O._upsample_nearest_exact2d if exact else O.upsample_nearest2d
+        if dim == 2:
+            return fn(input, output_size, *scales)
+        return fn(input.unsqueeze(2), [1] + output_size, None, scales[0]).squeeze(2)
+    if mode == "area" and dim in (1, 2, 3):
+        return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[dim - 1](
+            input, output_size)
+    if mode == "linear" and dim == 1:
+        return O.upsample_bilinear2d(input.unsqueeze(2), [1] + output_size, align_corners,
+                                     None, scales[0]).squeeze(2)
+    if mode == "bilinear" and dim == 2:
+        return O.upsample_bilinear2d(input, output_size, align_corners, *scales)
+    if mode == "trilinear" and dim == 3:
+        return O.upsample_trilinear3d(input, output_size, align_corners, *scales)
+    if mode == "bicubic" and dim == 2:
+        return O.upsample_bicubic2d(input, output_size, align_corners, *scales)
+    needs = {"linear": 3, "bilinear": 4, "trilinear": 5}
+    if mode in needs and input.ndim in (3, 4, 5):
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{needs[mode]}D input")
+    raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got "
+                              f"{input.ndim}D) for the modes: nearest | linear | bilinear | "
+                              f"bicubic | trilinear | lanczos | area | nearest-exact (got "
+                              f"{mode})")
 
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate "
                   "instead.", stacklevel=2)
     return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    warnings.warn("nn.functional.upsample_nearest is deprecated. Use "
+                  "nn.functional.interpolate instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use "
+                  "nn.functional.interpolate instead.", stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
+    return _O().pixel_shuffle(input, upscale_factor)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W)."""
+    return _O().pixel_unshuffle(input, downscale_factor)
+
+
+def channel_shuffle(input, groups):
+    """Interleaves the channels of (N, C, *) from groups."""
+    return _O().channel_shuffle(input, groups)
+
+
+native_channel_shuffle = channel_shuffle
 
 
 # ------------------------------------------------------------------ padding
@@ -418,6 +564,50 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                              f"size {input.shape}")
     return _O().batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
                            eps, False)
+
+
+def _verify_spatial_size(size):
+    n = 1
+    for v in size[2:]:
+        n *= v
+    if n == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size "
+                         f"{size}")
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalises each (sample, channel) plane over its spatial dims; with running
+    statistics and use_input_stats, updates them in place (the mean over the batch of
+    each sample's momentum update), as PyTorch. Compiled, the update is part of the
+    graph, as batch_norm's."""
+    if use_input_stats:
+        _verify_spatial_size(input.shape)
+    return _O().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats,
+                              momentum, eps, False)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta, the mean an
+    average pool over the zero-padded channel dim (PyTorch's formulation)."""
+    dim = input.ndim
+    if dim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality                          "
+                         f"input (got {dim} dimensions)")
+    if input.numel() == 0:
+        return input
+    div = input * input
+    lo, hi = size // 2, (size - 1) // 2
+    if dim == 3:
+        div = pad(div.unsqueeze(1), (0, 0, lo, hi))
+        div = avg_pool2d(div, (size, 1), stride=1).squeeze(1)
+    else:
+        shape = tuple(input.shape)
+        div = div.reshape(shape[0], 1, shape[1], shape[2], -1)
+        div = pad(div, (0, 0, 0, 0, lo, hi))
+        div = avg_pool3d(div, (size, 1, 1), stride=1).squeeze(1).reshape(shape)
+    div = (div * alpha + k) ** beta
+    return input / div
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):

@@ -16,6 +16,11 @@ matrices built from the geometry by prims (arange, comparisons), so they decompo
 two matmuls and their backward is A_h^T @ g @ A_w. The composites (conv1d/conv2d/
 conv_transpose*, max_pool2d, batch_norm, dropout, scaled_dot_product_attention) run
 other ops, as PyTorch's CompositeImplicitAutograd functions do.
+
+The block at the end adds 3-d convolution (composites over the 2-d prim: depth taps
+become channels), 3-d and adaptive max pooling (windows gathered with the index prim),
+3-d average and adaptive pooling and the 3-d, bicubic and nearest-exact resizes (the
+separable matrices with a depth axis), pixel/channel shuffle and instance_norm.
 """
 from __future__ import annotations
 
@@ -2113,3 +2118,925 @@ _decomposed("cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None,
             "log_softmax over the class dim, then nll (class indices, ignore_index, weight) or "
             "-sum(target * logp) (class probabilities); label smoothing as PyTorch.",
             kernel="cross_entropy_loss")
+
+
+# ================================================================== [eager-2] 3-d and more
+#
+# 3-d convolution and pooling, bicubic/trilinear/nearest-exact resampling, pixel and
+# channel shuffle, instance norm. The 3-d convolutions are composites over the 2-d
+# convolution prim (the depth taps become channels); pooling and resampling extend the
+# separable matrices above to a depth axis; max pooling gathers its windows with the
+# index prim.
+
+
+def _triple(values, name, opname, may_be_empty=False, fallback=None, msg=None):
+    values = _as_tuple(values)
+    if not values and may_be_empty:
+        return tuple(fallback)
+    if len(values) not in (1, 3):
+        raise RuntimeError(msg or f"{opname}: {name} must either be a single int, or a tuple "
+                           "of three ints")
+    return values * 3 if len(values) == 1 else tuple(values)
+
+
+# ------------------------------------------------------------------ conv3d (composites)
+
+
+def _conv3d_dtype_check(x, transposed, dilated):
+    dt = x.dtype
+    if x.shape[0] == 0:
+        return
+    if dt is _C.bool:
+        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
+                               "slow_conv_dilated<>" if dilated else "compute_columns3d", dt)
+    if not dt.is_floating_point and dt is not _C.int64 and (transposed or dilated):
+        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
+                               "slow_conv_dilated<>", dt)
+
+
+def _conv3d_checks(x, weight, bias, s, p, d, groups, transposed, op_=(0, 0, 0)):
+    """PyTorch's checks of a 3-d convolution (shapes, channels, bias, kernel size) on a
+    batched input, with its messages; returns the output's spatial size."""
+    if weight.ndim != 5:
+        raise RuntimeError(f"weight should have at least three dimensions, but got weight of "
+                           f"size {_shape(weight)}" if weight.ndim < 3 else
+                           f"Expected {weight.ndim}-dimensional input for {weight.ndim}-"
+                           f"dimensional weight {_shape(weight)}, but got 5-dimensional input "
+                           f"of size {_shape(x)} instead")
+    if weight.dtype is not x.dtype:
+        raise RuntimeError(f"expected scalar type {torch_type(x.dtype)} but found "
+                           f"{torch_type(weight.dtype)}")
+    for i in range(3):
+        if p[i] < 0:
+            raise RuntimeError("negative padding is not supported")
+        if op_[i] < 0:
+            raise RuntimeError("negative output_padding is not supported")
+        if s[i] <= 0:
+            raise RuntimeError("non-positive stride is not supported")
+    if any(v <= 0 for v in d):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(d)}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if weight.shape[0] < 1 or weight.shape[0] % groups:
+        what = "at least" if weight.shape[0] < 1 else "divisible by"
+        raise RuntimeError(f"Given groups={groups}, expected weight to be {what} "
+                           f"{1 if weight.shape[0] < 1 else groups} at dimension 0, but got "
+                           f"weight of size {_shape(weight)} instead")
+    C = x.shape[1]
+    if not transposed:
+        if C != weight.shape[1] * groups:
+            raise RuntimeError(f"Given groups={groups}, weight of size {_shape(weight)}, "
+                               f"expected input{_shape(x)} to have {weight.shape[1] * groups} "
+                               f"channels, but got {C} channels instead")
+        cout = weight.shape[0]
+    else:
+        if C != weight.shape[0]:
+            raise RuntimeError(f"Given transposed=1, weight of size {_shape(weight)}, "
+                               f"expected input{_shape(x)} to have {weight.shape[0]} channels,"
+                               f" but got {C} channels instead")
+        cout = weight.shape[1] * groups
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != cout):
+        raise RuntimeError(f"Given weight of size {_shape(weight)}, expected bias to be "
+                           f"1-dimensional with {cout} elements, but got bias of size "
+                           f"{_shape(bias)} instead")
+    sp, ks = tuple(x.shape[2:]), tuple(weight.shape[2:])
+    if not transposed:
+        padded = [sp[i] + 2 * p[i] for i in range(3)]
+        eff = [d[i] * (ks[i] - 1) + 1 for i in range(3)]
+        if any(padded[i] < eff[i] for i in range(3)):
+            raise RuntimeError(
+                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
+                f"Kernel size: ({' x '.join(map(str, eff))}). Kernel size can't be greater "
+                "than actual input size")
+        out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(3)]
+    else:
+        if any(op_[i] >= s[i] and op_[i] >= d[i] for i in range(3)):
+            raise RuntimeError(
+                f"output padding must be smaller than either stride or dilation, but got "
+                f"output_padding_depth: {op_[0]} output_padding_height: {op_[1]} "
+                f"output_padding_width: {op_[2]} stride_depth: {s[0]} stride_height: {s[1]} "
+                f"stride_width: {s[2]} dilation_depth: {d[0]} dilation_height: {d[1]} "
+                f"dilation_width: {d[2]}")
+        out = [(sp[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
+               for i in range(3)]
+        if any(o <= 0 for o in out):
+            raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, sp))}). "
+                               f"Calculated output size per channel: "
+                               f"({' x '.join(map(str, out))}). Output size is too small")
+    _conv3d_dtype_check(x, transposed, any(v > 1 for v in d))
+    return out
+
+
+def _depth_taps(k, dil, stride, n_out):
+    """(k, n_out) depth positions read by tap i at output o: i * dil + o * stride."""
+    return O.arange(k).view(k, 1) * dil + O.arange(n_out).view(1, n_out) * stride
+
+
+def _conv3d(input, weight, bias, stride, padding, dilation, groups):
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv3d, but got "
+                           f"input of size: {_shape(input)}")
+    batched = input.ndim == 5
+    x = input if batched else input.unsqueeze(0)
+    s = _expand_param(stride, 3, "stride")
+    d = _expand_param(dilation, 3, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            p = (0, 0, 0)
+        elif padding == "same":
+            if any(v != 1 for v in s):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
+            ks = tuple(weight.shape[2:]) if weight.ndim == 5 else (1, 1, 1)
+            total = [d[i] * (ks[i] - 1) for i in range(3)]
+            p = tuple(t // 2 for t in total)
+            x = _pad_right(x, [t - 2 * (t // 2) for t in total])
+        else:
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
+    else:
+        p = _expand_param(padding, 3, "padding")
+    od, oh, ow = _conv3d_checks(x, weight, bias, s, p, d, groups, False)
+    N, C, D = x.shape[0], x.shape[1], x.shape[2]
+    Co, cig, KD = weight.shape[0], weight.shape[1], weight.shape[2]
+    if p[0]:
+        x = O.pad(x, [0, 0, 0, 0, p[0], p[0]])
+    # the depth taps of every output depth as channels: (N * OD, C * KD, H, W)
+    cols = O.index(x, (None, None, _depth_taps(KD, d[0], s[0], od)))   # N, C, KD, OD, H, W
+    cols = cols.permute(0, 3, 1, 2, 4, 5).reshape(N * od, C * KD, x.shape[3], x.shape[4])
+    w2 = weight.reshape(Co, cig * KD, weight.shape[3], weight.shape[4])
+    y = O.convolution(cols, w2, bias, [s[1], s[2]], [p[1], p[2]], [d[1], d[2]], False, [0, 0],
+                      groups)
+    out = y.reshape(N, od, Co, oh, ow).permute(0, 2, 1, 3, 4).contiguous()
+    return out if batched else out.squeeze(0)
+
+
+op("conv3d(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride=[1, 1, 1], "
+   "int[3] padding=[0, 0, 0], int[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor",
+   CUSTOM, "python", composite=True, method=False, impl=_conv3d,
+   doc="3-d convolution over a batched or unbatched input: the depth taps of each output "
+       "depth gathered as channels (index), then one 2-d convolution.")
+op("conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride=[1, 1, 1], "
+   "str padding=\"valid\", int[3] dilation=[1, 1, 1], SymInt groups=1) -> Tensor",
+   CUSTOM, "python", composite=True, method=False, impl=_conv3d,
+   doc="conv3d with padding='valid' or 'same'.")
+
+
+def _conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation):
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv_transpose3d,"
+                           f" but got input of size: {_shape(input)}")
+    batched = input.ndim == 5
+    x = input if batched else input.unsqueeze(0)
+    s = _expand_param(stride, 3, "stride")
+    p = _expand_param(padding, 3, "padding")
+    d = _expand_param(dilation, 3, "dilation")
+    op_ = _expand_param(output_padding, 3, "output_padding")
+    od, oh, ow = _conv3d_checks(x, weight, bias, s, p, d, groups, True, op_)
+    N, Ci, D, H, W = x.shape
+    cog, KD = weight.shape[1], weight.shape[2]
+    Co = cog * groups
+    # each input depth through a 2-d transposed convolution whose channels are
+    # (output channel, depth tap); the taps are then added at their output depths
+    x2 = x.permute(0, 2, 1, 3, 4).reshape(N * D, Ci, H, W)
+    w2 = weight.reshape(Ci, cog * KD, weight.shape[3], weight.shape[4])
+    y = O.convolution(x2, w2, None, [s[1], s[2]], [p[1], p[2]], [d[1], d[2]], True,
+                      [op_[1], op_[2]], groups)                      # N*D, Co*KD, OH, OW
+    y = y.reshape(N, D, Co, KD, oh, ow).permute(0, 2, 1, 3, 4, 5)    # N, Co, D, KD, OH, OW
+    full = (D - 1) * s[0] + d[0] * (KD - 1) + 1 + op_[0]
+    taps = O.arange(D).view(D, 1) * s[0] + O.arange(KD).view(1, KD) * d[0]
+    out = O.zeros((N, Co, full, oh, ow), dtype=y.dtype).index_put((None, None, taps), y,
+                                                                  accumulate=True)
+    if p[0] or full != od:
+        out = out.slice(2, p[0], p[0] + od)
+    out = out + bias.view(1, Co, 1, 1, 1) if bias is not None else out.contiguous()
+    return out if batched else out.squeeze(0)
+
+
+op("conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, "
+   "int[3] stride=[1, 1, 1], int[3] padding=[0, 0, 0], int[3] output_padding=[0, 0, 0], "
+   "SymInt groups=1, int[3] dilation=[1, 1, 1]) -> Tensor",
+   CUSTOM, "python", composite=True, method=False, impl=_conv_transpose3d,
+   doc="3-d transposed convolution: a 2-d transposed convolution per input depth, its "
+       "depth taps added at their output depths (index_put with accumulate).")
+
+
+# ------------------------------------------------------------------ 3-d max pooling
+
+
+def _max_pool3d_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
+    k = _triple(kernel_size, "kernel_size", "max_pool3d")
+    s = _triple(stride, "stride", "max_pool3d", True, k,
+                "max_pool3d: stride must either be omitted, a single int, or a tuple of three "
+                "ints")
+    p = _triple(padding, "padding", "max_pool3d")
+    d = _triple(dilation, "dilation", "max_pool3d",
+                msg="max_pool3d: dilation must be either a single int, or a tuple of three "
+                    "ints")
+    if self.ndim not in (4, 5):
+        raise RuntimeError("non-empty 4D or 5D (batch mode) tensor expected for input")
+    sp = tuple(self.shape[-3:])
+    out = tuple(_pool_out(sp[i], k[i], p[i], s[i], d[i], ceil_mode) for i in range(3))
+    _pool3d_shape_check(self, k, s, p, d, sp, out, "max_pool3d")
+    if self.dtype is _C.bool:
+        raise _not_implemented("max_pool3d", self.dtype)
+    return k, s, p, d, out
+
+
+def _pool3d_shape_check(self, k, s, p, d, sp, out, name, check_input_size=False):
+    if min(k) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kT: {k[0]} "
+                           f"kH: {k[1]} kW: {k[2]}")
+    if min(s) <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dT: {s[0]} dH: {s[1]} "
+                           f"dW: {s[2]}")
+    if min(d) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilationT: {d[0]} "
+                           f"dilationH: {d[1]} dilationW: {d[2]}")
+    for i in range(self.ndim):
+        if not (self.ndim == 5 and i == 0) and self.shape[i] <= 0:
+            raise RuntimeError(f"{name}: Expected input's non-batch dimensions to have positive "
+                               f"length, but input has a shape of {_shape(self)} and non-batch "
+                               f"dimension {self.shape[i]} has length zero!")
+    if check_input_size and any(sp[i] < k[i] for i in range(3)):
+        raise RuntimeError(f"input image (T: {sp[0]} H: {sp[1]} W: {sp[2]}) smaller than kernel "
+                           f"size (kT: {k[0]} kH: {k[1]} kW: {k[2]})")
+    if any(k[i] / 2 < p[i] for i in range(3)):
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but got "
+                           f"kT: {k[0]} kW: {k[2]} kH: {k[1]} padT: {p[0]} padW: {p[2]} padH: "
+                           f"{p[1]}")
+    if min(out) < 1:
+        c = self.shape[-4]
+        raise RuntimeError(f"Given input size: ({c}x{sp[0]}x{sp[1]}x{sp[2]}). Calculated output "
+                           f"size: ({c}x{out[0]}x{out[1]}x{out[2]}). Output size is too small")
+
+
+def _window_positions(pos, n):
+    """(k, o) window positions clamped into [0, n), and whether each was in it."""
+    valid = P.bitwise_and(P.le(0, pos), P.lt(pos, n))
+    return P.where(valid, pos, 0), valid
+
+
+def _max_over_windows(x, axes, name):
+    """The maxima of x's last len(axes) dims over windows and their flat indices: axes[i]
+    is (clamped positions (k, o), valid (k, o)) for dim i. PyTorch's rule: the first
+    maximum in window order, but a NaN wins (the last NaN)."""
+    nax = len(axes)
+    lead = tuple(x.shape[:x.ndim - nax])
+    sizes = tuple(x.shape[x.ndim - nax:])
+    idx, valid = [], None
+    for i, (pos, ok) in enumerate(axes):
+        k, o = pos.shape
+        shape = [1] * (2 * nax)
+        shape[2 * i], shape[2 * i + 1] = k, o
+        idx.append(P.view(pos, shape))
+        v = P.view(ok, shape)
+        valid = v if valid is None else P.bitwise_and(valid, v)
+    win = P.index(x, (None,) * len(lead) + tuple(idx))          # lead, k0, o0, k1, o1, ...
+    nl = len(lead)
+    perm = list(range(nl)) + [nl + 2 * i + 1 for i in range(nax)] + \
+        [nl + 2 * i for i in range(nax)]
+    outs = [pos.shape[1] for pos, _ in axes]
+    ks = [pos.shape[0] for pos, _ in axes]
+    K = _prod(ks)
+    win = _reshape_p(P.permute(win, perm), list(lead) + outs + [K])
+    valid = _reshape_p(P.permute(valid, [2 * i + 1 for i in range(nax)] +
+                                 [2 * i for i in range(nax)]), outs + [K])
+    # flat input index of every window position
+    flat = None
+    for i, (pos, _) in enumerate(axes):
+        shape = [1] * (2 * nax)
+        shape[2 * i], shape[2 * i + 1] = pos.shape
+        term = P.view(pos, shape)
+        flat = term if flat is None else P.add(P.mul(flat, sizes[i]), term)
+    flat = _reshape_p(P.permute(P.expand(flat, [s for pos, _ in axes for s in pos.shape]),
+                                [2 * i + 1 for i in range(nax)] + [2 * i for i in range(nax)]),
+                      outs + [K])
+    arange_k = P.arange(K)
+    if x.dtype.is_floating_point:
+        notnan = P.eq(win, win)
+        usable = P.bitwise_and(valid, notnan)
+        key = P.where(usable, win, -math.inf)
+    else:
+        lowest = -(1 << (8 * _itemsize(x.dtype) - 1)) if x.dtype is not _C.uint8 else 0
+        key = P.where(valid, win, P.full([], lowest, dtype=x.dtype))
+    best = P.amax(key, [-1], True)
+    cand = P.bitwise_and(valid, P.eq(key, best))
+    if x.dtype.is_floating_point:
+        cand = P.bitwise_and(cand, notnan)
+    first = P.argmax(P._to_copy(cand, dtype=_C.uint8), -1, True)
+    local = first
+    value = P.view(best, list(best.shape[:-1]))
+    if x.dtype.is_floating_point:
+        nan_at = P.bitwise_and(valid, P.ne(win, win))
+        last_nan = P.amax(P.where(nan_at, arange_k, -1), [-1], True)
+        has_nan = P.le(0, last_nan)
+        local = P.where(has_nan, last_nan, first)
+        value = P.where(P.view(has_nan, list(value.shape)), math.nan, value)
+    pick = P.eq(arange_k, local)
+    index = P.sum(P.where(pick, flat, 0), [-1])
+    return value, index
+
+
+def _itemsize(dt):
+    return {_C.int8: 1, _C.uint8: 1, _C.int16: 2, _C.int32: 4, _C.int64: 8}[dt]
+
+
+def _pool_axis(n, k, s, p, d, o):
+    starts = P.add(P.add(P.mul(_col(P.arange(k)), d), P.mul(_row(P.arange(o)), s)), -p)
+    return _window_positions(starts, n)
+
+
+def _max_pool3d_decompose(self, kernel_size, stride, padding, dilation, ceil_mode):
+    k, s, p, d, out = _max_pool3d_geometry(self, kernel_size, stride, padding, dilation,
+                                           ceil_mode)
+    sp = tuple(self.shape[-3:])
+    axes = [_pool_axis(sp[i], k[i], s[i], p[i], d[i], out[i]) for i in range(3)]
+    return _max_over_windows(self, axes, "max_pool3d")
+
+
+def _scatter_planes(g, self, indices, nsp):
+    """A max pool's input gradient: grad_output added at the flat per-plane indices of
+    the maxima (scatter_add, so it is differentiable again)."""
+    lead = tuple(self.shape[:self.ndim - nsp])
+    flat = lead + (_prod(g.shape[len(lead):]),)
+    out = O.zeros(lead + (_prod(self.shape[self.ndim - nsp:]),), dtype=g.dtype)
+    return out.scatter_add(-1, indices.reshape(flat), g.reshape(flat)).reshape(tuple(self.shape))
+
+
+def _max_pool3d_backward(grads, outs, self, kernel_size, stride, padding, dilation, ceil_mode):
+    g = grads[0]
+    if g is None:
+        return (None,)
+    return (_scatter_planes(g, self, outs[1], 3),)
+
+
+_decomposed("max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], "
+            "int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
+            _max_pool3d_decompose, _max_pool3d_backward,
+            "3-d max pooling: the maxima and their flat indices (d * H * W + h * W + w) in "
+            "each input volume (the first maximum of a window; NaN wins). The windows are "
+            "gathered with the index prim.")
+
+
+def _max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode):
+    return O.max_pool3d_with_indices(self, kernel_size, stride, padding, dilation,
+                                     ceil_mode)[0]
+
+
+op("max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, "
+   "int[3] dilation=1, bool ceil_mode=False) -> Tensor", CUSTOM, "python", composite=True,
+   method=False, impl=_max_pool3d, doc="3-d max pooling (max_pool3d_with_indices' values).")
+
+
+# ------------------------------------------------------------------ adaptive max pooling
+
+
+def _adaptive_window_axis(n_in, n_out):
+    """Output o covers [floor(o*I/O), ceil((o+1)*I/O)): positions (kmax, o) and validity."""
+    kmax = max(-((-(o + 1) * n_in) // n_out) - (o * n_in) // n_out for o in range(n_out)) \
+        if n_out else 1
+    o = _row(P.arange(n_out))
+    start = P.floor_divide(P.mul(o, n_in), n_out)
+    end = P.neg(P.floor_divide(P.mul(P.add(o, 1), -n_in), n_out))
+    pos = P.add(start, _col(P.arange(kmax)))
+    valid = P.lt(pos, end)
+    return P.where(valid, pos, 0), valid
+
+
+def _adaptive_max_check(name, self, output_size, nsp):
+    if len(output_size) != nsp:
+        raise RuntimeError(f"{name}(): internal error: output_size.size() must be {nsp}")
+    if self.ndim not in (nsp + 1, nsp + 2):
+        raise RuntimeError(f"{name}(): Expected {nsp + 1}D or {nsp + 2}D tensor, but got: "
+                           f"{_shape(self)}")
+    for i in range(1 if self.ndim == nsp + 2 else 0, self.ndim):
+        if self.shape[i] <= 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {_shape(self)} with dimension "
+                               f"{i} being empty")
+    _float_or_raise(name, self)
+
+
+def _adaptive_max_decompose(nsp):
+    name = f"adaptive_max_pool{nsp}d"
+
+    def decompose(self, output_size):
+        _adaptive_max_check(name, self, output_size, nsp)
+        sp = tuple(self.shape[-nsp:])
+        axes = [_adaptive_window_axis(sp[i], output_size[i]) for i in range(nsp)]
+        return _max_over_windows(self, axes, name)
+    return decompose
+
+
+def _adaptive_max_backward(nsp):
+    def backward(grads, outs, self, output_size):
+        g = grads[0]
+        return (None,) if g is None else (_scatter_planes(g, self, outs[1], nsp),)
+    return backward
+
+
+for _n in (2, 3):
+    _decomposed(f"adaptive_max_pool{_n}d(Tensor self, int[{_n}] output_size) -> "
+                "(Tensor, Tensor)", _adaptive_max_decompose(_n), _adaptive_max_backward(_n),
+                f"{_n}-d adaptive max pooling: output cell o covers inputs "
+                "[floor(o*I/O), ceil((o+1)*I/O)) per axis; the maxima and their flat indices "
+                "per input plane (NaN wins).")
+
+
+# ------------------------------------------------------------------ 3-d average pooling
+
+
+def _along_depth(x, a):
+    """a (out, in) applied to x's third-from-last dim."""
+    if a is None:
+        return x
+    lead = list(x.shape[:-3])
+    D, H, W = x.shape[-3:]
+    y = P.matmul(a, _reshape_p(x, lead + [D, H * W]))
+    return P.view(y, lead + [a.shape[0], H, W])
+
+
+def _along_depth_backward(g, a):
+    if a is None:
+        return g
+    lead = list(g.shape[:-3])
+    D, H, W = g.shape[-3:]
+    y = O.matmul(a.t(), g.reshape(lead + [D, H * W]))
+    return y.reshape(lead + [a.shape[1], H, W])
+
+
+def _resample3(x, ad, ah, aw):
+    return _resample(_along_depth(x, ad), ah, aw)
+
+
+def _resample3_backward(g, ad, ah, aw):
+    return _along_depth_backward(_resample_backward(g, ah, aw), ad)
+
+
+def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
+    k = _triple(kernel_size, "kernel_size", "avg_pool3d",
+                msg="avg_pool3d: kernel_size must be a single int, or a tuple of three ints")
+    s = _triple(stride, "stride", "avg_pool3d", True, k,
+                "avg_pool3d: stride must be omitted, a single int, or a tuple of three ints")
+    p = _triple(padding, "padding", "avg_pool3d",
+                msg="avg_pool3d: padding must be a single int, or a tuple of three ints")
+    if self.ndim not in (4, 5):
+        raise RuntimeError("non-empty 4D or 5D (batch mode) tensor expected for input")
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    sp = tuple(self.shape[-3:])
+    out = tuple(_pool_out(sp[i], k[i], p[i], s[i], 1, ceil_mode) for i in range(3))
+    _pool3d_shape_check(self, k, s, p, (1, 1, 1), sp, out, "avg_pool3d", True)
+    if not (self.dtype in (_C.float32, _C.float64) or self.dtype is _C.int64):
+        raise _not_implemented("avg_pool3d_out_frame", self.dtype)
+    return k, s, p, sp, out
+
+
+def _avg3_mats(k, s, p, sp, out, include_pad, divisor_override, dtype):
+    if divisor_override is not None:
+        return [_sum_axis(sp[i], out[i], k[i], s[i], p[i], dtype) for i in range(3)]
+    return [_avg_axis(sp[i], out[i], k[i], s[i], p[i], include_pad, dtype) for i in range(3)]
+
+
+def _avg_pool3d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                          divisor_override):
+    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
+                                          divisor_override)
+    if not self.dtype.is_floating_point:
+        mats = [_avg_axis(sp[i], out[i], k[i], s[i], p[i], count_include_pad, None)
+                for i in range(3)]
+        tot = _resample3(P._to_copy(self, dtype=_C.float64), *[m for m, _ in mats])
+        if divisor_override is not None:
+            div = P.full([], float(divisor_override), dtype=_C.float64)
+        else:
+            cd, ch, cw = (P._to_copy(c, dtype=_C.float64) for _, c in mats)
+            div = P.mul(P.view(cd, [out[0], 1, 1]), P.mul(P.view(ch, [1, out[1], 1]),
+                                                          P.view(cw, [1, 1, out[2]])))
+        rd = P.reciprocal(div)
+        q = P.mul(tot, rd)
+        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
+        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
+    mats = _avg3_mats(k, s, p, sp, out, count_include_pad, divisor_override, self.dtype)
+    y = _resample3(self, *mats)
+    return P.mul(y, 1.0 / divisor_override) if divisor_override is not None else y
+
+
+def _avg_pool3d_backward(g, out_, self, kernel_size, stride, padding, ceil_mode,
+                         count_include_pad, divisor_override):
+    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
+                                          divisor_override)
+    r = _resample3_backward(g, *_avg3_mats(k, s, p, sp, out, count_include_pad,
+                                           divisor_override, g.dtype))
+    return (r * (1.0 / divisor_override) if divisor_override is not None else r,)
+
+
+_decomposed("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, "
+            "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
+            "-> Tensor", _avg_pool3d_decompose, _avg_pool3d_backward,
+            "3-d average pooling (averaging matrices along depth, height and width; int64 "
+            "divides truncating, as PyTorch's kernel).")
+
+
+# ------------------------------------------------------------------ adaptive_avg_pool3d
+
+
+def _adaptive3_params(self, output_size):
+    if len(output_size) != 3:
+        raise RuntimeError("adaptive_avg_pool3d: output_size must be 3")
+    if self.ndim not in (4, 5):
+        raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
+                           f"{_shape(self)}")
+    for i in range(1 if self.ndim == 5 else 0, self.ndim):
+        if self.shape[i] == 0:
+            raise RuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size "
+                               f"for non-batch dimensions, but input has sizes {_shape(self)} "
+                               f"with dimension {i} being empty")
+    if any(n < 0 for n in output_size):
+        raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater than "
+                           f"or equal to 0 but received {list(output_size)}")
+    if tuple(output_size) == (1, 1, 1) and not self.dtype.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
+    _float_or_raise("adaptive_avg_pool3d_cpu", self)
+    return tuple(self.shape[-3:]), tuple(output_size)
+
+
+def _adaptive3_mats(sp, out, dtype):
+    return [None if out[i] == sp[i] else _adaptive_axis(sp[i], out[i], dtype) for i in range(3)]
+
+
+def _adaptive3_decompose(self, output_size):
+    sp, out = _adaptive3_params(self, output_size)
+    cdt = _compute_dtype(self.dtype)
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    y = _resample3(x, *_adaptive3_mats(sp, out, cdt))
+    if y is x:
+        y = P.clone(x, memory_format="contiguous_format")
+    return y if cdt is self.dtype else P._to_copy(y, dtype=self.dtype)
+
+
+def _adaptive3_backward(g, out_, self, output_size):
+    sp, out = _adaptive3_params(self, output_size)
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    r = _resample3_backward(gc, *_adaptive3_mats(sp, out, cdt))
+    return (r if cdt is g.dtype else r.to(g.dtype),)
+
+
+_decomposed("adaptive_avg_pool3d(Tensor self, int[3] output_size) -> Tensor",
+            _adaptive3_decompose, _adaptive3_backward,
+            "3-d adaptive average pooling: output cell o averages inputs "
+            "[floor(o*I/O), ceil((o+1)*I/O)) along each axis.")
+
+
+# ------------------------------------------------------------------ resampling: 3-d, bicubic
+
+
+def _upsample_check(name, self, output_size, nsp):
+    if len(output_size) != nsp:
+        raise RuntimeError(f"It is expected output_size equals to {nsp}, but got size "
+                           f"{len(output_size)}")
+    if self.ndim != nsp + 2:
+        raise RuntimeError(f"It is expected input_size equals to {nsp + 2}, but got size "
+                           f"{self.ndim}")
+    sp = tuple(self.shape[2:])
+    if min(sp) <= 0 or min(output_size) <= 0:
+        names = ("D", "H", "W")[3 - nsp:]
+        ins = ", ".join(f"{n}: {v}" for n, v in zip(names, sp))
+        outs = ", ".join(f"{n}: {v}" for n, v in zip(names, output_size))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
+                           f"({ins}) output ({outs})")
+    return sp
+
+
+def _resample_op(self, mats, cdt):
+    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+    out = _resample3(x, *mats) if len(mats) == 3 else _resample(x, *mats)
+    if out is x:
+        out = P.clone(x, memory_format="contiguous_format")
+    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+
+
+def _resample_op_backward(g, mats):
+    cdt = _compute_dtype(g.dtype)
+    gc = g if cdt is g.dtype else g.to(cdt)
+    r = _resample3_backward(gc, *mats) if len(mats) == 3 else _resample_backward(gc, *mats)
+    return r if cdt is g.dtype else r.to(g.dtype)
+
+
+def _float_or_byte(name, self):
+    if self.dtype is _C.bool or self.dtype in (_C.int8, _C.int16, _C.int32, _C.int64):
+        raise _not_implemented(name, self.dtype)
+
+
+def _nearest3d_mats(self, output_size, sd, sh, sw, exact=False):
+    sp = _upsample_check("upsample_nearest3d", self, output_size, 3)
+    _float_or_byte("upsample_nearest3d_out_frame" if not exact else
+                   "_upsample_nearest_exact3d_out_frame", self)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    axis = _nearest_exact_axis if exact else _nearest_axis
+    return [axis(sp[i], output_size[i], sc, cdt) for i, sc in enumerate((sd, sh, sw))], cdt
+
+
+_decomposed("upsample_nearest3d(Tensor self, int[3] output_size, float? scales_d=None, "
+            "float? scales_h=None, float? scales_w=None) -> Tensor",
+            lambda self, output_size, sd, sh, sw: _resample_op(
+                self, *_nearest3d_mats(self, output_size, sd, sh, sw)),
+            lambda g, out, self, output_size, sd, sh, sw: (_resample_op_backward(
+                g, _nearest3d_mats(self, output_size, sd, sh, sw)[0]),),
+            "Nearest-neighbour resize of (N, C, D, H, W) to output_size (source index "
+            "floor(o * scale) per axis).")
+
+
+def _nearest_exact_axis(n_in, n_out, scale, dtype):
+    """PyTorch's nearest-exact source index: min(floor((o + 0.5) * scale), I - 1), scale
+    in float32 (1/scales or in/out)."""
+    if n_out == n_in:
+        return None
+    scale = _f32(1.0 / scale) if scale is not None and scale > 0 else \
+        _f32(_f32(n_in) / _f32(n_out))
+
+    def build():
+        v = _col(P.mul(P.add(P.arange(n_out, dtype=_C.float32), 0.5), scale))
+        i_f = _row(P.arange(n_in, dtype=_C.float32))
+        mask = P.bitwise_and(P.le(i_f, v), P.lt(v, P.add(i_f, 1)))
+        last = P.bitwise_and(P.eq(_row(P.arange(n_in)), n_in - 1), P.le(float(n_in), v))
+        return P._to_copy(P.bitwise_or(mask, last), dtype=dtype)
+    return _cached(("nearest_exact", n_in, n_out, scale, dtype), build)
+
+
+def _nearest_exact2d_mats(self, output_size, sh, sw):
+    sp = _upsample_check("_upsample_nearest_exact2d", self, output_size, 2)
+    _float_or_byte("_upsample_nearest_exact2d_out_frame", self)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    return [_nearest_exact_axis(sp[i], output_size[i], sc, cdt)
+            for i, sc in enumerate((sh, sw))], cdt
+
+
+_decomposed("_upsample_nearest_exact2d(Tensor self, int[2] output_size, float? scales_h=None, "
+            "float? scales_w=None) -> Tensor",
+            lambda self, output_size, sh, sw: _resample_op(
+                self, *_nearest_exact2d_mats(self, output_size, sh, sw)),
+            lambda g, out, self, output_size, sh, sw: (_resample_op_backward(
+                g, _nearest_exact2d_mats(self, output_size, sh, sw)[0]),),
+            "Nearest-neighbour resize of (N, C, H, W) with PyTorch's 'nearest-exact' source "
+            "index min(floor((o + 0.5) * scale), I - 1).")
+_decomposed("_upsample_nearest_exact3d(Tensor self, int[3] output_size, float? scales_d=None, "
+            "float? scales_h=None, float? scales_w=None) -> Tensor",
+            lambda self, output_size, sd, sh, sw: _resample_op(
+                self, *_nearest3d_mats(self, output_size, sd, sh, sw, True)),
+            lambda g, out, self, output_size, sd, sh, sw: (_resample_op_backward(
+                g, _nearest3d_mats(self, output_size, sd, sh, sw, True)[0]),),
+            "Nearest-neighbour resize of (N, C, D, H, W) with the 'nearest-exact' source "
+            "index.")
+
+
+def _trilinear_mats(self, output_size, align_corners, sd, sh, sw):
+    sp = _upsample_check("upsample_trilinear3d", self, output_size, 3)
+    if not self.dtype.is_floating_point:
+        raise _not_implemented("upsample_trilinear3d_channels_last", self.dtype)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    return [_linear_axis(sp[i], output_size[i], align_corners, sc, cdt)
+            for i, sc in enumerate((sd, sh, sw))], cdt
+
+
+_decomposed("upsample_trilinear3d(Tensor self, int[3] output_size, bool align_corners, "
+            "float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor",
+            lambda self, output_size, ac, sd, sh, sw: _resample_op(
+                self, *_trilinear_mats(self, output_size, ac, sd, sh, sw)),
+            lambda g, out, self, output_size, ac, sd, sh, sw: (_resample_op_backward(
+                g, _trilinear_mats(self, output_size, ac, sd, sh, sw)[0]),),
+            "Trilinear resize of (N, C, D, H, W) to output_size (align_corners as PyTorch).")
+
+
+def _cubic_axis(n_in, n_out, align_corners, scale, dtype):
+    """PyTorch's bicubic weights along one axis (cubic convolution, A = -0.75): source
+    index as area_pixel_compute_source_index with cubic=True (not clamped at 0), guarded
+    to [.., I - 1]; taps i0 - 1 .. i0 + 2 clamped into [0, I - 1], their weights added."""
+    import numpy as np
+    cast = np.float64 if dtype is _C.float64 else np.float32
+    if align_corners:
+        sc = float(cast(n_in - 1) / cast(n_out - 1)) if n_out > 1 else 0.0
+    elif scale is not None and scale > 0:
+        sc = float(cast(1.0 / scale))
+    else:
+        sc = float(cast(n_in) / cast(n_out))
+    A = -0.75
+
+    def cc1(x):      # |x| <= 1
+        return P.add(P.mul(P.mul(P.add(P.mul(x, A + 2), -(A + 3)), x), x), 1.0)
+
+    def cc2(x):      # 1 < |x| < 2
+        return P.add(P.mul(P.add(P.mul(P.add(P.mul(x, A), -5 * A), x), 8 * A), x), -4 * A)
+
+    def build():
+        o = P.arange(n_out, dtype=dtype)
+        real = P.mul(o, sc) if align_corners else P.add(P.mul(P.add(o, 0.5), sc), -0.5)
+        real = _col(real)
+        i_f = _row(P.arange(-1, n_in, dtype=dtype))              # floor(real) >= -1
+        m0 = P.bitwise_or(P.bitwise_and(P.le(i_f, real), P.lt(real, P.add(i_f, 1))),
+                          P.bitwise_and(P.eq(i_f, n_in - 1), P.le(float(n_in), real)))
+        i0 = P.sum(P.mul(P._to_copy(m0, dtype=dtype), i_f), [1], True)
+        t = _minimum(P.maximum(P.add(real, P.neg(i0)), 0.0), 1.0)
+        ws = (cc2(P.add(t, 1.0)), cc1(t), cc1(P.add(P.neg(t), 1.0)),
+              cc2(P.add(P.neg(t), 2.0)))
+        cols = _row(P.arange(n_in, dtype=dtype))
+        mat = None
+        for j, w in enumerate(ws):
+            tap = _minimum(P.maximum(P.add(i0, j - 1), 0.0), float(n_in - 1))
+            term = P.mul(P._to_copy(P.eq(cols, tap), dtype=dtype), w)
+            mat = term if mat is None else P.add(mat, term)
+        return mat
+    return _cached(("cubic", n_in, n_out, align_corners, sc, dtype), build)
+
+
+def _cubic_weights_np(n_in, n_out, align_corners, scale):
+    """The bicubic matrix of one axis in NumPy float64 (as _cubic_axis builds it with
+    prims): only its largest entry is read, for the uint8 kernel's precision."""
+    import numpy as np
+    A = -0.75
+    if align_corners:
+        sc = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        sc = 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+    o = np.arange(n_out, dtype=np.float64)
+    real = sc * o if align_corners else sc * (o + 0.5) - 0.5
+    i0 = np.minimum(np.floor(real), n_in - 1)
+    t = np.clip(real - i0, 0.0, 1.0)
+
+    def cc1(x):
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def cc2(x):
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    mat = np.zeros((n_out, n_in))
+    for j, w in enumerate((cc2(t + 1), cc1(t), cc1(1 - t), cc2(2 - t))):
+        np.add.at(mat, (np.arange(n_out), np.clip(i0 - 1 + j, 0, n_in - 1).astype(np.int64)),
+                  w)
+    return mat
+
+
+def _uint8_cubic_pass(y, n_in, n_out, align_corners, scale, rows):
+    """One pass of PyTorch's uint8 bicubic kernel on float64 y holding uint8 values: the
+    axis's bicubic matrix (float64) as int16 fixed point (rounded away from zero, the
+    precision fixed by its largest entry), a rounding shift and a clamp to [0, 255]."""
+    w_max = float(_cubic_weights_np(n_in, n_out, align_corners, scale).max())
+    p = 0
+    while p < 22 and int(0.5 + w_max * (1 << (p + 1))) < (1 << 15):
+        p += 1
+    a = P.mul(_cubic_axis(n_in, n_out, align_corners, scale, _C.float64), float(1 << p))
+    q = P._to_copy(P._to_copy(P.add(a, P.where(P.lt(a, 0.0), -0.5, 0.5)), dtype=_C.int64),
+                   dtype=_C.float64)
+    y = P.matmul(q, y) if rows else P.matmul(y, P.permute(q, [1, 0]))
+    y = P._to_copy(P.mul(P.add(y, float(1 << (p - 1))), 1.0 / (1 << p)), dtype=_C.int64)
+    return P._to_copy(P.maximum(_minimum(y, 255), 0), dtype=_C.float64)
+
+
+def _bicubic_decompose(self, output_size, align_corners, scales_h, scales_w):
+    if self.dtype is _C.uint8:      # columns, then rows, each rounded to uint8
+        sp = _upsample_check("upsample_bicubic2d", self, output_size, 2)
+        y = P._to_copy(self, dtype=_C.float64)
+        y = _uint8_cubic_pass(y, sp[1], output_size[1], align_corners, scales_w, False)
+        y = _uint8_cubic_pass(y, sp[0], output_size[0], align_corners, scales_h, True)
+        return P._to_copy(y, dtype=_C.uint8)
+    return _resample_op(self, *_bicubic_mats(self, output_size, align_corners, scales_h,
+                                             scales_w))
+
+
+def _bicubic_mats(self, output_size, align_corners, sh, sw):
+    sp = _upsample_check("upsample_bicubic2d", self, output_size, 2)
+    _float_or_byte("upsample_bicubic2d_channels_last", self)
+    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    return [_cubic_axis(sp[i], output_size[i], align_corners, sc, cdt)
+            for i, sc in enumerate((sh, sw))], cdt
+
+
+_decomposed("upsample_bicubic2d(Tensor self, int[2] output_size, bool align_corners, "
+            "float? scales_h=None, float? scales_w=None) -> Tensor",
+            _bicubic_decompose,
+            lambda g, out, self, output_size, ac, sh, sw: (_resample_op_backward(
+                g, _bicubic_mats(self, output_size, ac, sh, sw)[0]),),
+            "Bicubic resize of (N, C, H, W) to output_size: PyTorch's cubic convolution "
+            "(A = -0.75) with border taps clamped, align_corners either way.")
+
+
+# ------------------------------------------------------------------ pixel / channel shuffle
+
+
+def _shuffle_out(x, shape):
+    """A new contiguous tensor of x's values (x is a permuted view) in shape."""
+    return O.clone(x, memory_format="contiguous_format").view(shape)
+
+
+def _pixel_shuffle(self, upscale_factor):
+    if self.ndim < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got "
+                           f"input with {self.ndim} dimension(s)")
+    r = upscale_factor
+    if r <= 0:
+        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    c, h, w = self.shape[-3:]
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c} "
+                           f"is not divisible by {r * r}")
+    lead = tuple(self.shape[:-3])
+    oc = c // (r * r)
+    n = len(lead)
+    x = self.reshape(lead + (oc, r, r, h, w))
+    x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
+    return _shuffle_out(x, lead + (oc, h * r, w * r))
+
+
+def _pixel_unshuffle(self, downscale_factor):
+    if self.ndim < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {self.ndim} dimension(s)")
+    r = downscale_factor
+    if r <= 0:
+        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    c, h, w = self.shape[-3:]
+    if h % r:
+        raise RuntimeError(f"pixel_unshuffle expects height to be divisible by downscale_factor,"
+                           f" but input.size(-2)={h} is not divisible by {r}")
+    if w % r:
+        raise RuntimeError(f"pixel_unshuffle expects width to be divisible by downscale_factor, "
+                           f"but input.size(-1)={w} is not divisible by {r}")
+    lead = tuple(self.shape[:-3])
+    n = len(lead)
+    x = self.reshape(lead + (c, h // r, r, w // r, r))
+    x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
+    return _shuffle_out(x, lead + (c * r * r, h // r, w // r))
+
+
+op("pixel_shuffle(Tensor self, int upscale_factor) -> Tensor", CUSTOM, "python",
+   composite=True, impl=_pixel_shuffle,
+   doc="(*, C*r*r, H, W) -> (*, C, H*r, W*r): sub-pixel convolution's rearrangement.")
+op("pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor", CUSTOM, "python",
+   composite=True, impl=_pixel_unshuffle,
+   doc="(*, C, H*r, W*r) -> (*, C*r*r, H, W): the inverse of pixel_shuffle.")
+
+
+def _channel_shuffle(self, groups):
+    if self.ndim <= 2:
+        raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with "
+                           f"sizes {_shape(self)}")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of "
+                           f"groups:{groups}")
+    c = self.shape[1]
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels "
+                           f"and {groups} groups.")
+    n, rest = self.shape[0], tuple(self.shape[2:])
+    x = self.reshape((n, groups, c // groups) + rest)
+    return _shuffle_out(x.transpose(1, 2), tuple(self.shape))
+
+
+op("channel_shuffle(Tensor self, SymInt groups) -> Tensor", CUSTOM, "python", composite=True,
+   impl=_channel_shuffle,
+   doc="Interleaves the channels of (N, C, *) from groups (ShuffleNet): channel "
+       "g * C/groups + i goes to i * groups + g.")
+op("native_channel_shuffle(Tensor self, SymInt groups) -> Tensor", CUSTOM, "python",
+   composite=True, method=False, impl=_channel_shuffle, doc="channel_shuffle.")
+
+
+# ------------------------------------------------------------------ instance norm (composite)
+
+
+def _instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                   eps, cudnn_enabled):
+    """batch_norm over the (1, N*C, *) view, weight, bias and running statistics repeated
+    per sample; the running statistics then take the mean of the samples' updates, as
+    PyTorch's instance_norm does."""
+    if not use_input_stats and (running_mean is None or running_var is None):
+        raise RuntimeError("Expected running_mean and running_var to be defined when "
+                           "use_input_stats is false")
+    if input.ndim < 2:
+        raise RuntimeError(f"batch_norm(): Expected at least 2 dimensions for input tensor but "
+                           f"received {input.ndim}")
+    b, c = input.shape[0], input.shape[1]
+    shape = [1, b * c] + list(input.shape[2:])
+
+    def rep(t):
+        return None if t is None else t.repeat(b)
+    x = input.contiguous().view(shape)
+    rm, rv = rep(running_mean), rep(running_var)
+    out = O.batch_norm(x, rep(weight), rep(bias), rm, rv, use_input_stats, momentum, eps,
+                       cudnn_enabled)
+    if running_mean is not None and use_input_stats:
+        prev = _C._set_grad_enabled(False)
+        try:
+            running_mean.copy_(rm.view(b, c).mean(0))
+            running_var.copy_(rv.view(b, c).mean(0))
+        finally:
+            _C._set_grad_enabled(prev)
+    return out.view(list(input.shape))
+
+
+op("instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+   "Tensor(b!)? running_var, bool use_input_stats, float momentum, float eps, "
+   "bool cudnn_enabled) "
+   "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_instance_norm,
+   doc="Normalises each (sample, channel) plane over its spatial dims (batch_norm over the "
+       "(1, N*C, ...) view); with running statistics, updates them with the mean of the "
+       "per-sample updates.")

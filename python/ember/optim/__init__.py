@@ -1,10 +1,20 @@
-"""ember.optim: optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) and lr_scheduler, with
-torch.optim's names, defaults, update formulas and state_dict layout."""
+"""ember.optim: optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam,
+RAdam, ASGD, Rprop, LBFGS, SparseAdam) and lr_scheduler, with torch.optim's names,
+defaults, update formulas and state_dict layout."""
 from . import lr_scheduler  # noqa: F401
+from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
+from .asgd import ASGD
+from .lbfgs import LBFGS
+from .nadam import NAdam
 from .optimizer import Optimizer
+from .radam import RAdam
 from .rmsprop import RMSprop
+from .rprop import Rprop
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax",
+           "NAdam", "RAdam", "ASGD", "Rprop", "LBFGS", "SparseAdam", "lr_scheduler"]

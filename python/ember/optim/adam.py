@@ -2,7 +2,8 @@
 decoupled (AdamW, Loshchilov & Hutter) weight decay and the AMSGrad variant."""
 from .. import zeros_like
 from . import _math as M
-from .optimizer import Optimizer, _closure_loss, _use_grad
+from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar,
+                        _use_grad)
 
 
 def _check(lr, betas, eps, weight_decay):
@@ -46,9 +47,12 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = _closure_loss(closure)
         for group in self.param_groups:
-            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            lr, (beta1, beta2), eps = _scalar(group["lr"]), group["betas"], group["eps"]
             weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
-            for p in self._params_with_grad(group):
+            params = list(self._params_with_grad(group))
+            if params:
+                _check_capturable(group)
+            for p in params:
                 state = self._state_for(p, amsgrad)
                 grad = -p.grad if group["maximize"] else p.grad
                 step_t = state["step"]

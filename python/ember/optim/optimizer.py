@@ -2,7 +2,8 @@
 
 An optimizer holds param_groups (dicts with "params" and the hyper-parameters, filled
 from defaults) and state (a dict from each parameter to its buffers). Subclasses
-implement step() with ember ops under no_grad, updating parameters in place.
+implement step() with ember ops under no_grad (grad mode on only for
+differentiable=True), updating parameters in place.
 
 state_dict() uses PyTorch's layout — {"state": {index: {...}}, "param_groups": [{...,
 "params": [indices]}]} with parameters numbered in group order — so checkpoints and
@@ -17,7 +18,6 @@ from collections import defaultdict
 from itertools import chain
 
 from .. import _C
-from ..autograd import no_grad
 from ..nn.parameter import typename
 
 Tensor = _C.Tensor
@@ -34,12 +34,41 @@ required = _RequiredParameter()
 
 
 def _use_grad(step):
-    """Runs step() under no_grad (the updates must not be recorded by autograd)."""
+    """Runs step() with grad mode set to the optimizer's `differentiable` default (off
+    unless differentiable=True: the updates must not be recorded by autograd), as
+    torch.optim's steps run."""
     @functools.wraps(step)
     def wrapper(self, *args, **kwargs):
-        with no_grad():
+        prev = _C._set_grad_enabled(bool(self.defaults.get("differentiable", False)))
+        try:
             return step(self, *args, **kwargs)
+        finally:
+            _C._set_grad_enabled(prev)
     return wrapper
+
+
+# the devices torch.optim's capturable steps accept: never the CPU, so a capturable
+# optimizer of CPU tensors raises at its first step, as torch.optim's does
+_CAPTURABLE_DEVICES = ["cuda", "xpu", "hpu", "privateuseone"]
+
+
+def _check_capturable(group, what="params and state_steps", xla=True):
+    if group.get("capturable"):
+        devices = _CAPTURABLE_DEVICES + (["xla"] if xla else [])
+        raise AssertionError(f"If capturable=True, {what} must be on supported devices: "
+                             f"{devices}.")
+
+
+def _check_lr(lr):
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def _scalar(v):
+    """A group's hyper-parameter as a Python number (a 0-d tensor lr is allowed)."""
+    return v.item() if isinstance(v, Tensor) else v
 
 
 def _closure_loss(closure):

@@ -2,7 +2,8 @@
 optional momentum and centring (Graves)."""
 from .. import zeros_like
 from . import _math as M
-from .optimizer import Optimizer, _closure_loss, _use_grad
+from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar,
+                        _use_grad)
 
 
 class RMSprop(Optimizer):
@@ -26,9 +27,12 @@ class RMSprop(Optimizer):
     def step(self, closure=None):
         loss = _closure_loss(closure)
         for group in self.param_groups:
-            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+            lr, alpha, eps = _scalar(group["lr"]), group["alpha"], group["eps"]
             momentum, centered = group["momentum"], group["centered"]
-            for p in self._params_with_grad(group):
+            params = list(self._params_with_grad(group))
+            if params:
+                _check_capturable(group)
+            for p in params:
                 state = self.state[p]
                 if not state:
                     state["step"] = M.step_counter()

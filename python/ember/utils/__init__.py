@@ -1,2 +1,3 @@
-"""ember.utils: data loading (ember.utils.data) and hook handles (ember.utils.hooks)."""
-from . import data, hooks  # noqa: F401
+"""ember.utils: data loading (ember.utils.data), hook handles (ember.utils.hooks) and
+activation checkpointing (ember.utils.checkpoint)."""
+from . import checkpoint, data, hooks  # noqa: F401

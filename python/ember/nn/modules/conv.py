@@ -1,5 +1,5 @@
-"""Convolution layers: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (the convolution
-op), with PyTorch's constructor arguments, parameter names, shapes and initialisation."""
+"""Convolution layers: Conv1d/2d/3d, ConvTranspose1d/2d/3d (the convolution ops),
+with PyTorch's constructor arguments, parameter names, shapes and initialisation."""
 import math
 
 from ... import empty
@@ -202,4 +202,42 @@ class ConvTranspose2d(_ConvTransposeNd):
     def forward(self, input, output_size=None):
         op = self._output_padding(input, output_size, 2)
         return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
+                                  op, self.groups, self.dilation)
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C_in, D, H, W) (or (C_in, D, H, W)) inputs."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
+                 dtype=None):
+        k = _ntuple(kernel_size, 3, "kernel_size")
+        s = _ntuple(stride, 3, "stride")
+        p = padding if isinstance(padding, str) else _ntuple(padding, 3, "padding")
+        d = _ntuple(dilation, 3, "dilation")
+        super().__init__(in_channels, out_channels, k, s, p, d, False, (0, 0, 0), groups, bias,
+                         padding_mode, device, dtype)
+
+    def forward(self, input):
+        if self.padding_mode != "zeros":
+            return F.conv3d(F.pad(input, self._reversed_padding_repeated_twice,
+                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
+                            0, self.dilation, self.groups)
+        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
+                        self.dilation, self.groups)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-d transposed convolution (the gradient of Conv3d with respect to its input)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 3),
+                         _ntuple(stride, 3), _ntuple(padding, 3), _ntuple(dilation, 3), True,
+                         _ntuple(output_padding, 3), groups, bias, padding_mode, device, dtype)
+
+    def forward(self, input, output_size=None):
+        op = self._output_padding(input, output_size, 3)
+        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding,
                                   op, self.groups, self.dilation)

@@ -83,6 +83,7 @@ class Module:
         setattr_(self, "_backward_hooks", OrderedDict())
         setattr_(self, "_backward_pre_hooks", OrderedDict())
         setattr_(self, "_is_full_backward_hook", None)
+        setattr_(self, "_load_state_dict_pre_hooks", OrderedDict())
 
     # ------------------------------------------------------------ calling
 
@@ -361,7 +362,7 @@ class Module:
         self.__dict__.update(state)
         for name in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks",
                      "_forward_pre_hooks_with_kwargs", "_backward_hooks",
-                     "_backward_pre_hooks"):
+                     "_backward_pre_hooks", "_load_state_dict_pre_hooks"):
             self.__dict__.setdefault(name, OrderedDict())
         self.__dict__.setdefault("_is_full_backward_hook", None)
         self.__dict__.setdefault("_non_persistent_buffers_set", set())
@@ -628,6 +629,24 @@ class Module:
                                                            local_state):
                     unexpected_keys.append(key)
 
+    def _register_load_state_dict_pre_hook(self, hook, with_module=False):
+        """hook(state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs) (with_module: hook(module, ...)) runs before this
+        module loads its entries, and may rewrite them (renamed checkpoint keys)."""
+        handle = RemovableHandle(self._load_state_dict_pre_hooks)
+        if with_module:
+            module = self
+            self._load_state_dict_pre_hooks[handle.id] = \
+                lambda *args: hook(module, *args)
+        else:
+            self._load_state_dict_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_dict_pre_hook(self, hook):
+        """hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs), run before this module loads its entries."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Copies parameters and buffers from state_dict into this module's tensors (or,
         with assign=True, puts the given tensors in their place). Returns the missing
@@ -638,6 +657,8 @@ class Module:
         state_dict = OrderedDict(state_dict)
 
         def load(module, local, prefix):
+            for hook in module.__dict__.get("_load_state_dict_pre_hooks", {}).values():
+                hook(local, prefix, {}, True, missing, unexpected, errors)
             module._load_from_state_dict(local, prefix, {}, True, missing, unexpected, errors,
                                          assign)
             for name, child in module._modules.items():
