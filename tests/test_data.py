@@ -136,8 +136,9 @@ def test_custom_dataset_collate_fn_sampler_and_no_batching():
         DataLoader(ds, sampler=[0], shuffle=True)
     with pytest.raises(ValueError, match="mutually exclusive with batch_size"):
         DataLoader(ds, batch_sampler=bs, batch_size=2)
-    with pytest.warns(UserWarning, match="main process"):
-        assert len(list(DataLoader(ds, batch_size=3, num_workers=2))) == 3
+    assert [b.tolist() for b in DataLoader(ds, batch_size=3, num_workers=2,
+                                           multiprocessing_context="fork", timeout=60)] == [
+        [0, 1, 4], [9, 16, 25], [36]]          # worker processes: tests/test_data_workers.py
     rs = RandomSampler(ds, replacement=True, num_samples=40,
                        generator=ember.Generator().manual_seed(0))
     draws = list(rs)

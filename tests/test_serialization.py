@@ -150,9 +150,8 @@ def test_corrupt_and_truncated_files_are_rejected():
 
 def test_pickles_are_never_loaded(torch):
     buf = io.BytesIO()
-    torch.save({"w": torch.ones(2)}, buf)
-    with pytest.raises(CorruptFileError, match="PyTorch checkpoint"):
-        ember.load(io.BytesIO(buf.getvalue()))
+    torch.save({"w": torch.ones(2)}, buf)    # read by ember's own pickle interpreter
+    assert ember.load(io.BytesIO(buf.getvalue()))["w"].tolist() == [1, 1]
     with pytest.raises(CorruptFileError, match="never unpickles"):
         ember.load(io.BytesIO(pickle.dumps({"w": 1})))
 

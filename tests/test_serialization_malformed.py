@@ -5,12 +5,13 @@ import base64
 import hashlib
 import io
 import json
+import pickle
 import random
 import struct
 import tracemalloc
 import warnings
 import zipfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import numpy as np
 import pytest
@@ -826,3 +827,278 @@ def test_mutation_fuzz_safetensors_and_npz():
                 assert type(value) is OrderedDict
                 assert all(type(k) is str and type(v) is ember.Tensor
                            for k, v in value.items())
+
+
+# ------------------------------------------------------------------ PyTorch checkpoints
+# (ember's own pickle interpreter, _torch_format.py: tests/test_serialization_torch.py has
+# the files torch writes; here, what an attacker or a damaged disk could write)
+
+def _g(module, name):
+    return b"c" + f"{module}\n{name}\n".encode()
+
+
+def _u(text):
+    raw = text.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def _i(n):
+    if -2 ** 31 <= n < 2 ** 31:
+        return b"J" + struct.pack("<i", n)
+    raw = pickle.encode_long(n)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def _tup(values):
+    return b"(" + b"".join(_i(v) for v in values) + b"t"
+
+
+_OD = _g("collections", "OrderedDict") + b")R"
+
+
+def _tensor_ops(key="0", storage="FloatStorage", numel=4, offset=0, size=(4,), stride=(1,),
+                requires_grad=False, hooks=_OD):
+    return (_g("torch._utils", "_rebuild_tensor_v2") + b"((" + _u("storage") +
+            _g("torch", storage) + _u(key) + _u("cpu") + _i(numel) + b"tQ" + _i(offset) +
+            _tup(size) + _tup(stride) + (b"\x88" if requires_grad else b"\x89") + hooks +
+            b"tR")
+
+
+def _pkl(*ops):
+    return b"\x80\x02" + b"".join(ops) + b"."
+
+
+def _torch_zip(pkl, storages=None, prefix="archive/", extra=()):
+    """A torch.save-style archive around a hand-made data.pkl."""
+    storages = {"0": np.arange(4, dtype=np.float32).tobytes()} if storages is None \
+        else storages
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with zipfile.ZipFile(out, "w") as z:
+            z.writestr(prefix + "data.pkl", pkl)
+            z.writestr(prefix + "byteorder", b"little")
+            for key, raw in storages.items():
+                z.writestr(f"{prefix}data/{key}", raw)
+            z.writestr(prefix + "version", b"3\n")
+            for name, raw in extra:
+                z.writestr(name, raw)
+    return out.getvalue()
+
+
+def test_a_hand_made_torch_checkpoint_loads():
+    """The builders below make valid files; each refusal is about its one change."""
+    out = _load_bytes(_torch_zip(_pkl(b"}", _u("w"), _tensor_ops(), b"s")))
+    assert out["w"].tolist() == [0, 1, 2, 3]
+    view = _load_bytes(_torch_zip(_pkl(_tensor_ops(offset=1, size=(2,), stride=(2,)))))
+    assert view.tolist() == [1, 3]
+
+
+@pytest.mark.parametrize("pkl,match", [
+    (_pkl(_g("os", "system"), _u("true"), b"\x85R"), "os.system"),
+    (_pkl(_g("posix", "system"), _u("true"), b"\x85R"), "posix.system"),
+    (_pkl(_g("builtins", "eval"), _u("1"), b"\x85R"), "builtins.eval"),
+    (_pkl(_g("builtins", "getattr"), b")R"), "builtins.getattr"),
+    (_pkl(_g("torch", "load"), b")R"), "torch.load"),
+    (_pkl(_g("torch._utils", "_rebuild_tensor_v2 "), b")R"), "_rebuild_tensor_v2 "),
+    (_pkl(_u("os"), _u("system"), b"\x93", _u("x"), b"\x85R"), "os.system"),   # STACK_GLOBAL
+    (_pkl(b"(", _u("x"), b"ios\nsystem\n"), "INST"),
+    (_pkl(b"(", _g("builtins", "set"), b"o"), "OBJ"),
+    (_pkl(b"\x82\x01"), "EXT1"),
+    (_pkl(_g("builtins", "set"), b")}\x92"), "NEWOBJ_EX"),
+    (_pkl(_g("builtins", "set"), b")\x81"), "NEWOBJ of something other"),
+    (_pkl(b"I1\n"), "INT"),
+    (_pkl(b"Vx\n"), "UNICODE"),
+    (_pkl(b"S'x'\n"), "STRING"),
+    (_pkl(b"U\x01x"), "SHORT_BINSTRING"),
+    (_pkl(b"N2"), "DUP"),
+    (_pkl(b"Px\n"), "PERSID"),
+    (b"\x80\x01N.", "protocol 1"), (b"\x80\x06N.", "protocol 6"),
+    (_pkl(b"NN"), "exactly one object"), (_pkl(b"(N"), "exactly one object"),
+    (_pkl(b"h\x05"), "memo entry 5"), (_pkl(b"j\xff\xff\xff\x7f"), "memo entry"),
+    (_pkl(b"}N", b"a"), "APPEND on a dict"), (_pkl(b"]NN", b"s"), "SETITEM on a list"),
+    (_pkl(b"}(Ne"), "APPENDS on a dict"),
+    (_pkl(b"}(N", b"u"), "odd number"), (_pkl(b"N(N\x90"), "ADDITEMS on a NoneType"),
+    (_pkl(b"}]N", b"s"), "unhashable"), (_pkl(b"t"), "MARK"), (_pkl(b"\x86"), "TUPLE2"),
+    (_pkl(_g("builtins", "set"), b"N", b"R"), "not a tuple"),
+    (_pkl(b"N", b"N", b"R"), "not an allowed constructor"),
+    (_pkl(_g("torch", "float32"), b")R"), "not an allowed constructor"),
+    (_pkl(_g("torch", "Tensor"), b")R"), "not an allowed constructor"),
+    (_pkl(b"]}b"), "BUILD of a list"),
+    (_pkl(_OD, b"}", _u("__class__"), _g("builtins", "set"), b"sb"), "__class__"),
+    (_pkl(_OD, b"N", b"b"), "state is not a dict"),
+    (_pkl(_tensor_ops(), b"}", _u("_version"), _i(1), b"sb"), "_version"),
+    (_pkl(_tensor_ops(), b"}", _u("__class__"), _i(1), b"sb"), "__class__"),
+    (_pkl(_g("builtins", "set"), _g("builtins", "set"), b"\x85R"), "unexpected arguments"),
+    (_pkl(_g("builtins", "bytearray"), _u("x"), _u("utf-8"), b"\x86R"),
+     "unexpected arguments"),
+    (_pkl(_g("_codecs", "encode"), _u("x"), _u("rot13"), b"\x86R"), "only for bytes"),
+    (_pkl(_g("torch", "Size"), b"(", _i(-1), b"t\x85R"), "non-negative"),
+    (_pkl(_g("torch", "device"), _u("gpu"), b"\x85R"), "device"),
+    (_pkl(_g("torch", "uint16")), "torch.uint16"),
+    (_pkl(_g("torch", "per_tensor_affine")), "quantization"),
+    (_pkl(_g("torch._utils", "_rebuild_tensor_v2")), "holds a function"),
+    (_pkl(b"]", _g("collections", "OrderedDict"), b"a"), "holds a function"),
+    (_pkl(b"(", _g("torch", "FloatStorage"), b"t"), "holds a _StorageType"),
+    (_pkl(_g("torch", "Tensor")), "holds a object"),
+    (_pkl(b"(", _u("storage"), _g("torch", "FloatStorage"), _u("0"), _u("cpu"), _i(4),
+          b"tQ"), "holds a _Storage"),
+    (_pkl(_tensor_ops(), b"}", _u("f"), _g("torch", "Size"), b"sb"), "holds a function"),
+    (_pkl(_OD, b"}", _u("meta"), _g("torch", "Size"), b"sb"), "holds a function"),
+    (_pkl(_tensor_ops(key="0", storage="QInt8Storage")), "qint8"),
+    (_pkl(b"(", _u("file"), b"tQ"), "not a storage"),
+    (_pkl(b"(", _u("storage"), _i(1), _u("0"), _u("cpu"), _i(4), b"tQ"), "storage type"),
+    (_pkl(_tensor_ops(key="7")), "no record"),
+    (_pkl(_tensor_ops(key="../0")), "no record"),
+    (_pkl(_tensor_ops(numel=5)), "holds 16 bytes, expected 20"),
+    (_pkl(_tensor_ops(numel=2 ** 40)), "expected"),
+    (_pkl(_tensor_ops(offset=1)), "reaches past"),
+    (_pkl(_tensor_ops(size=(2, 2), stride=(2, 2))), "reaches past"),
+    (_pkl(_tensor_ops(size=(5,))), "reaches past"),
+    (_pkl(_tensor_ops(offset=-1)), "offset"),
+    (_pkl(_tensor_ops(size=(-1,), stride=(1,))), "non-negative"),
+    (_pkl(_tensor_ops(size=(2,), stride=(-1,))), "non-negative"),
+    (_pkl(_tensor_ops(size=(1,) * 65, stride=(1,) * 65)), "at most 64"),
+    (_pkl(_tensor_ops(size=(2, 2), stride=(1,))), "differ in length"),
+    (_pkl(_tensor_ops(size=(0,), offset=9)), "past its storage"),
+    (_pkl(_tensor_ops(storage="IntStorage", requires_grad=True)), "cannot require grad"),
+    (_pkl(_tensor_ops(hooks=b"}" + _i(1) + _i(2) + b"s")), "hooks"),
+    (_pkl(_tensor_ops(hooks=b"N")), "hooks"),
+    (_pkl(b"}", _u("a"), _tensor_ops(), b"s", _u("b"),
+          _tensor_ops(storage="IntStorage"), b"s"), "two dtypes"),
+    (_pkl(_g("torch._utils", "_rebuild_parameter"), _i(1), b"\x89", _OD, b"\x87R"),
+     "not a tensor"),
+    (_pkl(_g("torch._tensor", "_rebuild_from_type_v2"), b"(", _g("builtins", "set"),
+          _g("torch", "Tensor"), b")NtR"), "does not rebuild a tensor"),
+    (_pkl(_g("torch._tensor", "_rebuild_from_type_v2"), b"(", _g("torch._utils",
+          "_rebuild_tensor_v2"), _g("collections", "OrderedDict"), b")NtR"), "subclass"),
+    (_pkl(_g("torch._utils", "_rebuild_sparse_tensor"), b")R"), "sparse"),
+    (_pkl(_g("torch._utils", "_rebuild_qtensor"), b")R"), "quantized"),
+    (_pkl(b"X\xff\xff\xff\x7f"), "truncated"),
+    (_pkl(b"\x8b\xff\xff\xff\x7f"), "truncated"),
+    (b"\x80\x02}", "truncated"), (b"", "truncated"), (b"\x80", "truncated"),
+])
+def test_malformed_torch_pickles_are_corrupt_files(pkl, match):
+    _corrupt(_torch_zip(pkl), match)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(prefix=""), "no ember manifest"),
+    (dict(prefix="a/b/"), "exactly one"),
+    (dict(extra=[("other/data.pkl", _pkl(b"N"))]), "exactly one"),
+    (dict(extra=[("archive/notes.txt", b"x")]), "unexpected archive member"),
+    (dict(extra=[("elsewhere", b"x")]), "unexpected archive member"),
+    (dict(storages={"0": np.zeros(4, np.float32).tobytes(), "x": b""}),
+     "unexpected archive member"),
+])
+def test_malformed_torch_archives_are_corrupt_files(change, match):
+    pkl = _pkl(_tensor_ops())
+    _corrupt(_torch_zip(pkl, **change), match)
+
+
+def test_torch_records_are_checked():
+    data = _torch_zip(_pkl(_tensor_ops()))
+    _corrupt(_replace_member(data, "archive/version", b"9\n"), "format version")
+    _corrupt(_replace_member(data, "archive/version", b"x" * 100), "record version")
+    _corrupt(_replace_member(data, "archive/byteorder", b"middle"), "byteorder")
+    trailing = _torch_zip(_pkl(_tensor_ops()) + b"N")
+    _corrupt(trailing, "after its pickle")
+
+
+def test_torch_checkpoint_bombs_stay_small():
+    big = 2 ** 40                      # a declared storage no file this size holds
+    peak, msg = _peak_bytes(lambda: _load_bytes(_torch_zip(_pkl(_tensor_ops(numel=big)))))
+    assert "expected" in msg and peak < 4 << 20
+    out = io.BytesIO()                 # a deflated storage that inflates past its claim
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr("archive/data.pkl", _pkl(_tensor_ops(numel=2)))
+        z.writestr("archive/data/0", bytes(BOMB))
+    peak, msg = _peak_bytes(lambda: _load_bytes(out.getvalue()))
+    assert "holds" in msg and peak < 4 << 20
+    out = io.BytesIO()                 # a compressed data.pkl declaring too much
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02" + b"N0" * (40 << 20) + b"N.")
+    peak, msg = _peak_bytes(lambda: _load_bytes(out.getvalue()))
+    assert "compressed data.pkl" in msg and peak < 4 << 20
+    # a memo index far out (the C unpickler would size an array by it): a dict entry here
+    far = _pkl(b"N", b"r\xff\xff\xff\xff", b"0", b"j\xff\xff\xff\xff")
+    tracemalloc.start()
+    try:
+        assert _load_bytes(_torch_zip(far)) is None
+        assert tracemalloc.get_traced_memory()[1] < 4 << 20
+    finally:
+        tracemalloc.stop()
+
+
+def _legacy(torch, obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()
+
+
+def test_malformed_legacy_torch_files(torch):
+    data = _legacy(torch, {"w": torch.arange(4.0), "b": torch.ones(2, dtype=torch.int64)})
+    assert _load_bytes(data)["w"].tolist() == [0, 1, 2, 3]
+    for cut in (len(data) - 1, len(data) - 9, len(data) // 2, 40, 12, 3):
+        _corrupt(data[:cut])
+    _corrupt(data + b"\x00", "after the last storage")
+    bad_magic = pickle.dumps(12345, protocol=2) + data[len(pickle.dumps(
+        0x1950a86a20f9469cfc6c, protocol=2)):]
+    _corrupt(bad_magic, "never unpickles")
+    bad_protocol = data.replace(pickle.dumps(1001, protocol=2), pickle.dumps(1002,
+                                                                              protocol=2), 1)
+    _corrupt(bad_protocol, "protocol version")
+    big_endian = data.replace(b"little_endianq\x03\x88", b"little_endianq\x03\x89", 1)
+    if big_endian != data:
+        _corrupt(big_endian, "big-endian")
+    # the storage count of the first storage, made larger than its pickle declares
+    body = data.rfind(b"\x04\x00\x00\x00\x00\x00\x00\x00")
+    assert body > 0
+    grown = data[:body] + b"\x05" + data[body + 1:]
+    _corrupt(grown, "size is wrong")
+
+
+def _torch_values_only(obj, depth=0):
+    """Every object a torch checkpoint may load as: plain data, ember tensors, Sizes,
+    devices and dtypes."""
+    assert depth < 200
+    kind = type(obj)
+    assert kind in (type(None), bool, int, float, complex, str, bytes, bytearray, list,
+                    tuple, set, frozenset, dict, OrderedDict, Counter, ember.Size,
+                    ember.device, ember.dtype, ember.Tensor, nn.Parameter), kind
+    items = obj.items() if isinstance(obj, dict) else obj if kind in (
+        list, tuple, set, frozenset) else ()
+    for item in items:
+        if isinstance(item, tuple) and isinstance(obj, dict):
+            _torch_values_only(item[0], depth + 1)
+            _torch_values_only(item[1], depth + 1)
+        elif item is not obj:
+            _torch_values_only(item, depth + 1)
+
+
+def test_mutation_fuzz_torch_checkpoints(torch):
+    rng = random.Random(7)
+    tmodel = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    obj = {"sd": tmodel.state_dict(), "view": torch.arange(10.0)[2:8:2], "n": [1, 2.5, "x"],
+           "size": torch.Size([3]), "dtype": torch.int16, "p": torch.nn.Parameter(
+               torch.ones(2))}
+    counts = {"value": 0, "corrupt": 0}
+    for fmt in ("zip", "legacy"):
+        buf = io.BytesIO()
+        torch.save(obj, buf, _use_new_zipfile_serialization=fmt == "zip")
+        data = buf.getvalue()
+        _torch_values_only(_load_bytes(data))
+        pkl = _members(data)["archive/data.pkl"] if fmt == "zip" else None
+        for i in range(300):
+            if fmt == "zip" and i % 2:      # damage inside data.pkl, archive intact
+                bad = _replace_member(data, "archive/data.pkl", _mutate_bytes(pkl, rng))
+            else:
+                bad = _mutate_bytes(data, rng)
+            try:
+                value = _load_bytes(bad)
+            except CorruptFileError:
+                counts["corrupt"] += 1
+                continue
+            _torch_values_only(value)
+            counts["value"] += 1
+    assert counts["corrupt"] > 300 and counts["value"] > 10, counts

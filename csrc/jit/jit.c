@@ -8,6 +8,13 @@
  * tracker (removed when the JitModule dies) and looked up to function pointers.
  * The textual IR, before and after optimisation, is kept for logs and tests; it is
  * never parsed.
+ *
+ * fork(): a child may keep using the JIT (kernels compiled before the fork run, new ones
+ * compile) with no atfork handler, because no thread can be inside LLVM when Python
+ * forks: every LLVM call here is made holding the GIL and none calls back into Python,
+ * the forking thread holds the GIL, and LLJIT runs without compile threads (its
+ * ExecutionSession dispatches in place). tests/test_data_workers.py forks while another
+ * thread runs compiled kernels, then compiles and runs in the children.
  */
 #include "jit/jit.h"
 

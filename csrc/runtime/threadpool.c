@@ -5,11 +5,18 @@
  * spin for a short while after each job before they sleep on a condition variable
  * (waking a sleeping thread costs tens of microseconds in a VM; a spinning one, well
  * under one), so back-to-back kernels of one graph find them awake. Nothing here
- * touches Python: callers release the GIL around it. After fork() the child starts
- * with no workers and makes new ones when it needs them.
+ * touches Python: callers release the GIL around it.
+ *
+ * fork() (DataLoader workers, multiprocessing): a pthread_atfork handler registered when
+ * the module loads takes both locks before the fork, so no job is half-run and no worker
+ * holds the pool's lock in the copied memory (a job never needs the GIL to finish, so the
+ * forking thread, which holds it, waits at most one job). The parent then releases them;
+ * the child, whose only thread is the one that forked, releases them too, forgets the
+ * workers (threads are not copied) and starts new ones when it next needs them.
  */
 #include "runtime/runtime.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -76,22 +83,33 @@ worker(void *arg)
 }
 
 static void
+before_fork(void)
+{
+    pthread_mutex_lock(&job_lock);
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void
+after_fork_parent(void)
+{
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&job_lock);
+}
+
+static void
 after_fork_child(void)
 {
-    pthread_mutex_init(&pool.lock, NULL);
-    pthread_cond_init(&pool.wake, NULL);
-    pthread_mutex_init(&job_lock, NULL);
     pool.started = 0;
+    atomic_store(&pool.remaining, 0);
+    atomic_store(&pool.next, 0);
+    pthread_cond_init(&pool.wake, NULL);     /* no thread of the parent waits on it here */
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&job_lock);
 }
 
 static int
 start_workers(int want)
 {
-    static int atfork_done;
-    if (!atfork_done) {
-        pthread_atfork(NULL, NULL, after_fork_child);
-        atfork_done = 1;
-    }
     while (pool.started < want - 1) {
         pthread_t t;
         pthread_attr_t attr;
@@ -174,5 +192,11 @@ em_threadpool_init(PyObject *module)
     if (env != NULL && atoi(env) > 0)
         n = atoi(env);
     pool.nthreads = n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
+    int err = pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     return PyModule_AddFunctions(module, pool_methods);
 }

@@ -22,6 +22,7 @@ from . import random  # noqa: E402
 from .random import (Generator, get_rng_state, initial_seed, manual_seed, seed,  # noqa: E402
                      set_rng_state)
 from . import _tensor  # noqa: E402,F401
+from ._interop import from_dlpack, to_dlpack  # noqa: E402
 from . import prims  # noqa: E402,F401
 
 _C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))

@@ -20,12 +20,35 @@ def dtype_from_numpy(np_dtype):
                     "and bool.")
 
 
+def _check_byte_order(arr):
+    if not arr.dtype.isnative:
+        raise ValueError("given numpy array has byte order different from the native byte "
+                         "order. Conversion between byte orders is currently not supported.")
+
+
+_PLAIN = frozenset({int, float, bool, list, tuple, str, type(None)})
+
+
+def _array_like(data):
+    """data itself, or what an array-like of another library (a PyTorch tensor, a NumPy
+    scalar, an object with __array_interface__ or __array__) is as an ember tensor or a
+    NumPy array sharing its memory."""
+    if type(data) in _PLAIN or (isinstance(data, (_C.Tensor, np.ndarray, list, tuple,
+                                                   numbers.Number, str)) and
+                                not isinstance(data, np.generic)):
+        return data
+    from ._interop import array_like
+    converted = array_like(data)
+    return data if converted is None else converted
+
+
 def _infer_dtype(data):
     """PyTorch's inference for Python data: any float -> default dtype; else int64; all
     bools -> bool. NumPy arrays and scalars keep their dtype."""
     kinds = set()
 
     def walk(x):
+        x = _array_like(x) if not isinstance(x, (list, tuple)) else x
         if isinstance(x, _C.Tensor):
             kinds.add(("tensor", x.dtype))
         elif isinstance(x, np.ndarray) or isinstance(x, np.generic):
@@ -62,31 +85,40 @@ def _infer_dtype(data):
 
 
 def _to_numpy(data):
+    """Nested sequences as a NumPy array. As in PyTorch, a tensor inside a sequence is a
+    scalar: it must have one element."""
     def conv(x):
-        if isinstance(x, _C.Tensor):
-            if x.requires_grad:
-                x = x.detach()
-            return x.numpy()
         if isinstance(x, (list, tuple)):
             return [conv(y) for y in x]
+        x = _array_like(x)
+        if isinstance(x, _C.Tensor):
+            if x.numel() != 1:
+                raise ValueError("only one element tensors can be converted to Python "
+                                 "scalars")
+            return x.item()
         return x
+    converted = conv(data)
     try:
-        return np.array(conv(data))
+        return np.array(converted)
     except ValueError as e:
         raise ValueError(f"expected a rectangular nested sequence of numbers: {e}") from None
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """A new tensor holding a copy of data (nested sequences, numbers, arrays, tensors)."""
+    """A new tensor holding a copy of data (nested sequences, numbers, NumPy arrays and
+    scalars, tensors of ember or of other libraries, objects with __array__)."""
     _check_device(device)
     if isinstance(data, _C.Tensor):
         warnings.warn("To copy construct from a tensor, it is recommended to use "
                       "sourceTensor.clone().detach() rather than ember.tensor(sourceTensor).",
                       UserWarning, stacklevel=2)
+    data = _array_like(data)
+    if isinstance(data, _C.Tensor):
         src = data.detach()
         out = src.clone() if dtype is None else src.to(dtype, copy=True)
     else:
         if isinstance(data, np.ndarray):
+            _check_byte_order(data)
             inferred = dtype_from_numpy(data.dtype)
         else:
             inferred = _infer_dtype(data)
@@ -99,14 +131,20 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
 
 
 def as_tensor(data, dtype=None, device=None):
-    """data as a tensor, sharing memory when it already is one (or a NumPy array)."""
+    """data as a tensor, sharing its memory where PyTorch does: an ember tensor is
+    returned itself, a NumPy array (or a NumPy view of an object with
+    __array_interface__ / __array__) and a tensor of another library (through DLPack)
+    are wrapped without a copy, unless dtype asks for another dtype."""
     _check_device(device)
+    data = _array_like(data)
     if isinstance(data, _C.Tensor):
         return data if dtype is None or dtype is data.dtype else data.to(dtype)
-    if isinstance(data, np.ndarray) and data.dtype.kind in "biuf" and \
-            all(s >= 0 for s in data.strides):
-        t = _C.from_numpy(data)
-        return t if dtype is None or dtype is t.dtype else t.to(dtype)
+    if isinstance(data, np.ndarray):
+        _check_byte_order(data)
+        if data.dtype.kind in "biuf" and all(s >= 0 for s in data.strides) and \
+                all(s % data.dtype.itemsize == 0 for s in data.strides):
+            t = _C.from_numpy(data)
+            return t if dtype is None or dtype is t.dtype else t.to(dtype)
     return tensor(data, dtype=dtype)
 
 

@@ -43,8 +43,10 @@ header, raw data; parsed here, no dependency) and NumPy .npz archives (each .npy
 parsed by NumPy's literal-only header reader, never pickle; object arrays are refused),
 both as a dict name -> tensor ready for Module.load_state_dict, with the same guarantee:
 declared dtypes, shapes, offsets and sizes are checked against each other and the file
-before any data is read. PyTorch's pickle-based .pt files are refused with an
-explanation.
+before any data is read. PyTorch's own checkpoints (torch.save's ZIP archives and its
+older pickle stream) are read as torch.load(weights_only=True) reads them, by ember's
+own pickle interpreter, never by Python's unpickler (_torch_format.py): only data and
+tensors come out, anything else is a CorruptFileError.
 
 This module also gives tensors the copy and pickle protocols (installed on the C type):
 copy.copy shares memory, copy.deepcopy copies it (keeping requires_grad and .grad),
@@ -66,7 +68,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import _C, _dtypes
+from . import _C, _dtypes, _torch_format
 from ._safe_zip import ZIP_ERRORS, SafeZip
 from .device import device
 
@@ -565,16 +567,16 @@ def _check_map_location(map_location):
 
 def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None,
          **pickle_load_args):
-    """Loads what ember.save wrote, or a .safetensors / .npz file (as a dict of tensors).
-    Never unpickles, whatever weights_only says. Any malformed input raises
+    """Loads what ember.save wrote, a PyTorch checkpoint (torch.save's .pt/.pth, read the
+    weights_only way), or a .safetensors / .npz file (as a dict of tensors). Never
+    unpickles code, whatever weights_only says. Any malformed input raises
     CorruptFileError."""
     _check_map_location(map_location)
     data, where = _read_all(f)
     if data[:2] == b"PK":
         return _load_zip(data, where)
-    if data[:1] == b"\x80":
-        raise CorruptFileError(f"ember.load: {where} is a pickle (legacy torch.save format); "
-                               "ember never unpickles. Re-save it as safetensors or .npz.")
+    if data[:1] == b"\x80":         # torch.save's format before ZIP archives
+        return _torch_format.load_legacy(data, where)
     if len(data) >= 10 and data[8:9] == b"{":
         return _parse_safetensors(data, where)
     raise _corrupt(where, "unrecognised format: not an ember file, safetensors or .npz")
@@ -588,10 +590,8 @@ def _load_zip(data, where):
             reader = _Reader(zf, where)
             reader.check()
             return reader.build()
-        if any(n.endswith("data.pkl") for n in names):
-            raise CorruptFileError(f"ember.load: {where} is a PyTorch checkpoint (pickle "
-                                   "based); ember never unpickles. In PyTorch, save the "
-                                   "state_dict with safetensors or as .npz and load that.")
+        if any(n.endswith("/data.pkl") for n in names):
+            return _torch_format.load_zip(zf, where)
         if names and all(n.endswith(".npy") for n in names):
             return _read_npz(zf, where)
     finally:

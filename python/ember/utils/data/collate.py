@@ -8,13 +8,16 @@ import collections.abc
 import numpy as np
 
 from ... import _C
+from . import _shared
+from ._worker import get_worker_info
 
 
 def _stack(tensors):
     """Stacks equal-shaped tensors along a new dimension 0.
 
-    Without autograd history this is one NumPy copy; with it, the batch is built with
-    select_scatter so gradients flow back to every sample."""
+    Without autograd history this is one NumPy copy (in a DataLoader worker, into shared
+    memory); with it, the batch is built with select_scatter so gradients flow back to
+    every sample."""
     from ... import ops
     first = tensors[0]
     for i, t in enumerate(tensors):
@@ -23,10 +26,17 @@ def _stack(tensors):
                                f"{list(first.shape)} at entry 0 and {list(t.shape)} at entry "
                                f"{i}")
     api = ops.api
+    grad = any(t.requires_grad for t in tensors) and _C.is_grad_enabled()
+    if not grad and get_worker_info() is not None:
+        # in a worker: stack straight into shared memory, the batch is never copied again
+        dtype = _C.result_type(*tensors) if len(tensors) > 1 else first.dtype
+        out = _shared.empty((len(tensors), *first.shape), dtype)
+        np.stack([t.detach().numpy() for t in tensors], out=out.numpy(), casting="unsafe")
+        return out
     if hasattr(api, "stack"):
         return api.stack(list(tensors))
     dtype = _C.result_type(*tensors) if len(tensors) > 1 else first.dtype
-    if not any(t.requires_grad for t in tensors) or not _C.is_grad_enabled():
+    if not grad:
         return _C.from_numpy(np.stack([t.detach().numpy() for t in tensors]).astype(
             dtype.numpy_dtype, copy=False))
     out = api.zeros((len(tensors), *first.shape), dtype=dtype)

@@ -1,13 +1,11 @@
-"""DataLoader: iterates a dataset in batches, in order or shuffled, in this process.
-
-The loading runs in the calling process (num_workers > 0 is accepted for compatibility
-and warned about); shuffling draws from an ember.Generator, so `generator=` or
+"""DataLoader: iterates a dataset in batches, in order or shuffled, in this process
+(num_workers=0) or in worker processes (_multiprocess.py, _worker.py; batches cross in
+shared memory, _shared.py). Shuffling draws from an ember.Generator, so `generator=` or
 ember.manual_seed makes the order reproducible.
 """
 from __future__ import annotations
 
-import warnings
-
+from ._multiprocess import MultiProcessingIter, context_of
 from .collate import default_collate, default_convert
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
@@ -26,17 +24,35 @@ class DataLoader:
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 "
                              "to disable multiprocessing.")
-        if num_workers > 0:
-            warnings.warn("ember's DataLoader loads in the main process; num_workers="
-                          f"{num_workers} is treated as 0", stacklevel=2)
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in "
+                             "multiprocessing.let num_workers > 0 to enable multiprocessing, "
+                             "otherwise set prefetch_factor to None.")
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
+        elif prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if multiprocessing_context is not None:
+            if num_workers == 0:
+                raise ValueError("multiprocessing_context can only be used with multi-process "
+                                 f"loading (num_workers > 0), but got num_workers={num_workers}")
+            context_of(multiprocessing_context)
         self.dataset = dataset
         self.num_workers = num_workers
-        self.pin_memory = pin_memory
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory = pin_memory          # accepted; pinning means nothing on the CPU
+        self.pin_memory_device = pin_memory_device
+        self.in_order = in_order
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
         self.generator = generator
+        self._iterator = None
         self._iterable = isinstance(dataset, IterableDataset)
         if self._iterable:
             if shuffle not in (None, False):
@@ -70,6 +86,12 @@ class DataLoader:
         self.collate_fn = collate_fn
 
     @property
+    def _index_sampler(self):
+        """What workers are given per task: lists of indices (auto-collation) or one
+        index."""
+        return self.batch_sampler if self._auto_collation else self.sampler
+
+    @property
     def _auto_collation(self):
         return self.batch_sampler is not None or (self._iterable and
                                                   self.batch_size is not None)
@@ -95,6 +117,14 @@ class DataLoader:
             yield self.collate_fn(batch)
 
     def __iter__(self):
+        if self.num_workers > 0:
+            if not self.persistent_workers:
+                return MultiProcessingIter(self)
+            if self._iterator is None or not self._iterator.alive:
+                self._iterator = MultiProcessingIter(self)   # first, or after a failure
+            else:
+                self._iterator._reset()
+            return self._iterator
         if self._iterable:
             return self._iter_iterable()
         if self._auto_collation:
