@@ -245,26 +245,35 @@ def test_stale_view_is_regenerated_from_the_new_base():
 
 # ------------------------------------------------------------------ writes into inputs
 
-def test_write_into_a_graph_input_is_a_trace_error():
+def test_write_into_a_graph_input_is_a_new_value_returned_last():
+    """[aot-2]: a write into a graph input used to be a TraceError; the new value is now
+    an extra forward output (tests/test_aot_input_mutation.py runs them)."""
     def f(x):
         x.mul_(2)
-        return x
+        return x + 1
 
-    with pytest.raises(TraceError, match="graph input primals_1"):
-        trace_joint(f, [ember.ones(3)])
+    j = trace_joint(f, [ember.ones(3)])
+    assert [(m.index, m.writes, m.differentiable) for m in j.mutations] == [(0, 1, False)]
+    outs = next(n for n in j.graph.nodes if n.op == "output").args[0]
+    assert j.num_forward_outputs == 2 and outs[1].target.entry.name == "mul"
+    assert not any(n.endswith("_") for n in _targets(j.graph))
 
 
-def test_write_into_a_view_of_a_graph_input_is_a_trace_error():
+def test_write_into_a_view_of_a_graph_input_rewrites_the_input():
     def f(x):
         x[0].add_(1)
         return x * 1
 
-    with pytest.raises(TraceError, match="graph input primals_1"):
-        trace_joint(f, [ember.ones(3, 2)])
+    j = trace_joint(f, [ember.ones(3, 2)])
+    assert [(m.index, m.writes) for m in j.mutations] == [(0, 1)]
+    assert "select_scatter" in _targets(j.graph)
 
     def g(x):
         x.t()[1] = 0.0
-        return x * 1
+        return x
 
-    with pytest.raises(TraceError, match="graph input"):
-        trace_joint(g, [ember.ones(3, 2)])
+    j = trace_joint(g, [ember.ones(3, 2)])
+    assert [(m.index, m.writes) for m in j.mutations] == [(0, 1)]
+    # the output is the input itself: made again from it at run time, no graph output
+    assert [(a.position, a.index, a.steps) for a in j.output_aliases] == [(0, 0, ())]
+    assert j.num_forward_outputs == 1

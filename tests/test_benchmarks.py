@@ -50,3 +50,8 @@ def test_compile_time_benchmark_runs():
 def test_compile_time_benchmark_runs_beside_torch():
     out = _run("compile_time.py", "--quick", "--only", "mlp")
     assert "torch.compile" in out
+
+
+def test_bn_train_step_benchmark_runs():
+    out = _run("bn_train_step.py", "--quick")
+    assert "ember.compile llvm" in out and "BatchNorm" in out

@@ -79,3 +79,43 @@ def test_training_steps_follow_eager():
     eager, compiled = run(False), run(True)
     np.testing.assert_allclose(compiled, eager, rtol=1e-4)
     assert compiled[-1] < compiled[0]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_resnet_with_batch_norm_trains_as_eager(backend):
+    """[aot-2]: BatchNorm's running statistics are updated inside the graph (written
+    back after each call), so a ResNet training step is one graph with no break; five
+    SGD steps in float64 give eager's losses, gradients, buffers and version counters."""
+    def run(compiled):
+        ember.manual_seed(1)
+        model = models.resnet18(num_classes=10, width=4).double()
+        model.train()
+        opt = ember.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        step_model = ember.compile(model, backend=backend, fullgraph=True) \
+            if compiled else model
+        ember.manual_seed(2)
+        x = ember.randn(4, 3, 16, 16, dtype=ember.float64)
+        y = ember.randint(0, 10, (4,))
+        losses, grads = [], []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = ember.nn.functional.cross_entropy(step_model(x), y)
+            loss.backward()
+            grads.append({n: p.grad.numpy().copy() for n, p in model.named_parameters()})
+            opt.step()
+            losses.append(loss.item())
+        return losses, grads, dict(model.named_buffers())
+    want = run(False)
+    got = run(True)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-10)
+    for g, w in zip(got[1], want[1]):
+        for name in w:
+            np.testing.assert_allclose(g[name], w[name], rtol=1e-10, atol=1e-13,
+                                       err_msg=name)
+    assert got[2].keys() == want[2].keys()
+    for name, w in want[2].items():
+        np.testing.assert_allclose(got[2][name].numpy(), w.numpy(), rtol=1e-10, err_msg=name)
+        assert got[2][name]._version == w._version, name
+    assert counters["stats"]["unique_graphs"] == 1          # no graph break
+    assert counters["stats"].get("frames_fallback", 0) == 0
+    assert got[2]["bn1.num_batches_tracked"].item() == 5

@@ -112,7 +112,11 @@ def test_inplace_ops_declare_what_they_write():
             assert e.mutates == (0,), f"{e.schema.text}: declare Tensor(a!) self"
             assert e.schema.return_aliases[:1] in (["a"], []), e.schema.text
         else:
-            assert e.mutates in ((), (0,)), e.schema.text
+            # batch_norm and instance_norm write their running statistics
+            # (Tensor(a!)? running_mean, as PyTorch's _native_batch_norm_legit declares)
+            assert e.mutates in ((), (0,)) or \
+                (e.name in ("batch_norm", "instance_norm") and e.mutates == (3, 4)), \
+                e.schema.text
 
 
 ALIAS_KEYS = sorted(k for k, i in INFOS.items() if i.ref is not None)

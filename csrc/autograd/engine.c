@@ -328,6 +328,53 @@ none_grads(em_Node *node)
     return out;
 }
 
+/* A node's post-hooks (node.__dict__["_post_hooks"], ember.autograd.graph): each is
+ * hook(grad_inputs, grad_outputs) -> None or new grad_inputs, after the node ran, as
+ * PyTorch's Node.register_hook. *out (a new reference) may be replaced. */
+static int
+run_post_hooks(em_Node *node, PyObject **out, PyObject *grads)
+{
+    static PyObject *key;
+    if (node->dict == NULL)
+        return 0;
+    if (key == NULL && (key = PyUnicode_InternFromString("_post_hooks")) == NULL)
+        return -1;
+    PyObject *hooks = PyDict_GetItemWithError(node->dict, key);
+    if (hooks == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(hooks)) {
+        PyErr_SetString(PyExc_TypeError, "a node's _post_hooks must be a list");
+        return -1;
+    }
+    Py_INCREF(hooks);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); i++) {
+        PyObject *res = PyObject_CallFunctionObjArgs(PyList_GET_ITEM(hooks, i), *out, grads,
+                                                     NULL);
+        if (res == NULL)
+            goto error;
+        if (res == Py_None) {
+            Py_DECREF(res);
+            continue;
+        }
+        PyObject *t = PySequence_Tuple(res);
+        Py_DECREF(res);
+        if (t == NULL)
+            goto error;
+        if (PyTuple_GET_SIZE(t) != PyTuple_GET_SIZE(*out)) {
+            PyErr_Format(PyExc_RuntimeError, "hook of %U returned %zd gradients, expected %zd",
+                         node->name, PyTuple_GET_SIZE(t), PyTuple_GET_SIZE(*out));
+            Py_DECREF(t);
+            goto error;
+        }
+        Py_SETREF(*out, t);
+    }
+    Py_DECREF(hooks);
+    return 0;
+error:
+    Py_DECREF(hooks);
+    return -1;
+}
+
 static int
 run_node(run_state *st, em_Node *node)
 {
@@ -385,10 +432,12 @@ run_node(run_state *st, em_Node *node)
      * to every input without running, as PyTorch's nodes do when no gradient is
      * defined; a multi-output node some of whose gradients are missing gets None
      * for those, which its formula handles. */
-    PyObject *out = all_none(grads) ? none_grads(node) : em_node_apply(node, grads);
-    Py_DECREF(grads);
-    if (out == NULL)
+    bool ran = !all_none(grads);
+    PyObject *out = ran ? em_node_apply(node, grads) : none_grads(node);
+    if (out == NULL) {
+        Py_DECREF(grads);
         return -1;
+    }
     if (!st->retain)
         em_node_release(node);
     Py_ssize_t nout = PyTuple_GET_SIZE(out);
@@ -396,6 +445,13 @@ run_node(run_state *st, em_Node *node)
         PyErr_Format(PyExc_RuntimeError,
                      "function %U returned an incorrect number of gradients (expected %d, got "
                      "%zd)", node->name, node->nedges, nout);
+        Py_DECREF(grads);
+        Py_DECREF(out);
+        return -1;
+    }
+    int hooked = ran ? run_post_hooks(node, &out, grads) : 0;
+    Py_DECREF(grads);
+    if (hooked < 0) {
         Py_DECREF(out);
         return -1;
     }

@@ -18,8 +18,36 @@
  * tensors are freed and a second backward raises, as in eager. With create_graph its
  * gradients hang from a node that refuses a double backward. All of it is C; only
  * the graphs (and building a variant the first time) run Python.
+ *
+ * Input mutation (python/ember/aot/mutation.py). mutations=((index, writes,
+ * differentiable), ...) names the inputs the program writes into; the forward returns
+ * their new values after the program's outputs. After each call they are written back:
+ * with copy_ under grad mode when autograd followed the write (the input's history goes
+ * on from this call's node, as from eager's in-place op), else as a plain copy; either
+ * way the storage's version counter moves by `writes`, as eager's in-place ops move it.
+ * aliases=((position, index, view), ...) are outputs that are views of such inputs: no
+ * graph output, but view(input) once the new value is in, sharing the input's memory as
+ * eager's result does. Before the forward runs: an input written into with autograd
+ * that is a leaf requiring grad (or a view of one) raises eager's error, and a call in
+ * which an input written into shares memory with another input (the graph took them
+ * as separate tensors) runs fallback(*inputs) instead: the program, eagerly. A graph
+ * that raises has written nothing. forward_grad=True runs the forward with the
+ * caller's grad mode and no node (the eager backend: its ops record their history).
  */
 #include "ember.h"
+#include "kernels/kutil.h"
+
+typedef struct {
+    Py_ssize_t index;         /* the input written into */
+    Py_ssize_t writes;        /* in-place ops eager runs on it: version counter bumps */
+    int differentiable;       /* autograd followed a write: copy_ under grad mode */
+} Mutation;
+
+typedef struct {
+    Py_ssize_t position;      /* in the outputs returned */
+    Py_ssize_t index;         /* the input it is a view of */
+    PyObject *view;           /* view(input) -> the output */
+} OutputAlias;
 
 typedef struct {
     PyObject_HEAD
@@ -36,22 +64,61 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *forward, *backward, *variants;
-    Py_ssize_t noutputs;
+    Py_ssize_t noutputs;      /* forward outputs before the saved values, new values of
+                               * the inputs written into last */
     PyObject *diff_outputs, *needs_grad, *tangent_meta, *name;
     Py_ssize_t calls;
+    Mutation *mut;
+    Py_ssize_t nmut;
+    OutputAlias *alias;       /* by position */
+    Py_ssize_t nalias;
+    PyObject *fallback;       /* callable or None */
+    int forward_grad;
 } AOTFunction;
 
 static PyTypeObject AOTBackward_Type, AOTFunction_Type;
 
 /* ------------------------------------------------------------------ backward */
 
+/* The engine is done with a Python node (no retain_graph): frees what its backward
+ * holds for it, a compiled backward's saved tensors or, through its _release_saved(),
+ * an autograd.Function's ctx.saved_tensors (python/ember/autograd/function.py). True
+ * when something was freed: running the node again raises PyTorch's error. */
 bool
 em_aot_backward_release(PyObject *fn)
 {
-    if (!PyObject_TypeCheck(fn, &AOTBackward_Type))
+    if (PyObject_TypeCheck(fn, &AOTBackward_Type)) {
+        Py_CLEAR(((AOTBackward *)fn)->saved);
+        return true;
+    }
+    if (PyCFunction_Check(fn) || PyFunction_Check(fn))
         return false;
-    Py_CLEAR(((AOTBackward *)fn)->saved);
-    return true;
+    static PyObject *name;
+    if (name == NULL && (name = PyUnicode_InternFromString("_release_saved")) == NULL) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    PyObject *release = PyObject_GetAttr(fn, name);
+    if (release == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();
+        else
+            PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    PyObject *r = PyObject_CallNoArgs(release);
+    Py_DECREF(release);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    int freed = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (freed < 0) {
+        PyErr_WriteUnraisable(fn);
+        return false;
+    }
+    return freed;
 }
 
 /* The backward to run for this call's gradients, with the arguments it takes (new
@@ -315,12 +382,225 @@ seen_before(PyObject *o, PyObject *const *inputs, Py_ssize_t ninputs, PyObject *
     return false;
 }
 
+/* ------------------------------------------------------------------ input mutation */
+
+typedef struct {
+    uintptr_t lo, hi;         /* the bytes a tensor's elements span */
+    int written;
+} Extent;
+
+static int
+extent_cmp(const void *a, const void *b)
+{
+    uintptr_t x = ((const Extent *)a)->lo, y = ((const Extent *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether an input written into shares memory with another input (conservatively:
+ * their byte ranges meet). Sorted by start, a range meets an earlier one exactly when
+ * it starts before the furthest end so far. 1, 0, or -1 with an error. */
+static int
+written_inputs_overlap(AOTFunction *self, PyObject *const *inputs, Py_ssize_t ninputs)
+{
+    Extent *ext = PyMem_Malloc(sizeof(Extent) * (ninputs ? ninputs : 1));
+    if (ext == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < ninputs; i++) {
+        if (!em_Tensor_Check(inputs[i]))
+            continue;
+        em_Tensor *t = (em_Tensor *)inputs[i];
+        if (em_is_meta(t) || t->numel == 0)
+            continue;
+        Py_ssize_t size = em_dtypes[t->dtype]->itemsize;
+        intptr_t lo = 0, hi = size;
+        for (int d = 0; d < t->ndim; d++) {
+            intptr_t span = (intptr_t)(t->sizes[d] - 1) * t->strides[d] * size;
+            if (span > 0)
+                hi += span;
+            else
+                lo += span;
+        }
+        uintptr_t data = (uintptr_t)PyArray_DATA(t->array);
+        ext[n].lo = data + lo;
+        ext[n].hi = data + hi;
+        ext[n].written = 0;
+        for (Py_ssize_t k = 0; k < self->nmut; k++)
+            ext[n].written |= self->mut[k].index == i;
+        n++;
+    }
+    qsort(ext, n, sizeof(Extent), extent_cmp);
+    uintptr_t end = 0, written_end = 0;
+    int overlap = 0;
+    for (Py_ssize_t i = 0; i < n && !overlap; i++) {
+        overlap = ext[i].lo < written_end || (ext[i].written && ext[i].lo < end);
+        if (ext[i].hi > end)
+            end = ext[i].hi;
+        if (ext[i].written && ext[i].hi > written_end)
+            written_end = ext[i].hi;
+    }
+    PyMem_Free(ext);
+    return overlap;
+}
+
+/* Eager's refusals of an in-place write autograd would follow. */
+static int
+check_writable(AOTFunction *self, PyObject *const *inputs, int grad)
+{
+    for (Py_ssize_t k = 0; k < self->nmut && grad; k++) {
+        if (!self->mut[k].differentiable)
+            continue;
+        em_Tensor *t = (em_Tensor *)inputs[self->mut[k].index];
+        em_Tensor *base = (em_Tensor *)t->base;
+        if (base != NULL && t->view_kind != EM_VIEW_NONE && base->requires_grad &&
+            base->grad_fn == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "a view of a leaf Variable that requires "
+                                                "grad is being used in an in-place operation.");
+            return -1;
+        }
+        if (t->requires_grad && t->grad_fn == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "a leaf Variable that requires grad is being "
+                                                "used in an in-place operation.");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The checks before a call that writes into inputs: 1 when the call must run the
+ * fallback instead, 0 to go on, -1 with an error. */
+static int
+check_inputs(AOTFunction *self, PyObject *const *inputs, Py_ssize_t ninputs, int grad)
+{
+    for (Py_ssize_t k = 0; k < self->nmut; k++) {
+        Py_ssize_t i = self->mut[k].index;
+        if (i >= ninputs || !em_Tensor_Check(inputs[i])) {
+            PyErr_Format(PyExc_TypeError, "compiled function: input %zd, which the graph "
+                                          "writes into, is not a tensor", i);
+            return -1;
+        }
+    }
+    if (check_writable(self, inputs, grad) < 0)
+        return -1;
+    return written_inputs_overlap(self, inputs, ninputs);
+}
+
+/* The input's new value into the input, as eager's in-place ops leave it. */
+static int
+write_back(em_Tensor *dst, PyObject *value, const Mutation *m, int grad)
+{
+    if (!em_Tensor_Check(value)) {
+        PyErr_Format(PyExc_RuntimeError, "compiled function: the new value of input %zd "
+                                         "is a %s, not a tensor", m->index,
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    em_Tensor *v = (em_Tensor *)value;
+    if (v->ndim != dst->ndim || memcmp(v->sizes, dst->sizes, sizeof(Py_ssize_t) * dst->ndim)) {
+        PyErr_Format(PyExc_RuntimeError, "compiled function: the new value of input %zd "
+                                         "does not have its shape", m->index);
+        return -1;
+    }
+    if (m->differentiable && grad) {
+        PyObject *args[2] = {(PyObject *)dst, value};
+        PyObject *r = em_call_op(EM_OP_COPY_, args, 2, NULL);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        dst->storage->version += (uint64_t)(m->writes - 1);
+        return 0;
+    }
+    if (value != (PyObject *)dst && em_copy_into(dst, value) < 0)
+        return -1;
+    dst->storage->version += (uint64_t)m->writes;
+    return 0;
+}
+
+/* The outputs returned: the graph's (before the new values of inputs), with the views
+ * of inputs written into made again at their positions. Steals outs. */
+static PyObject *
+with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs, Py_ssize_t ninputs)
+{
+    Py_ssize_t ngraph = self->noutputs - self->nmut, n = ngraph + self->nalias;
+    if (self->nalias == 0 && PyTuple_GET_SIZE(outs) == n)
+        return outs;
+    PyObject *res = PyTuple_New(n);
+    if (res == NULL)
+        goto error;
+    Py_ssize_t next = 0, a = 0;
+    for (Py_ssize_t pos = 0; pos < n; pos++) {
+        PyObject *o;
+        if (a < self->nalias && self->alias[a].position == pos) {
+            if (self->alias[a].index >= ninputs) {
+                PyErr_Format(PyExc_RuntimeError, "compiled function: output %zd is a view "
+                                                 "of input %zd, of %zd", pos,
+                             self->alias[a].index, ninputs);
+                goto error;
+            }
+            o = PyObject_CallOneArg(self->alias[a].view, inputs[self->alias[a].index]);
+            a++;
+            if (o == NULL)
+                goto error;
+        }
+        else if (next < ngraph) {
+            o = PyTuple_GET_ITEM(outs, next++);
+            Py_INCREF(o);
+        }
+        else {
+            PyErr_SetString(PyExc_RuntimeError, "compiled function: output positions do "
+                                                "not add up");
+            goto error;
+        }
+        PyTuple_SET_ITEM(res, pos, o);
+    }
+    if (a != self->nalias || next != ngraph) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled function: output positions do not "
+                                            "add up");
+        goto error;
+    }
+    Py_DECREF(outs);
+    return res;
+error:
+    Py_XDECREF(res);
+    Py_DECREF(outs);
+    return NULL;
+}
+
+static PyObject *
+run_fallback(AOTFunction *self, PyObject *const *inputs, Py_ssize_t ninputs)
+{
+    if (self->fallback == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled function: an input the graph writes "
+                                            "into shares memory with another input");
+        return NULL;
+    }
+    PyObject *res = PyObject_Vectorcall(self->fallback, inputs, ninputs, NULL);
+    if (res != NULL && !PyTuple_Check(res)) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled function: the fallback must return a "
+                                            "tuple");
+        Py_CLEAR(res);
+    }
+    return res;
+}
+
+/* ------------------------------------------------------------------ calls */
+
 static PyObject *
 function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, PyObject *kw)
 {
     Py_ssize_t ninputs = PyVectorcall_NARGS(nargsf);
     int grad = em_tls.grad_enabled;
-    em_tls.grad_enabled = 0;
+    if (self->nmut > 0) {
+        int r = check_inputs(self, inputs, ninputs, grad);
+        if (r < 0)
+            return NULL;
+        if (r > 0)
+            return run_fallback(self, inputs, ninputs);
+    }
+    if (!self->forward_grad)
+        em_tls.grad_enabled = 0;
     PyObject *res = PyObject_Vectorcall(self->forward, inputs, ninputs, NULL);
     em_tls.grad_enabled = grad;
     PyObject *outs = NULL, *saved = NULL, *diff = NULL, *node = NULL;
@@ -337,7 +617,7 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
         goto done;
     /* an output that is an input, or repeats another output, gets its own alias so
      * that hanging the node from it leaves the other one alone */
-    for (Py_ssize_t i = 0; i < self->noutputs; i++) {
+    for (Py_ssize_t i = 0; i < self->noutputs && !self->forward_grad; i++) {
         PyObject *o = PyTuple_GET_ITEM(outs, i);
         if (em_Tensor_Check(o) && seen_before(o, inputs, ninputs, outs, i)) {
             PyObject *a = (PyObject *)em_tensor_alias((em_Tensor *)o);
@@ -383,6 +663,18 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
         if (node == NULL)
             goto done;
     }
+    Py_ssize_t first = self->noutputs - self->nmut;
+    for (Py_ssize_t k = 0; k < self->nmut; k++) {
+        em_Tensor *dst = (em_Tensor *)inputs[self->mut[k].index];
+        if (write_back(dst, PyTuple_GET_ITEM(outs, first + k), &self->mut[k], grad) < 0)
+            goto done;
+    }
+    if (self->nmut > 0 || self->nalias > 0) {
+        PyObject *user = PyTuple_GetSlice(outs, 0, first);
+        Py_SETREF(outs, user);
+        if (outs == NULL || (outs = with_aliases(self, outs, inputs, ninputs)) == NULL)
+            goto done;
+    }
     self->calls++;
     Py_DECREF(res);
     Py_XDECREF(saved);
@@ -400,25 +692,107 @@ done:
     return NULL;
 }
 
+static int
+parse_mutations(AOTFunction *self, PyObject *spec)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    self->mut = PyMem_Calloc(n ? n : 1, sizeof(Mutation));
+    if (self->mut == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Mutation *m = &self->mut[k];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnp:AOTFunction mutation",
+                              &m->index, &m->writes, &m->differentiable))
+            return -1;
+        if (m->index < 0 || m->writes < 1) {
+            PyErr_SetString(PyExc_ValueError, "AOTFunction: a mutation is (input index >= 0, "
+                                              "writes >= 1, differentiable)");
+            return -1;
+        }
+        self->nmut++;
+    }
+    if (self->nmut > self->noutputs) {
+        PyErr_SetString(PyExc_ValueError, "AOTFunction: more mutations than outputs");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+parse_aliases(AOTFunction *self, PyObject *spec)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    self->alias = PyMem_Calloc(n ? n : 1, sizeof(OutputAlias));
+    if (self->alias == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        OutputAlias *a = &self->alias[k];
+        PyObject *view;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnO:AOTFunction alias",
+                              &a->position, &a->index, &view))
+            return -1;
+        if (a->position < 0 || a->index < 0 || !PyCallable_Check(view) ||
+            (k > 0 && a->position <= self->alias[k - 1].position)) {
+            PyErr_SetString(PyExc_ValueError, "AOTFunction: an alias is (position, input "
+                                              "index, view callable), by position");
+            return -1;
+        }
+        Py_INCREF(view);
+        a->view = view;
+        self->nalias++;
+    }
+    return 0;
+}
+
 /* AOTFunction(forward, backward, num_outputs, diff_outputs, needs_grad, tangent_meta, name,
- *             variants=None) */
+ *             variants=None, *, mutations=(), aliases=(), fallback=None,
+ *             forward_grad=False) */
 static PyObject *
 function_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"forward", "backward", "num_outputs", "diff_outputs",
+                             "needs_grad", "tangent_meta", "name", "variants", "mutations",
+                             "aliases", "fallback", "forward_grad", NULL};
     PyObject *fw, *bw, *diff, *needs, *meta, *name, *variants = Py_None;
+    PyObject *mutations = NULL, *aliases = NULL, *fallback = Py_None;
+    int forward_grad = 0;
     Py_ssize_t nout;
-    if (!PyArg_ParseTuple(args, "OOnO!O!O!U|O:AOTFunction", &fw, &bw, &nout, &PyTuple_Type,
-                          &diff, &PyTuple_Type, &needs, &PyTuple_Type, &meta, &name,
-                          &variants))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOnO!O!O!U|O$O!O!Op:AOTFunction", kwlist,
+                                     &fw, &bw, &nout, &PyTuple_Type, &diff, &PyTuple_Type,
+                                     &needs, &PyTuple_Type, &meta, &name, &variants,
+                                     &PyTuple_Type, &mutations, &PyTuple_Type, &aliases,
+                                     &fallback, &forward_grad))
         return NULL;
     if (variants != Py_None && !PyCallable_Check(variants)) {
         PyErr_SetString(PyExc_TypeError, "AOTFunction: variants must be callable or None");
+        return NULL;
+    }
+    if (fallback != Py_None && !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "AOTFunction: fallback must be callable or None");
         return NULL;
     }
     if (PyTuple_GET_SIZE(meta) != PyTuple_GET_SIZE(diff)) {
         PyErr_SetString(PyExc_ValueError, "AOTFunction: one tangent meta per differentiable "
                                           "output");
         return NULL;
+    }
+    if (bw == Py_None && PyTuple_GET_SIZE(diff) > 0) {
+        PyErr_SetString(PyExc_ValueError, "AOTFunction: differentiable outputs need a "
+                                          "backward");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(diff); k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(diff, k));
+        if (i < 0 || i >= nout) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "AOTFunction: a differentiable output "
+                                                  "index is out of range");
+            return NULL;
+        }
     }
     AOTFunction *self = PyObject_New(AOTFunction, type);
     if (self == NULL)
@@ -440,12 +814,29 @@ function_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(name);
     self->name = name;
     self->calls = 0;
+    self->mut = NULL;
+    self->nmut = 0;
+    self->alias = NULL;
+    self->nalias = 0;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    self->forward_grad = forward_grad;
+    if ((mutations != NULL && parse_mutations(self, mutations) < 0) ||
+        (aliases != NULL && parse_aliases(self, aliases) < 0)) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
 static void
 function_dealloc(AOTFunction *self)
 {
+    for (Py_ssize_t k = 0; k < self->nalias; k++)
+        Py_DECREF(self->alias[k].view);
+    PyMem_Free(self->alias);
+    PyMem_Free(self->mut);
+    Py_XDECREF(self->fallback);
     Py_XDECREF(self->forward);
     Py_XDECREF(self->backward);
     Py_XDECREF(self->variants);

@@ -8,16 +8,23 @@ graph and a backward graph over prims, wrapped as one eager-autograd node.
     and, for calls where some outputs get no gradient, the backward of the others
     (variants.py), traced again over the joint trace's fakes
 
+Writes into the graph's inputs are functionalized too: their new values are extra
+forward outputs, written back into the inputs by the runtime after each call
+(mutation.py; the eager backend's graphs that write into inputs take the same path,
+eager.py).
+
 Backend "aot_eager" compiles both graphs with eager ops.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from .. import _C
 from .. import fx
 from ..capture.backends import register_backend
 from .decompose import PrimVerificationError, decompose, verify_prims
 from .joint import JointGraph, trace_joint
-from .partition import log_graphs, partition, saved_bytes
+from .partition import log_graphs, log_mutations, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
 from .variants import BackwardVariants
 
@@ -34,38 +41,59 @@ def eager_compiler(graph, name):
 def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eager_compiler,
                 name="graph"):
     """Compiles a captured GraphModule (called with example_inputs) into a callable
-    returning a tuple of outputs, differentiable through one autograd node."""
+    returning a tuple of outputs, differentiable through one autograd node. Writes into
+    the inputs come back as extra forward outputs that the runtime writes into the
+    inputs after each call (mutation.py); a call whose inputs share memory with an input
+    written into runs gm eagerly instead (counted)."""
     def run(*args):
         return gm(*args)
 
     joint = trace_joint(run, example_inputs)
+    fallback = _aliased_inputs_fallback(gm, name) if joint.mutations else None
     if joint.num_tangents == 0:
-        # nothing needs a gradient: the forward alone, called directly (its ops record
-        # no autograd history, as no input requires grad or grad mode is off)
+        # nothing needs a gradient: the forward alone (its ops record no autograd
+        # history, as no input requires grad or grad mode is off)
         graph = decompose(joint.graph)
         _strip_grads(graph, joint.num_forward_outputs)
+        log_mutations(joint, name)
         fw = fw_compiler(graph, f"{name}_inference")
+        if joint.mutations or joint.output_aliases:
+            return compiled_function(joint, fw, None, name, fallback=fallback)
         if any(getattr(x, "requires_grad", False) for x in example_inputs):
             # inputs require grad but no output is differentiable (scatter with a
             # reduce): the eager prims must record no history either
             return _without_grad(fw)
         return fw
     prim_values = {}
-    prim_joint = JointGraph(decompose(joint.graph, prim_values), joint.num_primals,
-                            joint.num_forward_outputs, joint.num_tangents,
-                            joint.differentiable_outputs, joint.primals_requiring_grad,
-                            joint.forward_output_meta)
+    prim_joint = dataclasses.replace(joint, graph=decompose(joint.graph, prim_values))
     # a call whose outputs get only some gradients runs a backward traced for those
     # (variants.py), whose formulas read forward values the full backward's prims may
     # not: every forward value an op-level formula reads is saved too
     also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
     fw, bw, saved = partition(prim_joint, also_save=also)
     log_graphs(fw, bw, saved, name)
+    log_mutations(joint, name)
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
         if joint.num_tangents > 1 else None
     return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
-                             bw_compiler(bw, f"{name}_backward"), name, variants)
+                             bw_compiler(bw, f"{name}_backward"), name, variants,
+                             fallback=fallback)
+
+
+def _aliased_inputs_fallback(gm, name):
+    """Runs the captured graph eagerly: for calls in which an input the graph writes
+    into shares memory with another input (the compiled graph treats them as
+    separate), counted in counters["aliased_inputs"]."""
+    from ..capture.exc import counters
+    forward = gm.forward if hasattr(gm, "forward") else gm
+
+    def run_eagerly(*args):
+        counters["aliased_inputs"][f"{name}: an input written into shares memory with "
+                                   "another input; the graph ran eagerly"] += 1
+        out = forward(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return run_eagerly
 
 
 def _formula_reads(joint, prim_values):

@@ -15,9 +15,11 @@ records its functional twin and hands the result here, which:
 
 Aliasing is read from facts, never names: tensors alias when they share a storage
 (`untyped_storage()`), a view's base is `_base` and its steps `_view_steps`. A write
-into a graph input (or a view of one) is refused with a TraceError: graphs do not write
-back to their inputs yet. A write through a view whose steps are not known is refused
-too: nothing is ever dropped silently.
+into a graph input (or a view of one) is functionalized like any other: the input's
+placeholder is its base's first value, and `writes(input)` tells how many in-place ops
+wrote into it, so that the compiled function can return the input's new value and the
+runtime write it back (mutation.py). A write through a view whose steps are not known
+is refused: nothing is ever dropped silently.
 """
 from __future__ import annotations
 
@@ -41,13 +43,11 @@ class Functionalizer:
         self.tracer = tracer
         self._written = {}         # id(storage) -> _Written
         self._synced = {}          # id(tensor) -> (tensor, version its _trace is of)
-        self._inputs = {}          # id(storage) -> (storage, placeholder name)
 
-    # ------------------------------------------------------------ inputs
-
-    def input(self, fake, name):
-        s = fake.untyped_storage()
-        self._inputs[id(s)] = (s, name)
+    def writes(self, t):
+        """How many in-place writes went into t's storage (0: none)."""
+        w = self._written.get(id(t.untyped_storage()))
+        return 0 if w is None else w.version
 
     # ------------------------------------------------------------ reading
 
@@ -80,11 +80,6 @@ class Functionalizer:
     def write(self, t, value):
         """t (a tensor, or a view) now holds value (a traced tensor of t's shape)."""
         s = t.untyped_storage()
-        if id(s) in self._inputs:
-            name = self._inputs[id(s)][1]
-            raise self._error(
-                f"an in-place write into the graph input {name} (or a view of it) of shape "
-                f"{list(t.shape)}: graphs do not write back to their inputs yet")
         steps = view_replay.steps_of(t)
         if steps is None:
             raise self._error(f"an in-place write into a view of shape {list(t.shape)} whose "

@@ -8,6 +8,14 @@ engine's own gradient sums, reductions and casts, dispatch ops that record thems
 The joint graph's inputs are the primals and one tangent per differentiable output; its
 outputs are the forward outputs followed by a gradient per primal (None where none).
 
+A program that writes into its inputs returns their new values as extra forward
+outputs (after its own), the differentiable ones with a tangent each (mutation.py); its
+outputs that are views of those inputs are made again from them at run time instead.
+
+An input that requires grad but is not a leaf (it has a history) is traced as such: its
+fake hangs from a pass-through node over a leaf fake, so an in-place write into it is
+traced as eager runs it (a leaf would refuse it) and its gradient is the leaf's.
+
 The fake autograd graph is kept (retain_graph): when a call's backward gets no gradient
 for some outputs, AOT autograd traces the backward of the others over the same fakes
 (variants.py), so that it reads the forward values this trace saved.
@@ -18,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import _C
 from .. import autograd
+from .mutation import input_mutations, split_aliases
 from .trace import OpTracer
 
 
@@ -32,6 +41,10 @@ class JointGraph:
     forward_output_meta: list      # (shape, dtype) per forward output
     backward_trace: object = None  # BackwardTrace, to trace the backward again
     forward_nodes: frozenset = frozenset()   # the nodes the forward's trace recorded
+    mutations: tuple = ()          # InputMutation per input written into; their new
+                                   # values are the last forward outputs
+    output_aliases: tuple = ()     # OutputAlias per program output that is a view of
+                                   # an input written into (not a graph output)
 
 
 def _flat_outputs(out):
@@ -45,22 +58,34 @@ def _flat_outputs(out):
 
 
 def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
-    """Traces fn(*inputs) (and its backward when an input requires grad)."""
+    """Traces fn(*inputs) (and its backward when an input requires grad). With
+    with_backward=False the forward alone is traced, with autograd as at run time when
+    an input requires grad (so the trace knows which writes into inputs autograd
+    follows), and no tangent is made."""
     tracer = OpTracer()
-    primals = [tracer.placeholder(f"primals_{i + 1}", x)
-               for i, x in enumerate(example_inputs)]
-    needs_grad = [i for i, p in enumerate(primals) if p.requires_grad]
-    grad_on = with_backward and bool(needs_grad) and _C.is_grad_enabled()
+    needs_grad = [i for i, x in enumerate(example_inputs) if x.requires_grad]
+    grad_on = bool(needs_grad) and _C.is_grad_enabled()
+    primals, leaves = [], []
+    for i, x in enumerate(example_inputs):
+        p, leaf = _primal(tracer, f"primals_{i + 1}", x, grad_on)
+        primals.append(p)
+        leaves.append(leaf)
+    grad_fns = [p.grad_fn for p in primals]
     prev_grad = _C._set_grad_enabled(grad_on)
     try:
         with tracer.tracing():
             outs, _ = _flat_outputs(fn(*primals))
     finally:
         _C._set_grad_enabled(prev_grad)
+    mutations = input_mutations(tracer.functional, primals, grad_fns, grad_on)
+    outs, aliases = split_aliases(outs, primals, mutations)
+    num_outputs = len(outs)
+    outs = outs + [primals[m.index] for m in mutations]
     out_nodes = [tracer.node_of(o) for o in outs]
     forward_nodes = frozenset(tracer.graph.nodes)
-    diff = [i for i, o in enumerate(outs) if grad_on and o.requires_grad and
-            o.dtype.is_floating_point]
+    differentiable = [True] * num_outputs + [m.differentiable for m in mutations]
+    diff = [i for i, o in enumerate(outs) if with_backward and grad_on and differentiable[i]
+            and o.requires_grad and o.dtype.is_floating_point]
     grads = []
     tangents = []
     backward_trace = None
@@ -69,7 +94,7 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
                     for k, i in enumerate(diff)]
         # placeholders must come first: move the tangents before the first op
         _hoist_placeholders(tracer.graph)
-        inputs = [primals[i] for i in needs_grad]
+        inputs = [leaves[i] for i in needs_grad]
         with tracer.tracing():
             g = autograd.grad([outs[i] for i in diff], inputs, tangents,
                               allow_unused=True, retain_graph=True)
@@ -85,7 +110,24 @@ def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
     return JointGraph(tracer.graph, len(primals), len(outs), len(tangents), diff,
                       needs_grad if diff else [],
                       [(tuple(o.shape), o.dtype) for o in outs], backward_trace,
-                      forward_nodes)
+                      forward_nodes, tuple(mutations), tuple(aliases))
+
+
+def _primal(tracer, name, example, grad_on):
+    """(the fake input fn is called with, the leaf fake gradients are taken for). An
+    input with a history (not a leaf, requiring grad) hangs from a pass-through node
+    over a leaf, so in-place writes into it are traced as eager runs them."""
+    fake = tracer.placeholder(name, example)
+    if not (grad_on and example.requires_grad and example.grad_fn is not None):
+        return fake, fake
+    inner = _C._meta_tensor(tuple(example.shape), example.dtype, example.stride())
+    inner._trace = fake._trace
+    _C._make_node(_pass_through, (fake,), (inner,), "InputBackward")
+    return inner, fake
+
+
+def _pass_through(g):
+    return (g,)
 
 
 @dataclass

@@ -5,6 +5,7 @@ needs (the min-cut partitioner that recomputes cheap values instead comes later)
 backward graph takes the saved values and the tangents and returns the gradients."""
 from __future__ import annotations
 
+import operator
 import os
 
 from .. import fx
@@ -55,6 +56,10 @@ def partition(joint: JointGraph, also_save=()):
         set(primals)
     bw_needed = _ancestors([x for x in grads if x is not None] +
                            [n for n in kept if n in from_tangents])
+    # an item of a forward op's tuple the backward reads is taken in the forward (and
+    # saved), never the tuple itself (sort's indices, read by a custom backward only)
+    fw_set |= {n for n in bw_needed if n.op == "call_function" and
+               n.target is operator.getitem and n.args[0] in fw_set}
     bw_nodes = [n for n in nodes if n in bw_needed and n not in fw_set and n.op != "placeholder"]
     saved = []
     also_set = set(also)
@@ -115,3 +120,12 @@ def log_graphs(fw, bw, saved, name):
     print(f"===== saved for backward: {len(rows)} tensors, {total} bytes =====")
     for nm, shape, dtype, nbytes in rows:
         print(f"  {nm}: {dtype} {list(shape)}  {nbytes} bytes")
+
+
+def log_mutations(joint: JointGraph, name):
+    if not (joint.mutations or joint.output_aliases) or \
+            "aot_graphs" not in os.environ.get("EMBER_LOGS", "").split(","):
+        return
+    from .mutation import describe
+    print(f"===== inputs written back after each call ({name}) =====")
+    print("\n".join(describe(joint.mutations, joint.output_aliases)))

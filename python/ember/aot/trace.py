@@ -43,7 +43,6 @@ class OpTracer:
             fake.requires_grad_(True)
         fake._trace = node
         node.meta["val"] = fake
-        self.functional.input(fake, name)
         return fake
 
     def node_of(self, value):

@@ -12,6 +12,8 @@ from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, \
 from . import graph
 from . import copy_slices  # noqa: F401  (binds the backward of in-place updates of views)
 from .gradcheck import gradcheck
+from . import function
+from .function import Function, FunctionCtx, once_differentiable
 
 
 def _as_tuple(x):
@@ -81,4 +83,5 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
-           "inference_mode", "is_grad_enabled", "gradcheck", "graph"]
+           "inference_mode", "is_grad_enabled", "gradcheck", "graph", "Function",
+           "FunctionCtx", "once_differentiable", "function"]

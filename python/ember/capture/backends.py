@@ -16,7 +16,8 @@ def register_backend(name, fn=None):
 
 @register_backend("eager")
 def eager(gm, example_inputs):
-    return gm.forward
+    from ..aot.eager import eager_graph      # a graph that writes into its inputs
+    return eager_graph(gm, example_inputs)
 
 
 def list_backends():

@@ -120,6 +120,10 @@ class OutputGraph:
     def add_input(self, value, source) -> TensorVar:
         known = self.tensor_vars.get(id(value))
         if known is not None:
+            if source is not None and known.source is not None and source != known.source:
+                # one input for both paths: guarded to stay one tensor (another call
+                # passing two tensors must not read the first twice)
+                self.guards.add("ALIAS", source, (known.source, True))
             return known
         name = _placeholder_name(source)
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
@@ -383,11 +387,13 @@ class Translator:
         entry = _entry_of(target, method)
         for i in (entry.mutates if entry is not None else ()):
             t = args[i] if i < len(args) else None
-            if isinstance(t, TensorVar) and t.from_input:
-                # [aot-2] moves input mutation into graphs; until then the frame runs
-                # in CPython, which applies it
-                raise Unsupported(f"in-place {name} on an input of the compiled function "
-                                  "(or a view of one)")
+            if isinstance(t, TensorVar) and t.from_input and t.fake.requires_grad and \
+                    _C.is_grad_enabled():
+                # writes into inputs are graph outputs written back after each call
+                # (ember/aot/mutation.py); one autograd follows into an input that
+                # requires grad runs in CPython (eager refuses it for a leaf)
+                raise Unsupported(f"in-place {name} on an input that requires grad (or a "
+                                  "view of one) with grad mode on")
         fake_args = [self.fake_of(a) for a in args]
         fake_kwargs = {k: self.fake_of(v) for k, v in kwargs.items()}
         try:
@@ -552,8 +558,10 @@ class Translator:
             return orig.call(self, args, kwargs)
         m = mvar.value
         d = object.__getattribute__(m, "__dict__")
-        if d.get("_backward_hooks"):
-            raise Unsupported(f"module {type(m).__name__} has backward hooks")
+        for table in ("_backward_hooks", "_backward_pre_hooks"):
+            if d.get(table):
+                raise Unsupported(f"module {type(m).__name__} has backward hooks")
+            self._module_hooks(mvar, table)        # guarded: none registered since
         if "forward" in d:
             raise Unsupported("a module whose forward was replaced on the instance")
         forward = inspect.getattr_static(type(m), "forward", None)

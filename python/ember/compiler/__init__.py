@@ -3,13 +3,16 @@ config. (The LLVM compiler's passes live in this package's submodules.)"""
 from __future__ import annotations
 
 import functools
+import weakref
 
 from ..capture import _hook, skip as _skip
 from . import backend as _backend  # noqa: F401  (registers backend "llvm")
 from ..capture import reset as _reset_capture
 from ..capture.config import config
 
-_allowed_in_graph = set()
+# weak: each autograd.Function subclass registers its apply, and classes made in a
+# function must not live for ever
+_allowed_in_graph = weakref.WeakSet()
 
 
 def reset():

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import _C
 from .. import ops as _ops
-from ..compiler import disable, is_compiling
 
 Tensor = _C.Tensor
 
@@ -554,7 +553,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
     """Normalises per channel (dim 1) with batch statistics when training, updating
-    running_mean/running_var in place, else with the running statistics."""
+    running_mean/running_var in place, else with the running statistics. Compiled, the
+    update is part of the graph (its new values are written back after each call)."""
     if training:
         size_prods = input.shape[0]
         for n in input.shape[2:]:
@@ -562,19 +562,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if size_prods == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
                              f"size {input.shape}")
-        if running_mean is not None and is_compiling():
-            return _batch_norm_update(input, running_mean, running_var, weight, bias, momentum,
-                                      eps)
     return _O().batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
                            eps, False)
-
-
-@disable
-def _batch_norm_update(input, running_mean, running_var, weight, bias, momentum, eps):
-    """The training step that writes running_mean/running_var in place: kept out of
-    compiled graphs (a graph break), which do not write back to their inputs yet."""
-    return _O().batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps,
-                           False)
 
 
 def _verify_spatial_size(size):
@@ -590,22 +579,12 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                   use_input_stats=True, momentum=0.1, eps=1e-5):
     """Normalises each (sample, channel) plane over its spatial dims; with running
     statistics and use_input_stats, updates them in place (the mean over the batch of
-    each sample's momentum update), as PyTorch."""
+    each sample's momentum update), as PyTorch. Compiled, the update is part of the
+    graph, as batch_norm's."""
     if use_input_stats:
         _verify_spatial_size(input.shape)
-        if running_mean is not None and is_compiling():
-            return _instance_norm_update(input, running_mean, running_var, weight, bias,
-                                         momentum, eps)
     return _O().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats,
                               momentum, eps, False)
-
-
-@disable
-def _instance_norm_update(input, running_mean, running_var, weight, bias, momentum, eps):
-    """The step that writes the running statistics in place: kept out of compiled graphs
-    (a graph break), as batch_norm's."""
-    return _O().instance_norm(input, weight, bias, running_mean, running_var, True, momentum,
-                              eps, False)
 
 
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):

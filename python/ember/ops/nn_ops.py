@@ -1327,20 +1327,14 @@ _decomposed("_native_batch_norm_legit_functional(Tensor input, Tensor? weight, T
             "momentum and the unbiased variance), running statistics in evaluation.")
 
 
-class MutationNotCompiled(RuntimeError):
-    """A traced graph would drop an in-place write to one of its inputs."""
-
-
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
                 cudnn_enabled):
-    if training and running_mean is not None and _C._get_mode()[0] == _C.MODE_TRACE:
-        # graphs do not write back to their inputs yet: refuse rather than drop the update
-        # (nn.functional.batch_norm and the BatchNorm layers run this step eagerly)
-        raise MutationNotCompiled("batch_norm(): the in-place update of running_mean and "
-                                  "running_var cannot be traced into a graph yet")
     out, _, _, new_mean, new_var = O._native_batch_norm_legit_functional(
         input, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None:
+        # autograd does not follow the update (PyTorch's buffers keep requires_grad
+        # False); traced, the writes are functionalized and the compiled function writes
+        # the new statistics back after each call (ember/aot/mutation.py)
         prev = _C._set_grad_enabled(False)
         try:
             running_mean.copy_(new_mean)
@@ -1350,8 +1344,8 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
     return out
 
 
-op("batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
-   "Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) "
+op("batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+   "Tensor(b!)? running_var, bool training, float momentum, float eps, bool cudnn_enabled) "
    "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_batch_norm,
    doc="Batch normalisation; in training the running statistics are updated in place "
        "(copy_ of _native_batch_norm_legit_functional's new statistics).")
@@ -3035,8 +3029,9 @@ def _instance_norm(input, weight, bias, running_mean, running_var, use_input_sta
     return out.view(list(input.shape))
 
 
-op("instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
-   "Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) "
+op("instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!)? running_mean, "
+   "Tensor(b!)? running_var, bool use_input_stats, float momentum, float eps, "
+   "bool cudnn_enabled) "
    "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_instance_norm,
    doc="Normalises each (sample, channel) plane over its spatial dims (batch_norm over the "
        "(1, N*C, ...) view); with running statistics, updates them with the mean of the "

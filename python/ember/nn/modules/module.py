@@ -14,13 +14,14 @@ checkpoints depend on them.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 from collections import OrderedDict, namedtuple
 
 from ... import _C
 from ...autograd import no_grad
-from ...utils.hooks import RemovableHandle
+from ...utils.hooks import BackwardHook, RemovableHandle, register_node_hook
 from ..parameter import Parameter, typename
 
 Tensor = _C.Tensor
@@ -54,6 +55,11 @@ def _forward_unimplemented(self, *args, **kwargs):
                               '"forward" function')
 
 
+def _legacy_hook(hook, module, grad_input, grad_output):
+    res = hook(module, tuple(grad_input), tuple(grad_output))
+    return res
+
+
 class Module:
     """Base class for all neural network modules; subclasses define forward()."""
 
@@ -74,13 +80,23 @@ class Module:
         setattr_(self, "_forward_hooks_with_kwargs", OrderedDict())
         setattr_(self, "_forward_pre_hooks", OrderedDict())
         setattr_(self, "_forward_pre_hooks_with_kwargs", OrderedDict())
+        setattr_(self, "_backward_hooks", OrderedDict())
+        setattr_(self, "_backward_pre_hooks", OrderedDict())
+        setattr_(self, "_is_full_backward_hook", None)
         setattr_(self, "_load_state_dict_pre_hooks", OrderedDict())
 
     # ------------------------------------------------------------ calling
 
     def _call_impl(self, *args, **kwargs):
-        if not (self._forward_hooks or self._forward_pre_hooks):
+        d = self.__dict__
+        backward_hooks = d.get("_backward_hooks") or d.get("_backward_pre_hooks")
+        if not (self._forward_hooks or self._forward_pre_hooks or backward_hooks):
             return self.forward(*args, **kwargs)
+        full_hook = None
+        if backward_hooks and (d.get("_is_full_backward_hook") or d.get("_backward_pre_hooks")):
+            full_hook = BackwardHook(self, [h for h in d["_backward_hooks"].values()]
+                                     if d.get("_is_full_backward_hook") else [],
+                                     list(d["_backward_pre_hooks"].values()))
         for hook_id, hook in list(self._forward_pre_hooks.items()):
             if hook_id in self._forward_pre_hooks_with_kwargs:
                 res = hook(self, args, kwargs)
@@ -93,6 +109,8 @@ class Module:
                 res = hook(self, args)
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
+        if full_hook is not None:
+            args = full_hook.setup_input_hook(args)
         result = self.forward(*args, **kwargs)
         for hook_id, hook in list(self._forward_hooks.items()):
             if hook_id in self._forward_hooks_with_kwargs:
@@ -101,7 +119,27 @@ class Module:
                 res = hook(self, args, result)
             if res is not None:
                 result = res
+        if full_hook is not None:
+            result = full_hook.setup_output_hook(result)
+        if backward_hooks and d.get("_is_full_backward_hook") is False:
+            self._register_legacy_backward_hooks(result)
         return result
+
+    def _register_legacy_backward_hooks(self, result):
+        """register_backward_hook's hooks: on the grad_fn of the first tensor output,
+        called with the gradients that node computes for its inputs (PyTorch's
+        deprecated, node-level semantics)."""
+        var = result
+        while not isinstance(var, Tensor):
+            if isinstance(var, dict):
+                var = next(v for v in var.values() if isinstance(v, Tensor))
+            else:
+                var = var[0]
+        grad_fn = var.grad_fn
+        if grad_fn is None:
+            return
+        for hook in self._backward_hooks.values():
+            register_node_hook(grad_fn, functools.partial(_legacy_hook, hook, self))
 
     __call__ = _call_impl
 
@@ -128,6 +166,39 @@ class Module:
             self._forward_hooks_with_kwargs[handle.id] = True
         if prepend:
             self._forward_hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or new grad_input, called when
+        the gradients with respect to the module's inputs are computed (grad_input: one
+        per positional argument, None for non-tensors; grad_output: one per output)."""
+        if self._is_full_backward_hook is False:
+            raise RuntimeError("Cannot use both regular backward hooks and full backward "
+                               "hooks on a single Module. Please use only one of them.")
+        object.__setattr__(self, "_is_full_backward_hook", True)
+        return self._add_hook(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or new grad_output, called when the
+        gradients with respect to the module's outputs are computed."""
+        return self._add_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_backward_hook(self, hook):
+        """Deprecated (register_full_backward_hook): hook(module, grad_input,
+        grad_output) on the node that made the module's first output; grad_input are
+        the gradients that node computes for its own inputs."""
+        if self._is_full_backward_hook is True:
+            raise RuntimeError("Cannot use both regular backward hooks and full backward "
+                               "hooks on a single Module. Please use only one of them.")
+        object.__setattr__(self, "_is_full_backward_hook", False)
+        return self._add_hook(self._backward_hooks, hook, False)
+
+    @staticmethod
+    def _add_hook(table, hook, prepend):
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        if prepend:
+            table.move_to_end(handle.id, last=False)
         return handle
 
     # ------------------------------------------------------------ registration
@@ -290,8 +361,10 @@ class Module:
     def __setstate__(self, state):
         self.__dict__.update(state)
         for name in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks",
-                     "_forward_pre_hooks_with_kwargs", "_load_state_dict_pre_hooks"):
+                     "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                     "_backward_pre_hooks", "_load_state_dict_pre_hooks"):
             self.__dict__.setdefault(name, OrderedDict())
+        self.__dict__.setdefault("_is_full_backward_hook", None)
         self.__dict__.setdefault("_non_persistent_buffers_set", set())
 
     # ------------------------------------------------------------ traversal

@@ -3,16 +3,17 @@ norms (BatchNorm1d/2d/3d, whose running statistics are buffers updated in place 
 training; the instance norms in instancenorm.py share their base).
 
 A training step of a batch norm that tracks running statistics writes its buffers in
-place. Compiled graphs do not carry writes to their inputs back yet, so that step always
-runs eagerly (ember.compiler.disable: a graph break under ember.compile), which keeps the
-buffers exactly as eager updates them; evaluation and untracked batch norms compile."""
+place (num_batches_tracked, running_mean, running_var). Compiled, those writes are part
+of the graph: its new values of the buffers are written back after each call
+(ember/aot/mutation.py), so training compiles with no graph break. momentum=None (a
+cumulative average) reads num_batches_tracked as a Python number, which a graph cannot:
+that frame runs eagerly (counted), as torch.compile breaks its graph there."""
 import numbers
 
 from ... import empty, ones, tensor, zeros
 from ... import int64 as _int64
 from .. import functional as F
 from .. import init
-from ...compiler import disable
 from ..parameter import Parameter
 from .module import Module
 
@@ -180,7 +181,6 @@ class _BatchNorm(Module):
                 f"track_running_stats={self.track_running_stats}")
 
 
-@disable
 def _training_step(bn, input):
     """Batch statistics, with num_batches_tracked and the running statistics updated in
     place (momentum None: a cumulative average), as PyTorch's training step."""

@@ -1,0 +1,46 @@
+"""The eager backend's graphs: the captured graph run with eager ops.
+
+A captured graph that writes into its inputs (capture ran each in-place op on the
+inputs' fakes, so their version counters tell) runs functionalized instead, as the AOT
+backends run it: its op-level trace (trace_joint, forward only), where every write is a
+new value, runs with eager ops under the caller's grad mode, so its ops record their own
+history as eager's do, and the runtime writes the new values back into the inputs after
+the call (csrc/runtime/aot_function.c, forward_grad=True). So a graph that raises has
+written nothing, and the frame can run again eagerly from the state eager started from.
+
+Not when the graph calls an autograd.Function: its op-level trace holds the forward's
+ops, whose eager autograd is not the class's backward. That graph runs as captured (its
+writes into inputs happen in place, as eager's; a graph that raises after one would
+leave it applied when the frame runs again eagerly).
+"""
+from __future__ import annotations
+
+from .. import fx
+from .joint import trace_joint
+from .runtime import compiled_function
+
+
+def writes_into_inputs(gm) -> bool:
+    """Whether a captured graph writes into an input (or a view of one)."""
+    for n in gm.graph.nodes:
+        fake = n.meta.get("example_value") if n.op == "placeholder" else None
+        if fake is not None and fake._version > 0:
+            return True
+    return False
+
+
+def calls_autograd_functions(gm) -> bool:
+    return any(n.op == "call_function" and hasattr(n.target, "function_class")
+               for n in gm.graph.nodes)
+
+
+def eager_graph(gm, example_inputs):
+    if not writes_into_inputs(gm) or calls_autograd_functions(gm):
+        return gm.forward
+    from . import _aliased_inputs_fallback
+    code = getattr(gm, "meta", {}).get("code")
+    name = code.co_name if code else "graph"
+    joint = trace_joint(gm, example_inputs, with_backward=False)
+    fw = fx.GraphModule({}, joint.graph, class_name=f"{name}_functional").forward
+    return compiled_function(joint, fw, None, name,
+                             fallback=_aliased_inputs_fallback(gm, name), forward_grad=True)

@@ -1,0 +1,98 @@
+"""Input mutation: a traced program that writes into its inputs, as a functional graph
+plus a write-back.
+
+Functionalization (functionalize.py) turns every in-place write into a new value of the
+written storage's base, graph inputs included: after the forward's trace, the value of
+each input's storage is a node, and the functionalizer counts the writes into it. Each
+input written into is an *input mutation* of the graph:
+
+- its new value is an extra output of the forward graph, after the program's own
+  outputs; the runtime writes it back into the input after each call
+  (csrc/runtime/aot_function.c), so the graph itself never writes into memory it did
+  not allocate, and a graph that raises has changed nothing;
+- `writes`: the in-place ops that wrote into it; eager bumps the storage's version
+  counter once per op, and so does the write-back;
+- `differentiable`: whether autograd followed a write (the write ran with grad mode on
+  and something that requires grad took part: the input's fake got a new grad_fn). Its
+  new value is then a differentiable output of the compiled node, and the runtime writes
+  it back with copy_ under grad mode, so the input's history goes on from the compiled
+  node as it would from eager's in-place op. Writes autograd did not follow (under
+  no_grad, BatchNorm's running statistics, an optimizer's step) are plain copies, and
+  the input keeps its history, as in eager.
+
+An output that is a view of an input written into is no graph output: eager returns a
+tensor sharing the input's memory (the input itself for `return x.add_(1)`), so the
+runtime makes that view again from the input once its new value is in (`OutputAlias`:
+the view's steps from the input, replayed by ember.ops.view_replay).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..ops import view_replay
+
+
+@dataclass(frozen=True)
+class InputMutation:
+    index: int               # the input written into
+    writes: int              # in-place ops that wrote into it (version counter bumps)
+    differentiable: bool     # autograd followed a write: copy_ under grad mode
+
+    def spec(self):
+        """The tuple aot_function.c reads."""
+        return (self.index, self.writes, self.differentiable)
+
+
+@dataclass(frozen=True)
+class OutputAlias:
+    position: int            # in the program's outputs
+    index: int               # the input it is a view of
+    steps: tuple             # its view steps from that input (() : the input itself)
+
+    def spec(self):
+        """The tuple aot_function.c reads: (position, input index, view(input))."""
+        return (self.position, self.index, functools.partial(view_replay.replay, self.steps))
+
+
+def input_mutations(functional, primals, grad_fns, grad_on):
+    """The inputs the traced program wrote into. grad_fns: each primal's grad_fn before
+    the program ran; grad_on: whether the trace ran with autograd."""
+    out = []
+    for i, p in enumerate(primals):
+        writes = functional.writes(p)
+        if writes:
+            followed = grad_on and p.requires_grad and p.grad_fn is not grad_fns[i]
+            out.append(InputMutation(i, writes, bool(followed)))
+    return out
+
+
+def split_aliases(outs, primals, mutations):
+    """(outputs the graph returns, OutputAlias of each output that is a view of an
+    input written into)."""
+    written = {id(primals[m.index].untyped_storage()): m.index for m in mutations}
+    if not written:
+        return list(outs), []
+    kept, aliases = [], []
+    for pos, o in enumerate(outs):
+        i = written.get(id(o.untyped_storage()))
+        if i is None:
+            kept.append(o)
+            continue
+        steps = view_replay.steps_of(o)
+        if steps is None or view_replay.base_of(o) is not primals[i]:
+            from .trace import TraceError
+            raise TraceError(f"output {pos} is a view of input {i}, which the program "
+                             "writes into, but the view ops that made it are not known")
+        aliases.append(OutputAlias(pos, i, tuple(steps)))
+    return kept, aliases
+
+
+def describe(mutations, aliases):
+    """Readable lines (EMBER_LOGS=aot_graphs)."""
+    lines = [f"  input {m.index}: {m.writes} write(s)"
+             f"{', differentiable' if m.differentiable else ''}" for m in mutations]
+    lines += [f"  output {a.position}: a view of input {a.index} "
+              f"({', '.join(s[0].entry.name for s in a.steps) or 'the input itself'})"
+              for a in aliases]
+    return lines
