@@ -505,6 +505,7 @@ class OpInfo:
     random: bool = False
     check: Optional[Callable] = None           # random ops: check(out, *args, **kw) -> bool
     dynamic_shape: bool = False                # result shape depends on values: no meta rule
+    no_derivative: bool = False                # PyTorch records the op but backward raises
 
     @property
     def entry(self):
@@ -856,7 +857,7 @@ def _divmod_samples(dtype, rng):
 
 
 add(OpInfo("floor_divide", _divmod_samples, elementwise(_ref_floor_divide, 2),
-           dtypes=NO_BOOL, errors=_int_div_errors("floor_divide")))
+           dtypes=NO_BOOL, errors=_int_div_errors("floor_divide"), no_derivative=True))
 add(OpInfo("remainder", _divmod_samples, elementwise(_ref_remainder, 2), dtypes=NO_BOOL,
            errors=_int_div_errors("remainder"),
            torch_fn=lambda torch, a, b: torch.remainder(a, b)))
@@ -3317,6 +3318,7 @@ def _inplace_info(name, functional: OpInfo):
     info = OpInfo(name, samples, functional.ref, dtypes=functional.dtypes,
                   reduction=functional.reduction, inplace=True,
                   random=functional.random, check=functional.check, errors=errors,
+                  no_derivative=functional.no_derivative,
                   torch_fn=lambda torch, *a, **k: _torch_inplace(torch, method, *a, **k))
     info.call = call
     return info

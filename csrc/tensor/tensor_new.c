@@ -125,6 +125,42 @@ em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offse
     return t;
 }
 
+/* The bytes g's storage takes, in *nbytes; a RuntimeError as PyTorch's when the
+ * size does not fit (NumPy's own ValueError would name neither the sizes nor the
+ * cause). */
+static int
+check_allocation(const em_Geom *g, Py_ssize_t *nbytes)
+{
+    Py_ssize_t n = em_dtypes[g->dtype]->itemsize;
+    bool overflow = false;
+    for (int i = 0; i < g->ndim; i++) {
+        if (g->sizes[i] == 0) {
+            *nbytes = 0;
+            return 0;
+        }
+        if (!overflow && __builtin_mul_overflow(n, g->sizes[i], &n))
+            overflow = true;
+    }
+    *nbytes = n;
+    if (!overflow)
+        return 0;
+    PyObject *sizes = PyList_New(g->ndim);
+    if (sizes == NULL)
+        return -1;
+    for (int i = 0; i < g->ndim; i++) {
+        PyObject *v = PyLong_FromSsize_t(g->sizes[i]);
+        if (v == NULL) {
+            Py_DECREF(sizes);
+            return -1;
+        }
+        PyList_SET_ITEM(sizes, i, v);
+    }
+    PyErr_Format(PyExc_RuntimeError, "Storage size calculation overflowed with sizes=%R",
+                 sizes);
+    Py_DECREF(sizes);
+    return -1;
+}
+
 em_Tensor *
 em_tensor_empty(const em_Geom *g, bool meta)
 {
@@ -137,12 +173,21 @@ em_tensor_empty(const em_Geom *g, bool meta)
             Py_CLEAR(t);
         return t;
     }
+    Py_ssize_t nbytes;
+    if (check_allocation(g, &nbytes) < 0)
+        return NULL;
     PyArray_Descr *descr = em_dtypes[g->dtype]->descr;
     Py_INCREF(descr);
     PyArrayObject *arr = (PyArrayObject *)PyArray_NewFromDescr(
         &PyArray_Type, descr, g->ndim, (npy_intp *)g->sizes, NULL, NULL, 0, NULL);
-    if (arr == NULL)
+    if (arr == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_RuntimeError, "DefaultCPUAllocator: can't allocate memory: "
+                         "you tried to allocate %zd bytes.", nbytes);
+        }
         return NULL;
+    }
     t = em_tensor_from_array(arr, NULL, 0);
     Py_DECREF(arr);
     if (t != NULL && t->numel == 0) {

@@ -10,7 +10,7 @@ from ._C import (Size, Tensor, UntypedStorage, dtype, from_numpy, get_default_dt
 from ._C import (bool as _bool, float16, float32, float64, int8, int16, int32, int64,
                  uint8)
 from . import ops as _ops
-from .device import device
+from .device import device, get_default_device, set_default_device
 
 _ops.install(globals())
 
@@ -46,6 +46,7 @@ def numel(t):
 from . import nn, optim, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import capture  # noqa: E402
+from . import backends, cuda  # noqa: E402,F401
 from . import aot  # noqa: E402,F401  (registers backend "aot_eager")
 from . import compiler  # noqa: E402
 from .capture import compile  # noqa: E402,F811

@@ -123,11 +123,50 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         else:
             inferred = _infer_dtype(data)
         target = dtype if dtype is not None else inferred
-        arr = np.array(_to_numpy(data), dtype=target.numpy_dtype, copy=True)
+        raw = _to_numpy(data)
+        if not isinstance(data, np.ndarray) and raw.dtype.kind in "iufO" and \
+                not target.is_floating_point and target is not _C.bool:
+            _check_int_range(raw, data, target)
+        with np.errstate(over="ignore"):      # 2**64 into float16 is inf, silently
+            arr = np.array(raw, dtype=target.numpy_dtype, copy=True)
         out = _C.from_numpy(arr)
     if requires_grad:
         out.requires_grad_(True)
     return out
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _check_int_range(raw, data, target):
+    """Python integers going into an integer or bool tensor, checked as PyTorch checks
+    them: each must fit int64 (a ValueError otherwise), then the target dtype (a
+    RuntimeError; an unsigned type also takes negatives down to -max, which wrap). Into
+    bool any integer goes (nonzero is True)."""
+    if raw.size == 0:
+        return
+    if raw.dtype.kind in "iu" and raw.dtype != np.uint64:
+        lo, hi = int(raw.min()), int(raw.max())
+    else:       # NumPy made the ints unsigned, float or objects: the Python ints
+        ints = []
+
+        def walk(x):
+            if isinstance(x, (list, tuple)):
+                for y in x:
+                    walk(y)
+            elif isinstance(x, int) and not isinstance(x, bool):
+                ints.append(x)
+        walk(data)
+        if not ints:
+            return
+        lo, hi = min(ints), max(ints)
+    if lo < _INT64[0] or hi > _INT64[1]:
+        raise ValueError("Overflow when unpacking long long")
+    info = np.iinfo(target.numpy_dtype)
+    low = -int(info.max) if info.min == 0 else int(info.min)
+    if lo < low or hi > int(info.max):
+        raise RuntimeError(f"value cannot be converted to type {str(target).split('.')[-1]} "
+                           f"without overflow")
 
 
 def as_tensor(data, dtype=None, device=None):

@@ -1,5 +1,13 @@
 """ember.device: where a tensor lives. Ember computes on the CPU; 'meta' tensors carry
-shapes and dtypes only."""
+shapes and dtypes only.
+
+The default device (set_default_device, get_default_device, `with ember.device(...)`)
+is the CPU: setting it to the CPU (or None) is accepted, so code written for PyTorch
+runs unchanged; any other device is refused when set, since factories would have to
+create tensors there."""
+import threading
+
+_state = threading.local()
 
 
 class device:
@@ -37,3 +45,39 @@ class device:
 
     def __reduce__(self):
         return device, (self.type, self.index)
+
+    def __enter__(self):
+        stack = _stack()
+        stack.append(get_default_device())
+        try:
+            set_default_device(self)
+        except BaseException:
+            stack.pop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        set_default_device(_stack().pop())
+        return False
+
+
+def _stack():
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
+
+def get_default_device():
+    """The device factories create tensors on: always the CPU."""
+    return device("cpu")
+
+
+def set_default_device(dev):
+    """Sets the device factories create tensors on. Ember computes on the CPU only, so
+    the CPU (or None, PyTorch's way of resetting it) is the only device it takes."""
+    if dev is None:
+        return
+    d = device(dev) if not isinstance(dev, int) else device("cuda", dev)
+    if d.type != "cpu":
+        raise RuntimeError(f"set_default_device(): ember runs on the CPU only: device "
+                           f"'{d}' is not available")

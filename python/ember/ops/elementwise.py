@@ -128,10 +128,16 @@ def _remainder_backward(g, out, self, other):
             -g * O.floor_divide(self, other) if _is_tensor(other) else None)
 
 
+def _floor_divide_backward(g, out, self, other):
+    """PyTorch declares no derivative for floor_divide: its result requires grad when an
+    input does, and backward through it raises."""
+    raise RuntimeError("derivative for aten::floor_divide is not implemented")
+
+
 op("floor_divide(Tensor self, Tensor other) -> Tensor",
    BINARY, "int_checked", ufunc="floor_divide", rule=NOT_BOOL, prim=True, checks_values=True,
    lower=extern,
-   inplace_variant=True,
+   inplace_variant=True, backward=_floor_divide_backward,
    doc="floor(self / other) with Python's semantics (the quotient rounded towards -inf, "
        "as // does); integer division by zero is an error. Not differentiable.")
 
