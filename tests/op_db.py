@@ -506,6 +506,7 @@ class OpInfo:
     check: Optional[Callable] = None           # random ops: check(out, *args, **kw) -> bool
     dynamic_shape: bool = False                # result shape depends on values: no meta rule
     no_derivative: bool = False                # PyTorch records the op but backward raises
+    composite_grad: bool = False               # a composite: gradcheck it all the same
 
     @property
     def entry(self):
@@ -3257,6 +3258,9 @@ _MT_INFO = add(OpInfo("mT", lambda dtype, rng: [Sample((make((2, 3, 4), dtype, r
                                                   r"mT", "1-D")]))
 _MT_INFO.call = lambda a: a.mT
 
+
+# the composites of closeness.py, order_stats.py, combining.py: tests/op_db_surface.py
+import op_db_surface  # noqa: E402,F401
 
 # ---------------------------------------------------------------- in-place variants
 

@@ -198,8 +198,8 @@ def test_forward_metadata_only(key):
 def _grad_keys():
     out = []
     for key, info in sorted(INFOS.items()):
-        if info.random or not info.differentiable or "float64" not in info.dtypes or \
-                info.no_derivative:
+        if info.random or not (info.differentiable or info.composite_grad) or \
+                "float64" not in info.dtypes or info.no_derivative:
             continue
         out.append(key)
     return out

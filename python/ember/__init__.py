@@ -23,6 +23,8 @@ from .random import (Generator, get_rng_state, initial_seed, manual_seed, seed, 
                      set_rng_state)
 from . import _tensor  # noqa: E402,F401
 from ._interop import from_dlpack, to_dlpack  # noqa: E402
+from ._type_info import finfo, iinfo  # noqa: E402
+from . import return_types  # noqa: E402,F401
 from . import prims  # noqa: E402,F401
 
 _C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))

@@ -102,7 +102,55 @@ def _cast(dtype_name):
 
 
 def type_as(self, other):
+    """self in other's dtype (self itself when it already has it)."""
     return self.to(other.dtype)
+
+
+_TYPE_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "Long": "int64",
+               "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+               "Bool": "bool"}
+
+
+def type(self, dtype=None, non_blocking=False, **kwargs):
+    """Without dtype, the tensor type's name in PyTorch's spelling ('torch.FloatTensor',
+    as scripts compare it); with one (a dtype or such a name), self converted to it
+    (self itself when it already has it)."""
+    if dtype is None:
+        return f"torch.{self.dtype._torch_name}Tensor"
+    if isinstance(dtype, str):
+        name = dtype
+        for prefix in ("torch.", "ember."):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name.startswith("cuda."):
+            raise RuntimeError("ember runs on the CPU only: CUDA is not available")
+        if not name.endswith("Tensor") or name[:-len("Tensor")] not in _TYPE_NAMES:
+            raise ValueError(f"invalid type: '{dtype}'")
+        dtype = getattr(_C, _TYPE_NAMES[name[:-len("Tensor")]])
+    return self.to(dtype, non_blocking=non_blocking)
+
+
+def new(self, *args, **kwargs):
+    """The legacy constructor in self's dtype: new(*sizes) (uninitialised), new(data)
+    (a copy of the data), new() (empty)."""
+    from ._tensor_new import tensor
+    dtype = kwargs.pop("dtype", None) or self.dtype
+    kwargs.pop("device", None)
+    if kwargs:
+        raise TypeError(f"new() got unexpected keyword arguments {sorted(kwargs)}")
+    if not args:
+        return _ops.api.empty([0], dtype=dtype)
+    if len(args) == 1 and isinstance(args[0], _C.Size):
+        return _ops.api.empty(list(args[0]), dtype=dtype)
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return _ops.api.empty(list(args), dtype=dtype)
+    if len(args) == 1:
+        if isinstance(args[0], _C.Tensor):
+            if args[0].dtype is not dtype:
+                raise TypeError(f"expected {dtype} (got {args[0].dtype})")
+            return args[0].detach()
+        return tensor(args[0], dtype=dtype)
+    raise TypeError("new() takes sizes (ints) or one sequence of data")
 
 
 def cpu(self, memory_format=None):
@@ -131,7 +179,7 @@ def _install():
         float=_cast("float32"), double=_cast("float64"), half=_cast("float16"),
         long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
-        type_as=type_as, cpu=cpu, cuda=cuda,
+        type_as=type_as, type=type, new=new, cpu=cpu, cuda=cuda,
         T=property(_T), mT=property(_mT),
         __array_priority__=1000,
     )

@@ -4,6 +4,7 @@ from . import elementwise, reductions, views, linalg, factories, random_ops  # n
 from . import activations  # noqa: F401
 from . import nn_ops  # noqa: F401
 from . import shapes, indexing  # noqa: F401
+from . import closeness, order_stats, combining  # noqa: F401
 from . import api
 from .. import prims as _prims
 
@@ -15,6 +16,8 @@ def install(namespace):
     global _public
     _public = registry.install(namespace)
     namespace.update(linalg.WRAPPERS)     # einsum(equation, *operands)
+    namespace.update(combining.WRAPPERS)  # block_diag(*tensors), cartesian_prod(*tensors)
+    namespace.update(shapes.WRAPPERS)     # split(tensor, split_size_or_sections, dim)
     for name, c_op in _public.items():
         setattr(api, name, c_op)
     for entry in registry.ENTRIES:

@@ -325,3 +325,12 @@ op("numpy_T(Tensor(a) self) -> Tensor(a)", CUSTOM, "numpy_T", composite=True,
    function=False, method=False, doc="Tensor.T: all dims reversed (permute).")
 op("mT(Tensor(a) self) -> Tensor(a)", CUSTOM, "mT", composite=True, function=False,
    method=False, doc="Tensor.mT: the last two dims swapped (transpose).")
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    """ember.split(tensor, split_size_or_sections, dim=0): torch.split's keyword names
+    (the Tensor method keeps split_size)."""
+    return O.split(tensor, split_size_or_sections, dim)
+
+
+WRAPPERS = {"split": split}
