@@ -134,10 +134,11 @@ def new(self, *args, **kwargs):
     """The legacy constructor in self's dtype: new(*sizes) (uninitialised), new(data)
     (a copy of the data), new() (empty)."""
     from ._tensor_new import tensor
-    dtype = kwargs.pop("dtype", None) or self.dtype
+    dtype = self.dtype
     kwargs.pop("device", None)
-    if kwargs:
-        raise TypeError(f"new() got unexpected keyword arguments {sorted(kwargs)}")
+    if kwargs:     # as PyTorch: new() takes no dtype (new_empty, new_tensor do)
+        raise TypeError(f"new() received an invalid combination of arguments: unexpected "
+                        f"keyword arguments {sorted(kwargs)}")
     if not args:
         return _ops.api.empty([0], dtype=dtype)
     if len(args) == 1 and isinstance(args[0], _C.Size):

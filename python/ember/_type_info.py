@@ -66,4 +66,4 @@ class iinfo:
         return hash(("iinfo", self.dtype))
 
     def __repr__(self):
-        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
