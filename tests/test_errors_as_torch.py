@@ -90,3 +90,16 @@ def test_floor_divide_has_no_derivative(torch):
     x = ember.ones(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="floor_divide"):
         (x // 2).sum().backward()
+
+
+def test_remainder_double_backward_does_not_reach_floor_divide(torch):
+    """remainder's gradient uses div(rounding_mode='floor') (a zero derivative), as
+    PyTorch's formula does, so create_graph=True still works."""
+    got = []
+    for lib in (ember, torch):
+        a = lib.tensor([5.5, -3.2], requires_grad=True)
+        b = lib.tensor([2.0, 1.5], requires_grad=True)
+        _, gb = lib.autograd.grad(lib.remainder(a, b).sum(), [a, b], create_graph=True)
+        gga, ggb = lib.autograd.grad(gb.sum(), [a, b])
+        got.append((gb.tolist(), [abs(v) for v in gga.tolist() + ggb.tolist()]))
+    assert got[0] == got[1]

@@ -125,7 +125,9 @@ op("pow(Tensor self, Tensor exponent) -> Tensor",
 
 def _remainder_backward(g, out, self, other):
     return (g if _is_tensor(self) else None,
-            -g * O.floor_divide(self, other) if _is_tensor(other) else None)
+            # div with floor rounding, as PyTorch's formula: differentiable (zero),
+            # where floor_divide's derivative raises (create_graph=True)
+            -g * O.div(self, other, rounding_mode="floor") if _is_tensor(other) else None)
 
 
 def _floor_divide_backward(g, out, self, other):

@@ -228,12 +228,13 @@ for _n in ("var", "std"):
     _c, _d, _p = _moments(_n)
     op(f"{_n}_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, "
        "bool keepdim=False) -> (Tensor, Tensor)", CUSTOM, "python", composite=True, impl=_c,
+       method=False,
        doc=f"({_n}, mean) over dim, one call.")
     op(f"{_n}_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> "
-       "(Tensor, Tensor)", CUSTOM, "python", composite=True, impl=_d,
+       "(Tensor, Tensor)", CUSTOM, "python", composite=True, impl=_d, method=False,
        doc=f"({_n}, mean) over dim, unbiased or not.")
     op(f"{_n}_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)", CUSTOM, "python",
-       composite=True, impl=_p, doc=f"({_n}, mean) of all elements.")
+       composite=True, method=False, impl=_p, doc=f"({_n}, mean) of all elements.")
 
 # ------------------------------------------------------------------ searchsorted, bucketize
 
@@ -295,7 +296,8 @@ def _bucketize(self, boundaries, out_int32, right):
 
 
 op("bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, "
-   "bool right=False) -> Tensor", CUSTOM, "python", composite=True, impl=_bucketize,
+   "bool right=False) -> Tensor", CUSTOM, "python", composite=True, method=False,
+   impl=_bucketize,
    doc="The bucket of each value among 1-d sorted boundaries (searchsorted).")
 op("bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, "
    "bool right=False) -> Tensor", CUSTOM, "python", composite=True, method=False,
