@@ -244,14 +244,18 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
         _warn_once(code, reason, f"ember.compile: backend {ctx.backend_name!r} failed on "
                    f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}); running "
                    f"that graph eagerly instead. {reason}")
-        compiled = gm.forward
+        from ..aot.eager import restoring_inputs, written_inputs
+        # its writes into inputs run in place: a call that raises puts them back, so
+        # the frame's eager rerun writes once
+        compiled = restoring_inputs(gm.forward, written_inputs(gm))
     _mark_skip(compiled)
     return compiled
 
 
 def _mark_skip(fn):
     """Frames of generated code must not come back to the hook."""
-    for f in (fn, getattr(fn, "__func__", None), getattr(fn, "forward", None)):
+    for f in (fn, getattr(fn, "__func__", None), getattr(fn, "forward", None),
+              getattr(fn, "__wrapped__", None)):
         code = getattr(f, "__code__", None) or getattr(getattr(f, "__func__", None),
                                                        "__code__", None)
         if code is not None:
