@@ -38,8 +38,9 @@ NOT_HANDLED = object()
 class LazyIteratorVar(IteratorVar):
     """An iterator whose items a real Python iterator over VTs produces on demand."""
 
-    def __init__(self, it):
+    def __init__(self, it, frame=None):
         self.it = it
+        self.frame = frame       # a generator function's Translator (its return value)
         self.over = None
         self.items = []
         self.size = None
@@ -349,7 +350,8 @@ def call(tx, fn, args, kwargs):
         if v is None:
             if len(args) == 2:
                 return args[1]
-            raise Unsupported("next() raised StopIteration")
+            from .symbolic import PyException
+            raise PyException.of(StopIteration())
         return v
     if fn is map and len(args) >= 2 and not kwargs:
         f = args[0]
@@ -603,8 +605,14 @@ class ModuleIterVar(VariableTracker):
         return LazyIteratorVar(iter(values))
 
     def _resolve(self, tx, dotted):
+        from .variables import _MISSING, _class_attr
         v = self.mvar
         for part in dotted.split(".") if dotted else []:
+            cur = v.value
+            if _class_attr(type(cur), part) is not _MISSING or \
+                    part in object.__getattribute__(cur, "__dict__"):
+                # self.<part> is not the table entry Module.__getattr__ would give
+                raise Unsupported(f"{part} of {type(cur).__name__} is shadowed")
             v = v.getattr(tx, part)
             if isinstance(v, ModuleVar) and v.source is None:
                 raise Unsupported(f"module {dotted} the frame cannot reach again")

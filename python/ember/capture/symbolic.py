@@ -250,6 +250,9 @@ class Translator:
         except PyException as e:
             if e.location is None:
                 e.location = self.location()
+            if self.lazy and isinstance(e.exc, StopIteration):
+                raise Unsupported("StopIteration inside a generator (a RuntimeError)",
+                                  e.location) from None
             if self.parent is None:
                 raise Unsupported(e.reason, e.location) from None
             raise
@@ -608,7 +611,7 @@ class Translator:
                            parent=self, globals_source_root=groot)
         if generator:
             child.lazy = True
-            return stdlib.LazyIteratorVar(child.execute())
+            return stdlib.LazyIteratorVar(child.execute(), frame=child)
         return child.run()
 
     def output_frame_globals(self):
@@ -990,7 +993,9 @@ class Translator:
             raise Unsupported(f"yield from {it}")
         v = it.next()
         if v is None:
-            self.stack[-1] = getattr(it, "returned", None) or ConstVar(None)
+            frame = getattr(it, "frame", None)     # a generator's return value
+            self.stack[-1] = frame.result if frame is not None and frame.result is not None \
+                else ConstVar(None)
             return ins.argval
         self.push(v)
 
@@ -1012,9 +1017,7 @@ class Translator:
         self.push(ConstVar(isinstance(exc.value, types_)))
 
     def RERAISE(self, ins):
-        exc = self.pop()
-        if ins.arg:
-            self.pop()
+        exc = self.pop()     # (with oparg, lasti stays below: the handler's depth cuts it)
         raise PyException(exc)
 
     def YIELD_VALUE(self, ins):

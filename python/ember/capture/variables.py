@@ -714,7 +714,7 @@ class ModuleVar(VariableTracker):
                 return items[k]
         if kind == "list" and isinstance(k, slice):
             from ..nn.modules.container import Sequential
-            if isinstance(self.value, Sequential):
+            if type(self.value) is Sequential:     # a subclass may have its own forward
                 from .stdlib import SequentialSliceVar
                 return SequentialSliceVar(self.unpack(tx)[k])
             return ListVar(self.unpack(tx)[k])

@@ -98,7 +98,8 @@ def fn(x):
     Case("functools_reduce_tensors", """
 import functools
 def fn(xs):
-    return functools.reduce(lambda a, b: a * b, xs), functools.reduce(lambda a, b: a + b, [1, 2, 3], 10)
+    return (functools.reduce(lambda a, b: a * b, xs),
+            functools.reduce(lambda a, b: a + b, [1, 2, 3], 10))
 """, "[T(2,), T(2,), T(2,)]"),
     Case("functools_reduce_operator", """
 import functools, operator
@@ -129,7 +130,8 @@ def fn(xs, ys):
     Case("itertools_islice", """
 import itertools
 def fn(xs):
-    return [t + 1 for t in itertools.islice(xs, 1, None)], list(itertools.islice(range(10), 2, 8, 3))
+    return ([t + 1 for t in itertools.islice(xs, 1, None)],
+            list(itertools.islice(range(10), 2, 8, 3)))
 """, "[T(2,), T(2,), T(2,)]"),
     Case("itertools_product", """
 import itertools
@@ -199,7 +201,8 @@ def fn(x):
     Case("math_inf_nan_checks", """
 def fn(x):
     lo = -math.inf
-    return x.clamp(min=lo, max=math.inf), math.isinf(lo), math.isnan(float("nan")), math.isfinite(1.0)
+    return (x.clamp(min=lo, max=math.inf), math.isinf(lo), math.isnan(float("nan")),
+            math.isfinite(1.0))
 """, "T(3,)"),
     Case("math_trig_constants", """
 def fn(x):

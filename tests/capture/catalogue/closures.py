@@ -266,6 +266,40 @@ def fn(x):
         k = e.args[0]
     return x * k
 """, "T(2,)"),
+    Case("try_nested_reraise_to_outer", """
+def fn(x):
+    try:
+        try:
+            raise ValueError(1)
+        except KeyError:
+            k = 1
+    except ValueError:
+        k = 2
+    return x * k
+""", "T(2,)"),
+    Case("try_finally_on_exception_path", """
+def fn(x):
+    log = []
+    try:
+        try:
+            {}["a"]
+        finally:
+            log.append("fin")
+    except KeyError as e:
+        log.append(str(e))
+    return x * len(log), log
+""", "T(2,)"),
+    Case("next_stop_iteration_caught", """
+def fn(x):
+    it = iter([1, 2])
+    try:
+        next(it)
+        next(it)
+        next(it)
+    except StopIteration:
+        return x * 2
+    return x * 0
+""", "T(2,)"),
     # ------------------------------------------------------------ assert
     Case("assert_on_python_values", """
 def fn(x):
