@@ -80,6 +80,8 @@ class ProgramBuilder:
             if real is not None:
                 return self._add(("const", real), vt)
             return self._new_container(vt)
+        if getattr(vt, "made_by_frame", False):
+            raise Unsupported("returning or storing a module the compiled code built")
         if isinstance(vt, (ModuleVar, ObjectVar, FunctionVar, OpVar, BuiltinVar)):
             if source is not None:
                 return self._add(("src", source.getter()), vt)

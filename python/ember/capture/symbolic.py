@@ -19,7 +19,7 @@ import types
 
 from .. import _C
 from .. import fx
-from . import skip
+from . import skip, stdlib
 from .exc import Unsupported
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
@@ -197,6 +197,8 @@ class Translator:
         self.lineno = code.co_firstlineno
         self.result = None
         self.yields = None      # values a generator expression yielded
+        self.lazy = False       # a generator function's frame, run by its consumer
+        self.exception_entries = dis.Bytecode(code).exception_entries
 
     # ------------------------------------------------------------ running
 
@@ -211,7 +213,17 @@ class Translator:
         return frames
 
     def run(self):
+        for _ in self.execute():
+            raise Unsupported("yield outside a generator")
+        return self.result
+
+    def execute(self):
+        """Runs the frame; a generator function's frame (self.lazy) yields each value
+        it yields, so it runs as far as its consumer asks, as CPython's generators do.
+        A Python exception the frame raises (PyException) goes to the handler of the
+        exception table entry covering the instruction, or out to the caller."""
         ip, steps = 0, 0
+        grad_mode = _C.is_grad_enabled()   # grad-mode blocks change it while capturing
         try:
             while True:
                 ins = self.instructions[ip]
@@ -223,14 +235,46 @@ class Translator:
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
-                jump = handler(ins)
+                if self.lazy and ins.opname == "YIELD_VALUE":
+                    yield self.pop()
+                    self.push(ConstVar(None))       # what send() sent: next() sends None
+                    ip += 1
+                    continue
+                try:
+                    jump = handler(ins)
+                except PyException as e:
+                    jump = self._handle(ins, e)
                 if ins.opname == "RETURN_VALUE":
-                    return self.result
+                    return
                 ip = self.index_of[jump] if jump is not None else ip + 1
+        except PyException as e:
+            if e.location is None:
+                e.location = self.location()
+            if self.lazy and isinstance(e.exc, StopIteration):
+                raise Unsupported("StopIteration inside a generator (a RuntimeError)",
+                                  e.location) from None
+            if self.parent is None:
+                raise Unsupported(e.reason, e.location) from None
+            raise
         except Unsupported as e:
             if e.location is None:
                 e.location = self.location()
             raise
+        finally:
+            if self.parent is None:
+                _C._set_grad_enabled(grad_mode)
+
+    def _handle(self, ins, e):
+        """The jump target of the handler for PyException e raised at ins (its stack
+        cut to the entry's depth, then lasti and the exception pushed), or e goes on."""
+        for entry in self.exception_entries:
+            if entry.start <= ins.offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstVar(ins.offset))
+                self.push(e.vt)
+                return entry.target
+        raise e
 
     def push(self, v):
         self.stack.append(v)
@@ -330,12 +374,14 @@ class Translator:
             return PythonModuleVar(value, source)
         if isinstance(value, types.MethodType) and isinstance(value.__func__,
                                                               types.FunctionType):
-            self.guard("ID_MATCH", source, value.__func__)   # the function
+            # the function (a bound method is a new object at each attribute read)
+            self.guard("ID_MATCH", AttrSource(source, "__func__") if source is not None
+                       else None, value.__func__)
             self_var = self.wrap(value.__self__, AttrSource(source, "__self__")
                                  if source is not None else None)
             return BoundMethodVar(value.__func__, self_var)
         if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
-                value in _pure_builtin_ids():
+                value in _pure_builtin_ids() or stdlib.handled(value):
             self.guard("ID_MATCH", source, value)
             return BuiltinVar(value, source)
         self.guard("ID_MATCH", source, value)
@@ -394,8 +440,20 @@ class Translator:
                 # requires grad runs in CPython (eager refuses it for a leaf)
                 raise Unsupported(f"in-place {name} on an input that requires grad (or a "
                                   "view of one) with grad mode on")
+        if getattr(self.output, "grad_regions", 0) and (
+                entry is not None and entry.checks_values or
+                target in (operator.getitem, operator.setitem) and
+                _holds_tensor(args[1:])):
+            raise Unsupported(f"{name}, which may raise at run time, inside a grad-mode "
+                              "block (the block would not be left)")
         fake_args = [self.fake_of(a) for a in args]
         fake_kwargs = {k: self.fake_of(v) for k, v in kwargs.items()}
+        if name == "to":
+            # fakes live on the meta device: to(device) of the one real device (cpu)
+            # is computed on them without the device; the node keeps it
+            fake_args = [a for a in fake_args if not _is_cpu(a)]
+            if _is_cpu(fake_kwargs.get("device")):
+                del fake_kwargs["device"]
         try:
             with _MetaMode():
                 if method:
@@ -484,9 +542,16 @@ class Translator:
         fn = fvar.value
         code = fn.__code__
         genexpr = code.co_name == "<genexpr>" and code.co_flags & inspect.CO_GENERATOR
-        if not genexpr and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
-                                            inspect.CO_ASYNC_GENERATOR |
-                                            inspect.CO_ITERABLE_COROUTINE):
+        generator = not genexpr and code.co_flags & inspect.CO_GENERATOR and \
+            not code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR |
+                                 inspect.CO_ITERABLE_COROUTINE)
+        if generator and code.co_exceptiontable:
+            # try/with in a generator: a generator left unfinished runs its finally
+            # blocks when collected, which the interpreter does not model
+            raise Unsupported(f"generator function {fn.__qualname__} with try or with")
+        if not genexpr and not generator and \
+                code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                 inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
         if self.depth >= MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)")
@@ -544,6 +609,9 @@ class Translator:
             if fn.__globals__ is not self.output_frame_globals() else None
         child = Translator(code, fn.__globals__, self.f_builtins, locals_, cells, self.output,
                            parent=self, globals_source_root=groot)
+        if generator:
+            child.lazy = True
+            return stdlib.LazyIteratorVar(child.execute(), frame=child)
         return child.run()
 
     def output_frame_globals(self):
@@ -615,6 +683,9 @@ class Translator:
                 for key, hook in table.items()]
 
     def call_builtin(self, fn, args, kwargs):
+        result = stdlib.call(self, fn, args, kwargs)
+        if result is not stdlib.NOT_HANDLED:
+            return result
         consts = constant_args(args, kwargs)
         if fn is len:
             (a,) = args
@@ -684,7 +755,10 @@ class Translator:
             cargs, ckwargs = consts
             try:
                 value = fn(*cargs, **ckwargs)
-            except Exception as e:   # noqa: BLE001 - eager would raise it; run eager
+            except Exception as e:   # noqa: BLE001 - eager raises it too (a pure builtin)
+                if type(e) in (ValueError, TypeError, KeyError, IndexError,
+                               ZeroDivisionError, OverflowError):
+                    raise PyException.of(e) from None
                 raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {e!r}") from None
             return self.wrap_constant_result(value)
         if fn in (sorted, min, max, any, all) and consts is None and len(args) == 1 and \
@@ -903,9 +977,48 @@ class Translator:
             self.result = IteratorVar(self.yields)
 
     def RETURN_GENERATOR(self, ins):
-        """Generator expressions (over sequences the interpreter knows) run eagerly."""
-        self.yields = []
+        """Generator expressions (over sequences the interpreter knows) run eagerly;
+        generator functions lazily (self.lazy, see execute)."""
+        if not self.lazy:
+            self.yields = []
         self.push(ConstVar(None))
+
+    def GET_YIELD_FROM_ITER(self, ins):
+        self.push(stdlib.make_iter(self, self.pop()))
+
+    def SEND(self, ins):
+        self.pop()                    # the value sent: None (next() of this generator)
+        it = self.stack[-1]
+        if not isinstance(it, IteratorVar):
+            raise Unsupported(f"yield from {it}")
+        v = it.next()
+        if v is None:
+            frame = getattr(it, "frame", None)     # a generator's return value
+            self.stack[-1] = frame.result if frame is not None and frame.result is not None \
+                else ConstVar(None)
+            return ins.argval
+        self.push(v)
+
+    # exceptions raised and caught by the frame (exception table handlers)
+
+    def PUSH_EXC_INFO(self, ins):
+        v = self.pop()
+        self.push(ConstVar(None))     # the exception being handled before (unread)
+        self.push(v)
+
+    def POP_EXCEPT(self, ins):
+        self.pop()
+
+    def CHECK_EXC_MATCH(self, ins):
+        types_ = self.pop().as_constant()
+        exc = self.stack[-1]
+        if not isinstance(exc, ObjectVar) or not isinstance(exc.value, BaseException):
+            raise Unsupported(f"matching {exc} against an except clause")
+        self.push(ConstVar(isinstance(exc.value, types_)))
+
+    def RERAISE(self, ins):
+        exc = self.pop()     # (with oparg, lasti stays below: the handler's depth cuts it)
+        raise PyException(exc)
 
     def YIELD_VALUE(self, ins):
         if self.yields is None:
@@ -922,6 +1035,16 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, stdlib.SetVar) or isinstance(b, stdlib.SetVar):
+            return stdlib.set_binary(self, fn, a, b)
+        if fn in (operator.add, operator.iadd) and (
+                isinstance(a, TupleVar) and isinstance(b, ConstVar) or
+                isinstance(b, TupleVar) and isinstance(a, ConstVar)):
+            # () + (x,): a constant tuple joins a tuple of VTs
+            c = a if isinstance(a, ConstVar) else b
+            if type(c.value) is tuple:
+                consts = [ConstVar(v) for v in c.value]
+                return TupleVar(consts + b.items if c is a else a.items + consts)
         if isinstance(a, ListVar) and fn is operator.iadd:
             items = b.unpack(self)           # list += any iterable, in place
             self.output.side_effects.mutate(a)
@@ -967,11 +1090,14 @@ class Translator:
             k = key.as_constant()
             if isinstance(k, slice):
                 return type(obj)(obj.items[k])
+            if isinstance(k, int) and not -len(obj.items) <= k < len(obj.items):
+                raise PyException.of(IndexError(
+                    f"{'tuple' if isinstance(obj, TupleVar) else 'list'} index out of range"))
             return obj.items[k]
         if isinstance(obj, DictVar) and key.is_constant():
             k = key.as_constant()
             if k not in obj.items:
-                raise Unsupported(f"KeyError {k!r}")
+                raise PyException.of(KeyError(k))
             return obj.items[k]
         if isinstance(obj, ModuleVar) and key.is_constant():
             return obj.item(self, key.as_constant())
@@ -1050,6 +1176,16 @@ class Translator:
             self.push(self.wrap_constant_result(fn(a.as_constant(), b.as_constant())))
         elif isinstance(a, TensorVar) or isinstance(b, TensorVar):
             self.push(self.call_op(fn, [a, b], {}))
+        elif isinstance(a, stdlib.SetVar) or isinstance(b, stdlib.SetVar):
+            self.push(stdlib.set_binary(self, fn, a, b))
+        elif isinstance(a, (SequenceVar, DictVar)) or isinstance(b, (SequenceVar, DictVar)):
+            # containers whose leaves are constants compare as their Python values
+            pa, pb = stdlib.plain_value(a), stdlib.plain_value(b)
+            try:
+                r = fn(pa, pb)
+            except TypeError as e:
+                raise Unsupported(f"comparison raised {e!r}") from None
+            self.push(self.wrap_constant_result(r))
         else:
             raise Unsupported(f"comparing {a} and {b}")
 
@@ -1071,6 +1207,11 @@ class Translator:
         item = self.pop()
         if isinstance(container, DictVar) and item.is_constant():
             r = item.as_constant() in container.items
+        elif isinstance(container, stdlib.SetVar) and item.is_constant():
+            try:
+                r = item.as_constant() in container.values
+            except TypeError as e:
+                raise Unsupported(f"'in' raised {e!r}") from None
         elif isinstance(container, ModuleVar) and item.is_constant():
             r = item.as_constant() in [k.as_constant() for k in container.unpack(self)
                                        if k.is_constant()]
@@ -1097,6 +1238,19 @@ class Translator:
         for k, v in zip(items[::2], items[1::2]):
             d[k.as_constant()] = v
         self.push(DictVar(d))
+
+    def BUILD_SET(self, ins):
+        s = stdlib.SetVar(set())
+        s.getattr(self, "update").call(self, [TupleVar(self.popn(ins.arg))], {})
+        self.push(s)
+
+    def SET_ADD(self, ins):
+        item = self.pop()
+        self.stack[-ins.arg].getattr(self, "add").call(self, [item], {})
+
+    def SET_UPDATE(self, ins):
+        items = self.pop()
+        self.stack[-ins.arg].getattr(self, "update").call(self, [items], {})
 
     def BUILD_CONST_KEY_MAP(self, ins):
         keys = self.pop().as_constant()
@@ -1225,15 +1379,88 @@ class Translator:
             return ins.argval
         self.pop()
 
+    def IMPORT_NAME(self, ins):
+        fromlist = self.pop().as_constant()
+        level = self.pop().as_constant()
+        name = ins.argval
+        if level != 0:
+            raise Unsupported("a relative import inside a compiled function")
+        # only modules already imported: the statement is then a lookup in sys.modules,
+        # which the compiled frame need not repeat
+        target = name if fromlist else name.partition(".")[0]
+        module = sys.modules.get(name)
+        top = sys.modules.get(target)
+        if module is None or top is None:
+            raise Unsupported(f"importing {name}, which is not imported yet")
+        self.push(self.wrap(top, ObjectSource(top, f"sys.modules[{target!r}]")))
+
+    def IMPORT_FROM(self, ins):
+        module = self.stack[-1]
+        try:
+            self.push(module.getattr(self, ins.argval))
+        except Unsupported:
+            real = getattr(module, "value", None)
+            sub = sys.modules.get(f"{getattr(real, '__name__', '')}.{ins.argval}")
+            if not isinstance(module, PythonModuleVar) or sub is None:
+                raise
+            self.push(self.wrap(sub, ObjectSource(sub, sub.__name__)))
+
+    def BEFORE_WITH(self, ins):
+        exit_, entered = stdlib.before_with(self, self.pop())
+        self.push(exit_)
+        self.push(entered)
+
     def LOAD_ASSERTION_ERROR(self, ins):
         raise Unsupported("a failing assert")
 
     def RAISE_VARARGS(self, ins):
         exc = self.stack[-ins.arg] if ins.arg else None
+        if ins.arg == 1 and isinstance(exc, ObjectVar):
+            value = exc.value
+            if isinstance(value, type) and issubclass(value, BaseException):
+                try:
+                    exc = ObjectVar(value())
+                except Exception:   # noqa: BLE001
+                    exc = None
+            if exc is not None and isinstance(exc.value, Exception):
+                self.pop()
+                raise PyException(exc, f"raise statement reached: raise {exc.value!r}")
         value = exc.as_constant() if isinstance(exc, ObjectVar) else None
         what = repr(value) if isinstance(value, BaseException) else \
             getattr(value, "__name__", None) if isinstance(value, type) else None
         raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
+
+
+class PyException(Exception):
+    """A Python exception the interpreted code raises (vt: an ObjectVar holding the real
+    exception object, made exactly as eager makes it); the frame's exception table may
+    catch it. Never an Unsupported: the interpreter's own limits are not catchable."""
+
+    def __init__(self, vt, reason=None):
+        super().__init__(vt)
+        self.vt = vt
+        self.exc = vt.value
+        self.reason = reason or f"{type(self.exc).__name__} {self.exc}"
+        self.location = None
+
+    @classmethod
+    def of(cls, exc):
+        return cls(ObjectVar(exc))
+
+
+def _holds_tensor(args):
+    """Whether an index holds a tensor (an index out of range raises at run time)."""
+    for a in args:
+        if isinstance(a, TensorVar) or isinstance(a, SequenceVar) and \
+                _holds_tensor(a.items):
+            return True
+    return False
+
+
+def _is_cpu(v):
+    from ..device import device
+    return (isinstance(v, device) and v.type == "cpu" and v.index in (None, 0)) or \
+        (isinstance(v, str) and v == "cpu")
 
 
 def _is_none(v):

@@ -80,6 +80,10 @@ class ConstVar(VariableTracker):
         return self.value
 
     def getattr(self, tx, name):
+        from .stdlib import const_method
+        method = const_method(self.value, name)
+        if method is not None:
+            return method
         return tx.wrap_constant_result(getattr(self.value, name))
 
     def unpack(self, tx):
@@ -157,6 +161,8 @@ class TupleVar(SequenceVar):
     def getattr(self, tx, name):
         if self.fields and name in self.fields:
             return self.items[self.fields.index(name)]
+        if name == "_fields" and self.fields and hasattr(self.tuple_type, "_make"):
+            return ConstVar(tuple(self.fields))
         if name in ("count", "index"):
             return BuiltinMethodVar(self, name)
         raise Unsupported(f"attribute {name!r} of a tuple")
@@ -281,7 +287,17 @@ class ObjectVar(VariableTracker):
         if isinstance(self.value, type) and issubclass(self.value, BaseException):
             return tx.call_builtin(self.value, args, kwargs)
         if isinstance(self.value, type):
+            from .stdlib import NOT_HANDLED, construct_grad_mode, construct_module
+            made = construct_grad_mode(tx, self.value, args, kwargs)
+            if made is not NOT_HANDLED:
+                return made
+            made = construct_module(tx, self.value, args, kwargs)
+            if made is not NOT_HANDLED:
+                return made
             raise Unsupported(f"constructing {self.value.__name__} objects")
+        call = _class_attr(type(self.value), "__call__")
+        if isinstance(call, types.FunctionType):     # an instance with a Python __call__
+            return BoundMethodVar(call, self).call(tx, args, kwargs)
         raise Unsupported(f"calling {self.value!r}")
 
     def truth(self, tx):
@@ -450,11 +466,13 @@ def _list_method(tx, obj, name, args, kwargs):
         mutate(obj)
         items.reverse()
     elif name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
-        if "key" in kwargs and not (isinstance(kwargs["key"], ConstVar) and
-                                    kwargs["key"].value is None):
-            raise Unsupported("list.sort with a key function")
+        key = kwargs.get("key")
+        if key is not None and isinstance(key, ConstVar) and key.value is None:
+            key = None
         rev = _const(kwargs["reverse"], "list.sort") if "reverse" in kwargs else False
-        values = [_const(i, "list.sort over items") for i in items]
+        # the key function runs once per item, in order, as list.sort calls it
+        values = [_const(key.call(tx, [i], {}) if key is not None else i,
+                         "list.sort over items") for i in items]
         try:
             order = sorted(range(len(values)), key=values.__getitem__, reverse=bool(rev))
         except TypeError as e:
@@ -604,6 +622,10 @@ class ModuleVar(VariableTracker):
         if name in ("keys", "values", "items") and self._container() == "dict":
             return _ModuleDictMethod(self, name)
         if cls_attr is not _MISSING:
+            from .stdlib import module_iter
+            it = module_iter(self, name, cls_attr)
+            if it is not None:
+                return it
             if isinstance(cls_attr, types.FunctionType):
                 return BoundMethodVar(cls_attr, self)
             if isinstance(cls_attr, staticmethod) and \
@@ -691,6 +713,10 @@ class ModuleVar(VariableTracker):
             if -len(items) <= k < len(items):
                 return items[k]
         if kind == "list" and isinstance(k, slice):
+            from ..nn.modules.container import Sequential
+            if type(self.value) is Sequential:     # a subclass may have its own forward
+                from .stdlib import SequentialSliceVar
+                return SequentialSliceVar(self.unpack(tx)[k])
             return ListVar(self.unpack(tx)[k])
         raise Unsupported(f"indexing {type(self.value).__name__} with {k!r}")
 
@@ -732,6 +758,12 @@ class BuiltinVar(VariableTracker):
     def call(self, tx, args, kwargs):
         return tx.call_builtin(self.value, args, kwargs)
 
+    def getattr(self, tx, name):
+        import itertools
+        if (self.value, name) in ((dict, "fromkeys"), (itertools.chain, "from_iterable")):
+            return BuiltinVar(getattr(self.value, name))
+        raise Unsupported(f"attribute {name!r} of {self.value!r}")
+
 
 def constant_args(args, kwargs):
     """Python values of args/kwargs if all are constants, else None."""
@@ -743,7 +775,8 @@ def constant_args(args, kwargs):
 PURE_BUILTINS = {
     len, abs, min, max, int, float, bool, str, round, divmod, pow, sum, isinstance,
     issubclass, hasattr, getattr, tuple, list, dict, range, enumerate, zip, reversed,
-    sorted, any, all, type, id, callable, hash, repr, slice,
+    sorted, any, all, type, id, callable, hash, repr, slice, ord, chr, hex, bin, oct, ascii,
+    format, frozenset,
     *[getattr(operator, n) for n in dir(operator) if not n.startswith("_")],
     *[getattr(math, n) for n in dir(math) if callable(getattr(math, n))],
 }

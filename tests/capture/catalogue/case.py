@@ -1,0 +1,65 @@
+"""One catalogue case and the namespace its source text runs in.
+
+Each case is written once, as source text that says `torch`; the text is executed with
+`torch` bound to ember or to PyTorch. Names every case can use: torch, nn, F
+(torch.nn.functional), math, and T(*shape) (a float32 tensor of seeded normal values, the
+same numbers for both libraries). A case defines `fn`; `args` and `kwargs` are source text
+evaluated after it.
+
+The graph count expected of each case is PyTorch's: torch._dynamo.explain(fn)(...)
+.graph_count under torch 2.13, stored in counts.json by write_catalogue_counts.py (never
+from Ember's output).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import linecache
+import math
+import os
+import sys
+import types
+
+import numpy as np
+
+COUNTS_FILE = os.path.join(os.path.dirname(__file__), "counts.json")
+
+
+def stored_counts() -> dict:
+    with open(COUNTS_FILE) as f:
+        return json.load(f)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    src: str
+    args: str = "()"
+    kwargs: str = "{}"
+
+    @property
+    def graphs(self) -> int:
+        """torch._dynamo.explain(fn)(...).graph_count, torch 2.13 (counts.json)."""
+        return stored_counts()[self.name]
+
+    def __str__(self):
+        return self.name
+
+
+def make_namespace(lib, case):
+    rng = np.random.default_rng(0)
+
+    def T(*shape):
+        return lib.from_numpy(rng.standard_normal(shape).astype(np.float32))
+
+    filename = f"<catalogue {case.name}>"
+    linecache.cache[filename] = (len(case.src), None, case.src.splitlines(True), filename)
+    # the namespace is a module's, registered, so dataclasses can find it
+    module = types.ModuleType(f"catalogue_{case.name}")
+    sys.modules[module.__name__] = module
+    ns = module.__dict__
+    ns.update({"torch": lib, "nn": lib.nn, "F": lib.nn.functional, "math": math, "T": T})
+    exec(compile(case.src, filename, "exec"), ns)
+    args = eval(f"({case.args},)" if case.args != "()" else "()", ns)
+    kwargs = eval(case.kwargs, ns)
+    return ns, args, kwargs

@@ -1,0 +1,200 @@
+"""Catalogue cases: tensors as Python values (len, device, dtype, shape arithmetic,
+new_* factories), grad-mode blocks and `with` blocks inside captured code."""
+from .case import Case
+
+CASES = [
+    # ------------------------------------------------------------ len, shape arithmetic
+    Case("len_of_tensor_in_loop", """
+def fn(x):
+    out = x[0]
+    for i in range(1, len(x)):
+        out = out + x[i]
+    return out, len(x)
+""", "T(3, 2)"),
+    Case("shape_tuple_arithmetic", """
+def fn(x):
+    b, *rest = x.shape
+    flat = x.reshape(b, math.prod(rest))
+    return flat * len(rest), x.shape[1:] + (1,), tuple(x.shape) * 2
+""", "T(2, 3, 4)"),
+    Case("shape_negative_index_and_slice", """
+def fn(x):
+    h, w = x.shape[-2:]
+    return x.reshape(-1, h * w).sum(-1) / (h * w), x.size(-1) // 2, x.size()[0]
+""", "T(2, 3, 4)"),
+    Case("shape_compare_and_branch", """
+def fn(x, y):
+    if x.shape == y.shape:
+        return x + y
+    return x
+""", "T(2, 3), T(2, 3)"),
+    Case("shape_to_list_and_index", """
+def fn(x):
+    dims = list(x.shape)
+    dims[0] = dims[0] * 2
+    return x.reshape(dims[0], -1), dims
+""", "T(2, 6)"),
+    Case("view_with_computed_heads", """
+def fn(x):
+    b, n, d = x.shape
+    heads = 2
+    y = x.view(b, n, heads, d // heads).transpose(1, 2)
+    return y.reshape(b, heads, -1).mean(-1)
+""", "T(2, 3, 8)"),
+    Case("numel_dim_ndim", """
+def fn(x):
+    return x * x.numel() / x.dim() + x.ndim, x.nelement()
+""", "T(2, 3)"),
+    # ------------------------------------------------------------ device, dtype
+    Case("device_to_same_device", """
+def fn(x, y):
+    z = y.to(x.device)
+    return x + z, str(x.device), x.device.type
+""", "T(3,), T(3,)"),
+    Case("factory_on_input_device", """
+def fn(x):
+    z = torch.zeros(x.shape, device=x.device, dtype=x.dtype)
+    o = torch.ones(3, device=x.device)
+    return x + z + o
+""", "T(3,)"),
+    Case("device_comparison", """
+def fn(x, y):
+    if x.device == y.device and x.device.type == "cpu":
+        return x * y
+    return x
+""", "T(3,), T(3,)"),
+    Case("dtype_equality_branches", """
+def fn(x, i):
+    if x.dtype == torch.float32 and i.dtype != torch.float32:
+        return x + i.to(x.dtype)
+    return x
+""", "T(3,), torch.arange(3)"),
+    Case("dtype_is_floating_point", """
+def fn(x, i):
+    out = []
+    for t in (x, i):
+        out.append(t * 2 if t.is_floating_point() else t + 1)
+    return out, x.dtype.is_floating_point, i.dtype is torch.int64
+""", "T(3,), torch.arange(3)"),
+    Case("dtype_in_tuple", """
+def fn(x):
+    if x.dtype in (torch.float16, torch.float32):
+        x = x.double()
+    return x, x.dtype == torch.float64
+""", "T(3,)"),
+    Case("to_dtype_keyword_and_copy", """
+def fn(x):
+    return x.to(dtype=torch.float64), x.to(x.device, torch.float64), x.float().half().float()
+""", "T(3,)"),
+    # ------------------------------------------------------------ new_* factories
+    Case("new_zeros_ones_full", """
+def fn(x):
+    return x.new_zeros(2, 3), x.new_ones((3,)) + x, x.new_full((2,), 7.0)
+""", "T(3,)"),
+    Case("new_empty_filled_and_new_tensor_shape", """
+def fn(x):
+    e = x.new_empty(x.shape).fill_(2.0)
+    return e * x, x.new_zeros(x.shape[0], dtype=torch.int64)
+""", "T(4,)"),
+    Case("zeros_like_full_like_dtype", """
+def fn(x):
+    return torch.full_like(x, 3.0), torch.zeros_like(x, dtype=torch.float64), torch.ones_like(x) * x
+""", "T(2, 2)"),
+    Case("arange_from_size", """
+def fn(x):
+    pos = torch.arange(x.shape[-1], dtype=x.dtype, device=x.device)
+    return x + pos, torch.linspace(0, 1, x.shape[0])
+""", "T(3, 4)"),
+    # ------------------------------------------------------------ grad mode
+    Case("no_grad_block", """
+def fn(x):
+    y = x * 2
+    with torch.no_grad():
+        z = y + 1
+    return y, z, z.requires_grad
+""", "T(3,).requires_grad_()"),
+    Case("enable_grad_inside_no_grad", """
+def fn(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = x * 3
+    return a, b, a.requires_grad, b.requires_grad
+""", "T(3,).requires_grad_()"),
+    Case("set_grad_enabled_false_block", """
+def fn(x):
+    with torch.set_grad_enabled(False):
+        a = x.exp()
+    b = x.exp()
+    return a, b, a.requires_grad, b.requires_grad
+""", "T(3,).requires_grad_()"),
+    Case("set_grad_enabled_from_flag", """
+def fn(x, train=False):
+    with torch.set_grad_enabled(train):
+        y = x.sigmoid()
+    return y, torch.is_grad_enabled()
+""", "T(3,).requires_grad_()"),
+    Case("no_grad_without_grad_inputs", """
+def fn(x):
+    with torch.no_grad():
+        y = x.relu() * 2
+    return y + 1
+""", "T(4,)"),
+    Case("is_grad_enabled_query", """
+def fn(x):
+    if torch.is_grad_enabled():
+        return x * 2, True
+    return x, False
+""", "T(3,)"),
+    Case("no_grad_in_module_forward", """
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+    def forward(self, x):
+        with torch.no_grad():
+            ref = self.lin(x)
+        return self.lin(x) - ref, ref.requires_grad
+fn = M()
+""", "T(2, 3)"),
+    # ------------------------------------------------------------ with blocks
+    Case("with_blocks_in_sequence", """
+def fn(x):
+    with torch.no_grad():
+        a = x * 2
+    with torch.set_grad_enabled(True):
+        b = a + x
+    with torch.enable_grad():
+        c = b.sum()
+    return a, b, c, b.requires_grad
+""", "T(3,).requires_grad_()"),
+    Case("nested_with_grad_blocks", """
+def fn(x):
+    with torch.no_grad(), torch.enable_grad():
+        a = x * 2
+    return a, a.requires_grad
+""", "T(3,).requires_grad_()"),
+    Case("with_block_returning_inside", """
+def fn(x):
+    with torch.no_grad():
+        return x * 2 + 1
+""", "T(3,)"),
+    # ------------------------------------------------------------ tensor attributes
+    Case("requires_grad_and_is_leaf_queries", """
+def fn(x, w):
+    y = x * w
+    return y, w.requires_grad, y.requires_grad, x.is_leaf
+""", "T(3,), T(3,).requires_grad_()"),
+    Case("tensor_T_mT_and_shape_attrs", """
+def fn(x):
+    return x.T.shape[0] * x, x.mT @ x, x.shape.numel() if hasattr(x.shape, "numel") else 0
+""", "T(3, 3)"),
+    Case("tensor_size_with_dim_keyword", """
+def fn(x):
+    return x.new_ones(x.size(dim=1)) * x.size(0), x.stride() if False else x.is_contiguous()
+""", "T(2, 5)"),
+    Case("tensor_element_size_itemsize", """
+def fn(x):
+    return x * x.element_size(), x.dtype.itemsize
+""", "T(3,)"),
+]

@@ -1,0 +1,74 @@
+"""Recompute the catalogue's graph counts with PyTorch and print or store them.
+
+    python tests/capture/write_catalogue_counts.py            # print, compare with counts.json
+    python tests/capture/write_catalogue_counts.py --write    # rewrite counts.json
+    python tests/capture/write_catalogue_counts.py NAME ...   # only these cases
+
+Each case's source text runs with `torch` bound to PyTorch, and
+torch._dynamo.explain(fn)(*args, **kwargs).graph_count is its count; the counts come from
+PyTorch only, never from Ember. A case whose explain reports graph breaks (or raises) is
+listed and makes the script exit 1: the catalogue holds whole-graph captures only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from catalogue import CASES, make_namespace  # noqa: E402
+from catalogue.case import COUNTS_FILE  # noqa: E402
+
+
+def torch_count(torch, case):
+    """(graph_count, break reasons) of torch._dynamo.explain on the case."""
+    torch._dynamo.reset()
+    ns, args, kwargs = make_namespace(torch, case)
+    out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
+    return out.graph_count, [str(r.reason) for r in out.break_reasons]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", help="only these cases")
+    p.add_argument("--write", action="store_true", help="rewrite counts.json")
+    opts = p.parse_args(argv)
+    import torch
+    import torch._dynamo
+
+    stored = {}
+    if os.path.exists(COUNTS_FILE):
+        with open(COUNTS_FILE) as f:
+            stored = json.load(f)
+    cases = [c for c in CASES if not opts.names or c.name in opts.names]
+    counts, bad = {}, {}
+    for case in cases:
+        try:
+            n, reasons = torch_count(torch, case)
+        except Exception as e:   # noqa: BLE001 - reported, not stored
+            bad[case.name] = f"raised {type(e).__name__}: {e}"[:300]
+            continue
+        if reasons:
+            bad[case.name] = f"{n} graphs, breaks: {reasons}"[:300]
+            continue
+        counts[case.name] = n
+        mark = "" if stored.get(case.name) == n else f"   (stored {stored.get(case.name)})"
+        print(f"{case.name}: {n}{mark}")
+    torch._dynamo.reset()
+    for name, why in bad.items():
+        print(f"NOT WHOLE {name}: {why}")
+    if opts.write:
+        merged = dict(stored) if opts.names else {}
+        merged.update(counts)
+        known = {c.name for c in CASES}
+        merged = {k: merged[k] for k in sorted(merged) if k in known}
+        with open(COUNTS_FILE, "w") as f:
+            json.dump(merged, f, indent=1, sort_keys=True)
+            f.write("\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
