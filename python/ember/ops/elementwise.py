@@ -316,19 +316,10 @@ op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
    inplace_variant=True,
    backward=lambda g, out, self: (g * (1 - out * out),))
 
-def _sigmoid(self):
-    # with e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below, so
-    # nothing overflows and the tail below -87 underflows gradually, as the function
-    # does (1 / (1 + exp(-x)) is 0 there)
-    pos = P.le(0, self)
-    e = P.exp(P.where(pos, P.neg(self), self))
-    return P.div(P.where(pos, 1.0, e), P.add(e, 1))
-
-
 op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "cloop",
    backward=lambda g, out, self: (g * out * (1 - out),),
    inplace_variant=True,
-   decompose=lambda self: _sigmoid(self),
+   decompose=lambda self: P.reciprocal(P.add(P.exp(P.neg(self)), 1)),
    doc="1 / (1 + exp(-self)).")
 
 
