@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: setup llvm demo test verify bench fuzz sanitize build clean
+.PHONY: setup llvm demo test verify bench fuzz sanitize build clean accuracy
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ FUZZ_JOBS ?= 2
 fuzz: setup
 	PYTHONPATH=python:tests $(PY) -m fuzz.run fuzz --seed $(FUZZ_SEED) \
 	  --minutes $(FUZZ_MINUTES) --jobs $(FUZZ_JOBS) --results fuzz-results/seed$(FUZZ_SEED)
+
+# The JIT's float32 elementary functions against float64 on every one of the 2^32
+# float32 inputs (pow: 3 * 10^7 pairs), at the host's vector width and at SSE width
+# (docs/vecmath.md; hours, not minutes).
+accuracy: setup
+	$(PY) -m ember.compiler.vecmath_accuracy --stride 1
+	EMBER_LLVM_FEATURES=+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt \
+	  $(PY) -m ember.compiler.vecmath_accuracy --stride 1
 
 # Rebuild the extension in place (after editing csrc/).
 build: $(PY)

@@ -4,10 +4,12 @@
  * the dtype the instruction computes in (cast is the only conversion) and that dtype
  * is in the instruction's domain (loop_ir.h), so every case below is defined.
  * Bools are i1 in registers. add of bools is `or` (PyTorch's True + True is True);
- * float max/min propagate NaN; exp and erf of float32 are the IR polynomials of
- * vecmath_ir.c (vectorisable), other functions call libm.
+ * float max/min propagate NaN; exp, expm1, log, log1p, tanh, sin, cos, erf and pow of
+ * float32 are the IR functions of vecmath.h (vectorisable); float64 and the other
+ * functions call libm.
  */
 #include "jit/codegen.h"
+#include "jit/vecmath.h"
 
 #include <math.h>
 
@@ -153,6 +155,8 @@ binary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
         return int_extreme(g, a, b, op == EM_IR_MAX, t);
     case EM_IR_POW: {
         LLVMValueRef args[2] = {a, b};
+        if (t == EM_FLOAT32)
+            return call_fn(g, em_ir_powf(g->M), args, 2);
         return call_fn(g, em_ir_libm(g->M, t == EM_FLOAT32 ? "powf" : "pow",
                                      em_cg_reg_type(g, t), 2), args, 2);
     }
@@ -166,6 +170,31 @@ binary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a, LLVMValueRef b)
         break;
     }
     PyErr_Format(PyExc_SystemError, "ember JIT: %s is not a binary op", em_ir_info[op].name);
+    return NULL;
+}
+
+/* float32: the IR function of vecmath.h; float64: libm's */
+static LLVMValueRef
+transcendental(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
+{
+    static const struct {
+        em_ir_t op;
+        const char *libm;
+        LLVMValueRef (*ir)(LLVMModuleRef);
+    } fns[] = {
+        {EM_IR_EXP, "exp", em_ir_expf},       {EM_IR_ERF, "erf", em_ir_erff},
+        {EM_IR_LOG, "log", em_ir_logf},       {EM_IR_TANH, "tanh", em_ir_tanhf},
+        {EM_IR_SIN, "sin", em_ir_sinf},       {EM_IR_COS, "cos", em_ir_cosf},
+        {EM_IR_EXPM1, "expm1", em_ir_expm1f}, {EM_IR_LOG1P, "log1p", em_ir_log1pf},
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        if (fns[i].op != op)
+            continue;
+        if (t == EM_FLOAT32)
+            return call_fn(g, fns[i].ir(g->M), &a, 1);
+        return libm1(g, fns[i].libm, t, a);
+    }
+    PyErr_Format(PyExc_SystemError, "ember JIT: %s is not transcendental", em_ir_info[op].name);
     return NULL;
 }
 
@@ -190,25 +219,14 @@ unary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
     case EM_IR_TRUNC:
         return intrinsic(g, "llvm.trunc", ty, &a, 1);
     case EM_IR_EXP:
-        if (t == EM_FLOAT32)
-            return call_fn(g, em_ir_expf(g->M), &a, 1);
-        return libm1(g, "exp", t, a);
     case EM_IR_ERF:
-        if (t == EM_FLOAT32)
-            return call_fn(g, em_ir_erff(g->M), &a, 1);
-        return libm1(g, "erf", t, a);
     case EM_IR_LOG:
-        return libm1(g, "log", t, a);
     case EM_IR_TANH:
-        return libm1(g, "tanh", t, a);
     case EM_IR_SIN:
-        return libm1(g, "sin", t, a);
     case EM_IR_COS:
-        return libm1(g, "cos", t, a);
     case EM_IR_EXPM1:
-        return libm1(g, "expm1", t, a);
     case EM_IR_LOG1P:
-        return libm1(g, "log1p", t, a);
+        return transcendental(g, op, t, a);
     default:
         break;
     }

@@ -20,7 +20,8 @@
  * Returns 0, or -1 with a Python exception set (the module is then discarded). */
 int em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name);
 
-/* Internal helper functions of a module (expf polynomial, ...), made on demand. */
+/* Internal helper functions of a module (expf polynomial, ...), made on demand; the
+ * others are in vecmath.h. */
 LLVMValueRef em_ir_expf(LLVMModuleRef M);
 LLVMValueRef em_ir_erff(LLVMModuleRef M);
 LLVMValueRef em_ir_libm(LLVMModuleRef M, const char *name, LLVMTypeRef type, int nargs);

@@ -1,4 +1,5 @@
-/* vecmath_ir.c: elementary functions for JIT kernels.
+/* vecmath_ir.c: elementary functions for JIT kernels: the building blocks of
+ * vecmath.h, expf and erff (log, expm1, tanh, sin, cos and pow are in vecmath_*.c).
  *
  * expf and erff are emitted as IR (internal, always-inlined functions the loop
  * vectoriser can widen): expf is the same branch-free Cephes recipe as
@@ -6,12 +7,121 @@
  * expf.c), over the whole float range: 2^n is applied in two factors, so results
  * just below the overflow threshold stay finite and results below FLT_MIN underflow
  * gradually into subnormals, as libm's do; erff uses fits of our own
- * (tools/fit_erf.py). Other functions call libm through absolute symbols defined in
- * the JIT.
+ * (tools/fit_erf.py). Other functions, and float64, call libm through absolute
+ * symbols defined in the JIT.
  */
-#include "jit/jit.h"
+#include "jit/vecmath.h"
 
 #include <math.h>
+
+/* ------------------------------------------------------------------ building blocks */
+
+int
+em_vm_begin(em_vm *v, LLVMModuleRef M, const char *name, int nargs)
+{
+    v->M = M;
+    v->C = LLVMGetModuleContext(M);
+    v->f32 = LLVMFloatTypeInContext(v->C);
+    v->f64 = LLVMDoubleTypeInContext(v->C);
+    v->i32 = LLVMInt32TypeInContext(v->C);
+    v->i64 = LLVMInt64TypeInContext(v->C);
+    v->B = NULL;
+    v->fn = LLVMGetNamedFunction(M, name);
+    if (v->fn != NULL)
+        return 1;
+    LLVMTypeRef params[2] = {v->f32, v->f32};
+    v->fn = LLVMAddFunction(M, name, LLVMFunctionType(v->f32, params, (unsigned)nargs, 0));
+    LLVMSetLinkage(v->fn, LLVMInternalLinkage);
+    const char *attrs[] = {"alwaysinline", "nounwind", "readnone", "willreturn"};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+        LLVMAddAttributeAtIndex(v->fn, LLVMAttributeFunctionIndex,
+                                LLVMCreateEnumAttribute(v->C, LLVMGetEnumAttributeKindForName(
+                                                                  attrs[i], strlen(attrs[i])), 0));
+    v->B = LLVMCreateBuilderInContext(v->C);
+    LLVMPositionBuilderAtEnd(v->B, LLVMAppendBasicBlockInContext(v->C, v->fn, "entry"));
+    return 0;
+}
+
+LLVMValueRef
+em_vm_end(em_vm *v, LLVMValueRef r)
+{
+    LLVMBuildRet(v->B, r);
+    LLVMDisposeBuilder(v->B);
+    v->B = NULL;
+    return v->fn;
+}
+
+LLVMValueRef
+em_vm_intrinsic(em_vm *v, const char *name, LLVMValueRef *args, int n)
+{
+    LLVMTypeRef t = LLVMTypeOf(args[0]);
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(v->M, id, &t, 1);
+    return LLVMBuildCall2(v->B, LLVMIntrinsicGetType(v->C, id, &t, 1), f, args,
+                          (unsigned)n, "");
+}
+
+LLVMValueRef
+em_vm_call(em_vm *v, LLVMValueRef fn, LLVMValueRef *args, int n)
+{
+    return LLVMBuildCall2(v->B, LLVMGlobalGetValueType(fn), fn, args, (unsigned)n, "");
+}
+
+LLVMValueRef
+em_vm_fma(em_vm *v, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
+{
+    /* fused where the target has FMA; llvm.fma would become a libm call without */
+    LLVMValueRef args[3] = {a, b, c};
+    return em_vm_intrinsic(v, "llvm.fmuladd", args, 3);
+}
+
+LLVMValueRef
+em_vm_const(LLVMValueRef like, double value)
+{
+    return LLVMConstReal(LLVMTypeOf(like), value);
+}
+
+LLVMValueRef
+em_vm_poly(em_vm *v, const double *c, int n, LLVMValueRef u)
+{
+    LLVMValueRef p = em_vm_const(u, c[n - 1]);
+    for (int i = n - 2; i >= 0; i--)
+        p = em_vm_fma(v, p, u, em_vm_const(u, c[i]));
+    return p;
+}
+
+LLVMValueRef
+em_vm_select(em_vm *v, LLVMValueRef cond, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(v->B, cond, a, b, "");
+}
+
+LLVMValueRef
+em_vm_fcmp(em_vm *v, LLVMRealPredicate p, LLVMValueRef a, double b)
+{
+    return LLVMBuildFCmp(v->B, p, a, em_vm_const(a, b), "");
+}
+
+LLVMValueRef
+em_vm_fabs(em_vm *v, LLVMValueRef a)
+{
+    return em_vm_intrinsic(v, "llvm.fabs", &a, 1);
+}
+
+LLVMValueRef
+em_vm_floor(em_vm *v, LLVMValueRef a)
+{
+    return em_vm_intrinsic(v, "llvm.floor", &a, 1);
+}
+
+LLVMValueRef
+em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign)
+{
+    LLVMValueRef args[2] = {mag, sign};
+    return em_vm_intrinsic(v, "llvm.copysign", args, 2);
+}
+
+/* ------------------------------------------------------------------ exp and erf */
 
 static LLVMValueRef
 fcall(LLVMBuilderRef B, LLVMModuleRef M, const char *name, LLVMTypeRef t, LLVMValueRef *args,
