@@ -31,6 +31,15 @@ from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, Builtin
                         TensorMethodVar, TensorVar, TupleVar, VariableTracker,
                         constant_args, is_constant)
 
+# Instructions a frame can break at: CPython runs them on the live values
+BREAK_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "POP_JUMP_FORWARD_IF_TRUE",
+                       "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+                       "POP_JUMP_BACKWARD_IF_FALSE"})
+# tensor methods whose call is a graph break (bound methods until then, so the break
+# is at the CALL, with the bound method on the stack)
+_BREAK_METHODS = ("item", "tolist", "numpy", "backward", "data_ptr", "register_hook",
+                  "retain_grad", "requires_grad_")
+
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
@@ -197,6 +206,8 @@ class Translator:
         self.lineno = code.co_firstlineno
         self.result = None
         self.yields = None      # values a generator expression yielded
+        self.stop_at = None     # root only: offset to stop before (a graph break)
+        self.stopped = None     # the instruction it stopped before
 
     # ------------------------------------------------------------ running
 
@@ -220,10 +231,22 @@ class Translator:
                 steps += 1
                 if steps > MAX_INSTRUCTIONS:
                     raise Unsupported("the frame runs too many instructions to capture")
+                if ins.offset == self.stop_at:
+                    self.stopped = ins
+                    return None
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
-                jump = handler(ins)
+                try:
+                    jump = handler(ins)
+                except Unsupported as e:
+                    if self.parent is None and e.break_at is None and \
+                            ins.opname in BREAK_OPS:
+                        # the frame can stop before this instruction, run it in
+                        # CPython and resume after it (convert.py, resume.py)
+                        e.break_at = ins.offset
+                        e.break_op = ins.opname
+                    raise
                 if ins.opname == "RETURN_VALUE":
                     return self.result
                 ip = self.index_of[jump] if jump is not None else ip + 1
@@ -453,6 +476,8 @@ class Translator:
         raise Unsupported(f"an operation returned a {type(value).__name__}")
 
     def tensor_getattr(self, tv, name):
+        if name in _BREAK_METHODS:
+            return UnsupportedMethodVar(tv, name, _UNSUPPORTED_METHODS[name])
         if name in _UNSUPPORTED_METHODS:
             raise Unsupported(_UNSUPPORTED_METHODS[name])
         if name in _META_ATTRS:
@@ -1294,6 +1319,18 @@ class _CompilerFnVar(VariableTracker):
             return tx.call_op(self.value, args, kwargs)
         name = getattr(self.value, "__qualname__", repr(self.value))
         raise Unsupported(f"calling {name}, which is marked ember.compiler.disable")
+
+
+class UnsupportedMethodVar(VariableTracker):
+    """tensor.item and the like: a bound method whose call cannot be captured."""
+
+    def __init__(self, tensor, name, reason):
+        self.tensor = tensor
+        self.name = name
+        self.reason = reason
+
+    def call(self, tx, args, kwargs):
+        raise Unsupported(self.reason)
 
 
 class _MetaMethodVar(VariableTracker):
