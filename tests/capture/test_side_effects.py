@@ -514,10 +514,24 @@ def test_cells_of_another_closure_are_not_written():
     assert (s1(), s2()) == (1, 1)
 
 
+def test_a_break_after_side_effects_applies_them_once():
+    def fn(x, acts):
+        acts.append(x)
+        print("side effect")      # a graph break: the append is replayed before it
+        return x * 2
+
+    acts = []
+    ember.compile(fn, backend="eager")(ember.ones(1), acts)
+    assert len(acts) == 1
+    assert counters["stats"]["graph_breaks"] == 1
+    assert counters["stats"]["frames_fallback"] == 0
+
+
 def test_a_fallback_after_side_effects_applies_them_once():
     def fn(x, acts):
         acts.append(x)
-        print("side effect")      # not capturable: the frame runs in CPython
+        for _ in range(1):
+            print("side effect")  # a break in a loop: the frame runs in CPython
         return x * 2
 
     acts = []

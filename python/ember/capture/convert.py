@@ -140,10 +140,17 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     if ctx.check:
         frame = SelfCheckingFrame(frame, frame_info, pristine, out, ctx.backend,
                                   ctx.backend_name)
-    counters["stats"]["unique_graphs"] += 1
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
-    ctx.graphs.append(gm)
+    if not resume.is_resume_code(code) or _has_ops(gm):
+        # (the rest of a frame after a break without tensor work is no graph, as
+        # torch counts)
+        counters["stats"]["unique_graphs"] += 1
+        ctx.graphs.append(gm)
     return guards, frame
+
+
+def _has_ops(gm):
+    return any(n.op not in ("placeholder", "output") for n in gm.graph.nodes)
 
 
 # ------------------------------------------------------------------ graph breaks
@@ -236,7 +243,7 @@ def compile_break(frame_info, e, ctx, t0):
                               code.co_name, guards)
     entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
                                   instruction, tx.kw_names, continuations, tx.lineno)
-    if any(n.op != "placeholder" and n.op != "output" for n in gm.graph.nodes):
+    if _has_ops(gm):
         counters["stats"]["unique_graphs"] += 1
         ctx.graphs.append(gm)
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
