@@ -135,6 +135,19 @@ def fn(x):
     return model(x)
 """, "T(3, 4)", 4, 3, r"print\(\)"),
     # fn breaks at model(x), Outer.forward at self.inner(...), Inner.forward at print
+    Case("backward_and_logging", """
+import logging
+log = logging.getLogger("graph_break_case")
+log.propagate = False                   # (not into pytest's handlers)
+log.handlers[:] = [logging.NullHandler()]
+W = T(3).requires_grad_()
+def fn(x):
+    loss = (x * W).sin().sum()
+    loss.backward()
+    log.warning("loss computed")
+    return loss.detach() * 2
+""", "T(3,)", 2, 2, r"Tensor\.backward\(\)", torch=(2, 1)),
+    # (torch 2.13 does not count the logging call as a break)
     Case("inplace_on_input_requiring_grad", """
 def fn(x):
     x.add_(1)
@@ -331,3 +344,15 @@ def test_fullgraph_names_construct_line_and_fix(src, construct, line, hint):
     msg = str(info.value)
     assert re.search(construct, msg) and f"{filename}:{line} " in msg and hint in msg, msg
     assert counters["stats"]["graph_breaks"] == 0
+
+
+def test_resume_functions_are_made_from_the_original_code(capsys):
+    """A break in a resume function resumes from the original code: one prologue, and
+    a resume function per (offset, stack shape), not one nested in another."""
+    case = next(c for c in CASES if c.name == "two_prints")
+    ns, args, kwargs = make_namespace(ember, case)
+    compiled = ember.compile(ns["fn"], backend="eager")
+    compiled(*args, **kwargs)
+    names = [g.meta["code"].co_qualname for g in compiled._ember_compile_context.graphs]
+    assert names[0] == "fn" and len(names) == 3
+    assert all(re.fullmatch(r"fn\.<resume at \d+>", n) for n in names[1:]), names

@@ -110,6 +110,12 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
                 entry = compile_break(frame_info, e, ctx, t0)
             except Unsupported as why:
                 reason = f"{e.reason} (graph break not resumable: {why.reason})"
+            except Exception as bug:   # noqa: BLE001 - a converter bug: run in CPython
+                reason = (f"{e.reason} (graph break failed: internal error: "
+                          f"{type(bug).__name__}: {bug})")
+                _warn_once(code, reason, f"ember.compile: could not build the graph "
+                           f"break in {code.co_name} ({code.co_filename}:"
+                           f"{code.co_firstlineno}); it runs eagerly. {reason}")
             else:
                 counters["graph_break"][e.reason] += 1
                 counters["stats"]["graph_breaks"] += 1

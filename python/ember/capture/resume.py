@@ -160,15 +160,22 @@ def resume_code(code, offset, stack_nulls, delete):
         co_exceptiontable=encode_exception_table(handlers),
         co_qualname=qualname)
     per_code[key] = new
-    _origin[new] = (code, offset)
+    _origin[new] = (code, 2 * units)
     return new
 
 
-_origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, offset)
+_origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)
 
 
 def is_resume_code(code) -> bool:
     return code in _origin
+
+
+def original(code):
+    """(the code a resume code was made from, its prologue's size in bytes), or
+    (code, 0): a break in a resume function resumes from the original code, so breaks
+    that follow each other (or come round again) share resume functions."""
+    return _origin.get(code, (code, 0))
 
 
 def _shift_free_opargs(co_code, shift):
@@ -223,10 +230,15 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         return len(consts) - 1
 
     resumes = []
+    base, shift = original(code)
+    nbase = len(base.co_varnames)       # a resume code's extra locals come last
     for c in continuations:
-        delete = {n for n, v in zip(code.co_varnames, c.local_values) if v is None}
+        if any(v is not None for v in c.local_values[nbase:]):
+            raise Unsupported("a value of the resume prologue is live after it")
+        c.local_values = c.local_values[:nbase]
+        delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
         nulls = [v is None for v in c.lower] + [False] * c.outputs
-        rcode = resume_code(code, c.offset, nulls, delete)
+        rcode = resume_code(base, c.offset - shift, nulls, delete)
         resumes.append(rcode)
     if any(r.co_freevars for r in resumes):
         freevars = code.co_freevars

@@ -353,7 +353,9 @@ class Translator:
             return PythonModuleVar(value, source)
         if isinstance(value, types.MethodType) and isinstance(value.__func__,
                                                               types.FunctionType):
-            self.guard("ID_MATCH", source, value.__func__)   # the function
+            # the function (a bound method is a new object at each attribute read)
+            self.guard("ID_MATCH", AttrSource(source, "__func__") if source is not None
+                       else None, value.__func__)
             self_var = self.wrap(value.__self__, AttrSource(source, "__self__")
                                  if source is not None else None)
             return BoundMethodVar(value.__func__, self_var)
