@@ -82,6 +82,13 @@ def fn(x):
     a = y.numpy()
     return y + 1
 """, "T(3,)", 2, 1, r"Tensor\.numpy\(\)", torch=(1, 0)),    # torch traces NumPy
+    Case("unknown_c_function", """
+import zlib
+def fn(x):
+    y = x + 1
+    h = zlib.crc32(b"ember")
+    return y * (h % 7)
+""", "T(3,)", 2, 1, r"crc32"),
     Case("two_prints", """
 def fn(x):
     y = x * 2
@@ -356,3 +363,29 @@ def test_resume_functions_are_made_from_the_original_code(capsys):
     names = [g.meta["code"].co_qualname for g in compiled._ember_compile_context.graphs]
     assert names[0] == "fn" and len(names) == 3
     assert all(re.fullmatch(r"fn\.<resume at \d+>", n) for n in names[1:]), names
+
+
+def test_a_prefix_graph_that_raises_runs_the_frame_eagerly_once(capsys):
+    """If the graph before a break raises, nothing of the frame is visible yet: the
+    whole frame runs eagerly instead, once (one print), and its result is returned."""
+    def failing_backend(gm, example_inputs):
+        def run(*args):
+            raise ValueError("backend failure at run time")
+        return run
+
+    log = []
+
+    def fn(x):
+        y = x * 2
+        log.append("before")
+        print("middle")
+        return y + 1
+
+    compiled = ember.compile(fn, backend=failing_backend)
+    with pytest.warns(RuntimeWarning, match="backend failure at run time"):
+        got = compiled(ember.ones(2))
+    assert_same(got, ember.ones(2) * 2 + 1)
+    assert capsys.readouterr().out == "middle\n"
+    assert log == ["before"]
+    assert counters["stats"]["graph_breaks"] == 1
+    assert any("backend failure" in r for r in counters["runtime_fallback"])
