@@ -155,6 +155,17 @@ def fn(x):
     return loss.detach() * 2
 """, "T(3,)", 2, 2, r"Tensor\.backward\(\)", torch=(2, 1)),
     # (torch 2.13 does not count the logging call as a break)
+    Case("grad_read_after_backward", """
+W = T(3).requires_grad_()
+def fn(x):
+    loss = (x * W).sin().sum()
+    loss.backward()
+    g = W.grad
+    W.grad = None
+    return loss.detach() * 2 + g
+""", "T(3,)", 2, 3, r"Tensor\.backward\(\)", torch=(2, 1)),
+    # (the read and the write of .grad are breaks at their LOAD_ATTR and STORE_ATTR:
+    # torch captures both)
     Case("inplace_on_input_requiring_grad", """
 def fn(x):
     x.add_(1)

@@ -22,7 +22,7 @@ from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
 from .source import CellSource, ClosureSource, LocalSource
-from .symbolic import OutputGraph, Translator
+from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
 from .variables import CellVar, ConstVar, NullVar, ObjectVar, TensorVar, TupleVar, \
     VariableTracker
 
@@ -206,6 +206,9 @@ def compile_break(frame_info, e, ctx, t0):
         offsets = [following]
     elif ins.opname == "CALL_FUNCTION_EX":
         n_in, outputs, instruction = 3 + (ins.arg & 1), 1, ("CALL_FUNCTION_EX", ins.arg)
+        offsets = [following]
+    elif ins.opname in SIMPLE_BREAK_OPS:
+        (n_in, outputs), instruction = SIMPLE_BREAK_OPS[ins.opname], (ins.opname, ins.arg)
         offsets = [following]
     else:
         n_in, outputs, instruction = 1, 0, (ins.opname, None)

@@ -212,8 +212,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
     """The function a frame with a break runs instead of its code (see module doc).
 
     inputs: the stopped instruction's operands, [value index | None (NULL)], bottom
-    first; instruction: (opname, arg) for CALL/CALL_FUNCTION_EX, or the name of a
-    conditional jump (continuations[0] falls through, [1] is the jump's)."""
+    first; instruction: (opname, arg) for CALL, CALL_FUNCTION_EX and the simple
+    instructions of symbolic.SIMPLE_BREAK_OPS (attribute and item access, operators),
+    or a conditional jump (continuations[0] falls through, [1] is the jump's)."""
     nslots = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + \
         bool(code.co_flags & inspect.CO_VARKEYWORDS)
@@ -297,7 +298,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         asm("CALL", n)
         asm("RETURN_VALUE")
 
-    if instruction[0] in ("CALL", "CALL_FUNCTION_EX"):
+    if not instruction[0].startswith("POP_JUMP"):
         def run_call():
             for v in inputs:
                 push(v)
@@ -306,8 +307,8 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
                     asm("KW_NAMES", const(kw_names))
                 asm("PRECALL", instruction[1])
                 asm("CALL", instruction[1])
-            else:
-                asm("CALL_FUNCTION_EX", instruction[1])
+            else:        # CALL_FUNCTION_EX, or a simple instruction (names: co_names)
+                asm(instruction[0], instruction[1] or 0)
         call_resume(0, run_call)
     else:
         jumped = Label()
@@ -325,7 +326,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
     co_code = asm.assemble()
     units = len(co_code) // 2
     new = code.replace(
-        co_code=co_code, co_consts=tuple(consts), co_names=(),
+        co_code=co_code, co_consts=tuple(consts), co_names=code.co_names,
         co_argcount=nslots, co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames, co_cellvars=(),
         co_freevars=freevars,

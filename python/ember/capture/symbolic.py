@@ -31,10 +31,17 @@ from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, Builtin
                         TensorMethodVar, TensorVar, TupleVar, VariableTracker,
                         constant_args, is_constant)
 
-# Instructions a frame can break at: CPython runs them on the live values
+# Instructions a frame can break at: CPython runs them on the live values. Besides
+# calls and conditional jumps, simple ones: name -> (values popped, values pushed)
+SIMPLE_BREAK_OPS = {
+    "LOAD_ATTR": (1, 1), "STORE_ATTR": (2, 0), "BINARY_OP": (2, 1),
+    "BINARY_SUBSCR": (2, 1), "STORE_SUBSCR": (3, 0), "COMPARE_OP": (2, 1),
+    "CONTAINS_OP": (2, 1), "UNARY_NEGATIVE": (1, 1), "UNARY_POSITIVE": (1, 1),
+    "UNARY_INVERT": (1, 1), "UNARY_NOT": (1, 1),
+}
 BREAK_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "POP_JUMP_FORWARD_IF_TRUE",
                        "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
-                       "POP_JUMP_BACKWARD_IF_FALSE"})
+                       "POP_JUMP_BACKWARD_IF_FALSE"}) | frozenset(SIMPLE_BREAK_OPS)
 # tensor methods whose call is a graph break (bound methods until then, so the break
 # is at the CALL, with the bound method on the stack)
 _BREAK_METHODS = ("item", "tolist", "numpy", "backward", "data_ptr", "register_hook",
