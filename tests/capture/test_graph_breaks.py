@@ -70,6 +70,20 @@ def fn(x):
     y = x.sin()
     return torch.add(y, y.sum().item())
 """, "T(4,)", 2, 1, r"Tensor\.item\(\)"),
+    Case("item_in_a_tensor_method_call", """
+def fn(x):
+    y = x.sin()
+    return y.add(y.sum().item(), alpha=2)
+""", "T(4,)", 2, 1, r"Tensor\.item\(\)", torch=(1, 0)),
+    # (y.add, a bound method below the break, is rebuilt as attrgetter("add")(y), and
+    # the resume function captures its call; torch 2.13 keeps this .item() in its graph)
+    Case("print_with_star_arguments", """
+def fn(x):
+    y = x * 2
+    opts = {"sep": ","}
+    print(*[1, 2], **opts)
+    return y + 1
+""", "T(3,)", 2, 1, r"print\(\)"),
     Case("tolist", """
 def fn(x):
     y = x * 2

@@ -6,8 +6,9 @@ known sequences, calls of plain Python functions, which are inlined); tensor ope
 run on fake (meta) tensors, so shapes, dtypes and errors are the eager ones, and each
 becomes a graph node. Every value read from outside the frame (arguments, globals,
 closures, module attributes) is guarded, so a cached graph is reused only when those
-values are what they were. Anything else raises Unsupported; the caller then runs the
-frame in CPython.
+values are what they were. Anything else raises Unsupported; raised by one of the
+frame's own instructions in BREAK_OPS, it is a graph break there (convert.compile_break,
+resume.py), otherwise the caller runs the frame in CPython.
 """
 from __future__ import annotations
 
@@ -358,6 +359,15 @@ class Translator:
         if isinstance(value, types.ModuleType):
             self.guard("ID_MATCH", source, value)
             return PythonModuleVar(value, source)
+        if isinstance(value, types.MethodType) and source is not None and \
+                isinstance(value.__self__, _C.Tensor) and \
+                isinstance(value.__func__, _C.Op) and \
+                inspect.getattr_static(_C.Tensor, value.__func__.__name__, None) \
+                is value.__func__:
+            # a tensor's op method (a resume function's argument after a graph break)
+            self.guard("ID_MATCH", AttrSource(source, "__func__"), value.__func__)
+            tv = self.wrap(value.__self__, AttrSource(source, "__self__"))
+            return TensorMethodVar(tv, value.__func__.__name__)
         if isinstance(value, types.MethodType) and isinstance(value.__func__,
                                                               types.FunctionType):
             # the function (a bound method is a new object at each attribute read)
