@@ -635,7 +635,7 @@ def test_legacy_instances_are_refused():
 
 @pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
-def test_a_forward_that_needs_data_falls_back_counted(backend):
+def test_a_forward_that_needs_data_is_a_graph_break_counted(backend):
     class NumpyExp(ember.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -650,8 +650,10 @@ def test_a_forward_that_needs_data_falls_back_counted(backend):
     np.testing.assert_allclose(y.detach().numpy(), [0.0, np.e], rtol=1e-6)
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [1.0, 1.0 + np.e], rtol=1e-6)  # x + e^x
-    assert counters["stats"]["frames_fallback"] == 1
-    assert any("NumpyExp.apply raised" in r for r in counters["unsupported"])
+    # a break at the apply call, which runs in CPython; `* x` is captured after it
+    assert counters["stats"]["graph_breaks"] == 1
+    assert counters["stats"]["frames_fallback"] == 0
+    assert any("NumpyExp.apply raised" in r for r in counters["graph_break"])
     ember.compiler.reset()
     with pytest.raises(CaptureError, match="NumpyExp.apply raised"):
         ember.compile(lambda x: NumpyExp.apply(x) * x, backend=backend, fullgraph=True)(x)

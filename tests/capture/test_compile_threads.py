@@ -142,7 +142,8 @@ def test_deep_recursion_runs_in_cpython_with_the_right_result():
     compiled = ember.compile(countdown, backend="eager")
     x = T(2)
     close(compiled(x, 300), x + 300)
-    assert "inlining too deep (recursion?)" in counters["unsupported"]
+    # each level breaks at its recursive call, which runs as a frame of its own
+    assert "inlining too deep (recursion?)" in counters["graph_break"]
     close(compiled(x, 300), x + 300)
 
 
@@ -196,8 +197,9 @@ def test_compiled_module_inside_a_compiled_module():
 def test_compiled_function_called_from_code_that_fell_back():
     def host(t):
         print_free = inner(t)                   # captured as inner's own frame
-        if t.sum() > 100:                       # data-dependent: host runs in CPython
-            return t
+        for _ in range(1):
+            if t.sum() > 100:                   # a break in a loop: host runs in CPython
+                return t
         return print_free * 2
     compiled = ember.compile(host, backend="eager")
     before = len(inner._ember_compile_context.graphs)

@@ -15,12 +15,14 @@ def _captured(fn, *args):
     """fn compiled (eager backend) and called: (result, whether it captured whole)."""
     compiled = ember.compile(fn, backend="eager")
     out = compiled(*args)
-    whole = not counters["unsupported"] and counters["stats"]["frames_fallback"] == 0
+    whole = not counters["unsupported"] and counters["stats"]["frames_fallback"] == 0 \
+        and not counters["graph_break"]
     return out, whole
 
 
 def _fell_back(pattern):
-    return any(pattern in reason for reason in counters["unsupported"])
+    return any(pattern in reason
+               for reason in list(counters["unsupported"]) + list(counters["graph_break"]))
 
 
 def test_map_runs_its_function_when_the_consumer_asks():

@@ -7,9 +7,10 @@ through a backend, as torch.compile does.
 
 Calling f turns the frame hook on for this thread for the duration of the call; the hook
 converts f's frame on a miss (ember/capture/convert.py) and runs the cached entry on a
-hit. Code that cannot be captured runs in CPython, counted in ember.capture.counters;
-fullgraph=True or strict mode (ember.compiler.config.strict, EMBER_STRICT=1) raise
-instead.
+hit. What cannot be captured is a graph break (the graph so far, the instruction in
+CPython, capture resumed after it: resume.py) or the frame runs whole in CPython, both
+counted in ember.capture.counters; fullgraph=True or strict mode
+(ember.compiler.config.strict, EMBER_STRICT=1) raise instead.
 """
 from __future__ import annotations
 

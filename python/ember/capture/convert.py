@@ -15,7 +15,7 @@ import weakref
 
 from .. import _C
 from .. import fx
-from . import _hook, skip
+from . import _hook, resume, skip
 from .config import config
 from . import logs
 from .exc import CaptureError, Unsupported, counters
@@ -23,8 +23,9 @@ from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
 from .source import CellSource, ClosureSource, LocalSource
-from .symbolic import OutputGraph, Translator
-from .variables import CellVar, ObjectVar, TensorVar, VariableTracker
+from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
+from .variables import CellVar, ConstVar, NullVar, ObjectVar, TensorVar, TupleVar, \
+    VariableTracker
 
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -45,6 +46,7 @@ class CompileContext:
         self.check = check        # self-check mode: first calls also run eagerly
         self.graphs = []          # GraphModules compiled under this context, in order
         self.recompile_reasons = []
+        self.break_reasons = []   # graph breaks taken, "reason at file:line in fn"
         self.callback = None      # the hook callback of this context (make_callback)
         _contexts.add(self)
 
@@ -55,6 +57,7 @@ class CompileContext:
         """ember.compiler.reset(): the graphs go with the cache entries."""
         self.graphs.clear()
         self.recompile_reasons.clear()
+        self.break_reasons.clear()
 
 
 _contexts = weakref.WeakSet()
@@ -98,15 +101,38 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         out, ret = trace_frame(frame_info)
         gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
-        counters["unsupported"][e.reason] += 1
-        logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
-                 f"{code.co_firstlineno}) runs in CPython: {e.reason}"
-                 f"{f' at {e.location}' if e.location else ''}")
-        counters["stats"]["frames_fallback"] += 1
         if ctx.strict():
             where = f" at {e.location}" if e.location else ""
+            hint = suggestion(e.reason)
             raise CaptureError(f"ember.compile(fullgraph=True) cannot capture "
-                               f"{code.co_name}: {e.reason}{where}") from None
+                               f"{code.co_name}: {e.reason}{where}"
+                               + (f"; {hint}" if hint else "")) from None
+        reason = e.reason
+        if e.break_at is not None:
+            try:
+                entry = compile_break(frame_info, e, ctx, t0)
+            except Unsupported as why:
+                reason = f"{e.reason} (graph break not resumable: {why.reason})"
+            except Exception as bug:   # noqa: BLE001 - a converter bug: run in CPython
+                reason = (f"{e.reason} (graph break failed: internal error: "
+                          f"{type(bug).__name__}: {bug})")
+                _warn_once(code, reason, f"ember.compile: could not build the graph "
+                           f"break in {code.co_name} ({code.co_filename}:"
+                           f"{code.co_firstlineno}); it runs eagerly. {reason}")
+            else:
+                counters["graph_break"][e.reason] += 1
+                counters["stats"]["graph_breaks"] += 1
+                ctx.break_reasons.append(f"{e.reason} at {e.location}")
+                logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
+                         f"{code.co_firstlineno}) breaks its graph: {e.reason}"
+                         f"{f' at {e.location}' if e.location else ''}; capture "
+                         "resumes after it")
+                return entry
+        counters["unsupported"][reason] += 1
+        logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
+                 f"{code.co_firstlineno}) runs in CPython: {reason}"
+                 f"{f' at {e.location}' if e.location else ''}")
+        counters["stats"]["frames_fallback"] += 1
         fallen_back.add(code)
         return _hook.SKIP
     except Exception as e:   # noqa: BLE001 - a converter bug must not break the program
@@ -130,10 +156,117 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     if ctx.check:
         frame = SelfCheckingFrame(frame, frame_info, pristine, out, ctx.backend,
                                   ctx.backend_name)
-    counters["stats"]["unique_graphs"] += 1
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
-    ctx.graphs.append(gm)
+    if not resume.is_resume_code(code) or _has_ops(gm):
+        # (the rest of a frame after a break without tensor work is no graph, as
+        # torch counts)
+        counters["stats"]["unique_graphs"] += 1
+        ctx.graphs.append(gm)
     return guards, frame
+
+
+def _has_ops(gm):
+    return any(n.op not in ("placeholder", "output") for n in gm.graph.nodes)
+
+
+# ------------------------------------------------------------------ graph breaks
+
+_SUGGESTIONS = (
+    ("print()", "move print out of the compiled function or use ember.compiler.disable"),
+    ("data-dependent control flow", "use ember.where instead of `if` on a tensor value"),
+    ("Tensor.item()", "keep the value a tensor (ember.where, tensor ops) or move .item() "
+                      "out of the compiled function"),
+    ("Tensor.tolist()", "keep the value a tensor or move .tolist() out of the compiled "
+                        "function"),
+    ("Tensor.numpy()", "use ember ops instead of NumPy inside the compiled function"),
+    ("Tensor.backward()", "call .backward() on the compiled function's result, outside it"),
+    ("ember.compiler.disable", "call it outside the compiled function, or drop "
+                               "ember.compiler.disable"),
+)
+
+
+def suggestion(reason):
+    """A fix for a known unsupported construct, or None."""
+    for key, hint in _SUGGESTIONS:
+        if key in reason:
+            return hint
+    return None
+
+
+def compile_break(frame_info, e, ctx, t0):
+    """The cache entry for a frame that stops at instruction e.break_at: traces again up
+    to it, compiles that graph (the prefix) and returns (guards, entry function) that
+    runs the prefix, the instruction in CPython and a resume function (resume.py)."""
+    code = frame_info.code
+    offset = e.break_at
+    resume.check_resumable(code)
+    if resume.covered_by_handler(code, offset):
+        raise Unsupported("the break is inside a try or with block")
+    if resume.in_loop(code, offset):
+        raise Unsupported("the break is inside a loop")
+    root = []
+    out, _ = trace_frame(frame_info, stop_at=offset, keep=root)
+    tx = root[0]
+    ins = tx.stopped
+    if ins is None or ins.offset != offset:
+        raise Unsupported("tracing again did not reach the break")
+    following = tx.instructions[tx.index_of[offset] + 1].offset
+    if ins.opname == "CALL":
+        n_in, outputs, instruction = ins.arg + 2, 1, ("CALL", ins.arg)
+        offsets = [following]
+    elif ins.opname == "CALL_FUNCTION_EX":
+        n_in, outputs, instruction = 3 + (ins.arg & 1), 1, ("CALL_FUNCTION_EX", ins.arg)
+        offsets = [following]
+    elif ins.opname in SIMPLE_BREAK_OPS:
+        (n_in, outputs), instruction = SIMPLE_BREAK_OPS[ins.opname], (ins.opname, ins.arg)
+        offsets = [following]
+    else:
+        n_in, outputs, instruction = 1, 0, (ins.opname, None)
+        offsets = [following, ins.argval]
+    stack = list(tx.stack)
+    if len(stack) < n_in:
+        raise Unsupported("the stack at the break is shorter than the instruction needs")
+    lower, inputs = stack[:len(stack) - n_in], stack[len(stack) - n_in:]
+    values, index = [], {}
+
+    def value_index(vt):
+        if isinstance(vt, NullVar):
+            return None
+        if id(vt) not in index:
+            index[id(vt)] = len(values)
+            values.append(vt)
+        return index[id(vt)]
+
+    input_idx = [value_index(v) for v in inputs]
+    lower_idx = [value_index(v) for v in lower]
+    continuations = []
+    for off in offsets:
+        live = resume.live_locals(code, off)
+        local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
+                        else None for n in code.co_varnames]
+        continuations.append(resume.Continuation(code, off, local_values, lower_idx,
+                                                 outputs))
+    if frame_info.closure:
+        for i, cell in enumerate(frame_info.closure):
+            # the entry function makes resume functions over these very cells
+            out.guards.add("ID_MATCH", CellSource(i, code.co_freevars[i]), cell)
+    ret = TupleVar([ConstVar(True)] + values)
+    gm, getters, program = build_graph_module(out, ret, code)
+    _log_graph(gm, code, out)
+    compiled = compile_graph(gm, out, ctx, code)
+    guards = build_guard_program(out.guards, frame_info, ctx)
+    prefix = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
+                              frame_info.closure,
+                              _eager_rerun(code, frame_info.globals, frame_info.closure,
+                                           ctx, flagged=True),
+                              code.co_name, guards)
+    entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
+                                  instruction, tx.kw_names, continuations, tx.lineno)
+    if _has_ops(gm):
+        counters["stats"]["unique_graphs"] += 1
+        ctx.graphs.append(gm)
+    counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
+    return guards, entry
 
 
 # Code that fell back (and is marked SKIP) because of an unsupported construct: a strict
@@ -149,8 +282,10 @@ def retry_if_fallen_back(code):
         _hook.reset_code(code)
 
 
-def trace_frame(frame_info):
-    """Interprets the frame's code with its argument values; returns (OutputGraph, VT)."""
+def trace_frame(frame_info, stop_at=None, keep=None):
+    """Interprets the frame's code with its argument values; returns (OutputGraph, VT).
+    With stop_at, stops before the frame's instruction at that offset (a graph break);
+    `keep` (a list) then receives the frame's Translator, holding the stack and locals."""
     code = frame_info.code
     out = OutputGraph(code)
     nargs = code.co_argcount + code.co_kwonlyargcount + \
@@ -179,6 +314,9 @@ def trace_frame(frame_info):
         cell.frame_index = i       # a write is guarded on this cell's identity
         cells[name] = cell
     tx = Translator(code, frame_info.globals, builtins_, locals_, cells, out)
+    tx.stop_at = stop_at
+    if keep is not None:
+        keep.append(tx)
     ret = tx.run()
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
     return out, ret
@@ -317,7 +455,7 @@ def _equals_ok(value, depth=0):
 
 # ------------------------------------------------------------------ errors
 
-def _eager_rerun(code, globals_, closure, ctx):
+def _eager_rerun(code, globals_, closure, ctx, flagged=False):
     """on_error for CompiledFrame: the graph raised, before anything the frame does was
     visible, so the frame's code runs eagerly (capture is off here) and the caller
     gets exactly eager's exception, raised from the user's own lines. If eager does
@@ -333,7 +471,9 @@ def _eager_rerun(code, globals_, closure, ctx):
             raise exc
         _warn_once(code, reason, f"ember.compile: {code.co_name} ({code.co_filename}:"
                    f"{code.co_firstlineno}): {reason}; that call ran eagerly.")
-        return result
+        # the prefix of a graph break returns (False, result): the entry function
+        # returns the result instead of running the rest of the frame (resume.py)
+        return (False, result) if flagged else result
     return on_error
 
 

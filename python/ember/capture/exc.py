@@ -12,6 +12,8 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.location = location
+        self.break_at = None     # offset of the frame's own instruction to break at
+        self.break_op = None
 
     def __str__(self):
         if self.location:

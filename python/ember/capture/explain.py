@@ -37,8 +37,9 @@ def explain(fn):
         before = dict(counters["unsupported"])
         with _hook.enable(make_callback(ctx)):
             fn(*args, **kwargs)
-        reasons = [r for r, n in counters["unsupported"].items()
-                   if n > before.get(r, 0)]
+        # graph breaks taken, then frames that fell back whole
+        reasons = list(ctx.break_reasons) + [
+            r for r, n in counters["unsupported"].items() if n > before.get(r, 0)]
         out = ExplainOutput(graphs=list(ctx.graphs), graph_count=len(ctx.graphs),
                             graph_break_count=len(reasons), break_reasons=reasons)
         for gm in ctx.graphs:

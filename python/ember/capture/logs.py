@@ -19,7 +19,7 @@ ARTIFACTS = {
     "graph_code": "each captured graph, printed as Python",
     "guards": "the guards of each compiled entry",
     "recompiles": "why a function compiled again (the guard that failed)",
-    "graph_breaks": "what sent code back to CPython, with the user's line",
+    "graph_breaks": "graph breaks and frames sent back to CPython, with the user's line",
     "aot_graphs": "AOT forward and backward graphs, what is saved with bytes, writes "
                   "into inputs",
     "output_code": "the LLVM backend's loop IR and optimised LLVM IR",

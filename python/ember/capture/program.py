@@ -27,10 +27,29 @@ that the frame stores in two places and returns is one object, as in eager.
 """
 from __future__ import annotations
 
+import operator
+import types
+
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BuiltinVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar,
-                        ModuleVar, ObjectVar, OpVar, TensorVar, TupleVar)
+from .variables import (BoundMethodVar, BuiltinVar, CellVar, ConstVar, DictVar,
+                        FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar, TensorMethodVar,
+                        TensorVar, TupleVar)
+
+
+def _bind(pair):
+    return types.MethodType(pair[0], pair[1])
+
+
+_getters = {}
+
+
+def _method_getter(name):
+    """operator.attrgetter(name), one per name (a program constant)."""
+    g = _getters.get(name)
+    if g is None:
+        g = _getters[name] = operator.attrgetter(name)
+    return g
 
 
 class ProgramBuilder:
@@ -89,8 +108,17 @@ class ProgramBuilder:
                 raise Unsupported("returning or storing a function made inside the "
                                   "compiled code")
             return self._add(("const", vt.value), vt)
+        if isinstance(vt, BoundMethodVar) and isinstance(vt.value, types.FunctionType):
+            pair = self._add(("tuple", (self.const(vt.value), self.value(vt.self_var))))
+            return self._add(("call1", _bind, pair), vt)
+        if isinstance(vt, TensorMethodVar) or \
+                type(vt).__name__ == "UnsupportedMethodVar":
+            # a tensor's bound method (left on the stack by a graph break)
+            return self._add(("call1", _method_getter(vt.name), self.value(vt.tensor)), vt)
         if vt.is_constant():
             return self._add(("const", vt.as_constant()), vt)
+        if source is not None and not isinstance(vt, (TensorVar, CellVar)):
+            return self._add(("src", source.getter()), vt)
         raise Unsupported(f"returning or storing {vt} from a compiled function")
 
     def _new_container(self, vt):

@@ -72,7 +72,7 @@ def is_library(filename: str) -> bool:
 
 
 # Code of functions given to ember.compiler.disable: never converted, and a call of one
-# inside captured code is unsupported (torch: a graph break). Kept apart from the
+# inside captured code is a graph break (capture/resume.py). Kept apart from the
 # hook's SKIP marks, which ember.compiler.reset() clears.
 _disabled = weakref.WeakSet()
 

@@ -6,8 +6,9 @@ known sequences, calls of plain Python functions, which are inlined); tensor ope
 run on fake (meta) tensors, so shapes, dtypes and errors are the eager ones, and each
 becomes a graph node. Every value read from outside the frame (arguments, globals,
 closures, module attributes) is guarded, so a cached graph is reused only when those
-values are what they were. Anything else raises Unsupported; the caller then runs the
-frame in CPython.
+values are what they were. Anything else raises Unsupported; raised by one of the
+frame's own instructions in BREAK_OPS, it is a graph break there (convert.compile_break,
+resume.py), otherwise the caller runs the frame in CPython.
 """
 from __future__ import annotations
 
@@ -30,6 +31,22 @@ from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, Builtin
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
                         TensorMethodVar, TensorVar, TupleVar, VariableTracker,
                         constant_args, is_constant)
+
+# Instructions a frame can break at: CPython runs them on the live values. Besides
+# calls and conditional jumps, simple ones: name -> (values popped, values pushed)
+SIMPLE_BREAK_OPS = {
+    "LOAD_ATTR": (1, 1), "STORE_ATTR": (2, 0), "BINARY_OP": (2, 1),
+    "BINARY_SUBSCR": (2, 1), "STORE_SUBSCR": (3, 0), "COMPARE_OP": (2, 1),
+    "CONTAINS_OP": (2, 1), "UNARY_NEGATIVE": (1, 1), "UNARY_POSITIVE": (1, 1),
+    "UNARY_INVERT": (1, 1), "UNARY_NOT": (1, 1),
+}
+BREAK_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "POP_JUMP_FORWARD_IF_TRUE",
+                       "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+                       "POP_JUMP_BACKWARD_IF_FALSE"}) | frozenset(SIMPLE_BREAK_OPS)
+# tensor methods whose call is a graph break (bound methods until then, so the break
+# is at the CALL, with the bound method on the stack)
+_BREAK_METHODS = ("item", "tolist", "numpy", "backward", "data_ptr", "register_hook",
+                  "retain_grad", "requires_grad_")
 
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
@@ -199,6 +216,8 @@ class Translator:
         self.yields = None      # values a generator expression yielded
         self.lazy = False       # a generator function's frame, run by its consumer
         self.exception_entries = dis.Bytecode(code).exception_entries
+        self.stop_at = None     # root only: offset to stop before (a graph break)
+        self.stopped = None     # the instruction it stopped before
 
     # ------------------------------------------------------------ running
 
@@ -232,6 +251,9 @@ class Translator:
                 steps += 1
                 if steps > MAX_INSTRUCTIONS:
                     raise Unsupported("the frame runs too many instructions to capture")
+                if ins.offset == self.stop_at:
+                    self.stopped = ins
+                    return None
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
@@ -244,6 +266,14 @@ class Translator:
                     jump = handler(ins)
                 except PyException as e:
                     jump = self._handle(ins, e)
+                except Unsupported as e:
+                    if self.parent is None and e.break_at is None and \
+                            ins.opname in BREAK_OPS:
+                        # the frame can stop before this instruction, run it in
+                        # CPython and resume after it (convert.py, resume.py)
+                        e.break_at = ins.offset
+                        e.break_op = ins.opname
+                    raise
                 if ins.opname == "RETURN_VALUE":
                     return
                 ip = self.index_of[jump] if jump is not None else ip + 1
@@ -372,6 +402,15 @@ class Translator:
         if isinstance(value, types.ModuleType):
             self.guard("ID_MATCH", source, value)
             return PythonModuleVar(value, source)
+        if isinstance(value, types.MethodType) and source is not None and \
+                isinstance(value.__self__, _C.Tensor) and \
+                isinstance(value.__func__, _C.Op) and \
+                inspect.getattr_static(_C.Tensor, value.__func__.__name__, None) \
+                is value.__func__:
+            # a tensor's op method (a resume function's argument after a graph break)
+            self.guard("ID_MATCH", AttrSource(source, "__func__"), value.__func__)
+            tv = self.wrap(value.__self__, AttrSource(source, "__self__"))
+            return TensorMethodVar(tv, value.__func__.__name__)
         if isinstance(value, types.MethodType) and isinstance(value.__func__,
                                                               types.FunctionType):
             # the function (a bound method is a new object at each attribute read)
@@ -511,6 +550,8 @@ class Translator:
         raise Unsupported(f"an operation returned a {type(value).__name__}")
 
     def tensor_getattr(self, tv, name):
+        if name in _BREAK_METHODS:
+            return UnsupportedMethodVar(tv, name, _UNSUPPORTED_METHODS[name])
         if name in _UNSUPPORTED_METHODS:
             raise Unsupported(_UNSUPPORTED_METHODS[name])
         if name in _META_ATTRS:
@@ -1521,6 +1562,18 @@ class _CompilerFnVar(VariableTracker):
             return tx.call_op(self.value, args, kwargs)
         name = getattr(self.value, "__qualname__", repr(self.value))
         raise Unsupported(f"calling {name}, which is marked ember.compiler.disable")
+
+
+class UnsupportedMethodVar(VariableTracker):
+    """tensor.item and the like: a bound method whose call cannot be captured."""
+
+    def __init__(self, tensor, name, reason):
+        self.tensor = tensor
+        self.name = name
+        self.reason = reason
+
+    def call(self, tx, args, kwargs):
+        raise Unsupported(self.reason)
 
 
 class _MetaMethodVar(VariableTracker):

@@ -23,7 +23,8 @@ def reset():
 def disable(fn=None, recursive=True):
     """fn (or the decorated function) always runs in CPython, never captured; with
     recursive=True, neither are the functions it calls. Called inside captured code
-    it is unsupported there (torch: a graph break), so that frame runs in CPython."""
+    it is a graph break there: the graph before it runs, then the call in CPython, and
+    capture resumes after it (ember/capture/resume.py)."""
     if fn is None:
         return functools.partial(disable, recursive=recursive)
     code = getattr(fn, "__code__", None)

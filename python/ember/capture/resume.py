@@ -1,0 +1,339 @@
+"""Graph breaks: the code a frame with a break runs instead, and resume functions.
+
+When the interpreter stops at an instruction it cannot trace (symbolic.py marks the
+offset; convert.py traces again up to it), the frame's cache entry is a generated
+Python function (`entry_function`) with the frame's argument slots as parameters:
+
+    values = prefix(*slots)       # CompiledFrame: graph so far, side effects replayed,
+                                  # returns (True, live values...) or (False, eager result)
+    <the stopped instruction, run by CPython on the live values it consumes>
+    return resume_at_N(<live locals>, <live stack values>)
+
+For a conditional jump on a tensor the instruction is the jump itself, with one resume
+call on each edge. A resume function (`resume_code`) is a new code object made from the
+code that stopped: the same body (free-variable opargs shifted), preceded by a prologue
+that deletes the locals that are not live or were unbound, pushes the stack back (NULLs
+where the original stack had them) and jumps to offset N. Its parameters are all the
+code's locals, then the live stack values; exception-table entries are shifted by the
+prologue and its line entries say "no location", so tracebacks and handlers after N
+are the original ones. Resume functions are ordinary functions: the frame hook
+converts them on their call, and they break again where needed. They are cached per
+(code, offset, stack shape, deleted locals).
+"""
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+import weakref
+
+from .bytecode import Asm, Label, encode_exception_table, no_location, one_line, \
+    parse_exception_table
+from .exc import Unsupported
+
+_JUMPS = set(dis.hasjrel)
+_NO_FALLTHROUGH = {dis.opmap[n] for n in (
+    "RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+    "JUMP_BACKWARD_NO_INTERRUPT")}
+_READS = {"LOAD_FAST", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"}
+_INTROSPECTION = {"locals", "vars", "eval", "exec", "dir"}
+_FLATTEN = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+_GENERATORS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR |
+               inspect.CO_ITERABLE_COROUTINE)
+
+_resume_cache = weakref.WeakKeyDictionary()   # code -> {key: resume code}
+
+
+def clear_cache():
+    _resume_cache.clear()
+
+
+def covered_by_handler(code, offset) -> bool:
+    """Whether the instruction at `offset` is inside a try or with block."""
+    unit = offset // 2
+    return any(s <= unit < e for s, e, _, _, _ in parse_exception_table(
+        code.co_exceptiontable))
+
+
+def in_loop(code, offset) -> bool:
+    """Whether `offset` lies between a backward jump's target and the jump."""
+    for ins in dis.get_instructions(code):
+        if ins.opcode in _JUMPS and "BACKWARD" in ins.opname and \
+                ins.argval <= offset <= ins.offset:
+            return True
+    return False
+
+
+def live_locals(code, offset):
+    """Local names that may be read at or after `offset` (an over-approximation: read
+    by any instruction reachable from it); all of them if the code can introspect."""
+    if _INTROSPECTION & set(code.co_names):
+        return set(code.co_varnames)
+    instructions = list(dis.get_instructions(code))
+    index = {ins.offset: i for i, ins in enumerate(instructions)}
+    handlers = parse_exception_table(code.co_exceptiontable)
+    seen, todo, live = set(), [index[offset]], set()
+    while todo:
+        i = todo.pop()
+        if i in seen or i >= len(instructions):
+            continue
+        seen.add(i)
+        ins = instructions[i]
+        if ins.opname in _READS:
+            live.add(ins.argval)
+        if ins.opcode in _JUMPS:
+            todo.append(index[ins.argval])
+        if ins.opcode not in _NO_FALLTHROUGH:
+            todo.append(i + 1)
+        unit = ins.offset // 2
+        for s, e, target, _, _ in handlers:
+            if s <= unit < e:
+                todo.append(index[target * 2])
+    return live & set(code.co_varnames)
+
+
+def check_resumable(code):
+    """Raises Unsupported for code whose frames resume functions cannot continue."""
+    if code.co_flags & _GENERATORS:
+        raise Unsupported("graph break in a generator")
+    if code.co_cellvars:
+        raise Unsupported("graph break in a function whose locals are captured by an "
+                          "inner function (cell variables)")
+
+
+def resume_code(code, offset, stack_nulls, delete):
+    """The resume function's code for `code` at `offset`.
+
+    stack_nulls: for each stack slot at the offset, bottom first, True where it holds
+    NULL (pushed again by the prologue) and False where it holds a value (a parameter).
+    delete: names of locals the prologue deletes (unbound in the frame, or dead)."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)))
+    per_code = _resume_cache.setdefault(code, {})
+    hit = per_code.get(key)
+    if hit is not None:
+        return hit
+    check_resumable(code)
+    nlocals = len(code.co_varnames)
+    nvalues = sum(1 for n in stack_nulls if not n)
+    stack_names = tuple(f"___stack{nlocals + j}" for j in range(nvalues))
+    varnames = code.co_varnames + stack_names
+    body = _shift_free_opargs(code.co_code, nvalues)
+
+    def prologue():
+        asm = Asm()
+        if code.co_freevars:
+            asm("COPY_FREE_VARS", len(code.co_freevars))
+        asm("RESUME", 0)
+        for name in sorted(delete, key=code.co_varnames.index):
+            asm("DELETE_FAST", code.co_varnames.index(name))
+        j = 0
+        for is_null in stack_nulls:
+            if is_null:
+                asm("PUSH_NULL")
+            else:
+                asm("LOAD_FAST", nlocals + j)
+                j += 1
+        return asm
+
+    # the prologue's size decides the jump's, which may change the size: iterate
+    units = 0
+    for _ in range(4):
+        asm = prologue()
+        target = Label(units + offset // 2)
+        asm("JUMP_FORWARD", target)
+        head = asm.assemble()
+        if len(head) // 2 == units:
+            break
+        units = len(head) // 2
+    else:
+        raise Unsupported("resume prologue did not converge")
+    handlers = [(s + units, e + units, t + units, d, lasti) for s, e, t, d, lasti in
+                parse_exception_table(code.co_exceptiontable)]
+    qualname = f"{code.co_qualname}.<resume at {offset}>"
+    new = code.replace(
+        co_code=head + body,
+        co_argcount=len(varnames), co_posonlyargcount=0, co_kwonlyargcount=0,
+        co_nlocals=len(varnames), co_varnames=varnames,
+        co_flags=code.co_flags & ~_FLATTEN,
+        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1),
+        co_linetable=no_location(units) + code.co_linetable,
+        co_exceptiontable=encode_exception_table(handlers),
+        co_qualname=qualname)
+    per_code[key] = new
+    _origin[new] = (code, 2 * units)
+    return new
+
+
+_origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)
+
+
+def is_resume_code(code) -> bool:
+    return code in _origin
+
+
+def original(code):
+    """(the code a resume code was made from, its prologue's size in bytes), or
+    (code, 0): a break in a resume function resumes from the original code, so breaks
+    that follow each other (or come round again) share resume functions."""
+    return _origin.get(code, (code, 0))
+
+
+def _shift_free_opargs(co_code, shift):
+    if shift == 0:
+        return co_code
+    out = bytearray(co_code)
+    free = set(dis.hasfree)
+    for i in range(0, len(out), 2):
+        if out[i] in free:
+            if i and out[i - 2] == dis.opmap["EXTENDED_ARG"] or out[i + 1] + shift > 255:
+                raise Unsupported("graph break in a function with too many variables")
+            out[i + 1] += shift
+    return bytes(out)
+
+
+# ------------------------------------------------------------------ the entry function
+
+class Continuation:
+    """One way out of the stopped instruction: a resume function for `offset`, called
+    with the live locals (value indices, None: passed as None and deleted) and the stack
+    values below the instruction's inputs (value indices) followed by its `outputs`
+    results."""
+
+    def __init__(self, code, offset, local_values, lower, outputs):
+        self.code = code
+        self.offset = offset
+        self.local_values = local_values     # per co_varnames: value index or None
+        self.lower = lower                   # [value index | None (NULL)], bottom first
+        self.outputs = outputs
+
+
+def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
+                   continuations, line):
+    """The function a frame with a break runs instead of its code (see module doc).
+
+    inputs: the stopped instruction's operands, [value index | None (NULL)], bottom
+    first; instruction: (opname, arg) for CALL, CALL_FUNCTION_EX and the simple
+    instructions of symbolic.SIMPLE_BREAK_OPS (attribute and item access, operators),
+    or a conditional jump (continuations[0] falls through, [1] is the jump's)."""
+    nslots = code.co_argcount + code.co_kwonlyargcount + \
+        bool(code.co_flags & inspect.CO_VARARGS) + \
+        bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    params = code.co_varnames[:nslots]
+    temps = tuple(f"___value{j}" for j in range(nvalues))
+    varnames = params + temps
+    consts = [None, prefix, 0, 1]
+
+    def const(obj):
+        for i, c in enumerate(consts):
+            if c is obj and type(c) is type(obj):
+                return i
+        consts.append(obj)
+        return len(consts) - 1
+
+    resumes = []
+    base, shift = original(code)
+    nbase = len(base.co_varnames)       # a resume code's extra locals come last
+    for c in continuations:
+        if any(v is not None for v in c.local_values[nbase:]):
+            raise Unsupported("a value of the resume prologue is live after it")
+        c.local_values = c.local_values[:nbase]
+        delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
+        nulls = [v is None for v in c.lower] + [False] * c.outputs
+        rcode = resume_code(base, c.offset - shift, nulls, delete)
+        resumes.append(rcode)
+    if any(r.co_freevars for r in resumes):
+        freevars = code.co_freevars
+    else:
+        freevars = ()
+        funcs = [types.FunctionType(r, func.__globals__, r.co_name) for r in resumes]
+
+    asm = Asm()
+    if freevars:
+        asm("COPY_FREE_VARS", len(freevars))
+    asm("RESUME", 0)
+    asm("PUSH_NULL")
+    asm("LOAD_CONST", 1)
+    for i in range(nslots):
+        asm("LOAD_FAST", i)
+    asm("PRECALL", nslots)
+    asm("CALL", nslots)
+    eager = Label()
+    asm("COPY", 1)              # the flag is item 0, the eager result item 1
+    asm("LOAD_CONST", 2)
+    asm("BINARY_SUBSCR")
+    asm("POP_JUMP_FORWARD_IF_FALSE", eager)
+    asm("UNPACK_SEQUENCE", nvalues + 1)
+    asm("POP_TOP")
+    for j in range(nvalues):
+        asm("STORE_FAST", nslots + j)
+
+    def push(v):
+        if v is None:
+            asm("PUSH_NULL")
+        else:
+            asm("LOAD_FAST", nslots + v)
+
+    def call_resume(k, run_instruction):
+        c, rcode = continuations[k], resumes[k]
+        asm("PUSH_NULL")
+        if freevars:
+            for i in range(len(freevars)):
+                asm("LOAD_CLOSURE", len(varnames) + i)
+            asm("BUILD_TUPLE", len(freevars))
+            asm("LOAD_CONST", const(rcode))
+            asm("MAKE_FUNCTION", 8)
+        else:
+            asm("LOAD_CONST", const(funcs[k]))
+        for v in c.local_values:
+            if v is None:
+                asm("LOAD_CONST", 0)
+            else:
+                push(v)
+        for v in c.lower:
+            if v is not None:
+                push(v)
+        run_instruction()
+        n = len(c.local_values) + sum(1 for v in c.lower if v is not None) + c.outputs
+        asm("PRECALL", n)
+        asm("CALL", n)
+        asm("RETURN_VALUE")
+
+    if not instruction[0].startswith("POP_JUMP"):
+        def run_call():
+            for v in inputs:
+                push(v)
+            if instruction[0] == "CALL":
+                if kw_names:
+                    asm("KW_NAMES", const(kw_names))
+                asm("PRECALL", instruction[1])
+                asm("CALL", instruction[1])
+            else:        # CALL_FUNCTION_EX, or a simple instruction (names: co_names)
+                asm(instruction[0], instruction[1] or 0)
+        call_resume(0, run_call)
+    else:
+        jumped = Label()
+        (v,) = inputs
+        push(v)
+        kind = instruction[0].replace("BACKWARD", "FORWARD")
+        asm(kind, jumped)
+        call_resume(0, lambda: None)
+        asm.mark(jumped)
+        call_resume(1, lambda: None)
+    asm.mark(eager)
+    asm("LOAD_CONST", 3)
+    asm("BINARY_SUBSCR")
+    asm("RETURN_VALUE")
+    co_code = asm.assemble()
+    units = len(co_code) // 2
+    new = code.replace(
+        co_code=co_code, co_consts=tuple(consts), co_names=code.co_names,
+        co_argcount=nslots, co_posonlyargcount=0, co_kwonlyargcount=0,
+        co_nlocals=len(varnames), co_varnames=varnames, co_cellvars=(),
+        co_freevars=freevars,
+        co_flags=(code.co_flags & ~_FLATTEN) | (0 if freevars else inspect.CO_NOFREE),
+        co_stacksize=2 * nvalues + nslots + len(code.co_varnames) + len(freevars) + 8,
+        co_linetable=one_line(units, line - code.co_firstlineno),
+        co_exceptiontable=b"",
+        co_qualname=f"{code.co_qualname}.<graph break at line {line}>")
+    closure = func.__closure__ if freevars else None
+    return types.FunctionType(new, func.__globals__, code.co_name, None, closure)

@@ -1,0 +1,416 @@
+"""Graph breaks ([capture-2]): at what it cannot trace, the frame compiles the graph so
+far, runs the instruction in CPython and resumes capture of the rest in a resume
+function (ember/capture/resume.py), instead of running the whole frame in CPython.
+
+Each case runs compiled under three backends and must equal eager: result, printed
+output and side effects (LOG, a list the function writes). Its graph and break counts
+are those torch._dynamo.explain reports for the same source (computed here when torch
+is installed)."""
+import dataclasses
+import re
+
+import pytest
+
+import ember
+from ember.capture import CaptureError, _hook, counters
+
+from test_catalogue import assert_same, make_namespace
+
+pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    src: str
+    args: str
+    graphs: int              # ember's graph count == torch 2.13's explain graph_count
+    breaks: int              # ... graph_break_count
+    reason: str = ""         # a regex the (first) break reason matches
+    kwargs: str = "{}"
+    torch: tuple = None      # torch's (graph_count, graph_break_count) where it differs
+
+    def __str__(self):
+        return self.name
+
+
+CASES = [
+    Case("print_in_the_middle", """
+LOG = []
+def fn(x):
+    LOG.append("before")
+    y = x.sin() * 2
+    print("logged", len(LOG), y.shape)
+    LOG.append("after")
+    return y.cos() + 1
+""", "T(3, 4)", 2, 1, r"print\(\)"),
+    Case("print_with_keywords", """
+def fn(x):
+    y = x + 1
+    print("a", "b", sep="-", end="!\\n")
+    return y * 2
+""", "T(3,)", 2, 1, r"print\(\)"),
+    Case("branch_on_tensor_true_and_false", """
+def fn(x, bias=3):
+    y = x.sin()
+    if y.sum() > 0:
+        y = y + bias
+    else:
+        y = y - bias
+    return y.cos()
+""", "T(5,)", 2, 1, r"data-dependent control flow"),
+    Case("item", """
+def fn(x):
+    y = x.sin()
+    v = y.sum().item()
+    return y * v
+""", "T(4,)", 2, 1, r"Tensor\.item\(\)"),
+    Case("item_in_an_argument_list", """
+def fn(x):
+    y = x.sin()
+    return torch.add(y, y.sum().item())
+""", "T(4,)", 2, 1, r"Tensor\.item\(\)"),
+    Case("item_in_a_tensor_method_call", """
+def fn(x):
+    y = x.sin()
+    return y.add(y.sum().item(), alpha=2)
+""", "T(4,)", 2, 1, r"Tensor\.item\(\)", torch=(1, 0)),
+    # (y.add, a bound method below the break, is rebuilt as attrgetter("add")(y), and
+    # the resume function captures its call; torch 2.13 keeps this .item() in its graph)
+    Case("print_with_star_arguments", """
+def fn(x):
+    y = x * 2
+    opts = {"sep": ","}
+    print(*[1, 2], **opts)
+    return y + 1
+""", "T(3,)", 2, 1, r"print\(\)"),
+    Case("tolist", """
+def fn(x):
+    y = x * 2
+    vals = y.tolist()
+    return y + len(vals), vals
+""", "T(3,)", 2, 1, r"Tensor\.tolist\(\)"),
+    Case("numpy", """
+def fn(x):
+    y = x * 2
+    a = y.numpy()
+    return y + 1
+""", "T(3,)", 2, 1, r"Tensor\.numpy\(\)", torch=(1, 0)),    # torch traces NumPy
+    Case("unknown_c_function", """
+import zlib
+def fn(x):
+    y = x + 1
+    h = zlib.crc32(b"ember")
+    return y * (h % 7)
+""", "T(3,)", 2, 1, r"crc32"),
+    Case("two_prints", """
+def fn(x):
+    y = x * 2
+    print("one")
+    y = y + 1
+    print("two")
+    return y.exp()
+""", "T(3,)", 3, 2, r"print\(\)"),
+    Case("closure", """
+def make():
+    scale = T(3,)
+    def fn(x):
+        y = x * scale
+        print("scaled")
+        return y + scale
+    return fn
+fn = make()
+""", "T(3,)", 2, 1, r"print\(\)"),
+    Case("helper_function_breaks", """
+def helper(y):
+    z = y * 3
+    print("in helper")
+    return z + 1
+def fn(x):
+    y = x.sin()
+    z = helper(y)
+    return z.cos()
+""", "T(3,)", 4, 2, r"print\(\)", torch=(4, 3)),
+    # a break inside an inlined call breaks the caller at the call, which runs in
+    # CPython and breaks in its own frame: 2 breaks (torch 2.13 counts the inner break
+    # twice, as it restarts analysis)
+    Case("submodule_forward_breaks", """
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x):
+        y = self.lin(x)
+        print("inner")
+        return y.relu()
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.out = nn.Linear(4, 2)
+    def forward(self, x):
+        return self.out(self.inner(x * 2))
+torch.manual_seed(0)
+model = Outer()
+def fn(x):
+    return model(x)
+""", "T(3, 4)", 4, 3, r"print\(\)"),
+    # fn breaks at model(x), Outer.forward at self.inner(...), Inner.forward at print
+    Case("backward_and_logging", """
+import logging
+log = logging.getLogger("graph_break_case")
+log.propagate = False                   # (not into pytest's handlers)
+log.handlers[:] = [logging.NullHandler()]
+W = T(3).requires_grad_()
+def fn(x):
+    loss = (x * W).sin().sum()
+    loss.backward()
+    log.warning("loss computed")
+    return loss.detach() * 2
+""", "T(3,)", 2, 2, r"Tensor\.backward\(\)", torch=(2, 1)),
+    # (torch 2.13 does not count the logging call as a break)
+    Case("grad_read_after_backward", """
+W = T(3).requires_grad_()
+def fn(x):
+    loss = (x * W).sin().sum()
+    loss.backward()
+    g = W.grad
+    W.grad = None
+    return loss.detach() * 2 + g
+""", "T(3,)", 2, 3, r"Tensor\.backward\(\)", torch=(2, 1)),
+    # (the read and the write of .grad are breaks at their LOAD_ATTR and STORE_ATTR:
+    # torch captures both)
+    Case("inplace_on_input_requiring_grad", """
+def fn(x):
+    x.add_(1)
+    return x * 2
+""", "T(3,).requires_grad_() * 1", 1, 1, r"in-place add_ on an input that requires grad",
+         torch=(1, 0)),
+    # (the add_ runs in CPython: an empty graph before it is no graph)
+    Case("constructing_objects", """
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+def fn(x):
+    p = Pair(x, x * 2)
+    return p.a + p.b
+""", "T(3,)", 3, 1, r"constructing Pair objects", torch=(1, 0)),
+    # (Pair.__init__ is a frame of its own, captured: its attribute writes replayed)
+    Case("deep_recursion", """
+def fact(x, n):
+    return x if n <= 1 else x * fact(x, n - 1)
+def fn(x):
+    return fact(x, 40)
+""", "T(3,)", 2, 8, r"inlining too deep", torch=(1, 0)),
+    # (each fact frame inlines 32 levels, then breaks at its recursive call)
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    ember.compiler.reset()
+    counters.clear()
+    yield
+    ember.compiler.reset()
+
+
+def run_case(lib, case, capsys, compile=None):
+    ns, args, kwargs = make_namespace(lib, case)
+    fn = ns["fn"] if compile is None else compile(ns["fn"])
+    capsys.readouterr()
+    result = fn(*args, **kwargs)
+    printed = capsys.readouterr().out
+    return result, printed, list(ns.get("LOG", []))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_break_matches_eager(case, backend, capsys):
+    want = run_case(ember, case, capsys)
+    ctx = {}
+
+    def comp(fn):
+        c = ember.compile(fn, backend=backend)
+        ctx["c"] = c
+        return c
+    got = run_case(ember, case, capsys, comp)
+    assert_same(got[0], want[0])
+    assert got[1] == want[1]
+    assert got[2] == want[2]
+    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
+    assert counters["stats"]["graph_breaks"] == case.breaks
+    assert any(re.search(case.reason, r) for r in counters["graph_break"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_second_call_hits_the_cache(case, capsys):
+    ns, args, kwargs = make_namespace(ember, case)
+    compiled = ember.compile(ns["fn"], backend="eager")
+    first = compiled(*args, **kwargs)
+    breaks = counters["stats"]["graph_breaks"]
+    _, args, kwargs = make_namespace(ember, case)       # the same values again
+    second = compiled(*args, **kwargs)
+    assert_same(second, first)
+    if "LOG" not in ns:      # (len(LOG) is guarded: a longer LOG recompiles)
+        assert counters["stats"]["graph_breaks"] == breaks   # nothing converted again
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_explain_counts(case, capsys):
+    ns, args, kwargs = make_namespace(ember, case)
+    out = ember.capture.explain(ns["fn"])(*args, **kwargs)
+    assert (out.graph_count, out.graph_break_count) == (case.graphs, case.breaks), out
+    assert re.search(case.reason, out.break_reasons[0])
+
+
+def test_torch_counts(torch, capsys):
+    import torch._dynamo
+    wrong = {}
+    for case in CASES:
+        torch._dynamo.reset()
+        ns, args, kwargs = make_namespace(torch, case)
+        out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
+        got = (out.graph_count, out.graph_break_count)
+        if got != (case.torch or (case.graphs, case.breaks)):
+            wrong[case.name] = got
+    torch._dynamo.reset()
+    assert wrong == {}
+
+
+def test_both_edges_of_a_tensor_branch(capsys):
+    case = CASES[2]
+    ns, args, kwargs = make_namespace(ember, case)
+    fn = ns["fn"]
+    compiled = ember.compile(fn, backend="eager")
+    x = args[0]
+    for v in (x.abs() + 1, -x.abs() - 1, x.abs() + 2):
+        assert_same(compiled(v), fn(v))
+    assert counters["stats"]["frames_fallback"] == 0
+
+
+def test_side_effects_replay_before_the_break(capsys):
+    seen = []
+
+    class Box:
+        pass
+    box = Box()
+    box.n = 0
+
+    def report():
+        seen.append((box.n, list(log)))
+    ember.compiler.disable(report)
+    log = []
+
+    def fn(x):
+        box.n = 1
+        log.append("a")
+        report()
+        box.n = 2
+        log.append("b")
+        return x + 1
+
+    compiled = ember.compile(fn, backend="eager")
+    compiled(ember.ones(2))
+    assert seen == [(1, ["a"])]
+    assert box.n == 2 and log == ["a", "b"]
+    assert counters["stats"]["graph_breaks"] == 1
+    assert any("ember.compiler.disable" in r for r in counters["graph_break"])
+
+
+def test_exception_from_the_break_instruction_propagates(capsys):
+    def fn(x):
+        y = x * 2
+        v = y.sum().item()
+        return y[int(v) + 100]          # IndexError eagerly too
+
+    compiled = ember.compile(fn, backend="eager")
+    with pytest.raises(IndexError) as got:
+        compiled(ember.ones(3))
+    with pytest.raises(IndexError) as want:
+        fn(ember.ones(3))
+    assert str(got.value) == str(want.value)
+
+
+def test_unbound_local_after_the_break_raises_as_eager(capsys):
+    def fn(x, flag):
+        if flag:
+            z = x
+        print("between")
+        return z + 1
+
+    compiled = ember.compile(fn, backend="eager")
+    assert_same(compiled(ember.ones(2), True), ember.ones(2) + 1)
+    with pytest.raises(UnboundLocalError):
+        compiled(ember.ones(2), False)
+
+
+def test_break_in_a_loop_falls_back_whole_with_its_reason(capsys):
+    def fn(x):
+        for i in range(3):
+            x = x * 2
+            print(i)
+        return x
+
+    compiled = ember.compile(fn, backend="eager")
+    assert_same(compiled(ember.ones(2)), fn(ember.ones(2)))
+    assert counters["stats"]["frames_fallback"] == 1
+    assert any("inside a loop" in r for r in counters["unsupported"])
+
+
+@pytest.mark.parametrize("src,construct,line,hint", [
+    ("def fn(x):\n    y = x * 2\n    print(y)\n    return y\n", r"print\(\)", 3,
+     "move print out of the compiled function or use ember.compiler.disable"),
+    ("def fn(x):\n    if x.sum() > 0:\n        return x\n    return -x\n",
+     "data-dependent control flow", 2,
+     "use ember.where instead of `if` on a tensor value"),
+    ("def fn(x):\n    v = x.sum().item()\n    return x * v\n", r"Tensor\.item\(\)", 2,
+     "keep the value a tensor"),
+])
+def test_fullgraph_names_construct_line_and_fix(src, construct, line, hint):
+    ns = {}
+    filename = "<graph break fullgraph>"
+    exec(compile(src, filename, "exec"), ns)
+    compiled = ember.compile(ns["fn"], backend="eager", fullgraph=True)
+    with pytest.raises(CaptureError) as info:
+        compiled(ember.ones(3))
+    msg = str(info.value)
+    assert re.search(construct, msg) and f"{filename}:{line} " in msg and hint in msg, msg
+    assert counters["stats"]["graph_breaks"] == 0
+
+
+def test_resume_functions_are_made_from_the_original_code(capsys):
+    """A break in a resume function resumes from the original code: one prologue, and
+    a resume function per (offset, stack shape), not one nested in another."""
+    case = next(c for c in CASES if c.name == "two_prints")
+    ns, args, kwargs = make_namespace(ember, case)
+    compiled = ember.compile(ns["fn"], backend="eager")
+    compiled(*args, **kwargs)
+    names = [g.meta["code"].co_qualname for g in compiled._ember_compile_context.graphs]
+    assert names[0] == "fn" and len(names) == 3
+    assert all(re.fullmatch(r"fn\.<resume at \d+>", n) for n in names[1:]), names
+
+
+def test_a_prefix_graph_that_raises_runs_the_frame_eagerly_once(capsys):
+    """If the graph before a break raises, nothing of the frame is visible yet: the
+    whole frame runs eagerly instead, once (one print), and its result is returned."""
+    def failing_backend(gm, example_inputs):
+        def run(*args):
+            raise ValueError("backend failure at run time")
+        return run
+
+    log = []
+
+    def fn(x):
+        y = x * 2
+        log.append("before")
+        print("middle")
+        return y + 1
+
+    compiled = ember.compile(fn, backend=failing_backend)
+    with pytest.warns(RuntimeWarning, match="backend failure at run time"):
+        got = compiled(ember.ones(2))
+    assert_same(got, ember.ones(2) * 2 + 1)
+    assert capsys.readouterr().out == "middle\n"
+    assert log == ["before"]
+    assert counters["stats"]["graph_breaks"] == 1
+    assert any("backend failure" in r for r in counters["runtime_fallback"])
