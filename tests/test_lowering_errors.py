@@ -57,3 +57,18 @@ def test_full_reduction_of_an_empty_narrow():
         v = x.narrow(3, 3, 0)
         return v.std(unbiased=False).mean(), v.sum(dim=(0, 1, 3)) + 1
     _check(fn, [np.arange(72.0).reshape(4, 3, 2, 3)])
+
+
+def test_a_long_chain_of_elementwise_ops():
+    """A chain of 1200 elementwise ops: inlined whole, building its kernel recursed once
+    per op past Python's recursion limit (RecursionError); chains are now realized
+    every fusion.MAX_DEPTH values."""
+    from ember.compiler import backend, fusion
+
+    def fn(x):
+        for k in range(400):
+            x = x * 1.0001 + (x.sin() if k % 2 else x.cos()) * 0.001
+        return x
+    _check(fn, [np.linspace(-1, 1, 64)], rtol=1e-9)
+    kernels = len(backend.recent[-2].lowered.kernels)
+    assert 1200 // fusion.MAX_DEPTH <= kernels <= 1200 // fusion.MAX_DEPTH + 2, kernels
