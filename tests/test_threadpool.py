@@ -192,3 +192,25 @@ def test_elementwise_kernel_over_more_than_2_to_the_31_elements():
     for lo in range(0, n, step):
         want = a[lo:lo + step] * np.uint8(3) + np.uint8(1)
         assert np.array_equal(out[lo:lo + step], want), lo
+
+
+def test_calls_from_several_threads_at_once():
+    """Two Python threads run compiled calls at once (one gets the pool, the other runs
+    its chunks alone; only the main thread takes the GIL back between chunks): both
+    results equal eager's."""
+    import threading
+    cf = ember.compile(lambda t: (t.sin() * 2).exp().sum(dim=1), backend="llvm")
+    xs = [ember.randn(512, 1024) for _ in range(2)]
+    want = [(x.sin() * 2).exp().sum(dim=1).numpy() for x in xs]
+    cf(xs[0])
+    got = [None, None]
+
+    def work(k):
+        for _ in range(20):
+            got[k] = cf(xs[k]).numpy()
+    t = threading.Thread(target=work, args=(1,))
+    t.start()
+    work(0)
+    t.join()
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-5)

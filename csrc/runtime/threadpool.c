@@ -11,7 +11,8 @@
  * graph find them awake.
  *
  * The caller releases the GIL while the chunks run. Between its chunks, at most every
- * SIGNAL_CHECK_SECONDS, it takes the GIL back and runs PyErr_CheckSignals: when a signal
+ * SIGNAL_CHECK_SECONDS, the main thread (the only one Python runs signal handlers in)
+ * takes the GIL back and runs PyErr_CheckSignals: when a signal
  * handler raised (Ctrl-C's KeyboardInterrupt), it closes the counter so no thread
  * starts another chunk, waits for the chunks already taken, and returns -1 with the
  * exception set. The pool is then idle and ready for the next job.
@@ -171,10 +172,13 @@ monotonic_seconds(void)
 }
 
 /* Between chunks, with the GIL released as *ts: every SIGNAL_CHECK_SECONDS, takes the
- * GIL and runs the signal handlers; -1 when one raised (the exception is set). */
+ * GIL and runs the signal handlers; -1 when one raised (the exception is set). Only the
+ * main thread runs handlers (*last < 0 elsewhere: it never takes the GIL here). */
 static int
 check_signals(PyThreadState **ts, double *last)
 {
+    if (*last < 0)
+        return 0;
     double now = monotonic_seconds();
     if (now - *last < SIGNAL_CHECK_SECONDS)
         return 0;
@@ -198,7 +202,7 @@ em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int paralle
         nchunks = (n - 1) / chunk + 1;
     }
     int want = pool.nthreads < nchunks ? pool.nthreads : (int)nchunks;
-    double last = monotonic_seconds();
+    double last = _PyOS_IsMainThread() ? monotonic_seconds() : -1.0;
     int st = 0;
     PyThreadState *ts = PyEval_SaveThread();
     if (!parallel || want <= 1 || pthread_mutex_trylock(&job_lock) != 0) {
