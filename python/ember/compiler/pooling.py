@@ -8,11 +8,13 @@ their buffer, so with padding (or a ceil_mode window that runs past the edge) th
 is first copied into a buffer padded with -inf (the lowest integer), where every tap is
 an element. Then:
 
-    values    reduce max over (kh, kw): NaN wins, as eager's
+    maxima    reduce max over (kh, kw): NaN wins, as eager's
     indices   reduce max over (kh, kw) of a score that ranks the taps as eager's kernel
               picks them: a NaN (the last one) above everything, else the first tap
               equal to the maximum; taps in the padding score -1. The flat position
               h * W + w is decoded from the winning score.
+    values    the tap at the index (reduce max of it and -inf elsewhere), bit for bit
+              eager's (the maximum itself may be 0.0 where eager keeps a first -0.0)
     backward  the gradient of each output accumulated (in memory, in output order, as
               eager adds them) at every tap of its window where the tap is the recorded
               index, into a zeroed padded buffer whose interior is the result.
@@ -141,11 +143,10 @@ def _channels_last(val):
 @lowering
 def lower_max_pool2d_with_indices(ctx, node, val, x, kernel_size, stride=(), padding=0,
                                   dilation=1, ceil_mode=False):
-    values, indices = val
-    if x.dtype not in FLOATS or _channels_last(values):
+    if x.dtype not in FLOATS or _channels_last(val[0]):
         return ctx.extern(node, val)
     dtype = x.dtype
-    win = _Window(tuple(x.shape), tuple(values.shape), kernel_size, stride, padding,
+    win = _Window(tuple(x.shape), tuple(val[0].shape), kernel_size, stride, padding,
                   dilation)
     src = _padded_input(ctx, x, win, dtype) if win.padded else x
     taps = win.tap_index(win.padded)
@@ -177,9 +178,23 @@ def lower_max_pool2d_with_indices(ctx, node, val, x, kernel_size, stride=(), pad
     def decode(kb, index):
         r = score.load(kb, index)
         last_nan = kb.emit(Op.GE, i64, (r, kb.const(2 * S, i64)))
-        return kb.emit(Op.SELECT, i64, (last_nan, kb.emit(Op.SUB, i64, (r, kb.const(2 * S, i64))),
+        nan_pos = kb.emit(Op.SUB, i64, (r, kb.const(2 * S, i64)))
+        return kb.emit(Op.SELECT, i64, (last_nan, nan_pos,
                                         kb.emit(Op.SUB, i64, (kb.const(S - 1, i64), r))))
-    return m, PointwiseValue(out_shape, i64, decode, 4, node, frozenset({score.ref}))
+
+    # the values: the tap at the index (the maximum's own bits: a reduce max would turn
+    # a first -0.0 tied with 0.0 into 0.0, where eager keeps the first)
+    values = ctx.new_buffer(dtype, out_shape)
+    kb = ctx.kernel(win.domain, 2, "maxpool_values")
+    v = src.load(kb, taps)
+    valid, pos = win.position(kb)
+    at = decode(kb, win.out_index())
+    hit = kb.emit(Op.AND, _C.bool, (valid, kb.emit(Op.EQ, i64, (pos, at))))
+    kb.store(values, values.at(win.out_index(), nd),
+             kb.emit(Op.SELECT, dtype, (hit, v, kb.const(-math.inf, dtype))),
+             Op.REDUCE, Reduction.MAX)
+    ctx.add_kernel(kb)
+    return values, PointwiseValue(out_shape, i64, decode, 4, node, frozenset({score.ref}))
 
 
 @lowering
