@@ -149,7 +149,7 @@ def test_verifier_rejects_non_prims():
 def test_aot_graphs_log(monkeypatch, capsys):
     monkeypatch.setenv("EMBER_LOGS", "aot_graphs")
     out = ember.compile(example, backend="aot_eager")(*_leaves(ember.float32))
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     assert "AOT forward graph" in text and "AOT backward graph" in text
     assert "saved for backward" in text and "bytes" in text
     out.backward()

@@ -3,6 +3,8 @@ eager, aot_eager and llvm backends with fullgraph=True and leaves values, versio
 counters and autograd metadata as eager leaves them, in one graph with no fallback. The
 graphs return the inputs' new values and the compiled function writes them back after
 each call (ember/aot/mutation.py, csrc/runtime/aot_function.c)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -331,6 +333,100 @@ def test_a_graph_that_raises_has_written_nothing(backend, monkeypatch):
         compiled(x, w, ember.tensor([0, 7]))
     assert x.tolist() == [2.0, 2.0] and x._version == 2
     assert not counters["runtime_fallback"]
+
+
+class _AddOne(ember.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x + 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def _failing_backend(gm, example_inputs):
+    raise RuntimeError("this backend cannot compile anything")
+
+
+def _writes_then_raises(x, w, idx):
+    x.add_(1)
+    return ember.index_select(w, 0, idx)
+
+
+def _writes_calls_a_function_then_raises(x, w, idx):
+    x.add_(1)
+    y = _AddOne.apply(w)
+    return ember.index_select(y, 0, idx)
+
+
+# Graphs whose writes into inputs run in place (as captured, not functionalized): the
+# eager backend's graphs calling an autograd.Function, the graph of a failing backend,
+# and a call whose inputs alias one written into. A call that raises must leave the
+# inputs as they were (memory and version), so the frame's eager rerun writes once.
+IN_PLACE_CASES = {
+    "eager_autograd_function": ("eager", _writes_calls_a_function_then_raises),
+    "failing_backend": (_failing_backend, _writes_then_raises),
+    "failing_backend_autograd_function": (_failing_backend,
+                                          _writes_calls_a_function_then_raises),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PLACE_CASES))
+def test_a_graph_writing_in_place_that_raises_writes_once(case, monkeypatch):
+    monkeypatch.setattr(ember.compiler.config, "strict", False)
+    backend, f = IN_PLACE_CASES[case]
+    w = ember.ones(3, 2)
+    compiled = ember.compile(f, backend=backend)
+    x = ember.zeros(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        compiled(x, w, ember.tensor([0, 1]))
+        assert counters["stats"]["unique_graphs"] == 1
+        assert x.tolist() == [1.0, 1.0] and x._version == 1
+        with pytest.raises(IndexError):
+            compiled(x, w, ember.tensor([0, 7]))
+    assert x.tolist() == [2.0, 2.0] and x._version == 2
+    assert not counters["runtime_fallback"]
+    assert bool(counters["backend_fallback"]) == (backend is _failing_backend)
+    counters["backend_fallback"].clear()      # expected here (the fixture refuses it)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_aliased_inputs_run_in_place_and_a_raise_writes_once(backend, monkeypatch):
+    """A call whose inputs share memory with one written into runs the captured graph
+    in place (counted); if it raises, the eager rerun starts from untouched inputs."""
+    monkeypatch.setattr(ember.compiler.config, "strict", False)
+
+    def f(a, b, idx):
+        a.add_(1)
+        return ember.index_select(b, 0, idx)
+
+    compiled = ember.compile(f, backend=backend)
+    compiled(ember.zeros(4), ember.zeros(4), ember.tensor([0]))
+    base = ember.zeros(4)
+    with pytest.raises(IndexError):
+        compiled(base, base, ember.tensor([9]))
+    assert base.tolist() == [1.0] * 4 and base._version == 1
+    assert sum(counters["aliased_inputs"].values()) == 1
+
+
+def test_a_restored_input_keeps_its_views_memory():
+    """The restore writes into the inputs' memory (views see it), not a new array."""
+    from ember.aot.eager import restoring_inputs
+    x = ember.arange(6.0)
+    v = x[2:4]
+
+    def writes_then_raises(t):
+        t.mul_(10)
+        raise ValueError("late")
+
+    with pytest.raises(ValueError):
+        restoring_inputs(writes_then_raises, [0])(x)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and x._version == 0
+    assert v.tolist() == [2.0, 3.0]
+    v.add_(1)
+    assert x.tolist() == [0.0, 1.0, 3.0, 4.0, 4.0, 5.0]
 
 
 # ------------------------------------------------------------------ autograd of inputs

@@ -224,7 +224,8 @@ done:
 }
 
 /* The graph raised (an Exception, not KeyboardInterrupt or SystemExit): nothing the
- * frame does is visible yet (graphs do not write into their inputs and the side effects
+ * frame does is visible yet (graphs write into their inputs after they have run, or put
+ * in-place writes back when they raise: aot/eager.py's restoring_inputs; the side effects
  * have not run), so on_error(exc, args) runs the frame's code eagerly instead and
  * returns its result or raises its exception, with the user's own frames. */
 static PyObject *

@@ -9,8 +9,9 @@
  *     is a generator, coroutine or async generator; the code is not a plain
  *     function (module code, class bodies, exec, notebook cells lack
  *     CO_OPTIMIZED|CO_NEWLOCALS); a trace or profile function is running
- *     (tstate->tracing); the frame is not a fresh thread-owned frame; this thread
- *     has capture off or is evaluating guards; or the code is marked SKIP.
+ *     (tstate->tracing), or one is set (sys.settrace, sys.setprofile: debuggers
+ *     and coverage see the code they expect); the frame is not a fresh
+ *     thread-owned frame; this thread has capture off or is evaluating guards; or the code is marked SKIP.
  *  2. It evaluates the guards of the code's cache entries (cache.c) over the
  *     argument slots, globals, builtins and closure. On a hit it "calls instead":
  *     it vectorcalls the entry's compiled callable with the argument slots
@@ -299,7 +300,7 @@ eval_frame_hook(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     PyCodeObject *code = frame->f_code;
     if (throwflag || (code->co_flags & NOT_CONVERTIBLE) ||
         (code->co_flags & PLAIN_FUNCTION) != PLAIN_FUNCTION || tstate->tracing > 0 ||
-        guards_running || frame->owner != FRAME_OWNED_BY_THREAD ||
+        tstate->cframe->use_tracing || guards_running || frame->owner != FRAME_OWNED_BY_THREAD ||
         _PyInterpreterFrame_LASTI(frame) >= 0)
         return eval_default(tstate, frame, throwflag);
     if (PyThread_tss_get(&callback_key) == NULL)

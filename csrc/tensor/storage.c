@@ -42,6 +42,38 @@ storage_data_ptr(em_Storage *self, PyObject *noargs)
     return PyLong_FromVoidPtr(PyArray_DATA(self->array));
 }
 
+/* _snapshot() -> (copy of the memory, version); _restore(snapshot) puts both back. For
+ * graphs that run their writes into inputs in place: a call that raises leaves the
+ * inputs as they were, so the frame can run again eagerly from eager's starting state. */
+static PyObject *
+storage_snapshot(em_Storage *self, PyObject *noargs)
+{
+    PyObject *copy = self->array == NULL ? Py_NewRef(Py_None)
+                                         : PyArray_NewCopy(self->array, NPY_KEEPORDER);
+    if (copy == NULL)
+        return NULL;
+    return Py_BuildValue("(NK)", copy, (unsigned long long)self->version);
+}
+
+static PyObject *
+storage_restore(em_Storage *self, PyObject *snapshot)
+{
+    PyObject *copy;
+    unsigned long long version;
+    if (!PyArg_ParseTuple(snapshot, "OK:_restore", &copy, &version))
+        return NULL;
+    if (self->array != NULL) {
+        if (!PyArray_Check(copy)) {
+            PyErr_SetString(PyExc_TypeError, "_restore: not a snapshot of this storage");
+            return NULL;
+        }
+        if (PyArray_CopyInto(self->array, (PyArrayObject *)copy) < 0)
+            return NULL;
+    }
+    self->version = (uint64_t)version;
+    Py_RETURN_NONE;
+}
+
 static PyGetSetDef storage_getset[] = {
     {"nbytes", (getter)storage_nbytes, NULL, NULL, NULL},
     {"version", (getter)storage_version, NULL, NULL, NULL},
@@ -50,6 +82,8 @@ static PyGetSetDef storage_getset[] = {
 
 static PyMethodDef storage_methods[] = {
     {"data_ptr", (PyCFunction)storage_data_ptr, METH_NOARGS, NULL},
+    {"_snapshot", (PyCFunction)storage_snapshot, METH_NOARGS, NULL},
+    {"_restore", (PyCFunction)storage_restore, METH_O, NULL},
     {NULL},
 };
 

@@ -49,6 +49,7 @@ from . import capture  # noqa: E402
 from . import aot  # noqa: E402,F401  (registers backend "aot_eager")
 from . import compiler  # noqa: E402
 from .capture import compile  # noqa: E402,F811
+from .capture.logs import set_logs  # noqa: E402
 
 _dynamo = capture
 sys_modules = __import__("sys").modules

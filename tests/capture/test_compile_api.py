@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ember
+import ember.nn as nn
 from ember.capture import CaptureError, _hook, counters
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
@@ -269,8 +270,8 @@ def test_max_autotune_warns_once():
         ember.compile(lambda x: x, mode="default", backend="eager")
 
 
-def test_mode_and_options_together_are_a_value_error():
-    with pytest.raises(ValueError, match="mode or options"):
+def test_mode_and_options_together_are_a_runtime_error_as_torchs():
+    with pytest.raises(RuntimeError, match="mode or options"):
         ember.compile(lambda x: x, mode="default", options={"max_autotune": True})
 
 
@@ -472,3 +473,143 @@ def test_except_inside_the_caller_of_compiled_code():
     except RuntimeError as e:
         caught = e
     assert "bad_matmul" in "".join(traceback.format_tb(caught.__traceback__))
+
+
+# ------------------------------------------------------------------ modes and options
+
+def test_an_unknown_mode_raises_as_torch():
+    with pytest.raises(RuntimeError, match="Unrecognized mode=fastest, should be one of: "
+                       "default, .*reduce-overhead.*max-autotune"):
+        ember.compile(lambda x: x, mode="fastest", backend="eager")
+    torch = pytest.importorskip("torch", reason="torch's own message for comparison")
+    with pytest.raises(RuntimeError) as want:
+        torch.compile(lambda x: x, mode="fastest")
+    with pytest.raises(RuntimeError) as got:
+        ember.compile(lambda x: x, mode="fastest")
+    assert str(got.value) == str(want.value)
+
+
+def test_options_keys_are_checked():
+    with pytest.raises(RuntimeError, match="Unexpected optimization option bogus, known "
+                       "options are"):
+        ember.compile(lambda x: x, options={"bogus": 1}, backend="eager")
+    with pytest.raises(TypeError, match="options must be a dict"):
+        ember.compile(lambda x: x, options=[("check", True)], backend="eager")
+    from ember.capture import api
+    api._warned_modes.discard("epilogue_fusion")
+    with pytest.warns(UserWarning, match="epilogue_fusion.*no effect"):
+        f = ember.compile(lambda x: x * 2, options={"epilogue_fusion": True},
+                          backend="eager")
+    assert f(ember.ones(2)).tolist() == [2.0, 2.0]
+    assert ember.compile(lambda x: x + 1, options={"check": True},
+                         backend="eager")(ember.ones(1)).tolist() == [2.0]
+
+
+# ------------------------------------------------------------------ Module.compile
+
+def test_module_compile_is_in_place_and_keeps_the_module():
+    net = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    x = ember.randn(5, 4)
+    want = net(x)
+    keys = list(net.state_dict())
+    assert net.compile(backend="aot_eager") is None
+    assert type(net) is nn.Sequential and list(net.state_dict()) == keys
+    got = net(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+    assert counters["stats"]["unique_graphs"] == 1
+    got.sum().backward()
+    assert net[0].weight.grad is not None
+    net(x)
+    assert counters["stats"]["unique_graphs"] == 1     # a cache hit
+
+
+def test_module_compile_arguments_are_ember_compiles():
+    net = nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        net.compile(mode="warp")
+    with pytest.raises(ValueError, match="unknown backend"):
+        net.compile(backend="nope")
+
+
+# ------------------------------------------------------------------ logs
+
+def _logged(capsys, fn, *args):
+    fn(*args)
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("artifact, text", [
+    ("graph_code", "captured graph of f"),
+    ("guards", "TENSOR_MATCH"),
+    ("aot_graphs", "AOT forward graph"),
+    ("output_code", "loop IR"),
+])
+def test_each_log_artifact_writes_through_logging(artifact, text, capsys):
+    def f(x):
+        return (x * 2).sin()
+
+    try:
+        ember.set_logs(**{artifact: True})
+        err = _logged(capsys, ember.compile(f, backend="llvm"),
+                      ember.ones(3, requires_grad=True))
+    finally:
+        ember.set_logs()
+    assert text in err and f"[ember.{artifact}]" in err
+    err = _logged(capsys, ember.compile(lambda x: (x * 3).sin(), backend="llvm"),
+                  ember.ones(3))
+    assert "[ember." not in err
+
+
+def test_recompiles_and_graph_breaks_are_logged_with_reasons(capsys):
+    def f(x):
+        return x + 1
+
+    def g(x):
+        print("side")
+        return x + 1
+
+    ember.set_logs(recompiles=True, graph_breaks=True)
+    try:
+        c = ember.compile(f, backend="eager")
+        c(ember.ones(2))
+        err = _logged(capsys, c, ember.ones(3))
+        assert "[ember.recompiles] recompiling f" in err and "size mismatch" in err
+        err = _logged(capsys, ember.compile(g, backend="eager"), ember.ones(2))
+        assert "[ember.graph_breaks]" in err and "print" in err
+    finally:
+        ember.set_logs()
+
+
+def test_ember_logs_environment_variable(monkeypatch, capsys):
+    monkeypatch.setenv("EMBER_LOGS", "guards,+recompiles")
+    err = _logged(capsys, ember.compile(lambda x: x - 1, backend="eager"), ember.ones(2))
+    assert "[ember.guards]" in err
+    monkeypatch.setenv("EMBER_LOGS", "")
+    err = _logged(capsys, ember.compile(lambda x: x - 2, backend="eager"), ember.ones(2))
+    assert "[ember." not in err
+
+
+def test_set_logs_checks_its_arguments():
+    with pytest.raises(ValueError, match="unknown log artifact 'graphs'"):
+        ember.set_logs(graphs=True)
+    with pytest.raises(TypeError, match="True or False"):
+        ember.set_logs(guards=1)
+
+
+def test_log_records_reach_logging_handlers():
+    import logging
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    h = Keep()
+    logging.getLogger("ember.graph_code").addHandler(h)
+    try:
+        ember.set_logs(graph_code=True)
+        ember.compile(lambda x: x * 5, backend="eager")(ember.ones(1))
+    finally:
+        ember.set_logs()
+        logging.getLogger("ember.graph_code").removeHandler(h)
+    assert any("captured graph" in m for m in seen)

@@ -981,6 +981,29 @@ def test_tracer_and_profiler_frames_pass_through():
         hook.reset_all()
 
 
+def test_code_under_a_tracer_or_profiler_is_not_captured_until_it_is_removed():
+    """Debuggers and coverage set a trace function: the code they watch runs as written
+    (neither converted nor replaced by a cached entry), and is captured once they go."""
+    def f(x):
+        return helper(x) + 1
+
+    for install, uninstall in ((lambda: sys.settrace(lambda *a: None),
+                                lambda: sys.settrace(None)),
+                               (lambda: sys.setprofile(lambda *a: None),
+                                lambda: sys.setprofile(None))):
+        rec = Recorder(compile_as(f, lambda x: ("compiled", x)))
+        with hook.enable(rec):
+            assert f(1) == ("compiled", 1)             # an entry exists
+            install()
+            try:
+                assert [f(i) for i in range(3)] == [1, 11, 21]
+            finally:
+                uninstall()
+            assert f(2) == ("compiled", 2)
+        assert rec.count(f) == 1
+        hook.reset_all()
+
+
 def test_notebook_like_code_is_not_intercepted_but_its_functions_are():
     src = "def cell_fn(x):\n    return x * 2\nresult = cell_fn(21)\n"
     rec = Recorder()

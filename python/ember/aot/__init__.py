@@ -86,7 +86,10 @@ def _aliased_inputs_fallback(gm, name):
     into shares memory with another input (the compiled graph treats them as
     separate), counted in counters["aliased_inputs"]."""
     from ..capture.exc import counters
+    from .eager import restoring_inputs, written_inputs
     forward = gm.forward if hasattr(gm, "forward") else gm
+    if hasattr(gm, "graph"):     # in place: a call that raises leaves the inputs as they were
+        forward = restoring_inputs(forward, written_inputs(gm))
 
     def run_eagerly(*args):
         counters["aliased_inputs"][f"{name}: an input written into shares memory with "

@@ -9,9 +9,10 @@ the call (csrc/runtime/aot_function.c, forward_grad=True). So a graph that raise
 written nothing, and the frame can run again eagerly from the state eager started from.
 
 Not when the graph calls an autograd.Function: its op-level trace holds the forward's
-ops, whose eager autograd is not the class's backward. That graph runs as captured (its
-writes into inputs happen in place, as eager's; a graph that raises after one would
-leave it applied when the frame runs again eagerly).
+ops, whose eager autograd is not the class's backward. That graph runs as captured, its
+writes into inputs in place as eager's, under `restoring_inputs`: a call that raises
+puts the memory and version counter of every input it may have written back as they
+were, so the frame runs again eagerly from eager's starting state and writes once.
 """
 from __future__ import annotations
 
@@ -29,14 +30,49 @@ def writes_into_inputs(gm) -> bool:
     return False
 
 
+def written_inputs(gm):
+    """Positions of the placeholders whose storage the captured graph writes into."""
+    out = []
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        fake = n.meta.get("example_value")
+        if fake is not None and getattr(fake, "_version", 0) > 0:
+            out.append(i)
+    return out
+
+
+def restoring_inputs(fn, written):
+    """fn, run in place, with the storages of the inputs at positions `written` put
+    back (memory and version counter) when it raises."""
+    if not written:
+        return fn
+
+    def run(*args):
+        storages = {}
+        for i in written:
+            t = args[i] if i < len(args) else None
+            if t is not None and hasattr(t, "untyped_storage"):
+                s = t.untyped_storage()
+                storages.setdefault(id(s), (s, s._snapshot()))
+        try:
+            return fn(*args)
+        except BaseException:
+            for s, snap in storages.values():
+                s._restore(snap)
+            raise
+    run.__wrapped__ = fn
+    return run
+
+
 def calls_autograd_functions(gm) -> bool:
     return any(n.op == "call_function" and hasattr(n.target, "function_class")
                for n in gm.graph.nodes)
 
 
 def eager_graph(gm, example_inputs):
-    if not writes_into_inputs(gm) or calls_autograd_functions(gm):
+    if not writes_into_inputs(gm):
         return gm.forward
+    if calls_autograd_functions(gm):
+        return restoring_inputs(gm.forward, written_inputs(gm))
     from . import _aliased_inputs_fallback
     code = getattr(gm, "meta", {}).get("code")
     name = code.co_name if code else "graph"

@@ -6,9 +6,9 @@ backward graph takes the saved values and the tangents and returns the gradients
 from __future__ import annotations
 
 import operator
-import os
 
 from .. import fx
+from ..capture import logs
 from .joint import JointGraph
 
 
@@ -109,23 +109,20 @@ def saved_bytes(saved) -> list:
 
 
 def log_graphs(fw, bw, saved, name):
-    if "aot_graphs" not in os.environ.get("EMBER_LOGS", "").split(","):
+    if not logs.enabled("aot_graphs"):
         return
-    print(f"===== AOT forward graph ({name}) =====")
-    print(fw)
-    print(f"===== AOT backward graph ({name}) =====")
-    print(bw)
     rows = saved_bytes(saved)
     total = sum(r[3] for r in rows)
-    print(f"===== saved for backward: {len(rows)} tensors, {total} bytes =====")
-    for nm, shape, dtype, nbytes in rows:
-        print(f"  {nm}: {dtype} {list(shape)}  {nbytes} bytes")
+    logs.log("aot_graphs", "\n".join(
+        [f"===== AOT forward graph ({name}) =====", str(fw),
+         f"===== AOT backward graph ({name}) =====", str(bw),
+         f"===== saved for backward: {len(rows)} tensors, {total} bytes ====="] +
+        [f"  {nm}: {dtype} {list(shape)}  {nbytes} bytes" for nm, shape, dtype, nbytes in rows]))
 
 
 def log_mutations(joint: JointGraph, name):
-    if not (joint.mutations or joint.output_aliases) or \
-            "aot_graphs" not in os.environ.get("EMBER_LOGS", "").split(","):
+    if not (joint.mutations or joint.output_aliases) or not logs.enabled("aot_graphs"):
         return
     from .mutation import describe
-    print(f"===== inputs written back after each call ({name}) =====")
-    print("\n".join(describe(joint.mutations, joint.output_aliases)))
+    logs.log("aot_graphs", f"===== inputs written back after each call ({name}) =====\n" +
+             "\n".join(describe(joint.mutations, joint.output_aliases)))

@@ -25,6 +25,45 @@ from .convert import CompileContext, make_callback, retry_if_fallen_back
 _SUPPORTED = "CPython 3.11 (3.11.4 or later)"
 _warned_modes = set()
 
+# torch.compile's mode names; all but "default" behave as "default" here for now
+MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+# options= keys: Ember's own, and TorchInductor's that model code commonly passes
+# (accepted so that code runs unchanged; they change nothing here, said once)
+OPTIONS = {"check": "self-check mode: the first calls also run eagerly and compare"}
+INDUCTOR_OPTIONS = frozenset((
+    "max_autotune", "max_autotune_pointwise", "max_autotune_gemm", "epilogue_fusion",
+    "shape_padding", "freezing", "coordinate_descent_tuning", "triton.cudagraphs",
+    "trace.enabled", "trace.graph_diagram", "cpp_wrapper", "fallback_random",
+    "force_same_precision", "aggressive_fusion", "layout_optimization"))
+
+
+def _check_mode_and_options(mode, options):
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be "
+                           "specified at the same time.")
+    if mode is not None and mode not in MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: "
+                           f"{', '.join(MODES)}")
+    if mode not in (None, "default") and mode not in _warned_modes:
+        _warned_modes.add(mode)
+        warnings.warn(f"ember.compile: mode={mode!r} is accepted but behaves as "
+                      f"'default'", UserWarning, stacklevel=3)
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise TypeError(f"ember.compile: options must be a dict, got "
+                        f"{type(options).__name__}")
+    for key in options:
+        if key in OPTIONS:
+            continue
+        if key not in INDUCTOR_OPTIONS:
+            raise RuntimeError(f"Unexpected optimization option {key}, known options are "
+                               f"{sorted(OPTIONS) + sorted(INDUCTOR_OPTIONS)}")
+        if key not in _warned_modes:
+            _warned_modes.add(key)
+            warnings.warn(f"ember.compile: option {key!r} is accepted and has no effect "
+                          "here", UserWarning, stacklevel=3)
+
 
 def _check_python():
     if not _hook.available:
@@ -42,17 +81,11 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic,
                                  backend=backend, mode=mode, options=options,
                                  disable=disable)
-    if mode is not None and options is not None:
-        raise ValueError("Either mode or options can be specified, but both can't be "
-                         "specified at the same time.")
+    _check_mode_and_options(mode, options)
     if dynamic:
         raise NotImplementedError("ember.compile(dynamic=True): dynamic shapes are not "
                                   "supported yet; every shape is specialised (use "
                                   "dynamic=None or False)")
-    if mode not in (None, "default") and mode not in _warned_modes:
-        _warned_modes.add(mode)
-        warnings.warn(f"ember.compile: mode={mode!r} is accepted but behaves as "
-                      f"'default'", UserWarning, stacklevel=2)
     if disable:
         return model
     _check_python()

@@ -17,6 +17,7 @@ from .. import _C
 from .. import fx
 from . import _hook, skip
 from .config import config
+from . import logs
 from .exc import CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
@@ -80,6 +81,8 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         reason = entries[0][0].check_verbose(frame_info)
         ctx.recompile_reasons.append((code.co_name, reason))
         counters["recompiles"][reason or "unknown"] += 1
+        logs.log("recompiles", f"recompiling {code.co_name} ({code.co_filename}:"
+                 f"{code.co_firstlineno}), entry {len(entries) + 1}: {reason}")
         if len(entries) >= config.cache_size_limit:
             _warn_once(code, "cache_size_limit",
                        f"ember.compile: {code.co_name} ({code.co_filename}:"
@@ -96,6 +99,9 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         counters["unsupported"][e.reason] += 1
+        logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
+                 f"{code.co_firstlineno}) runs in CPython: {e.reason}"
+                 f"{f' at {e.location}' if e.location else ''}")
         counters["stats"]["frames_fallback"] += 1
         if ctx.strict():
             where = f" at {e.location}" if e.location else ""
@@ -221,11 +227,14 @@ def _guard_mutated_objects(out: OutputGraph):
 
 
 def _log_graph(gm, code, out):
-    if not (config.verbose or "graph" in os.environ.get("EMBER_LOGS", "").split(",")):
-        return
-    print(f"===== captured graph of {code.co_name} ({code.co_filename}:"
-          f"{code.co_firstlineno}), {len(out.guards)} guards =====")
-    print(gm.print_readable(print_output=False))
+    if config.verbose or logs.enabled("graph_code"):
+        logs.log("graph_code", f"===== captured graph of {code.co_name} ({code.co_filename}:"
+                 f"{code.co_firstlineno}), {len(out.guards)} guards =====\n"
+                 f"{gm.print_readable(print_output=False)}", force=True)
+    if logs.enabled("guards"):
+        logs.log("guards", f"===== guards of {code.co_name} ({code.co_filename}:"
+                 f"{code.co_firstlineno}) =====\n" +
+                 "\n".join(f"  {g!r}" for g in out.guards))
 
 
 def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
@@ -244,14 +253,18 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
         _warn_once(code, reason, f"ember.compile: backend {ctx.backend_name!r} failed on "
                    f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}); running "
                    f"that graph eagerly instead. {reason}")
-        compiled = gm.forward
+        from ..aot.eager import restoring_inputs, written_inputs
+        # its writes into inputs run in place: a call that raises puts them back, so
+        # the frame's eager rerun writes once
+        compiled = restoring_inputs(gm.forward, written_inputs(gm))
     _mark_skip(compiled)
     return compiled
 
 
 def _mark_skip(fn):
     """Frames of generated code must not come back to the hook."""
-    for f in (fn, getattr(fn, "__func__", None), getattr(fn, "forward", None)):
+    for f in (fn, getattr(fn, "__func__", None), getattr(fn, "forward", None),
+              getattr(fn, "__wrapped__", None)):
         code = getattr(f, "__code__", None) or getattr(getattr(f, "__func__", None),
                                                        "__code__", None)
         if code is not None:

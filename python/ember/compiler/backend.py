@@ -14,6 +14,7 @@ import warnings
 from .. import _C
 from ..aot import aot_compile, eager_compiler
 from ..capture.backends import register_backend
+from ..capture import logs
 from ..capture.config import config
 from ..capture.exc import counters
 from .jit import JitModule
@@ -44,8 +45,8 @@ class CompiledLLVMGraph:
         addresses = self.module.addresses if self.module is not None else ()
         self.run = _C.CompiledGraph(self.module, addresses, self.lowered.plan())
         self.name = name
-        if "output_code" in os.environ.get("EMBER_LOGS", "").split(","):
-            print(self.describe(llvm=True))
+        if logs.enabled("output_code"):
+            logs.log("output_code", self.describe(llvm=True))
 
     def describe(self, llvm=False):
         text = f"===== loop IR ({self.name}) =====\n{self.lowered}\n"

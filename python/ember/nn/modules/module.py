@@ -141,7 +141,18 @@ class Module:
         for hook in self._backward_hooks.values():
             register_node_hook(grad_fn, functools.partial(_legacy_hook, hook, self))
 
-    __call__ = _call_impl
+    def __call__(self, *args, **kwargs):
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is not None:
+            return compiled(*args, **kwargs)
+        return self._call_impl(*args, **kwargs)
+
+    def compile(self, *args, **kwargs):
+        """Compiles this module's calls in place with ember.compile(*args, **kwargs):
+        the module stays itself (type, attributes, state_dict keys), and calling it
+        runs the compiled call (PyTorch 2.2's Module.compile)."""
+        from ...capture import compile as compile_
+        self.__dict__["_compiled_call_impl"] = compile_(self._call_impl, *args, **kwargs)
 
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args) -> None or new args, run before forward (with_kwargs:
