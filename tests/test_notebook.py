@@ -110,3 +110,44 @@ def test_committed_notebook_has_its_outputs():
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert code and all(c.get("outputs") for c in code)
     assert all(c.get("execution_count") for c in code)
+
+
+def test_interrupting_the_kernel_stops_a_long_compiled_call(client):
+    """Jupyter's interrupt (SIGINT to the kernel) during a long compiled call: the cell
+    ends with KeyboardInterrupt well before the call would have, and the next cell's
+    compiled calls run (the thread pool recovered)."""
+    import signal
+    import threading
+    import time
+    nb = client.nb
+    nb.cells = [nbformat_cell(
+        "import os, time, numpy as np, ember\n"
+        "def f(x):\n"
+        "    for _ in range(24):\n"
+        "        x = (x.sin() * 0.9).exp()\n"
+        "    return x\n"
+        "cf = ember.compile(f, backend='llvm')\n"
+        "x = ember.randn(1 << 21)\n"
+        "t0 = time.monotonic(); cf(x); print('took', time.monotonic() - t0, os.getpid())"),
+        nbformat_cell("cf(x)\nprint('finished')"),
+        nbformat_cell("y = ember.randn(1 << 17)\n"
+                      "print('recovered', np.allclose(cf(y).numpy(), f(y).numpy(), "
+                      "rtol=1e-5))")]
+    client.allow_errors = True
+    with client.setup_kernel():
+        client.execute_cell(nb.cells[0], 0)
+        took, pid = text_of(nb.cells[0]).split()[1:3]
+        took = float(took)
+        # what Jupyter's interrupt does (interrupt_mode "signal")
+        timer = threading.Timer(min(0.8, took / 4), os.kill, (int(pid), signal.SIGINT))
+        t0 = time.monotonic()
+        timer.start()
+        client.execute_cell(nb.cells[1], 1)
+        elapsed = time.monotonic() - t0
+        timer.join()
+        out = text_of(nb.cells[1])
+        assert "KeyboardInterrupt" in out, (out, took, elapsed)
+        assert "finished" not in out.splitlines(), out       # the cell's print did not run
+        assert elapsed < min(0.8, took / 4) + took / 2, (elapsed, took)
+        client.execute_cell(nb.cells[2], 2)
+        assert "recovered True" in text_of(nb.cells[2]), text_of(nb.cells[2])

@@ -12,10 +12,12 @@
  *          re-viewed with those strides
  * buffers: BufferSpec (dtype, sizes, extern) of each buffer: allocated per call
  *          (contiguous), or when extern is true, made by an extern step
- * steps:   KernelStep ("kernel", k, refs, outer, parallel, ...)
+ * steps:   KernelStep ("kernel", k, refs, outer, parallel, ir, chunk)
  *                                     call kernel k (addresses[k]) with pointers to refs
- *                                     over [0, outer) of its dim 0, split across the
- *                                     thread pool when parallel
+ *                                     over [0, outer) of its dim 0 in chunks of `chunk`
+ *                                     (0: one), spread over the thread pool when
+ *                                     parallel; signal handlers run between chunks
+ *                                     (Ctrl-C stops the call with KeyboardInterrupt)
  *          MatmulStep ("matmul", a, b, buffer)
  *                                     BLAS (else numpy.matmul) from views a and b
  *          ExternStep ("extern", fn, views, slots, name)
@@ -68,7 +70,7 @@ typedef struct {
     kernel_fn fn;
     int nrefs;
     ref_t *refs;
-    Py_ssize_t outer;
+    Py_ssize_t outer, chunk;
     bool parallel;
     /* matmul: buffer out = a @ b */
     view_t a, b;
@@ -206,9 +208,10 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
     kind = PyTuple_GET_ITEM(t, 0);
     if (PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
         s->kind = STEP_KERNEL;
-        if (!PyArg_ParseTuple(t, "OiO!np|O;CompiledGraph: a kernel step is (kind, k, refs, "
-                              "outer, parallel, ...)", &kind, &k, &PyTuple_Type, &refs,
-                              &s->outer, &parallel, &rest) ||
+        s->chunk = 0;
+        if (!PyArg_ParseTuple(t, "OiO!np|On;CompiledGraph: a kernel step is (kind, k, refs, "
+                              "outer, parallel, ir, chunk)", &kind, &k, &PyTuple_Type, &refs,
+                              &s->outer, &parallel, &rest, &s->chunk) ||
             check_index(k, nkernels, "a kernel step") < 0)
             return -1;
         s->fn = kernels[k];
@@ -491,18 +494,11 @@ run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
         }
         args[i] = PyArray_DATA(t->array);
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (s->parallel && s->outer > 1) {
-        range_job job = {s->fn, args};
-        em_parallel_for(run_range, &job, s->outer);
-    }
-    else {
-        s->fn(args, 0, s->outer);
-    }
-    Py_END_ALLOW_THREADS
+    range_job job = {s->fn, args};
+    int st = em_parallel_for(run_range, &job, s->outer, s->chunk, s->parallel);
     if (args != small)
         PyMem_Free(args);
-    return 0;
+    return st;
 }
 
 static int
@@ -624,7 +620,7 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
     }
     for (int s = 0; s < p->nsteps; s++) {
         double t0 = self->step_seconds != NULL ? now_seconds() : 0.0;
-        if (run_step(self, &p->steps[s], inputs, bufs) < 0)
+        if (run_step(self, &p->steps[s], inputs, bufs) < 0 || PyErr_CheckSignals() < 0)
             goto done;
         if (self->step_seconds != NULL)
             self->step_seconds[s] += now_seconds() - t0;

@@ -7,9 +7,12 @@
 
 typedef void (*em_range_fn)(void *ctx, int64_t start, int64_t end);
 
-/* Runs fn over [0, n), split into one contiguous range per thread of the pool; returns
- * when all are done. Touches no Python object: callers release the GIL around it. */
-void em_parallel_for(em_range_fn fn, void *ctx, int64_t n);
+/* Runs fn over [0, n) in chunks [i * chunk, (i + 1) * chunk) (chunk <= 0: one), spread
+ * over the thread pool when parallel, else in order on this thread. Called with the GIL
+ * held; releases it while fn runs (fn touches no Python object) and takes it back
+ * between chunks now and then to run signal handlers: -1 with their exception set
+ * (KeyboardInterrupt) when one raised, once the chunks begun are done; else 0. */
+int em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int parallel);
 
 /* out = a @ b straight into BLAS: 0 done, 1 not handled (the caller uses
  * numpy.matmul), never an error. */

@@ -1,67 +1,107 @@
 /* threadpool.c: the persistent worker threads compiled kernels run on.
  *
- * em_parallel_for(fn, ctx, n) splits [0, n) into one contiguous range per thread; the
- * calling thread runs the first range itself. Workers are started on first use and
- * spin for a short while after each job before they sleep on a condition variable
- * (waking a sleeping thread costs tens of microseconds in a VM; a spinning one, well
- * under one), so back-to-back kernels of one graph find them awake. Nothing here
- * touches Python: callers release the GIL around it.
+ * em_parallel_for(fn, ctx, n, chunk, parallel) runs fn over [0, n) in chunks of `chunk`
+ * indices: chunk i is [i * chunk, (i + 1) * chunk), so where an index falls (which
+ * element starts a vector, which ends in a scalar tail) never depends on the thread
+ * count or on timing, and results are identical run to run. When parallel, the workers
+ * and the calling thread take chunks off a shared counter; otherwise the caller runs
+ * them in order. Workers are started on first use and spin for a short while after each
+ * job before they sleep on a condition variable (waking a sleeping thread costs tens of
+ * microseconds in a VM; a spinning one, well under one), so back-to-back kernels of one
+ * graph find them awake.
+ *
+ * The caller releases the GIL while the chunks run. Between its chunks, at most every
+ * SIGNAL_CHECK_SECONDS, the main thread (the only one Python runs signal handlers in)
+ * takes the GIL back and runs PyErr_CheckSignals: when a signal
+ * handler raised (Ctrl-C's KeyboardInterrupt), it closes the counter so no thread
+ * starts another chunk, waits for the chunks already taken, and returns -1 with the
+ * exception set. The pool is then idle and ready for the next job.
+ *
+ * The counter is one 64-bit word, the job's generation (high half) and the next chunk
+ * (low half), so a worker that wakes late for a finished job cannot take a chunk of the
+ * next one: its compare-and-swap names the old generation. A job ends with the counter
+ * closed (CLOSED), and only then are the job's fields written again.
  *
  * fork() (DataLoader workers, multiprocessing): a pthread_atfork handler registered when
- * the module loads takes both locks before the fork, so no job is half-run and no worker
- * holds the pool's lock in the copied memory (a job never needs the GIL to finish, so the
- * forking thread, which holds it, waits at most one job). The parent then releases them;
- * the child, whose only thread is the one that forked, releases them too, forgets the
- * workers (threads are not copied) and starts new ones when it next needs them.
+ * the module loads takes the pool's lock before the fork, so no worker holds it in the
+ * copied memory. A job may be running in another thread of the parent (its caller may
+ * be waiting for the GIL the forking thread holds, so the handler cannot wait for the
+ * job); the child, whose only thread is the one that forked, runs no job of the parent:
+ * it forgets the workers (threads are not copied), makes its locks anew and starts new
+ * workers when it next needs them.
  */
 #include "runtime/runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_THREADS 64
 #define SPIN_ROUNDS 20000
+#define CLOSED 0xffffffffu              /* the chunk half of a closed counter */
+#define MAX_CHUNKS (CLOSED - 1)
+#define SIGNAL_CHECK_SECONDS 0.02
 
 static struct {
-    pthread_mutex_t lock;          /* serialises jobs, guards sleeping workers */
+    pthread_mutex_t lock;          /* guards sleeping workers */
     pthread_cond_t wake;
     int started;                   /* workers running */
     int nthreads;                  /* threads a job uses, the caller included */
-    atomic_ulong generation;       /* bumped per job */
-    atomic_int remaining;          /* ranges not finished */
+    atomic_uint generation;        /* bumped per job */
+    atomic_uint_least64_t ticket;  /* generation << 32 | next chunk (CLOSED: none) */
+    atomic_long done;              /* chunks finished */
     em_range_fn fn;
     void *ctx;
-    int64_t n;
-    int parts;
-    atomic_int next;               /* next range to take */
+    int64_t n, chunk;
+    uint32_t nchunks;
 } pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wake = PTHREAD_COND_INITIALIZER,
     .nthreads = 1,
+    .ticket = CLOSED,
 };
 
-static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time */
 
 static void
-run_ranges(void)
+run_chunk(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, uint32_t i)
 {
+    int64_t lo = (int64_t)i * chunk;
+    int64_t hi = n - lo > chunk ? lo + chunk : n;
+    if (lo < hi)
+        fn(ctx, lo, hi);
+}
+
+/* Takes the next chunk of job `gen`: its number, or -1 when there is none. */
+static int64_t
+take_chunk(uint32_t gen)
+{
+    uint64_t t = atomic_load(&pool.ticket);
     for (;;) {
-        int i = atomic_fetch_add(&pool.next, 1);
-        if (i >= pool.parts)
-            return;
-        int64_t lo = pool.n * i / pool.parts, hi = pool.n * (i + 1) / pool.parts;
-        if (lo < hi)
-            pool.fn(pool.ctx, lo, hi);
-        atomic_fetch_sub(&pool.remaining, 1);
+        uint32_t i = (uint32_t)t;
+        if ((uint32_t)(t >> 32) != gen || i == CLOSED || i >= pool.nchunks)
+            return -1;
+        if (atomic_compare_exchange_weak(&pool.ticket, &t, t + 1))
+            return i;
+    }
+}
+
+static void
+work_on(uint32_t gen)
+{
+    int64_t i;
+    while ((i = take_chunk(gen)) >= 0) {
+        run_chunk(pool.fn, pool.ctx, pool.n, pool.chunk, (uint32_t)i);
+        atomic_fetch_add(&pool.done, 1);
     }
 }
 
 static void *
 worker(void *arg)
 {
-    unsigned long seen = atomic_load(&pool.generation);
+    unsigned seen = atomic_load(&pool.generation);
     for (;;) {
         int spins = 0;
         while (atomic_load(&pool.generation) == seen && spins < SPIN_ROUNDS) {
@@ -77,7 +117,7 @@ worker(void *arg)
             pthread_mutex_unlock(&pool.lock);
         }
         seen = atomic_load(&pool.generation);
-        run_ranges();
+        work_on(seen);
     }
     return arg;
 }
@@ -85,7 +125,6 @@ worker(void *arg)
 static void
 before_fork(void)
 {
-    pthread_mutex_lock(&job_lock);
     pthread_mutex_lock(&pool.lock);
 }
 
@@ -93,18 +132,18 @@ static void
 after_fork_parent(void)
 {
     pthread_mutex_unlock(&pool.lock);
-    pthread_mutex_unlock(&job_lock);
 }
 
 static void
 after_fork_child(void)
 {
     pool.started = 0;
-    atomic_store(&pool.remaining, 0);
-    atomic_store(&pool.next, 0);
-    pthread_cond_init(&pool.wake, NULL);     /* no thread of the parent waits on it here */
+    atomic_store(&pool.ticket, CLOSED);
+    /* no thread of the parent is here to wait on the condition or release the job
+     * lock (a job another thread ran at the fork holds it) */
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_mutex_init(&job_lock, NULL);
     pthread_mutex_unlock(&pool.lock);
-    pthread_mutex_unlock(&job_lock);
 }
 
 static int
@@ -124,35 +163,91 @@ start_workers(int want)
     return pool.started + 1;
 }
 
-/* Runs fn over [0, n) on up to pool.nthreads threads; returns when all are done. */
-void
-em_parallel_for(em_range_fn fn, void *ctx, int64_t n)
+static double
+monotonic_seconds(void)
 {
-    int want = pool.nthreads < n ? pool.nthreads : (int)n;
-    if (want <= 1 || pthread_mutex_trylock(&job_lock) != 0) {
-        fn(ctx, 0, n);     /* one thread, or another job is running: run it here */
-        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Between chunks, with the GIL released as *ts: every SIGNAL_CHECK_SECONDS, takes the
+ * GIL and runs the signal handlers; -1 when one raised (the exception is set). Only the
+ * main thread runs handlers (*last < 0 elsewhere: it never takes the GIL here). */
+static int
+check_signals(PyThreadState **ts, double *last)
+{
+    if (*last < 0)
+        return 0;
+    double now = monotonic_seconds();
+    if (now - *last < SIGNAL_CHECK_SECONDS)
+        return 0;
+    *last = now;
+    PyEval_RestoreThread(*ts);
+    int st = PyErr_CheckSignals();
+    *ts = PyEval_SaveThread();
+    return st;
+}
+
+int
+em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int parallel)
+{
+    if (n <= 0)
+        return 0;
+    if (chunk <= 0 || chunk > n)
+        chunk = n;
+    int64_t nchunks = (n - 1) / chunk + 1;
+    if (nchunks > MAX_CHUNKS) {
+        chunk = (n - 1) / MAX_CHUNKS + 1;
+        nchunks = (n - 1) / chunk + 1;
     }
-    int have = start_workers(want);
-    if (have < want)
-        want = have;
+    int want = pool.nthreads < nchunks ? pool.nthreads : (int)nchunks;
+    double last = _PyOS_IsMainThread() ? monotonic_seconds() : -1.0;
+    int st = 0;
+    PyThreadState *ts = PyEval_SaveThread();
+    if (!parallel || want <= 1 || pthread_mutex_trylock(&job_lock) != 0) {
+        /* one thread, or another job is running: the chunks in order, here */
+        for (int64_t i = 0; i < nchunks && st == 0; i++) {
+            run_chunk(fn, ctx, n, chunk, (uint32_t)i);
+            if (i + 1 < nchunks)
+                st = check_signals(&ts, &last);
+        }
+        PyEval_RestoreThread(ts);
+        return st;
+    }
+    start_workers(want);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    pool.parts = want;
-    atomic_store(&pool.remaining, want);
-    atomic_store(&pool.next, 0);
+    pool.chunk = chunk;
+    pool.nchunks = (uint32_t)nchunks;
+    atomic_store(&pool.done, 0);
+    uint32_t gen = atomic_load(&pool.generation) + 1;
+    atomic_store(&pool.ticket, (uint64_t)gen << 32);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add(&pool.generation, 1);
+    atomic_store(&pool.generation, gen);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    run_ranges();
-    while (atomic_load(&pool.remaining) > 0) {
+    int64_t i;
+    while ((i = take_chunk(gen)) >= 0) {
+        run_chunk(fn, ctx, n, chunk, (uint32_t)i);
+        atomic_fetch_add(&pool.done, 1);
+        if ((st = check_signals(&ts, &last)) < 0)
+            break;
+    }
+    /* close the counter; then wait for the chunks other threads took */
+    uint64_t t = atomic_exchange(&pool.ticket, ((uint64_t)gen << 32) | CLOSED);
+    uint32_t taken = (uint32_t)t;
+    if (taken > pool.nchunks)
+        taken = pool.nchunks;
+    while (atomic_load(&pool.done) < (long)taken) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
     }
     pthread_mutex_unlock(&job_lock);
+    PyEval_RestoreThread(ts);
+    return st;
 }
 
 static PyObject *

@@ -387,6 +387,17 @@ class Campaign:
         return {"class": name, "index": i, "features": features(small), "source": text,
                 "file": fname, "shows": shows | {name}}
 
+    def internal_llvm_fallbacks(self):
+        """{reason: [program indices]} of graphs the llvm backend gave up on for an
+        internal error (anything but a LoweringError, which names something it does not
+        compile: the verifier rejecting a kernel, an AttributeError, ...)."""
+        out = {}
+        for r in self.records:
+            for reason in r["stats"].get("llvm", {}).get("fallback", {}):
+                if internal_llvm_fallback(reason):
+                    out.setdefault(reason, []).append(r["index"])
+        return out
+
     def summary(self):
         classes = self.classes()
         n = len(self.records)
@@ -419,6 +430,11 @@ class Campaign:
                 f"{k} {v}" for k, v in sorted(modes.items(), key=lambda kv: -kv[1]))]
             lines += ["statements by template: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(tags.items(), key=lambda kv: -kv[1]))]
+        internal = self.internal_llvm_fallbacks()
+        lines += ["", f"llvm fallbacks for an internal error: "
+                      f"{sum(len(v) for v in internal.values())} programs"]
+        lines += [f"  {len(v):5d}  {k[:150]} (#{', #'.join(map(str, v[:4]))})"
+                  for k, v in sorted(internal.items(), key=lambda kv: -len(kv[1]))]
         top = sorted(fallback.items(), key=lambda kv: -kv[1])[:12]
         if top:
             lines += ["", "most common fallbacks (programs; not failures):"]
@@ -447,6 +463,13 @@ class Campaign:
                              if k != "features"} for m in getattr(self, "minimal", [])]}
         _write(os.path.join(self.results, "summary.json"), json.dumps(data, indent=1))
         return text
+
+
+def internal_llvm_fallback(reason):
+    """Whether a fallback reason (execute's counter key) is the llvm backend failing
+    inside itself rather than declining an op (LoweringError)."""
+    return reason.startswith("llvm_fallback: ") and \
+        not reason.startswith("llvm_fallback: LoweringError: ")
 
 
 def _annotate(source, failures, header=None):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuzz import execute, gen, shrink
-from fuzz.run import Campaign, Evaluator
+from fuzz.run import Campaign, Evaluator, internal_llvm_fallback
 
 CI_SEED = 0
 CI_PROGRAMS = 1000
@@ -29,9 +29,24 @@ def test_fuzz_ci_budget(tmp_path):
     assert len(c.records) >= 100, f"only {len(c.records)} programs ran"
     compiled = sum(1 for r in c.records if r["stats"].get("llvm", {}).get("graphs"))
     assert compiled >= len(c.records) // 3, f"only {compiled} programs were compiled"
+    internal = c.internal_llvm_fallbacks()
+    assert not internal, f"llvm fell back for an internal error: {internal}"
     if c.classes():
         c.shrink_all()
         pytest.fail(c.summary(), pytrace=False)
+
+
+# programs of the CI seed the llvm backend once gave up on for an internal error (the
+# verifier rejecting loads of a reduction over an empty dim)
+INTERNAL_ERROR_PROGRAMS = (692, 1131, 1161, 1232)
+
+
+def test_no_internal_llvm_fallback_on_programs_that_had_one():
+    for i in INTERNAL_ERROR_PROGRAMS:
+        failures, stats = execute.run_program(gen.gen(CI_SEED, i), backends=["llvm"])
+        assert not failures, (i, failures)
+        internal = [k for k in stats["llvm"]["fallback"] if internal_llvm_fallback(k)]
+        assert not internal, (i, internal)
 
 
 def test_generator_is_deterministic_and_programs_run_eagerly():

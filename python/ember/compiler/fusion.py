@@ -9,7 +9,9 @@ otherwise recompute it at a high cost (more than INLINE_LIMIT ops, or reading se
 buffers). It is stored by the first kernel that visits all of it, in that kernel's
 loops, so (x @ w + b).relu().sum() is one BLAS call and one kernel, with no
 intermediate buffer. A kernel's outer dim is split across threads when its domain is
-large enough (PARALLEL_MIN) and no point of it accumulates along that dim.
+large enough (PARALLEL_MIN) and no point of it accumulates along that dim; it is run in
+chunks of its outer dim (CHUNK_POINTS points each), between which the runtime runs
+signal handlers.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from .loop_ir import Affine, Form, Kernel, Op, Param, Stmt
 from .values import PointwiseValue
 
 INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
+MAX_DEPTH = 64             # pointwise values a chain may inline before it is realized
 PARALLEL_MIN = 1 << 16     # domain points below which a kernel runs on one thread
+CHUNK_POINTS = 1 << 16     # domain points per chunk the runtime hands a thread
 
 
 class KernelBuilder:
@@ -159,12 +163,16 @@ def worth_storing(value, node, users, must):
 
 
 def schedule(kernel):
-    """(outer, parallel): the kernel runs over [0, outer) of its dim 0, split across
-    threads when parallel."""
+    """(outer, parallel, chunk): the kernel runs over [0, outer) of its dim 0 in chunks
+    of `chunk` indices (about CHUNK_POINTS domain points each), split across threads
+    when parallel."""
     split = kernel.nreduce < len(kernel.sizes)
     outer = kernel.sizes[0] if split else 1
     # threads split dim 0; accumulating along it would race
     racy = any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts)
-    parallel = split and outer > 1 and not racy and math.prod(kernel.sizes) >= PARALLEL_MIN
-    return outer, parallel
+    points = math.prod(kernel.sizes)
+    parallel = split and outer > 1 and not racy and points >= PARALLEL_MIN
+    per_index = points // outer if outer else 0
+    chunk = max(1, -(-CHUNK_POINTS // per_index)) if per_index else outer
+    return outer, parallel, min(chunk, outer)
 

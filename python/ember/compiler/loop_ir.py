@@ -341,7 +341,10 @@ def _check_address(kernel, s):
                           f"rank-{nd} domain: `{s}`")
     lo, hi = s.index.bounds(kernel.sizes)
     extent = kernel.params[s.param].extent
-    if any(n == 0 for n in kernel.sizes[:nd - kernel.nreduce]):
+    kept = kernel.sizes[:nd - kernel.nreduce]
+    # an empty domain runs no statement, except that a reduce over empty reduced dims
+    # still stores its identity at every point of the kept ones
+    if any(n == 0 for n in kept) or (0 in kernel.sizes and s.op is not Op.REDUCE):
         lo = hi = 0
     if lo < 0 or (hi >= extent and extent > 0):
         raise LoopIRError(f"{kernel.name}: `{s}` reaches elements [{lo}, {hi}] of a "

@@ -22,7 +22,7 @@ from .loop_ir import verify
 from .lowerings import extern
 from .plan import ExternStep, KernelStep, Lowered, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     check_dtype, domain_index, is_value, reads)
+                     check_dtype, depth_of, domain_index, is_value, reads)
 
 __all__ = ["GraphLowering", "LoweringError", "lower"]
 
@@ -48,9 +48,10 @@ class GraphLowering:
 
     def add_kernel(self, kb):
         k = verify(kb.kernel)
-        outer, parallel = fusion.schedule(k)
+        outer, parallel, chunk = fusion.schedule(k)
         self.out.steps.append(KernelStep(StepKind.KERNEL, len(self.out.kernels),
-                                         tuple(p.ref for p in k.params), outer, parallel, k))
+                                         tuple(p.ref for p in k.params), outer, parallel, k,
+                                         chunk))
         self.out.kernels.append(k)
 
     def add_step(self, step):
@@ -110,7 +111,8 @@ class GraphLowering:
                                     f"value is {dtype}")
             return out
 
-        return PointwiseValue(shape, dtype, fn, total, node, reads(operands, shape))
+        return PointwiseValue(shape, dtype, fn, total, node, reads(operands, shape),
+                              depth_of(operands))
 
     def extern(self, node, val):
         """A prim without a loop-IR lowering (a scatter, a sort, a random draw, ...) runs
@@ -152,6 +154,10 @@ class GraphLowering:
                 val = self.env[node] = self.lower_node(node)
                 if fusion.worth_storing(val, node, users[node], must):
                     fusion.mark_realize(val)
+                if isinstance(val, PointwiseValue) and val.depth >= fusion.MAX_DEPTH:
+                    # a long chain of elementwise ops: computed here, so that building
+                    # the kernels of its users does not recurse through all of it
+                    self.realize(val)
             elif node.op == "output":
                 self.lower_output(node)
             else:

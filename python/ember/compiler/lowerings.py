@@ -25,7 +25,7 @@ from ..ops import meta as M
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     domain_index, is_value, layout_strides, refinement)
+                     depth_of, domain_index, is_value, layout_strides, refinement)
 
 
 class OpLowering:
@@ -231,7 +231,7 @@ def _view_of(value, shape, strides_fn, index_fn, base_layout=False):
 
     def fn(kb, index):
         return src.load(kb, index_fn(index))
-    view = PointwiseValue(shape, src.dtype, fn, src.cost, None, src.reads)
+    view = PointwiseValue(shape, src.dtype, fn, src.cost, None, src.reads, depth_of([src]))
     if base_layout:
         view.view_base = (src, strides_fn)
     return view

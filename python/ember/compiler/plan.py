@@ -73,13 +73,16 @@ class BufferSpec(NamedTuple):
 
 class KernelStep(NamedTuple):
     """Runs kernel number `kernel` (its loop IR: `ir`) on pointers to refs over
-    [0, outer) of its dim 0, split across the thread pool when parallel."""
+    [0, outer) of its dim 0 in chunks of `chunk` indices (0: one chunk), spread over the
+    thread pool when parallel. The runtime runs signal handlers between chunks (Ctrl-C
+    stops a long kernel), and the chunks' bounds do not depend on the thread count."""
     kind: str
     kernel: int
     refs: tuple
     outer: int
     parallel: bool
     ir: Kernel
+    chunk: int = 0
 
     def __str__(self):
         return str(self.ir).rstrip()

@@ -62,15 +62,18 @@ class BufferValue:
 
 
 class PointwiseValue:
-    """fn(kb, index) -> register; `cost` counts the ops inlining it would repeat."""
+    """fn(kb, index) -> register; `cost` counts the ops inlining it would repeat, `depth`
+    the pointwise values it calls through (fusion.MAX_DEPTH bounds it: building a
+    kernel recurses once per level)."""
 
-    def __init__(self, shape, dtype, fn, cost, node=None, reads=frozenset()):
+    def __init__(self, shape, dtype, fn, cost, node=None, reads=frozenset(), depth=1):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.fn = fn
         self.cost = cost
         self.node = node
         self.reads = reads          # the buffers computing it loads
+        self.depth = depth          # the longest chain of pointwise values fn calls through
         self.realized = None        # BufferValue once computed into a buffer
         self.must_realize = False
         # (base, strides_fn) when this value is a permutation of another
@@ -84,6 +87,12 @@ class PointwiseValue:
         if self.must_realize:
             kb.maybe_store(self, index, reg)
         return reg
+
+
+def depth_of(operands):
+    """The depth of a pointwise value computed from operands."""
+    return 1 + max((o.depth for o in operands if isinstance(o, PointwiseValue)
+                    and o.realized is None), default=0)
 
 
 def is_value(o):

@@ -33,6 +33,8 @@ from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
 from ..compiler.lowerings import extern
+from ..compiler.pooling import (lower_max_pool2d_with_indices,
+                                lower_max_pool2d_with_indices_backward)
 from .registry import CUSTOM, op
 
 
@@ -555,7 +557,8 @@ def _max_pool_backward(grads, outs, self, kernel_size, stride, padding, dilation
 
 op("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], "
    "int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
-   CUSTOM, "max_pool2d_with_indices", prim=True, lower=extern, method=False, meta=_max_pool_meta,
+   CUSTOM, "max_pool2d_with_indices", prim=True, lower=lower_max_pool2d_with_indices,
+   method=False, meta=_max_pool_meta,
    backward=_max_pool_backward,
    doc="2-d max pooling: the maxima and their flat indices (h * W + w) in each input plane; "
        "NaN propagates.")
@@ -601,7 +604,8 @@ def _max_pool_backward_backward(g, out, grad_output, self, kernel_size, stride, 
 
 op("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, "
    "int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
-   CUSTOM, "max_pool2d_with_indices_backward", prim=True, lower=extern, method=False,
+   CUSTOM, "max_pool2d_with_indices_backward", prim=True,
+   lower=lower_max_pool2d_with_indices_backward, method=False,
    meta=_max_pool_backward_meta, backward=_max_pool_backward_backward,
    doc="The gradient of max_pool2d_with_indices: grad_output added at the indices.")
 
