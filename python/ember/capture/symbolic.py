@@ -28,7 +28,7 @@ from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSourc
 from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
                         CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
-                        TensorMethodVar, TensorVar, TupleVar, VariableTracker,
+                        TensorMethodVar, TensorVar, TupleVar, ValueVar, VariableTracker,
                         constant_args, is_constant)
 
 MAX_INLINE_DEPTH = 32
@@ -1275,17 +1275,10 @@ def _compiler_role(value):
     return None
 
 
-class _CompilerFnVar(VariableTracker):
+class _CompilerFnVar(ValueVar):
     def __init__(self, fn, role, source=None):
-        self.value = fn
+        super().__init__(fn, source)
         self.role = role
-        self.source = source
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def call(self, tx, args, kwargs):
         if self.role == "compiling":

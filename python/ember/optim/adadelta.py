@@ -1,9 +1,7 @@
 """Adadelta: per-element step sizes from running averages of squared gradients and of
 squared updates (Zeiler), so the unit of the update matches the parameter's."""
-from .. import zeros_like
 from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _check_lr, _closure_loss, _scalar,
-                        _use_grad)
+from .optimizer import Optimizer, _check_lr, _closure_loss, _scalar, _use_grad
 
 
 class Adadelta(Optimizer):
@@ -29,17 +27,7 @@ class Adadelta(Optimizer):
         for group in self.param_groups:
             lr, rho, eps = _scalar(group["lr"]), group["rho"], group["eps"]
             weight_decay = group["weight_decay"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group, xla=False)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["square_avg"] = zeros_like(p)
-                    state["acc_delta"] = zeros_like(p)
-                state["step"].add_(1)
-                grad = -p.grad if group["maximize"] else p.grad
+            for p, grad, state in self._grads(group, ("square_avg", "acc_delta"), xla=False):
                 if weight_decay != 0:
                     grad = grad.add(p, alpha=weight_decay)
                 square_avg, acc_delta = state["square_avg"], state["acc_delta"]

@@ -17,8 +17,9 @@ import warnings
 from collections import defaultdict
 from itertools import chain
 
-from .. import _C
+from .. import _C, zeros_like
 from ..nn.parameter import typename
+from ._math import step_counter
 
 Tensor = _C.Tensor
 
@@ -183,6 +184,25 @@ class Optimizer:
         for p in group["params"]:
             if p.grad is not None:
                 yield p
+
+    def _grads(self, group, init, what="params and state_steps", xla=True):
+        """(p, grad, state) of each parameter of group with a gradient, its step count
+        advanced: grad negated under maximize; a new state gets its step counter, then
+        zeroed buffers named by init (a tuple) or init(p, state). A capturable group
+        raises first, as torch.optim's does."""
+        params = list(self._params_with_grad(group))
+        if params:
+            _check_capturable(group, what, xla)
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = step_counter()
+                if callable(init):
+                    init(p, state)
+                else:
+                    state.update((name, zeros_like(p)) for name in init)
+            state["step"].add_(1)
+            yield p, -p.grad if group["maximize"] else p.grad, state
 
     # ------------------------------------------------------------ state dict
 

@@ -1,9 +1,7 @@
 """RMSprop: divide the gradient by a running RMS of recent gradients (Hinton), with
 optional momentum and centring (Graves)."""
-from .. import zeros_like
 from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar,
-                        _use_grad)
+from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
 
 
 class RMSprop(Optimizer):
@@ -29,20 +27,9 @@ class RMSprop(Optimizer):
         for group in self.param_groups:
             lr, alpha, eps = _scalar(group["lr"]), group["alpha"], group["eps"]
             momentum, centered = group["momentum"], group["centered"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["square_avg"] = zeros_like(p)
-                    if momentum > 0:
-                        state["momentum_buffer"] = zeros_like(p)
-                    if centered:
-                        state["grad_avg"] = zeros_like(p)
-                grad = -p.grad if group["maximize"] else p.grad
-                state["step"].add_(1)
+            buffers = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + \
+                (("grad_avg",) if centered else ())
+            for p, grad, state in self._grads(group, buffers):
                 if group["weight_decay"] != 0:
                     grad = grad.add(p, alpha=group["weight_decay"])
                 square_avg = state["square_avg"]
