@@ -108,6 +108,15 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
     p = _expand_param(padding, nsp, "padding")
     d = _expand_param(dilation, nsp, "dilation")
     op_ = _expand_param(output_padding, nsp, "output_padding")
+    cout, out = _conv_output(input, weight, bias, s, p, d, op_, groups, transposed, dilation)
+    return (input.shape[0], cout) + tuple(out), (s, p, d, op_)
+
+
+def _conv_output(input, weight, bias, s, p, d, op_, groups, transposed, dilation):
+    """PyTorch's checks of a batched convolution whose weight has the input's rank, with
+    its messages (dilation: as given, for the message); returns the output's channels
+    and spatial size."""
+    nsp = input.ndim - 2
     if weight.dtype is not input.dtype:
         raise RuntimeError(f"expected scalar type {torch_type(input.dtype)} but found "
                            f"{torch_type(weight.dtype)}")
@@ -147,7 +156,6 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
                            f"{_shape(bias)} instead")
     spatial_in = tuple(input.shape[2:])
     ks = tuple(weight.shape[2:])
-    out = []
     if not transposed:
         padded = [spatial_in[i] + 2 * p[i] for i in range(nsp)]
         eff = [d[i] * (ks[i] - 1) + 1 for i in range(nsp)]
@@ -158,34 +166,36 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
                 "than actual input size")
         out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(nsp)]
     else:
-        for i in range(nsp):
-            if op_[i] >= s[i] and op_[i] >= d[i]:
-                if nsp == 2:
-                    raise RuntimeError(
-                        f"output padding must be smaller than either stride or dilation, but "
-                        f"got output_padding_height: {op_[0]} output_padding_width: {op_[1]} "
-                        f"stride_height: {s[0]} stride_width: {s[1]} dilation_height: {d[0]} "
-                        f"dilation_width: {d[1]}")
+        if any(op_[i] >= s[i] and op_[i] >= d[i] for i in range(nsp)):
+            if nsp == 1:
                 raise RuntimeError(
                     f"output padding must be smaller than either stride or dilation, but got "
                     f"output_padding: {op_[0]} stride: {s[0]} dilation: {d[0]}")
+            axes = ("depth", "height", "width")[3 - nsp:]
+            got = " ".join(f"{what}_{axis}: {v[i]}" for what, v in
+                           (("output_padding", op_), ("stride", s), ("dilation", d))
+                           for i, axis in enumerate(axes))
+            raise RuntimeError("output padding must be smaller than either stride or "
+                               f"dilation, but got {got}")
         out = [(spatial_in[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
                for i in range(nsp)]
         if any(o <= 0 for o in out):
-            h = spatial_in[0] if nsp == 2 else 1
-            oh = out[0] if nsp == 2 else 1
-            raise RuntimeError(f"Given input size per channel: ({h} x {spatial_in[-1]}). "
-                               f"Calculated output size per channel: ({oh} x {out[-1]}). "
-                               "Output size is too small")
+            # a 1-d convolution's sizes are shown as those of the 2-d one it runs as
+            sizes = [" x ".join(map(str, (1,) * (nsp == 1) + tuple(v)))
+                     for v in (spatial_in, out)]
+            raise RuntimeError(f"Given input size per channel: ({sizes[0]}). Calculated "
+                               f"output size per channel: ({sizes[1]}). Output size is too "
+                               "small")
     dilated = any(x > 1 for x in d)
     dt = input.dtype
     if input.shape[0] > 0 and (dt is _C.bool or (not dt.is_floating_point and
                                                   dt is not _C.int64 and
                                                   (dilated or transposed))):
-        name = "slow_conv_transpose2d_out_cpu" if transposed else \
-            "slow_conv_dilated<>" if dilated else "slow_conv2d_cpu"
-        raise _not_implemented(name, dt)
-    return (input.shape[0], cout) + tuple(out), (s, p, d, op_)
+        kernels = ("slow_conv_transpose3d_out_cpu", "compute_columns3d") if nsp == 3 else \
+            ("slow_conv_transpose2d_out_cpu", "slow_conv2d_cpu")
+        raise _not_implemented(kernels[0] if transposed else
+                               "slow_conv_dilated<>" if dilated else kernels[1], dt)
+    return cout, out
 
 
 def _channels_last(t):
@@ -471,15 +481,15 @@ def _as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
-def _pool_pair(values, what, may_be_empty=False, fallback=None):
+def _pool_pair(values, what, may_be_empty=False, fallback=None, opname="max_pool2d"):
     values = _as_tuple(values)
     if not values and may_be_empty:
         return tuple(fallback)
     if len(values) not in (1, 2):
         if may_be_empty:
-            raise RuntimeError(f"max_pool2d: {what} must either be omitted, a single int, or "
+            raise RuntimeError(f"{opname}: {what} must either be omitted, a single int, or "
                                "a tuple of two ints")
-        raise RuntimeError(f"max_pool2d: {what} must either be a single int, or a tuple of two "
+        raise RuntimeError(f"{opname}: {what} must either be a single int, or a tuple of two "
                            "ints")
     return (values[0], values[-1])
 
@@ -504,8 +514,15 @@ def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
     sh, sw = _pool_pair(stride, "stride", True, (kh, kw))
     ph, pw = _pool_pair(padding, "padding")
     dh, dw = _pool_pair(dilation, "dilation")
-    nd = self.ndim
-    if nd not in (3, 4):
+    oh, ow = _pool2d_output(self, kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode)
+    if self.dtype is _C.bool:
+        raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
+    return tuple(self.shape[:-2]) + (oh, ow)
+
+
+def _pool2d_output(self, kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode):
+    """The output size (oh, ow) of 2-d pooling, with PyTorch's checks and messages."""
+    if self.ndim not in (3, 4):
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     H, W = self.shape[-2], self.shape[-1]
     oh = _pool_out(H, kh, ph, sh, dh, ceil_mode)
@@ -528,9 +545,7 @@ def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
         c = self.shape[-3]
         raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
                            f"({c}x{oh}x{ow}). Output size is too small")
-    if self.dtype is _C.bool:
-        raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
-    return tuple(self.shape[:-2]) + (oh, ow)
+    return oh, ow
 
 
 def _pooled_meta(shape, dtype, like):
@@ -780,42 +795,13 @@ def _compute_dtype(dt):
 
 
 def _avg_pool_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
-    def pair(v, what, may_be_empty=False, fallback=None):
-        v = _as_tuple(v)
-        if not v and may_be_empty:
-            return tuple(fallback)
-        if len(v) not in (1, 2):
-            if may_be_empty:
-                raise RuntimeError(f"avg_pool2d: {what} must either be omitted, a single int, "
-                                   "or a tuple of two ints")
-            raise RuntimeError(f"avg_pool2d: {what} must either be a single int, or a tuple of "
-                               "two ints")
-        return v[0], v[-1]
-    kh, kw = pair(kernel_size, "kernel_size")
-    sh, sw = pair(stride, "stride", True, (kh, kw))
-    ph, pw = pair(padding, "padding")
+    kh, kw = _pool_pair(kernel_size, "kernel_size", opname="avg_pool2d")
+    sh, sw = _pool_pair(stride, "stride", True, (kh, kw), "avg_pool2d")
+    ph, pw = _pool_pair(padding, "padding", opname="avg_pool2d")
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
-    if self.ndim not in (3, 4):
-        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+    oh, ow = _pool2d_output(self, kh, kw, sh, sw, ph, pw, 1, 1, ceil_mode)
     H, W = self.shape[-2], self.shape[-1]
-    oh = _pool_out(H, kh, ph, sh, 1, ceil_mode)
-    ow = _pool_out(W, kw, pw, sw, 1, ceil_mode)
-    if kh <= 0 or kw <= 0:
-        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kh} kW: "
-                           f"{kw}")
-    if sh <= 0 or sw <= 0:
-        raise RuntimeError(f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
-    if any(n <= 0 for n in self.shape[-3:]):
-        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
-                           f"size for input, but got:{_shape(self)}")
-    if kw // 2 < pw or kh // 2 < ph:
-        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but "
-                           f"got padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}")
-    if oh < 1 or ow < 1:
-        c = self.shape[-3]
-        raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
-                           f"({c}x{oh}x{ow}). Output size is too small")
     if not self.dtype.is_floating_point and self.dtype is not _C.int64:
         raise _not_implemented("avg_pool2d", self.dtype)
     return (kh, kw, sh, sw, ph, pw, H, W, oh, ow)
@@ -874,50 +860,45 @@ _decomposed("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2
 # ------------------------------------------------------------------ adaptive_avg_pool2d
 
 
-def _adaptive_params(self, output_size):
-    if len(output_size) != 2:
-        raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
-    if self.ndim not in (3, 4):
-        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+def _adaptive_avg_mats(self, output_size, nsp, dtype):
+    """adaptive_avg_pool{nsp}d's averaging matrices per spatial axis (None where the size
+    stays), after PyTorch's checks."""
+    name = f"adaptive_avg_pool{nsp}d"
+    if len(output_size) != nsp:
+        raise RuntimeError(f"{name}: output_size must be {nsp}")
+    if self.ndim not in (nsp + 1, nsp + 2):
+        raise RuntimeError(f"{name}(): Expected {nsp + 1}D or {nsp + 2}D tensor, but got "
                            f"{_shape(self)}")
-    for d in range(self.ndim - 3 if self.ndim == 4 else 0, self.ndim):
-        if d > 0 or self.ndim == 3:
-            if self.shape[d] == 0:
-                raise RuntimeError(f"adaptive_avg_pool2d(): Expected input to have non-zero "
-                                   f"size for non-batch dimensions, but input has sizes "
-                                   f"{_shape(self)} with dimension {d} being empty")
+    for i in range(1 if self.ndim == nsp + 2 else 0, self.ndim):
+        if self.shape[i] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {_shape(self)} with dimension "
+                               f"{i} being empty")
     if any(n < 0 for n in output_size):
-        raise RuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater than "
-                           f"or equal to 0 but received {list(output_size)}")
-    if tuple(output_size) == (1, 1) and not self.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: elements of output_size must be greater than or equal to "
+                           f"0 but received {list(output_size)}")
+    if tuple(output_size) == (1,) * nsp and not self.dtype.is_floating_point:
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
                            f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
-    _float_or_raise("adaptive_avg_pool2d", self)
-    return self.shape[-2], self.shape[-1], output_size[0], output_size[1]
+    _float_or_raise(name if nsp == 2 else name + "_cpu", self)
+    return [None if o == n else _adaptive_axis(n, o, dtype)
+            for n, o in zip(self.shape[-nsp:], output_size)]
 
 
-def _adaptive_decompose(self, output_size):
-    H, W, oh, ow = _adaptive_params(self, output_size)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, None if oh == H else _adaptive_axis(H, oh, cdt),
-                    None if ow == W else _adaptive_axis(W, ow, cdt))
-    if out is x:
-        out = P.clone(x, memory_format="contiguous_format")
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+def _adaptive_avg_pool(nsp):
+    """adaptive_avg_pool{nsp}d's decomposition and backward."""
+    def decompose(self, output_size):
+        cdt = _compute_dtype(self.dtype)
+        return _resample_op(self, _adaptive_avg_mats(self, output_size, nsp, cdt), cdt)
 
-
-def _adaptive_backward(g, out, self, output_size):
-    H, W, oh, ow = _adaptive_params(self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, None if oh == H else _adaptive_axis(H, oh, cdt),
-                           None if ow == W else _adaptive_axis(W, ow, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    def backward(g, out, self, output_size):
+        mats = _adaptive_avg_mats(self, output_size, nsp, _compute_dtype(g.dtype))
+        return (_resample_op_backward(g, mats),)
+    return decompose, backward
 
 
 _decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
-            _adaptive_decompose, _adaptive_backward,
+            *_adaptive_avg_pool(2),
             "2-d adaptive average pooling: output cell o averages inputs "
             "[floor(o*I/O), ceil((o+1)*I/O)).")
 
@@ -2138,18 +2119,6 @@ def _triple(values, name, opname, may_be_empty=False, fallback=None, msg=None):
 # ------------------------------------------------------------------ conv3d (composites)
 
 
-def _conv3d_dtype_check(x, transposed, dilated):
-    dt = x.dtype
-    if x.shape[0] == 0:
-        return
-    if dt is _C.bool:
-        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
-                               "slow_conv_dilated<>" if dilated else "compute_columns3d", dt)
-    if not dt.is_floating_point and dt is not _C.int64 and (transposed or dilated):
-        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
-                               "slow_conv_dilated<>", dt)
-
-
 def _conv3d_checks(x, weight, bias, s, p, d, groups, transposed, op_=(0, 0, 0)):
     """PyTorch's checks of a 3-d convolution (shapes, channels, bias, kernel size) on a
     batched input, with its messages; returns the output's spatial size."""
@@ -2159,68 +2128,7 @@ def _conv3d_checks(x, weight, bias, s, p, d, groups, transposed, op_=(0, 0, 0)):
                            f"Expected {weight.ndim}-dimensional input for {weight.ndim}-"
                            f"dimensional weight {_shape(weight)}, but got 5-dimensional input "
                            f"of size {_shape(x)} instead")
-    if weight.dtype is not x.dtype:
-        raise RuntimeError(f"expected scalar type {torch_type(x.dtype)} but found "
-                           f"{torch_type(weight.dtype)}")
-    for i in range(3):
-        if p[i] < 0:
-            raise RuntimeError("negative padding is not supported")
-        if op_[i] < 0:
-            raise RuntimeError("negative output_padding is not supported")
-        if s[i] <= 0:
-            raise RuntimeError("non-positive stride is not supported")
-    if any(v <= 0 for v in d):
-        raise RuntimeError(f"dilation should be greater than zero, but got {list(d)}")
-    if groups <= 0:
-        raise RuntimeError("non-positive groups is not supported")
-    if weight.shape[0] < 1 or weight.shape[0] % groups:
-        what = "at least" if weight.shape[0] < 1 else "divisible by"
-        raise RuntimeError(f"Given groups={groups}, expected weight to be {what} "
-                           f"{1 if weight.shape[0] < 1 else groups} at dimension 0, but got "
-                           f"weight of size {_shape(weight)} instead")
-    C = x.shape[1]
-    if not transposed:
-        if C != weight.shape[1] * groups:
-            raise RuntimeError(f"Given groups={groups}, weight of size {_shape(weight)}, "
-                               f"expected input{_shape(x)} to have {weight.shape[1] * groups} "
-                               f"channels, but got {C} channels instead")
-        cout = weight.shape[0]
-    else:
-        if C != weight.shape[0]:
-            raise RuntimeError(f"Given transposed=1, weight of size {_shape(weight)}, "
-                               f"expected input{_shape(x)} to have {weight.shape[0]} channels,"
-                               f" but got {C} channels instead")
-        cout = weight.shape[1] * groups
-    if bias is not None and (bias.ndim != 1 or bias.shape[0] != cout):
-        raise RuntimeError(f"Given weight of size {_shape(weight)}, expected bias to be "
-                           f"1-dimensional with {cout} elements, but got bias of size "
-                           f"{_shape(bias)} instead")
-    sp, ks = tuple(x.shape[2:]), tuple(weight.shape[2:])
-    if not transposed:
-        padded = [sp[i] + 2 * p[i] for i in range(3)]
-        eff = [d[i] * (ks[i] - 1) + 1 for i in range(3)]
-        if any(padded[i] < eff[i] for i in range(3)):
-            raise RuntimeError(
-                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
-                f"Kernel size: ({' x '.join(map(str, eff))}). Kernel size can't be greater "
-                "than actual input size")
-        out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(3)]
-    else:
-        if any(op_[i] >= s[i] and op_[i] >= d[i] for i in range(3)):
-            raise RuntimeError(
-                f"output padding must be smaller than either stride or dilation, but got "
-                f"output_padding_depth: {op_[0]} output_padding_height: {op_[1]} "
-                f"output_padding_width: {op_[2]} stride_depth: {s[0]} stride_height: {s[1]} "
-                f"stride_width: {s[2]} dilation_depth: {d[0]} dilation_height: {d[1]} "
-                f"dilation_width: {d[2]}")
-        out = [(sp[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
-               for i in range(3)]
-        if any(o <= 0 for o in out):
-            raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, sp))}). "
-                               f"Calculated output size per channel: "
-                               f"({' x '.join(map(str, out))}). Output size is too small")
-    _conv3d_dtype_check(x, transposed, any(v > 1 for v in d))
-    return out
+    return _conv_output(x, weight, bias, s, p, d, op_, groups, transposed, d)[1]
 
 
 def _depth_taps(k, dil, stride, n_out):
@@ -2635,51 +2543,8 @@ _decomposed("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3
 # ------------------------------------------------------------------ adaptive_avg_pool3d
 
 
-def _adaptive3_params(self, output_size):
-    if len(output_size) != 3:
-        raise RuntimeError("adaptive_avg_pool3d: output_size must be 3")
-    if self.ndim not in (4, 5):
-        raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
-                           f"{_shape(self)}")
-    for i in range(1 if self.ndim == 5 else 0, self.ndim):
-        if self.shape[i] == 0:
-            raise RuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size "
-                               f"for non-batch dimensions, but input has sizes {_shape(self)} "
-                               f"with dimension {i} being empty")
-    if any(n < 0 for n in output_size):
-        raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater than "
-                           f"or equal to 0 but received {list(output_size)}")
-    if tuple(output_size) == (1, 1, 1) and not self.dtype.is_floating_point:
-        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
-                           f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
-    _float_or_raise("adaptive_avg_pool3d_cpu", self)
-    return tuple(self.shape[-3:]), tuple(output_size)
-
-
-def _adaptive3_mats(sp, out, dtype):
-    return [None if out[i] == sp[i] else _adaptive_axis(sp[i], out[i], dtype) for i in range(3)]
-
-
-def _adaptive3_decompose(self, output_size):
-    sp, out = _adaptive3_params(self, output_size)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    y = _resample3(x, *_adaptive3_mats(sp, out, cdt))
-    if y is x:
-        y = P.clone(x, memory_format="contiguous_format")
-    return y if cdt is self.dtype else P._to_copy(y, dtype=self.dtype)
-
-
-def _adaptive3_backward(g, out_, self, output_size):
-    sp, out = _adaptive3_params(self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample3_backward(gc, *_adaptive3_mats(sp, out, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
-
-
 _decomposed("adaptive_avg_pool3d(Tensor self, int[3] output_size) -> Tensor",
-            _adaptive3_decompose, _adaptive3_backward,
+            *_adaptive_avg_pool(3),
             "3-d adaptive average pooling: output cell o averages inputs "
             "[floor(o*I/O), ceil((o+1)*I/O)) along each axis.")
 
