@@ -906,43 +906,24 @@ _decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
 # ------------------------------------------------------------------ upsampling
 
 
-def _upsample_params(name, self, output_size):
-    if len(output_size) != 2:
-        raise RuntimeError(f"It is expected output_size equals to 2, but got size "
-                           f"{len(output_size)}")
-    if self.ndim != 4:
-        raise RuntimeError(f"It is expected input_size equals to 4, but got size {self.ndim}")
-    H, W = self.shape[2], self.shape[3]
-    oh, ow = output_size
-    if H <= 0 or W <= 0 or oh <= 0 or ow <= 0:
-        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
-                           f"(H: {H}, W: {W}) output (H: {oh}, W: {ow})")
-    if self.dtype is _C.bool or self.dtype in (_C.int8, _C.int16, _C.int32, _C.int64):
-        raise _not_implemented(f"{name}_channels_last", self.dtype)
-    return H, W, oh, ow
-
-
-def _nearest_decompose(self, output_size, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, _nearest_axis(H, oh, scales_h, cdt), _nearest_axis(W, ow, scales_w, cdt))
-    if out is x:
-        out = P.clone(x, memory_format="contiguous_format")
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
-
-
-def _nearest_backward(g, out, self, output_size, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, _nearest_axis(H, oh, scales_h, cdt),
-                           _nearest_axis(W, ow, scales_w, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+def _upsample2d_mats(name, axis, self, output_size, scales, cdt=None):
+    """The resampling matrices (rows, columns) of a 2-d upsampling op, after its checks,
+    and the dtype they compute in (cdt, else float64 for float64 and float32 for the
+    rest); axis(n_in, n_out, scale, dtype) builds one."""
+    sp = _upsample_check(name, self, output_size, 2)
+    _float_or_byte(f"{name}_channels_last", self)
+    if cdt is None:
+        cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    return [axis(sp[i], output_size[i], scales[i], cdt) for i in range(2)], cdt
 
 
 _decomposed("upsample_nearest2d(Tensor self, int[2] output_size, float? scales_h=None, "
-            "float? scales_w=None) -> Tensor", _nearest_decompose, _nearest_backward,
+            "float? scales_w=None) -> Tensor",
+            lambda self, output_size, sh, sw: _resample_op(self, *_upsample2d_mats(
+                "upsample_nearest2d", _nearest_axis, self, output_size, (sh, sw))),
+            lambda g, out, self, output_size, sh, sw: (_resample_op_backward(
+                g, _upsample2d_mats("upsample_nearest2d", _nearest_axis, self, output_size,
+                                    (sh, sw), _compute_dtype(g.dtype))[0]),),
             "Nearest-neighbour resize of (N, C, H, W) to output_size: source index "
             "floor(o * scale), scale = 1/scales or in/out.")
 
@@ -981,27 +962,29 @@ def _uint8_linear_pass(y, n_in, n_out, align_corners, scale, rows):
     return P._to_copy(P.maximum(_minimum(y, 255), 0), dtype=_C.float64)
 
 
+def _bilinear_mats(self, output_size, align_corners, scales_h, scales_w, cdt=None):
+    return _upsample2d_mats("upsample_bilinear2d",
+                            lambda n_in, n_out, sc, dt: _linear_axis(n_in, n_out, align_corners,
+                                                                     sc, dt),
+                            self, output_size, (scales_h, scales_w), cdt)
+
+
 def _bilinear_decompose(self, output_size, align_corners, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
-    if self.dtype is _C.uint8:      # columns, then rows, each rounded to uint8
-        y = P._to_copy(self, dtype=_C.float64)
-        y = _uint8_linear_pass(y, W, ow, align_corners, scales_w, False)
-        y = _uint8_linear_pass(y, H, oh, align_corners, scales_h, True)
-        return P._to_copy(y, dtype=_C.uint8)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, _linear_axis(H, oh, align_corners, scales_h, cdt),
-                    _linear_axis(W, ow, align_corners, scales_w, cdt))
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+    if self.dtype is not _C.uint8:
+        return _resample_op(self, *_bilinear_mats(self, output_size, align_corners, scales_h,
+                                                  scales_w))
+    (H, W), (oh, ow) = _upsample_check("upsample_bilinear2d", self, output_size, 2), output_size
+    # columns, then rows, each rounded to uint8
+    y = P._to_copy(self, dtype=_C.float64)
+    y = _uint8_linear_pass(y, W, ow, align_corners, scales_w, False)
+    y = _uint8_linear_pass(y, H, oh, align_corners, scales_h, True)
+    return P._to_copy(y, dtype=_C.uint8)
 
 
 def _bilinear_backward(g, out, self, output_size, align_corners, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, _linear_axis(H, oh, align_corners, scales_h, cdt),
-                           _linear_axis(W, ow, align_corners, scales_w, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    return (_resample_op_backward(g, _bilinear_mats(self, output_size, align_corners,
+                                                    scales_h, scales_w,
+                                                    _compute_dtype(g.dtype))[0]),)
 
 
 _decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_corners, "

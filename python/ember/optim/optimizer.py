@@ -18,6 +18,7 @@ from collections import defaultdict
 from itertools import chain
 
 from .. import _C, zeros_like
+from ..nn.modules.module import zero_grads
 from ..nn.parameter import typename
 from ._math import step_counter
 
@@ -162,20 +163,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Clears the gradients of all optimized parameters (to None by default)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    g = p.grad
-                    if g.grad_fn is not None:
-                        g = g.detach()
-                        p.grad = g
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         raise NotImplementedError
