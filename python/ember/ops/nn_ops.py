@@ -308,12 +308,25 @@ def _pad_right(x, extra):
     return x
 
 
-def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
+def _batched(name, nsp, input):
+    """(input with a batch dim, whether it had one) for an nsp-d convolution."""
     if input.ndim not in (nsp + 1, nsp + 2):
         raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
                            f"{name}, but got input of size: {_shape(input)}")
     batched = input.ndim == nsp + 2
-    x = input if batched else input.unsqueeze(0)
+    return (input if batched else input.unsqueeze(0)), batched
+
+
+def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
+    x, batched = _batched(name, nsp, input)
+    x, s, p, d = _conv_args(nsp, x, weight, stride, padding, dilation)
+    out = O.convolution(x, weight, bias, list(s), list(p), list(d), False, [0] * nsp, groups)
+    return out if batched else out.squeeze(0)
+
+
+def _conv_args(nsp, x, weight, stride, padding, dilation):
+    """(x, stride, padding, dilation) of an nsp-d convolution, padding='valid' or 'same'
+    as numbers: x padded on the right where 'same' pads an odd total."""
     s = _expand_param(stride, nsp, "stride")
     d = _expand_param(dilation, nsp, "dilation")
     if isinstance(padding, str):
@@ -330,17 +343,12 @@ def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
             raise RuntimeError(f"Invalid padding string: '{padding}'")
     else:
         p = _expand_param(padding, nsp, "padding")
-    out = O.convolution(x, weight, bias, list(s), list(p), list(d), False, [0] * nsp, groups)
-    return out if batched else out.squeeze(0)
+    return x, s, p, d
 
 
 def _conv_transpose_nd(name, nsp, input, weight, bias, stride, padding, output_padding, groups,
                        dilation):
-    if input.ndim not in (nsp + 1, nsp + 2):
-        raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
-                           f"{name}, but got input of size: {_shape(input)}")
-    batched = input.ndim == nsp + 2
-    x = input if batched else input.unsqueeze(0)
+    x, batched = _batched(name, nsp, input)
     out = O.convolution(x, weight, bias, list(_expand_param(stride, nsp, "stride")),
                         list(_expand_param(padding, nsp, "padding")),
                         list(_expand_param(dilation, nsp, "dilation")), True,
@@ -800,59 +808,68 @@ def _avg_pool_params(self, kernel_size, stride, padding, ceil_mode, divisor_over
     ph, pw = _pool_pair(padding, "padding", opname="avg_pool2d")
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
-    oh, ow = _pool2d_output(self, kh, kw, sh, sw, ph, pw, 1, 1, ceil_mode)
-    H, W = self.shape[-2], self.shape[-1]
+    out = _pool2d_output(self, kh, kw, sh, sw, ph, pw, 1, 1, ceil_mode)
     if not self.dtype.is_floating_point and self.dtype is not _C.int64:
         raise _not_implemented("avg_pool2d", self.dtype)
-    return (kh, kw, sh, sw, ph, pw, H, W, oh, ow)
+    return (kh, kw), (sh, sw), (ph, pw), tuple(self.shape[-2:]), out
 
 
-def _avg_pool2d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                          divisor_override):
-    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
-        self, kernel_size, stride, padding, ceil_mode, divisor_override)
-    if not self.dtype.is_floating_point:
-        # integers: exact window sums in float64, then PyTorch's truncating division
-        mh, ch = _avg_axis(H, oh, kh, sh, ph, count_include_pad, None)
-        mw, cw = _avg_axis(W, ow, kw, sw, pw, count_include_pad, None)
-        s = _resample(P._to_copy(self, dtype=_C.float64), mh, mw)
+def _avg_pool(params):
+    """avg_pool2d's or avg_pool3d's decomposition and backward: averaging matrices per
+    axis (summing ones with divisor_override); integers are summed exactly in float64,
+    then divided truncating, as PyTorch's kernel. params(self, kernel_size, stride,
+    padding, ceil_mode, divisor_override) checks the arguments and returns (kernel,
+    stride, padding, input size, output size) per axis."""
+    def mats(k, s, p, sp, out, include_pad, divisor_override, dtype):
         if divisor_override is not None:
-            d = P.full([], float(divisor_override), dtype=_C.float64)
-        else:
-            d = P._to_copy(P.mul(_col(ch), _row(cw)), dtype=_C.float64)
-        rd = P.reciprocal(d)
-        q = P.mul(s, rd)
-        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
-        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    if divisor_override is not None:
-        out = P.mul(_resample(x, _sum_axis(H, oh, kh, sh, ph, cdt),
-                              _sum_axis(W, ow, kw, sw, pw, cdt)), 1.0 / divisor_override)
-    else:
-        out = _resample(x, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
-                        _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+            return [_sum_axis(sp[i], out[i], k[i], s[i], p[i], dtype) for i in range(len(sp))]
+        return [_avg_axis(sp[i], out[i], k[i], s[i], p[i], include_pad, dtype)
+                for i in range(len(sp))]
 
+    def decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  divisor_override):
+        k, s, p, sp, out = params(self, kernel_size, stride, padding, ceil_mode,
+                                  divisor_override)
+        if not self.dtype.is_floating_point:
+            masks = mats(k, s, p, sp, out, count_include_pad, None, None)
+            tot = _resample_n(P._to_copy(self, dtype=_C.float64), [m for m, _ in masks])
+            counts = [c for _, c in masks]
+            if divisor_override is not None:
+                div = P.full([], float(divisor_override), dtype=_C.float64)
+            elif len(sp) == 2:
+                div = P._to_copy(P.mul(_col(counts[0]), _row(counts[1])), dtype=_C.float64)
+            else:
+                cd, ch, cw = (P._to_copy(c, dtype=_C.float64) for c in counts)
+                div = P.mul(P.view(cd, [out[0], 1, 1]), P.mul(P.view(ch, [1, out[1], 1]),
+                                                              P.view(cw, [1, 1, out[2]])))
+            rd = P.reciprocal(div)
+            q = P.mul(tot, rd)
+            nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
+            return P._to_copy(P.add(q, nudge), dtype=self.dtype)
+        cdt = _compute_dtype(self.dtype)
+        x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+        y = _resample_n(x, mats(k, s, p, sp, out, count_include_pad, divisor_override, cdt))
+        if divisor_override is not None:
+            y = P.mul(y, 1.0 / divisor_override)
+        return y if cdt is self.dtype else P._to_copy(y, dtype=self.dtype)
 
-def _avg_pool2d_backward(g, out, self, kernel_size, stride, padding, ceil_mode,
-                         count_include_pad, divisor_override):
-    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
-        self, kernel_size, stride, padding, ceil_mode, divisor_override)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    if divisor_override is not None:
-        r = _resample_backward(gc, _sum_axis(H, oh, kh, sh, ph, cdt),
-                               _sum_axis(W, ow, kw, sw, pw, cdt)) * (1.0 / divisor_override)
-    else:
-        r = _resample_backward(gc, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
-                               _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    def backward(g, out_, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+        k, s, p, sp, out = params(self, kernel_size, stride, padding, ceil_mode,
+                                  divisor_override)
+        cdt = _compute_dtype(g.dtype)
+        gc = g if cdt is g.dtype else g.to(cdt)
+        r = _resample_n_backward(gc, mats(k, s, p, sp, out, count_include_pad,
+                                          divisor_override, cdt))
+        if divisor_override is not None:
+            r = r * (1.0 / divisor_override)
+        return (r if cdt is g.dtype else r.to(g.dtype),)
+    return decompose, backward
 
 
 _decomposed("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
             "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
-            "-> Tensor", _avg_pool2d_decompose, _avg_pool2d_backward,
+            "-> Tensor", *_avg_pool(_avg_pool_params),
             "2-d average pooling (two matmuls with averaging matrices; integers divide "
             "truncating, as PyTorch's kernel).")
 
@@ -995,13 +1012,6 @@ _decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_cor
 
 # ================================================================== normalisation
 
-def _prod(xs):
-    p = 1
-    for x in xs:
-        p *= x
-    return p
-
-
 def _upcast(x):
     """float16 computes in float32; the result is cast back."""
     return P._to_copy(x, dtype=_C.float32) if x.dtype is _C.float16 else x
@@ -1015,7 +1025,7 @@ def _contiguous_p(x):
 
 def _normalize_p(x, dims, eps):
     """(x - mean) * rstd over dims, with the mean and rstd (keepdim), in prims."""
-    n = _prod(x.shape[d] for d in dims)
+    n = math.prod(x.shape[d] for d in dims)
     inv = 1.0 / n if n else math.nan
     mean = P.mul(P.sum(x, list(dims), True), inv)
     xc = P.add(x, P.neg(mean))
@@ -1026,7 +1036,7 @@ def _normalize_p(x, dims, eps):
 
 def _normalize_o(x, dims, eps):
     """The same with ops (backward formulas: differentiable again)."""
-    n = _prod(x.shape[d] for d in dims)
+    n = math.prod(x.shape[d] for d in dims)
     mean = x.sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
     xc = x - mean
     var = (xc * xc).sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
@@ -1036,7 +1046,7 @@ def _normalize_o(x, dims, eps):
 
 def _norm_input_grad(gxhat, xhat, rstd, dims):
     """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
-    n = _prod(gxhat.shape[d] for d in dims)
+    n = math.prod(gxhat.shape[d] for d in dims)
     inv = 1.0 / n if n else math.nan      # n == 0: the gradient is empty anyway
     gm = gxhat.sum(list(dims), keepdim=True) * inv
     gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * inv
@@ -1121,7 +1131,7 @@ def _group_norm_decompose(input, num_groups, weight, bias, eps, cudnn_enabled):
     C = _group_norm_check(input, num_groups, weight, bias)
     N = input.shape[0]
     x = _upcast(_contiguous_p(input))
-    xg = _reshape_p(x, [N, num_groups, _prod(input.shape[1:]) // num_groups])
+    xg = _reshape_p(x, [N, num_groups, math.prod(input.shape[1:]) // num_groups])
     y, _, _ = _normalize_p(xg, [2], eps)
     y = P.view(y, list(input.shape))
     cs = [C] + [1] * (input.ndim - 2)
@@ -1138,7 +1148,7 @@ def _group_norm_backward(g, out, input, num_groups, weight, bias, eps, cudnn_ena
     x, gc = _as_cdt(input), _as_cdt(g)
     shape = list(input.shape)
     cs = [C] + [1] * (input.ndim - 2)
-    per_group = _prod(input.shape[1:]) // num_groups     # not -1: ambiguous when N is 0
+    per_group = math.prod(input.shape[1:]) // num_groups     # not -1: ambiguous when N is 0
     xg = x.reshape(N, num_groups, per_group)
     xhat_g, rstd = _normalize_o(xg, [2], eps)
     xhat = xhat_g.reshape(shape)
@@ -1543,7 +1553,7 @@ def _unreduce(g, reduction, shape):
     """The gradient of each element from the gradient of the reduced loss."""
     if reduction == 0:
         return g
-    n = _prod(shape)
+    n = math.prod(shape)
     if reduction == 1:
         g = g * (1.0 / n if n else math.nan)
     return g.expand(list(shape))
@@ -2120,27 +2130,8 @@ def _depth_taps(k, dil, stride, n_out):
 
 
 def _conv3d(input, weight, bias, stride, padding, dilation, groups):
-    if input.ndim not in (4, 5):
-        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv3d, but got "
-                           f"input of size: {_shape(input)}")
-    batched = input.ndim == 5
-    x = input if batched else input.unsqueeze(0)
-    s = _expand_param(stride, 3, "stride")
-    d = _expand_param(dilation, 3, "dilation")
-    if isinstance(padding, str):
-        if padding == "valid":
-            p = (0, 0, 0)
-        elif padding == "same":
-            if any(v != 1 for v in s):
-                raise RuntimeError("padding='same' is not supported for strided convolutions")
-            ks = tuple(weight.shape[2:]) if weight.ndim == 5 else (1, 1, 1)
-            total = [d[i] * (ks[i] - 1) for i in range(3)]
-            p = tuple(t // 2 for t in total)
-            x = _pad_right(x, [t - 2 * (t // 2) for t in total])
-        else:
-            raise RuntimeError(f"Invalid padding string: '{padding}'")
-    else:
-        p = _expand_param(padding, 3, "padding")
+    x, batched = _batched("conv3d", 3, input)
+    x, s, p, d = _conv_args(3, x, weight, stride, padding, dilation)
     od, oh, ow = _conv3d_checks(x, weight, bias, s, p, d, groups, False)
     N, C, D = x.shape[0], x.shape[1], x.shape[2]
     Co, cig, KD = weight.shape[0], weight.shape[1], weight.shape[2]
@@ -2168,11 +2159,7 @@ op("conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride
 
 
 def _conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation):
-    if input.ndim not in (4, 5):
-        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv_transpose3d,"
-                           f" but got input of size: {_shape(input)}")
-    batched = input.ndim == 5
-    x = input if batched else input.unsqueeze(0)
+    x, batched = _batched("conv_transpose3d", 3, input)
     s = _expand_param(stride, 3, "stride")
     p = _expand_param(padding, 3, "padding")
     d = _expand_param(dilation, 3, "dilation")
@@ -2283,7 +2270,7 @@ def _max_over_windows(x, axes, name):
         [nl + 2 * i for i in range(nax)]
     outs = [pos.shape[1] for pos, _ in axes]
     ks = [pos.shape[0] for pos, _ in axes]
-    K = _prod(ks)
+    K = math.prod(ks)
     win = _reshape_p(P.permute(win, perm), list(lead) + outs + [K])
     valid = _reshape_p(P.permute(valid, [2 * i + 1 for i in range(nax)] +
                                  [2 * i for i in range(nax)]), outs + [K])
@@ -2344,8 +2331,8 @@ def _scatter_planes(g, self, indices, nsp):
     """A max pool's input gradient: grad_output added at the flat per-plane indices of
     the maxima (scatter_add, so it is differentiable again)."""
     lead = tuple(self.shape[:self.ndim - nsp])
-    flat = lead + (_prod(g.shape[len(lead):]),)
-    out = O.zeros(lead + (_prod(self.shape[self.ndim - nsp:]),), dtype=g.dtype)
+    flat = lead + (math.prod(g.shape[len(lead):]),)
+    out = O.zeros(lead + (math.prod(self.shape[self.ndim - nsp:]),), dtype=g.dtype)
     return out.scatter_add(-1, indices.reshape(flat), g.reshape(flat)).reshape(tuple(self.shape))
 
 
@@ -2451,12 +2438,17 @@ def _along_depth_backward(g, a):
     return y.reshape(lead + [a.shape[1], H, W])
 
 
-def _resample3(x, ad, ah, aw):
-    return _resample(_along_depth(x, ad), ah, aw)
+def _resample_n(x, mats):
+    """x resampled along its last 2 or 3 dims by mats (one per axis, None: left alone)."""
+    if len(mats) == 3:
+        return _resample(_along_depth(x, mats[0]), mats[1], mats[2])
+    return _resample(x, *mats)
 
 
-def _resample3_backward(g, ad, ah, aw):
-    return _along_depth_backward(_resample_backward(g, ah, aw), ad)
+def _resample_n_backward(g, mats):
+    if len(mats) == 3:
+        return _along_depth_backward(_resample_backward(g, mats[1], mats[2]), mats[0])
+    return _resample_backward(g, *mats)
 
 
 def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
@@ -2478,47 +2470,9 @@ def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_ov
     return k, s, p, sp, out
 
 
-def _avg3_mats(k, s, p, sp, out, include_pad, divisor_override, dtype):
-    if divisor_override is not None:
-        return [_sum_axis(sp[i], out[i], k[i], s[i], p[i], dtype) for i in range(3)]
-    return [_avg_axis(sp[i], out[i], k[i], s[i], p[i], include_pad, dtype) for i in range(3)]
-
-
-def _avg_pool3d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                          divisor_override):
-    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
-                                          divisor_override)
-    if not self.dtype.is_floating_point:
-        mats = [_avg_axis(sp[i], out[i], k[i], s[i], p[i], count_include_pad, None)
-                for i in range(3)]
-        tot = _resample3(P._to_copy(self, dtype=_C.float64), *[m for m, _ in mats])
-        if divisor_override is not None:
-            div = P.full([], float(divisor_override), dtype=_C.float64)
-        else:
-            cd, ch, cw = (P._to_copy(c, dtype=_C.float64) for _, c in mats)
-            div = P.mul(P.view(cd, [out[0], 1, 1]), P.mul(P.view(ch, [1, out[1], 1]),
-                                                          P.view(cw, [1, 1, out[2]])))
-        rd = P.reciprocal(div)
-        q = P.mul(tot, rd)
-        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
-        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
-    mats = _avg3_mats(k, s, p, sp, out, count_include_pad, divisor_override, self.dtype)
-    y = _resample3(self, *mats)
-    return P.mul(y, 1.0 / divisor_override) if divisor_override is not None else y
-
-
-def _avg_pool3d_backward(g, out_, self, kernel_size, stride, padding, ceil_mode,
-                         count_include_pad, divisor_override):
-    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
-                                          divisor_override)
-    r = _resample3_backward(g, *_avg3_mats(k, s, p, sp, out, count_include_pad,
-                                           divisor_override, g.dtype))
-    return (r * (1.0 / divisor_override) if divisor_override is not None else r,)
-
-
 _decomposed("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, "
             "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
-            "-> Tensor", _avg_pool3d_decompose, _avg_pool3d_backward,
+            "-> Tensor", *_avg_pool(_avg_pool3d_params),
             "3-d average pooling (averaging matrices along depth, height and width; int64 "
             "divides truncating, as PyTorch's kernel).")
 
@@ -2554,7 +2508,7 @@ def _upsample_check(name, self, output_size, nsp):
 
 def _resample_op(self, mats, cdt):
     x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample3(x, *mats) if len(mats) == 3 else _resample(x, *mats)
+    out = _resample_n(x, mats)
     if out is x:
         out = P.clone(x, memory_format="contiguous_format")
     return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
@@ -2563,7 +2517,7 @@ def _resample_op(self, mats, cdt):
 def _resample_op_backward(g, mats):
     cdt = _compute_dtype(g.dtype)
     gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample3_backward(gc, *mats) if len(mats) == 3 else _resample_backward(gc, *mats)
+    r = _resample_n_backward(gc, mats)
     return r if cdt is g.dtype else r.to(g.dtype)
 
 

@@ -146,47 +146,31 @@ class GLU(Module):
         return f"dim={self.dim}"
 
 
-class Softmax(Module):
-    """exp(x) / sum(exp(x)) along dim."""
-
+class _SoftmaxNd(Module):
     __constants__ = ["dim"]
 
     def __init__(self, dim=None):
         super().__init__()
         self.dim = dim
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_SoftmaxNd):
+    """exp(x) / sum(exp(x)) along dim."""
 
     def forward(self, input):
         return F.softmax(input, self.dim, _stacklevel=5)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
-
-class LogSoftmax(Module):
+class LogSoftmax(_SoftmaxNd):
     """log(softmax(x)) along dim, computed stably."""
-
-    __constants__ = ["dim"]
-
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
 
     def forward(self, input):
         return F.log_softmax(input, self.dim, _stacklevel=5)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
-
-class Softmin(Module):
-    __constants__ = ["dim"]
-
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
-
+class Softmin(_SoftmaxNd):
     def forward(self, input):
         return F.softmin(input, self.dim, _stacklevel=5)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
