@@ -923,23 +923,24 @@ _decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
 # ------------------------------------------------------------------ upsampling
 
 
-def _upsample2d_mats(name, axis, self, output_size, scales, cdt=None):
-    """The resampling matrices (rows, columns) of a 2-d upsampling op, after its checks,
-    and the dtype they compute in (cdt, else float64 for float64 and float32 for the
-    rest); axis(n_in, n_out, scale, dtype) builds one."""
-    sp = _upsample_check(name, self, output_size, 2)
-    _float_or_byte(f"{name}_channels_last", self)
+def _upsample_mats(name, axis, self, output_size, scales, cdt=None, kernel=None):
+    """The resampling matrices of an upsampling op (one per spatial axis, built by
+    axis(n_in, n_out, scale, dtype)) after its checks, and the dtype they compute in:
+    cdt, else float64 for float64 and float32 for the rest. A bool or signed integer
+    input raises kernel's (default: name_channels_last) not-implemented error."""
+    sp = _upsample_check(name, self, output_size, len(scales))
+    _float_or_byte(kernel or f"{name}_channels_last", self)
     if cdt is None:
         cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    return [axis(sp[i], output_size[i], scales[i], cdt) for i in range(2)], cdt
+    return [axis(sp[i], output_size[i], scales[i], cdt) for i in range(len(sp))], cdt
 
 
 _decomposed("upsample_nearest2d(Tensor self, int[2] output_size, float? scales_h=None, "
             "float? scales_w=None) -> Tensor",
-            lambda self, output_size, sh, sw: _resample_op(self, *_upsample2d_mats(
+            lambda self, output_size, sh, sw: _resample_op(self, *_upsample_mats(
                 "upsample_nearest2d", _nearest_axis, self, output_size, (sh, sw))),
             lambda g, out, self, output_size, sh, sw: (_resample_op_backward(
-                g, _upsample2d_mats("upsample_nearest2d", _nearest_axis, self, output_size,
+                g, _upsample_mats("upsample_nearest2d", _nearest_axis, self, output_size,
                                     (sh, sw), _compute_dtype(g.dtype))[0]),),
             "Nearest-neighbour resize of (N, C, H, W) to output_size: source index "
             "floor(o * scale), scale = 1/scales or in/out.")
@@ -980,7 +981,7 @@ def _uint8_linear_pass(y, n_in, n_out, align_corners, scale, rows):
 
 
 def _bilinear_mats(self, output_size, align_corners, scales_h, scales_w, cdt=None):
-    return _upsample2d_mats("upsample_bilinear2d",
+    return _upsample_mats("upsample_bilinear2d",
                             lambda n_in, n_out, sc, dt: _linear_axis(n_in, n_out, align_corners,
                                                                      sc, dt),
                             self, output_size, (scales_h, scales_w), cdt)
@@ -2527,12 +2528,10 @@ def _float_or_byte(name, self):
 
 
 def _nearest3d_mats(self, output_size, sd, sh, sw, exact=False):
-    sp = _upsample_check("upsample_nearest3d", self, output_size, 3)
-    _float_or_byte("upsample_nearest3d_out_frame" if not exact else
-                   "_upsample_nearest_exact3d_out_frame", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    axis = _nearest_exact_axis if exact else _nearest_axis
-    return [axis(sp[i], output_size[i], sc, cdt) for i, sc in enumerate((sd, sh, sw))], cdt
+    return _upsample_mats("upsample_nearest3d", _nearest_exact_axis if exact else
+                          _nearest_axis, self, output_size, (sd, sh, sw),
+                          kernel="_upsample_nearest_exact3d_out_frame" if exact else
+                          "upsample_nearest3d_out_frame")
 
 
 _decomposed("upsample_nearest3d(Tensor self, int[3] output_size, float? scales_d=None, "
@@ -2563,11 +2562,8 @@ def _nearest_exact_axis(n_in, n_out, scale, dtype):
 
 
 def _nearest_exact2d_mats(self, output_size, sh, sw):
-    sp = _upsample_check("_upsample_nearest_exact2d", self, output_size, 2)
-    _float_or_byte("_upsample_nearest_exact2d_out_frame", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    return [_nearest_exact_axis(sp[i], output_size[i], sc, cdt)
-            for i, sc in enumerate((sh, sw))], cdt
+    return _upsample_mats("_upsample_nearest_exact2d", _nearest_exact_axis, self, output_size,
+                          (sh, sw), kernel="_upsample_nearest_exact2d_out_frame")
 
 
 _decomposed("_upsample_nearest_exact2d(Tensor self, int[2] output_size, float? scales_h=None, "
@@ -2701,11 +2697,8 @@ def _bicubic_decompose(self, output_size, align_corners, scales_h, scales_w):
 
 
 def _bicubic_mats(self, output_size, align_corners, sh, sw):
-    sp = _upsample_check("upsample_bicubic2d", self, output_size, 2)
-    _float_or_byte("upsample_bicubic2d_channels_last", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    return [_cubic_axis(sp[i], output_size[i], align_corners, sc, cdt)
-            for i, sc in enumerate((sh, sw))], cdt
+    return _upsample_mats("upsample_bicubic2d", lambda n_in, n_out, sc, dt: _cubic_axis(
+        n_in, n_out, align_corners, sc, dt), self, output_size, (sh, sw))
 
 
 _decomposed("upsample_bicubic2d(Tensor self, int[2] output_size, bool align_corners, "

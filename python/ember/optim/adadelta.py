@@ -1,7 +1,8 @@
 """Adadelta: per-element step sizes from running averages of squared gradients and of
 squared updates (Zeiler), so the unit of the update matches the parameter's."""
 from . import _math as M
-from .optimizer import Optimizer, _check_lr, _closure_loss, _scalar, _use_grad
+from .optimizer import (Optimizer, _check_lr, _check_nonnegative, _closure_loss, _scalar,
+                        _use_grad)
 
 
 class Adadelta(Optimizer):
@@ -13,10 +14,7 @@ class Adadelta(Optimizer):
         _check_lr(lr)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_nonnegative(("epsilon value", eps), ("weight_decay value", weight_decay))
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
                         capturable=capturable, foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)

@@ -1,20 +1,15 @@
 """Adam and AdamW: adaptive moment estimation (Kingma & Ba), with L2 (Adam) or
 decoupled (AdamW, Loshchilov & Hutter) weight decay and the AMSGrad variant."""
 from . import _math as M
-from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
+from .optimizer import Optimizer, _check_nonnegative, _closure_loss, _scalar, _use_grad
 
 
 def _check(lr, betas, eps, weight_decay):
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps}")
-    if not 0.0 <= betas[0] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-    if not 0.0 <= betas[1] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    _check_nonnegative(("learning rate", lr), ("epsilon value", eps))
+    for i in (0, 1):
+        if not 0.0 <= betas[i] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+    _check_nonnegative(("weight_decay value", weight_decay))
 
 
 class Adam(Optimizer):

@@ -68,6 +68,13 @@ def _check_lr(lr):
         raise ValueError(f"Invalid learning rate: {lr}")
 
 
+def _check_nonnegative(*checks):
+    """torch.optim's ValueError for the first (what, value) that is not >= 0."""
+    for what, value in checks:
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {what}: {value}")
+
+
 def _scalar(v):
     """A group's hyper-parameter as a Python number (a 0-d tensor lr is allowed)."""
     return v.item() if isinstance(v, Tensor) else v

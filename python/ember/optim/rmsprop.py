@@ -1,7 +1,7 @@
 """RMSprop: divide the gradient by a running RMS of recent gradients (Hinton), with
 optional momentum and centring (Graves)."""
 from . import _math as M
-from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
+from .optimizer import Optimizer, _check_nonnegative, _closure_loss, _scalar, _use_grad
 
 
 class RMSprop(Optimizer):
@@ -11,11 +11,9 @@ class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
                  centered=False, capturable=False, foreach=None, maximize=False,
                  differentiable=False):
-        for name, value in (("learning rate", lr), ("epsilon value", eps),
-                            ("momentum value", momentum),
-                            ("weight_decay value", weight_decay), ("alpha value", alpha)):
-            if not 0.0 <= value:
-                raise ValueError(f"Invalid {name}: {value}")
+        _check_nonnegative(("learning rate", lr), ("epsilon value", eps),
+                           ("momentum value", momentum), ("weight_decay value", weight_decay),
+                           ("alpha value", alpha))
         defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
                         weight_decay=weight_decay, capturable=capturable, foreach=foreach,
                         maximize=maximize, differentiable=differentiable)

@@ -4,18 +4,20 @@ from .. import functional as F
 from .module import Module
 
 
-class ReLU(Module):
-    """max(x, 0); inplace=True overwrites the input."""
-
+class _InplaceActivation(Module):
     def __init__(self, inplace=False):
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
-        return F.relu(input, inplace=self.inplace)
-
     def extra_repr(self):
         return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_InplaceActivation):
+    """max(x, 0); inplace=True overwrites the input."""
+
+    def forward(self, input):
+        return F.relu(input, inplace=self.inplace)
 
 
 class LeakyReLU(Module):
@@ -58,18 +60,11 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_InplaceActivation):
     """x * sigmoid(x) (swish)."""
-
-    def __init__(self, inplace=False):
-        super().__init__()
-        self.inplace = inplace
 
     def forward(self, input):
         return F.silu(input, inplace=self.inplace)
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
 
 
 class Mish(Module):

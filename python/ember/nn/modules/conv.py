@@ -149,6 +149,11 @@ class Conv2d(_ConvNd):
 
 
 class _ConvTransposeNd(_ConvNd):
+    def _transposed_forward(self, input, output_size, conv_transpose):
+        op = self._output_padding(input, output_size, len(self.kernel_size))
+        return conv_transpose(input, self.weight, self.bias, self.stride, self.padding, op,
+                              self.groups, self.dilation)
+
     def _output_padding(self, input, output_size, nd):
         """The output_padding that makes the result output_size (PyTorch's rule)."""
         if output_size is None:
@@ -184,9 +189,7 @@ class ConvTranspose1d(_ConvTransposeNd):
                          _ntuple(output_padding, 1), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 1)
-        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose1d)
 
 
 class ConvTranspose2d(_ConvTransposeNd):
@@ -200,9 +203,7 @@ class ConvTranspose2d(_ConvTransposeNd):
                          _ntuple(output_padding, 2), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 2)
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose2d)
 
 
 class Conv3d(_ConvNd):
@@ -230,6 +231,4 @@ class ConvTranspose3d(_ConvTransposeNd):
                          _ntuple(output_padding, 3), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 3)
-        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose3d)
