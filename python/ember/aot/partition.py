@@ -12,26 +12,25 @@ from ..capture import logs
 from .joint import JointGraph
 
 
-def _ancestors(nodes):
+def _reach(nodes, step):
+    """nodes (fx nodes; other values ignored) and every node reached from them by
+    step(node), repeatedly."""
     seen, stack = set(), [n for n in nodes if isinstance(n, fx.Node)]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        stack.extend(n.all_input_nodes)
+        stack.extend(step(n))
     return seen
+
+
+def _ancestors(nodes):
+    return _reach(nodes, lambda n: n.all_input_nodes)
 
 
 def _descendants(nodes):
-    seen, stack = set(), list(nodes)
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        stack.extend(n.users)
-    return seen
+    return _reach(nodes, lambda n: n.users)
 
 
 def partition(joint: JointGraph, also_save=()):

@@ -5,6 +5,9 @@ from .. import _C
 
 
 class _DecoratorContextManager:
+    """A grad-mode context (also a decorator): __enter__ sets the mode and keeps the
+    previous one in self._prev, which __exit__ restores."""
+
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -15,6 +18,10 @@ class _DecoratorContextManager:
     def _args(self):
         return ()
 
+    def __exit__(self, *exc):
+        _C._set_grad_enabled(self._prev)
+        return False
+
 
 class no_grad(_DecoratorContextManager):
     """Ops inside record no autograd history. Also a decorator."""
@@ -22,20 +29,12 @@ class no_grad(_DecoratorContextManager):
     def __enter__(self):
         self._prev = _C._set_grad_enabled(False)
 
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
-        return False
-
 
 class enable_grad(_DecoratorContextManager):
     """Ops inside record autograd history even under no_grad. Also a decorator."""
 
     def __enter__(self):
         self._prev = _C._set_grad_enabled(True)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
-        return False
 
 
 class set_grad_enabled(_DecoratorContextManager):
@@ -51,10 +50,6 @@ class set_grad_enabled(_DecoratorContextManager):
     def __enter__(self):
         pass
 
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
-        return False
-
 
 class inference_mode(_DecoratorContextManager):
     """Like no_grad (Ember has no separate inference tensors)."""
@@ -67,10 +62,6 @@ class inference_mode(_DecoratorContextManager):
 
     def __enter__(self):
         self._prev = _C._set_grad_enabled(not self.mode)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self._prev)
-        return False
 
 
 is_grad_enabled = _C.is_grad_enabled

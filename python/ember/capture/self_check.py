@@ -33,6 +33,7 @@ import warnings
 import numpy as np
 
 from .. import _C
+from ..autograd.grad_mode import no_grad as _no_grad
 from . import _hook
 from .exc import SelfCheckError
 from .source import GlobalSource, fetch
@@ -61,14 +62,6 @@ def _copy_tensor(t, memo):
         if isinstance(t, Parameter):
             new = Parameter(new, requires_grad=t.requires_grad)
     return new
-
-
-class _no_grad:
-    def __enter__(self):
-        self.prev = _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self.prev)
 
 
 def copy_world(objs):

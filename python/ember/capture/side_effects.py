@@ -75,12 +75,7 @@ class SideEffects:
 
     def read_attr(self, vt, name):
         """The frame's own last write of vt.name (a VT), or None when it wrote none."""
-        entry = self.attrs.get((id(vt), name))
-        if entry is None:
-            return None
-        if entry[2] is DELETED:
-            raise Unsupported(f"reading attribute {name!r} the compiled code deleted")
-        return entry[2]
+        return _read(self.attrs, (id(vt), name), "attribute")
 
     def write_attr(self, vt, name, value):
         """vt.name = value (value DELETED: del vt.name), for a plain object or a module."""
@@ -105,31 +100,18 @@ class SideEffects:
             if not hasattr(obj, "__dict__"):
                 raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__} "
                                   "without a __dict__")
-        key = (id(vt), name)
-        old = self.attrs.get(key)
-        if value is DELETED and old is not None and old[2] is not DELETED and \
-                not _has_attr(obj, name):
-            raise Unsupported(f"deleting attribute {name!r} that the compiled code created")
-        _record_write(self.attrs, key, vt, name, value, _has_attr(obj, name))
+        _record_write(self.attrs, (id(vt), name), vt, name, value, _has_attr(obj, name),
+                      "attribute")
         vt.written = True
 
     # ------------------------------------------------------------ globals
 
     def read_global(self, globals_dict, name):
-        entry = self.globals_.get((id(globals_dict), name))
-        if entry is None:
-            return None
-        if entry[2] is DELETED:
-            raise Unsupported(f"reading global {name!r} the compiled code deleted")
-        return entry[2]
+        return _read(self.globals_, (id(globals_dict), name), "global")
 
     def write_global(self, globals_dict, name, value):
-        key = (id(globals_dict), name)
-        old = self.globals_.get(key)
-        if value is DELETED and old is not None and old[2] is not DELETED and \
-                name not in globals_dict:
-            raise Unsupported(f"deleting global {name!r} that the compiled code created")
-        _record_write(self.globals_, key, globals_dict, name, value, name in globals_dict)
+        _record_write(self.globals_, (id(globals_dict), name), globals_dict, name, value,
+                      name in globals_dict, "global")
 
     # ------------------------------------------------------------ reporting
 
@@ -175,14 +157,27 @@ def _check_module_write(m, name, value):
         raise Unsupported(f"assigning a non-tensor to buffer {name!r}")
 
 
-def _record_write(table, key, target, name, value, existed):
+def _read(table, key, what):
+    """The value VT of the frame's last write of the name in table, or None."""
+    entry = table.get(key)
+    if entry is None:
+        return None
+    if entry[2] is DELETED:
+        raise Unsupported(f"reading {what} {key[1]!r} the compiled code deleted")
+    return entry[2]
+
+
+def _record_write(table, key, target, name, value, existed, what):
     """Records target.name = value (value DELETED: deleted) in table (attrs or globals_)
     so that replay leaves the names in the order eager leaves them in the object's dict:
     a write of a name that exists keeps its place, one that creates it (again) moves to
     the end, as inserting into a dict does. An entry is (target, name, value, recreate):
     recreate when the name existed before the frame, which deleted it and created it
-    anew (replay deletes it first, so that it moves to the end)."""
+    anew (replay deletes it first, so that it moves to the end). Deleting a name the
+    frame created (that did not exist before it) is not replayable: Unsupported."""
     old = table.get(key)
+    if value is DELETED and old is not None and old[2] is not DELETED and not existed:
+        raise Unsupported(f"deleting {what} {name!r} that the compiled code created")
     exists = old[2] is not DELETED if old is not None else existed
     if value is DELETED or exists:
         table[key] = (target, name, value, old[3] if old is not None else False)

@@ -29,7 +29,7 @@ from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSourc
 from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
                         CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
-                        TensorMethodVar, TensorVar, TupleVar, VariableTracker,
+                        TensorMethodVar, TensorVar, TupleVar, ValueVar, VariableTracker,
                         constant_args, is_constant)
 
 # Instructions a frame can break at: CPython runs them on the live values. Besides
@@ -436,33 +436,26 @@ class Translator:
     # ------------------------------------------------------------ tensor operations
 
     def fake_of(self, v):
-        if isinstance(v, TensorVar):
-            return v.fake
-        if isinstance(v, ConstVar):
-            return v.value
-        if isinstance(v, TupleVar):
-            return tuple(self.fake_of(i) for i in v.items)
-        if isinstance(v, ListVar):
-            return [self.fake_of(i) for i in v.items]
-        if isinstance(v, DictVar):
-            return {k: self.fake_of(i) for k, i in v.items.items()}
-        if isinstance(v, (OpVar, ObjectVar)) and v.is_constant():
-            return v.as_constant()
-        raise Unsupported(f"passing {v} to a tensor operation")
+        return self._operand(v, "fake", (OpVar, ObjectVar))
 
     def node_arg(self, v):
+        return self._operand(v, "node", OpVar)
+
+    def _operand(self, v, tensor_attr, objects):
+        """v as an operand of a tensor operation: a tensor's tensor_attr, constants as
+        themselves, containers of those; constant `objects` VTs as their values."""
         if isinstance(v, TensorVar):
-            return v.node
+            return getattr(v, tensor_attr)
         if isinstance(v, ConstVar):
             return v.value
         if isinstance(v, TupleVar):
-            return tuple(self.node_arg(i) for i in v.items)
+            return tuple(self._operand(i, tensor_attr, objects) for i in v.items)
         if isinstance(v, ListVar):
-            return [self.node_arg(i) for i in v.items]
+            return [self._operand(i, tensor_attr, objects) for i in v.items]
         if isinstance(v, DictVar):
-            return {k: self.node_arg(i) for k, i in v.items.items()}
-        if isinstance(v, OpVar):
-            return v.value
+            return {k: self._operand(i, tensor_attr, objects) for k, i in v.items.items()}
+        if isinstance(v, objects) and v.is_constant():
+            return v.as_constant()
         raise Unsupported(f"passing {v} to a tensor operation")
 
     def call_op(self, target, args, kwargs, method=False):
@@ -1543,17 +1536,10 @@ def _compiler_role(value):
     return None
 
 
-class _CompilerFnVar(VariableTracker):
+class _CompilerFnVar(ValueVar):
     def __init__(self, fn, role, source=None):
-        self.value = fn
+        super().__init__(fn, source)
         self.role = role
-        self.source = source
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def call(self, tx, args, kwargs):
         if self.role == "compiling":

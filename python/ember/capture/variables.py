@@ -65,19 +65,23 @@ class NullVar(VariableTracker):
         return "NULL"
 
 
-class ConstVar(VariableTracker):
+class ValueVar(VariableTracker):
+    """A Python value known while tracing (self.value): a constant of the graph."""
+
     def __init__(self, value, source=None):
         self.value = value
         self.source = source
-
-    def python_type(self):
-        return type(self.value)
 
     def is_constant(self):
         return True
 
     def as_constant(self):
         return self.value
+
+
+class ConstVar(ValueVar):
+    def python_type(self):
+        return type(self.value)
 
     def getattr(self, tx, name):
         from .stdlib import const_method
@@ -246,15 +250,11 @@ class CellVar(VariableTracker):
         self.mutated = False
 
 
-class ObjectVar(VariableTracker):
+class ObjectVar(ValueVar):
     """A real Python object used as is (guarded by identity): classes, plain objects.
     Attribute writes of the interpreted code are kept in tx.output.side_effects (read
     back by later reads) and replayed after the graph; once written, the object is no
     longer a constant."""
-
-    def __init__(self, value, source=None):
-        self.value = value
-        self.source = source
 
     @property
     def real(self):
@@ -322,39 +322,22 @@ class PythonModuleVar(ObjectVar):
         return ObjectVar.getattr(self, tx, name)
 
 
-class OpVar(VariableTracker):
+class OpVar(ValueVar):
     """An ember op (a C Op object): calling it records a call_function node."""
-
-    def __init__(self, op, source=None):
-        self.value = op
-        self.source = source
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def call(self, tx, args, kwargs):
         return tx.call_op(self.value, args, kwargs)
 
 
-class FunctionVar(VariableTracker):
+class FunctionVar(ValueVar):
     """A Python function, inlined when called. closure: CellVars, or None for the
     function's own real cells."""
 
     def __init__(self, fn, source=None, closure=None, defaults=None, kwdefaults=None):
-        self.value = fn
-        self.source = source
+        super().__init__(fn, source)
         self.closure = closure
         self.defaults = defaults
         self.kwdefaults = kwdefaults
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def call(self, tx, args, kwargs):
         return tx.inline_call(self, args, kwargs)
@@ -562,14 +545,13 @@ def _is_data_descriptor(attr):
     return hasattr(t, "__set__") or hasattr(t, "__delete__")
 
 
-class ModuleVar(VariableTracker):
+class ModuleVar(ValueVar):
     """An ember.nn.Module instance: attributes resolve to its parameters, buffers and
     submodules (with sources that read their dicts directly); calling it inlines the
     class's forward."""
 
     def __init__(self, module, source=None):
-        self.value = module
-        self.source = source
+        super().__init__(module, source)
         self.written = False     # the frame assigned one of its attributes
 
     @property
@@ -578,12 +560,6 @@ class ModuleVar(VariableTracker):
 
     def python_type(self):
         return type(self.value)
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def compiled_original(self, tx):
         """For what ember.compile(module) returned (an OptimizedModule): the module it
@@ -742,18 +718,8 @@ class _ModuleDictMethod(VariableTracker):
         return self.mvar.dict_method(tx, self.name)
 
 
-class BuiltinVar(VariableTracker):
+class BuiltinVar(ValueVar):
     """A builtin or operator-module function: folded on constants, recorded on tensors."""
-
-    def __init__(self, fn, source=None):
-        self.value = fn
-        self.source = source
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
 
     def call(self, tx, args, kwargs):
         return tx.call_builtin(self.value, args, kwargs)

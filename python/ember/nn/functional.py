@@ -4,8 +4,7 @@ Each function checks and normalises its arguments as PyTorch's does (ints or tup
 'same' padding, reduction strings, deprecated size_average/reduce flags) and calls an op
 of the table (ember.linear, ember.convolution, ember.layer_norm, ember.cross_entropy_loss,
 ...), so autograd, capture and the compiler see those ops. A few are composites written
-here with ops (softmax and log_softmax until the table has them, glu, normalize, the
-multi-head attention forward).
+here with ops (glu, normalize, the multi-head attention forward).
 """
 import math
 import warnings
@@ -20,10 +19,6 @@ Tensor = _C.Tensor
 
 def _O():
     return _ops.api
-
-
-def _has_op(name):
-    return hasattr(_ops.api, name)
 
 
 # ------------------------------------------------------------------ linear layers
@@ -55,10 +50,7 @@ def _inplace(input, out, inplace):
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    if _has_op("leaky_relu"):
-        return _inplace(input, _O().leaky_relu(input, negative_slope), inplace)
-    out = _O().where(input > 0, input, input * negative_slope)
-    return _inplace(input, out, inplace)
+    return _inplace(input, _O().leaky_relu(input, negative_slope), inplace)
 
 
 def sigmoid(input):
@@ -104,14 +96,6 @@ def logsigmoid(input):
     return -softplus(-input)
 
 
-def _abs(x):
-    """|x| with gradient 0 at 0 (as PyTorch's abs)."""
-    if hasattr(x, "abs"):
-        return x.abs()
-    where = _O().where
-    return where(x > 0, x, where(x < 0, -x, x * 0))
-
-
 def _softmax_dim(name, ndim, stacklevel):
     warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
                   "to include dim=X as an argument.", stacklevel=stacklevel)
@@ -121,19 +105,7 @@ def _softmax_dim(name, ndim, stacklevel):
 def _softmax(input, dim, dtype, log):
     if dtype is not None:
         input = input.to(dtype)
-    name = "log_softmax" if log else "softmax"
-    if _has_op(name):
-        return getattr(_O(), name)(input, dim)
-    if not input.dtype.is_floating_point:
-        raise RuntimeError(f"{name}(): \"{name}_lastdim_kernel_impl\" not implemented for "
-                           f"'{input.dtype._name}'")
-    if input.ndim == 0:
-        return input * 0 if log else input * 0 + 1
-    z = input - input.amax(dim, keepdim=True).detach()
-    if log:
-        return z - z.exp().sum(dim, keepdim=True).log()
-    e = z.exp()
-    return e / e.sum(dim, keepdim=True)
+    return _O().log_softmax(input, dim) if log else _O().softmax(input, dim)
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
@@ -172,7 +144,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     if p == 2.0:
         norm = (input * input).sum(dim, keepdim=True) ** 0.5
     else:
-        norm = (_abs(input) ** p).sum(dim, keepdim=True) ** (1.0 / p)
+        norm = (input.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
     return input / _O().maximum(norm, _O().full_like(norm, eps))
 
 
@@ -757,8 +729,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     if bias_k is not None and bias_v is not None:
         if static_k is not None or static_v is not None:
             raise AssertionError("bias cannot be added to static key/value.")
-        k = _cat([k, bias_k.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
-        v = _cat([v, bias_v.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
+        k = _O().cat([k, bias_k.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
+        v = _O().cat([v, bias_v.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)], 0)
         if attn_mask is not None:
             attn_mask = _pad_last(attn_mask, 1)
         if key_padding_mask is not None:
@@ -770,7 +742,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         else static_v
     if add_zero_attn:
         zk = O.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype)
-        k, v = _cat([k, zk], 1), _cat([v, zk], 1)
+        k, v = _O().cat([k, zk], 1), _O().cat([v, zk], 1)
         if attn_mask is not None:
             attn_mask = _pad_last(attn_mask, 1)
         if key_padding_mask is not None:
@@ -818,33 +790,10 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     return out, None
 
 
-def _cat(tensors, dim):
-    """Concatenation along dim: the cat op when the table has one, else zeros with each
-    piece written by slice_scatter (differentiable either way)."""
-    O = _O()
-    if _has_op("cat"):
-        return O.cat(tensors, dim)
-    d = dim % tensors[0].ndim
-    shape = list(tensors[0].shape)
-    shape[d] = sum(t.shape[d] for t in tensors)
-    out = O.zeros(shape, dtype=tensors[0].dtype)
-    start = 0
-    for t in tensors:
-        out = O.slice_scatter(out, t, d, start, start + t.shape[d])
-        start += t.shape[d]
-    return out
-
-
-def _stack(tensors, dim=0):
-    if _has_op("stack"):
-        return _O().stack(tensors, dim)
-    return _cat([t.unsqueeze(dim) for t in tensors], dim)
-
-
 def _pad_last(t, n):
     """t with n zeros appended along its last dim."""
     z = _O().zeros(tuple(t.shape[:-1]) + (n,), dtype=t.dtype)
-    return _cat([t, z], -1)
+    return _O().cat([t, z], -1)
 
 
 # ------------------------------------------------------------------ losses

@@ -13,10 +13,6 @@ from . import meta as M
 from ..compiler.lowerings import extern
 from .registry import CUSTOM, op
 
-def _shape_str(shape):
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
-
 def _is_tensor(x):
     return isinstance(x, _C.Tensor)
 
@@ -41,9 +37,9 @@ def _index_entries(entry, self, indices, allow_masks=False):
                 for k in range(t.ndim):
                     if cursor + k >= self.ndim or t.shape[k] != self.shape[cursor + k]:
                         raise IndexError(
-                            f"{entry.name}(): The shape of the mask {_shape_str(t.shape)} at "
+                            f"{entry.name}(): The shape of the mask {M.shape_str(t.shape)} at "
                             f"index {k} does not match the shape of the indexed tensor "
-                            f"{_shape_str(self.shape)} at index {cursor + k}")
+                            f"{M.shape_str(self.shape)} at index {cursor + k}")
                 masks = True
                 cursor += t.ndim
                 continue
@@ -72,7 +68,7 @@ def _broadcast_index_shapes(entry, entries):
     except RuntimeError:
         raise IndexError(f"{entry.name}(): shape mismatch: indexing tensors could not be "
                          "broadcast together with shapes "
-                         + ", ".join(_shape_str(s) for s in shapes)) from None
+                         + ", ".join(M.shape_str(s) for s in shapes)) from None
 
 
 def _broadcast_strides(t, bshape):
@@ -147,8 +143,8 @@ def _check_values(entry, values, shape):
         ok &= n == 1 or n == shape[j]
     if not ok:
         raise RuntimeError(f"{entry.name}(): shape mismatch: value tensor of shape "
-                           f"{_shape_str(vs)} cannot be broadcast to indexing result of shape "
-                           f"{_shape_str(shape)}")
+                           f"{M.shape_str(vs)} cannot be broadcast to indexing result of shape "
+                           f"{M.shape_str(shape)}")
 
 
 op("index_put(Tensor self, Any indices, Tensor values, bool accumulate=False) -> Tensor",
@@ -199,8 +195,8 @@ def _gather_meta(entry, args):
     for a in range(index.ndim):
         if a != d and _size(index, a) > _size(self, a):
             raise RuntimeError(f"gather(): Size does not match at dimension {a} expected index "
-                               f"{_shape_str(index.shape)} to be no larger than self "
-                               f"{_shape_str(self.shape)} apart from dimension {d}")
+                               f"{M.shape_str(index.shape)} to be no larger than self "
+                               f"{M.shape_str(self.shape)} apart from dimension {d}")
     return M.meta_tensor(index.shape, self.dtype)
 
 
@@ -253,10 +249,10 @@ def _scatter_meta(entry, args):
     for a in range(index.ndim):
         if (a != d and _size(index, a) > _size(self, a)) or (
                 src is not None and _size(index, a) > _size(src, a)):
-            raise RuntimeError(f"{name}(): Expected index {_shape_str(index.shape)} to be "
-                               f"smaller than self {_shape_str(self.shape)} apart from "
+            raise RuntimeError(f"{name}(): Expected index {M.shape_str(index.shape)} to be "
+                               f"smaller than self {M.shape_str(self.shape)} apart from "
                                f"dimension {d}" + (f" and to be smaller size than src "
-                                                   f"{_shape_str(src.shape)}" if src is not None
+                                                   f"{M.shape_str(src.shape)}" if src is not None
                                                    else ""))
     reduce = _reduce_arg(entry, args)
     if reduce is not None:

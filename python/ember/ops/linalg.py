@@ -395,7 +395,7 @@ def _contract(a, la, b, lb, keep, sizes):
     pb = [lb.index(ch) for ch in batch + shared + b_only]
     a2 = a.permute(pa).expand(bsizes + m + ksizes)
     b2 = b.permute(pb).expand(bsizes + ksizes + n)
-    nb, nm, nk, nn = _prod(bsizes), _prod(m), _prod(ksizes), _prod(n)
+    nb, nm, nk, nn = math.prod(bsizes), math.prod(m), math.prod(ksizes), math.prod(n)
     if not shared:
         r = a2.reshape(nb, nm, 1) * b2.reshape(nb, 1, nn)
     elif a.dtype is _C.bool:
@@ -403,13 +403,6 @@ def _contract(a, la, b, lb, keep, sizes):
     else:
         r = a2.reshape(nb, nm, nk).matmul(b2.reshape(nb, nk, nn))
     return r.reshape(bsizes + m + n), batch + a_only + b_only
-
-
-def _prod(xs):
-    p = 1
-    for x in xs:
-        p *= x
-    return p
 
 
 op("einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor", CUSTOM, "python",

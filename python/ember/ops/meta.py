@@ -198,6 +198,11 @@ def meta_tensor(shape, dtype, strides=None):
                            contiguous_strides(shape))
 
 
+def shape_str(shape):
+    """A shape as PyTorch prints it in messages: [2, 3]."""
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
 def wrap_dim(d, ndim):
     n = max(ndim, 1)
     if d < -n or d >= n:

@@ -110,6 +110,15 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
     p = _expand_param(padding, nsp, "padding")
     d = _expand_param(dilation, nsp, "dilation")
     op_ = _expand_param(output_padding, nsp, "output_padding")
+    cout, out = _conv_output(input, weight, bias, s, p, d, op_, groups, transposed, dilation)
+    return (input.shape[0], cout) + tuple(out), (s, p, d, op_)
+
+
+def _conv_output(input, weight, bias, s, p, d, op_, groups, transposed, dilation):
+    """PyTorch's checks of a batched convolution whose weight has the input's rank, with
+    its messages (dilation: as given, for the message); returns the output's channels
+    and spatial size."""
+    nsp = input.ndim - 2
     if weight.dtype is not input.dtype:
         raise RuntimeError(f"expected scalar type {torch_type(input.dtype)} but found "
                            f"{torch_type(weight.dtype)}")
@@ -149,7 +158,6 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
                            f"{_shape(bias)} instead")
     spatial_in = tuple(input.shape[2:])
     ks = tuple(weight.shape[2:])
-    out = []
     if not transposed:
         padded = [spatial_in[i] + 2 * p[i] for i in range(nsp)]
         eff = [d[i] * (ks[i] - 1) + 1 for i in range(nsp)]
@@ -160,34 +168,36 @@ def _conv_geometry(input, weight, bias, stride, padding, dilation, transposed,
                 "than actual input size")
         out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(nsp)]
     else:
-        for i in range(nsp):
-            if op_[i] >= s[i] and op_[i] >= d[i]:
-                if nsp == 2:
-                    raise RuntimeError(
-                        f"output padding must be smaller than either stride or dilation, but "
-                        f"got output_padding_height: {op_[0]} output_padding_width: {op_[1]} "
-                        f"stride_height: {s[0]} stride_width: {s[1]} dilation_height: {d[0]} "
-                        f"dilation_width: {d[1]}")
+        if any(op_[i] >= s[i] and op_[i] >= d[i] for i in range(nsp)):
+            if nsp == 1:
                 raise RuntimeError(
                     f"output padding must be smaller than either stride or dilation, but got "
                     f"output_padding: {op_[0]} stride: {s[0]} dilation: {d[0]}")
+            axes = ("depth", "height", "width")[3 - nsp:]
+            got = " ".join(f"{what}_{axis}: {v[i]}" for what, v in
+                           (("output_padding", op_), ("stride", s), ("dilation", d))
+                           for i, axis in enumerate(axes))
+            raise RuntimeError("output padding must be smaller than either stride or "
+                               f"dilation, but got {got}")
         out = [(spatial_in[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
                for i in range(nsp)]
         if any(o <= 0 for o in out):
-            h = spatial_in[0] if nsp == 2 else 1
-            oh = out[0] if nsp == 2 else 1
-            raise RuntimeError(f"Given input size per channel: ({h} x {spatial_in[-1]}). "
-                               f"Calculated output size per channel: ({oh} x {out[-1]}). "
-                               "Output size is too small")
+            # a 1-d convolution's sizes are shown as those of the 2-d one it runs as
+            sizes = [" x ".join(map(str, (1,) * (nsp == 1) + tuple(v)))
+                     for v in (spatial_in, out)]
+            raise RuntimeError(f"Given input size per channel: ({sizes[0]}). Calculated "
+                               f"output size per channel: ({sizes[1]}). Output size is too "
+                               "small")
     dilated = any(x > 1 for x in d)
     dt = input.dtype
     if input.shape[0] > 0 and (dt is _C.bool or (not dt.is_floating_point and
                                                   dt is not _C.int64 and
                                                   (dilated or transposed))):
-        name = "slow_conv_transpose2d_out_cpu" if transposed else \
-            "slow_conv_dilated<>" if dilated else "slow_conv2d_cpu"
-        raise _not_implemented(name, dt)
-    return (input.shape[0], cout) + tuple(out), (s, p, d, op_)
+        kernels = ("slow_conv_transpose3d_out_cpu", "compute_columns3d") if nsp == 3 else \
+            ("slow_conv_transpose2d_out_cpu", "slow_conv2d_cpu")
+        raise _not_implemented(kernels[0] if transposed else
+                               "slow_conv_dilated<>" if dilated else kernels[1], dt)
+    return cout, out
 
 
 def _channels_last(t):
@@ -300,12 +310,25 @@ def _pad_right(x, extra):
     return x
 
 
-def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
+def _batched(name, nsp, input):
+    """(input with a batch dim, whether it had one) for an nsp-d convolution."""
     if input.ndim not in (nsp + 1, nsp + 2):
         raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
                            f"{name}, but got input of size: {_shape(input)}")
     batched = input.ndim == nsp + 2
-    x = input if batched else input.unsqueeze(0)
+    return (input if batched else input.unsqueeze(0)), batched
+
+
+def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
+    x, batched = _batched(name, nsp, input)
+    x, s, p, d = _conv_args(nsp, x, weight, stride, padding, dilation)
+    out = O.convolution(x, weight, bias, list(s), list(p), list(d), False, [0] * nsp, groups)
+    return out if batched else out.squeeze(0)
+
+
+def _conv_args(nsp, x, weight, stride, padding, dilation):
+    """(x, stride, padding, dilation) of an nsp-d convolution, padding='valid' or 'same'
+    as numbers: x padded on the right where 'same' pads an odd total."""
     s = _expand_param(stride, nsp, "stride")
     d = _expand_param(dilation, nsp, "dilation")
     if isinstance(padding, str):
@@ -322,17 +345,12 @@ def _conv_nd(name, nsp, input, weight, bias, stride, padding, dilation, groups):
             raise RuntimeError(f"Invalid padding string: '{padding}'")
     else:
         p = _expand_param(padding, nsp, "padding")
-    out = O.convolution(x, weight, bias, list(s), list(p), list(d), False, [0] * nsp, groups)
-    return out if batched else out.squeeze(0)
+    return x, s, p, d
 
 
 def _conv_transpose_nd(name, nsp, input, weight, bias, stride, padding, output_padding, groups,
                        dilation):
-    if input.ndim not in (nsp + 1, nsp + 2):
-        raise RuntimeError(f"Expected {nsp + 1}D (unbatched) or {nsp + 2}D (batched) input to "
-                           f"{name}, but got input of size: {_shape(input)}")
-    batched = input.ndim == nsp + 2
-    x = input if batched else input.unsqueeze(0)
+    x, batched = _batched(name, nsp, input)
     out = O.convolution(x, weight, bias, list(_expand_param(stride, nsp, "stride")),
                         list(_expand_param(padding, nsp, "padding")),
                         list(_expand_param(dilation, nsp, "dilation")), True,
@@ -473,15 +491,15 @@ def _as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
-def _pool_pair(values, what, may_be_empty=False, fallback=None):
+def _pool_pair(values, what, may_be_empty=False, fallback=None, opname="max_pool2d"):
     values = _as_tuple(values)
     if not values and may_be_empty:
         return tuple(fallback)
     if len(values) not in (1, 2):
         if may_be_empty:
-            raise RuntimeError(f"max_pool2d: {what} must either be omitted, a single int, or "
+            raise RuntimeError(f"{opname}: {what} must either be omitted, a single int, or "
                                "a tuple of two ints")
-        raise RuntimeError(f"max_pool2d: {what} must either be a single int, or a tuple of two "
+        raise RuntimeError(f"{opname}: {what} must either be a single int, or a tuple of two "
                            "ints")
     return (values[0], values[-1])
 
@@ -506,8 +524,15 @@ def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
     sh, sw = _pool_pair(stride, "stride", True, (kh, kw))
     ph, pw = _pool_pair(padding, "padding")
     dh, dw = _pool_pair(dilation, "dilation")
-    nd = self.ndim
-    if nd not in (3, 4):
+    oh, ow = _pool2d_output(self, kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode)
+    if self.dtype is _C.bool:
+        raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
+    return tuple(self.shape[:-2]) + (oh, ow)
+
+
+def _pool2d_output(self, kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode):
+    """The output size (oh, ow) of 2-d pooling, with PyTorch's checks and messages."""
+    if self.ndim not in (3, 4):
         raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
     H, W = self.shape[-2], self.shape[-1]
     oh = _pool_out(H, kh, ph, sh, dh, ceil_mode)
@@ -530,9 +555,7 @@ def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
         c = self.shape[-3]
         raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
                            f"({c}x{oh}x{ow}). Output size is too small")
-    if self.dtype is _C.bool:
-        raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
-    return tuple(self.shape[:-2]) + (oh, ow)
+    return oh, ow
 
 
 def _pooled_meta(shape, dtype, like):
@@ -784,93 +807,73 @@ def _compute_dtype(dt):
 
 
 def _avg_pool_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
-    def pair(v, what, may_be_empty=False, fallback=None):
-        v = _as_tuple(v)
-        if not v and may_be_empty:
-            return tuple(fallback)
-        if len(v) not in (1, 2):
-            if may_be_empty:
-                raise RuntimeError(f"avg_pool2d: {what} must either be omitted, a single int, "
-                                   "or a tuple of two ints")
-            raise RuntimeError(f"avg_pool2d: {what} must either be a single int, or a tuple of "
-                               "two ints")
-        return v[0], v[-1]
-    kh, kw = pair(kernel_size, "kernel_size")
-    sh, sw = pair(stride, "stride", True, (kh, kw))
-    ph, pw = pair(padding, "padding")
+    kh, kw = _pool_pair(kernel_size, "kernel_size", opname="avg_pool2d")
+    sh, sw = _pool_pair(stride, "stride", True, (kh, kw), "avg_pool2d")
+    ph, pw = _pool_pair(padding, "padding", opname="avg_pool2d")
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
-    if self.ndim not in (3, 4):
-        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
-    H, W = self.shape[-2], self.shape[-1]
-    oh = _pool_out(H, kh, ph, sh, 1, ceil_mode)
-    ow = _pool_out(W, kw, pw, sw, 1, ceil_mode)
-    if kh <= 0 or kw <= 0:
-        raise RuntimeError(f"kernel size should be greater than zero, but got kH: {kh} kW: "
-                           f"{kw}")
-    if sh <= 0 or sw <= 0:
-        raise RuntimeError(f"stride should be greater than zero, but got dH: {sh} dW: {sw}")
-    if any(n <= 0 for n in self.shape[-3:]):
-        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with optional 0 dim batch "
-                           f"size for input, but got:{_shape(self)}")
-    if kw // 2 < pw or kh // 2 < ph:
-        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but "
-                           f"got padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}")
-    if oh < 1 or ow < 1:
-        c = self.shape[-3]
-        raise RuntimeError(f"Given input size: ({c}x{H}x{W}). Calculated output size: "
-                           f"({c}x{oh}x{ow}). Output size is too small")
+    out = _pool2d_output(self, kh, kw, sh, sw, ph, pw, 1, 1, ceil_mode)
     if not self.dtype.is_floating_point and self.dtype is not _C.int64:
         raise _not_implemented("avg_pool2d", self.dtype)
-    return (kh, kw, sh, sw, ph, pw, H, W, oh, ow)
+    return (kh, kw), (sh, sw), (ph, pw), tuple(self.shape[-2:]), out
 
 
-def _avg_pool2d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                          divisor_override):
-    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
-        self, kernel_size, stride, padding, ceil_mode, divisor_override)
-    if not self.dtype.is_floating_point:
-        # integers: exact window sums in float64, then PyTorch's truncating division
-        mh, ch = _avg_axis(H, oh, kh, sh, ph, count_include_pad, None)
-        mw, cw = _avg_axis(W, ow, kw, sw, pw, count_include_pad, None)
-        s = _resample(P._to_copy(self, dtype=_C.float64), mh, mw)
+def _avg_pool(params):
+    """avg_pool2d's or avg_pool3d's decomposition and backward: averaging matrices per
+    axis (summing ones with divisor_override); integers are summed exactly in float64,
+    then divided truncating, as PyTorch's kernel. params(self, kernel_size, stride,
+    padding, ceil_mode, divisor_override) checks the arguments and returns (kernel,
+    stride, padding, input size, output size) per axis."""
+    def mats(k, s, p, sp, out, include_pad, divisor_override, dtype):
         if divisor_override is not None:
-            d = P.full([], float(divisor_override), dtype=_C.float64)
-        else:
-            d = P._to_copy(P.mul(_col(ch), _row(cw)), dtype=_C.float64)
-        rd = P.reciprocal(d)
-        q = P.mul(s, rd)
-        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
-        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    if divisor_override is not None:
-        out = P.mul(_resample(x, _sum_axis(H, oh, kh, sh, ph, cdt),
-                              _sum_axis(W, ow, kw, sw, pw, cdt)), 1.0 / divisor_override)
-    else:
-        out = _resample(x, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
-                        _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+            return [_sum_axis(sp[i], out[i], k[i], s[i], p[i], dtype) for i in range(len(sp))]
+        return [_avg_axis(sp[i], out[i], k[i], s[i], p[i], include_pad, dtype)
+                for i in range(len(sp))]
 
+    def decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  divisor_override):
+        k, s, p, sp, out = params(self, kernel_size, stride, padding, ceil_mode,
+                                  divisor_override)
+        if not self.dtype.is_floating_point:
+            masks = mats(k, s, p, sp, out, count_include_pad, None, None)
+            tot = _resample_n(P._to_copy(self, dtype=_C.float64), [m for m, _ in masks])
+            counts = [c for _, c in masks]
+            if divisor_override is not None:
+                div = P.full([], float(divisor_override), dtype=_C.float64)
+            elif len(sp) == 2:
+                div = P._to_copy(P.mul(_col(counts[0]), _row(counts[1])), dtype=_C.float64)
+            else:
+                cd, ch, cw = (P._to_copy(c, dtype=_C.float64) for c in counts)
+                div = P.mul(P.view(cd, [out[0], 1, 1]), P.mul(P.view(ch, [1, out[1], 1]),
+                                                              P.view(cw, [1, 1, out[2]])))
+            rd = P.reciprocal(div)
+            q = P.mul(tot, rd)
+            nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
+            return P._to_copy(P.add(q, nudge), dtype=self.dtype)
+        cdt = _compute_dtype(self.dtype)
+        x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
+        y = _resample_n(x, mats(k, s, p, sp, out, count_include_pad, divisor_override, cdt))
+        if divisor_override is not None:
+            y = P.mul(y, 1.0 / divisor_override)
+        return y if cdt is self.dtype else P._to_copy(y, dtype=self.dtype)
 
-def _avg_pool2d_backward(g, out, self, kernel_size, stride, padding, ceil_mode,
-                         count_include_pad, divisor_override):
-    kh, kw, sh, sw, ph, pw, H, W, oh, ow = _avg_pool_params(
-        self, kernel_size, stride, padding, ceil_mode, divisor_override)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    if divisor_override is not None:
-        r = _resample_backward(gc, _sum_axis(H, oh, kh, sh, ph, cdt),
-                               _sum_axis(W, ow, kw, sw, pw, cdt)) * (1.0 / divisor_override)
-    else:
-        r = _resample_backward(gc, _avg_axis(H, oh, kh, sh, ph, count_include_pad, cdt),
-                               _avg_axis(W, ow, kw, sw, pw, count_include_pad, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    def backward(g, out_, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+        k, s, p, sp, out = params(self, kernel_size, stride, padding, ceil_mode,
+                                  divisor_override)
+        cdt = _compute_dtype(g.dtype)
+        gc = g if cdt is g.dtype else g.to(cdt)
+        r = _resample_n_backward(gc, mats(k, s, p, sp, out, count_include_pad,
+                                          divisor_override, cdt))
+        if divisor_override is not None:
+            r = r * (1.0 / divisor_override)
+        return (r if cdt is g.dtype else r.to(g.dtype),)
+    return decompose, backward
 
 
 _decomposed("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
             "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
-            "-> Tensor", _avg_pool2d_decompose, _avg_pool2d_backward,
+            "-> Tensor", *_avg_pool(_avg_pool_params),
             "2-d average pooling (two matmuls with averaging matrices; integers divide "
             "truncating, as PyTorch's kernel).")
 
@@ -878,50 +881,45 @@ _decomposed("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2
 # ------------------------------------------------------------------ adaptive_avg_pool2d
 
 
-def _adaptive_params(self, output_size):
-    if len(output_size) != 2:
-        raise RuntimeError("adaptive_avg_pool2d: output_size must be 2")
-    if self.ndim not in (3, 4):
-        raise RuntimeError(f"adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+def _adaptive_avg_mats(self, output_size, nsp, dtype):
+    """adaptive_avg_pool{nsp}d's averaging matrices per spatial axis (None where the size
+    stays), after PyTorch's checks."""
+    name = f"adaptive_avg_pool{nsp}d"
+    if len(output_size) != nsp:
+        raise RuntimeError(f"{name}: output_size must be {nsp}")
+    if self.ndim not in (nsp + 1, nsp + 2):
+        raise RuntimeError(f"{name}(): Expected {nsp + 1}D or {nsp + 2}D tensor, but got "
                            f"{_shape(self)}")
-    for d in range(self.ndim - 3 if self.ndim == 4 else 0, self.ndim):
-        if d > 0 or self.ndim == 3:
-            if self.shape[d] == 0:
-                raise RuntimeError(f"adaptive_avg_pool2d(): Expected input to have non-zero "
-                                   f"size for non-batch dimensions, but input has sizes "
-                                   f"{_shape(self)} with dimension {d} being empty")
+    for i in range(1 if self.ndim == nsp + 2 else 0, self.ndim):
+        if self.shape[i] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {_shape(self)} with dimension "
+                               f"{i} being empty")
     if any(n < 0 for n in output_size):
-        raise RuntimeError(f"adaptive_avg_pool2d: elements of output_size must be greater than "
-                           f"or equal to 0 but received {list(output_size)}")
-    if tuple(output_size) == (1, 1) and not self.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: elements of output_size must be greater than or equal to "
+                           f"0 but received {list(output_size)}")
+    if tuple(output_size) == (1,) * nsp and not self.dtype.is_floating_point:
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
                            f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
-    _float_or_raise("adaptive_avg_pool2d", self)
-    return self.shape[-2], self.shape[-1], output_size[0], output_size[1]
+    _float_or_raise(name if nsp == 2 else name + "_cpu", self)
+    return [None if o == n else _adaptive_axis(n, o, dtype)
+            for n, o in zip(self.shape[-nsp:], output_size)]
 
 
-def _adaptive_decompose(self, output_size):
-    H, W, oh, ow = _adaptive_params(self, output_size)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, None if oh == H else _adaptive_axis(H, oh, cdt),
-                    None if ow == W else _adaptive_axis(W, ow, cdt))
-    if out is x:
-        out = P.clone(x, memory_format="contiguous_format")
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+def _adaptive_avg_pool(nsp):
+    """adaptive_avg_pool{nsp}d's decomposition and backward."""
+    def decompose(self, output_size):
+        cdt = _compute_dtype(self.dtype)
+        return _resample_op(self, _adaptive_avg_mats(self, output_size, nsp, cdt), cdt)
 
-
-def _adaptive_backward(g, out, self, output_size):
-    H, W, oh, ow = _adaptive_params(self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, None if oh == H else _adaptive_axis(H, oh, cdt),
-                           None if ow == W else _adaptive_axis(W, ow, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    def backward(g, out, self, output_size):
+        mats = _adaptive_avg_mats(self, output_size, nsp, _compute_dtype(g.dtype))
+        return (_resample_op_backward(g, mats),)
+    return decompose, backward
 
 
 _decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
-            _adaptive_decompose, _adaptive_backward,
+            *_adaptive_avg_pool(2),
             "2-d adaptive average pooling: output cell o averages inputs "
             "[floor(o*I/O), ceil((o+1)*I/O)).")
 
@@ -929,43 +927,25 @@ _decomposed("adaptive_avg_pool2d(Tensor self, int[2] output_size) -> Tensor",
 # ------------------------------------------------------------------ upsampling
 
 
-def _upsample_params(name, self, output_size):
-    if len(output_size) != 2:
-        raise RuntimeError(f"It is expected output_size equals to 2, but got size "
-                           f"{len(output_size)}")
-    if self.ndim != 4:
-        raise RuntimeError(f"It is expected input_size equals to 4, but got size {self.ndim}")
-    H, W = self.shape[2], self.shape[3]
-    oh, ow = output_size
-    if H <= 0 or W <= 0 or oh <= 0 or ow <= 0:
-        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
-                           f"(H: {H}, W: {W}) output (H: {oh}, W: {ow})")
-    if self.dtype is _C.bool or self.dtype in (_C.int8, _C.int16, _C.int32, _C.int64):
-        raise _not_implemented(f"{name}_channels_last", self.dtype)
-    return H, W, oh, ow
-
-
-def _nearest_decompose(self, output_size, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, _nearest_axis(H, oh, scales_h, cdt), _nearest_axis(W, ow, scales_w, cdt))
-    if out is x:
-        out = P.clone(x, memory_format="contiguous_format")
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
-
-
-def _nearest_backward(g, out, self, output_size, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_nearest2d", self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, _nearest_axis(H, oh, scales_h, cdt),
-                           _nearest_axis(W, ow, scales_w, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+def _upsample_mats(name, axis, self, output_size, scales, cdt=None, kernel=None):
+    """The resampling matrices of an upsampling op (one per spatial axis, built by
+    axis(n_in, n_out, scale, dtype)) after its checks, and the dtype they compute in:
+    cdt, else float64 for float64 and float32 for the rest. A bool or signed integer
+    input raises kernel's (default: name_channels_last) not-implemented error."""
+    sp = _upsample_check(name, self, output_size, len(scales))
+    _float_or_byte(kernel or f"{name}_channels_last", self)
+    if cdt is None:
+        cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
+    return [axis(sp[i], output_size[i], scales[i], cdt) for i in range(len(sp))], cdt
 
 
 _decomposed("upsample_nearest2d(Tensor self, int[2] output_size, float? scales_h=None, "
-            "float? scales_w=None) -> Tensor", _nearest_decompose, _nearest_backward,
+            "float? scales_w=None) -> Tensor",
+            lambda self, output_size, sh, sw: _resample_op(self, *_upsample_mats(
+                "upsample_nearest2d", _nearest_axis, self, output_size, (sh, sw))),
+            lambda g, out, self, output_size, sh, sw: (_resample_op_backward(
+                g, _upsample_mats("upsample_nearest2d", _nearest_axis, self, output_size,
+                                    (sh, sw), _compute_dtype(g.dtype))[0]),),
             "Nearest-neighbour resize of (N, C, H, W) to output_size: source index "
             "floor(o * scale), scale = 1/scales or in/out.")
 
@@ -1004,27 +984,29 @@ def _uint8_linear_pass(y, n_in, n_out, align_corners, scale, rows):
     return P._to_copy(P.maximum(_minimum(y, 255), 0), dtype=_C.float64)
 
 
+def _bilinear_mats(self, output_size, align_corners, scales_h, scales_w, cdt=None):
+    return _upsample_mats("upsample_bilinear2d",
+                            lambda n_in, n_out, sc, dt: _linear_axis(n_in, n_out, align_corners,
+                                                                     sc, dt),
+                            self, output_size, (scales_h, scales_w), cdt)
+
+
 def _bilinear_decompose(self, output_size, align_corners, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
-    if self.dtype is _C.uint8:      # columns, then rows, each rounded to uint8
-        y = P._to_copy(self, dtype=_C.float64)
-        y = _uint8_linear_pass(y, W, ow, align_corners, scales_w, False)
-        y = _uint8_linear_pass(y, H, oh, align_corners, scales_h, True)
-        return P._to_copy(y, dtype=_C.uint8)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample(x, _linear_axis(H, oh, align_corners, scales_h, cdt),
-                    _linear_axis(W, ow, align_corners, scales_w, cdt))
-    return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
+    if self.dtype is not _C.uint8:
+        return _resample_op(self, *_bilinear_mats(self, output_size, align_corners, scales_h,
+                                                  scales_w))
+    (H, W), (oh, ow) = _upsample_check("upsample_bilinear2d", self, output_size, 2), output_size
+    # columns, then rows, each rounded to uint8
+    y = P._to_copy(self, dtype=_C.float64)
+    y = _uint8_linear_pass(y, W, ow, align_corners, scales_w, False)
+    y = _uint8_linear_pass(y, H, oh, align_corners, scales_h, True)
+    return P._to_copy(y, dtype=_C.uint8)
 
 
 def _bilinear_backward(g, out, self, output_size, align_corners, scales_h, scales_w):
-    H, W, oh, ow = _upsample_params("upsample_bilinear2d", self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample_backward(gc, _linear_axis(H, oh, align_corners, scales_h, cdt),
-                           _linear_axis(W, ow, align_corners, scales_w, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
+    return (_resample_op_backward(g, _bilinear_mats(self, output_size, align_corners,
+                                                    scales_h, scales_w,
+                                                    _compute_dtype(g.dtype))[0]),)
 
 
 _decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_corners, "
@@ -1034,13 +1016,6 @@ _decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_cor
 
 
 # ================================================================== normalisation
-
-def _prod(xs):
-    p = 1
-    for x in xs:
-        p *= x
-    return p
-
 
 def _upcast(x):
     """float16 computes in float32; the result is cast back."""
@@ -1055,7 +1030,7 @@ def _contiguous_p(x):
 
 def _normalize_p(x, dims, eps):
     """(x - mean) * rstd over dims, with the mean and rstd (keepdim), in prims."""
-    n = _prod(x.shape[d] for d in dims)
+    n = math.prod(x.shape[d] for d in dims)
     inv = 1.0 / n if n else math.nan
     mean = P.mul(P.sum(x, list(dims), True), inv)
     xc = P.add(x, P.neg(mean))
@@ -1066,7 +1041,7 @@ def _normalize_p(x, dims, eps):
 
 def _normalize_o(x, dims, eps):
     """The same with ops (backward formulas: differentiable again)."""
-    n = _prod(x.shape[d] for d in dims)
+    n = math.prod(x.shape[d] for d in dims)
     mean = x.sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
     xc = x - mean
     var = (xc * xc).sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
@@ -1076,7 +1051,7 @@ def _normalize_o(x, dims, eps):
 
 def _norm_input_grad(gxhat, xhat, rstd, dims):
     """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
-    n = _prod(gxhat.shape[d] for d in dims)
+    n = math.prod(gxhat.shape[d] for d in dims)
     inv = 1.0 / n if n else math.nan      # n == 0: the gradient is empty anyway
     gm = gxhat.sum(list(dims), keepdim=True) * inv
     gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * inv
@@ -1161,7 +1136,7 @@ def _group_norm_decompose(input, num_groups, weight, bias, eps, cudnn_enabled):
     C = _group_norm_check(input, num_groups, weight, bias)
     N = input.shape[0]
     x = _upcast(_contiguous_p(input))
-    xg = _reshape_p(x, [N, num_groups, _prod(input.shape[1:]) // num_groups])
+    xg = _reshape_p(x, [N, num_groups, math.prod(input.shape[1:]) // num_groups])
     y, _, _ = _normalize_p(xg, [2], eps)
     y = P.view(y, list(input.shape))
     cs = [C] + [1] * (input.ndim - 2)
@@ -1178,7 +1153,7 @@ def _group_norm_backward(g, out, input, num_groups, weight, bias, eps, cudnn_ena
     x, gc = _as_cdt(input), _as_cdt(g)
     shape = list(input.shape)
     cs = [C] + [1] * (input.ndim - 2)
-    per_group = _prod(input.shape[1:]) // num_groups     # not -1: ambiguous when N is 0
+    per_group = math.prod(input.shape[1:]) // num_groups     # not -1: ambiguous when N is 0
     xg = x.reshape(N, num_groups, per_group)
     xhat_g, rstd = _normalize_o(xg, [2], eps)
     xhat = xhat_g.reshape(shape)
@@ -1583,7 +1558,7 @@ def _unreduce(g, reduction, shape):
     """The gradient of each element from the gradient of the reduced loss."""
     if reduction == 0:
         return g
-    n = _prod(shape)
+    n = math.prod(shape)
     if reduction == 1:
         g = g * (1.0 / n if n else math.nan)
     return g.expand(list(shape))
@@ -2142,18 +2117,6 @@ def _triple(values, name, opname, may_be_empty=False, fallback=None, msg=None):
 # ------------------------------------------------------------------ conv3d (composites)
 
 
-def _conv3d_dtype_check(x, transposed, dilated):
-    dt = x.dtype
-    if x.shape[0] == 0:
-        return
-    if dt is _C.bool:
-        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
-                               "slow_conv_dilated<>" if dilated else "compute_columns3d", dt)
-    if not dt.is_floating_point and dt is not _C.int64 and (transposed or dilated):
-        raise _not_implemented("slow_conv_transpose3d_out_cpu" if transposed else
-                               "slow_conv_dilated<>", dt)
-
-
 def _conv3d_checks(x, weight, bias, s, p, d, groups, transposed, op_=(0, 0, 0)):
     """PyTorch's checks of a 3-d convolution (shapes, channels, bias, kernel size) on a
     batched input, with its messages; returns the output's spatial size."""
@@ -2163,68 +2126,7 @@ def _conv3d_checks(x, weight, bias, s, p, d, groups, transposed, op_=(0, 0, 0)):
                            f"Expected {weight.ndim}-dimensional input for {weight.ndim}-"
                            f"dimensional weight {_shape(weight)}, but got 5-dimensional input "
                            f"of size {_shape(x)} instead")
-    if weight.dtype is not x.dtype:
-        raise RuntimeError(f"expected scalar type {torch_type(x.dtype)} but found "
-                           f"{torch_type(weight.dtype)}")
-    for i in range(3):
-        if p[i] < 0:
-            raise RuntimeError("negative padding is not supported")
-        if op_[i] < 0:
-            raise RuntimeError("negative output_padding is not supported")
-        if s[i] <= 0:
-            raise RuntimeError("non-positive stride is not supported")
-    if any(v <= 0 for v in d):
-        raise RuntimeError(f"dilation should be greater than zero, but got {list(d)}")
-    if groups <= 0:
-        raise RuntimeError("non-positive groups is not supported")
-    if weight.shape[0] < 1 or weight.shape[0] % groups:
-        what = "at least" if weight.shape[0] < 1 else "divisible by"
-        raise RuntimeError(f"Given groups={groups}, expected weight to be {what} "
-                           f"{1 if weight.shape[0] < 1 else groups} at dimension 0, but got "
-                           f"weight of size {_shape(weight)} instead")
-    C = x.shape[1]
-    if not transposed:
-        if C != weight.shape[1] * groups:
-            raise RuntimeError(f"Given groups={groups}, weight of size {_shape(weight)}, "
-                               f"expected input{_shape(x)} to have {weight.shape[1] * groups} "
-                               f"channels, but got {C} channels instead")
-        cout = weight.shape[0]
-    else:
-        if C != weight.shape[0]:
-            raise RuntimeError(f"Given transposed=1, weight of size {_shape(weight)}, "
-                               f"expected input{_shape(x)} to have {weight.shape[0]} channels,"
-                               f" but got {C} channels instead")
-        cout = weight.shape[1] * groups
-    if bias is not None and (bias.ndim != 1 or bias.shape[0] != cout):
-        raise RuntimeError(f"Given weight of size {_shape(weight)}, expected bias to be "
-                           f"1-dimensional with {cout} elements, but got bias of size "
-                           f"{_shape(bias)} instead")
-    sp, ks = tuple(x.shape[2:]), tuple(weight.shape[2:])
-    if not transposed:
-        padded = [sp[i] + 2 * p[i] for i in range(3)]
-        eff = [d[i] * (ks[i] - 1) + 1 for i in range(3)]
-        if any(padded[i] < eff[i] for i in range(3)):
-            raise RuntimeError(
-                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
-                f"Kernel size: ({' x '.join(map(str, eff))}). Kernel size can't be greater "
-                "than actual input size")
-        out = [(padded[i] - eff[i]) // s[i] + 1 for i in range(3)]
-    else:
-        if any(op_[i] >= s[i] and op_[i] >= d[i] for i in range(3)):
-            raise RuntimeError(
-                f"output padding must be smaller than either stride or dilation, but got "
-                f"output_padding_depth: {op_[0]} output_padding_height: {op_[1]} "
-                f"output_padding_width: {op_[2]} stride_depth: {s[0]} stride_height: {s[1]} "
-                f"stride_width: {s[2]} dilation_depth: {d[0]} dilation_height: {d[1]} "
-                f"dilation_width: {d[2]}")
-        out = [(sp[i] - 1) * s[i] - 2 * p[i] + d[i] * (ks[i] - 1) + op_[i] + 1
-               for i in range(3)]
-        if any(o <= 0 for o in out):
-            raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, sp))}). "
-                               f"Calculated output size per channel: "
-                               f"({' x '.join(map(str, out))}). Output size is too small")
-    _conv3d_dtype_check(x, transposed, any(v > 1 for v in d))
-    return out
+    return _conv_output(x, weight, bias, s, p, d, op_, groups, transposed, d)[1]
 
 
 def _depth_taps(k, dil, stride, n_out):
@@ -2233,27 +2135,8 @@ def _depth_taps(k, dil, stride, n_out):
 
 
 def _conv3d(input, weight, bias, stride, padding, dilation, groups):
-    if input.ndim not in (4, 5):
-        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv3d, but got "
-                           f"input of size: {_shape(input)}")
-    batched = input.ndim == 5
-    x = input if batched else input.unsqueeze(0)
-    s = _expand_param(stride, 3, "stride")
-    d = _expand_param(dilation, 3, "dilation")
-    if isinstance(padding, str):
-        if padding == "valid":
-            p = (0, 0, 0)
-        elif padding == "same":
-            if any(v != 1 for v in s):
-                raise RuntimeError("padding='same' is not supported for strided convolutions")
-            ks = tuple(weight.shape[2:]) if weight.ndim == 5 else (1, 1, 1)
-            total = [d[i] * (ks[i] - 1) for i in range(3)]
-            p = tuple(t // 2 for t in total)
-            x = _pad_right(x, [t - 2 * (t // 2) for t in total])
-        else:
-            raise RuntimeError(f"Invalid padding string: '{padding}'")
-    else:
-        p = _expand_param(padding, 3, "padding")
+    x, batched = _batched("conv3d", 3, input)
+    x, s, p, d = _conv_args(3, x, weight, stride, padding, dilation)
     od, oh, ow = _conv3d_checks(x, weight, bias, s, p, d, groups, False)
     N, C, D = x.shape[0], x.shape[1], x.shape[2]
     Co, cig, KD = weight.shape[0], weight.shape[1], weight.shape[2]
@@ -2281,11 +2164,7 @@ op("conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride
 
 
 def _conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation):
-    if input.ndim not in (4, 5):
-        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to conv_transpose3d,"
-                           f" but got input of size: {_shape(input)}")
-    batched = input.ndim == 5
-    x = input if batched else input.unsqueeze(0)
+    x, batched = _batched("conv_transpose3d", 3, input)
     s = _expand_param(stride, 3, "stride")
     p = _expand_param(padding, 3, "padding")
     d = _expand_param(dilation, 3, "dilation")
@@ -2396,7 +2275,7 @@ def _max_over_windows(x, axes, name):
         [nl + 2 * i for i in range(nax)]
     outs = [pos.shape[1] for pos, _ in axes]
     ks = [pos.shape[0] for pos, _ in axes]
-    K = _prod(ks)
+    K = math.prod(ks)
     win = _reshape_p(P.permute(win, perm), list(lead) + outs + [K])
     valid = _reshape_p(P.permute(valid, [2 * i + 1 for i in range(nax)] +
                                  [2 * i for i in range(nax)]), outs + [K])
@@ -2457,8 +2336,8 @@ def _scatter_planes(g, self, indices, nsp):
     """A max pool's input gradient: grad_output added at the flat per-plane indices of
     the maxima (scatter_add, so it is differentiable again)."""
     lead = tuple(self.shape[:self.ndim - nsp])
-    flat = lead + (_prod(g.shape[len(lead):]),)
-    out = O.zeros(lead + (_prod(self.shape[self.ndim - nsp:]),), dtype=g.dtype)
+    flat = lead + (math.prod(g.shape[len(lead):]),)
+    out = O.zeros(lead + (math.prod(self.shape[self.ndim - nsp:]),), dtype=g.dtype)
     return out.scatter_add(-1, indices.reshape(flat), g.reshape(flat)).reshape(tuple(self.shape))
 
 
@@ -2564,12 +2443,17 @@ def _along_depth_backward(g, a):
     return y.reshape(lead + [a.shape[1], H, W])
 
 
-def _resample3(x, ad, ah, aw):
-    return _resample(_along_depth(x, ad), ah, aw)
+def _resample_n(x, mats):
+    """x resampled along its last 2 or 3 dims by mats (one per axis, None: left alone)."""
+    if len(mats) == 3:
+        return _resample(_along_depth(x, mats[0]), mats[1], mats[2])
+    return _resample(x, *mats)
 
 
-def _resample3_backward(g, ad, ah, aw):
-    return _along_depth_backward(_resample_backward(g, ah, aw), ad)
+def _resample_n_backward(g, mats):
+    if len(mats) == 3:
+        return _along_depth_backward(_resample_backward(g, mats[1], mats[2]), mats[0])
+    return _resample_backward(g, *mats)
 
 
 def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
@@ -2591,47 +2475,9 @@ def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_ov
     return k, s, p, sp, out
 
 
-def _avg3_mats(k, s, p, sp, out, include_pad, divisor_override, dtype):
-    if divisor_override is not None:
-        return [_sum_axis(sp[i], out[i], k[i], s[i], p[i], dtype) for i in range(3)]
-    return [_avg_axis(sp[i], out[i], k[i], s[i], p[i], include_pad, dtype) for i in range(3)]
-
-
-def _avg_pool3d_decompose(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                          divisor_override):
-    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
-                                          divisor_override)
-    if not self.dtype.is_floating_point:
-        mats = [_avg_axis(sp[i], out[i], k[i], s[i], p[i], count_include_pad, None)
-                for i in range(3)]
-        tot = _resample3(P._to_copy(self, dtype=_C.float64), *[m for m, _ in mats])
-        if divisor_override is not None:
-            div = P.full([], float(divisor_override), dtype=_C.float64)
-        else:
-            cd, ch, cw = (P._to_copy(c, dtype=_C.float64) for _, c in mats)
-            div = P.mul(P.view(cd, [out[0], 1, 1]), P.mul(P.view(ch, [1, out[1], 1]),
-                                                          P.view(cw, [1, 1, out[2]])))
-        rd = P.reciprocal(div)
-        q = P.mul(tot, rd)
-        nudge = P.mul(P.where(P.lt(q, 0.0), -0.25, 0.25), rd)
-        return P._to_copy(P.add(q, nudge), dtype=self.dtype)
-    mats = _avg3_mats(k, s, p, sp, out, count_include_pad, divisor_override, self.dtype)
-    y = _resample3(self, *mats)
-    return P.mul(y, 1.0 / divisor_override) if divisor_override is not None else y
-
-
-def _avg_pool3d_backward(g, out_, self, kernel_size, stride, padding, ceil_mode,
-                         count_include_pad, divisor_override):
-    k, s, p, sp, out = _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode,
-                                          divisor_override)
-    r = _resample3_backward(g, *_avg3_mats(k, s, p, sp, out, count_include_pad,
-                                           divisor_override, g.dtype))
-    return (r * (1.0 / divisor_override) if divisor_override is not None else r,)
-
-
 _decomposed("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, "
             "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) "
-            "-> Tensor", _avg_pool3d_decompose, _avg_pool3d_backward,
+            "-> Tensor", *_avg_pool(_avg_pool3d_params),
             "3-d average pooling (averaging matrices along depth, height and width; int64 "
             "divides truncating, as PyTorch's kernel).")
 
@@ -2639,51 +2485,8 @@ _decomposed("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3
 # ------------------------------------------------------------------ adaptive_avg_pool3d
 
 
-def _adaptive3_params(self, output_size):
-    if len(output_size) != 3:
-        raise RuntimeError("adaptive_avg_pool3d: output_size must be 3")
-    if self.ndim not in (4, 5):
-        raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
-                           f"{_shape(self)}")
-    for i in range(1 if self.ndim == 5 else 0, self.ndim):
-        if self.shape[i] == 0:
-            raise RuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size "
-                               f"for non-batch dimensions, but input has sizes {_shape(self)} "
-                               f"with dimension {i} being empty")
-    if any(n < 0 for n in output_size):
-        raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater than "
-                           f"or equal to 0 but received {list(output_size)}")
-    if tuple(output_size) == (1, 1, 1) and not self.dtype.is_floating_point:
-        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either "
-                           f"a floating point or complex dtype. Got: {torch_type(self.dtype)}")
-    _float_or_raise("adaptive_avg_pool3d_cpu", self)
-    return tuple(self.shape[-3:]), tuple(output_size)
-
-
-def _adaptive3_mats(sp, out, dtype):
-    return [None if out[i] == sp[i] else _adaptive_axis(sp[i], out[i], dtype) for i in range(3)]
-
-
-def _adaptive3_decompose(self, output_size):
-    sp, out = _adaptive3_params(self, output_size)
-    cdt = _compute_dtype(self.dtype)
-    x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    y = _resample3(x, *_adaptive3_mats(sp, out, cdt))
-    if y is x:
-        y = P.clone(x, memory_format="contiguous_format")
-    return y if cdt is self.dtype else P._to_copy(y, dtype=self.dtype)
-
-
-def _adaptive3_backward(g, out_, self, output_size):
-    sp, out = _adaptive3_params(self, output_size)
-    cdt = _compute_dtype(g.dtype)
-    gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample3_backward(gc, *_adaptive3_mats(sp, out, cdt))
-    return (r if cdt is g.dtype else r.to(g.dtype),)
-
-
 _decomposed("adaptive_avg_pool3d(Tensor self, int[3] output_size) -> Tensor",
-            _adaptive3_decompose, _adaptive3_backward,
+            *_adaptive_avg_pool(3),
             "3-d adaptive average pooling: output cell o averages inputs "
             "[floor(o*I/O), ceil((o+1)*I/O)) along each axis.")
 
@@ -2710,7 +2513,7 @@ def _upsample_check(name, self, output_size, nsp):
 
 def _resample_op(self, mats, cdt):
     x = self if cdt is self.dtype else P._to_copy(self, dtype=cdt)
-    out = _resample3(x, *mats) if len(mats) == 3 else _resample(x, *mats)
+    out = _resample_n(x, mats)
     if out is x:
         out = P.clone(x, memory_format="contiguous_format")
     return out if cdt is self.dtype else P._to_copy(out, dtype=self.dtype)
@@ -2719,7 +2522,7 @@ def _resample_op(self, mats, cdt):
 def _resample_op_backward(g, mats):
     cdt = _compute_dtype(g.dtype)
     gc = g if cdt is g.dtype else g.to(cdt)
-    r = _resample3_backward(gc, *mats) if len(mats) == 3 else _resample_backward(gc, *mats)
+    r = _resample_n_backward(gc, mats)
     return r if cdt is g.dtype else r.to(g.dtype)
 
 
@@ -2729,12 +2532,10 @@ def _float_or_byte(name, self):
 
 
 def _nearest3d_mats(self, output_size, sd, sh, sw, exact=False):
-    sp = _upsample_check("upsample_nearest3d", self, output_size, 3)
-    _float_or_byte("upsample_nearest3d_out_frame" if not exact else
-                   "_upsample_nearest_exact3d_out_frame", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    axis = _nearest_exact_axis if exact else _nearest_axis
-    return [axis(sp[i], output_size[i], sc, cdt) for i, sc in enumerate((sd, sh, sw))], cdt
+    return _upsample_mats("upsample_nearest3d", _nearest_exact_axis if exact else
+                          _nearest_axis, self, output_size, (sd, sh, sw),
+                          kernel="_upsample_nearest_exact3d_out_frame" if exact else
+                          "upsample_nearest3d_out_frame")
 
 
 _decomposed("upsample_nearest3d(Tensor self, int[3] output_size, float? scales_d=None, "
@@ -2765,11 +2566,8 @@ def _nearest_exact_axis(n_in, n_out, scale, dtype):
 
 
 def _nearest_exact2d_mats(self, output_size, sh, sw):
-    sp = _upsample_check("_upsample_nearest_exact2d", self, output_size, 2)
-    _float_or_byte("_upsample_nearest_exact2d_out_frame", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    return [_nearest_exact_axis(sp[i], output_size[i], sc, cdt)
-            for i, sc in enumerate((sh, sw))], cdt
+    return _upsample_mats("_upsample_nearest_exact2d", _nearest_exact_axis, self, output_size,
+                          (sh, sw), kernel="_upsample_nearest_exact2d_out_frame")
 
 
 _decomposed("_upsample_nearest_exact2d(Tensor self, int[2] output_size, float? scales_h=None, "
@@ -2903,11 +2701,8 @@ def _bicubic_decompose(self, output_size, align_corners, scales_h, scales_w):
 
 
 def _bicubic_mats(self, output_size, align_corners, sh, sw):
-    sp = _upsample_check("upsample_bicubic2d", self, output_size, 2)
-    _float_or_byte("upsample_bicubic2d_channels_last", self)
-    cdt = _C.float64 if self.dtype is _C.float64 else _C.float32
-    return [_cubic_axis(sp[i], output_size[i], align_corners, sc, cdt)
-            for i, sc in enumerate((sh, sw))], cdt
+    return _upsample_mats("upsample_bicubic2d", lambda n_in, n_out, sc, dt: _cubic_axis(
+        n_in, n_out, align_corners, sc, dt), self, output_size, (sh, sw))
 
 
 _decomposed("upsample_bicubic2d(Tensor self, int[2] output_size, bool align_corners, "

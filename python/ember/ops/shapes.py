@@ -13,10 +13,6 @@ from ..compiler.lowerings import extern
 from .registry import CUSTOM, op
 
 
-def _shape_str(shape):
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
-
 # ------------------------------------------------------------------ cat
 
 
@@ -237,10 +233,10 @@ def _pad_check(self, pad, mode, value):
         if mode == "reflect" and (lo >= n or hi >= n):
             raise RuntimeError(f"pad(): Argument #4: Padding size should be less than the "
                                f"corresponding input dimension, but got: padding ({lo}, {hi}) "
-                               f"at dimension {d} of input {_shape_str(self.shape)}")
+                               f"at dimension {d} of input {M.shape_str(self.shape)}")
         if mode == "replicate" and n == 0:
             raise RuntimeError(f"pad(): Expected a tensor with non-zero sizes in the padded "
-                               f"dims, but got: {_shape_str(self.shape)}")
+                               f"dims, but got: {M.shape_str(self.shape)}")
         if mode == "circular" and (lo > n or hi > n):
             raise RuntimeError("pad(): Padding value causes wrapping around more than once.")
         if n + lo + hi < 0:

@@ -1,8 +1,7 @@
 """Adadelta: per-element step sizes from running averages of squared gradients and of
 squared updates (Zeiler), so the unit of the update matches the parameter's."""
-from .. import zeros_like
 from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _check_lr, _closure_loss, _scalar,
+from .optimizer import (Optimizer, _check_lr, _check_nonnegative, _closure_loss, _scalar,
                         _use_grad)
 
 
@@ -15,10 +14,7 @@ class Adadelta(Optimizer):
         _check_lr(lr)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho value: {rho}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_nonnegative(("epsilon value", eps), ("weight_decay value", weight_decay))
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
                         capturable=capturable, foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)
@@ -29,17 +25,7 @@ class Adadelta(Optimizer):
         for group in self.param_groups:
             lr, rho, eps = _scalar(group["lr"]), group["rho"], group["eps"]
             weight_decay = group["weight_decay"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group, xla=False)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["square_avg"] = zeros_like(p)
-                    state["acc_delta"] = zeros_like(p)
-                state["step"].add_(1)
-                grad = -p.grad if group["maximize"] else p.grad
+            for p, grad, state in self._grads(group, ("square_avg", "acc_delta"), xla=False):
                 if weight_decay != 0:
                     grad = grad.add(p, alpha=weight_decay)
                 square_avg, acc_delta = state["square_avg"], state["acc_delta"]

@@ -2,7 +2,7 @@
 (Duchi et al.), with learning-rate decay."""
 from .. import full_like
 from . import _math as M
-from .optimizer import Optimizer, _closure_loss, _use_grad
+from .optimizer import Optimizer, _check_nonnegative, _closure_loss, _use_grad
 
 
 class Adagrad(Optimizer):
@@ -11,12 +11,10 @@ class Adagrad(Optimizer):
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
                  initial_accumulator_value=0, eps=1e-10, foreach=None, *, maximize=False,
                  differentiable=False, fused=None):
-        for name, value in (("learning rate", lr), ("lr_decay value", lr_decay),
-                            ("weight_decay value", weight_decay),
-                            ("initial_accumulator_value value", initial_accumulator_value),
-                            ("epsilon value", eps)):
-            if not 0.0 <= value:
-                raise ValueError(f"Invalid {name}: {value}")
+        _check_nonnegative(("learning rate", lr), ("lr_decay value", lr_decay),
+                           ("weight_decay value", weight_decay),
+                           ("initial_accumulator_value value", initial_accumulator_value),
+                           ("epsilon value", eps))
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, foreach=foreach,
                         maximize=maximize, differentiable=differentiable, fused=fused)

@@ -1,22 +1,15 @@
 """Adam and AdamW: adaptive moment estimation (Kingma & Ba), with L2 (Adam) or
 decoupled (AdamW, Loshchilov & Hutter) weight decay and the AMSGrad variant."""
-from .. import zeros_like
 from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar,
-                        _use_grad)
+from .optimizer import Optimizer, _check_nonnegative, _closure_loss, _scalar, _use_grad
 
 
 def _check(lr, betas, eps, weight_decay):
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if not 0.0 <= eps:
-        raise ValueError(f"Invalid epsilon value: {eps}")
-    if not 0.0 <= betas[0] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-    if not 0.0 <= betas[1] < 1.0:
-        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-    if not 0.0 <= weight_decay:
-        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+    _check_nonnegative(("learning rate", lr), ("epsilon value", eps))
+    for i in (0, 1):
+        if not 0.0 <= betas[i] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
+    _check_nonnegative(("weight_decay value", weight_decay))
 
 
 class Adam(Optimizer):
@@ -33,30 +26,14 @@ class Adam(Optimizer):
                         decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
-    def _state_for(self, p, amsgrad):
-        state = self.state[p]
-        if not state:
-            state["step"] = M.step_counter()
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
-            if amsgrad:
-                state["max_exp_avg_sq"] = zeros_like(p)
-        return state
-
     @_use_grad
     def step(self, closure=None):
         loss = _closure_loss(closure)
         for group in self.param_groups:
             lr, (beta1, beta2), eps = _scalar(group["lr"]), group["betas"], group["eps"]
             weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group)
-            for p in params:
-                state = self._state_for(p, amsgrad)
-                grad = -p.grad if group["maximize"] else p.grad
-                step_t = state["step"]
-                step_t.add_(1)
+            buffers = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+            for p, grad, state in self._grads(group, buffers):
                 if weight_decay != 0:
                     if group["decoupled_weight_decay"]:
                         p.mul_(1 - lr * weight_decay)
@@ -65,7 +42,7 @@ class Adam(Optimizer):
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
                 M.lerp_(exp_avg, grad, 1 - beta1)
                 M.addcmul_(exp_avg_sq.mul_(beta2), grad, grad, value=1 - beta2)
-                step = step_t.item()
+                step = state["step"].item()
                 step_size = lr / (1 - beta1 ** step)
                 bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
                 second = exp_avg_sq

@@ -1,8 +1,7 @@
 """Adamax: Adam with the infinity norm (Kingma & Ba, section 7)."""
-from .. import zeros_like
 from . import _math as M
 from .adam import _check
-from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar, _use_grad)
+from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
 
 
 class Adamax(Optimizer):
@@ -23,23 +22,12 @@ class Adamax(Optimizer):
         for group in self.param_groups:
             lr, (beta1, beta2), eps = _scalar(group["lr"]), group["betas"], group["eps"]
             weight_decay = group["weight_decay"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_inf"] = zeros_like(p)
-                step_t = state["step"]
-                step_t.add_(1)
-                grad = -p.grad if group["maximize"] else p.grad
+            for p, grad, state in self._grads(group, ("exp_avg", "exp_inf")):
                 if weight_decay != 0:
                     grad = grad.add(p, alpha=weight_decay)
                 exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
                 M.lerp_(exp_avg, grad, 1 - beta1)
                 exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(eps)))
-                clr = lr / (1 - beta1 ** step_t.item())
+                clr = lr / (1 - beta1 ** state["step"].item())
                 M.addcdiv_(p, exp_avg, exp_inf, value=-clr)
         return loss

@@ -1,10 +1,16 @@
 """ASGD: averaged stochastic gradient descent (Polyak & Juditsky), with the step size
 eta_t = lr / (1 + lambd lr t)^alpha and averaging from step t0 on."""
-from .. import ones, tensor
-from .. import zeros_like
-from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _check_lr, _closure_loss, _scalar,
-                        _use_grad)
+from functools import partial
+
+from .. import ones, tensor, zeros_like
+from .optimizer import Optimizer, _check_lr, _closure_loss, _scalar, _use_grad
+
+
+def _init(lr, p, state):
+    dt = state["step"].dtype
+    state["eta"] = tensor(lr, dtype=dt)
+    state["mu"] = ones((), dtype=dt)
+    state["ax"] = zeros_like(p)
 
 
 class ASGD(Optimizer):
@@ -27,20 +33,9 @@ class ASGD(Optimizer):
         for group in self.param_groups:
             lr, lambd, alpha, t0 = (_scalar(group["lr"]), group["lambd"], group["alpha"],
                                     group["t0"])
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group, "params, mus, etas, and state_steps")
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    dt = state["step"].dtype
-                    state["eta"] = tensor(lr, dtype=dt)
-                    state["mu"] = ones((), dtype=dt)
-                    state["ax"] = zeros_like(p)
-                grad = -p.grad if group["maximize"] else p.grad
+            for p, grad, state in self._grads(group, partial(_init, lr),
+                                              "params, mus, etas, and state_steps"):
                 step_t, eta, mu, ax = state["step"], state["eta"], state["mu"], state["ax"]
-                step_t.add_(1)
                 if group["weight_decay"] != 0:
                     grad = grad.add(p, alpha=group["weight_decay"])
                 eta_value = eta.item()

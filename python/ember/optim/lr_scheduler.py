@@ -59,6 +59,49 @@ def _per_group(name, optimizer, value):
     return [value] * len(optimizer.param_groups)
 
 
+def _lambdas(optimizer, lr_lambda):
+    """One function per parameter group: a list of the right length, or one repeated."""
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != len(optimizer.param_groups):
+            raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got "
+                             f"{len(lr_lambda)}")
+        return list(lr_lambda)
+    return [lr_lambda] * len(optimizer.param_groups)
+
+
+def _check_optimizer(optimizer):
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+
+
+def _cycled_momentum(optimizer, last_epoch, max_momentum, base_momentum, base_first=False):
+    """OneCycleLR's and CyclicLR's momenta: (whether the optimizer's is beta1, the max
+    and base momentum per group); a new schedule starts each group at its max.
+    base_first: base_momentum is checked first (CyclicLR's order)."""
+    if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+        raise ValueError("optimizer must support momentum or beta1 with "
+                         "`cycle_momentum` option enabled")
+    use_beta1 = "betas" in optimizer.defaults
+    if base_first:
+        bases = _per_group("base_momentum", optimizer, base_momentum)
+    maxes = _per_group("max_momentum", optimizer, max_momentum)
+    if not base_first:
+        bases = _per_group("base_momentum", optimizer, base_momentum)
+    if last_epoch == -1:
+        for m, b, group in zip(maxes, bases, optimizer.param_groups):
+            _set_momentum(group, use_beta1, m)
+            group["max_momentum"] = m
+            group["base_momentum"] = b
+    return use_beta1, maxes, bases
+
+
+def _set_momentum(group, use_beta1, value):
+    if use_beta1:
+        group["betas"] = (value, *group["betas"][1:])
+    else:
+        group["momentum"] = value
+
+
 def _warn_get_lr_called_within_step(scheduler):
     if not scheduler._get_lr_called_within_step:
         warnings.warn("To get the last learning rate computed by the scheduler, please use "
@@ -94,8 +137,7 @@ class LRScheduler:
     _is_initial = False
 
     def __init__(self, optimizer, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         if last_epoch == -1:
             for group in optimizer.param_groups:
@@ -156,15 +198,18 @@ class LRScheduler:
         self._update_lr(epoch)
 
     def _update_lr(self, epoch=None):
+        if epoch is None:
+            self.last_epoch += 1
+            self._set_lrs(self.get_lr)
+        else:
+            self.last_epoch = epoch
+            self._set_lrs(getattr(self, "_get_closed_form_lr", self.get_lr))
+
+    def _set_lrs(self, compute):
+        """Sets every group's rate to compute()'s (called as within step())."""
         self._get_lr_called_within_step = True
         try:
-            if epoch is None:
-                self.last_epoch += 1
-                values = self.get_lr()
-            else:
-                self.last_epoch = epoch
-                closed = getattr(self, "_get_closed_form_lr", None)
-                values = closed() if closed is not None else self.get_lr()
+            values = compute()
         finally:
             self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values):
@@ -181,13 +226,7 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.optimizer = optimizer
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got "
-                                 f"{len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def state_dict(self):
@@ -216,13 +255,7 @@ class MultiplicativeLR(LRScheduler):
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.optimizer = optimizer
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got "
-                                 f"{len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
         for fn in self.lr_lambdas:
             if not callable(fn):
                 raise TypeError(f"lr_lambda should be a function, but got "
@@ -417,8 +450,7 @@ class OneCycleLR(LRScheduler):
                  pct_start=0.3, anneal_strategy="cos", cycle_momentum=True,
                  base_momentum=0.85, max_momentum=0.95, div_factor=25.0,
                  final_div_factor=1e4, three_phase=False, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         if total_steps is not None:
             if not isinstance(total_steps, int) or total_steps <= 0:
@@ -461,24 +493,9 @@ class OneCycleLR(LRScheduler):
                 group["min_lr"] = group["initial_lr"] / final_div_factor
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with "
-                                 "`cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            maxes = _per_group("max_momentum", optimizer, max_momentum)
-            bases = _per_group("base_momentum", optimizer, base_momentum)
-            if last_epoch == -1:
-                for m, b, group in zip(maxes, bases, optimizer.param_groups):
-                    self._set_momentum(group, m)
-                    group["max_momentum"] = m
-                    group["base_momentum"] = b
+            self.use_beta1 = _cycled_momentum(optimizer, last_epoch, max_momentum,
+                                              base_momentum)[0]
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group, value):
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":
@@ -499,7 +516,8 @@ class OneCycleLR(LRScheduler):
                     pct = (step - start_step) / (end_step - start_step)
                     lrs.append(self._anneal(group[lr0], group[lr1], pct))
                     if self.cycle_momentum:
-                        self._set_momentum(group, self._anneal(group[m0], group[m1], pct))
+                        _set_momentum(group, self.use_beta1,
+                                      self._anneal(group[m0], group[m1], pct))
                     break
                 start_step = end_step
         return lrs
@@ -553,14 +571,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
                 self.T_i = self.T_0
                 self.T_cur = epoch
         self.last_epoch = math.floor(epoch)
-        self._get_lr_called_within_step = True
-        try:
-            values = self.get_lr()
-        finally:
-            self._get_lr_called_within_step = False
-        for group, lr in zip(self.optimizer.param_groups, values):
-            _set(group, "lr", lr)
-        self._last_lr = _lrs(self.optimizer)
+        self._set_lrs(self.get_lr)
 
 
 class CyclicLR(LRScheduler):
@@ -572,8 +583,7 @@ class CyclicLR(LRScheduler):
     def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
                  mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
                  cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         base_lrs = _per_group("base_lr", optimizer, base_lr)
         if last_epoch == -1:
@@ -593,21 +603,8 @@ class CyclicLR(LRScheduler):
         self._init_scale_fn()
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with "
-                                 "`cycle_momentum` option enabled")
-            self.use_beta1 = "betas" in self.optimizer.defaults
-            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
-            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
-            if last_epoch == -1:
-                for m, b, group in zip(self.max_momentums, self.base_momentums,
-                                       optimizer.param_groups):
-                    if self.use_beta1:
-                        group["betas"] = (m, *group["betas"][1:])
-                    else:
-                        group["momentum"] = m
-                    group["max_momentum"] = m
-                    group["base_momentum"] = b
+            self.use_beta1, self.max_momentums, self.base_momentums = _cycled_momentum(
+                optimizer, last_epoch, max_momentum, base_momentum, base_first=True)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
 
@@ -656,10 +653,7 @@ class CyclicLR(LRScheduler):
             momentums = [top - ((top - base) * scale_factor) * self.scale_fn(at)
                          for base, top in zip(self.base_momentums, self.max_momentums)]
             for group, m in zip(self.optimizer.param_groups, momentums):
-                if self.use_beta1:
-                    group["betas"] = (m, *group["betas"][1:])
-                else:
-                    group["momentum"] = m
+                _set_momentum(group, self.use_beta1, m)
         return lrs
 
     def state_dict(self):
@@ -690,8 +684,7 @@ class ReduceLROnPlateau(LRScheduler):
         if factor >= 1.0:
             raise ValueError("Factor should be < 1.0.")
         self.factor = factor
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        _check_optimizer(optimizer)
         self.optimizer = optimizer
         if isinstance(min_lr, (list, tuple)):
             if len(min_lr) != len(optimizer.param_groups):

@@ -1,11 +1,18 @@
 """NAdam: Adam with Nesterov momentum (Dozat), its momentum schedule
 mu_t = beta1 (1 - 0.5 * 0.96^(t * momentum_decay)), and optional decoupled weight
 decay (NAdamW)."""
-from .. import ones
-from .. import zeros_like
+from .. import ones, zeros_like
 from . import _math as M
 from .adam import _check
-from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar, _use_grad)
+from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
+
+
+def _init(p, state):
+    # the product of the mu's: a 0-d tensor of the step counter's dtype, as torch.optim
+    # keeps it (so it rounds as torch's does)
+    state["mu_product"] = ones((), dtype=state["step"].dtype)
+    state["exp_avg"] = zeros_like(p)
+    state["exp_avg_sq"] = zeros_like(p)
 
 
 class NAdam(Optimizer):
@@ -31,22 +38,10 @@ class NAdam(Optimizer):
         for group in self.param_groups:
             lr, (beta1, beta2), eps = _scalar(group["lr"]), group["betas"], group["eps"]
             weight_decay, momentum_decay = group["weight_decay"], group["momentum_decay"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group, "params, mu_products and state_steps")
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    # the product of the mu's: a 0-d tensor of the step counter's dtype,
-                    # as torch.optim keeps it (so it rounds as torch's does)
-                    state["mu_product"] = ones((), dtype=state["step"].dtype)
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_avg_sq"] = zeros_like(p)
-                grad = -p.grad if group["maximize"] else p.grad
-                step_t, mu_product = state["step"], state["mu_product"]
-                step_t.add_(1)
-                step = step_t.item()
+            for p, grad, state in self._grads(group, _init,
+                                              "params, mu_products and state_steps"):
+                mu_product = state["mu_product"]
+                step = state["step"].item()
                 bias_correction2 = 1 - beta2 ** step
                 if weight_decay != 0:
                     if group["decoupled_weight_decay"]:

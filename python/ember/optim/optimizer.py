@@ -17,8 +17,10 @@ import warnings
 from collections import defaultdict
 from itertools import chain
 
-from .. import _C
+from .. import _C, zeros_like
+from ..nn.modules.module import zero_grads
 from ..nn.parameter import typename
+from ._math import step_counter
 
 Tensor = _C.Tensor
 
@@ -64,6 +66,13 @@ def _check_lr(lr):
         raise ValueError("Tensor lr must be 1-element")
     if not 0.0 <= lr:
         raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def _check_nonnegative(*checks):
+    """torch.optim's ValueError for the first (what, value) that is not >= 0."""
+    for what, value in checks:
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {what}: {value}")
 
 
 def _scalar(v):
@@ -161,20 +170,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Clears the gradients of all optimized parameters (to None by default)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    g = p.grad
-                    if g.grad_fn is not None:
-                        g = g.detach()
-                        p.grad = g
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         raise NotImplementedError
@@ -183,6 +179,25 @@ class Optimizer:
         for p in group["params"]:
             if p.grad is not None:
                 yield p
+
+    def _grads(self, group, init, what="params and state_steps", xla=True):
+        """(p, grad, state) of each parameter of group with a gradient, its step count
+        advanced: grad negated under maximize; a new state gets its step counter, then
+        zeroed buffers named by init (a tuple) or init(p, state). A capturable group
+        raises first, as torch.optim's does."""
+        params = list(self._params_with_grad(group))
+        if params:
+            _check_capturable(group, what, xla)
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = step_counter()
+                if callable(init):
+                    init(p, state)
+                else:
+                    state.update((name, zeros_like(p)) for name in init)
+            state["step"].add_(1)
+            yield p, -p.grad if group["maximize"] else p.grad, state
 
     # ------------------------------------------------------------ state dict
 

@@ -1,10 +1,9 @@
 """RAdam: Adam with the variance of its adaptive rate rectified (Liu et al.): plain
 momentum SGD while the approximated SMA length rho_t is at most 5; optional decoupled
 weight decay."""
-from .. import zeros_like
 from . import _math as M
 from .adam import _check
-from .optimizer import (Optimizer, _check_capturable, _closure_loss, _scalar, _use_grad)
+from .optimizer import Optimizer, _closure_loss, _scalar, _use_grad
 
 
 class RAdam(Optimizer):
@@ -28,19 +27,8 @@ class RAdam(Optimizer):
         for group in self.param_groups:
             lr, (beta1, beta2), eps = _scalar(group["lr"]), group["betas"], group["eps"]
             weight_decay = group["weight_decay"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_avg_sq"] = zeros_like(p)
-                grad = -p.grad if group["maximize"] else p.grad
-                step_t = state["step"]
-                step_t.add_(1)
-                step = step_t.item()
+            for p, grad, state in self._grads(group, ("exp_avg", "exp_avg_sq")):
+                step = state["step"].item()
                 if weight_decay != 0:
                     if group["decoupled_weight_decay"]:
                         p.mul_(1 - lr * weight_decay)

@@ -1,9 +1,15 @@
 """Rprop: resilient backpropagation (Riedmiller & Braun): per-element step sizes grown by
 etaplus while the gradient keeps its sign and shrunk by etaminus when it flips."""
+from functools import partial
+
 from .. import full_like, zeros_like
 from . import _math as M
-from .optimizer import (Optimizer, _check_capturable, _check_lr, _closure_loss, _scalar,
-                        _use_grad)
+from .optimizer import Optimizer, _check_lr, _closure_loss, _scalar, _use_grad
+
+
+def _init(lr, p, state):
+    state["prev"] = zeros_like(p)
+    state["step_size"] = full_like(p.grad, lr)
 
 
 class Rprop(Optimizer):
@@ -26,17 +32,7 @@ class Rprop(Optimizer):
         for group in self.param_groups:
             etaminus, etaplus = group["etas"]
             step_size_min, step_size_max = group["step_sizes"]
-            params = list(self._params_with_grad(group))
-            if params:
-                _check_capturable(group)
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = M.step_counter()
-                    state["prev"] = zeros_like(p)
-                    state["step_size"] = full_like(p.grad, _scalar(group["lr"]))
-                grad = -p.grad if group["maximize"] else p.grad
-                state["step"].add_(1)
+            for p, grad, state in self._grads(group, partial(_init, _scalar(group["lr"]))):
                 prev, step_size = state["prev"], state["step_size"]
                 sign = grad.mul(prev).sign()
                 factor = full_like(sign, 1.0).masked_fill(sign > 0, etaplus) \

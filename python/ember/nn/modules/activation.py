@@ -4,18 +4,20 @@ from .. import functional as F
 from .module import Module
 
 
-class ReLU(Module):
-    """max(x, 0); inplace=True overwrites the input."""
-
+class _InplaceActivation(Module):
     def __init__(self, inplace=False):
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
-        return F.relu(input, inplace=self.inplace)
-
     def extra_repr(self):
         return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_InplaceActivation):
+    """max(x, 0); inplace=True overwrites the input."""
+
+    def forward(self, input):
+        return F.relu(input, inplace=self.inplace)
 
 
 class LeakyReLU(Module):
@@ -58,18 +60,11 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_InplaceActivation):
     """x * sigmoid(x) (swish)."""
-
-    def __init__(self, inplace=False):
-        super().__init__()
-        self.inplace = inplace
 
     def forward(self, input):
         return F.silu(input, inplace=self.inplace)
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
 
 
 class Mish(Module):
@@ -146,47 +141,31 @@ class GLU(Module):
         return f"dim={self.dim}"
 
 
-class Softmax(Module):
-    """exp(x) / sum(exp(x)) along dim."""
-
+class _SoftmaxNd(Module):
     __constants__ = ["dim"]
 
     def __init__(self, dim=None):
         super().__init__()
         self.dim = dim
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_SoftmaxNd):
+    """exp(x) / sum(exp(x)) along dim."""
 
     def forward(self, input):
         return F.softmax(input, self.dim, _stacklevel=5)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
-
-class LogSoftmax(Module):
+class LogSoftmax(_SoftmaxNd):
     """log(softmax(x)) along dim, computed stably."""
-
-    __constants__ = ["dim"]
-
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
 
     def forward(self, input):
         return F.log_softmax(input, self.dim, _stacklevel=5)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
-
-class Softmin(Module):
-    __constants__ = ["dim"]
-
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
-
+class Softmin(_SoftmaxNd):
     def forward(self, input):
         return F.softmin(input, self.dim, _stacklevel=5)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"

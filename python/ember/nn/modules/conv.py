@@ -17,6 +17,14 @@ def _ntuple(v, n, name="argument"):
     return (v,) * n
 
 
+def _conv_args(kernel_size, stride, padding, dilation, n):
+    """A convolution's kernel_size, stride, padding (or its string) and dilation as
+    n-tuples."""
+    return (_ntuple(kernel_size, n, "kernel_size"), _ntuple(stride, n, "stride"),
+            padding if isinstance(padding, str) else _ntuple(padding, n, "padding"),
+            _ntuple(dilation, n, "dilation"))
+
+
 class _ConvNd(Module):
     __constants__ = ["stride", "padding", "dilation", "groups", "padding_mode",
                      "output_padding", "in_channels", "out_channels", "kernel_size"]
@@ -86,6 +94,14 @@ class _ConvNd(Module):
                 bound = 1 / math.sqrt(fan_in)
                 init.uniform_(self.bias, -bound, bound)
 
+    def _conv_forward(self, input, conv):
+        if self.padding_mode != "zeros":
+            return conv(F.pad(input, self._reversed_padding_repeated_twice,
+                              mode=self.padding_mode), self.weight, self.bias, self.stride, 0,
+                        self.dilation, self.groups)
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                    self.groups)
+
     def extra_repr(self):
         s = "{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}"
         n = len(self.kernel_size)
@@ -110,20 +126,12 @@ class Conv1d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
                  dtype=None):
-        k = _ntuple(kernel_size, 1, "kernel_size")
-        s = _ntuple(stride, 1, "stride")
-        p = padding if isinstance(padding, str) else _ntuple(padding, 1, "padding")
-        d = _ntuple(dilation, 1, "dilation")
-        super().__init__(in_channels, out_channels, k, s, p, d, False, (0,), groups, bias,
-                         padding_mode, device, dtype)
+        super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
+                                                                dilation, 1),
+                         False, (0,), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input):
-        if self.padding_mode != "zeros":
-            return F.conv1d(F.pad(input, self._reversed_padding_repeated_twice,
-                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
-                            0, self.dilation, self.groups)
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        return self._conv_forward(input, F.conv1d)
 
 
 class Conv2d(_ConvNd):
@@ -132,23 +140,20 @@ class Conv2d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
                  dtype=None):
-        k = _ntuple(kernel_size, 2, "kernel_size")
-        s = _ntuple(stride, 2, "stride")
-        p = padding if isinstance(padding, str) else _ntuple(padding, 2, "padding")
-        d = _ntuple(dilation, 2, "dilation")
-        super().__init__(in_channels, out_channels, k, s, p, d, False, (0, 0), groups, bias,
-                         padding_mode, device, dtype)
+        super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
+                                                                dilation, 2),
+                         False, (0, 0), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input):
-        if self.padding_mode != "zeros":
-            return F.conv2d(F.pad(input, self._reversed_padding_repeated_twice,
-                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
-                            0, self.dilation, self.groups)
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        return self._conv_forward(input, F.conv2d)
 
 
 class _ConvTransposeNd(_ConvNd):
+    def _transposed_forward(self, input, output_size, conv_transpose):
+        op = self._output_padding(input, output_size, len(self.kernel_size))
+        return conv_transpose(input, self.weight, self.bias, self.stride, self.padding, op,
+                              self.groups, self.dilation)
+
     def _output_padding(self, input, output_size, nd):
         """The output_padding that makes the result output_size (PyTorch's rule)."""
         if output_size is None:
@@ -184,9 +189,7 @@ class ConvTranspose1d(_ConvTransposeNd):
                          _ntuple(output_padding, 1), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 1)
-        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose1d)
 
 
 class ConvTranspose2d(_ConvTransposeNd):
@@ -200,9 +203,7 @@ class ConvTranspose2d(_ConvTransposeNd):
                          _ntuple(output_padding, 2), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 2)
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose2d)
 
 
 class Conv3d(_ConvNd):
@@ -211,20 +212,12 @@ class Conv3d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
                  dtype=None):
-        k = _ntuple(kernel_size, 3, "kernel_size")
-        s = _ntuple(stride, 3, "stride")
-        p = padding if isinstance(padding, str) else _ntuple(padding, 3, "padding")
-        d = _ntuple(dilation, 3, "dilation")
-        super().__init__(in_channels, out_channels, k, s, p, d, False, (0, 0, 0), groups, bias,
-                         padding_mode, device, dtype)
+        super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
+                                                                dilation, 3),
+                         False, (0, 0, 0), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input):
-        if self.padding_mode != "zeros":
-            return F.conv3d(F.pad(input, self._reversed_padding_repeated_twice,
-                                  mode=self.padding_mode), self.weight, self.bias, self.stride,
-                            0, self.dilation, self.groups)
-        return F.conv3d(input, self.weight, self.bias, self.stride, self.padding,
-                        self.dilation, self.groups)
+        return self._conv_forward(input, F.conv3d)
 
 
 class ConvTranspose3d(_ConvTransposeNd):
@@ -238,6 +231,4 @@ class ConvTranspose3d(_ConvTransposeNd):
                          _ntuple(output_padding, 3), groups, bias, padding_mode, device, dtype)
 
     def forward(self, input, output_size=None):
-        op = self._output_padding(input, output_size, 3)
-        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding,
-                                  op, self.groups, self.dilation)
+        return self._transposed_forward(input, output_size, F.conv_transpose3d)

@@ -2,15 +2,8 @@
 when the strides allow, copies otherwise, as reshape does)."""
 import math
 
+from ...ops.meta import wrap_dim
 from .module import Module
-
-
-def _wrap(dim, ndim):
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
-                         f"but got {dim})")
-    return dim % n
 
 
 def flatten(input, start_dim=0, end_dim=-1):
@@ -18,7 +11,7 @@ def flatten(input, start_dim=0, end_dim=-1):
     shape = tuple(input.shape)
     if len(shape) == 0:
         return input.reshape(1)
-    s, e = _wrap(start_dim, len(shape)), _wrap(end_dim, len(shape))
+    s, e = wrap_dim(start_dim, len(shape)), wrap_dim(end_dim, len(shape))
     if s > e:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     if s == e:
@@ -58,7 +51,7 @@ class Unflatten(Module):
 
     def forward(self, input):
         shape = tuple(input.shape)
-        d = _wrap(self.dim, len(shape))
+        d = wrap_dim(self.dim, len(shape))
         return input.reshape(shape[:d] + tuple(self.unflattened_size) + shape[d + 1:])
 
     def extra_repr(self):

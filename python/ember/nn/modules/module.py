@@ -60,6 +60,24 @@ def _legacy_hook(hook, module, grad_input, grad_output):
     return res
 
 
+def zero_grads(params, set_to_none=True):
+    """Clears the gradients of params: sets them to None, or zeroes them in place
+    (detached from any graph first), as Module.zero_grad and Optimizer.zero_grad do."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            g = p.grad
+            if g.grad_fn is not None:
+                g = g.detach()
+                p.grad = g
+            else:
+                g.requires_grad_(False)
+            g.zero_()
+
+
 class Module:
     """Base class for all neural network modules; subclasses define forward()."""
 
@@ -468,19 +486,7 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         """Clears the gradients of all parameters (sets them to None by default)."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                g = p.grad
-                if g.grad_fn is not None:
-                    g = g.detach()
-                    p.grad = g
-                else:
-                    g.requires_grad_(False)
-                g.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     # ------------------------------------------------------------ conversion
 

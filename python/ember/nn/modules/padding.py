@@ -54,6 +54,14 @@ class _ConstantPadNd(Module):
         return f"padding={self.padding}, value={self.value}"
 
 
+class _ZeroPadNd(_ConstantPadNd):
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self):
+        return f"{self.padding}"
+
+
 class ReflectionPad1d(_PadNd):
     """Pads the last dim by reflecting the input at its border."""
 
@@ -132,31 +140,13 @@ class ConstantPad3d(_ConstantPadNd):
     _nd = 3
 
 
-class ZeroPad1d(ConstantPad1d):
+class ZeroPad1d(_ZeroPadNd, ConstantPad1d):
     """Pads the last dim with zeros."""
 
-    def __init__(self, padding):
-        super().__init__(padding, 0.0)
 
-    def extra_repr(self):
-        return f"{self.padding}"
-
-
-class ZeroPad2d(ConstantPad2d):
+class ZeroPad2d(_ZeroPadNd, ConstantPad2d):
     """Pads the last 2 dims with zeros."""
 
-    def __init__(self, padding):
-        super().__init__(padding, 0.0)
 
-    def extra_repr(self):
-        return f"{self.padding}"
-
-
-class ZeroPad3d(ConstantPad3d):
+class ZeroPad3d(_ZeroPadNd, ConstantPad3d):
     """Pads the last 3 dims with zeros."""
-
-    def __init__(self, padding):
-        super().__init__(padding, 0.0)
-
-    def extra_repr(self):
-        return f"{self.padding}"

@@ -98,30 +98,25 @@ class AvgPool3d(AvgPool2d):
                             self.count_include_pad, self.divisor_override)
 
 
-class AdaptiveAvgPool1d(Module):
+class _AdaptiveAvgPoolNd(Module):
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
 
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool1d(input, self.output_size)
 
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
 
-
-class AdaptiveAvgPool2d(Module):
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     """Averages onto a fixed output_size grid (None keeps that input dimension)."""
-
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
 
     def forward(self, input):
         return F.adaptive_avg_pool2d(input, self.output_size)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
 
 
 class AdaptiveAvgPool3d(AdaptiveAvgPool2d):

@@ -13,7 +13,7 @@ import math
 import numbers
 import warnings
 
-from ... import empty, zeros
+from ... import cat, empty, stack, zeros
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
@@ -233,13 +233,13 @@ class RNNBase(Module):
                 h_n.append(h)
                 if is_lstm:
                     c_n.append(c)
-            layer_out = outs[0] if dirs == 1 else F._cat(outs, -1)
+            layer_out = outs[0] if dirs == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 layer_out = F.dropout(layer_out, self.dropout, True)
             layer_in = layer_out
         out = layer_in
-        h_n = F._stack(h_n, 0)
-        c_n = F._stack(c_n, 0) if is_lstm else None
+        h_n = stack(h_n, 0)
+        c_n = stack(c_n, 0) if is_lstm else None
         if packed:
             if unsorted_idx is not None:
                 h_n = h_n.index_select(1, unsorted_idx)
@@ -260,7 +260,7 @@ class RNNBase(Module):
         for t in (range(T - 1, -1, -1) if reverse else range(T)):
             h, c = _cell_step(self.mode, pre.select(0, t), h, c, w_hh, b_hh, w_hr)
             steps[t] = h
-        out = F._stack(steps, 0) if T else zeros((0, N, h.shape[-1]), dtype=pre.dtype)
+        out = stack(steps, 0) if T else zeros((0, N, h.shape[-1]), dtype=pre.dtype)
         return out, h, c
 
     def _run_packed(self, pre, h, c, w_hh, b_hh, w_hr, reverse, sizes):
@@ -279,11 +279,11 @@ class RNNBase(Module):
                                       b_hh, w_hr)
             steps[t] = h_new
             if bs < h.shape[0]:
-                h = F._cat([h_new, h.slice(0, bs, h.shape[0])], 0)
-                c = F._cat([c_new, c.slice(0, bs, c.shape[0])], 0) if c is not None else None
+                h = cat([h_new, h.slice(0, bs, h.shape[0])], 0)
+                c = cat([c_new, c.slice(0, bs, c.shape[0])], 0) if c is not None else None
             else:
                 h, c = h_new, c_new
-        out = F._cat(steps, 0) if steps else pre.slice(-1, 0, h.shape[-1])
+        out = cat(steps, 0) if steps else pre.slice(-1, 0, h.shape[-1])
         return out, h, c
 
     def extra_repr(self):
