@@ -226,3 +226,77 @@ def test_aot_graphs_log_prints_saved_bytes(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert f"saved for backward: 1 tensors, {F4} bytes" in text
     assert "primals_1: ember.float32 [1000]  4000 bytes" in text
+
+
+# ------------------------------------------------------------------ against torch
+
+
+def _torch_min_cut_saved_bytes(torch, fn, inputs):
+    """Bytes torch's min_cut_rematerialization_partition saves for torch.compile(fn)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    total = [0]
+
+    def partition_fn(joint, joint_inputs, **kw):
+        fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, **kw)
+        out = next(n for n in fw.graph.nodes if n.op == "output")
+        for n in out.args[0][kw["num_fwd_outputs"]:]:
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                total[0] += v.numel() * v.element_size()
+        return fw, bw
+
+    from functorch.compile import make_boxed_func
+    backend = aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm),
+                           partition_fn=partition_fn)
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend)(*inputs).backward()
+    torch._dynamo.reset()
+    return total[0]
+
+
+def _ember_saved_bytes(fn, inputs):
+    from ember.capture import counters
+    ember.compiler.reset()
+    ember.compile(fn, backend="aot_eager")(*inputs).backward()
+    return sum(counters["aot_saved_bytes"].values())
+
+
+def _zoo_pair(torch, name):
+    """(torch step, ember step, torch inputs, ember inputs): one training step's loss of
+    the zoo model and its torch twin (tests/torch_models.py), same layout and shapes."""
+    import torch_models as T
+    from ember import models
+    g = np.random.default_rng(0)
+    if name == "gpt":
+        cfg = dict(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=32,
+                   dropout=0.0)
+        tm, em = T.GPT(T.GPTConfig(**cfg)), models.GPT(models.GPTConfig(**cfg))
+        x, y = g.integers(0, 65, (4, 32)), g.integers(0, 65, (4, 32))
+        return (lambda a, b: tm(a, b)[1], lambda a, b: em(a, b)[1],
+                [torch.from_numpy(x), torch.from_numpy(y)],
+                [ember.from_numpy(x), ember.from_numpy(y)])
+    tm, em = T.ResNet((1, 1), 8, 10, 3, 32), models.ResNet((1, 1), 8, 10, 3, 32)
+    x = g.standard_normal((4, 3, 32, 32)).astype(np.float32)
+    y = g.integers(0, 10, 4)
+    return (lambda a, b: torch.nn.functional.cross_entropy(tm(a), b),
+            lambda a, b: ember.nn.functional.cross_entropy(em(a), b),
+            [torch.from_numpy(x), torch.from_numpy(y)],
+            [ember.from_numpy(x), ember.from_numpy(y)])
+
+
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+def test_saved_bytes_at_most_torch_min_cut(torch, name):
+    """A training step of the zoo GPT and ResNet (training mode, loss returned): what
+    the compiled forward saves is at most 1.1x what torch's min-cut partitioner saves for
+    the same model (both count every saved tensor, parameters included). Measured: GPT
+    556932 vs 740484 bytes, ResNet 660708 vs 1185604 (torch 2.13 CPU)."""
+    tfn, efn, tin, ein = _zoo_pair(torch, name)
+    theirs = _torch_min_cut_saved_bytes(torch, tfn, tin)
+    ours = _ember_saved_bytes(efn, ein)
+    assert 0 < ours <= 1.1 * theirs, (ours, theirs)
+    ember.compiler.config.partitioner = "save_all"
+    try:
+        assert ours < _ember_saved_bytes(efn, ein)
+    finally:
+        ember.compiler.config.partitioner = "min_cut"

@@ -67,7 +67,8 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
                    if isinstance(n, fx.Node)]
     bw_roots = [x for x in grads if x is not None] + [n for n in kept if n in from_tangents]
     if min_cut:
-        saved = _min_cut_saved(nodes, primals, bw_roots, from_tangents, also)
+        saved = _min_cut_saved(nodes, primals, _ancestors(fw_required), bw_roots,
+                               from_tangents, also)
     else:
         saved = _reads_of_backward(nodes, primals, fw_required, bw_roots, from_tangents,
                                    also)
@@ -163,12 +164,13 @@ def _recomputable(node):
 REDUCTION_RECOMPUTE_RATIO = 4
 
 
-def _min_cut_saved(nodes, primals, bw_roots, from_tangents, also):
+def _min_cut_saved(nodes, primals, in_forward, bw_roots, from_tangents, also):
     """The forward values to save: a minimum cut, in bytes, between the primals and the
     backward's nodes. Each value v is an edge v.in -> v.out whose capacity is its
     bytes (cutting it: saving v), each read of v by u an uncuttable edge v.out -> u.in.
-    The source feeds the primals and every value the backward may not compute again;
-    every node that depends on a tangent drains into the sink. The source side of a
+    The source feeds the primals and every value the forward computes that the backward
+    may not compute again (one only the backward reads it computes, as without
+    min-cut); every node that depends on a tangent drains into the sink. The source side of a
     cut is what the forward computes; a value whose in is on that side and out is not
     is saved, and every value on the sink side the backward computes."""
     bw_needed = _ancestors(bw_roots)
@@ -193,7 +195,7 @@ def _min_cut_saved(nodes, primals, bw_roots, from_tangents, also):
         if n in roots:
             # a gradient that is a forward value (no tangent reaches it)
             net.add_edge(vout, T, INFINITE)
-        if n in primal_set or n in also_set or not _recomputable(n):
+        if n in primal_set or n in also_set or (n in in_forward and not _recomputable(n)):
             net.add_edge(S, vin, INFINITE)
     net.vertex(S)
     net.vertex(T)
