@@ -62,3 +62,14 @@ def test_bn_train_step_benchmark_runs():
 def test_vecmath_benchmark_runs():
     out = _run("vecmath.py", "--quick")
     assert "tanh chain" in out and "pow" in out and "t.compile" in out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_train_benchmark_runs():
+    out = _run("train.py", "--quick")
+    for model in ("resnet", "gpt", "bert"):
+        assert f"{model} training step" in out
+    for config in ("ember eager", "ember aot_eager", "ember llvm", "torch aot min-cut",
+                   "torch.compile"):
+        assert config in out

@@ -13,7 +13,8 @@ forward outputs, written back into the inputs by the runtime after each call
 (mutation.py; the eager backend's graphs that write into inputs take the same path,
 eager.py).
 
-Backend "aot_eager" compiles both graphs with eager ops.
+Backend "aot_eager" compiles both graphs with eager ops. counters["aot_saved_bytes"]
+[graph name] adds up the bytes each compiled forward saves for its backward.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import dataclasses
 from .. import _C
 from .. import fx
 from ..capture.backends import register_backend
+from ..capture.exc import counters
 from .decompose import PrimVerificationError, decompose, verify_prims
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, log_mutations, partition, saved_bytes
@@ -70,8 +72,9 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     # (variants.py), whose formulas read forward values the full backward's prims may
     # not: every forward value an op-level formula reads is saved too
     also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
-    fw, bw, saved = partition(prim_joint, also_save=also)
+    fw, bw, saved = partition(prim_joint, also_save=also, min_cut=_min_cut())
     log_graphs(fw, bw, saved, name)
+    counters["aot_saved_bytes"][name] += sum(r[3] for r in saved_bytes(saved))
     log_mutations(joint, name)
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
@@ -81,11 +84,18 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
                              fallback=fallback)
 
 
+def _min_cut():
+    from ..capture.config import config
+    if config.partitioner not in ("min_cut", "save_all"):
+        raise ValueError(f"ember.compiler.config.partitioner: expected 'min_cut' or "
+                         f"'save_all', got {config.partitioner!r}")
+    return config.partitioner == "min_cut"
+
+
 def _aliased_inputs_fallback(gm, name):
     """Runs the captured graph eagerly: for calls in which an input the graph writes
     into shares memory with another input (the compiled graph treats them as
     separate), counted in counters["aliased_inputs"]."""
-    from ..capture.exc import counters
     from .eager import restoring_inputs, written_inputs
     forward = gm.forward if hasattr(gm, "forward") else gm
     if hasattr(gm, "graph"):     # in place: a call that raises leaves the inputs as they were

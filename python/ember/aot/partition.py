@@ -1,15 +1,22 @@
 """Partition a joint graph into a forward graph and a backward graph.
 
-The forward graph computes the forward outputs and saves every value the backward
-needs (the min-cut partitioner that recomputes cheap values instead comes later); the
-backward graph takes the saved values and the tangents and returns the gradients."""
+The forward graph computes the forward outputs and the values it saves for the
+backward; the backward graph takes the saved values and the tangents and returns the
+gradients, computing again the cheap forward values it needs that were not saved. What
+is saved is a minimum cut of the joint graph weighted by bytes (max flow: maxflow.py):
+the fewest saved bytes from which the backward can compute all it needs, where only
+the op table's cheap ops (elementwise, views, copies, reductions of small inputs) may
+be computed again, never matmuls, convolutions, random draws or index work."""
 from __future__ import annotations
 
 import operator
 
+from .. import _C
 from .. import fx
 from ..capture import logs
+from ..ops.registry import RECOMPUTE_CHEAP, RECOMPUTE_REDUCTION
 from .joint import JointGraph
+from .maxflow import INFINITE, FlowNetwork
 
 
 def _reach(nodes, step):
@@ -33,10 +40,14 @@ def _descendants(nodes):
     return _reach(nodes, lambda n: n.users)
 
 
-def partition(joint: JointGraph, also_save=()):
+def partition(joint: JointGraph, also_save=(), min_cut=True):
     """Returns (forward graph, backward graph, saved nodes of the joint graph). Forward
     values in also_save are computed by the forward and saved even when the backward
-    graph does not read them (a backward variant may, aot/variants.py)."""
+    graph does not read them (a backward variant may, aot/variants.py). With min_cut
+    the saved values are a minimum cut (in bytes) of the joint graph: the backward
+    computes again the cheap values (op table: OpEntry.recompute_policy) it can make
+    from fewer saved bytes; without, the forward saves every forward value the
+    backward reads."""
     g = joint.graph
     nodes = list(g.nodes)
     output = nodes[-1]
@@ -51,21 +62,18 @@ def partition(joint: JointGraph, also_save=()):
     from_tangents = _descendants(tangents)
     kept = [n for n in nodes if n.op == "call_function" and not n.users and n.is_impure()]
     also = [n for n in also_save if n not in from_tangents and n.op != "output"]
-    fw_set = _ancestors(fw_outs + also + [n for n in kept if n not in from_tangents]) | \
-        set(primals)
-    bw_needed = _ancestors([x for x in grads if x is not None] +
-                           [n for n in kept if n in from_tangents])
-    # an item of a forward op's tuple the backward reads is taken in the forward (and
-    # saved), never the tuple itself (sort's indices, read by a custom backward only)
-    fw_set |= {n for n in bw_needed if n.op == "call_function" and
-               n.target is operator.getitem and n.args[0] in fw_set}
-    bw_nodes = [n for n in nodes if n in bw_needed and n not in fw_set and n.op != "placeholder"]
-    saved = []
-    also_set = set(also)
-    for n in nodes:
-        if n in fw_set and (n in also_set or
-                            any(u in bw_needed and u not in fw_set for u in n.users)):
-            saved.append(n)
+    fw_required = [n for n in fw_outs + also + [n for n in kept if n not in from_tangents]
+                   if isinstance(n, fx.Node)]
+    bw_roots = [x for x in grads if x is not None] + [n for n in kept if n in from_tangents]
+    if min_cut:
+        saved = _min_cut_saved(nodes, primals, _ancestors(fw_required), bw_roots,
+                               from_tangents, also)
+    else:
+        saved = _reads_of_backward(nodes, primals, fw_required, bw_roots, from_tangents,
+                                   also)
+    saved_set = set(saved)
+    fw_set = _ancestors(fw_required + saved) | set(primals)
+    bw_nodes = _backward_nodes(nodes, bw_roots, saved_set)
 
     fw = fx.Graph()
     env = {}
@@ -94,6 +102,109 @@ def partition(joint: JointGraph, also_save=()):
     bw.eliminate_dead_code()
     bw.lint()
     return fw, bw, saved
+
+
+def _reads_of_backward(nodes, primals, fw_required, bw_roots, from_tangents, also):
+    """Every forward value the backward reads (nothing is computed twice)."""
+    fw_set = _ancestors(fw_required) | set(primals)
+    bw_needed = _ancestors(bw_roots)
+    # an item of a forward op's tuple the backward reads is taken in the forward (and
+    # saved), never the tuple itself (sort's indices, read by a custom backward only)
+    fw_set |= {n for n in bw_needed if n.op == "call_function" and
+               n.target is operator.getitem and n.args[0] in fw_set}
+    also_set = set(also)
+    return [n for n in nodes if n in fw_set and (
+        n in also_set or any(u in bw_needed and u not in fw_set for u in n.users))]
+
+
+def _backward_nodes(nodes, bw_roots, saved_set):
+    """The nodes the backward computes: the ancestors of its roots, up to saved values
+    and tangents (placeholders)."""
+    need, stack = set(), list(bw_roots)
+    while stack:
+        n = stack.pop()
+        if n in need or n in saved_set:
+            continue
+        need.add(n)
+        if n.op == "placeholder":
+            continue
+        stack.extend(n.all_input_nodes)
+    return [n for n in nodes if n in need and n.op != "placeholder"]
+
+
+def _nbytes(node):
+    v = node.meta.get("val")
+    if isinstance(v, _C.Tensor):
+        return v.numel() * v.element_size()
+    return None
+
+
+def _recomputable(node):
+    """Whether the backward may compute node's value again (from the op table)."""
+    if node.op != "call_function":
+        return False
+    t = node.target
+    if t is operator.getitem:
+        return _recomputable(node.args[0])
+    entry = getattr(t, "entry", None)
+    if entry is None:
+        return False
+    policy = entry.recompute_policy
+    if policy == RECOMPUTE_CHEAP:
+        return True
+    if policy == RECOMPUTE_REDUCTION:
+        # a reduction that reads much more than it returns is saved, not recomputed
+        out = _nbytes(node)
+        read = sum(_nbytes(a) or 0 for a in node.all_input_nodes)
+        return out is not None and read <= REDUCTION_RECOMPUTE_RATIO * out
+    return False
+
+
+REDUCTION_RECOMPUTE_RATIO = 4
+
+
+def _min_cut_saved(nodes, primals, in_forward, bw_roots, from_tangents, also):
+    """The forward values to save: a minimum cut, in bytes, between the primals and the
+    backward's nodes. Each value v is an edge v.in -> v.out whose capacity is its
+    bytes (cutting it: saving v), each read of v by u an uncuttable edge v.out -> u.in.
+    The source feeds the primals and every value the forward computes that the backward
+    may not compute again (one only the backward reads it computes, as without
+    min-cut); every node that depends on a tangent drains into the sink. The source side of a
+    cut is what the forward computes; a value whose in is on that side and out is not
+    is saved, and every value on the sink side the backward computes."""
+    bw_needed = _ancestors(bw_roots)
+    roots = set(bw_roots)
+    also_set = set(also)
+    net = FlowNetwork()
+    S, T = ("source",), ("sink",)
+    primal_set = set(primals)
+    for n in nodes:
+        if n not in bw_needed:
+            continue
+        vin, vout = (n, 0), (n, 1)
+        for a in n.all_input_nodes:
+            net.add_edge((a, 1), vin, INFINITE)
+        if n in from_tangents:
+            net.add_edge(vin, vout, INFINITE)
+            net.add_edge(vin, T, INFINITE)
+            continue
+        # a value saved anyway costs nothing more to read in the backward
+        nbytes = 0 if n in also_set else _nbytes(n)
+        net.add_edge(vin, vout, INFINITE if nbytes is None else nbytes)
+        if n in roots:
+            # a gradient that is a forward value (no tangent reaches it)
+            net.add_edge(vout, T, INFINITE)
+        if n in primal_set or n in also_set or (n in in_forward and not _recomputable(n)):
+            net.add_edge(S, vin, INFINITE)
+    net.vertex(S)
+    net.vertex(T)
+    if net.max_flow(S, T) == INFINITE:
+        raise RuntimeError("AOT partition: the backward reads a forward value that can "
+                           "be neither saved nor computed again")
+    side = net.source_side(S)
+    return [n for n in nodes if n in also_set or
+            (n in bw_needed and n not in from_tangents and (n, 0) in side and
+             (n, 1) not in side)]
 
 
 def saved_bytes(saved) -> list:

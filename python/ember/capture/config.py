@@ -27,6 +27,10 @@ class _Config:
         self.cache_dir = default_cache_dir()
         # threads compiling a graph's kernels at once (None: the cores this process has)
         self.compile_threads = None
+        # what AOT autograd's forward saves for the backward: "min_cut" (the fewest
+        # bytes; cheap values are computed again in the backward) or "save_all" (every
+        # forward value the backward reads); aot/partition.py
+        self.partitioner = "min_cut"
 
     def __repr__(self):
         return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "

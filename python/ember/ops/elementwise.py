@@ -11,7 +11,7 @@ import math
 from .. import _C
 from . import meta as M
 from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, FLOATING, INTEGRAL, NO_BOOL,
-                       NOT_BOOL, UNARY, UNARY_FLOAT, op)
+                       NOT_BOOL, RECOMPUTE_CHEAP, UNARY, UNARY_FLOAT, op)
 from .. import prims as P
 from ..compiler.lowerings import extern, libm, lower_add, lower_div, lower_pow, pointwise
 from . import api as O
@@ -83,6 +83,7 @@ def _div_backward(g, out, self, other, rounding_mode):
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
    BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
    inplace_variant=True, prim=True, checks_values=True, meta=M.div,
+   recompute=RECOMPUTE_CHEAP,   # recomputed on values it ran on already: raises nothing new
    backward=_div_backward,
    lower=lower_div,
    doc="self / other: true division, or rounded with rounding_mode 'trunc' or 'floor'. "
@@ -116,6 +117,7 @@ def _pow_backward(g, out, self, exponent):
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
    BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True, checks_values=True,
+   recompute=RECOMPUTE_CHEAP,
    meta=M.pow_, lower=lower_pow,
    inplace_variant=True,
    backward=_pow_backward,
@@ -505,7 +507,7 @@ def _where_meta(entry, args):
 
 
 op("where(Tensor condition, Tensor self, Tensor other) -> Tensor",
-   CUSTOM, "where", prim=True, meta=_where_meta, numbers=True,
+   CUSTOM, "where", prim=True, meta=_where_meta, numbers=True, recompute=RECOMPUTE_CHEAP,
    lower=pointwise("select"),
    backward=lambda g, out, cond, self, other: (
        None, O.where(cond, g, 0) if _is_tensor(self) else None,

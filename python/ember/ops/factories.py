@@ -10,7 +10,7 @@ from .. import prims as P
 from . import api as O
 from . import meta as M
 from ..compiler.lowerings import extern, lower_arange, lower_full
-from .registry import CUSTOM, FACTORY, FLOATING, op
+from .registry import CUSTOM, FACTORY, FLOATING, RECOMPUTE_CHEAP, op
 
 _OPTS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 _GEN = "Generator? generator=None, " + _OPTS
@@ -33,12 +33,12 @@ _factory("zeros", "zeros", fill=0)
 _factory("ones", "ones", fill=1)
 _factory("empty", "empty", fill=0)
 op(f"full(SymInt[] size, Scalar fill_value, *, {_OPTS}) -> Tensor", FACTORY, "full",
-   prim=True, lower=lower_full, method=False, meta=M.full)
+   prim=True, lower=lower_full, method=False, meta=M.full, recompute=RECOMPUTE_CHEAP)
 _factory("rand", "rand", prim=True, opts=_GEN, rule=FLOATING)
 _factory("randn", "randn", prim=True, opts=_GEN, rule=FLOATING)
 
 op(f"arange(Scalar end, *, {_OPTS}) -> Tensor", FACTORY, "arange", prim=True, method=False,
-   lower=lower_arange,
+   lower=lower_arange, recompute=RECOMPUTE_CHEAP,
    meta=M.arange)
 op(f"arange.start(Scalar start, Scalar end, Scalar step=1, *, {_OPTS}) -> Tensor", FACTORY,
    "arange", method=False, meta=M.arange,

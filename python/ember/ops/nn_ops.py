@@ -1438,15 +1438,25 @@ _decomposed("one_hot(Tensor self, int num_classes=-1) -> Tensor", _one_hot_decom
 # ================================================================== attention (composite)
 
 
-def _safe_softmax(x, dim):
-    """softmax that gives 0 (not NaN) for rows that are all -inf (fully masked)."""
-    if x.shape[dim] == 0:       # no keys: an empty softmax (amax would refuse the dim)
-        return x * 0.0
-    m = x.amax(dim, keepdim=True)
-    m = O.where(m == -math.inf, 0.0, m)
-    e = (x - m).exp()
-    s = e.sum(dim, keepdim=True)
-    return e / O.where(s == 0, 1.0, s)
+def _safe_softmax_decompose(self, dim, dtype):
+    x = P._to_copy(self, dtype=dtype) if dtype is not None and dtype is not self.dtype \
+        else self
+    d = M.wrap_dim(dim, x.ndim)
+    if x.shape[d] == 0:         # no keys: an empty softmax (amax would refuse the dim)
+        return P.full(x.shape, 0.0, dtype=x.dtype)
+    m = P.amax(x, [d], True)
+    m = P.where(P.eq(m, -math.inf), 0.0, m)
+    e = P.exp(P.add(x, P.neg(m)))
+    s = P.sum(e, [d], True)
+    return P.div(e, P.where(P.eq(s, 0), 1.0, s))
+
+
+# its own op (as ATen's) for its gradient: softmax's, which reads the result alone, so
+# a compiled forward saves one value for it, not the chain of ops it is made of
+_decomposed("_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
+            _safe_softmax_decompose,
+            lambda g, out, self, dim, dtype: (out * (g - (g * out).sum(dim, keepdim=True)),),
+            "softmax that gives 0 (not NaN) in rows that are all -inf (fully masked).")
 
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -1480,7 +1490,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
             attn = O.where(attn_mask, attn, -math.inf)
         else:
             attn = attn + attn_mask
-    attn = _safe_softmax(attn, -1)
+    attn = O._safe_softmax(attn, -1)
     if dropout_p > 0.0:
         attn = O.dropout(attn, dropout_p, True)
     return attn.matmul(value)

@@ -59,6 +59,12 @@ FLOATING = 32      # gelu, lerp: no integer or bool kernel (NotImplementedError)
 
 _NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
 
+# whether the min-cut partitioner (aot/partition.py) may compute a prim's value again in
+# the backward instead of saving it (OpEntry.recompute; by kind unless given)
+RECOMPUTE_CHEAP = "cheap"          # elementwise, views, copies, constant factories
+RECOMPUTE_REDUCTION = "reduction"  # cheap unless it reads much more than it returns
+RECOMPUTE_NEVER = "never"          # matmuls, convolutions, random draws, index work
+
 
 @dataclass
 class OpEntry:
@@ -85,6 +91,7 @@ class OpEntry:
     #                                 index out of range, a mask count that does not fit,
     #                                 an integer division by zero): graphs keep such a
     #                                 node even when its result is unused
+    recompute: Optional[str] = None   # RECOMPUTE_*: None means as the kind says
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
     aliases: tuple = ()
@@ -120,6 +127,22 @@ class OpEntry:
         None. View ops always do; reshape, contiguous, to and the like may: whether
         one call's result is a view is told by its storage (Tensor.untyped_storage)."""
         return self.schema.aliased_params
+
+    @property
+    def recompute_policy(self):
+        """RECOMPUTE_CHEAP, _REDUCTION or _NEVER: whether the min-cut partitioner may
+        compute this prim again in the backward (aot/partition.py). Elementwise kinds and
+        views are cheap, reductions cheap over small inputs; anything else is never
+        recomputed unless its entry says so."""
+        if self.recompute is not None:
+            return self.recompute
+        if self.checks_values:
+            return RECOMPUTE_NEVER
+        if self.kind in _ELEMENTWISE_KINDS or self.kind == VIEW:
+            return RECOMPUTE_CHEAP
+        if self.kind == REDUCE:
+            return RECOMPUTE_REDUCTION
+        return RECOMPUTE_NEVER
 
     @property
     def differentiable(self):

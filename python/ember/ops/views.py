@@ -5,7 +5,7 @@ from . import api as O
 from . import meta as M
 from ..compiler.lowerings import (copy, lower_expand, lower_permute, lower_slice,
                                    lower_slice_scatter, lower_view)
-from .registry import CUSTOM, VIEW, op
+from .registry import CUSTOM, RECOMPUTE_CHEAP, VIEW, op
 
 
 def _is_tensor(x):
@@ -115,7 +115,7 @@ op("__setitem__(Tensor(a!) self, Any indices, Tensor value) -> ()", CUSTOM, "set
 # ------------------------------------------------------------------ copies
 
 op("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", CUSTOM, "clone",
-   prim=True, lower=copy, meta=M.clone,
+   prim=True, lower=copy, meta=M.clone, recompute=RECOMPUTE_CHEAP,
    backward=lambda g, out, self, memory_format: (g,),
    doc="A copy; keeps a dense layout unless memory_format asks for contiguous.")
 
@@ -124,7 +124,7 @@ op("contiguous(Tensor(a) self, *, MemoryFormat memory_format='contiguous_format'
    doc="self if already contiguous, else a contiguous copy.")
 
 op("_to_copy(Tensor self, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "to_copy",
-   prim=True, lower=copy, meta=M.to_copy,
+   prim=True, lower=copy, meta=M.to_copy, recompute=RECOMPUTE_CHEAP,
    backward=lambda g, out, self, dtype: (O._to_copy(g, dtype=self.dtype),),
    doc="A copy converted to dtype (convert_element_type).")
 
@@ -187,7 +187,7 @@ def _select_scatter_decompose(self, src, dim, index):
 
 op("slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,"
    " SymInt step=1) -> Tensor", CUSTOM, "slice_scatter", prim=True, meta=M.slice_scatter,
-   lower=lower_slice_scatter,
+   lower=lower_slice_scatter, recompute=RECOMPUTE_CHEAP,
    backward=lambda g, out, self, src, dim, start, end, step: (
        O.slice_scatter(g, O.zeros(src.shape, dtype=g.dtype), dim, start, end, step),
        g.slice(dim, start, end, step)),
