@@ -40,6 +40,7 @@ typedef enum {
     EM_FLOAT16,
     EM_FLOAT32,
     EM_FLOAT64,
+    EM_BFLOAT16,             /* NumPy's through ml_dtypes (its type number is found at import) */
     EM_NDTYPES,
     EM_UNDEFINED = -1
 } em_dtype_t;
@@ -57,7 +58,12 @@ extern PyTypeObject em_DType_Type;
 extern em_DType *em_dtypes[EM_NDTYPES];
 extern em_dtype_t em_default_dtype;   /* float32 unless set_default_dtype */
 
-static inline bool em_is_float(em_dtype_t t) { return t >= EM_FLOAT16 && t <= EM_FLOAT64; }
+static inline bool em_is_float(em_dtype_t t)
+{
+    return (t >= EM_FLOAT16 && t <= EM_FLOAT64) || t == EM_BFLOAT16;
+}
+/* float16 and bfloat16: computed in float32 where a loop has no 16-bit path */
+static inline bool em_is_half(em_dtype_t t) { return t == EM_FLOAT16 || t == EM_BFLOAT16; }
 static inline bool em_is_int(em_dtype_t t) { return t >= EM_UINT8 && t <= EM_INT64; }
 em_dtype_t em_promote_types(em_dtype_t a, em_dtype_t b);
 em_dtype_t em_dtype_from_npy(int npy_type);

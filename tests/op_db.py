@@ -25,7 +25,7 @@ from ember.ops import registry
 
 BOOL = ("bool",)
 INTS = ("uint8", "int8", "int16", "int32", "int64")
-FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
 ALL = BOOL + INTS + FLOATS
 NO_BOOL = INTS + FLOATS
 NUMBERS = INTS + FLOATS

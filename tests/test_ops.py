@@ -21,7 +21,7 @@ import op_db
 from op_db import ALL, FLOATS, noncontig
 
 INFOS = op_db.all_infos()
-TOL = {"float16": (1e-3, 1e-3), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}
+TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}
 
 
 def rng_for(*key):
@@ -290,6 +290,9 @@ def to_torch(torch, x):
     if isinstance(x, ember.Tensor):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if x.dtype is ember.bfloat16:     # torch.from_numpy has no bfloat16: its bits
+                return torch.from_numpy(x.detach().numpy().view(np.int16)).view(
+                    torch.bfloat16)
             return torch.from_numpy(x.detach().numpy())
     if isinstance(x, ember.dtype):
         return getattr(torch, str(x).split(".")[-1])

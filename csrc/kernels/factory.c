@@ -428,10 +428,10 @@ random_fill(em_Op *op, PyObject **args, const char *method)
                           : NULL;
     Py_XDECREF(size);
     Py_DECREF(np_gen);
-    if (vals != NULL && g.dtype == EM_FLOAT16 && strcmp(method, "random") == 0) {
-        /* keep [0, 1): float32 draws near 1 would round up to 1 in float16, so
-         * take multiples of 2**-11, as PyTorch's half uniform does */
-        PyObject *scale = PyFloat_FromDouble(2048.0);
+    if (vals != NULL && em_is_half(g.dtype) && strcmp(method, "random") == 0) {
+        /* keep [0, 1): float32 draws near 1 would round up to 1 in float16 or
+         * bfloat16, so take multiples of 2**-11 (2**-8), as PyTorch's uniform does */
+        PyObject *scale = PyFloat_FromDouble(g.dtype == EM_FLOAT16 ? 2048.0 : 256.0);
         PyObject *scaled = scale ? PyNumber_Multiply(vals, scale) : NULL;
         PyObject *floored = scaled ? PyObject_CallOneArg(em_np.floor, scaled) : NULL;
         PyObject *r = floored ? PyNumber_TrueDivide(floored, scale) : NULL;

@@ -40,6 +40,15 @@ em_copy_into(em_Tensor *dst, PyObject *src)
     }
     if (arr == NULL)
         return -1;
+    if (!em_is_float(dst->dtype) &&
+        em_dtype_from_npy(PyArray_TYPE((PyArrayObject *)arr)) == EM_BFLOAT16) {
+        /* through float32: ml_dtypes' own casts to integers saturate where PyTorch's
+         * (and NumPy's float16 casts) wrap */
+        PyObject *f = PyArray_Cast((PyArrayObject *)arr, NPY_FLOAT32);
+        Py_DECREF(arr);
+        if ((arr = f) == NULL)
+            return -1;
+    }
     /* a converting copy never warns (NaN or 1e200 into an integer or float32), as
      * PyTorch's never does */
     bool converts = PyArray_TYPE((PyArrayObject *)arr) != PyArray_TYPE(dst->array);

@@ -9,6 +9,7 @@ c_type_name(em_dtype_t t)
         [EM_BOOL] = "bool", [EM_UINT8] = "unsigned char", [EM_INT8] = "signed char",
         [EM_INT16] = "short int", [EM_INT32] = "int", [EM_INT64] = "long int",
         [EM_FLOAT16] = "c10::Half", [EM_FLOAT32] = "float", [EM_FLOAT64] = "double",
+        [EM_BFLOAT16] = "c10::BFloat16",
     };
     return names[t];
 }
@@ -98,7 +99,9 @@ k_matmul(em_Op *op, PyObject **args)
         return (PyObject *)out;
     }
     PyObject *in[2] = {(PyObject *)a, (PyObject *)b};
-    if (em_ufunc_call(op->ufunc, in, 2, out->array, g.dtype, g.dtype) < 0)
+    /* bfloat16 (NumPy has no loop for it) computes in float32, rounded once */
+    em_dtype_t compute = g.dtype == EM_BFLOAT16 ? EM_FLOAT32 : g.dtype;
+    if (em_ufunc_call(op->ufunc, in, 2, out->array, compute, compute) < 0)
         goto error;
     return (PyObject *)out;
 error:

@@ -74,7 +74,9 @@ k_linear(em_Op *op, PyObject **args)
         xin = x2;
     }
     PyObject *ins[2] = {xin, wt};
-    int st = em_ufunc_call(op->ufunc, ins, 2, o2 ? o2 : out->array, x->dtype, x->dtype);
+    /* bfloat16 (NumPy has no matmul loop for it) computes in float32 */
+    em_dtype_t compute = x->dtype == EM_BFLOAT16 ? EM_FLOAT32 : x->dtype;
+    int st = em_ufunc_call(op->ufunc, ins, 2, o2 ? o2 : out->array, compute, compute);
     Py_DECREF(wt);
     Py_XDECREF(x2);
     Py_XDECREF(o2);

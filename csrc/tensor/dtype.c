@@ -19,7 +19,11 @@ static const struct {
     [EM_FLOAT16] = {"float16", "Half", NPY_FLOAT16},
     [EM_FLOAT32] = {"float32", "Float", NPY_FLOAT32},
     [EM_FLOAT64] = {"float64", "Double", NPY_FLOAT64},
+    [EM_BFLOAT16] = {"bfloat16", "BFloat16", -1},     /* set by em_dtype_init */
 };
+
+/* NumPy's type number of ml_dtypes.bfloat16 (a user-defined NumPy dtype) */
+static int npy_bfloat16 = -1;
 
 const char *
 em_dtype_torch_name(em_dtype_t t)
@@ -44,7 +48,9 @@ em_promote_types(em_dtype_t a, em_dtype_t b)
             return b;
         if (!em_is_float(b))
             return a;
-        return em_dtypes[a]->itemsize >= em_dtypes[b]->itemsize ? a : b;
+        if (em_dtypes[a]->itemsize == em_dtypes[b]->itemsize)
+            return EM_FLOAT32;          /* float16 and bfloat16: neither holds the other */
+        return em_dtypes[a]->itemsize > em_dtypes[b]->itemsize ? a : b;
     }
     /* two distinct integer types */
     if (a == EM_UINT8 || b == EM_UINT8) {
@@ -68,6 +74,8 @@ em_dtype_from_npy(int npy_type)
     case NPY_FLOAT32: return EM_FLOAT32;
     case NPY_FLOAT64: return EM_FLOAT64;
     default:
+        if (npy_type == npy_bfloat16 && npy_bfloat16 >= 0)
+            return EM_BFLOAT16;
         /* long long and long are both 64 bits here; NumPy may use either number */
         if (npy_type == NPY_LONGLONG || npy_type == NPY_LONG)
             return EM_INT64;
@@ -175,6 +183,29 @@ PyTypeObject em_DType_Type = {
     .tp_doc = "The data type of an ember Tensor (ember.float32, ember.int64, ...).",
 };
 
+/* ml_dtypes.bfloat16's NumPy descriptor (a new reference), its type number noted. */
+static PyArray_Descr *
+bfloat16_descr(void)
+{
+    PyArray_Descr *descr = NULL;
+    PyObject *mod = PyImport_ImportModule("ml_dtypes"), *type = NULL;
+    if (mod == NULL) {
+        PyErr_SetString(PyExc_ImportError, "ember needs the ml_dtypes package for its "
+                        "bfloat16 dtype (pip install ml_dtypes)");
+        return NULL;
+    }
+    type = PyObject_GetAttrString(mod, "bfloat16");
+    Py_DECREF(mod);
+    if (type == NULL)
+        return NULL;
+    if (!PyArray_DescrConverter(type, &descr))
+        descr = NULL;
+    Py_DECREF(type);
+    if (descr != NULL)
+        npy_bfloat16 = descr->type_num;
+    return descr;
+}
+
 int
 em_dtype_init(PyObject *module)
 {
@@ -185,11 +216,12 @@ em_dtype_init(PyObject *module)
         if (d == NULL)
             return -1;
         d->code = (em_dtype_t)i;
-        d->npy_type = dtype_info[i].npy_type;
         d->name = dtype_info[i].name;
-        d->descr = PyArray_DescrFromType(d->npy_type);
+        d->descr = i == EM_BFLOAT16 ? bfloat16_descr()
+                                    : PyArray_DescrFromType(dtype_info[i].npy_type);
         if (d->descr == NULL)
             return -1;
+        d->npy_type = d->descr->type_num;
         d->itemsize = (int)PyDataType_ELSIZE(d->descr);
         em_dtypes[i] = d;
         Py_INCREF(d);

@@ -7,8 +7,8 @@ from . import _C
 from ._C import (Size, Tensor, UntypedStorage, dtype, from_numpy, get_default_dtype,
                  get_num_threads, is_grad_enabled, promote_types, result_type,
                  set_default_dtype, set_num_threads)
-from ._C import (bool as _bool, float16, float32, float64, int8, int16, int32, int64,
-                 uint8)
+from ._C import (bool as _bool, bfloat16, float16, float32, float64, int8, int16, int32,
+                 int64, uint8)
 from . import ops as _ops
 from .device import device, get_default_device, set_default_device
 
