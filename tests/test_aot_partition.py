@@ -223,7 +223,7 @@ def test_aot_graphs_log_prints_saved_bytes(monkeypatch, capsys):
     monkeypatch.setenv("EMBER_LOGS", "aot_graphs")
     x = _leaf((N,))
     ember.compile(_fan_out, backend="aot_eager")(x).backward()
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     assert f"saved for backward: 1 tensors, {F4} bytes" in text
     assert "primals_1: ember.float32 [1000]  4000 bytes" in text
 
