@@ -341,8 +341,13 @@ def test_zoo_models_compile(name, backend):
     grads = dict(eager.named_parameters())
     for n, p in model.named_parameters():
         if grads[n].grad is not None:
-            np.testing.assert_allclose(p.grad.numpy(), grads[n].grad.numpy(), rtol=1e-4,
-                                       atol=1e-6, err_msg=n)
+            # float32, summed in another order (fused reductions, im2col products): each
+            # element within 1e-4 of itself or of the gradient's largest element (an
+            # element that cancels down to 1e-3 of the largest keeps its absolute error)
+            want = grads[n].grad.numpy()
+            np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-4,
+                                       atol=max(1e-6, 1e-4 * float(np.abs(want).max())),
+                                       err_msg=n)
     # batch norm's running statistics: written exactly as eager writes them
     for (n, b), (_, e) in zip(model.named_buffers(), eager.named_buffers()):
         np.testing.assert_allclose(b.numpy(), e.numpy(), rtol=1e-6, atol=1e-7, err_msg=n)
