@@ -24,8 +24,8 @@ from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
 from .source import CellSource, ClosureSource, LocalSource
 from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
-from .variables import CellVar, ConstVar, NullVar, ObjectVar, TensorVar, TupleVar, \
-    VariableTracker
+from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, ListVar, NullVar, \
+    ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
 
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -246,6 +246,7 @@ def compile_break(frame_info, e, ctx, t0):
                         else None for n in code.co_varnames]
         continuations.append(resume.Continuation(code, off, local_values, lower_idx,
                                                  outputs))
+    _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):
             # the entry function makes resume functions over these very cells
@@ -267,6 +268,53 @@ def compile_break(frame_info, e, ctx, t0):
         ctx.graphs.append(gm)
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
     return guards, entry
+
+
+def _tensors_in(values):
+    """The TensorVars the values carry (themselves, in containers, as bound methods)."""
+    stack, seen = list(values), set()
+    while stack:
+        vt = stack.pop()
+        if id(vt) in seen:
+            continue
+        seen.add(id(vt))
+        if isinstance(vt, TensorVar):
+            yield vt
+        elif isinstance(vt, (TupleVar, ListVar)):
+            stack.extend(vt.items)
+        elif isinstance(vt, DictVar):
+            stack.extend(vt.items.values())
+        elif isinstance(vt, TensorMethodVar):
+            stack.append(vt.tensor)
+        elif isinstance(vt, BoundMethodVar):
+            stack.append(vt.self_var)
+        elif isinstance(vt, CellVar) and vt.content is not None:
+            stack.append(vt.content)
+
+
+def _check_no_aliases_cross(values, out):
+    """The graph's outputs are tensors of their own: a view made in the graph (of an
+    input, of an intermediate), or two values sharing memory, would reach CPython and
+    the resume function as separate tensors, not eager's views of one memory with
+    eager's autograd history, so a later write would not reach what eager's reaches.
+    Such values crossing the break send the frame to CPython instead. Inputs
+    themselves cross as the very objects the caller passed."""
+    seen = set()
+    for vt in _tensors_in(values):
+        fake = vt.fake
+        if vt.node.op == "placeholder":
+            continue
+        storage = id(fake.untyped_storage())
+        if storage in out.input_storages:
+            why = "a tensor sharing memory with an input (a view of it)"
+        elif fake._base is not None:
+            why = "a view made in the graph"
+        elif storage in seen:
+            why = "two tensors sharing memory"
+        else:
+            seen.add(storage)
+            continue
+        raise Unsupported(f"{why} would cross the graph break")
 
 
 # Code that fell back (and is marked SKIP) because of an unsupported construct: a strict
