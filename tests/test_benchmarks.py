@@ -55,3 +55,10 @@ def test_compile_time_benchmark_runs_beside_torch():
 def test_bn_train_step_benchmark_runs():
     out = _run("bn_train_step.py", "--quick")
     assert "ember.compile llvm" in out and "BatchNorm" in out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_attention_benchmark_runs():
+    out = _run("attention.py", "--quick")
+    assert "ember fused" in out and "torch.compile" in out and "fwd+bwd" in out
