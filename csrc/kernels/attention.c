@@ -69,21 +69,25 @@ zigzag(int64_t t, int64_t n)
 }
 
 #define T float
+#define ITYPE int32_t
 #define SUF f32
 #define EXP em_expf
 #define LOG logf
 #include "kernels/attention_loops.h"
 #undef T
+#undef ITYPE
 #undef SUF
 #undef EXP
 #undef LOG
 
 #define T double
+#define ITYPE int64_t
 #define SUF f64
 #define EXP exp
 #define LOG log
 #include "kernels/attention_loops.h"
 #undef T
+#undef ITYPE
 #undef SUF
 #undef EXP
 #undef LOG

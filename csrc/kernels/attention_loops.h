@@ -1,6 +1,6 @@
 /* attention_loops.h: the block loops of the fused attention kernels, for one element
  * type. attention.c includes this file twice, with T (float, double), SUF (f32, f64),
- * EXP and LOG defined; nothing else includes it.
+ * ITYPE (the integer of T's width), EXP and LOG defined; nothing else includes it.
  *
  * Every product is gemm(): C (m x n) = alpha * A (m x k) B (k x n) [+ C], A read with
  * any strides (its elements are broadcast), B with unit column stride (its rows are
@@ -107,6 +107,57 @@ FN(pack_t)(int64_t rows, int64_t cols, const T *src, int64_t lds, T *dst, int64_
             dst[c * ldd + r] = src[r * lds + c];
 }
 
+typedef ITYPE FN(ivec) __attribute__((vector_size(32)));
+
+/* max(init, row[0..n)), NaN ignored (as the scalar comparison ignores it). */
+EM_CLONES static T
+FN(row_max)(const T *row, int64_t n, T init)
+{
+    FN(vec) m = init - (FN(vec)){0};
+    int64_t c = 0;
+    for (; c + VL <= n; c += VL) {
+        FN(vec) x;
+        VLOAD(x, row + c);
+        FN(ivec) gt = x > m;
+        m = (FN(vec))(((FN(ivec))x & gt) | ((FN(ivec))m & ~gt));
+    }
+    T r = init;
+    for (int i = 0; i < VL; i++)
+        r = m[i] > r ? m[i] : r;
+    for (; c < n; c++)
+        r = row[c] > r ? row[c] : r;
+    return r;
+}
+
+/* row[c] = exp(row[c] - shift); returns their sum. */
+EM_CLONES static T
+FN(row_exp)(T *row, int64_t n, T shift)
+{
+    for (int64_t c = 0; c < n; c++)
+        row[c] = EXP(row[c] - shift);
+    FN(vec) acc = {0};
+    int64_t c = 0;
+    for (; c + VL <= n; c += VL) {
+        FN(vec) x;
+        VLOAD(x, row + c);
+        acc += x;
+    }
+    T s = 0;
+    for (int i = 0; i < VL; i++)
+        s += acc[i];
+    for (; c < n; c++)
+        s += row[c];
+    return s;
+}
+
+/* d[c] = p[c] * (d[c] - D) */
+EM_CLONES static void
+FN(row_dsoftmax)(const T *restrict p, T *restrict d, int64_t n, T D)
+{
+    for (int64_t c = 0; c < n; c++)
+        d[c] = p[c] * (d[c] - D);
+}
+
 /* S (m x n, row stride n) = scale * Q[i0:i0+m] K[j0:j0+n]^T, masked (-inf where the
  * causal mask hides a key; attn_mask is added). Kt: K's block packed. */
 static void
@@ -184,19 +235,13 @@ FN(forward_range)(void *ctx, int64_t lo, int64_t hi)
             /* online softmax: rescale what was summed so far to the new row maximum */
             for (int64_t r = 0; r < m; r++) {
                 T *row = w.s + r * n;
-                T mnew = w.mx[r];
-                for (int64_t c = 0; c < n; c++)
-                    mnew = row[c] > mnew ? row[c] : mnew;
+                T mnew = FN(row_max)(row, n, w.mx[r]);
                 if (mnew == -INFINITY) {      /* every key so far hidden */
                     memset(row, 0, (size_t)n * sizeof(T));
                     continue;
                 }
                 T alpha = EXP(w.mx[r] - mnew);
-                for (int64_t c = 0; c < n; c++)
-                    row[c] = EXP(row[c] - mnew);
-                T sum = 0;
-                for (int64_t c = 0; c < n; c++)
-                    sum += row[c];
+                T sum = FN(row_exp)(row, n, mnew);
                 w.l[r] = w.l[r] * alpha + sum;
                 w.mx[r] = mnew;
                 if (alpha != 1) {
@@ -239,8 +284,7 @@ FN(probs)(const attn_args *a, int64_t b, int64_t h, int64_t i0, int64_t m, int64
             memset(row, 0, (size_t)n * sizeof(T));
             continue;
         }
-        for (int64_t c = 0; c < n; c++)
-            row[c] = EXP(row[c] - x);
+        FN(row_exp)(row, n, x);
     }
 }
 
@@ -252,12 +296,8 @@ FN(dscores)(const attn_args *a, int64_t b, int64_t h, int64_t i0, int64_t m, int
     const T *go = (const T *)a->go + b * a->gs[0] + h * a->gs[1] + i0 * a->gs[2];
     FN(gemm)(m, n, a->Ev, 1, go, a->gs[2], 1, Vt, n, dp, n, 0);
     const T *D = (const T *)a->delta + (b * a->H + h) * a->L + i0;
-    for (int64_t r = 0; r < m; r++) {
-        const T *p = P + r * n;
-        T *d = dp + r * n, dr = D[r];
-        for (int64_t c = 0; c < n; c++)
-            d[c] = p[c] == 0 ? 0 : p[c] * (d[c] - dr);
-    }
+    for (int64_t r = 0; r < m; r++)
+        FN(row_dsoftmax)(P + r * n, dp + r * n, n, D[r]);
 }
 
 /* D[b, h, i] = sum_c dO[i, c] O[i, c], per (batch * head, query block). */
