@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 import ember
-from op_db import (BOOL, FLOATS, NO_BOOL, NUMBERS, ErrorSample, OpInfo, Sample, _t,
+from op_db import (BOOL, FLOATS, dt, NO_BOOL, NUMBERS, ErrorSample, OpInfo, Sample, _t,
                    _ref_matmul, add, make)
 
 F32_64 = ("float32", "float64")
@@ -1885,3 +1885,105 @@ add(OpInfo("instance_norm", _instance_norm_samples, _ref_instance_norm, reductio
                ErrorSample((_T(2, 3, 4, dtype="int64"), None, None, None, None, True, 0.1, 1e-5,
                             False), {}, NotImplementedError, r"instance_norm\(\).*Long",
                            "int")]))
+
+
+# ================================================================== fused attention (prims)
+
+
+def _flash_scores(q, k, is_causal, attn_mask, scale):
+    q, k = _f(q), _f(k)
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    sc = 1 / math.sqrt(E) if scale is None else scale
+    s = np.einsum("...le,...se->...ls", q, k) * sc
+    if is_causal:
+        s = np.where(np.tril(np.ones((L, S), dtype=bool)), s, -np.inf)
+    if attn_mask is not None:
+        m = np.asarray(attn_mask, dtype=object)
+        if m.size and isinstance(m.reshape(-1)[0], bool):
+            s = np.where(m.astype(bool), s, -np.inf)
+        else:
+            s = s + _f(m)
+    return s.astype(np.float64)
+
+
+def _ref_flash(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    s = _flash_scores(q, k, is_causal, attn_mask, scale)
+    mx = np.max(s, axis=-1, keepdims=True)
+    mx = np.where(np.isneginf(mx), 0.0, mx)
+    e = np.exp(s - mx)
+    tot = e.sum(-1, keepdims=True)
+    out = np.einsum("...ls,...sv->...lv", e / np.where(tot == 0, 1.0, tot), _f(v))
+    t = tot[..., 0].astype(np.float64)
+    lse = np.log(np.where(t == 0, 1.0, t)) + mx[..., 0]     # a row with no key: 0
+    return out, lse
+
+
+def _flash_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    hidden = np.where(rng.integers(0, 2, (1, 3, 4, 5)).astype(bool), 0.0, -np.inf)
+    hidden[..., 0] = 0.0
+    hidden[0, 0, 1] = -np.inf       # a row that sees no key: output 0, logsumexp 0
+    hidden = ember.from_numpy(hidden.astype(dtype))
+    # PyTorch 2.13's kernel gives wrong values for inputs whose last dim is strided:
+    # tests/test_attention.py checks those against the decomposition
+    return [Sample((mk(2, 3, 4, 8), mk(2, 3, 5, 8), mk(2, 3, 5, 8)), noncontig=False),
+            Sample((mk(1, 2, 6, 4), mk(1, 2, 6, 4), mk(1, 2, 6, 4), 0.0, True), desc="causal",
+                   noncontig=False),
+            Sample((mk(2, 3, 4, 8), mk(2, 3, 5, 8), mk(2, 3, 5, 8)),
+                   {"attn_mask": mk(4, 5), "scale": 0.3}, desc="float mask, scale",
+                   noncontig=False),
+            Sample((mk(2, 3, 4, 8), mk(2, 3, 5, 8), mk(2, 3, 5, 8)), {"attn_mask": hidden},
+                   desc="-inf mask", noncontig=False, grad=False)]
+
+
+def _flash_errors():
+    name = r"_scaled_dot_product_flash_attention_for_cpu\(\).*"
+    return [ErrorSample((_T(2, 4, 8), _T(2, 4, 8), _T(2, 4, 8)), {}, RuntimeError,
+                        name + "4-d", "3-d"),
+            ErrorSample((_T(1, 2, 4, 8), _T(1, 2, 4, 8), _T(1, 2, 4, 8), 0.5), {},
+                        RuntimeError, name + "dropout", "dropout"),
+            ErrorSample((_T(1, 2, 4, 8, dtype="int64"),) * 3, {}, RuntimeError,
+                        name + "data type", "int64")]
+
+
+add(OpInfo("_scaled_dot_product_flash_attention_for_cpu", _flash_samples, _ref_flash,
+           reduction=True, dtypes=FLOATS, torch_fn=_t("_scaled_dot_product_flash_attention_for_cpu"),
+           errors=_flash_errors))
+
+
+def _ref_flash_backward(g, q, k, v, out, lse, dropout_p, is_causal, attn_mask=None,
+                        scale=None):
+    s = _flash_scores(q, k, is_causal, attn_mask, scale)
+    sc = 1 / math.sqrt(_f(q).shape[-1]) if scale is None else scale
+    lse = _f(lse).astype(np.float64)[..., None]
+    p = np.where(np.isneginf(lse), 0.0, np.exp(s - np.where(np.isneginf(lse), 0.0, lse)))
+    g, qf, kf, vf = (_f(x).astype(np.float64) for x in (g, q, k, v))
+    dv = np.einsum("...ls,...lv->...sv", p, g)
+    dp = np.einsum("...lv,...sv->...ls", g, vf)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return (np.einsum("...ls,...se->...le", ds, kf) * sc,
+            np.einsum("...ls,...le->...se", ds, qf) * sc, dv)
+
+
+def _flash_backward_samples(dtype, rng):
+    """The forward's results in float64 (float32 for float16: its logsumexp is float32),
+    then cast: other dtypes must raise as PyTorch's."""
+    flash = ember.ops.public()["_scaled_dot_product_flash_attention_for_cpu"]
+    out = []
+    to = dt(dtype)
+    for s in _flash_samples("float64" if dtype != "float16" else "float16", rng):
+        o, lse = flash(*s.args, **s.kwargs)
+        q, k, v = (t.to(to) for t in s.args[:3])
+        causal = s.args[4] if len(s.args) > 4 else False
+        kw = {n: (t.to(to) if isinstance(t, ember.Tensor) else t) for n, t in s.kwargs.items()}
+        g = make(tuple(o.shape), "float64", rng, -2, 2).to(to)
+        lse = lse.to(ember.float64 if dtype == "float64" else ember.float32)
+        out.append(Sample((g, q, k, v, o.to(to), lse, 0.0, causal), kw, desc=s.desc,
+                          grad=False, noncontig=False))
+    return out
+
+
+add(OpInfo("_scaled_dot_product_flash_attention_for_cpu_backward", _flash_backward_samples,
+           _ref_flash_backward, reduction=True, dtypes=FLOATS,
+           torch_fn=_t("_scaled_dot_product_flash_attention_for_cpu_backward")))

@@ -73,3 +73,10 @@ def test_train_benchmark_runs():
     for config in ("ember eager", "ember aot_eager", "ember llvm", "torch aot min-cut",
                    "torch.compile"):
         assert config in out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_attention_benchmark_runs():
+    out = _run("attention.py", "--quick")
+    assert "ember fused" in out and "torch.compile" in out and "fwd+bwd" in out

@@ -1461,6 +1461,60 @@ _decomposed("_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tens
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
+    fused = _sdpa_fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if fused is not None:
+        return fused
+    return _sdpa_math(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _grad_enabled():
+    from ..autograd import is_grad_enabled
+    return is_grad_enabled()
+
+
+def _broadcasts_to(shape, target):
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _sdpa_fused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The fused kernel's result (_scaled_dot_product_flash_attention_for_cpu) when it
+    applies, else None: 3-d or 4-d float32/float64 inputs of one dtype with equal batch
+    and head sizes, no dropout, a bool mask (turned into 0 / -inf of its own shape) or one
+    of query's dtype that broadcasts and needs no gradient (others take the
+    decomposition)."""
+    nd = query.ndim
+    if nd not in (3, 4) or key.ndim != nd or value.ndim != nd or dropout_p != 0.0:
+        return None
+    dt = query.dtype
+    if dt not in (_C.float32, _C.float64) or key.dtype is not dt or value.dtype is not dt:
+        return None
+    if query.shape[:-2] != key.shape[:-2] or value.shape[:-2] != key.shape[:-2] or \
+            key.shape[-1] != query.shape[-1] or value.shape[-2] != key.shape[-2] or \
+            query.shape[-1] == 0 or (is_causal and attn_mask is not None):
+        return None
+    if attn_mask is not None:
+        if attn_mask.dtype is not _C.bool and attn_mask.dtype is not dt:
+            return None
+        if attn_mask.requires_grad and _grad_enabled():
+            return None
+        target = tuple(query.shape[:-1]) + (key.shape[-2],)
+        if not _broadcasts_to(tuple(attn_mask.shape), target):
+            return None
+        if nd == 3 and attn_mask.ndim == 3:
+            attn_mask = attn_mask.unsqueeze(1)
+        if attn_mask.dtype is _C.bool:      # the kernel adds a mask of query's dtype
+            attn_mask = O.where(attn_mask, 0.0, -math.inf).to(dt)
+    if nd == 3:         # (N, L, E) as (N, 1, L, E): the result stays contiguous
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    out = O._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)[0]
+    return out.squeeze(1) if nd == 3 else out
+
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+               scale=None, enable_gqa=False):
     for name, t in (("key", key), ("value", value)):
         if t.dtype is not query.dtype:
             raise RuntimeError(f"Expected query, key, and value to have the same dtype, but "
@@ -1504,8 +1558,136 @@ op("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, "
    "Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, "
    "bool enable_gqa=False) -> Tensor", CUSTOM, "python", composite=True, method=False,
    impl=_sdpa,
-   doc="softmax(q k^T * scale + mask) v (PyTorch's math reference; fully masked rows give "
-       "0); attn_mask bool (True = attend) or float (added); is_causal; dropout_p.")
+   doc="softmax(q k^T * scale + mask) v; attn_mask bool (True = attend) or float (added); "
+       "is_causal; dropout_p. The fused kernel (_scaled_dot_product_flash_attention_for_cpu) "
+       "where it applies, else PyTorch's math reference; fully masked rows give 0.")
+
+
+# ================================================================== fused attention (prims)
+
+
+def _flash_checks(name, q, k, v, attn_mask):
+    for t in (q, k, v):
+        if t.ndim != 4:
+            raise RuntimeError(f"{name}: Expected query, key and value to be 4-d (batch, heads, "
+                               f"sequence, head dim), got {q.ndim}, {k.ndim} and {v.ndim} dims")
+    if k.dtype is not q.dtype or v.dtype is not q.dtype:
+        raise RuntimeError(f"{name}: Expected query, key, and value to have the same dtype, "
+                           f"but got query.dtype: {torch_type(q.dtype)} key.dtype: "
+                           f"{torch_type(k.dtype)} and value.dtype: {torch_type(v.dtype)} "
+                           "instead.")
+    if q.dtype not in (_C.float32, _C.float64, _C.float16):
+        raise RuntimeError(f"{name}: Expected data type in FP32, FP64, FP16, but got "
+                           f"{torch_type(q.dtype)} instead.")
+    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
+        raise RuntimeError(f"{name}: Expected query, key and value to have the same batch "
+                           "size and number of heads")
+    if k.shape[3] != q.shape[3] or v.shape[2] != k.shape[2]:
+        raise RuntimeError(f"{name}: Expected key to have query's head dim and value key's "
+                           f"sequence length, got query {_shape(q)}, key {_shape(k)}, value "
+                           f"{_shape(v)}")
+    if attn_mask is not None:
+        if attn_mask.dtype is not q.dtype:       # as PyTorch's kernel: no boolean mask
+            raise RuntimeError(f"{name}: Attention mask is the same data type as query (expected "
+                               f"{torch_type(q.dtype)}, got {torch_type(attn_mask.dtype)})")
+        target = tuple(q.shape[:3]) + (k.shape[2],)
+        if not _broadcasts_to(tuple(attn_mask.shape), target):
+            raise RuntimeError(f"{name}: attn_mask of shape {_shape(attn_mask)} does not "
+                               f"broadcast to {list(target)}")
+
+
+def _flash_dropout(name, dropout_p):
+    if dropout_p != 0.0:        # scaled_dot_product_attention takes its decomposition then
+        raise RuntimeError(f"{name}: Currently do not support dropout > 0")
+
+
+def _flash_lse_dtype(dtype):
+    return _C.float64 if dtype is _C.float64 else _C.float32
+
+
+def _blhx(shape, dtype):
+    """A meta tensor of shape (B, H, L[, X]) laid out (B, L, H[, X]), as PyTorch's kernel."""
+    if len(shape) == 4:
+        B, H, L, X = shape
+        return M.meta_tensor(shape, dtype, (L * H * X, X, H * X, 1))
+    B, H, L = shape
+    return M.meta_tensor(shape, dtype, (L * H, 1, H))
+
+
+def _flash_meta(entry, args):
+    q, k, v, dropout_p, is_causal, attn_mask, scale = args
+    name = "_scaled_dot_product_flash_attention_for_cpu"
+    _flash_checks(name, q, k, v, attn_mask)
+    _flash_dropout(name, dropout_p)
+    B, H, L = q.shape[:3]
+    out = M._dense_like(q, q.dtype) if v.shape[3] == q.shape[3] else \
+        M.meta_tensor((B, H, L, v.shape[3]), q.dtype)
+    return out, _blhx((B, H, L), _flash_lse_dtype(q.dtype))
+
+
+def _flash_backward(grads, outs, query, key, value, dropout_p, is_causal, attn_mask, scale):
+    g, glse = grads
+    if g is None and glse is None:
+        return None, None, None, None, None, None, None
+    if g is None:
+        g = O.zeros_like(outs[0])
+    dq, dk, dv = O._scaled_dot_product_flash_attention_for_cpu_backward(
+        g, query, key, value, outs[0], outs[1], dropout_p, is_causal, attn_mask=attn_mask,
+        scale=scale)
+    if glse is not None:
+        # d logsumexp_i / d score_ij = P_ij: formed in full, as only a caller that
+        # differentiates logsumexp itself asks for it (scaled_dot_product_attention never)
+        sc = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+        s = query.matmul(key.transpose(-2, -1)) * sc
+        if is_causal:
+            L, S = query.shape[-2], key.shape[-2]
+            s = O.where(O.arange(S).unsqueeze(0) <= O.arange(L).unsqueeze(1), s, -math.inf)
+        if attn_mask is not None:
+            s = O.where(attn_mask, s, -math.inf) if attn_mask.dtype is _C.bool else s + attn_mask
+        lse = outs[1].unsqueeze(-1)
+        p = O.where(lse == -math.inf, 0.0, (s - O.where(lse == -math.inf, 0.0, lse)).exp())
+        ds = (p * glse.unsqueeze(-1)).to(query.dtype) * sc
+        dq = dq + ds.matmul(key)
+        dk = dk + ds.transpose(-2, -1).matmul(query)
+    return dq, dk, dv, None, None, None, None
+
+
+op("_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, "
+   "float dropout_p=0.0, bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) "
+   "-> (Tensor output, Tensor logsumexp)", CUSTOM, "flash_attention", prim=True, lower=extern,
+   method=False, meta=_flash_meta, backward=_flash_backward,
+   doc="Fused attention (csrc/kernels/attention.c): softmax(q k^T * scale + mask) v by "
+       "blocks with an online softmax, never forming the score matrix; and each row's "
+       "log-sum-exp of its scores (output and logsumexp 0 for a row that sees no key). 4-d "
+       "(B, H, L, E) float32/float64 (float16 computed in float32); dropout_p must be 0.")
+
+
+def _flash_backward_meta(entry, args):
+    g, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale = args
+    name = "_scaled_dot_product_flash_attention_for_cpu_backward"
+    if not q.dtype.is_floating_point:
+        raise _not_implemented("flash_attention_backward", q.dtype)
+    _flash_checks(name, q, k, v, attn_mask)
+    _flash_dropout(name, dropout_p)
+    B, H, L = q.shape[:3]
+    for what, t, shape, dt in (("grad_out", g, (B, H, L, v.shape[3]), q.dtype),
+                               ("out", out, (B, H, L, v.shape[3]), q.dtype),
+                               ("logsumexp", lse, (B, H, L), _flash_lse_dtype(q.dtype))):
+        if tuple(t.shape) != shape or t.dtype is not dt:
+            raise RuntimeError(f"{name}: Expected {what} of shape {list(shape)} and dtype "
+                               f"{torch_type(dt)}, got {_shape(t)} and {torch_type(t.dtype)}")
+    return (_blhx(tuple(q.shape), q.dtype), _blhx(tuple(k.shape), q.dtype),
+            _blhx(tuple(v.shape), q.dtype))
+
+
+op("_scaled_dot_product_flash_attention_for_cpu_backward(Tensor grad_out, Tensor query, "
+   "Tensor key, Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, "
+   "*, Tensor? attn_mask=None, float? scale=None) -> (Tensor grad_query, Tensor grad_key, "
+   "Tensor grad_value)", CUSTOM, "flash_attention_backward", prim=True, lower=extern,
+   method=False, meta=_flash_backward_meta,
+   doc="The gradients of _scaled_dot_product_flash_attention_for_cpu: the probabilities of "
+       "each block recomputed from logsumexp, dK and dV summed over query blocks, dQ over "
+       "key blocks.")
 
 
 # ================================================================== bilinear (composite)
