@@ -265,9 +265,10 @@ run(em_dtype_t dtype, em_range_fn f32, em_range_fn f64, attn_args *a, int64_t n)
 {
     if (n == 0)
         return 0;
-    Py_BEGIN_ALLOW_THREADS
-    em_parallel_for(dtype == EM_FLOAT32 ? f32 : f64, a, n);
-    Py_END_ALLOW_THREADS
+    /* one work item (batch, head, block) per chunk; the pool releases the GIL and
+     * returns -1 with KeyboardInterrupt set when Ctrl-C stops it between chunks */
+    if (em_parallel_for(dtype == EM_FLOAT32 ? f32 : f64, a, n, 1, 1) < 0)
+        return -1;
     if (atomic_load(&a->failed)) {
         PyErr_NoMemory();
         return -1;
