@@ -282,14 +282,16 @@ def test_lbfgs_matches_torch(torch, kw):
     eps, eclosure, ecalls = _lbfgs_problem(ember, data, w0, v0)
     tps, tclosure, tcalls = _lbfgs_problem(torch, data, w0, v0)
     eo, to = optim.LBFGS(eps, **kw), torch.optim.LBFGS(tps, **kw)
+    # float64, up to 120 evaluations whose products run in another BLAS than torch's
+    # (rounding differs in the last bits, and the iterations carry it): 1e-10
     for outer in range(4):
         el, tl = eo.step(eclosure), to.step(tclosure)
-        assert el.item() == pytest.approx(tl.item(), rel=1e-12)
+        assert el.item() == pytest.approx(tl.item(), rel=1e-10)
         assert len(ecalls) == len(tcalls), f"step {outer}: evaluations"
-        np.testing.assert_allclose(ecalls, tcalls, rtol=1e-12)
+        np.testing.assert_allclose(ecalls, tcalls, rtol=1e-10)
         for p, tp in zip(eps, tps):
-            np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-12,
-                                       atol=1e-13)
+            np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-10,
+                                       atol=1e-11)
     es, ts = eo.state[eps[0]], to.state[tps[0]]
     assert es["func_evals"] == ts["func_evals"] and es["n_iter"] == ts["n_iter"]
     assert len(es["old_dirs"]) == len(ts["old_dirs"])
