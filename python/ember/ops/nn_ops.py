@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from .. import _C
+from .. import _C, _dtypes
 from .. import prims as P
 from . import api as O
 from . import meta as M
@@ -772,8 +772,9 @@ def _resample_backward(g, ah, aw):
 
 
 def _compute_dtype(dt):
-    """float16 computes in float32 (PyTorch's op math), others in their own dtype."""
-    return _C.float32 if dt is _C.float16 else dt
+    """float16 and bfloat16 compute in float32 (PyTorch's op math), others in their
+    own dtype."""
+    return _C.float32 if dt in _dtypes.HALF else dt
 
 
 # ------------------------------------------------------------------ avg_pool2d
@@ -1039,8 +1040,8 @@ def _prod(xs):
 
 
 def _upcast(x):
-    """float16 computes in float32; the result is cast back."""
-    return P._to_copy(x, dtype=_C.float32) if x.dtype is _C.float16 else x
+    """float16 and bfloat16 compute in float32; the result is cast back."""
+    return P._to_copy(x, dtype=_C.float32) if x.dtype in _dtypes.HALF else x
 
 
 def _contiguous_p(x):
@@ -1080,7 +1081,7 @@ def _norm_input_grad(gxhat, xhat, rstd, dims):
 
 
 def _as_cdt(t):
-    return t.to(_C.float32) if t is not None and t.dtype is _C.float16 else t
+    return t.to(_C.float32) if t is not None and t.dtype in _dtypes.HALF else t
 
 
 def _layer_norm_check(input, normalized_shape, weight, bias):
