@@ -803,13 +803,14 @@ def _bn_torch(torch, x, w, b, rm, rv, training, momentum, eps):
                                                            else None)
     out = torch.batch_norm(x, w, b, rm2, rv2, training, momentum, eps, False)
     if training:       # statistics in the op-math dtype (float32 for float16)
-        xs = x.float() if x.dtype == torch.float16 else x
+        xs = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         mean = xs.mean(red)
         rstd = (xs.var(red, unbiased=False) + eps).rsqrt()
         if rm is None:
             rm2 = rv2 = torch.zeros(0, dtype=x.dtype)
     else:
-        up = (lambda t: t.float()) if x.dtype == torch.float16 else (lambda t: t)
+        up = (lambda t: t.float()) if x.dtype in (torch.float16, torch.bfloat16) \
+            else (lambda t: t)
         mean, rstd = up(rm).clone(), (up(rv) + eps).rsqrt()
     return out, mean, rstd, rm2, rv2
 

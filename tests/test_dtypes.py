@@ -12,8 +12,9 @@ import pytest
 
 import ember
 
-NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
-FLOATS = ["float16", "float32", "float64"]
+NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+         "bfloat16"]
+FLOATS = ["float16", "float32", "float64", "bfloat16"]
 
 
 def E(name):
@@ -27,6 +28,8 @@ def name_of(dtype):
 def to_torch(torch, t):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if t.dtype is ember.bfloat16:        # torch.from_numpy has no bfloat16: its bits
+            return torch.from_numpy(t.numpy().view(np.int16).copy()).view(torch.bfloat16)
         return torch.from_numpy(t.numpy().copy())
 
 
@@ -149,7 +152,8 @@ def _values(name):
     return np.array([lo, 0, 7, 100, 1], dtype=name)
 
 
-_METHODS = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
+_METHODS = {"float": "float32", "double": "float64", "half": "float16",
+            "bfloat16": "bfloat16", "long": "int64",
             "int": "int32", "short": "int16", "char": "int8", "byte": "uint8", "bool": "bool"}
 
 

@@ -9,7 +9,8 @@ import pytest
 import ember
 from ember.ops import meta
 
-NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+         "bfloat16"]
 PAIRS = list(itertools.product(NAMES, NAMES))
 NUMBERS = [True, 3, -2, 2.5]
 

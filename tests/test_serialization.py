@@ -188,7 +188,12 @@ def test_safetensors_bf16_and_validation():
                               "i": {"dtype": "I64", "shape": [1], "data_offsets": [6, 14]}},
                              bf16 + struct.pack("<q", -5))
     out = ember.load(io.BytesIO(blob))
-    assert out["x"].dtype is ember.float32 and out["x"].tolist() == [1.0, -2.0, 3.140625]
+    assert out["x"].dtype is ember.bfloat16 and out["x"].tolist() == [1.0, -2.0, 3.140625]
+    again = io.BytesIO()
+    ember.serialization.save_safetensors(out, again)
+    assert again.getvalue()[8:].startswith(blob[8:8 + 10]) or b'"BF16"' in again.getvalue()
+    back = ember.load(io.BytesIO(again.getvalue()))
+    assert back["x"].dtype is ember.bfloat16 and back["x"].tolist() == [1.0, -2.0, 3.140625]
     assert out["i"].tolist() == [-5]
     bad = [
         _safetensors_blob({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},

@@ -129,7 +129,7 @@ def _same(a, b):
 # ------------------------------------------------------------------ dtypes by table
 
 @pytest.mark.parametrize("name", ["from_numpy", "Tensor", "load", "_C", "__class__", "dtype",
-                                  "float", "Float32", "float32 ", "torch.float32", "bfloat16",
+                                  "float", "Float32", "float32 ", "torch.float32", "BFloat16",
                                   "complex64", ""])
 def test_dtype_names_outside_the_table_are_refused(name):
     data = _archive(_manifest({"type": "dtype", "value": name}))
@@ -138,7 +138,7 @@ def test_dtype_names_outside_the_table_are_refused(name):
 
 def test_every_dtype_name_in_the_table_loads_as_that_dtype():
     for dtype in (ember.bool, ember.uint8, ember.int8, ember.int16, ember.int32, ember.int64,
-                  ember.float16, ember.float32, ember.float64):
+                  ember.float16, ember.float32, ember.float64, ember.bfloat16):
         name = str(dtype).split(".")[-1]
         assert _load_bytes(_archive(_manifest({"type": "dtype", "value": name}))) is dtype
 

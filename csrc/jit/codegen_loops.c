@@ -89,7 +89,7 @@ code_of(PyObject *table, PyObject *name, const char *what)
 static int
 check_dtype(long t)
 {
-    if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16) {
+    if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16 || t == EM_BFLOAT16) {
         PyErr_Format(PyExc_NotImplementedError, "ember JIT: dtype %s is not supported",
                      t >= 0 && t < EM_NDTYPES ? em_dtypes[t]->name : "?");
         return -1;

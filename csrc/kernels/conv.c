@@ -504,7 +504,7 @@ k_convolution(em_Op *op, PyObject **args)
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
 
-    em_dtype_t compute = input->dtype == EM_FLOAT32 || input->dtype == EM_FLOAT16
+    em_dtype_t compute = input->dtype == EM_FLOAT32 || em_is_half(input->dtype)
                              ? EM_FLOAT32 : EM_FLOAT64;
     int npy = compute == EM_FLOAT32 ? NPY_FLOAT : NPY_DOUBLE;
     PyArrayObject *x = NULL, *w = NULL, *b = NULL, *res = NULL;

@@ -444,8 +444,10 @@ k_nan_to_num(em_Op *op, PyObject **args)
         return (PyObject *)out;
     if (!em_is_float(out->dtype))
         return em_finish(out, PyArray_CopyInto(out->array, ((em_Tensor *)args[0])->array));
-    double big = out->dtype == EM_FLOAT16 ? 65504.0 : out->dtype == EM_FLOAT32 ? FLT_MAX
-                                                                                : DBL_MAX;
+    double big = out->dtype == EM_FLOAT16    ? 65504.0
+                 : out->dtype == EM_BFLOAT16 ? 3.3895313892515355e+38   /* 0x7f7f */
+                 : out->dtype == EM_FLOAT32  ? FLT_MAX
+                                             : DBL_MAX;
     double p[3] = {0.0, big, -big};
     for (int i = 0; i < 3; i++) {
         if (args[i + 1] == Py_None)

@@ -103,7 +103,7 @@ check_nonempty(em_Op *op, em_Tensor *self, const bool *mask)
 static em_dtype_t
 acc_dtype(em_dtype_t t)
 {
-    return t == EM_FLOAT16 ? EM_FLOAT32 : t;
+    return em_is_half(t) ? EM_FLOAT32 : t;
 }
 
 static Py_ssize_t

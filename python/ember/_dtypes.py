@@ -7,6 +7,7 @@ ALL = (_C.bool, _C.uint8, _C.int8, _C.int16, _C.int32, _C.int64, _C.float16, _C.
        _C.float64, _C.bfloat16)
 BY_NAME = {d._name: d for d in ALL}
 FLOATING = tuple(d for d in ALL if d.is_floating_point)
+HALF = (_C.float16, _C.bfloat16)      # computed in float32 (PyTorch's op math)
 
 
 def name(dtype) -> str:

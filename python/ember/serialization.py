@@ -671,7 +671,8 @@ def load_npz(f):
 # ------------------------------------------------------------------ safetensors
 
 _ST_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32",
-              "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+              "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
+              "F64": "float64"}
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 _ST_MAX_HEADER = 100 * 1024 * 1024
 
@@ -700,9 +701,7 @@ def _parse_safetensors(data, where):
         dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
         if type(dtype) is not str:
             raise fail(f"bad dtype for {_short(name)}")
-        if dtype == "BF16":
-            np_dtype, itemsize = None, 2
-        elif dtype in _ST_DTYPES:
+        if dtype in _ST_DTYPES:
             np_dtype = np.dtype(_ST_DTYPES[dtype])
             itemsize = np_dtype.itemsize
         else:
@@ -722,18 +721,14 @@ def _parse_safetensors(data, where):
     out = OrderedDict()
     for begin, end, name, np_dtype, shape in entries:
         raw = body[begin:end]
-        if np_dtype is None:    # bfloat16: the high half of a float32
-            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-            array = bits.view(np.float32).reshape(shape)
-        else:
-            array = np.frombuffer(raw, dtype=np_dtype.newbyteorder("<")).astype(
-                np_dtype).reshape(shape)
+        array = np.frombuffer(raw, dtype=np_dtype.newbyteorder("<")).astype(
+            np_dtype).reshape(shape)
         out[name] = _C.from_numpy(np.array(array, order="C"))
     return out
 
 
 def load_safetensors(f):
-    """A .safetensors file as an OrderedDict name -> tensor (bfloat16 becomes float32)."""
+    """A .safetensors file as an OrderedDict name -> tensor."""
     data, where = _read_all(f)
     return _parse_safetensors(data, where)
 

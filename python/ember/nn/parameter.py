@@ -49,7 +49,8 @@ def is_parameter(obj):
 
 def _dtype_tensor_name(t):
     """'FloatTensor', 'LongTensor', ...: the legacy type names PyTorch prints."""
-    names = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long",
+    names = {"float32": "Float", "float64": "Double", "float16": "Half",
+             "bfloat16": "BFloat16", "int64": "Long",
              "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
              "bool": "Bool"}
     return names.get(t.dtype._name, "") + "Tensor"

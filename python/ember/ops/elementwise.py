@@ -649,8 +649,8 @@ op("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> T
 def _nan_to_num_decompose(self, nan, posinf, neginf):
     if not self.dtype.is_floating_point:
         return P.clone(self)
-    big = {_C.float16: 65504.0, _C.float32: 3.4028234663852886e38,
-           _C.float64: 1.7976931348623157e308}[self.dtype]
+    big = {_C.float16: 65504.0, _C.bfloat16: 3.3895313892515355e38,
+           _C.float32: 3.4028234663852886e38, _C.float64: 1.7976931348623157e308}[self.dtype]
     x = P.where(P.eq(self, math.inf), big if posinf is None else posinf, self)
     x = P.where(P.eq(self, -math.inf), -big if neginf is None else neginf, x)
     return P.where(P.ne(self, self), 0.0 if nan is None else nan, x)

@@ -42,7 +42,8 @@ from .registry import CUSTOM, op
 
 _C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char",
             "int16": "short int", "int32": "int", "int64": "long int",
-            "float16": "c10::Half", "float32": "float", "float64": "double"}
+            "float16": "c10::Half", "float32": "float", "float64": "double",
+            "bfloat16": "c10::BFloat16"}
 
 
 def c_type(dt):

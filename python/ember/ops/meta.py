@@ -43,7 +43,9 @@ def promote_types(a, b):
             return b
         if not is_float(b):
             return a
-        return a if _bits(a) >= _bits(b) else b
+        if _bits(a) == _bits(b):
+            return _C.float32         # float16 and bfloat16: neither holds the other
+        return a if _bits(a) > _bits(b) else b
     if _C.uint8 in (a, b):
         other = b if a is _C.uint8 else a
         return _C.int16 if other is _C.int8 else other

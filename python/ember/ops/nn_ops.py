@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from .. import _C
+from .. import _C, _dtypes
 from .. import prims as P
 from . import api as O
 from . import meta as M
@@ -799,8 +799,9 @@ def _resample_backward(g, ah, aw):
 
 
 def _compute_dtype(dt):
-    """float16 computes in float32 (PyTorch's op math), others in their own dtype."""
-    return _C.float32 if dt is _C.float16 else dt
+    """float16 and bfloat16 compute in float32 (PyTorch's op math), others in their
+    own dtype."""
+    return _C.float32 if dt in _dtypes.HALF else dt
 
 
 # ------------------------------------------------------------------ avg_pool2d
@@ -1018,8 +1019,8 @@ _decomposed("upsample_bilinear2d(Tensor self, int[2] output_size, bool align_cor
 # ================================================================== normalisation
 
 def _upcast(x):
-    """float16 computes in float32; the result is cast back."""
-    return P._to_copy(x, dtype=_C.float32) if x.dtype is _C.float16 else x
+    """float16 and bfloat16 compute in float32; the result is cast back."""
+    return P._to_copy(x, dtype=_C.float32) if x.dtype in _dtypes.HALF else x
 
 
 def _contiguous_p(x):
@@ -1059,7 +1060,7 @@ def _norm_input_grad(gxhat, xhat, rstd, dims):
 
 
 def _as_cdt(t):
-    return t.to(_C.float32) if t is not None and t.dtype is _C.float16 else t
+    return t.to(_C.float32) if t is not None and t.dtype in _dtypes.HALF else t
 
 
 def _layer_norm_check(input, normalized_shape, weight, bias):

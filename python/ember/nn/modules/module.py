@@ -554,6 +554,9 @@ class Module:
     def half(self):
         return self._float_cast(_C.float16)
 
+    def bfloat16(self):
+        return self._float_cast(_C.bfloat16)
+
     def type(self, dst_type):
         return self._apply(lambda t: t.to(dst_type))
 
