@@ -5,7 +5,7 @@ import math
 from ... import empty
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from ..parameter import Parameter, _empty_parameter
 from .module import Module
 
 
@@ -80,10 +80,7 @@ class _ConvNd(Module):
         else:
             shape = (out_channels, in_channels // groups) + tuple(kernel_size)
         self.weight = Parameter(empty(shape, dtype=dtype, device=device))
-        if bias:
-            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", _empty_parameter(out_channels, dtype, device, bias))
         self.reset_parameters()
 
     def reset_parameters(self):

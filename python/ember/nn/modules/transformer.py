@@ -14,7 +14,7 @@ from ... import float32 as _float32
 from .. import functional as F
 from .. import init
 from ...compiler import is_compiling
-from ..parameter import Parameter
+from ..parameter import Parameter, _empty_parameter
 from .container import ModuleList
 from .dropout import Dropout
 from .linear import Linear
@@ -67,10 +67,8 @@ class MultiheadAttention(Module):
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
-        if bias:
-            self.in_proj_bias = Parameter(empty(3 * embed_dim, **kw))
-        else:
-            self.register_parameter("in_proj_bias", None)
+        self.register_parameter("in_proj_bias", _empty_parameter(3 * embed_dim, dtype, device,
+                                                                 bias))
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **kw)
         if add_bias_kv:
             self.bias_k = Parameter(empty((1, 1, embed_dim), **kw))
