@@ -2,10 +2,9 @@
 with PyTorch's constructor arguments, parameter names, shapes and initialisation."""
 import math
 
-from ... import empty
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter, _empty_parameter
+from ..parameter import _empty_parameter
 from .module import Module
 
 
@@ -79,7 +78,7 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups) + tuple(kernel_size)
         else:
             shape = (out_channels, in_channels // groups) + tuple(kernel_size)
-        self.weight = Parameter(empty(shape, dtype=dtype, device=device))
+        self.weight = _empty_parameter(shape, dtype, device)
         self.register_parameter("bias", _empty_parameter(out_channels, dtype, device, bias))
         self.reset_parameters()
 

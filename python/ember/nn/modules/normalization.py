@@ -10,11 +10,11 @@ cumulative average) reads num_batches_tracked as a Python number, which a graph 
 that frame runs eagerly (counted), as torch.compile breaks its graph there."""
 import numbers
 
-from ... import empty, ones, tensor, zeros
+from ... import ones, tensor, zeros
 from ... import int64 as _int64
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter, _empty_parameter
+from ..parameter import _empty_parameter
 from .module import Module
 
 
@@ -94,11 +94,10 @@ class RMSNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.register_parameter("weight", _empty_parameter(self.normalized_shape, dtype, device,
+                                                           elementwise_affine))
         if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, dtype=dtype, device=device))
             init.ones_(self.weight)
-        else:
-            self.register_parameter("weight", None)
 
     def forward(self, input):
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)

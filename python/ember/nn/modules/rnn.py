@@ -369,9 +369,8 @@ class RNNCellBase(Module):
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
-        kw = dict(dtype=dtype, device=device)
-        self.weight_ih = Parameter(empty((num_chunks * hidden_size, input_size), **kw))
-        self.weight_hh = Parameter(empty((num_chunks * hidden_size, hidden_size), **kw))
+        self.weight_ih = _empty_parameter((num_chunks * hidden_size, input_size), dtype, device)
+        self.weight_hh = _empty_parameter((num_chunks * hidden_size, hidden_size), dtype, device)
         for name in ("bias_ih", "bias_hh"):
             self.register_parameter(name, _empty_parameter(num_chunks * hidden_size, dtype,
                                                            device, bias))
