@@ -361,17 +361,16 @@ def _conv_transpose_nd(name, nsp, input, weight, bias, stride, padding, output_p
 for _n in (1, 2):
     _dims = "[1]" if _n == 1 else "[1, 1]"
     _zeros = "[0]" if _n == 1 else "[0, 0]"
+    _conv_impl = (lambda n: lambda input, weight, bias, stride, padding, dilation, groups:
+                  _conv_nd(f"conv{n}d", n, input, weight, bias, stride, padding, dilation,
+                           groups))(_n)
     op(f"conv{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] stride={_dims}, "
        f"int[{_n}] padding={_zeros}, int[{_n}] dilation={_dims}, SymInt groups=1) "
-       "-> Tensor", CUSTOM, "python", composite=True, method=False,
-       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
-           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_conv_impl,
        doc=f"{_n}-d convolution over a batched or unbatched input (convolution).")
     op(f"conv{_n}d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
        f"stride={_dims}, str padding=\"valid\", int[{_n}] dilation={_dims}, SymInt groups=1)"
-       " -> Tensor", CUSTOM, "python", composite=True, method=False,
-       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
-           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       " -> Tensor", CUSTOM, "python", composite=True, method=False, impl=_conv_impl,
        doc=f"conv{_n}d with padding='valid' or 'same'.")
     op(f"conv_transpose{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
        f"stride={_dims}, int[{_n}] padding={_zeros}, int[{_n}] output_padding={_zeros}, "
