@@ -273,28 +273,24 @@ def _bytearray(*args):
     raise _Reject("bytearray is called with unexpected arguments")
 
 
-def _set(items=()):
-    if type(items) not in (list, tuple):
-        raise _Reject("set is called with unexpected arguments")
-    return set(items)
+def _from_items(make, name):
+    """make(items) for a list or tuple of items only (the set, frozenset and OrderedDict
+    a checkpoint calls)."""
+    def build(items=()):
+        if type(items) not in (list, tuple):
+            raise _Reject(f"{name} is called with unexpected arguments")
+        return make(items)
+    return build
 
 
-def _frozenset(items=()):
-    if type(items) not in (list, tuple):
-        raise _Reject("frozenset is called with unexpected arguments")
-    return frozenset(items)
+_set, _frozenset = _from_items(set, "set"), _from_items(frozenset, "frozenset")
+_ordered_dict = _from_items(OrderedDict, "OrderedDict")
 
 
 def _complex(real=0.0, imag=0.0):
     if type(real) not in (int, float) or type(imag) not in (int, float):
         raise _Reject("complex is called with unexpected arguments")
     return complex(real, imag)
-
-
-def _ordered_dict(items=()):
-    if type(items) not in (list, tuple):
-        raise _Reject("OrderedDict is called with unexpected arguments")
-    return OrderedDict(items)
 
 
 def _counter(items=None):

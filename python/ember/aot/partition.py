@@ -89,12 +89,9 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
 
     bw = fx.Graph()
     benv = {}
-    for s in saved:
+    for s in list(saved) + tangents:
         benv[s] = bw.placeholder(s.name)
         benv[s].meta.update(s.meta)
-    for t in tangents:
-        benv[t] = bw.placeholder(t.name)
-        benv[t].meta.update(t.meta)
     for n in bw_nodes:
         benv[n] = bw.node_copy(n, lambda a: benv[a])
     bw.output(tuple(benv[grads[i]] if grads[i] is not None else None

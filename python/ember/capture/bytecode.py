@@ -46,36 +46,33 @@ class Asm:
                     continue
                 unit += sizes.get(k, 1) + _CACHES[item[0]]
             changed = False
-            unit = base_unit
-            for k, item in enumerate(self.items):
-                if isinstance(item, Label):
-                    continue
-                op, arg = item
-                size = sizes.get(k, 1)
-                end = unit + size + _CACHES[op]
-                value = _jump_arg(op, arg, end) if isinstance(arg, Label) else arg
+            for k, op, size, value in self._placed(base_unit, sizes):
                 need = _units_for(value)
                 if need > size:
                     sizes[k] = need
                     changed = True
-                unit = end
             if not changed:
                 break
         out = bytearray()
+        for k, op, size, value in self._placed(base_unit, sizes):
+            for shift in range((size - 1) * 8, 0, -8):
+                out += bytes((_EXTENDED_ARG, (value >> shift) & 0xFF))
+            out += bytes((op, value & 0xFF))
+            out += b"\x00\x00" * _CACHES[op]
+        return bytes(out)
+
+    def _placed(self, base_unit, sizes):
+        """(index, opcode, size, argument) of each instruction, laid out from base_unit
+        with sizes[index] code units (1 unless given); a jump's argument is relative to
+        the unit after its caches."""
         unit = base_unit
         for k, item in enumerate(self.items):
             if isinstance(item, Label):
                 continue
             op, arg = item
             size = sizes.get(k, 1)
-            end = unit + size + _CACHES[op]
-            value = _jump_arg(op, arg, end) if isinstance(arg, Label) else arg
-            for shift in range((size - 1) * 8, 0, -8):
-                out += bytes((_EXTENDED_ARG, (value >> shift) & 0xFF))
-            out += bytes((op, value & 0xFF))
-            out += b"\x00\x00" * _CACHES[op]
-            unit = end
-        return bytes(out)
+            unit += size + _CACHES[op]
+            yield k, op, size, _jump_arg(op, arg, unit) if isinstance(arg, Label) else arg
 
 
 def _jump_arg(op, label, end):

@@ -161,18 +161,15 @@ class ProgramBuilder:
                     self.value(vt.items[k]) for k in keys)))))
         # in the order of side_effects' tables: that of eager's dicts (a name created
         # anew is deleted first, so that it moves to the end)
-        for vt, name, value, recreate in side_effects.attrs.values():
-            t = self.target(vt)
-            if value is DELETED or recreate:
-                out.append(("delattr", t, name))
-            if value is not DELETED:
-                out.append(("setattr", t, name, self.value(value)))
-        for globals_dict, name, value, recreate in side_effects.globals_.values():
-            t = self.const(globals_dict)
-            if value is DELETED or recreate:
-                out.append(("delitem", t, name))
-            if value is not DELETED:
-                out.append(("setitem", t, name, self.value(value)))
+        for table, target, delete, store in (
+                (side_effects.attrs, self.target, "delattr", "setattr"),
+                (side_effects.globals_, self.const, "delitem", "setitem")):
+            for obj, name, value, recreate in table.values():
+                t = target(obj)
+                if value is DELETED or recreate:
+                    out.append((delete, t, name))
+                if value is not DELETED:
+                    out.append((store, t, name, self.value(value)))
         for cell in side_effects.cells:
             out.append(("setattr", self.const(cell.real), "cell_contents",
                         self.value(cell.content)))

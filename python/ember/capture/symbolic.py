@@ -1637,9 +1637,5 @@ class _IdSet:
         return id(item) in self._ids
 
 
-def _is_variable(v):
-    return isinstance(v, VariableTracker)
-
-
 __all__ = ["Translator", "OutputGraph", "Unsupported", "BuiltinMethodVar",
            "ClosureSource", "LocalSource"]

@@ -9,7 +9,6 @@ guards can re-check it and the compiled frame can fetch it again.
 """
 from __future__ import annotations
 
-import builtins
 import math
 import operator
 import types
@@ -746,5 +745,3 @@ PURE_BUILTINS = {
     *[getattr(operator, n) for n in dir(operator) if not n.startswith("_")],
     *[getattr(math, n) for n in dir(math) if callable(getattr(math, n))],
 }
-
-SAFE_MODULES = {math, operator, builtins}

@@ -13,6 +13,15 @@ def _rebuild_parameter(data, requires_grad):
     return Parameter(data, requires_grad)
 
 
+def _empty_parameter(shape, dtype, device, present=True):
+    """An uninitialised Parameter of shape (reset_parameters fills it), or None where the
+    module has no such parameter (register_parameter takes either)."""
+    if not present:
+        return None
+    from .. import empty
+    return Parameter(empty(shape, dtype=dtype, device=device))
+
+
 class Parameter(Tensor):
     """Parameter(data=None, requires_grad=True): a tensor a Module owns and trains."""
 

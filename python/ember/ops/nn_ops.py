@@ -361,17 +361,16 @@ def _conv_transpose_nd(name, nsp, input, weight, bias, stride, padding, output_p
 for _n in (1, 2):
     _dims = "[1]" if _n == 1 else "[1, 1]"
     _zeros = "[0]" if _n == 1 else "[0, 0]"
+    _conv_impl = (lambda n: lambda input, weight, bias, stride, padding, dilation, groups:
+                  _conv_nd(f"conv{n}d", n, input, weight, bias, stride, padding, dilation,
+                           groups))(_n)
     op(f"conv{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] stride={_dims}, "
        f"int[{_n}] padding={_zeros}, int[{_n}] dilation={_dims}, SymInt groups=1) "
-       "-> Tensor", CUSTOM, "python", composite=True, method=False,
-       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
-           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       "-> Tensor", CUSTOM, "python", composite=True, method=False, impl=_conv_impl,
        doc=f"{_n}-d convolution over a batched or unbatched input (convolution).")
     op(f"conv{_n}d.padding(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
        f"stride={_dims}, str padding=\"valid\", int[{_n}] dilation={_dims}, SymInt groups=1)"
-       " -> Tensor", CUSTOM, "python", composite=True, method=False,
-       impl=(lambda n: lambda input, weight, bias, stride, padding, dilation, groups: _conv_nd(
-           f"conv{n}d", n, input, weight, bias, stride, padding, dilation, groups))(_n),
+       " -> Tensor", CUSTOM, "python", composite=True, method=False, impl=_conv_impl,
        doc=f"conv{_n}d with padding='valid' or 'same'.")
     op(f"conv_transpose{_n}d(Tensor input, Tensor weight, Tensor? bias=None, int[{_n}] "
        f"stride={_dims}, int[{_n}] padding={_zeros}, int[{_n}] output_padding={_zeros}, "
@@ -491,17 +490,18 @@ def _as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
-def _pool_pair(values, what, may_be_empty=False, fallback=None, opname="max_pool2d"):
+def _pool_ints(values, n, what, opname="max_pool2d", may_be_empty=False, fallback=None,
+               msg=None):
+    """A pooling argument as n ints (one int repeated; fallback when it may be empty and
+    is), with PyTorch's message (or msg) for any other length."""
     values = _as_tuple(values)
     if not values and may_be_empty:
         return tuple(fallback)
-    if len(values) not in (1, 2):
-        if may_be_empty:
-            raise RuntimeError(f"{opname}: {what} must either be omitted, a single int, or "
-                               "a tuple of two ints")
-        raise RuntimeError(f"{opname}: {what} must either be a single int, or a tuple of two "
-                           "ints")
-    return (values[0], values[-1])
+    if len(values) not in (1, n):
+        raise RuntimeError(msg or f"{opname}: {what} must either be "
+                           f"{'omitted, ' if may_be_empty else ''}a single int, or a tuple of "
+                           f"{'two' if n == 2 else 'three'} ints")
+    return values * n if len(values) == 1 else tuple(values)
 
 
 def _pool_out(n, k, pad, stride, dil, ceil_mode):
@@ -520,10 +520,10 @@ def _pool_out(n, k, pad, stride, dil, ceil_mode):
 
 
 def _max_pool_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
-    kh, kw = _pool_pair(kernel_size, "kernel_size")
-    sh, sw = _pool_pair(stride, "stride", True, (kh, kw))
-    ph, pw = _pool_pair(padding, "padding")
-    dh, dw = _pool_pair(dilation, "dilation")
+    kh, kw = _pool_ints(kernel_size, 2, "kernel_size")
+    sh, sw = _pool_ints(stride, 2, "stride", "max_pool2d", True, (kh, kw))
+    ph, pw = _pool_ints(padding, 2, "padding")
+    dh, dw = _pool_ints(dilation, 2, "dilation")
     oh, ow = _pool2d_output(self, kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode)
     if self.dtype is _C.bool:
         raise NotImplementedError("\"max_pool2d\" not implemented for 'Bool'")
@@ -808,9 +808,9 @@ def _compute_dtype(dt):
 
 
 def _avg_pool_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
-    kh, kw = _pool_pair(kernel_size, "kernel_size", opname="avg_pool2d")
-    sh, sw = _pool_pair(stride, "stride", True, (kh, kw), "avg_pool2d")
-    ph, pw = _pool_pair(padding, "padding", opname="avg_pool2d")
+    kh, kw = _pool_ints(kernel_size, 2, "kernel_size", "avg_pool2d")
+    sh, sw = _pool_ints(stride, 2, "stride", "avg_pool2d", True, (kh, kw))
+    ph, pw = _pool_ints(padding, 2, "padding", "avg_pool2d")
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     out = _pool2d_output(self, kh, kw, sh, sw, ph, pw, 1, 1, ceil_mode)
@@ -2297,16 +2297,6 @@ _decomposed("cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None,
 # index prim.
 
 
-def _triple(values, name, opname, may_be_empty=False, fallback=None, msg=None):
-    values = _as_tuple(values)
-    if not values and may_be_empty:
-        return tuple(fallback)
-    if len(values) not in (1, 3):
-        raise RuntimeError(msg or f"{opname}: {name} must either be a single int, or a tuple "
-                           "of three ints")
-    return values * 3 if len(values) == 1 else tuple(values)
-
-
 # ------------------------------------------------------------------ conv3d (composites)
 
 
@@ -2395,14 +2385,12 @@ op("conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, "
 
 
 def _max_pool3d_geometry(self, kernel_size, stride, padding, dilation, ceil_mode):
-    k = _triple(kernel_size, "kernel_size", "max_pool3d")
-    s = _triple(stride, "stride", "max_pool3d", True, k,
-                "max_pool3d: stride must either be omitted, a single int, or a tuple of three "
-                "ints")
-    p = _triple(padding, "padding", "max_pool3d")
-    d = _triple(dilation, "dilation", "max_pool3d",
-                msg="max_pool3d: dilation must be either a single int, or a tuple of three "
-                    "ints")
+    k = _pool_ints(kernel_size, 3, "kernel_size", "max_pool3d")
+    s = _pool_ints(stride, 3, "stride", "max_pool3d", True, k)
+    p = _pool_ints(padding, 3, "padding", "max_pool3d")
+    d = _pool_ints(dilation, 3, "dilation", "max_pool3d",
+                   msg="max_pool3d: dilation must be either a single int, or a tuple of three "
+                       "ints")
     if self.ndim not in (4, 5):
         raise RuntimeError("non-empty 4D or 5D (batch mode) tensor expected for input")
     sp = tuple(self.shape[-3:])
@@ -2650,12 +2638,12 @@ def _resample_n_backward(g, mats):
 
 
 def _avg_pool3d_params(self, kernel_size, stride, padding, ceil_mode, divisor_override):
-    k = _triple(kernel_size, "kernel_size", "avg_pool3d",
-                msg="avg_pool3d: kernel_size must be a single int, or a tuple of three ints")
-    s = _triple(stride, "stride", "avg_pool3d", True, k,
-                "avg_pool3d: stride must be omitted, a single int, or a tuple of three ints")
-    p = _triple(padding, "padding", "avg_pool3d",
-                msg="avg_pool3d: padding must be a single int, or a tuple of three ints")
+    k = _pool_ints(kernel_size, 3, "kernel_size", "avg_pool3d",
+                   msg="avg_pool3d: kernel_size must be a single int, or a tuple of three ints")
+    s = _pool_ints(stride, 3, "stride", "avg_pool3d", True, k,
+                   "avg_pool3d: stride must be omitted, a single int, or a tuple of three ints")
+    p = _pool_ints(padding, 3, "padding", "avg_pool3d",
+                   msg="avg_pool3d: padding must be a single int, or a tuple of three ints")
     if self.ndim not in (4, 5):
         raise RuntimeError("non-empty 4D or 5D (batch mode) tensor expected for input")
     if divisor_override is not None and divisor_override == 0:

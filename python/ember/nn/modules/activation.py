@@ -120,8 +120,7 @@ class ReLU6(Hardtanh):
     def __init__(self, inplace=False):
         super().__init__(0.0, 6.0, inplace)
 
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
+    extra_repr = _InplaceActivation.extra_repr
 
 
 class LogSigmoid(Module):

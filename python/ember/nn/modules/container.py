@@ -214,10 +214,7 @@ class ModuleDict(Module):
     def clear(self):
         self._modules.clear()
 
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
+    pop = Sequential.pop
 
     def keys(self):
         return self._modules.keys()
@@ -335,10 +332,7 @@ class ParameterDict(Module):
     def get(self, key, default=None):
         return self[key] if key in self else default
 
-    def pop(self, key):
-        v = self[key]
-        del self[key]
-        return v
+    pop = Sequential.pop
 
     def clear(self):
         for k in list(self._keys):

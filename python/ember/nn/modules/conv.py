@@ -2,10 +2,9 @@
 with PyTorch's constructor arguments, parameter names, shapes and initialisation."""
 import math
 
-from ... import empty
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from ..parameter import _empty_parameter
 from .module import Module
 
 
@@ -79,11 +78,8 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups) + tuple(kernel_size)
         else:
             shape = (out_channels, in_channels // groups) + tuple(kernel_size)
-        self.weight = Parameter(empty(shape, dtype=dtype, device=device))
-        if bias:
-            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        self.weight = _empty_parameter(shape, dtype, device)
+        self.register_parameter("bias", _empty_parameter(out_channels, dtype, device, bias))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -120,35 +116,45 @@ class _ConvNd(Module):
         return s.format(**self.__dict__)
 
 
-class Conv1d(_ConvNd):
-    """1-d convolution over (N, C_in, L) (or (C_in, L)) inputs."""
+class _Conv(_ConvNd):
+    """Conv1d/2d/3d's constructor, for an _nd-d convolution."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
                  dtype=None):
+        n = self._nd
         super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
-                                                                dilation, 1),
-                         False, (0,), groups, bias, padding_mode, device, dtype)
+                                                                dilation, n),
+                         False, (0,) * n, groups, bias, padding_mode, device, dtype)
+
+
+class Conv1d(_Conv):
+    """1-d convolution over (N, C_in, L) (or (C_in, L)) inputs."""
+
+    _nd = 1
 
     def forward(self, input):
         return self._conv_forward(input, F.conv1d)
 
 
-class Conv2d(_ConvNd):
+class Conv2d(_Conv):
     """2-d convolution over (N, C_in, H, W) (or (C_in, H, W)) inputs."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
-                 dtype=None):
-        super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
-                                                                dilation, 2),
-                         False, (0, 0), groups, bias, padding_mode, device, dtype)
+    _nd = 2
 
     def forward(self, input):
         return self._conv_forward(input, F.conv2d)
 
 
 class _ConvTransposeNd(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
+                 device=None, dtype=None):
+        n = self._nd
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, n),
+                         _ntuple(stride, n), _ntuple(padding, n), _ntuple(dilation, n), True,
+                         _ntuple(output_padding, n), groups, bias, padding_mode, device, dtype)
+
     def _transposed_forward(self, input, output_size, conv_transpose):
         op = self._output_padding(input, output_size, len(self.kernel_size))
         return conv_transpose(input, self.weight, self.bias, self.stride, self.padding, op,
@@ -181,12 +187,7 @@ class _ConvTransposeNd(_ConvNd):
 class ConvTranspose1d(_ConvTransposeNd):
     """1-d transposed convolution (the gradient of Conv1d with respect to its input)."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
-                 device=None, dtype=None):
-        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 1),
-                         _ntuple(stride, 1), _ntuple(padding, 1), _ntuple(dilation, 1), True,
-                         _ntuple(output_padding, 1), groups, bias, padding_mode, device, dtype)
+    _nd = 1
 
     def forward(self, input, output_size=None):
         return self._transposed_forward(input, output_size, F.conv_transpose1d)
@@ -195,26 +196,16 @@ class ConvTranspose1d(_ConvTransposeNd):
 class ConvTranspose2d(_ConvTransposeNd):
     """2-d transposed convolution (the gradient of Conv2d with respect to its input)."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
-                 device=None, dtype=None):
-        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 2),
-                         _ntuple(stride, 2), _ntuple(padding, 2), _ntuple(dilation, 2), True,
-                         _ntuple(output_padding, 2), groups, bias, padding_mode, device, dtype)
+    _nd = 2
 
     def forward(self, input, output_size=None):
         return self._transposed_forward(input, output_size, F.conv_transpose2d)
 
 
-class Conv3d(_ConvNd):
+class Conv3d(_Conv):
     """3-d convolution over (N, C_in, D, H, W) (or (C_in, D, H, W)) inputs."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 dilation=1, groups=1, bias=True, padding_mode="zeros", device=None,
-                 dtype=None):
-        super().__init__(in_channels, out_channels, *_conv_args(kernel_size, stride, padding,
-                                                                dilation, 3),
-                         False, (0, 0, 0), groups, bias, padding_mode, device, dtype)
+    _nd = 3
 
     def forward(self, input):
         return self._conv_forward(input, F.conv3d)
@@ -223,12 +214,7 @@ class Conv3d(_ConvNd):
 class ConvTranspose3d(_ConvTransposeNd):
     """3-d transposed convolution (the gradient of Conv3d with respect to its input)."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
-                 output_padding=0, groups=1, bias=True, dilation=1, padding_mode="zeros",
-                 device=None, dtype=None):
-        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 3),
-                         _ntuple(stride, 3), _ntuple(padding, 3), _ntuple(dilation, 3), True,
-                         _ntuple(output_padding, 3), groups, bias, padding_mode, device, dtype)
+    _nd = 3
 
     def forward(self, input, output_size=None):
         return self._transposed_forward(input, output_size, F.conv_transpose3d)

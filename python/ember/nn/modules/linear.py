@@ -1,10 +1,9 @@
 """Linear and Identity: the affine layer y = x W^T + b, and the layer that does nothing."""
 import math
 
-from ... import empty
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from ..parameter import _empty_parameter
 from .module import Module
 
 
@@ -33,12 +32,8 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(empty((out_features, in_features), dtype=dtype,
-                                      device=device))
-        if bias:
-            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        self.weight = _empty_parameter((out_features, in_features), dtype, device)
+        self.register_parameter("bias", _empty_parameter(out_features, dtype, device, bias))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -68,12 +63,9 @@ class Bilinear(Module):
         self.in1_features = in1_features
         self.in2_features = in2_features
         self.out_features = out_features
-        self.weight = Parameter(empty((out_features, in1_features, in2_features), dtype=dtype,
-                                      device=device))
-        if bias:
-            self.bias = Parameter(empty(out_features, dtype=dtype, device=device))
-        else:
-            self.register_parameter("bias", None)
+        self.weight = _empty_parameter((out_features, in1_features, in2_features), dtype,
+                                       device)
+        self.register_parameter("bias", _empty_parameter(out_features, dtype, device, bias))
         self.reset_parameters()
 
     def reset_parameters(self):

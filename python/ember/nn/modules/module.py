@@ -175,27 +175,15 @@ class Module:
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args) -> None or new args, run before forward (with_kwargs:
         hook(module, args, kwargs) -> None or (args, kwargs))."""
-        handle = RemovableHandle(self._forward_pre_hooks,
-                                 extra_dict=self._forward_pre_hooks_with_kwargs)
-        self._forward_pre_hooks[handle.id] = hook
-        if with_kwargs:
-            self._forward_pre_hooks_with_kwargs[handle.id] = True
-        if prepend:
-            self._forward_pre_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._add_hook(self._forward_pre_hooks, hook, prepend,
+                              self._forward_pre_hooks_with_kwargs, with_kwargs)
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False,
                               always_call=False):
         """hook(module, args, output) -> None or a new output, run after forward
         (with_kwargs: hook(module, args, kwargs, output))."""
-        handle = RemovableHandle(self._forward_hooks,
-                                 extra_dict=self._forward_hooks_with_kwargs)
-        self._forward_hooks[handle.id] = hook
-        if with_kwargs:
-            self._forward_hooks_with_kwargs[handle.id] = True
-        if prepend:
-            self._forward_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return self._add_hook(self._forward_hooks, hook, prepend,
+                              self._forward_hooks_with_kwargs, with_kwargs)
 
     def register_full_backward_hook(self, hook, prepend=False):
         """hook(module, grad_input, grad_output) -> None or new grad_input, called when
@@ -223,9 +211,11 @@ class Module:
         return self._add_hook(self._backward_hooks, hook, False)
 
     @staticmethod
-    def _add_hook(table, hook, prepend):
-        handle = RemovableHandle(table)
+    def _add_hook(table, hook, prepend, kwargs_table=None, with_kwargs=False):
+        handle = RemovableHandle(table, extra_dict=kwargs_table)
         table[handle.id] = hook
+        if with_kwargs:
+            kwargs_table[handle.id] = True
         if prepend:
             table.move_to_end(handle.id, last=False)
         return handle

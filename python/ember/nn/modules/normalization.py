@@ -10,11 +10,11 @@ cumulative average) reads num_batches_tracked as a Python number, which a graph 
 that frame runs eagerly (counted), as torch.compile breaks its graph there."""
 import numbers
 
-from ... import empty, ones, tensor, zeros
+from ... import ones, tensor, zeros
 from ... import int64 as _int64
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from ..parameter import _empty_parameter
 from .module import Module
 
 
@@ -32,15 +32,11 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(empty(self.normalized_shape, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        shape = self.normalized_shape
+        self.register_parameter("weight", _empty_parameter(shape, dtype, device,
+                                                           elementwise_affine))
+        self.register_parameter("bias", _empty_parameter(shape, dtype, device,
+                                                         elementwise_affine and bias))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -71,12 +67,8 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(empty(num_channels, dtype=dtype, device=device))
-            self.bias = Parameter(empty(num_channels, dtype=dtype, device=device))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        self.register_parameter("weight", _empty_parameter(num_channels, dtype, device, affine))
+        self.register_parameter("bias", _empty_parameter(num_channels, dtype, device, affine))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -102,11 +94,10 @@ class RMSNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
+        self.register_parameter("weight", _empty_parameter(self.normalized_shape, dtype, device,
+                                                           elementwise_affine))
         if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, dtype=dtype, device=device))
             init.ones_(self.weight)
-        else:
-            self.register_parameter("weight", None)
 
     def forward(self, input):
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
@@ -128,15 +119,9 @@ class _BatchNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(empty(num_features, dtype=dtype, device=device))
-            if bias:
-                self.bias = Parameter(empty(num_features, dtype=dtype, device=device))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        self.register_parameter("weight", _empty_parameter(num_features, dtype, device, affine))
+        self.register_parameter("bias", _empty_parameter(num_features, dtype, device,
+                                                         affine and bias))
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dtype))
             self.register_buffer("running_var", ones(num_features, dtype=dtype))

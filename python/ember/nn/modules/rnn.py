@@ -16,7 +16,7 @@ import warnings
 from ... import cat, empty, stack, zeros
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from ..parameter import Parameter, _empty_parameter
 from ..utils.rnn import PackedSequence
 from .module import Module
 
@@ -369,15 +369,11 @@ class RNNCellBase(Module):
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
-        kw = dict(dtype=dtype, device=device)
-        self.weight_ih = Parameter(empty((num_chunks * hidden_size, input_size), **kw))
-        self.weight_hh = Parameter(empty((num_chunks * hidden_size, hidden_size), **kw))
-        if bias:
-            self.bias_ih = Parameter(empty(num_chunks * hidden_size, **kw))
-            self.bias_hh = Parameter(empty(num_chunks * hidden_size, **kw))
-        else:
-            self.register_parameter("bias_ih", None)
-            self.register_parameter("bias_hh", None)
+        self.weight_ih = _empty_parameter((num_chunks * hidden_size, input_size), dtype, device)
+        self.weight_hh = _empty_parameter((num_chunks * hidden_size, hidden_size), dtype, device)
+        for name in ("bias_ih", "bias_hh"):
+            self.register_parameter(name, _empty_parameter(num_chunks * hidden_size, dtype,
+                                                           device, bias))
         self.reset_parameters()
 
     def extra_repr(self):
@@ -388,10 +384,7 @@ class RNNCellBase(Module):
             s += ", nonlinearity={nonlinearity}"
         return s.format(**self.__dict__)
 
-    def reset_parameters(self):
-        stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
-        for w in self.parameters():
-            init.uniform_(w, -stdv, stdv)
+    reset_parameters = RNNBase.reset_parameters
 
     def _prepare(self, name, input, hx, what="hidden"):
         if input.ndim not in (1, 2):

@@ -22,6 +22,14 @@ def _O():
     return api
 
 
+def _to_dtype(name, dtype):
+    """PackedSequence.<name>(): the sequence with its data converted to dtype."""
+    def method(self):
+        return self.to(dtype=dtype)
+    method.__name__, method.__qualname__ = name, f"PackedSequence.{name}"
+    return method
+
+
 class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices",
                                                    "unsorted_indices"])):
     """(data, batch_sizes, sorted_indices, unsorted_indices): data holds the steps of the
@@ -50,29 +58,14 @@ class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorte
     def cpu(self, *args, **kwargs):
         return self
 
-    def double(self):
-        return self.to(dtype=_C.float64)
-
-    def float(self):
-        return self.to(dtype=_C.float32)
-
-    def half(self):
-        return self.to(dtype=_C.float16)
-
-    def long(self):
-        return self.to(dtype=_C.int64)
-
-    def int(self):
-        return self.to(dtype=_C.int32)
-
-    def short(self):
-        return self.to(dtype=_C.int16)
-
-    def char(self):
-        return self.to(dtype=_C.int8)
-
-    def byte(self):
-        return self.to(dtype=_C.uint8)
+    double = _to_dtype("double", _C.float64)
+    float = _to_dtype("float", _C.float32)
+    half = _to_dtype("half", _C.float16)
+    long = _to_dtype("long", _C.int64)
+    int = _to_dtype("int", _C.int32)
+    short = _to_dtype("short", _C.int16)
+    char = _to_dtype("char", _C.int8)
+    byte = _to_dtype("byte", _C.uint8)
 
     @property
     def is_cuda(self):
