@@ -2326,6 +2326,29 @@ for _name, _log in (("softmax", False), ("log_softmax", True)):
                                "bad dim")])(_name)))
 
 
+def _safe_softmax_ref(a, dim, dtype=None):
+    soft = _softmax_line(False)
+
+    def line(xs):
+        if xs and all(x == -math.inf for x in xs):
+            return [0.0] * len(xs)          # a fully masked row: 0, not NaN
+        return soft(xs)
+    return _lines(a, dim, line)
+
+
+def _safe_softmax_samples(dtype, rng):
+    out = _softmax_samples(dtype, rng)
+    if dtype in FLOATS:
+        rows = np.array([[-np.inf, -np.inf, -np.inf], [0.5, -np.inf, 2.0]], dtype=dtype)
+        out.append(Sample((ember.from_numpy(rows), 1), desc="a fully masked row",
+                          grad=False))
+    return out
+
+
+add(OpInfo("_safe_softmax", _safe_softmax_samples, _safe_softmax_ref, dtypes=FLOATS,
+           reduction=True, torch_fn=lambda torch, *a, **k: torch._safe_softmax(*a, **k)))
+
+
 def _cumulative_ref(mul):
     def line(xs):
         out, acc = [], None

@@ -118,7 +118,8 @@ operand(em_Tensor *t, em_dtype_t ct, PyArrayObject **hold, const char **data, in
     return 0;
 }
 
-/* The dtype the kernels compute in: float16 in float32 (rounded once at the end). */
+/* The dtype the kernels compute in: float16 and bfloat16 in float32 (rounded once at
+ * the end). */
 static em_dtype_t
 compute_dtype(em_dtype_t t)
 {
@@ -141,8 +142,8 @@ check_qkv(const char *name, em_Tensor *q, em_Tensor *k, em_Tensor *v)
                      em_dtype_torch_name(k->dtype), em_dtype_torch_name(v->dtype));
         return -1;
     }
-    if (q->dtype != EM_FLOAT32 && q->dtype != EM_FLOAT64 && q->dtype != EM_FLOAT16) {
-        PyErr_Format(PyExc_RuntimeError, "%s: Expected data type in FP32, FP64, FP16, but got "
+    if (q->dtype != EM_FLOAT32 && q->dtype != EM_FLOAT64 && !em_is_half(q->dtype)) {
+        PyErr_Format(PyExc_RuntimeError, "%s: Expected data type in FP32, FP64, BF16, FP16, but got "
                      "%s instead.", name, em_dtype_torch_name(q->dtype));
         return -1;
     }

@@ -199,8 +199,8 @@ def _cdist(x1, x2, p, compute_mode):
         if not t.is_floating_point():
             raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: "
                                f"{t.dtype._torch_name}")
-    if x1.dtype is _C.float16:
-        raise NotImplementedError("\"cdist\" not implemented for 'Half'")
+    if x1.dtype in (_C.float16, _C.bfloat16):
+        raise NotImplementedError(f"\"cdist\" not implemented for '{x1.dtype._torch_name}'")
     if x1.ndim < 2:
         raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D")
     if x2.ndim < 2:

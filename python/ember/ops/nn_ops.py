@@ -1442,8 +1442,14 @@ _decomposed("one_hot(Tensor self, int num_classes=-1) -> Tensor", _one_hot_decom
 def _safe_softmax_decompose(self, dim, dtype):
     x = P._to_copy(self, dtype=dtype) if dtype is not None and dtype is not self.dtype \
         else self
+    x = _contiguous_p(x)        # a dense result, as softmax's
     d = M.wrap_dim(dim, x.ndim)
-    if x.shape[d] == 0:         # no keys: an empty softmax (amax would refuse the dim)
+    if not x.dtype.is_floating_point:
+        if x.numel() == 0:      # no kernel runs: an empty result of the input's dtype
+            return P.full(x.shape, 0, dtype=x.dtype)
+        raise NotImplementedError(f'"softmax_kernel_impl" not implemented for '
+                                  f"'{x.dtype._torch_name}'")
+    if x.ndim and x.shape[d] == 0:   # no keys: an empty softmax (amax would refuse it)
         return P.full(x.shape, 0.0, dtype=x.dtype)
     m = P.amax(x, [d], True)
     m = P.where(P.eq(m, -math.inf), 0.0, m)
@@ -1577,8 +1583,8 @@ def _flash_checks(name, q, k, v, attn_mask):
                            f"but got query.dtype: {torch_type(q.dtype)} key.dtype: "
                            f"{torch_type(k.dtype)} and value.dtype: {torch_type(v.dtype)} "
                            "instead.")
-    if q.dtype not in (_C.float32, _C.float64, _C.float16):
-        raise RuntimeError(f"{name}: Expected data type in FP32, FP64, FP16, but got "
+    if q.dtype not in (_C.float32, _C.float64) + _dtypes.HALF:
+        raise RuntimeError(f"{name}: Expected data type in FP32, FP64, BF16, FP16, but got "
                            f"{torch_type(q.dtype)} instead.")
     if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
         raise RuntimeError(f"{name}: Expected query, key and value to have the same batch "
