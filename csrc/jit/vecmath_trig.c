@@ -100,28 +100,27 @@ build_trig(LLVMModuleRef M, const char *name, bool is_cos)
     LLVMValueRef large = LLVMBuildICmp(B, LLVMIntUGE, be, K32(152), "");
     LLVMValueRef th = em_vm_select(&v, large, rl, rs);
     LLVMValueRef n = em_vm_select(&v, large, ql, qs);
-    LLVMValueRef t2 = LLVMBuildFMul(B, th, th, "");
-    /* Taylor series: sin(t) = t (1 - t^2/3! + ...), cos(t) = 1 - t^2/2! + ... */
-    double sc[6], cc[7], f = 1.0;
-    for (int i = 0; i < 6; i++) {
-        sc[i] = (i % 2 ? -1.0 : 1.0) / f;
-        f *= (2 * i + 2) * (2 * i + 3);
-    }
-    f = 1.0;
-    for (int i = 0; i < 7; i++) {
-        cc[i] = (i % 2 ? -1.0 : 1.0) / f;
-        f *= (2 * i + 1) * (2 * i + 2);
-    }
-    LLVMValueRef s = LLVMBuildFMul(B, th, em_vm_poly(&v, sc, 6, t2), "");
-    LLVMValueRef c = em_vm_poly(&v, cc, 7, t2);
+    /* theta rounded once to float32 (half an ulp of theta, however small theta is),
+     * then float32 minimax polynomials on [-pi/4, pi/4]: coefficients from the Cephes
+     * Math Library (S. L. Moshier), sinf.c and cosf.c */
+    static const double sc[] = {-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4};
+    static const double cc[] = {4.166664568298827e-2, -1.388731625493765e-3,
+                                2.443315711809948e-5};
+    LLVMValueRef tf = LLVMBuildFPTrunc(B, th, v.f32, "");
+    LLVMValueRef z = LLVMBuildFMul(B, tf, tf, "");
+    /* sin(t) = t + t z P(z) */
+    LLVMValueRef s = em_vm_fma(&v, LLVMBuildFMul(B, tf, z, ""), em_vm_poly(&v, sc, 3, z), tf);
+    /* cos(t) = 1 - z/2 + z^2 Q(z) */
+    LLVMValueRef c = em_vm_fma(&v, LLVMBuildFMul(B, z, z, ""), em_vm_poly(&v, cc, 3, z),
+                               em_vm_fma(&v, z, LLVMConstReal(v.f32, -0.5),
+                                         LLVMConstReal(v.f32, 1.0)));
     LLVMValueRef q = n;
     if (is_cos)
         q = LLVMBuildAdd(B, q, K32(1), "");        /* cos(a) = sin(a + pi/2) */
     LLVMValueRef odd = LLVMBuildICmp(B, LLVMIntNE, LLVMBuildAnd(B, q, K32(1), ""), K32(0), "");
     LLVMValueRef neg = LLVMBuildICmp(B, LLVMIntNE, LLVMBuildAnd(B, q, K32(2), ""), K32(0), "");
-    LLVMValueRef y = em_vm_select(&v, odd, c, s);
-    y = em_vm_select(&v, neg, LLVMBuildFNeg(B, y, ""), y);
-    LLVMValueRef yf = LLVMBuildFPTrunc(B, y, v.f32, "");
+    LLVMValueRef yf = em_vm_select(&v, odd, c, s);
+    yf = em_vm_select(&v, neg, LLVMBuildFNeg(B, yf, ""), yf);
     if (!is_cos)   /* sin is odd: sin(x) = sign(x) sin(|x|) */
         yf = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntSLT, bits, K32(0), ""),
                           LLVMBuildFNeg(B, yf, ""), yf);
