@@ -62,22 +62,25 @@ build_trig(LLVMModuleRef M, const char *name, bool is_cos)
     LLVMValueRef bit0 = LLVMBuildSub(B, be, K32(152), "");         /* 0-based bit */
     bit0 = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntSLT, bit0, K32(0), ""), K32(0), bit0);
     LLVMValueRef qw = LLVMBuildLShr(B, bit0, K32(5), "");
-    LLVMValueRef sh = LLVMBuildZExt(B, LLVMBuildAnd(B, bit0, K32(31), ""), v.i64, "");
+    LLVMValueRef sh = LLVMBuildAnd(B, bit0, K32(31), "");
     LLVMValueRef word[4];
     for (int i = 0; i < 4; i++) {
-        word[i] = L(two_over_pi[i]);
+        word[i] = K32(two_over_pi[i]);
         for (int t = 1; t < 4; t++)
             word[i] = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntEQ, qw, K32(t), ""),
-                                   L(two_over_pi[i + t]), word[i]);
+                                   K32(two_over_pi[i + t]), word[i]);
     }
     LLVMValueRef m = LLVMBuildZExt(
         B, LLVMBuildOr(B, LLVMBuildAnd(B, ab, K32(0x7fffff), ""), K32(0x800000), ""),
         v.i64, "");
     LLVMValueRef prod[3];
     for (int i = 0; i < 3; i++) {
-        LLVMValueRef pair = LLVMBuildOr(B, LLVMBuildShl(B, word[i], L(32), ""), word[i + 1], "");
-        LLVMValueRef g = LLVMBuildLShr(B, LLVMBuildShl(B, pair, sh, ""), L(32), "");
-        prod[i] = LLVMBuildMul(B, m, g, "");
+        /* G = the 32 bits of word[i] word[i + 1] from bit sh on (in 32-bit lanes; the
+         * right shift in two steps, as a shift by 32 is undefined) */
+        LLVMValueRef lo = LLVMBuildLShr(B, LLVMBuildLShr(B, word[i + 1], K32(1), ""),
+                                        LLVMBuildSub(B, K32(31), sh, ""), "");
+        LLVMValueRef g = LLVMBuildOr(B, LLVMBuildShl(B, word[i], sh, ""), lo, "");
+        prod[i] = LLVMBuildMul(B, m, LLVMBuildZExt(B, g, v.i64, ""), "");
     }
     LLVMValueRef tot = LLVMBuildAdd(B, LLVMBuildShl(B, prod[0], L(32), ""), prod[1], "");
     tot = LLVMBuildAdd(B, tot, LLVMBuildLShr(B, prod[2], L(32), ""), "");
