@@ -9,10 +9,11 @@
  *   so |x| 2/pi mod 4 needs the 96 bits of 2/pi after them; M times them gives n and
  *   the fraction to 2^-94, good to float64 rounding relative to theta itself however
  *   close |x| is to a multiple of pi/2.
- * Both are computed (branch-free) and selected. Then sin/cos of theta by their Taylor
- * series in float64 (degree 11 and 12; truncation error under 2^-36), n mod 4 choosing
- * which and its sign, rounded once to float32. The bits of 2/pi and pi/2 were computed
- * with exact integer arithmetic (Machin's formula).
+ * Both are computed (branch-free) and selected. theta is rounded once to float32 (half
+ * an ulp of theta however small it is), then sin/cos of it by float32 minimax
+ * polynomials on [-pi/4, pi/4] (Cephes sinf.c and cosf.c), n mod 4 choosing which and
+ * its sign: at most 1.56 ulp over the float range (docs/vecmath.md). The bits of 2/pi
+ * and pi/2 were computed with exact integer arithmetic (Machin's formula).
  * Special values as libm: sin(+-0) = +-0, cos(+-0) = 1, +-inf and NaN give NaN.
  */
 #include "jit/vecmath.h"
