@@ -30,8 +30,11 @@ static const unsigned two_over_pi[7] = {0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf5
 #define PIO2_2 0x1.10b461p-30
 #define PIO2_3 0x1.a62633145c06ep-58
 
+/* with_large false: the Cody-Waite path alone, right for |x| < 2^25 and for inf, NaN
+ * (codegen_loops.c runs it first and again with the whole function when a larger
+ * argument was seen) */
 static LLVMValueRef
-build_trig(LLVMModuleRef M, const char *name, bool is_cos)
+build_trig(LLVMModuleRef M, const char *name, bool is_cos, bool with_large)
 {
     em_vm v;
     if (em_vm_begin(&v, M, name, 1))
@@ -55,55 +58,57 @@ build_trig(LLVMModuleRef M, const char *name, bool is_cos)
     rs = LLVMBuildFSub(B, rs, LLVMBuildFMul(B, nd, D(PIO2_2), ""), "");
     rs = LLVMBuildFSub(B, rs, LLVMBuildFMul(B, nd, D(PIO2_3), ""), "");
     LLVMValueRef qs = LLVMBuildTrunc(B, LLVMBuildBitCast(B, kd, v.i64, ""), v.i32, "");
+    LLVMValueRef th = rs, n = qs;
+    if (with_large) {
+        /* |x| >= 2^25 (Payne and Hanek), in integers: |x| = M 2^k, k >= 2. The bits of
+         * 2/pi from the (k - 1)th (weight 2 in 2^k 2/pi) on, in 32-bit chunks G0, G1, G2
+         * of weights 2^-30, 2^-62, 2^-94: M G0 mod 2^32 is M F_k mod 4 in units of 2^-30;
+         * the sum below is |x| 2/pi mod 4 in units of 2^-62 (wrapping is mod 4) */
+        LLVMValueRef bit0 = LLVMBuildSub(B, be, K32(152), "");         /* 0-based bit */
+        bit0 = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntSLT, bit0, K32(0), ""), K32(0), bit0);
+        LLVMValueRef qw = LLVMBuildLShr(B, bit0, K32(5), "");
+        LLVMValueRef sh = LLVMBuildAnd(B, bit0, K32(31), "");
+        LLVMValueRef word[4];
+        for (int i = 0; i < 4; i++) {
+            word[i] = K32(two_over_pi[i]);
+            for (int t = 1; t < 4; t++)
+                word[i] = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntEQ, qw, K32(t), ""),
+                                       K32(two_over_pi[i + t]), word[i]);
+        }
+        LLVMValueRef m = LLVMBuildZExt(
+            B, LLVMBuildOr(B, LLVMBuildAnd(B, ab, K32(0x7fffff), ""), K32(0x800000), ""),
+            v.i64, "");
+        LLVMValueRef prod[3];
+        for (int i = 0; i < 3; i++) {
+            /* G = the 32 bits of word[i] word[i + 1] from bit sh on (in 32-bit lanes; the
+             * right shift in two steps, as a shift by 32 is undefined) */
+            LLVMValueRef lo = LLVMBuildLShr(B, LLVMBuildLShr(B, word[i + 1], K32(1), ""),
+                                            LLVMBuildSub(B, K32(31), sh, ""), "");
+            LLVMValueRef g = LLVMBuildOr(B, LLVMBuildShl(B, word[i], sh, ""), lo, "");
+            prod[i] = LLVMBuildMul(B, m, LLVMBuildZExt(B, g, v.i64, ""), "");
+        }
+        LLVMValueRef tot = LLVMBuildAdd(B, LLVMBuildShl(B, prod[0], L(32), ""), prod[1], "");
+        tot = LLVMBuildAdd(B, tot, LLVMBuildLShr(B, prod[2], L(32), ""), "");
+        LLVMValueRef nl = LLVMBuildLShr(B, LLVMBuildAdd(B, tot, L(1ULL << 61), ""), L(62), "");
+        LLVMValueRef frac = LLVMBuildSub(B, tot, LLVMBuildShl(B, nl, L(62), ""), "");
+        /* frac (|frac| <= 2^61) to float64 through two exact int32 conversions, one rounding */
+        LLVMValueRef hi = LLVMBuildSIToFP(
+            B, LLVMBuildTrunc(B, LLVMBuildAShr(B, frac, L(31), ""), v.i32, ""), v.f64, "");
+        LLVMValueRef lo = LLVMBuildSIToFP(
+            B, LLVMBuildTrunc(B, LLVMBuildAnd(B, frac, L(0x7fffffff), ""), v.i32, ""), v.f64, "");
+        LLVMValueRef rem = LLVMBuildSIToFP(
+            B, LLVMBuildTrunc(B, LLVMBuildLShr(B, LLVMBuildAnd(B, prod[2], L(0xffffffff), ""),
+                                               L(1), ""), v.i32, ""), v.f64, "");
+        LLVMValueRef rl = LLVMBuildFAdd(B, LLVMBuildFMul(B, hi, D(0x1p-31), ""),
+                                        LLVMBuildFMul(B, lo, D(0x1p-62), ""), "");
+        rl = LLVMBuildFAdd(B, rl, LLVMBuildFMul(B, rem, D(0x1p-93), ""), "");
+        rl = LLVMBuildFMul(B, rl, D(1.5707963267948966), "");             /* radians */
+        LLVMValueRef ql = LLVMBuildTrunc(B, nl, v.i32, "");
 
-    /* |x| >= 2^25 (Payne and Hanek), in integers: |x| = M 2^k, k >= 2. The bits of
-     * 2/pi from the (k - 1)th (weight 2 in 2^k 2/pi) on, in 32-bit chunks G0, G1, G2
-     * of weights 2^-30, 2^-62, 2^-94: M G0 mod 2^32 is M F_k mod 4 in units of 2^-30;
-     * the sum below is |x| 2/pi mod 4 in units of 2^-62 (wrapping is mod 4) */
-    LLVMValueRef bit0 = LLVMBuildSub(B, be, K32(152), "");         /* 0-based bit */
-    bit0 = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntSLT, bit0, K32(0), ""), K32(0), bit0);
-    LLVMValueRef qw = LLVMBuildLShr(B, bit0, K32(5), "");
-    LLVMValueRef sh = LLVMBuildAnd(B, bit0, K32(31), "");
-    LLVMValueRef word[4];
-    for (int i = 0; i < 4; i++) {
-        word[i] = K32(two_over_pi[i]);
-        for (int t = 1; t < 4; t++)
-            word[i] = em_vm_select(&v, LLVMBuildICmp(B, LLVMIntEQ, qw, K32(t), ""),
-                                   K32(two_over_pi[i + t]), word[i]);
+        LLVMValueRef large = LLVMBuildICmp(B, LLVMIntUGE, be, K32(152), "");
+        th = em_vm_select(&v, large, rl, rs);
+        n = em_vm_select(&v, large, ql, qs);
     }
-    LLVMValueRef m = LLVMBuildZExt(
-        B, LLVMBuildOr(B, LLVMBuildAnd(B, ab, K32(0x7fffff), ""), K32(0x800000), ""),
-        v.i64, "");
-    LLVMValueRef prod[3];
-    for (int i = 0; i < 3; i++) {
-        /* G = the 32 bits of word[i] word[i + 1] from bit sh on (in 32-bit lanes; the
-         * right shift in two steps, as a shift by 32 is undefined) */
-        LLVMValueRef lo = LLVMBuildLShr(B, LLVMBuildLShr(B, word[i + 1], K32(1), ""),
-                                        LLVMBuildSub(B, K32(31), sh, ""), "");
-        LLVMValueRef g = LLVMBuildOr(B, LLVMBuildShl(B, word[i], sh, ""), lo, "");
-        prod[i] = LLVMBuildMul(B, m, LLVMBuildZExt(B, g, v.i64, ""), "");
-    }
-    LLVMValueRef tot = LLVMBuildAdd(B, LLVMBuildShl(B, prod[0], L(32), ""), prod[1], "");
-    tot = LLVMBuildAdd(B, tot, LLVMBuildLShr(B, prod[2], L(32), ""), "");
-    LLVMValueRef nl = LLVMBuildLShr(B, LLVMBuildAdd(B, tot, L(1ULL << 61), ""), L(62), "");
-    LLVMValueRef frac = LLVMBuildSub(B, tot, LLVMBuildShl(B, nl, L(62), ""), "");
-    /* frac (|frac| <= 2^61) to float64 through two exact int32 conversions, one rounding */
-    LLVMValueRef hi = LLVMBuildSIToFP(
-        B, LLVMBuildTrunc(B, LLVMBuildAShr(B, frac, L(31), ""), v.i32, ""), v.f64, "");
-    LLVMValueRef lo = LLVMBuildSIToFP(
-        B, LLVMBuildTrunc(B, LLVMBuildAnd(B, frac, L(0x7fffffff), ""), v.i32, ""), v.f64, "");
-    LLVMValueRef rem = LLVMBuildSIToFP(
-        B, LLVMBuildTrunc(B, LLVMBuildLShr(B, LLVMBuildAnd(B, prod[2], L(0xffffffff), ""),
-                                           L(1), ""), v.i32, ""), v.f64, "");
-    LLVMValueRef rl = LLVMBuildFAdd(B, LLVMBuildFMul(B, hi, D(0x1p-31), ""),
-                                    LLVMBuildFMul(B, lo, D(0x1p-62), ""), "");
-    rl = LLVMBuildFAdd(B, rl, LLVMBuildFMul(B, rem, D(0x1p-93), ""), "");
-    rl = LLVMBuildFMul(B, rl, D(1.5707963267948966), "");             /* radians */
-    LLVMValueRef ql = LLVMBuildTrunc(B, nl, v.i32, "");
-
-    LLVMValueRef large = LLVMBuildICmp(B, LLVMIntUGE, be, K32(152), "");
-    LLVMValueRef th = em_vm_select(&v, large, rl, rs);
-    LLVMValueRef n = em_vm_select(&v, large, ql, qs);
     /* theta rounded once to float32 (half an ulp of theta, however small theta is),
      * then float32 minimax polynomials on [-pi/4, pi/4]: coefficients from the Cephes
      * Math Library (S. L. Moshier), sinf.c and cosf.c */
@@ -139,11 +144,23 @@ build_trig(LLVMModuleRef M, const char *name, bool is_cos)
 LLVMValueRef
 em_ir_sinf(LLVMModuleRef M)
 {
-    return build_trig(M, "em_sinf", false);
+    return build_trig(M, "em_sinf", false, true);
+}
+
+LLVMValueRef
+em_ir_sinf_small(LLVMModuleRef M)
+{
+    return build_trig(M, "em_sinf_small", false, false);
 }
 
 LLVMValueRef
 em_ir_cosf(LLVMModuleRef M)
 {
-    return build_trig(M, "em_cosf", true);
+    return build_trig(M, "em_cosf", true, true);
+}
+
+LLVMValueRef
+em_ir_cosf_small(LLVMModuleRef M)
+{
+    return build_trig(M, "em_cosf_small", true, false);
 }
