@@ -127,7 +127,7 @@ def test_interrupting_the_kernel_stops_a_long_compiled_call(client):
         "        x = (x.sin() * 0.9).exp()\n"
         "    return x\n"
         "cf = ember.compile(f, backend='llvm')\n"
-        "x = ember.randn(1 << 21)\n"
+        "x = ember.randn(1 << 23)\n"
         "t0 = time.monotonic(); cf(x); print('took', time.monotonic() - t0, os.getpid())"),
         nbformat_cell("cf(x)\nprint('finished')"),
         nbformat_cell("y = ember.randn(1 << 17)\n"

@@ -71,7 +71,7 @@ LONG_CALL = """
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_ctrl_c_stops_a_long_compiled_call_and_the_pool_recovers(threads):
-    proc = _child(LONG_CALL.format(threads=threads, n=1 << 21))
+    proc = _child(LONG_CALL.format(threads=threads, n=1 << 23))
     try:
         (took,) = _wait_for(proc, "ready")
         took = float(took)

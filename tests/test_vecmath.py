@@ -81,6 +81,61 @@ def test_same_bounds_with_sse_vectors():
     env = dict(os.environ, EMBER_LLVM_FEATURES=_NARROW)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         f"{__file__}::test_max_ulp_over_the_float_range",
-                        f"{__file__}::test_float32_kernels_call_no_libm"],
+                        f"{__file__}::test_float32_kernels_call_no_libm",
+                        f"{__file__}::test_sin_cos_short_path_alone_below_2_25"],
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def _ir(fn, *arrays):
+    from ember.aot import decompose, trace_joint
+    from ember.compiler.backend import CompiledLLVMGraph
+    ts = [ember.from_numpy(a) for a in arrays]
+    return CompiledLLVMGraph(decompose(trace_joint(fn, ts).graph), "trig").module.ir
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_short_path_alone_below_2_25(name):
+    """Arguments all below 2^25 (and NaN) never run the Payne-Hanek loop: the short
+    path's own error, over the float range below 2^25."""
+    x = va.sweep(421)
+    x = np.concatenate([x[np.abs(x) < 2.0 ** 25], np.float32([np.nan, 0.0, -0.0]),
+                        np.float32([2.0 ** 25]).view(np.uint32) - np.uint32(1)]
+                       ).astype(np.float32)
+    got = va._compiled(_VECTOR[name])(ember.from_numpy(x.copy())).numpy()
+    err, exact = va.ulp_error(got, getattr(np, name)(x.astype(np.float64)))
+    assert exact and err <= va.BOUNDS[name], f"{name}: {err:.3f} ulp"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("where", [(0, 0), (5, 100), (32, 256), None])
+def test_sin_cos_large_argument_anywhere_in_a_fused_kernel(where, threads):
+    """One argument at or above 2^25 (or inf) anywhere in a 2-D fused kernel: its row
+    runs again with the whole functions, on every thread's part."""
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((33, 257)) * 100).astype(np.float32)
+    b = rng.standard_normal((33, 257)).astype(np.float32)
+    if where is not None:
+        r, c = where
+        a[r, c] = np.float32(3.0e30)
+        a[r, (c + 7) % 257] = np.float32(2.0 ** 25)
+        a[(r + 3) % 33, c] = np.float32(np.inf)
+    fn = lambda a, b: a.sin() * b + a.cos()      # noqa: E731
+    before = ember.get_num_threads()
+    ember.set_num_threads(threads)
+    try:
+        got = va._compiled(fn)(ember.from_numpy(a), ember.from_numpy(b)).numpy()
+    finally:
+        ember.set_num_threads(before)
+    a64 = a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        want = np.sin(a64) * b + np.cos(a64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_trig_runs_its_short_path_first_in_pointwise_kernels_only():
+    x = np.ones(1 << 12, np.float32)
+    assert "em_sinf_small" in _ir(lambda t: t.sin() + t.cos(), x)
+    # a reduction folds as it goes: its loop runs once, with the whole function
+    ir = _ir(lambda t: t.sin().sum(), x)
+    assert "em_sinf_small" not in ir and "em_sinf" in ir

@@ -53,6 +53,13 @@ typedef struct {
     bool float_sum;
     bool split;              /* dim 0 runs over [start, end): threads split it */
     LLVMValueRef start, end;
+    /* float32 sin and cos in a pointwise kernel (codegen_loops.c): its innermost loop
+     * runs first with their variants right below 2^25 only (trig_small), OR-ing into
+     * trig_big (i32) whether an argument was larger, and again with the whole functions
+     * if one was */
+    bool trig_split;
+    bool trig_small;
+    LLVMValueRef trig_big;
 } em_cg;
 
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */

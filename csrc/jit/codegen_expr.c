@@ -190,6 +190,15 @@ transcendental(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         if (fns[i].op != op)
             continue;
+        if (t == EM_FLOAT32 && g->trig_small && (op == EM_IR_SIN || op == EM_IR_COS)) {
+            LLVMValueRef big = LLVMBuildFCmp(g->B, LLVMRealOGE,
+                                             intrinsic(g, "llvm.fabs", LLVMTypeOf(a), &a, 1),
+                                             LLVMConstReal(LLVMTypeOf(a), 0x1p25), "");
+            g->trig_big = LLVMBuildOr(
+                g->B, g->trig_big, LLVMBuildZExt(g->B, big, LLVMTypeOf(g->trig_big), ""), "");
+            return call_fn(g, (op == EM_IR_SIN ? em_ir_sinf_small : em_ir_cosf_small)(g->M),
+                           &a, 1);
+        }
         if (t == EM_FLOAT32)
             return call_fn(g, fns[i].ir(g->M), &a, 1);
         return libm1(g, fns[i].libm, t, a);

@@ -542,6 +542,55 @@ mark_vectorize(em_cg *g, LLVMValueRef latch_br)
                     LLVMMetadataAsValue(g->C, id));
 }
 
+static int emit_nest(em_cg *g, int d);
+
+/* The loop over dim d. With g->trig_small, float32 sin and cos are their variants
+ * right below 2^25 and g->trig_big is left, after the loop, at whether an argument was
+ * larger (an `or` reduction, which the vectoriser widens). */
+static int
+emit_loop(em_cg *g, int d)
+{
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(g->C);
+    LLVMValueRef zero = LLVMConstInt(i32, 0, 0), big = NULL;
+    bool ranged = d == 0 && g->split;
+    LLVMValueRef lo = ranged ? g->start : LLVMConstInt(g->i64, 0, 0);
+    LLVMValueRef hi = ranged ? g->end
+                             : LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0);
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
+    if (ranged)
+        LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, lo, hi, ""), head, exit);
+    else
+        LLVMBuildBr(g->B, head);
+    LLVMPositionBuilderAtEnd(g->B, head);
+    LLVMValueRef phi = LLVMBuildPhi(g->B, g->i64, "i");
+    g->iv[d] = phi;
+    if (g->trig_small)
+        g->trig_big = big = LLVMBuildPhi(g->B, i32, "big");
+    if (emit_nest(g, d + 1) < 0)
+        return -1;
+    LLVMValueRef next = LLVMBuildAdd(g->B, phi, LLVMConstInt(g->i64, 1, 0), "");
+    LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
+    LLVMValueRef br = LLVMBuildCondBr(g->B, more, head, exit);
+    if (d == g->ndim - 1 && g->float_sum)
+        mark_vectorize(g, br);
+    LLVMAddIncoming(phi, &lo, &pre, 1);
+    LLVMAddIncoming(phi, &next, &latch, 1);
+    LLVMPositionBuilderAtEnd(g->B, exit);
+    if (big != NULL) {
+        LLVMAddIncoming(big, &zero, &pre, 1);
+        LLVMAddIncoming(big, &g->trig_big, &latch, 1);
+        LLVMValueRef out = LLVMBuildPhi(g->B, i32, "");
+        if (ranged)
+            LLVMAddIncoming(out, &zero, &pre, 1);
+        LLVMAddIncoming(out, &g->trig_big, &latch, 1);
+        g->trig_big = out;
+    }
+    return 0;
+}
+
 static int
 emit_nest(em_cg *g, int d)
 {
@@ -550,36 +599,56 @@ emit_nest(em_cg *g, int d)
     bool first_reduced = g->nreduce > 0 && d == g->ndim - g->nreduce;
     if (first_reduced && init_accumulators(g) < 0)
         return -1;
-    if (g->sizes[d] > 0) {
-        bool ranged = d == 0 && g->split;
-        LLVMValueRef lo = ranged ? g->start : LLVMConstInt(g->i64, 0, 0);
-        LLVMValueRef hi = ranged ? g->end
-                                 : LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0);
-        LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
-        LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
-        LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
-        if (ranged)
-            LLVMBuildCondBr(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, lo, hi, ""), head, exit);
-        else
-            LLVMBuildBr(g->B, head);
-        LLVMPositionBuilderAtEnd(g->B, head);
-        LLVMValueRef phi = LLVMBuildPhi(g->B, g->i64, "i");
-        g->iv[d] = phi;
-        if (emit_nest(g, d + 1) < 0)
+    if (g->sizes[d] > 0 && d == g->ndim - 1 && g->trig_split) {
+        /* the innermost loop with sin and cos right below 2^25 only, and again with the
+         * whole functions (the kernel is pointwise and reads no buffer it writes, so
+         * running it twice gives the same values) if an argument was larger: the
+         * Payne-Hanek reduction costs two thirds of sin's time */
+        g->trig_small = true;
+        int status = emit_loop(g, d);
+        g->trig_small = false;
+        if (status < 0)
             return -1;
-        LLVMValueRef next = LLVMBuildAdd(g->B, phi, LLVMConstInt(g->i64, 1, 0), "");
-        LLVMValueRef more = LLVMBuildICmp(g->B, LLVMIntSLT, next, hi, "");
-        LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->B);
-        LLVMValueRef br = LLVMBuildCondBr(g->B, more, head, exit);
-        if (d == g->ndim - 1 && g->float_sum)
-            mark_vectorize(g, br);
-        LLVMAddIncoming(phi, &lo, &pre, 1);
-        LLVMAddIncoming(phi, &next, &latch, 1);
-        LLVMPositionBuilderAtEnd(g->B, exit);
+        LLVMBasicBlockRef redo = LLVMAppendBasicBlockInContext(g->C, g->fn, "trig_large");
+        LLVMBasicBlockRef cont = LLVMAppendBasicBlockInContext(g->C, g->fn, "trig_done");
+        LLVMBuildCondBr(g->B,
+                        LLVMBuildICmp(g->B, LLVMIntNE, g->trig_big,
+                                      LLVMConstInt(LLVMTypeOf(g->trig_big), 0, 0), ""),
+                        redo, cont);
+        LLVMPositionBuilderAtEnd(g->B, redo);
+        if (emit_loop(g, d) < 0)
+            return -1;
+        LLVMBuildBr(g->B, cont);
+        LLVMPositionBuilderAtEnd(g->B, cont);
     }
+    else if (g->sizes[d] > 0 && emit_loop(g, d) < 0)
+        return -1;
     if (first_reduced)
         store_accumulators(g);
     return 0;
+}
+
+/* Whether the kernel is pointwise (no folds), computes float32 sin or cos and reads no
+ * buffer it writes (so that its innermost loop may run twice, see emit_nest). */
+static bool
+wants_trig_split(em_cg *g)
+{
+    bool trig = false;
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        em_form_t form = em_ir_info[ins->op].form;
+        if (form == EM_FORM_FOLD)
+            return false;
+        if ((ins->op == EM_IR_SIN || ins->op == EM_IR_COS) && ins->dtype == EM_FLOAT32)
+            trig = true;
+        if (form != EM_FORM_STORE)
+            continue;
+        for (Py_ssize_t j = 0; j < g->ninstrs; j++)
+            if (em_ir_info[g->instrs[j].op].form == EM_FORM_LOAD
+                && g->instrs[j].param == ins->param)
+                return false;
+    }
+    return trig && g->ndim > 0;
 }
 
 static bool
@@ -671,6 +740,7 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     if (decode_spec(&g, spec) < 0)
         goto done;
     g.split = g.nreduce < g.ndim;
+    g.trig_split = wants_trig_split(&g);
     g.B = LLVMCreateBuilderInContext(g.C);
     if (build_functions(&g, name) < 0)
         goto done;

@@ -46,6 +46,9 @@ LLVMValueRef em_ir_expm1f(LLVMModuleRef M);
 LLVMValueRef em_ir_tanhf(LLVMModuleRef M);
 LLVMValueRef em_ir_sinf(LLVMModuleRef M);
 LLVMValueRef em_ir_cosf(LLVMModuleRef M);
+/* sinf and cosf right below 2^25 (and for inf, NaN) only: no Payne-Hanek path */
+LLVMValueRef em_ir_sinf_small(LLVMModuleRef M);
+LLVMValueRef em_ir_cosf_small(LLVMModuleRef M);
 LLVMValueRef em_ir_powf(LLVMModuleRef M);
 
 #endif /* EMBER_JIT_VECMATH_H */
