@@ -68,6 +68,38 @@ zigzag(int64_t t, int64_t n)
     return t % 2 == 0 ? t / 2 : n - 1 - t / 2;
 }
 
+/* Work unit u of (batch * head, block) units, nb blocks per (batch, head): its batch,
+ * head and block (blocks in zigzag order). */
+static inline void
+unit_decode(const attn_args *a, int64_t u, int64_t nb, int64_t *b, int64_t *h,
+            int64_t *blk)
+{
+    int64_t bh = u / nb;
+    *b = bh / a->H;
+    *h = bh % a->H;
+    *blk = zigzag(u % nb, nb);
+}
+
+/* This thread's scratch of at least `bytes`, kept between calls (the pool's threads
+ * live as long as the process): the block loops allocate nothing per work unit. NULL
+ * when it cannot grow (the caller flags the failure). */
+static _Thread_local void *tl_scratch;
+static _Thread_local size_t tl_scratch_bytes;
+
+static void *
+thread_scratch(size_t bytes)
+{
+    if (bytes > tl_scratch_bytes) {
+        void *p = malloc(bytes);
+        if (p == NULL)
+            return NULL;
+        free(tl_scratch);
+        tl_scratch = p;
+        tl_scratch_bytes = bytes;
+    }
+    return tl_scratch;
+}
+
 #define T float
 #define ITYPE int32_t
 #define SUF f32

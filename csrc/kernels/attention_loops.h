@@ -182,19 +182,21 @@ FN(scores)(const attn_args *a, int64_t b, int64_t h, int64_t i0, int64_t m, int6
 }
 
 /* Each thread's blocks: BR x BC scores, a packed K block (and V block), BR x Ev
- * accumulators, running maxima and sums. */
+ * accumulators, running maxima and sums; in the thread's own scratch. */
 typedef struct {
     T *kt, *vt, *s, *dp, *acc, *mx, *l;
 } FN(scratch);
 
 static int
-FN(scratch_alloc)(const attn_args *a, FN(scratch) *w)
+FN(scratch_get)(attn_args *a, FN(scratch) *w)
 {
     int64_t d = a->E > a->Ev ? a->E : a->Ev;
     size_t total = (size_t)(d * BC * 2 + BR * BC * 2 + BR * a->Ev + 2 * BR + 8);
-    T *p = malloc(total * sizeof(T));
-    if (p == NULL)
+    T *p = thread_scratch(total * sizeof(T));
+    if (p == NULL) {
+        atomic_store(&a->failed, 1);
         return -1;
+    }
     w->kt = p;
     w->vt = w->kt + d * BC;
     w->s = w->vt + d * BC;
@@ -211,14 +213,12 @@ FN(forward_range)(void *ctx, int64_t lo, int64_t hi)
 {
     attn_args *a = ctx;
     FN(scratch) w;
-    if (FN(scratch_alloc)(a, &w) < 0) {
-        atomic_store(&a->failed, 1);
+    if (FN(scratch_get)(a, &w) < 0)
         return;
-    }
     int64_t E = a->E, Ev = a->Ev;
     for (int64_t u = lo; u < hi; u++) {
-        int64_t bh = u / a->nqb, qb = zigzag(u % a->nqb, a->nqb);
-        int64_t b = bh / a->H, h = bh % a->H;
+        int64_t b, h, qb;
+        unit_decode(a, u, a->nqb, &b, &h, &qb);
         int64_t i0 = qb * BR, m = a->L - i0 < BR ? a->L - i0 : BR;
         for (int64_t r = 0; r < m; r++) {
             w.mx[r] = -INFINITY;
@@ -269,7 +269,6 @@ FN(forward_range)(void *ctx, int64_t lo, int64_t hi)
             lse[r * a->ls[2]] = w.mx[r] + LOG(l);
         }
     }
-    free(w.kt);
 }
 
 /* P = exp(S - logsumexp) for the block's rows (a row that sees no key has scores -inf,
@@ -325,14 +324,12 @@ FN(dkv_range)(void *ctx, int64_t lo, int64_t hi)
 {
     attn_args *a = ctx;
     FN(scratch) w;
-    if (FN(scratch_alloc)(a, &w) < 0) {
-        atomic_store(&a->failed, 1);
+    if (FN(scratch_get)(a, &w) < 0)
         return;
-    }
     int64_t E = a->E, Ev = a->Ev;
     for (int64_t u = lo; u < hi; u++) {
-        int64_t bh = u / a->nkb, kb = zigzag(u % a->nkb, a->nkb);
-        int64_t b = bh / a->H, h = bh % a->H;
+        int64_t b, h, kb;
+        unit_decode(a, u, a->nkb, &b, &h, &kb);
         int64_t j0 = kb * BC, n = a->S - j0 < BC ? a->S - j0 : BC;
         const T *k = (const T *)a->k + b * a->ks[0] + h * a->ks[1] + j0 * a->ks[2];
         const T *v = (const T *)a->v + b * a->vs[0] + h * a->vs[1] + j0 * a->vs[2];
@@ -356,7 +353,6 @@ FN(dkv_range)(void *ctx, int64_t lo, int64_t hi)
             FN(gemm)(n, E, m, (T)a->scale, w.dp, 1, n, q, a->qs[2], dk, a->dks[2], 1);
         }
     }
-    free(w.kt);
 }
 
 /* dQ of one (batch * head, query block): a sum over the key blocks it sees. */
@@ -365,14 +361,12 @@ FN(dq_range)(void *ctx, int64_t lo, int64_t hi)
 {
     attn_args *a = ctx;
     FN(scratch) w;
-    if (FN(scratch_alloc)(a, &w) < 0) {
-        atomic_store(&a->failed, 1);
+    if (FN(scratch_get)(a, &w) < 0)
         return;
-    }
     int64_t E = a->E, Ev = a->Ev;
     for (int64_t u = lo; u < hi; u++) {
-        int64_t bh = u / a->nqb, qb = zigzag(u % a->nqb, a->nqb);
-        int64_t b = bh / a->H, h = bh % a->H;
+        int64_t b, h, qb;
+        unit_decode(a, u, a->nqb, &b, &h, &qb);
         int64_t i0 = qb * BR, m = a->L - i0 < BR ? a->L - i0 : BR;
         T *dq = (T *)a->dq + b * a->dqs[0] + h * a->dqs[1] + i0 * a->dqs[2];
         for (int64_t r = 0; r < m; r++)
@@ -391,7 +385,6 @@ FN(dq_range)(void *ctx, int64_t lo, int64_t hi)
             FN(gemm)(m, E, n, (T)a->scale, w.dp, n, 1, k, a->ks[2], dq, a->dqs[2], 1);
         }
     }
-    free(w.kt);
 }
 
 #undef VL
