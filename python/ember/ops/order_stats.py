@@ -21,23 +21,29 @@ def _back(t, dim, ndim):
     return t if dim == ndim - 1 else O.movedim(t, -1, dim)
 
 
-def _pick(values, indices, pos, dim, self, keepdim):
-    """values/indices (dim last) at positions pos (shape [..., 1]), in self's layout."""
-    v = O.gather(values, -1, pos)
-    i = O.gather(indices, -1, pos)
-    v, i = _back(v, dim, self.ndim), _back(i, dim, self.ndim)
-    if not keepdim:
-        v, i = O.squeeze(v, dim), O.squeeze(i, dim)
-    return v, i
+def _sorted_lines(self, dim, empty_error=None):
+    """self as lines along dim (0-d: one line of one): (x, d, n, lines, values, indices),
+    values/indices the lines sorted stably. empty_error names the op whose empty dim is
+    an IndexError."""
+    x = O.reshape(self, [1]) if self.ndim == 0 else self
+    d = M.wrap_dim(dim, self.ndim)
+    n = x.shape[d]
+    if n == 0 and empty_error:
+        raise IndexError(f"{empty_error}(): Expected reduction dim {d} to have non-zero size.")
+    lines = _last(x, d)
+    values, indices = O.sort(lines, -1, stable=True)
+    return x, d, n, lines, values, indices
 
 
-def _as_line(self):
-    return O.reshape(self, [1]) if self.ndim == 0 else self
-
-
-def _scalar_result(self, v, i, keepdim):
+def _pick(self, x, d, values, indices, pos, keepdim):
+    """values/indices (dim last) at positions pos (shape [..., 1]) in self's layout:
+    dim d squeezed unless keepdim, a 0-d self giving 0-d results."""
+    v = _back(O.gather(values, -1, pos), d, x.ndim)
+    i = _back(O.gather(indices, -1, pos), d, x.ndim)
     if self.ndim == 0:
         return O.reshape(v, []), O.reshape(i, [])
+    if not keepdim:
+        v, i = O.squeeze(v, d), O.squeeze(i, d)
     return v, i
 
 
@@ -52,15 +58,13 @@ def _no_bool(self, kernel):
 def _kthvalue(self, k, dim, keepdim):
     if self.ndim:                # PyTorch takes a 0-d bool
         _no_bool(self, "kthvalue_cpu")
-    x = _as_line(self)
     d = M.wrap_dim(dim, self.ndim)
-    n = x.shape[d]
+    n = self.shape[d] if self.ndim else 1
     if k < 1 or k > n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
-    values, indices = O.sort(_last(x, d), -1, stable=True)
+    x, d, n, _, values, indices = _sorted_lines(self, dim)
     pos = O.full(list(values.shape[:-1]) + [1], k - 1, dtype=_C.int64)
-    v, i = _pick(values, indices, pos, d, x, keepdim or self.ndim == 0)
-    v, i = _scalar_result(self, v, i, keepdim)
+    v, i = _pick(self, x, d, values, indices, pos, keepdim)
     return return_types.make("kthvalue", ("values", "indices"), v, i)
 
 
@@ -73,13 +77,7 @@ op("kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> "
 
 def _median_dim(self, dim, keepdim, ignore_nan, name):
     _no_bool(self, "median_out")
-    x = _as_line(self)
-    d = M.wrap_dim(dim, self.ndim)
-    n = x.shape[d]
-    if n == 0:
-        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-    xl = _last(x, d)
-    values, indices = O.sort(xl, -1, stable=True)
+    x, d, n, xl, values, indices = _sorted_lines(self, dim, name)
     if self.is_floating_point():
         nans = O.sum(O.isnan(xl), -1, keepdim=True)
         if ignore_nan:
@@ -89,8 +87,7 @@ def _median_dim(self, dim, keepdim, ignore_nan, name):
             pos = O.where(O.gt(nans, 0), O.sub(n, nans), (n - 1) // 2)
     else:
         pos = O.full(list(values.shape[:-1]) + [1], (n - 1) // 2, dtype=_C.int64)
-    v, i = _pick(values, indices, pos, d, x, keepdim or self.ndim == 0)
-    return _scalar_result(self, v, i, keepdim)
+    return _pick(self, x, d, values, indices, pos, keepdim)
 
 
 def _median_all(self, ignore_nan):
@@ -117,13 +114,7 @@ for _name, _ignore in (("median", False), ("nanmedian", True)):
 
 
 def _mode(self, dim, keepdim):
-    x = _as_line(self)
-    d = M.wrap_dim(dim, self.ndim)
-    n = x.shape[d]
-    if n == 0:
-        raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
-    xl = _last(x, d)
-    values, indices = O.sort(xl, -1, stable=True)
+    x, d, n, _, values, indices = _sorted_lines(self, dim, "mode")
     # runs of equal sorted values: run starts, and each element's run length
     starts = O.cat([O.ones(list(values.shape[:-1]) + [1], dtype=_C.bool),
                     O.ne(values.narrow(-1, 1, n - 1), values.narrow(-1, 0, n - 1))], -1)
@@ -135,8 +126,7 @@ def _mode(self, dim, keepdim):
     # PyTorch returns the last index of the mode in self
     last = O.amax(O.where(in_best, indices, -1), -1, keepdim=True)
     pos = O.argmax(O.eq(indices, last).to(_C.int64), -1, keepdim=True)
-    v, i = _pick(values, indices, pos, d, x, keepdim or self.ndim == 0)
-    v, i = _scalar_result(self, v, i, keepdim)
+    v, i = _pick(self, x, d, values, indices, pos, keepdim)
     return return_types.make("mode", ("values", "indices"), v, i)
 
 
