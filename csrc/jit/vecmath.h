@@ -39,6 +39,11 @@ LLVMValueRef em_vm_fabs(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_floor(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign);
 
+/* Cephes expf.c's polynomial P, exp(r) = 1 + r + r^2 P(r) on |r| <= ln2 / 2, lowest
+ * degree first (expf and expm1f) */
+#define EM_VM_EXP_POLY_N 6
+extern const double em_vm_exp_poly[EM_VM_EXP_POLY_N];
+
 /* The functions (vecmath_*.c). */
 LLVMValueRef em_ir_logf(LLVMModuleRef M);
 LLVMValueRef em_ir_log1pf(LLVMModuleRef M);

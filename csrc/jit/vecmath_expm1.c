@@ -32,10 +32,7 @@ em_ir_expm1f(LLVMModuleRef M)
     LLVMValueRef n = em_vm_floor(&v, em_vm_fma(&v, c, F(1.44269504088896341), F(0.5)));
     LLVMValueRef r = em_vm_fma(&v, n, F(-0.693359375), c);
     r = em_vm_fma(&v, n, F(2.12194440e-4), r);
-    /* Cephes expf.c */
-    static const double P[] = {5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2,
-                               8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4};
-    LLVMValueRef p = em_vm_poly(&v, P, (int)(sizeof P / sizeof P[0]), r);
+    LLVMValueRef p = em_vm_poly(&v, em_vm_exp_poly, EM_VM_EXP_POLY_N, r);
     LLVMValueRef q = em_vm_fma(&v, p, LLVMBuildFMul(B, r, r, ""), r);     /* expm1(r) */
     LLVMValueRef ni = LLVMBuildFPToSI(B, n, v.i32, "");
     LLVMValueRef t = LLVMBuildBitCast(

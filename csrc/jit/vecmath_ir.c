@@ -123,102 +123,50 @@ em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign)
 
 /* ------------------------------------------------------------------ exp and erf */
 
-static LLVMValueRef
-fcall(LLVMBuilderRef B, LLVMModuleRef M, const char *name, LLVMTypeRef t, LLVMValueRef *args,
-      int n)
-{
-    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-    LLVMValueRef f = LLVMGetIntrinsicDeclaration(M, id, &t, 1);
-    return LLVMBuildCall2(B, LLVMIntrinsicGetType(LLVMGetModuleContext(M), id, &t, 1), f,
-                          args, n, "");
-}
-
-static LLVMValueRef
-fma3(LLVMBuilderRef B, LLVMModuleRef M, LLVMTypeRef t, LLVMValueRef a, LLVMValueRef b,
-     LLVMValueRef c)
-{
-    LLVMValueRef args[3] = {a, b, c};
-    return fcall(B, M, "llvm.fmuladd", t, args, 3);
-}
-
-/* A float -> float IR function named `name`, internal and always inlined; *B is left
- * at its entry block. */
-static LLVMValueRef
-begin_fn(LLVMModuleRef M, const char *name, LLVMBuilderRef *B)
-{
-    LLVMContextRef C = LLVMGetModuleContext(M);
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(C);
-    LLVMValueRef fn = LLVMAddFunction(M, name, LLVMFunctionType(f32, &f32, 1, 0));
-    LLVMSetLinkage(fn, LLVMInternalLinkage);
-    const char *attrs[] = {"alwaysinline", "nounwind", "readnone", "willreturn"};
-    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
-        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                                LLVMCreateEnumAttribute(C, LLVMGetEnumAttributeKindForName(
-                                                               attrs[i], strlen(attrs[i])), 0));
-    *B = LLVMCreateBuilderInContext(C);
-    LLVMPositionBuilderAtEnd(*B, LLVMAppendBasicBlockInContext(C, fn, "entry"));
-    return fn;
-}
+/* Cephes expf.c's polynomial: exp(r) = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (expm1f uses
+ * it too) */
+const double em_vm_exp_poly[EM_VM_EXP_POLY_N] = {
+    5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2,
+    8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4};
 
 LLVMValueRef
 em_ir_expf(LLVMModuleRef M)
 {
-    LLVMValueRef fn = LLVMGetNamedFunction(M, "em_expf");
-    if (fn != NULL)
-        return fn;
-    LLVMContextRef C = LLVMGetModuleContext(M);
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(C), i32 = LLVMInt32TypeInContext(C);
-    LLVMBuilderRef B;
-    fn = begin_fn(M, "em_expf", &B);
-    LLVMValueRef x = LLVMGetParam(fn, 0);
-#define K(v) LLVMConstReal(f32, (v))
+    em_vm v;
+    if (em_vm_begin(&v, M, "em_expf", 1))
+        return v.fn;
+    LLVMBuilderRef B = v.B;
+    LLVMValueRef x = LLVMGetParam(v.fn, 0);
+#define F(c) LLVMConstReal(v.f32, (c))
+#define K32(c) LLVMConstInt(v.i32, (unsigned long long)(c), 1)
     /* below lo, exp(x) rounds to 0 (it is under half the smallest subnormal); hi is the
      * largest float whose exp is finite */
     const double lo = -103.972084, hi = 88.72283;
-    LLVMValueRef c = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, K(lo), ""), K(lo), x, "");
-    c = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, c, K(hi), ""), K(hi), c, "");
-    LLVMValueRef t = fma3(B, M, f32, c, K(1.44269504088896341), K(0.5));
-    LLVMValueRef n = fcall(B, M, "llvm.floor", f32, &t, 1);
-    LLVMValueRef r = fma3(B, M, f32, n, K(-0.693359375), c);
-    r = fma3(B, M, f32, n, K(2.12194440e-4), r);
-    LLVMValueRef p = K(1.9875691500e-4);
-    static const double coef[] = {1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                                  1.6666665459e-1, 5.0000001201e-1};
-    for (size_t i = 0; i < sizeof coef / sizeof coef[0]; i++)
-        p = fma3(B, M, f32, p, r, K(coef[i]));
-    LLVMValueRef r2 = LLVMBuildFMul(B, r, r, "");
-    LLVMValueRef y = fma3(B, M, f32, p, r2, r);
-    y = LLVMBuildFAdd(B, y, K(1.0), "");
+    LLVMValueRef c = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, lo), F(lo), x);
+    c = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, c, hi), F(hi), c);
+    LLVMValueRef n = em_vm_floor(&v, em_vm_fma(&v, c, F(1.44269504088896341), F(0.5)));
+    LLVMValueRef r = em_vm_fma(&v, n, F(-0.693359375), c);
+    r = em_vm_fma(&v, n, F(2.12194440e-4), r);
+    LLVMValueRef p = em_vm_poly(&v, em_vm_exp_poly, EM_VM_EXP_POLY_N, r);
+    LLVMValueRef y = em_vm_fma(&v, p, LLVMBuildFMul(B, r, r, ""), r);
+    y = LLVMBuildFAdd(B, y, F(1.0), "");
     /* y * 2^n, n in [-150, 128], as y * 2^n1 * 2^n2 with n1 = floor(n / 2): both
      * factors are normal floats, the first product is exact and the second rounds
      * once (into a subnormal when the result is one) */
-    LLVMValueRef ni = LLVMBuildFPToSI(B, n, i32, "");
-    LLVMValueRef n1 = LLVMBuildAShr(B, ni, LLVMConstInt(i32, 1, 0), "");
-    LLVMValueRef n2 = LLVMBuildSub(B, ni, n1, "");
+    LLVMValueRef ni = LLVMBuildFPToSI(B, n, v.i32, "");
+    LLVMValueRef n1 = LLVMBuildAShr(B, ni, K32(1), "");
+    LLVMValueRef half[2] = {n1, LLVMBuildSub(B, ni, n1, "")};
     LLVMValueRef e = y;
-    LLVMValueRef half[2] = {n1, n2};
     for (int k = 0; k < 2; k++) {
-        LLVMValueRef bits = LLVMBuildShl(B, LLVMBuildAdd(B, half[k], LLVMConstInt(i32, 127, 0), ""),
-                                         LLVMConstInt(i32, 23, 0), "");
-        e = LLVMBuildFMul(B, e, LLVMBuildBitCast(B, bits, f32, ""), "");
+        LLVMValueRef bits = LLVMBuildShl(B, LLVMBuildAdd(B, half[k], K32(127), ""), K32(23), "");
+        e = LLVMBuildFMul(B, e, LLVMBuildBitCast(B, bits, v.f32, ""), "");
     }
-    e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, K(lo), ""), K(0.0), e, "");
-    e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, x, K(hi), ""), K(INFINITY), e, "");
-    e = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealUNO, x, x, ""), x, e, "");
-#undef K
-    LLVMBuildRet(B, e);
-    LLVMDisposeBuilder(B);
-    return fn;
-}
-
-static LLVMValueRef
-horner(LLVMBuilderRef B, LLVMModuleRef M, LLVMTypeRef t, const double *c, int n,
-       LLVMValueRef u)
-{
-    LLVMValueRef p = LLVMConstReal(t, c[n - 1]);
-    for (int i = n - 2; i >= 0; i--)
-        p = fma3(B, M, t, p, u, LLVMConstReal(t, c[i]));
-    return p;
+    e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, lo), F(0.0), e);
+    e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, x, hi), F(INFINITY), e);
+    e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealUNO, x, 0.0), x, e);
+#undef F
+#undef K32
+    return em_vm_end(&v, e);
 }
 
 /* erff, branch-free so the loop vectoriser can widen it. For |x| < 1,
@@ -229,9 +177,10 @@ horner(LLVMBuilderRef B, LLVMModuleRef M, LLVMTypeRef t, const double *c, int n,
 LLVMValueRef
 em_ir_erff(LLVMModuleRef M)
 {
-    LLVMValueRef fn = LLVMGetNamedFunction(M, "em_erff");
-    if (fn != NULL)
-        return fn;
+    LLVMValueRef exp_fn = em_ir_expf(M);
+    em_vm v;
+    if (em_vm_begin(&v, M, "em_erff", 1))
+        return v.fn;
     static const double P[] = {1.128379225730896, -0.3761262893676758, 0.11283612251281738,
                                -0.026854809373617172, 0.00519005348905921,
                                -0.0008024353883229196, 7.898209878476337e-05};
@@ -240,32 +189,23 @@ em_ir_erff(LLVMModuleRef M)
                                -0.002074095420539379, 0.0003319486859254539,
                                -3.694978659041226e-05, 2.36373034567805e-06,
                                -5.479321529833214e-08};
-    LLVMBuilderRef B;
-    fn = begin_fn(M, "em_erff", &B);
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(LLVMGetModuleContext(M));
-    LLVMValueRef x = LLVMGetParam(fn, 0);
-#define K(v) LLVMConstReal(f32, (v))
-    LLVMValueRef ax = fcall(B, M, "llvm.fabs", f32, &x, 1);
+    LLVMBuilderRef B = v.B;
+    LLVMValueRef x = LLVMGetParam(v.fn, 0);
+#define F(c) LLVMConstReal(v.f32, (c))
+    LLVMValueRef ax = em_vm_fabs(&v, x);
     LLVMValueRef small = LLVMBuildFMul(
-        B, x, horner(B, M, f32, P, (int)(sizeof P / sizeof P[0]), LLVMBuildFMul(B, x, x, "")),
-        "");
-    LLVMValueRef q = horner(B, M, f32, Q, (int)(sizeof Q / sizeof Q[0]),
-                            LLVMBuildFSub(B, ax, K(1.0), ""));
+        B, x, em_vm_poly(&v, P, (int)(sizeof P / sizeof P[0]), LLVMBuildFMul(B, x, x, "")), "");
+    LLVMValueRef q = em_vm_poly(&v, Q, (int)(sizeof Q / sizeof Q[0]),
+                                LLVMBuildFSub(B, ax, F(1.0), ""));
     /* Q is only used below 3.93: clamp its argument so exp never sees inf - inf */
-    q = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, q, K(-100.0), ""), K(-100.0), q, "");
-    LLVMValueRef e = LLVMBuildCall2(B, LLVMGlobalGetValueType(em_ir_expf(M)), em_ir_expf(M),
-                                    &q, 1, "");
-    LLVMValueRef big = LLVMBuildFSub(B, K(1.0), e, "");
-    big = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGE, ax, K(3.93), ""), K(1.0), big, "");
-    LLVMValueRef cs[2] = {big, x};
-    big = fcall(B, M, "llvm.copysign", f32, cs, 2);
-    LLVMValueRef y = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, ax, K(1.0), ""), small,
-                                     big, "");
-    y = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealUNO, x, x, ""), x, y, "");
-#undef K
-    LLVMBuildRet(B, y);
-    LLVMDisposeBuilder(B);
-    return fn;
+    q = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, q, -100.0), F(-100.0), q);
+    LLVMValueRef big = LLVMBuildFSub(B, F(1.0), em_vm_call(&v, exp_fn, &q, 1), "");
+    big = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGE, ax, 3.93), F(1.0), big);
+    big = em_vm_copysign(&v, big, x);
+    LLVMValueRef y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, ax, 1.0), small, big);
+    y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealUNO, x, 0.0), x, y);
+#undef F
+    return em_vm_end(&v, y);
 }
 
 LLVMValueRef
