@@ -507,6 +507,10 @@ class OpInfo:
     dynamic_shape: bool = False                # result shape depends on values: no meta rule
     no_derivative: bool = False                # PyTorch records the op but backward raises
     composite_grad: bool = False               # a composite: gradcheck it all the same
+    grad_elsewhere: str = ""                   # gradcheck cannot apply: why, and which
+    #                                            test checks the gradient instead
+    canonical: Optional[Callable] = None       # factors unique up to signs: maps the
+    #                                            outputs (float64 arrays) to one form
 
     @property
     def entry(self):
@@ -3284,6 +3288,9 @@ _MT_INFO.call = lambda a: a.mT
 
 # the composites of closeness.py, order_stats.py, combining.py: tests/op_db_surface.py
 import op_db_surface  # noqa: E402,F401
+
+# the factorization prims (inverse ... eigh): tests/op_db_linalg.py
+import op_db_linalg  # noqa: E402,F401
 
 # ---------------------------------------------------------------- in-place variants
 

@@ -87,6 +87,9 @@ def test_meta_rule_agrees_with_c_rule_and_eager(key):
             assert e_err is None, f"{what}: eager raised {e_err!r}, the C rule did not"
             c_outs, py_outs, e_outs = _outs(c_res), _outs(py_res), _outs(e_res)
             assert len(c_outs) == len(py_outs) == len(e_outs), what
+            # one object returned twice would tell the compiler the results share memory
+            for outs in (c_outs, py_outs, e_outs):
+                assert len({id(o) for o in outs}) == len(outs), f"{what}: a result repeated"
             for c, p, e in zip(c_outs, py_outs, e_outs):
                 assert c.is_meta and p.is_meta, what
                 assert _geom(c) == _geom(p), f"{what}: C {_geom(c)} != Python {_geom(p)}"

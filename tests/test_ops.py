@@ -56,15 +56,23 @@ def _expected_values(ref, dtype_name):
     return np.array(vals, dtype=np.int64).reshape(ref.shape)
 
 
+def _canonical(info, arrays):
+    """The outputs' values (NumPy arrays) in the op's canonical form, if it has one."""
+    return tuple(info.canonical(tuple(arrays))) if info.canonical else tuple(arrays)
+
+
 def check_values(info, sample, out, ref, what=""):
     outs, refs = _outputs(out), (ref if isinstance(ref, tuple) else (ref,))
     assert len(outs) == len(refs), what
-    for o, r in zip(outs, refs):
+    for o in outs:
         assert isinstance(o, ember.Tensor), what
+    gots = _canonical(info, [o.detach().numpy() for o in outs])
+    if info.canonical:
+        refs = _canonical(info, [np.asarray(r, dtype=np.float64) for r in refs])
+    for o, r, got in zip(outs, refs, gots):
         assert tuple(o.shape) == np.shape(r), f"{what}: shape {tuple(o.shape)} != {np.shape(r)}"
         name = str(o.dtype).split(".")[-1]
         exp = _expected_values(r, name)
-        got = o.detach().numpy()
         if name in FLOATS:
             rtol, atol = TOL[name]
             scale = math.sqrt(_reduced_size(info, sample, o))
@@ -199,7 +207,7 @@ def _grad_keys():
     out = []
     for key, info in sorted(INFOS.items()):
         if info.random or not (info.differentiable or info.composite_grad) or \
-                "float64" not in info.dtypes or info.no_derivative:
+                "float64" not in info.dtypes or info.no_derivative or info.grad_elsewhere:
             continue
         out.append(key)
     return out
@@ -319,7 +327,10 @@ def compare_with_torch(torch, info, args, kwargs, what, values=True):
         assert type(err) is type(terr), \
             f"{what}: ember raised {type(err).__name__} ({err}), torch {type(terr).__name__}"
         return
-    for o, t in zip(_outputs(got), _outputs(want)):
+    got_vals = _canonical(info, [o.detach().numpy().astype(np.float64) for o in _outputs(got)])
+    want_vals = _canonical(info, [t.detach().to(torch.float64).numpy()
+                                  for t in _outputs(want)])
+    for o, t, got_a, want_a in zip(_outputs(got), _outputs(want), got_vals, want_vals):
         tname = str(t.dtype).split(".")[-1]
         assert str(o.dtype) == f"ember.{tname}", f"{what}: dtype {o.dtype} != {t.dtype}"
         assert tuple(o.shape) == tuple(t.shape), f"{what}: shape {o.shape} != {t.shape}"
@@ -328,8 +339,6 @@ def compare_with_torch(torch, info, args, kwargs, what, values=True):
             st = [s for s, n in zip(t.stride(), t.shape) if n > 1]
             assert so == st, f"{what}: strides {o.stride()} != torch {t.stride()}"
         if values and o.numel() > 0:
-            got_a = o.detach().numpy().astype(np.float64)
-            want_a = t.detach().to(torch.float64).numpy()
             rtol, atol = TOL.get(tname, (0, 0))
             np.testing.assert_allclose(got_a, want_a, rtol=max(rtol, 1e-6) * 10,
                                        atol=max(atol, 1e-6) * 10, equal_nan=True,

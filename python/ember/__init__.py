@@ -26,6 +26,8 @@ from ._interop import from_dlpack, to_dlpack  # noqa: E402
 from ._type_info import finfo, iinfo  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import prims  # noqa: E402,F401
+from . import linalg  # noqa: E402
+linalg.install(globals())     # ember.inverse, det, svd, ...; norm(p='nuc')
 
 _C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))
 

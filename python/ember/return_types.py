@@ -6,8 +6,9 @@ import collections
 _TYPES = {}
 
 
-def make(name, fields, *values):
-    """A `name`(fields...) result holding values."""
+def result_type(name, fields):
+    """The named-result type `name`(fields...), made once (callers that compiled code
+    inlines make theirs at import: capture cannot follow collections.namedtuple)."""
     tp = _TYPES.get(name)
     if tp is None:
         base = collections.namedtuple(name, fields)
@@ -15,7 +16,12 @@ def make(name, fields, *values):
                                   "__repr__": _repr})
         _TYPES[name] = tp
         globals()[name] = tp
-    return tp(*values)
+    return tp
+
+
+def make(name, fields, *values):
+    """A `name`(fields...) result holding values."""
+    return result_type(name, fields)(*values)
 
 
 def _repr(self):

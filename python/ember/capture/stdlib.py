@@ -562,6 +562,37 @@ def construct_module(tx, cls, args, kwargs):
     return mv
 
 
+def construct_namedtuple(tx, cls, args, kwargs):
+    """A namedtuple (collections.namedtuple, typing.NamedTuple, ember.return_types) made
+    by the frame: a TupleVar of that type, its fields bound as the generated __new__ binds
+    them. Classes that define their own __new__ or __init__ are not handled."""
+    fields = getattr(cls, "_fields", None)
+    if not (issubclass(cls, tuple) and isinstance(fields, tuple) and hasattr(cls, "_make")):
+        return NOT_HANDLED
+    for k in cls.__mro__:
+        if "_make" in vars(k):          # the class collections.namedtuple made
+            break
+        if "__new__" in vars(k) or "__init__" in vars(k):
+            return NOT_HANDLED
+    if len(args) > len(fields) or any(k not in fields for k in kwargs):
+        raise Unsupported(f"constructing {cls.__name__} with arguments it does not take")
+    values = dict(zip(fields, args))
+    for k, v in kwargs.items():
+        if k in values:
+            raise Unsupported(f"constructing {cls.__name__}: {k} given twice")
+        values[k] = v
+    defaults = getattr(cls, "_field_defaults", {})
+    items = []
+    for f in fields:
+        if f in values:
+            items.append(values[f])
+        elif f in defaults:
+            items.append(tx.wrap_constant_result(defaults[f]))
+        else:
+            raise Unsupported(f"constructing {cls.__name__} without {f}")
+    return TupleVar(items, fields=list(fields), tuple_type=cls)
+
+
 _MODULE_ITERS = {"parameters": "named_parameters", "named_parameters": "named_parameters",
                  "buffers": "named_buffers", "named_buffers": "named_buffers",
                  "children": "named_children", "named_children": "named_children",

@@ -286,8 +286,12 @@ class ObjectVar(ValueVar):
         if isinstance(self.value, type) and issubclass(self.value, BaseException):
             return tx.call_builtin(self.value, args, kwargs)
         if isinstance(self.value, type):
-            from .stdlib import NOT_HANDLED, construct_grad_mode, construct_module
+            from .stdlib import (NOT_HANDLED, construct_grad_mode, construct_module,
+                                 construct_namedtuple)
             made = construct_grad_mode(tx, self.value, args, kwargs)
+            if made is not NOT_HANDLED:
+                return made
+            made = construct_namedtuple(tx, self.value, args, kwargs)
             if made is not NOT_HANDLED:
                 return made
             made = construct_module(tx, self.value, args, kwargs)

@@ -1200,8 +1200,6 @@ def _bn_functional_decompose(input, weight, bias, running_mean, running_var, tra
     cdt = x.dtype
     cs = [C] + [1] * (input.ndim - 2)
     red = [0] + list(range(2, input.ndim))
-    empty = P.full([0], 0, dtype=input.dtype)
-
     def stat(t):
         return P._to_copy(P.view(t, [C]), dtype=cdt) if t.dtype is not cdt else P.view(t, [C])
     if training:
@@ -1215,8 +1213,9 @@ def _bn_functional_decompose(input, weight, bias, running_mean, running_var, tra
             new_var = P.add(P.mul(stat(running_var), 1 - momentum), P.mul(unbiased, momentum))
             new_mean = P._to_copy(new_mean, dtype=running_mean.dtype)
             new_var = P._to_copy(new_var, dtype=running_var.dtype)
-        else:
-            new_mean = new_var = empty
+        else:        # two results: one tensor twice would say they share memory
+            new_mean = P.full([0], 0, dtype=input.dtype)
+            new_var = P.full([0], 0, dtype=input.dtype)
     else:
         mean = P.clone(stat(running_mean))           # an output: never a view of an input
         rstd = P.pow(P.add(stat(running_var), eps), -0.5)
