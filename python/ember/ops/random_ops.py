@@ -18,6 +18,7 @@ from .. import prims as P
 from . import api as O
 from . import meta as M
 from ..compiler.lowerings import extern
+from ..compiler.random_draws import lower_randint
 from .registry import CUSTOM, FACTORY, op
 
 _GEN = "Generator? generator=None"
@@ -149,10 +150,10 @@ def _int_factory_meta(shape_of):
 _randint_meta = _int_factory_meta(lambda names, args: tuple(args[names.index("size")]))
 
 op(f"randint(SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randint",
-   prim=True, lower=extern, method=False, meta=_randint_meta,
+   prim=True, lower=lower_randint, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [0, high); int64 unless dtype is given.")
 op(f"randint.low(SymInt low, SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor",
-   FACTORY, "randint", prim=True, lower=extern, method=False, meta=_randint_meta,
+   FACTORY, "randint", prim=True, lower=lower_randint, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [low, high).")
 op(f"randperm(SymInt n, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randperm", prim=True,
    lower=extern,
