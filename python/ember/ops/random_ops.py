@@ -11,7 +11,9 @@ the tensor they overwrite (the backward is zeros).
 Every draw comes from an ember.Generator (the default one unless generator= is given;
 kernels in csrc/kernels/random.c). uniform and normal take exactly the draws rand and
 randn take, so their decompositions reproduce the eager numbers (float16 results may
-differ in the last bit: the kernel scales in float32).
+differ in the last bit: the kernel scales in float32). In graphs the LLVM backend
+compiles, rand, randn and randint are Philox draws computed in the kernels
+(compiler/random_draws.py) unless ember.compiler.config.fallback_random is set.
 """
 from .. import _C
 from .. import prims as P
