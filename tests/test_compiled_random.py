@@ -283,6 +283,23 @@ def _binomial_ok(count, n, p, z=6.0):
     return abs(count - n * p) <= z * np.sqrt(n * p * (1 - p))
 
 
+def test_draws_do_not_depend_on_the_thread_count():
+    """A kernel split across threads draws each element from its index alone."""
+    f = ember.compile(lambda t: F.dropout(t, 0.5, training=True) + ember.randn(1 << 18),
+                      backend="llvm")
+    x = ember.ones(1 << 18)
+    before = ember.get_num_threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            ember.manual_seed(21)
+            got.append(f(x).numpy())
+    finally:
+        ember.set_num_threads(before)
+    np.testing.assert_array_equal(got[0], got[1])
+
+
 def test_dropout_keep_fraction():
     n, p = 1 << 18, 0.3
     f = ember.compile(lambda t: F.dropout(t, p, training=True), backend="llvm")
