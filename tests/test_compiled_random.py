@@ -78,7 +78,8 @@ def run_draw_kernel(seed, offset, index):
     geometry = ((n,), (1,))
     plan = ((geometry,) * 7, (), (("kernel", 0, tuple(("in", j) for j in range(7)), n,
                                    False),), ())
-    ins = [ember.from_numpy(np.ascontiguousarray(a, np.int64)) for a in (seed, offset, index)]
+    ins = [ember.from_numpy(np.ascontiguousarray(a, np.int64))
+           for a in (seed, offset, index)]
     outs = [ember.zeros(n, dtype=dt) for dt in (F32, F64, F32, F64)]
     _C.CompiledGraph(module, module.addresses, plan)(*ins, *outs)
     return [o.numpy() for o in outs]
@@ -87,7 +88,8 @@ def run_draw_kernel(seed, offset, index):
 # Random123's known answers (as in tests/test_philox.py), with counter = (index lo,
 # index hi, offset lo, offset hi) and key = (seed lo, seed hi)
 KAT = [((0, 0, 0, 0), (0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
-       ((0xffffffff,) * 4, (0xffffffff,) * 2, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+       ((0xffffffff,) * 4, (0xffffffff,) * 2,
+        (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
        ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0),
         (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
 
@@ -109,7 +111,8 @@ def test_kernel_draws_equal_known_answers():
     counters = np.array([c for c, _, _ in KAT], np.uint32)
     keys = np.array([k for _, k, _ in KAT], np.uint32)
     words = np.array([w for _, _, w in KAT], np.uint32)
-    got = run_draw_kernel(_signed(keys[:, 0], keys[:, 1]), _signed(counters[:, 2], counters[:, 3]),
+    got = run_draw_kernel(_signed(keys[:, 0], keys[:, 1]),
+                          _signed(counters[:, 2], counters[:, 3]),
                           _signed(counters[:, 0], counters[:, 1]))
     u32, u64, z = _from_words(words[:, 0], words[:, 1], words[:, 2])
     np.testing.assert_array_equal(got[0], u32)
@@ -147,7 +150,7 @@ def test_draw_kernels_are_vector_code():
         lambda t: F.dropout(t, 0.25, training=True), [x]).graph), "vec_rand")
     ir = g.module.optimized_ir
     assert "x i32>" in ir or "x i64>" in ir
-    assert not [line for line in ir.splitlines() if "call " in line and "@llvm." not in line]
+    assert not [ln for ln in ir.splitlines() if "call " in ln and "@llvm." not in ln]
 
 
 # ------------------------------------------------------------------ compiled graphs
@@ -169,6 +172,19 @@ def test_compiled_draws_equal_the_reference():
                                atol=1e-13)
     np.testing.assert_allclose(c, philox.normal(s, 2, (33,)), rtol=0, atol=2e-5)
     np.testing.assert_array_equal(d, philox.uniform(s, 3, (9,), np.float64))
+
+
+def test_draws_of_any_shape_and_through_views():
+    """0-d and empty draws, and a draw read transposed: element i is still the i-th of
+    the draw's own row-major order."""
+    f = ember.compile(lambda x: (ember.rand(()) + x, ember.randn(0, 3) + x,
+                                 ember.rand(2, 3).t() + x), backend="llvm")
+    ember.manual_seed(6)
+    a, b, c = (t.numpy() for t in f(ember.zeros(())))
+    s = first_seed(6)
+    assert b.shape == (0, 3)
+    np.testing.assert_array_equal(a, philox.uniform(s, 0, ()))
+    np.testing.assert_array_equal(c, philox.uniform(s, 2, (2, 3)).T)
 
 
 def test_plan_draws_in_kernels_after_one_seed_step():

@@ -122,7 +122,8 @@ def lower_randint(ctx, node, val, *args, generator=None, **_):
     def fn(kb, index):
         r = kb.emit(Op.MUL, f64, (u.fn(kb, index), kb.const(high - low, f64)))
         # (the product of a u just below 1 may round up to the range itself)
-        r = kb.emit(Op.MIN, f64, (kb.emit(Op.FLOOR, f64, (r,)), kb.const(high - low - 1, f64)))
+        r = kb.emit(Op.MIN, f64, (kb.emit(Op.FLOOR, f64, (r,)),
+                                  kb.const(high - low - 1, f64)))
         r = kb.emit(Op.ADD, f64, (r, kb.const(low, f64)))
         return kb.cast(r, out)
     return PointwiseValue(tuple(val.shape), out, fn, COST + 4, node)
