@@ -65,9 +65,14 @@ typedef struct {
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */
 LLVMTypeRef em_cg_reg_type(em_cg *g, em_dtype_t t);    /* in a register (bool: i1) */
 
-/* The value of an instruction of form const, iota, unary, binary, compare, select or
- * call from the registers it reads. */
+/* The value of an instruction of form const, iota, unary, binary, compare, select,
+ * call or random from the registers it reads. */
 LLVMValueRef em_cg_expr(em_cg *g, const em_instr *ins);
+
+/* A random draw (codegen_random.c): rand (U[0, 1)) or randn (N(0, 1)) in float dtype
+ * t of Philox4x32-10 under key seed at counter (index, offset), all i64. */
+LLVMValueRef em_cg_random(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef seed,
+                          LLVMValueRef offset, LLVMValueRef index);
 
 /* Reductions: the identity, and acc folded with v, in dtype t. */
 LLVMValueRef em_cg_identity(em_cg *g, em_reduction_t r, em_dtype_t t);

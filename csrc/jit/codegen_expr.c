@@ -289,6 +289,8 @@ em_cg_expr(em_cg *g, const em_instr *ins)
         return compare(g, ins->op, t, r[a[0]], r[a[1]]);
     case EM_FORM_SELECT:
         return LLVMBuildSelect(g->B, r[a[0]], r[a[1]], r[a[2]], "");
+    case EM_FORM_RANDOM:
+        return em_cg_random(g, ins->op, t, r[a[0]], r[a[1]], r[a[2]]);
     case EM_FORM_CALL: {
         LLVMValueRef args[2];
         for (int k = 0; k < ins->nargs && k < 2; k++)

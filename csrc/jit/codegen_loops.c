@@ -25,6 +25,8 @@
  *     select   (name, dst, dtype, c, a, b)     call (name, dst, dtype, fn, a[, b])
  *              call: the C math library's function fn (fn`f` in float32), looked
  *              up when decoded, of 1 or 2 operands
+ *     random   (name, dst, dtype, seed, offset, index)   int64 operands; a Philox
+ *              draw (codegen_random.c)
  *
  * The spec is decoded into em_instr records first, and checked: registers defined
  * before use, every operand of the dtype its instruction computes in (cast is the only
@@ -131,14 +133,16 @@ decode_address(em_cg *g, PyObject *coeffs, em_instr *ins)
 }
 
 /* Operand k of ins: a register defined before, holding the dtype ins computes in
- * (any for a cast; bool for a select's condition). Nothing converts implicitly (the
+ * (any for a cast; bool for a select's condition; int64 for a random draw's seed,
+ * offset and index). Nothing converts implicitly (the
  * loop IR casts explicitly; python/ember/compiler/loop_ir.py verifies the same rule). */
 static int
 check_operand(em_cg *g, const em_instr *ins, int k)
 {
     int r = ins->args[k];
     em_dtype_t want = ins->op == EM_IR_CAST ? EM_UNDEFINED
-                      : ins->op == EM_IR_SELECT && k == 0 ? EM_BOOL : ins->dtype;
+                      : ins->op == EM_IR_SELECT && k == 0 ? EM_BOOL
+                      : em_ir_info[ins->op].form == EM_FORM_RANDOM ? EM_INT64 : ins->dtype;
     if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
         PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
         return -1;

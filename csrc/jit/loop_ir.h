@@ -16,6 +16,7 @@ typedef enum {
     EM_FORM_COMPARE = 7,
     EM_FORM_SELECT = 8,
     EM_FORM_CALL = 9,
+    EM_FORM_RANDOM = 10,
     EM_NFORMS
 } em_form_t;
 
@@ -68,6 +69,8 @@ typedef enum {
     EM_IR_NE = 37,
     EM_IR_SELECT = 38,
     EM_IR_CALL = 39,
+    EM_IR_RAND = 40,
+    EM_IR_RANDN = 41,
     EM_IR_NOPS
 } em_ir_t;
 
@@ -87,7 +90,7 @@ typedef struct {
 
 /* the registers an instruction of each form reads */
 static const int em_form_operands[EM_NFORMS] = {
-    0, 1, 1, 0, 0, 1, 2, 2, 3, -1,
+    0, 1, 1, 0, 0, 1, 2, 2, 3, -1, 3,
 };
 
 static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
@@ -131,6 +134,8 @@ static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
     {"ne", EM_FORM_COMPARE, EM_DOMAIN_ANY},
     {"select", EM_FORM_SELECT, EM_DOMAIN_ANY},
     {"call", EM_FORM_CALL, EM_DOMAIN_FLOAT},
+    {"rand", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
+    {"randn", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
 };
 
 static const char *const em_reduction_names[EM_NREDUCTIONS] = {

@@ -22,7 +22,9 @@
  *                                     BLAS (else numpy.matmul) from views a and b
  *          ExternStep ("extern", fn, views, slots, name)
  *                                     fn(*tensors of views) -> tuple of tensors, stored
- *                                     (made contiguous) in the buffer slots
+ *                                     (made contiguous) in the buffer slots; kind
+ *                                     "seed" (the Philox seed of the call's random
+ *                                     draws) runs the same way
  * outputs: views, or None for an output with no value (a gradient that is None)
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
  * elements of the ref's dtype.
@@ -232,7 +234,9 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
             return -1;
         return check_index(s->out, p->nbufs, "a matmul step");
     }
-    if (PyUnicode_CompareWithASCIIString(kind, "extern") == 0) {
+    /* a seed step (a compiled graph's Philox seed, drawn per call) runs as an extern */
+    if (PyUnicode_CompareWithASCIIString(kind, "extern") == 0 ||
+        PyUnicode_CompareWithASCIIString(kind, "seed") == 0) {
         s->kind = STEP_EXTERN;
         if (!PyArg_ParseTuple(t, "OOO!O!O;CompiledGraph: an extern step is (kind, fn, views, "
                               "slots, name)", &kind, &s->call, &PyTuple_Type, &views,

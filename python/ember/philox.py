@@ -1,6 +1,6 @@
-"""Philox4x32-10, the counter-based generator compiled graphs are to draw from (issue
-aot-2 item 2), written with NumPy: the reference the compiled kernels' random bits are
-checked against.
+"""Philox4x32-10, the counter-based generator compiled graphs draw from (issue aot-2
+item 2; csrc/jit/codegen_random.c), written with NumPy: the reference the compiled
+kernels' random bits are checked against (tests/test_compiled_random.py).
 
 A counter-based generator computes the random bits of element i of a draw directly from
 (seed, offset, i): no state is carried from one element to the next, so a kernel draws
@@ -11,7 +11,9 @@ bits. Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as ea
 golden ratio and sqrt(3) - 1 in 32-bit fixed point) are the published ones below.
 
 Ember's use: key = the seed (low and high 32 bits), counter = (element index low, high,
-offset low, high), where offset numbers the draws made since the seed was set.
+offset low, high), where the seed is drawn from the generator at each call of a
+compiled graph and offset numbers the graph's draws (ember/compiler/random_draws.py).
+The kernels' float32 normals compute Box-Muller in float32 (a few ulp from normal()).
 """
 from __future__ import annotations
 

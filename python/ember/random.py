@@ -35,6 +35,13 @@ class Generator:
     def initial_seed(self):
         return self._seed
 
+    def _philox_seed(self):
+        """One 64-bit draw of the stream, as a signed int64: the Philox key of one call
+        of a compiled graph's random draws (ember/compiler/random_draws.py). Being a
+        draw, it moves on at every call, and manual_seed and set_state set it."""
+        raw = self._np.bit_generator.random_raw()
+        return raw - (1 << 64) if raw >= 1 << 63 else raw
+
     def get_state(self):
         """The generator's state as a uint8 tensor of STATE_SIZE bytes: PCG64's 128-bit
         state and increment, and the buffered 32-bit half (a flag and the value), 16

@@ -31,6 +31,12 @@ class _Config:
         # bytes; cheap values are computed again in the backward) or "save_all" (every
         # forward value the backward reads); aot/partition.py
         self.partitioner = "min_cut"
+        # random draws in graphs the LLVM backend compiles (rand, randn, randint, and the
+        # dropout, bernoulli, ... made of them): False draws Philox4x32-10 in the
+        # kernels (compiler/random_draws.py; reproducible under manual_seed, not eager's
+        # numbers); True runs eager's kernels on eager's generator, so compiled results
+        # equal eager's. Read when a graph is compiled (torch: fallback_random)
+        self.fallback_random = False
 
     def __repr__(self):
         return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "

@@ -53,12 +53,13 @@ class Form(enum.Enum):
     COMPARE = "compare"        # %d = op dtype %a, %b       (the result is bool)
     SELECT = "select"          # %d = select dtype %c, %a, %b   (%c bool)
     CALL = "call"              # %d = call dtype fn(%a[, %b])   (fn: one of LIBM)
+    RANDOM = "random"          # %d = op dtype %seed, %offset, %index   (all int64)
 
 
 # the registers an instruction of each form reads (a call: its function's arity)
 OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
             Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3,
-            Form.CALL: -1}
+            Form.CALL: -1, Form.RANDOM: 3}
 
 # The C math library's functions a `call` may name, with their arity: in float64 it
 # calls `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). The
@@ -126,6 +127,10 @@ class Op(enum.StrEnum):
     NE = "ne", Form.COMPARE
     SELECT = "select", Form.SELECT
     CALL = "call", Form.CALL, Domain.FLOAT
+    # Philox4x32-10 of key seed and counter (index, offset) (python/ember/philox.py):
+    # rand its U[0, 1) value, randn its N(0, 1) value (Box-Muller)
+    RAND = "rand", Form.RANDOM, Domain.FLOAT
+    RANDN = "randn", Form.RANDOM, Domain.FLOAT
 
     def allows(self, dtype):
         """Whether the instruction computes in dtype."""
@@ -243,6 +248,7 @@ class Stmt:
             const    dst, dtype, value           iota   dst, dtype, dim
             unary    dst, dtype, a               binary, compare  dst, dtype, a, b
             select   dst, dtype, c, a, b         call   dst, dtype, fn, a[, b]
+            random   dst, dtype, seed, offset, index
         (dtypes as their codes)."""
         form, name = self.op.form, self.op.value
         if form is Form.LOAD:
@@ -316,19 +322,23 @@ def _check_dtypes(kernel, s, defined):
         fail("has no dtype")
     if form in (Form.CONST, Form.IOTA) or s.op is Op.CAST:
         return
-    if form is Form.SELECT:
+    if form is Form.RANDOM:
+        for a in s.args:
+            want(a, _C.int64)
+    elif form is Form.SELECT:
         want(s.args[0], _C.bool, "condition")
         for a in s.args[1:]:
             want(a, s.dtype)
         return
-    for a in s.args:
-        want(a, s.dtype)
+    else:
+        for a in s.args:
+            want(a, s.dtype)
     if not s.op.allows(s.dtype):
         fail(f"computes {_DOMAIN_TEXT[s.op.domain]}, not {s.dtype._name}")
 
 
 _DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,
-            Form.SELECT, Form.CALL}
+            Form.SELECT, Form.CALL, Form.RANDOM}
 _ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD}
 
 

@@ -36,6 +36,8 @@ class GraphLowering:
         self.out = Lowered()
         self.buffers = BufferPlan(self.out)
         self.env = {}
+        self.seeds = {}         # random_draws.seed_buffer: generator -> its seed buffer
+        self.draws = 0          # the random draws lowered so far (the next one's offset)
 
     # -------------------------------------------------- building blocks
 

@@ -7,7 +7,8 @@ and prints them with their __str__ (the loop IR text, profiles).
     Plan = (inputs, buffers, steps, outputs)
     inputs:  InputSpec(sizes, strides) per graph input
     buffers: BufferSpec(dtype, sizes, extern) per buffer
-    steps:   KernelStep, MatmulStep, ExternStep
+    steps:   KernelStep, MatmulStep, ExternStep (kind "extern", or "seed": the seed
+             of the kernels' random draws for this call, compiler/random_draws.py)
     outputs: View, or None for an output with no value (a gradient that is None)
 
 Lowered prints as the steps' text and verify() checks it.
@@ -29,6 +30,7 @@ class StepKind(enum.StrEnum):
     KERNEL = "kernel"
     MATMUL = "matmul"
     EXTERN = "extern"
+    SEED = "seed"           # an ExternStep making the seed of the graph's random draws
 
 
 class Ref(NamedTuple):
@@ -113,7 +115,7 @@ class ExternStep(NamedTuple):
     def __str__(self):
         ins = ", ".join(str(v) for v in self.views)
         outs = ", ".join(f"buf{j}" for j in self.slots)
-        return f"extern {self.name}({ins}) -> {outs}"
+        return f"{self.kind} {self.name}({ins}) -> {outs}"
 
 
 class Lowered:

@@ -10,22 +10,23 @@ from .. import prims as P
 from . import api as O
 from . import meta as M
 from ..compiler.lowerings import extern, lower_arange, lower_full
+from ..compiler.random_draws import lower_rand, lower_randn
 from .registry import CUSTOM, FACTORY, FLOATING, RECOMPUTE_CHEAP, op
 
 _OPTS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 _GEN = "Generator? generator=None, " + _OPTS
 
 
-def _factory(name, kernel, fill=None, prim=False, opts=_OPTS, rule=0):
-    """A factory op: a prim (its eager kernel runs as an extern step in compiled
-    graphs), or one that decomposes into full of fill."""
+def _factory(name, kernel, fill=None, prim=False, opts=_OPTS, rule=0, lower=None):
+    """A factory op: a prim (lowered by lower, else its eager kernel runs as an extern
+    step in compiled graphs), or one that decomposes into full of fill."""
     decompose = None
     if fill is not None:
         def decompose(size, dtype, device, requires_grad, _fill=fill):
             return P.full(size, _fill, dtype=dtype if dtype is not None
                           else _C.get_default_dtype())
     op(f"{name}(SymInt[] size, *, {opts}) -> Tensor", FACTORY, kernel, prim=prim,
-       lower=extern if prim else None,
+       lower=(lower or extern) if prim else None,
        method=False, decompose=decompose, rule=rule)
 
 
@@ -34,8 +35,8 @@ _factory("ones", "ones", fill=1)
 _factory("empty", "empty", fill=0)
 op(f"full(SymInt[] size, Scalar fill_value, *, {_OPTS}) -> Tensor", FACTORY, "full",
    prim=True, lower=lower_full, method=False, meta=M.full, recompute=RECOMPUTE_CHEAP)
-_factory("rand", "rand", prim=True, opts=_GEN, rule=FLOATING)
-_factory("randn", "randn", prim=True, opts=_GEN, rule=FLOATING)
+_factory("rand", "rand", prim=True, opts=_GEN, rule=FLOATING, lower=lower_rand)
+_factory("randn", "randn", prim=True, opts=_GEN, rule=FLOATING, lower=lower_randn)
 
 op(f"arange(Scalar end, *, {_OPTS}) -> Tensor", FACTORY, "arange", prim=True, method=False,
    lower=lower_arange, recompute=RECOMPUTE_CHEAP,

@@ -11,13 +11,16 @@ the tensor they overwrite (the backward is zeros).
 Every draw comes from an ember.Generator (the default one unless generator= is given;
 kernels in csrc/kernels/random.c). uniform and normal take exactly the draws rand and
 randn take, so their decompositions reproduce the eager numbers (float16 results may
-differ in the last bit: the kernel scales in float32).
+differ in the last bit: the kernel scales in float32). In graphs the LLVM backend
+compiles, rand, randn and randint are Philox draws computed in the kernels
+(compiler/random_draws.py) unless ember.compiler.config.fallback_random is set.
 """
 from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
 from ..compiler.lowerings import extern
+from ..compiler.random_draws import lower_randint
 from .registry import CUSTOM, FACTORY, op
 
 _GEN = "Generator? generator=None"
@@ -149,10 +152,10 @@ def _int_factory_meta(shape_of):
 _randint_meta = _int_factory_meta(lambda names, args: tuple(args[names.index("size")]))
 
 op(f"randint(SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randint",
-   prim=True, lower=extern, method=False, meta=_randint_meta,
+   prim=True, lower=lower_randint, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [0, high); int64 unless dtype is given.")
 op(f"randint.low(SymInt low, SymInt high, SymInt[] size, *, {_GEN}, {_OPTS}) -> Tensor",
-   FACTORY, "randint", prim=True, lower=extern, method=False, meta=_randint_meta,
+   FACTORY, "randint", prim=True, lower=lower_randint, method=False, meta=_randint_meta,
    doc="Integers drawn uniformly from [low, high).")
 op(f"randperm(SymInt n, *, {_GEN}, {_OPTS}) -> Tensor", FACTORY, "randperm", prim=True,
    lower=extern,
