@@ -170,6 +170,7 @@ typedef struct {
     int mode;
     int grad_enabled;
     PyObject *tracer;          /* callable(op, args) for EM_MODE_TRACE */
+    int autocast;              /* ember.autocast's lower-precision dtype, or -1: off */
 } em_ThreadState;
 
 extern _Thread_local em_ThreadState em_tls;
@@ -250,11 +251,16 @@ struct em_Op {
     int alias_param;           /* the parameter the result may be a view of (its schema's
                                 * Tensor(a) return), or -1 */
     int rule;                  /* variant of the kind's dtype rule (EM_RULE_*) */
+    int autocast;              /* EM_AUTOCAST_*: how autocast casts its arguments */
     uint32_t backward_reads;   /* which of (result, *args) the formula reads (bit 0: the
                                 * result, bit i + 1: parameter i; entry.backward_uses),
                                 * all bits when that can't be told */
     em_Param params[EM_MAX_PARAMS];
 };
+
+/* Autocast policies (entry.autocast; PyTorch's CPU lists): cast floating arguments
+ * (float64 aside) to the autocast dtype, to float32, or to their widest type. */
+enum { EM_AUTOCAST_NONE, EM_AUTOCAST_LOWER, EM_AUTOCAST_FP32, EM_AUTOCAST_PROMOTE };
 
 extern PyTypeObject em_Op_Type;
 #define em_Op_Check(o) PyObject_TypeCheck((o), &em_Op_Type)

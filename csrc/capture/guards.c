@@ -46,6 +46,8 @@
  *     ("DICT_KEYS", source, keys)        a dict with exactly these keys, in order
  *     ("GRAD_MODE", enabled)             ember's thread-local grad mode; also
  *                                        written ("GRAD_MODE", None, enabled)
+ *     ("AUTOCAST", dtype or None)        ember.autocast's thread-local dtype (None:
+ *                                        off)
  *     ("COMPILE_CONTEXT", callback)      this thread's capture state is callback
  *                                        (or RUN_ONLY): the entry was compiled by
  *                                        the ember.compile call now running, not
@@ -73,9 +75,18 @@
 enum { SRC_ARG, SRC_GLOBAL, SRC_BUILTIN, SRC_CLOSURE, SRC_CELL, SRC_OBJECT, SRC_ATTR,
        SRC_ITEM, SRC_DICT };
 enum { G_TENSOR, G_TYPE, G_ID, G_EQUALS, G_LEN, G_DICT_KEYS, G_GRAD, G_CONTEXT,
-       G_LAMBDA, G_ALIAS };
+       G_LAMBDA, G_ALIAS, G_AUTOCAST };
 
 #define ANY PY_SSIZE_T_MIN    /* wildcard size, stride or storage offset */
+
+/* An autocast state in words: "off" or its dtype's name. */
+static const char *
+autocast_name(int code)
+{
+    if (code < 0 || code >= EM_NDTYPES)
+        return "off";
+    return em_dtypes[code]->name;
+}
 #define MAX_CONST_DEPTH 16
 
 typedef struct {
@@ -481,6 +492,18 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
         g->flag = PyObject_IsTrue(PyTuple_GET_ITEM(spec, n - 1));
         return g->flag < 0 ? -1 : 0;
     }
+    if (PyUnicode_CompareWithASCIIString(kind, "AUTOCAST") == 0) {
+        /* ("AUTOCAST", dtype or None): the thread's autocast dtype (None: off) */
+        PyObject *d = PyTuple_GET_ITEM(spec, PyTuple_GET_SIZE(spec) - 1);
+        if (PyTuple_GET_SIZE(spec) != 2) {
+            PyErr_Format(PyExc_ValueError, "guard %R: expected ('AUTOCAST', dtype or None)",
+                         spec);
+            return -1;
+        }
+        g->kind = G_AUTOCAST;
+        g->flag = d == Py_None ? -1 : (int)em_dtype_from_object(d);
+        return g->flag < -1 || (d != Py_None && g->flag < 0) ? -1 : 0;
+    }
     if (PyUnicode_CompareWithASCIIString(kind, "COMPILE_CONTEXT") == 0) {
         /* ("COMPILE_CONTEXT", callback) or ("COMPILE_CONTEXT", None, callback) */
         Py_ssize_t n = PyTuple_GET_SIZE(spec);
@@ -642,6 +665,8 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
         return PyUnicode_FromFormat("GRAD_MODE: %s", g->flag ? "enabled" : "disabled");
     case G_CONTEXT:
         return PyUnicode_FromFormat("COMPILE_CONTEXT: %.200R", g->obj);
+    case G_AUTOCAST:
+        return PyUnicode_FromFormat("AUTOCAST: %s", autocast_name(g->flag));
     case G_LAMBDA:
         return PyUnicode_FromFormat("LAMBDA %U: %U", name, g->desc);
     case G_ALIAS:
@@ -1038,6 +1063,12 @@ run_guard(Eval *ev, const Guard *g)
             return 1;
         return fail(ev, "grad mode changed: expected %s, got %s",
                     g->flag ? "enabled" : "disabled", g->flag ? "disabled" : "enabled");
+    }
+    if (g->kind == G_AUTOCAST) {
+        if (em_tls.autocast == g->flag)
+            return 1;
+        return fail(ev, "autocast changed: expected %s, got %s", autocast_name(g->flag),
+                    autocast_name(em_tls.autocast));
     }
     if (g->kind == G_CONTEXT) {
         if (em_capture_state_is(g->obj))

@@ -1,7 +1,7 @@
-/* mode.c: the thread-local dispatch mode (eager, meta, trace) and grad mode. */
+/* mode.c: the thread-local dispatch mode (eager, meta, trace), grad mode and autocast. */
 #include "ember.h"
 
-_Thread_local em_ThreadState em_tls = {EM_MODE_EAGER, 1, NULL};
+_Thread_local em_ThreadState em_tls = {EM_MODE_EAGER, 1, NULL, -1};
 
 static PyObject *
 is_grad_enabled(PyObject *self, PyObject *noargs)
@@ -19,6 +19,32 @@ set_grad_enabled(PyObject *self, PyObject *flag)
     int prev = em_tls.grad_enabled;
     em_tls.grad_enabled = v;
     return PyBool_FromLong(prev);
+}
+
+/* _set_autocast(dtype or None) -> the previous one: this thread's autocast dtype */
+static PyObject *
+set_autocast(PyObject *self, PyObject *dtype)
+{
+    int v = -1;
+    if (dtype != Py_None) {
+        v = em_dtype_from_object(dtype);
+        if (v < 0)
+            return NULL;
+        if (!em_is_float((em_dtype_t)v)) {
+            PyErr_SetString(PyExc_ValueError, "autocast needs a floating dtype");
+            return NULL;
+        }
+    }
+    int prev = em_tls.autocast;
+    em_tls.autocast = v;
+    return Py_NewRef(prev < 0 ? Py_None : (PyObject *)em_dtypes[prev]);
+}
+
+static PyObject *
+get_autocast(PyObject *self, PyObject *noargs)
+{
+    int v = em_tls.autocast;
+    return Py_NewRef(v < 0 ? Py_None : (PyObject *)em_dtypes[v]);
 }
 
 /* _set_mode(mode, tracer=None) -> (previous mode, previous tracer) */
@@ -61,6 +87,10 @@ static PyMethodDef mode_methods[] = {
     {"is_grad_enabled", is_grad_enabled, METH_NOARGS,
      "True when operations record autograd history in this thread."},
     {"_set_grad_enabled", set_grad_enabled, METH_O, NULL},
+    {"_set_autocast", set_autocast, METH_O,
+     "_set_autocast(dtype or None): this thread's autocast dtype; returns the previous."},
+    {"_get_autocast", get_autocast, METH_NOARGS,
+     "This thread's autocast dtype, or None when autocast is off."},
     {"_set_mode", set_mode, METH_VARARGS,
      "_set_mode(mode, tracer=None): set this thread's dispatch mode; returns the previous."},
     {"_get_mode", get_mode, METH_NOARGS, NULL},
@@ -72,7 +102,10 @@ em_mode_init(PyObject *module)
 {
     if (PyModule_AddIntConstant(module, "MODE_EAGER", EM_MODE_EAGER) < 0 ||
         PyModule_AddIntConstant(module, "MODE_META", EM_MODE_META) < 0 ||
-        PyModule_AddIntConstant(module, "MODE_TRACE", EM_MODE_TRACE) < 0)
+        PyModule_AddIntConstant(module, "MODE_TRACE", EM_MODE_TRACE) < 0 ||
+        PyModule_AddIntConstant(module, "AUTOCAST_LOWER", EM_AUTOCAST_LOWER) < 0 ||
+        PyModule_AddIntConstant(module, "AUTOCAST_FP32", EM_AUTOCAST_FP32) < 0 ||
+        PyModule_AddIntConstant(module, "AUTOCAST_PROMOTE", EM_AUTOCAST_PROMOTE) < 0)
         return -1;
     return PyModule_AddFunctions(module, mode_methods);
 }

@@ -499,8 +499,137 @@ restore:
     PyErr_Restore(type, value, tb);
 }
 
+static PyObject *call_bound(em_Op *op, PyObject **args);
+
+/* Autocast: whether t is a tensor autocast may cast (floating, float64 aside). */
+static bool
+autocast_eligible(PyObject *t)
+{
+    if (!em_Tensor_Check(t))
+        return false;
+    em_dtype_t d = ((em_Tensor *)t)->dtype;
+    return em_is_float(d) && d != EM_FLOAT64;
+}
+
+/* t cast to dtype when eligible and not already of it: a new reference. */
+static PyObject *
+autocast_one(PyObject *t, em_dtype_t dtype)
+{
+    if (!autocast_eligible(t) || ((em_Tensor *)t)->dtype == dtype)
+        return Py_NewRef(t);
+    PyObject *args[2] = {t, (PyObject *)em_dtypes[dtype]};
+    return em_call_op(EM_OP__TO_COPY, args, 1, em_kw_dtype);
+}
+
+/* The promoting ops' result type, argument by argument, as PyTorch's autocast
+ * prioritize(): float32 wins, the autocast dtype stays, another half type is an error. */
+static int
+autocast_prioritize(em_dtype_t *current, PyObject *t)
+{
+    if (!autocast_eligible(t))
+        return 0;
+    em_dtype_t next = ((em_Tensor *)t)->dtype;
+    if (*current == EM_FLOAT32 || next == EM_FLOAT32)
+        *current = EM_FLOAT32;
+    else if (*current != next) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Unexpected floating ScalarType in at::autocast::prioritize");
+        return -1;
+    }
+    return 0;
+}
+
+/* The op under autocast (em_tls.autocast set, op->autocast a policy): its tensor and
+ * tensor-list arguments cast as PyTorch's CPU autocast casts them, then the op. */
+static PyObject *
+autocast_call(em_Op *op, PyObject **args)
+{
+    PyObject *cast[EM_MAX_PARAMS] = {NULL};
+    PyObject *result = NULL;
+    em_dtype_t target = (em_dtype_t)em_tls.autocast;
+    int n = op->nparams;
+    if (n > EM_MAX_PARAMS) {
+        PyErr_SetString(PyExc_SystemError, "autocast: too many parameters");
+        return NULL;
+    }
+    if (op->autocast == EM_AUTOCAST_FP32)
+        target = EM_FLOAT32;
+    else if (op->autocast == EM_AUTOCAST_PROMOTE) {
+        /* float32 if any eligible argument is, the autocast dtype if all are */
+        for (int i = 0; i < n; i++) {
+            PyObject *a = args[i];
+            if (a == NULL)
+                continue;
+            if (op->params[i].type == EM_ARG_TENSORLIST && PySequence_Check(a) &&
+                !em_Tensor_Check(a)) {
+                PyObject *seq = PySequence_Fast(a, "a tensor list");
+                if (seq == NULL)
+                    return NULL;
+                for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+                    if (autocast_prioritize(&target, PySequence_Fast_GET_ITEM(seq, j)) < 0) {
+                        Py_DECREF(seq);
+                        return NULL;
+                    }
+                }
+                Py_DECREF(seq);
+            }
+            else if (autocast_prioritize(&target, a) < 0)
+                return NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i];
+        if (a == NULL)
+            continue;
+        if (op->params[i].type == EM_ARG_TENSORLIST && PySequence_Check(a) &&
+            !em_Tensor_Check(a)) {
+            PyObject *seq = PySequence_Fast(a, "a tensor list");
+            if (seq == NULL)
+                goto error;
+            Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+            PyObject *list = PyTuple_New(m);
+            if (list == NULL) {
+                Py_DECREF(seq);
+                goto error;
+            }
+            for (Py_ssize_t j = 0; j < m; j++) {
+                PyObject *t = autocast_one(PySequence_Fast_GET_ITEM(seq, j), target);
+                if (t == NULL) {
+                    Py_DECREF(seq);
+                    Py_DECREF(list);
+                    goto error;
+                }
+                PyTuple_SET_ITEM(list, j, t);
+            }
+            Py_DECREF(seq);
+            cast[i] = list;
+        }
+        else if (op->params[i].type == EM_ARG_TENSOR) {
+            cast[i] = autocast_one(a, target);
+            if (cast[i] == NULL)
+                goto error;
+        }
+        else
+            cast[i] = Py_NewRef(a);
+    }
+    result = call_bound(op, cast);
+error:
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(cast[i]);
+    return result;
+}
+
 PyObject *
 em_op_call_bound(em_Op *op, PyObject **args)
+{
+    if (em_tls.autocast >= 0 && op->autocast != EM_AUTOCAST_NONE &&
+        em_tls.mode != EM_MODE_META)
+        return autocast_call(op, args);
+    return call_bound(op, args);
+}
+
+static PyObject *
+call_bound(em_Op *op, PyObject **args)
 {
     PyObject *result;
     bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
@@ -1007,6 +1136,9 @@ static PyMemberDef op_members[] = {
     {"nouts", T_INT, offsetof(em_Op, nouts), READONLY, NULL},
     {"inplace", T_INT, offsetof(em_Op, inplace), READONLY, NULL},
     {"composite", T_INT, offsetof(em_Op, composite), READONLY, NULL},
+    {"autocast", T_INT, offsetof(em_Op, autocast), 0,
+     "How ember.autocast casts its arguments (AUTOCAST_*; 0: not at all); set by "
+     "install() from entry.autocast."},
     {"id", T_INT, offsetof(em_Op, id), READONLY,
      "Its id (entry.op_id; for the ops C calls, EM_OP_* of op_ids.h) once install() bound "
      "it, else -1."},

@@ -50,7 +50,11 @@ def numel(t):
 from . import nn, optim, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import capture  # noqa: E402
-from . import backends, cuda  # noqa: E402,F401
+from . import backends, cuda, cpu, amp  # noqa: E402,F401
+from .amp import autocast  # noqa: E402
+from .amp.autocast_mode import (get_autocast_cpu_dtype, get_autocast_dtype,  # noqa: E402
+                                is_autocast_cpu_enabled, is_autocast_enabled,
+                                set_autocast_dtype, set_autocast_enabled)
 from . import aot  # noqa: E402,F401  (registers backend "aot_eager")
 from . import compiler  # noqa: E402
 from .capture import compile  # noqa: E402,F811

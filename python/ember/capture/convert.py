@@ -367,6 +367,7 @@ def trace_frame(frame_info, stop_at=None, keep=None):
         keep.append(tx)
     ret = tx.run()
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
+    out.guards.add("AUTOCAST", None, _C._get_autocast())
     return out, ret
 
 
@@ -466,6 +467,9 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
     for g in guards:
         if g.kind == "GRAD_MODE":
             tuples.append(("GRAD_MODE", bool(g.value)))
+            continue
+        if g.kind == "AUTOCAST":
+            tuples.append(("AUTOCAST", g.value))
             continue
         src = g.source.getter()
         if g.kind == "TENSOR_MATCH":

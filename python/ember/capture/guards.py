@@ -13,6 +13,7 @@ Kinds:
     ALIAS         value (other_source, same): whether the source reaches the same object
                   as other_source (mutable objects the frame reads and writes)
     GRAD_MODE     ember's grad mode (added to every program)
+    AUTOCAST      ember.autocast's dtype, or None when off (added to every program)
     COMPILE_CONTEXT  the ember.compile call running is the one that compiled the
                   entry (added last to every program by convert.build_guard_program)
 """

@@ -6,6 +6,7 @@ from . import nn_ops  # noqa: F401
 from . import shapes, indexing  # noqa: F401
 from . import closeness, order_stats, combining  # noqa: F401
 from . import factorizations  # noqa: F401
+from . import autocast_lists
 from . import api
 from .. import prims as _prims
 
@@ -15,6 +16,7 @@ _public = None
 def install(namespace):
     """Binds the table to C and fills `namespace`, ember.ops.api and ember.prims."""
     global _public
+    autocast_lists.apply(registry.BY_NAME)
     _public = registry.install(namespace)
     namespace.update(linalg.WRAPPERS)     # einsum(equation, *operands)
     namespace.update(combining.WRAPPERS)  # block_diag(*tensors), cartesian_prod(*tensors)

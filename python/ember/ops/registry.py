@@ -95,6 +95,8 @@ class OpEntry:
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
     aliases: tuple = ()
+    autocast: int = 0               # how ember.autocast casts the arguments (ops/
+    #                                 autocast_lists.py sets it: EM_AUTOCAST_*)
     doc: str = ""
     c_op: object = field(default=None, repr=False)
     functional: object = field(default=None, repr=False)   # in-place ops: their twin
@@ -315,6 +317,7 @@ def install(namespace: dict) -> dict:
     for e in ENTRIES:
         if e.functional is not None:
             e.c_op._set_functional(e.functional.c_op)
+        e.c_op.autocast = e.autocast
     ids = assign_op_ids(BY_NAME, _C.OP_QUALNAMES)
     _C._bind_ops({e.qualified_name: e.c_op for _, e in ids})
     return public

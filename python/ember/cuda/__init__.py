@@ -93,3 +93,6 @@ def get_rng_state(device="cuda"):
 
 def set_rng_state(new_state, device="cuda"):
     _no_cuda()
+
+
+from . import amp  # noqa: E402,F401  (torch.cuda.amp's names)
