@@ -388,23 +388,34 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
         const float *restrict xr = x + r * n;
         float *restrict yr = y + r * n;
         float lm[EM_LANES], ls[EM_LANES];
+        int32_t ln[EM_LANES];
         for (int j = 0; j < EM_LANES; j++) {
             lm[j] = -INFINITY;
             ls[j] = 0.0f;
+            ln[j] = 0;
         }
-        /* NaN-propagating maxima (a NaN anywhere makes the row NaN, as exp(x - max)
-         * does; an all -inf row gives NaN too, through -inf - -inf) */
+        /* the maximum, and apart whether any element is NaN (a NaN makes the row NaN,
+         * as exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf):
+         * two branch-free lane accumulators the vectoriser widens */
         Py_ssize_t i = 0;
         for (; i + EM_LANES <= n; i += EM_LANES)
             for (int j = 0; j < EM_LANES; j++) {
                 float v = xr[i + j];
-                lm[j] = (v > lm[j] || v != v) ? v : lm[j];
+                lm[j] = v > lm[j] ? v : lm[j];
+                ln[j] |= v != v;
             }
         float m = -INFINITY;
-        for (; i < n; i++)
-            m = (xr[i] > m || xr[i] != xr[i]) ? xr[i] : m;
-        for (int j = 0; j < EM_LANES; j++)
-            m = (lm[j] > m || lm[j] != lm[j]) ? lm[j] : m;
+        int32_t nan = 0;
+        for (; i < n; i++) {
+            m = xr[i] > m ? xr[i] : m;
+            nan |= xr[i] != xr[i];
+        }
+        for (int j = 0; j < EM_LANES; j++) {
+            m = lm[j] > m ? lm[j] : m;
+            nan |= ln[j];
+        }
+        if (nan)
+            m = NAN;
         for (i = 0; i < n; i++)
             yr[i] = em_expf(xr[i] - m);
         i = 0;
