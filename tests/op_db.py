@@ -3292,6 +3292,9 @@ import op_db_surface  # noqa: E402,F401
 # the factorization prims (inverse ... eigh): tests/op_db_linalg.py
 import op_db_linalg  # noqa: E402,F401
 
+# diagonal, as_strided and their scatters: tests/op_db_strided.py
+import op_db_strided  # noqa: E402,F401
+
 # ---------------------------------------------------------------- in-place variants
 
 

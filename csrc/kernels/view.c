@@ -441,6 +441,127 @@ k_alias(em_Op *op, PyObject **args)
     return (PyObject *)em_tensor_view(self, self->ndim, self->sizes, self->strides, self->offset);
 }
 
+/* Geometry of diagonal(offset, dim1, dim2): dim1 and dim2 removed, the diagonal last. */
+static int
+diagonal_geom(em_Tensor *self, PyObject **args, Py_ssize_t *sizes, Py_ssize_t *strides,
+              Py_ssize_t *offset)
+{
+    Py_ssize_t off = PyLong_AsSsize_t(args[0]), d1, d2;
+    if ((off == -1 && PyErr_Occurred()) || em_dim_arg(args[1], self->ndim, &d1) < 0 ||
+        em_dim_arg(args[2], self->ndim, &d2) < 0)
+        return -1;
+    if (d1 == d2) {
+        PyErr_Format(PyExc_RuntimeError, "diagonal dimensions cannot be identical %S, %S",
+                     args[1], args[2]);
+        return -1;
+    }
+    Py_ssize_t len, start = self->offset;
+    if (off >= 0) {
+        len = self->sizes[d1] < self->sizes[d2] - off ? self->sizes[d1] : self->sizes[d2] - off;
+        start += off * self->strides[d2];
+    }
+    else {
+        len = self->sizes[d1] + off < self->sizes[d2] ? self->sizes[d1] + off : self->sizes[d2];
+        start -= off * self->strides[d1];
+    }
+    if (len <= 0) {
+        len = 0;
+        start = self->offset;
+    }
+    int j = 0;
+    for (int i = 0; i < self->ndim; i++) {
+        if (i == d1 || i == d2)
+            continue;
+        sizes[j] = self->sizes[i];
+        strides[j] = self->strides[i];
+        j++;
+    }
+    sizes[j] = len;
+    strides[j] = self->strides[d1] + self->strides[d2];
+    *offset = start;
+    return 0;
+}
+
+/* diagonal(self, offset=0, dim1=0, dim2=1) */
+static PyObject *
+k_diagonal(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
+    if (diagonal_geom(self, args + 1, sizes, strides, &offset) < 0)
+        return NULL;
+    return (PyObject *)em_tensor_view(self, self->ndim - 1, sizes, strides, offset);
+}
+
+/* Reads as_strided's size, stride and storage_offset (None: self's) into an offset in
+ * self's storage (scatter: relative to `from`'s offset, as as_strided_scatter's result is
+ * a copy of `from` at offset 0); checks that the view stays inside self's storage, as
+ * PyTorch's setStorage does. */
+static int
+as_strided_geom(em_Op *op, em_Tensor *self, PyObject **args, Py_ssize_t *sizes,
+                Py_ssize_t *strides, int *n, Py_ssize_t *offset, const em_Tensor *from)
+{
+    int ns;
+    if (int_tuple(op, args[0], sizes, n) < 0 || int_tuple(op, args[1], strides, &ns) < 0)
+        return -1;
+    if (ns != *n) {
+        PyErr_Format(PyExc_RuntimeError, "mismatch in length of strides and shape");
+        return -1;
+    }
+    *offset = args[2] == Py_None ? from->offset : PyLong_AsSsize_t(args[2]);
+    if (*offset == -1 && PyErr_Occurred())
+        return -1;
+    if (from != self)
+        *offset -= from->offset;
+    if (*offset < 0) {
+        PyErr_Format(PyExc_RuntimeError, "Tensor: invalid storage offset %zd", *offset);
+        return -1;
+    }
+    Py_ssize_t need = 1;       /* the storage the view spans, in elements */
+    for (int i = 0; i < *n; i++) {
+        if (sizes[i] < 0) {
+            PyErr_Format(PyExc_RuntimeError, "Storage size calculation overflowed with "
+                         "sizes=%s and strides=%s", em_shape_s(*n, sizes),
+                         em_shape_s(*n, strides));
+            return -1;
+        }
+        if (strides[i] < 0) {
+            PyErr_Format(PyExc_RuntimeError, "as_strided: Negative strides are not supported "
+                         "at the moment, got strides: %s", em_shape_s(*n, strides));
+            return -1;
+        }
+        if (sizes[i] == 0)
+            need = 0;
+        else if (need)
+            need += (sizes[i] - 1) * strides[i];
+    }
+    if (self->storage->array != NULL && need > 0) {
+        Py_ssize_t have = PyArray_SIZE(self->storage->array);
+        if (*offset + need > have) {
+            Py_ssize_t item = em_dtypes[self->dtype]->itemsize;
+            PyErr_Format(PyExc_RuntimeError, "setStorage: sizes %s, strides %s, storage "
+                         "offset %zd, and itemsize %zd requiring a storage size of %zd are "
+                         "out of bounds for storage of size %zd", em_shape_s(*n, sizes),
+                         em_shape_s(*n, strides), *offset, item, (*offset + need) * item,
+                         have * item);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* as_strided(self, size, stride, storage_offset=None): a view of self's storage */
+static PyObject *
+k_as_strided(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
+    int n;
+    if (as_strided_geom(op, self, args + 1, sizes, strides, &n, &offset, self) < 0)
+        return NULL;
+    return (PyObject *)em_tensor_view(self, n, sizes, strides, offset);
+}
+
 /* ------------------------------------------------------------------ copies */
 
 static em_Tensor *
@@ -532,6 +653,35 @@ k_select_scatter(em_Op *op, PyObject **args)
         return NULL;
     int st = select_geom(out, dim, index, sizes, strides, &offset, &wd);
     return scatter_into(out, st, self->ndim - 1, sizes, strides, offset, args[1]);
+}
+
+/* diagonal_scatter(self, src, offset=0, dim1=0, dim2=1) */
+static PyObject *
+k_diagonal_scatter(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
+    em_Tensor *out = copy_with_dtype(self, self->dtype, false);
+    if (out == NULL)
+        return NULL;
+    int st = diagonal_geom(out, args + 2, sizes, strides, &offset);
+    return scatter_into(out, st, self->ndim - 1, sizes, strides, offset, args[1]);
+}
+
+/* as_strided_scatter(self, src, size, stride, storage_offset=None): a copy of self with
+ * src written where as_strided(size, stride, storage_offset) reads, the offset taken
+ * relative to self's (as PyTorch's) */
+static PyObject *
+k_as_strided_scatter(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS], offset;
+    int n;
+    em_Tensor *out = copy_with_dtype(self, self->dtype, false);
+    if (out == NULL)
+        return NULL;
+    int st = as_strided_geom(op, out, args + 2, sizes, strides, &n, &offset, self);
+    return scatter_into(out, st, n, sizes, strides, offset, args[1]);
 }
 
 /* slice_scatter(self, src, dim=0, start=None, end=None, step=1) */
@@ -1177,6 +1327,10 @@ const em_KernelEntry em_view_kernels[] = {
     {"contiguous", k_contiguous},
     {"select_scatter", k_select_scatter},
     {"slice_scatter", k_slice_scatter},
+    {"diagonal", k_diagonal},
+    {"diagonal_scatter", k_diagonal_scatter},
+    {"as_strided", k_as_strided},
+    {"as_strided_scatter", k_as_strided_scatter},
     {"fill", k_fill},
     {"copy", k_copy},
     {"getitem", k_getitem},

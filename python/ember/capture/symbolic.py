@@ -463,6 +463,9 @@ class Translator:
         result computed on fake tensors."""
         name = target if method else getattr(target, "__name__", str(target))
         entry = _entry_of(target, method)
+        if entry is not None and not entry.traceable:
+            raise Unsupported(f"{name} (its value depends on the storage layout, which "
+                              "compiled code does not keep)")
         for i in (entry.mutates if entry is not None else ()):
             t = args[i] if i < len(args) else None
             if isinstance(t, TensorVar) and t.from_input and t.fake.requires_grad and \

@@ -2,9 +2,11 @@
 
 Graph inputs are read in place with the strides traced for them when those are dense;
 anything else (an expanded gradient, a strided view) is compiled for a contiguous
-input, and the runtime copies an input into that layout. Buffers are contiguous and
-allocated per call (the runtime reuses last call's memory when nothing holds it), or
-made by an extern step. Outputs are views of inputs or buffers.
+input, and the runtime copies an input into that layout. Buffers are dense, contiguous
+unless a graph output needs eager's layout (a permutation: a value computed from a
+transposed input keeps its order, as eager's TensorIterator keeps it), and allocated per
+call (the runtime reuses last call's memory when nothing holds it), or made by an extern
+step. Outputs are views of inputs or buffers.
 """
 from __future__ import annotations
 
@@ -35,12 +37,18 @@ class BufferPlan:
         self.input_extents.append(extent)
         return BufferValue(Ref("in", i), meta.dtype, shape, strides, 0, extent)
 
-    def new_buffer(self, dtype, shape, extern=False):
-        """A buffer allocated per call (contiguous), or filled by an extern step."""
+    def new_buffer(self, dtype, shape, extern=False, strides=None):
+        """A buffer allocated per call (contiguous, or laid out with the dense strides
+        given), or filled by an extern step."""
         check_dtype(dtype, "a buffer")
+        shape = tuple(shape)
+        if strides is None or extern or not dense(shape, strides):
+            strides = contiguous_strides(shape)
+        # memory order: the dims by decreasing stride (a dense layout is contiguous there)
+        order = sorted(range(len(shape)), key=lambda d: -strides[d])
         j = len(self.out.buffers)
-        self.out.buffers.append(BufferSpec(dtype, tuple(shape), extern))
-        return BufferValue(Ref("buf", j), dtype, shape, contiguous_strides(shape))
+        self.out.buffers.append(BufferSpec(dtype, tuple(shape[d] for d in order), extern))
+        return BufferValue(Ref("buf", j), dtype, shape, tuple(strides))
 
     def extent_of(self, ref):
         """Elements addressable from element 0 of a ref."""

@@ -115,7 +115,7 @@ class KernelBuilder:
         dims = self.identity_dims(index)
         if dims is None or tuple(self.sizes[d] for d in dims) != value.shape:
             return
-        buf = self.buffers.new_buffer(value.dtype, value.shape)
+        buf = self.buffers.new_buffer(value.dtype, value.shape, strides=value.layout)
         coeffs = [0] * len(self.sizes)
         for k, d in enumerate(dims):
             coeffs[d] = buf.strides[k]

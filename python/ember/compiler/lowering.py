@@ -18,11 +18,11 @@ from ..ops import meta as M
 from . import fusion, plan
 from .buffers import BufferPlan
 from .fusion import KernelBuilder
-from .loop_ir import verify
+from .loop_ir import Affine, verify
 from .lowerings import extern
 from .plan import ExternStep, KernelStep, Lowered, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     check_dtype, depth_of, domain_index, is_value, reads)
+                     check_dtype, dense, depth_of, domain_index, is_value, reads)
 
 __all__ = ["GraphLowering", "LoweringError", "lower"]
 
@@ -41,8 +41,8 @@ class GraphLowering:
 
     # -------------------------------------------------- building blocks
 
-    def new_buffer(self, dtype, shape, extern=False):
-        return self.buffers.new_buffer(dtype, shape, extern)
+    def new_buffer(self, dtype, shape, extern=False, strides=None):
+        return self.buffers.new_buffer(dtype, shape, extern, strides)
 
     def kernel(self, sizes, nreduce, tag):
         name = f"{self.name}_{tag}{len(self.out.kernels)}"
@@ -167,12 +167,36 @@ class GraphLowering:
         return plan.verify(self.out)
 
     def lower_output(self, node):
+        """The graph's outputs, each laid out as eager lays it out (the strides traced
+        for it): users see strides (is_contiguous, view, as_strided, a graph break's
+        next frame), so a compiled result keeps eager's."""
         outs = node.args[0]
         for o in outs:
             if o is not None and isinstance(self.env[o], PointwiseValue):
-                fusion.mark_realize(self.env[o])
+                v = self.env[o]
+                fusion.mark_realize(v)
+                want = _eager_strides(o)
+                if want is not None and v.realized is None and v.view_base is None:
+                    v.layout = want
         for o in outs:
-            self.out.outputs.append(None if o is None else self.realize(self.env[o]).view())
+            if o is None:
+                self.out.outputs.append(None)
+                continue
+            b = self.realize(self.env[o])
+            want = _eager_strides(o)
+            if want is not None and b.ref[0] == "buf" and not _same_layout(b, want):
+                b = self.copy_to_layout(b, want)
+            self.out.outputs.append(b.view())
+
+    def copy_to_layout(self, b, strides):
+        """A kernel copying buffer value b into a new buffer laid out with strides."""
+        kb = self.kernel(b.shape, 0, "layout")
+        index = domain_index(len(b.shape))
+        reg = b.load(kb, index)
+        out = self.new_buffer(b.dtype, b.shape, strides=strides)
+        kb.store(out, Affine(tuple(out.strides)), reg)
+        self.add_kernel(kb)
+        return out
 
     def arg(self, a):
         if isinstance(a, fx.Node):
@@ -232,3 +256,23 @@ def _meta_args(node):
 
 def lower(graph, name="graph") -> Lowered:
     return GraphLowering(graph, name).run()
+
+
+def _eager_strides(node):
+    """The dense strides eager gives node's value when they are not contiguous (None
+    otherwise, and for values that are not dense tensors)."""
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    if not isinstance(val, _C.Tensor):
+        return None
+    shape, strides = tuple(val.shape), tuple(val.stride())
+    if not dense(shape, strides) or _same(shape, strides, M.contiguous_strides(shape)):
+        return None
+    return strides
+
+
+def _same(shape, a, b):
+    return all(x == y for n, x, y in zip(shape, a, b) if n > 1)
+
+
+def _same_layout(b, strides):
+    return _same(b.shape, b.strides, strides)

@@ -79,6 +79,7 @@ class PointwiseValue:
         # (base, strides_fn) when this value is a permutation of another
         # pointwise value: realizing it realizes the base in its own layout and views that
         self.view_base = None
+        self.layout = None          # strides to store it with (a graph output: eager's)
 
     def load(self, kb, index):
         if self.realized is not None and not kb.stores_elsewhere(self, index):

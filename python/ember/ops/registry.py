@@ -95,6 +95,9 @@ class OpEntry:
     numbers: Optional[bool] = None   # tensor parameters also take Python numbers
     #                                  (None: as the kind says; elementwise kinds do)
     aliases: tuple = ()
+    traceable: bool = True          # False: compiled code runs it in CPython (a graph
+    #                                 break): its value depends on what capture does not
+    #                                 keep (as_strided reads the storage layout)
     autocast: int = 0               # how ember.autocast casts the arguments (ops/
     #                                 autocast_lists.py sets it: EM_AUTOCAST_*)
     doc: str = ""

@@ -99,6 +99,135 @@ op("slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymIn
    view_scatter=lambda self, src, dim, start, end, step: O.slice_scatter(
        self, src, dim, start, end, step))
 
+# ------------------------------------------------------------------ diagonal, as_strided
+
+
+def _diagonal_geom(self, offset, dim1, dim2):
+    """(shape, strides) of diagonal(offset, dim1, dim2): dim1 and dim2 removed, the
+    diagonal last (the C kernel's rule)."""
+    d1, d2 = M.wrap_dim(dim1, self.ndim), M.wrap_dim(dim2, self.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n1, n2 = self.shape[d1], self.shape[d2]
+    length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+    keep = [i for i in range(self.ndim) if i not in (d1, d2)]
+    st = self.stride()
+    return ([self.shape[i] for i in keep] + [length],
+            [st[i] for i in keep] + [st[d1] + st[d2]], d1, d2, keep, length)
+
+
+def _diagonal_meta(entry, args):
+    shape, strides, *_ = _diagonal_geom(*args)
+    return M._view(args[0], shape, strides)
+
+
+def _diagonal_index(self, offset, dim1, dim2):
+    """self with dim1, dim2 moved last, and the row and column indices of the diagonal."""
+    _, _, d1, d2, keep, length = _diagonal_geom(self, offset, dim1, dim2)
+    moved = P.permute(self, keep + [d1, d2])
+    idx = P.arange(0, length, 1, dtype=_C.int64)
+    rows = P.add(idx, max(-offset, 0)) if offset < 0 else idx
+    cols = P.add(idx, offset) if offset > 0 else idx
+    return moved, [None] * len(keep) + [rows, cols], keep, d1, d2
+
+
+def _diagonal_decompose(self, offset, dim1, dim2):
+    moved, index, *_ = _diagonal_index(self, offset, dim1, dim2)
+    return P.index(moved, index)
+
+
+def _diagonal_scatter_decompose(self, src, offset, dim1, dim2):
+    moved, index, keep, d1, d2 = _diagonal_index(self, offset, dim1, dim2)
+    written = P.index_put(moved, index, src, False)
+    order = keep + [d1, d2]
+    return P.permute(written, [order.index(i) for i in range(self.ndim)])
+
+
+op("diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)", VIEW,
+   "diagonal", meta=_diagonal_meta,
+   backward=lambda g, out, self, offset, dim1, dim2: (
+       O.diagonal_scatter(O.zeros(self.shape, dtype=g.dtype), g, offset, dim1, dim2),),
+   view_scatter=lambda self, src, offset, dim1, dim2: O.diagonal_scatter(
+       self, src, offset, dim1, dim2),
+   decompose=_diagonal_decompose,
+   doc="The diagonal of dims dim1 and dim2 (shifted by offset) as the last dim: a view.")
+
+op("diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> "
+   "Tensor", CUSTOM, "diagonal_scatter",
+   meta=lambda entry, args: M.clone(None, (args[0], None)),
+   backward=lambda g, out, self, src, offset, dim1, dim2: (
+       O.diagonal_scatter(g, O.zeros(src.shape, dtype=g.dtype), offset, dim1, dim2),
+       O.diagonal(g, offset, dim1, dim2)),
+   decompose=_diagonal_scatter_decompose,
+   doc="A copy of self with src written on diagonal(offset, dim1, dim2).")
+
+
+def _diag_embed(self, offset, dim1, dim2):
+    nd = self.ndim + 1
+    d1, d2 = M.wrap_dim(dim1, nd), M.wrap_dim(dim2, nd)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = self.shape[-1] + abs(offset) if self.ndim else 1 + abs(offset)
+    rest = iter(self.shape[:-1])
+    shape = [n if i in (d1, d2) else next(rest) for i in range(nd)]
+    src = self if self.ndim else O.reshape(self, [1])
+    return O.diagonal_scatter(O.zeros(shape, dtype=self.dtype), src, offset, d1, d2)
+
+
+op("diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor", CUSTOM,
+   "python", composite=True, impl=_diag_embed,
+   doc="Matrices (in dims dim1, dim2) whose diagonal (shifted by offset) is self's last "
+       "dim; zero elsewhere.")
+
+
+def _as_strided_meta(entry, args):
+    self, size, stride, storage_offset = args
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(n < 0 for n in size):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)} and "
+                           f"strides={list(stride)}")
+    if any(st < 0 for st in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, "
+                           f"got strides: {list(stride)}")
+    if storage_offset is not None and storage_offset < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {storage_offset}")
+    return M._view(self, list(size), list(stride))
+
+
+def _storage_positions(shape, strides, offset):
+    """The storage position of every element of a (shape, strides, offset) view."""
+    pos = O.full(list(shape), offset, dtype=_C.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        step = O.arange(n, dtype=_C.int64) * st
+        pos = pos + step.reshape([n if i == d else 1 for i in range(len(shape))])
+    return pos
+
+
+def _as_strided_backward(g, out, self, size, stride, storage_offset):
+    # through self's storage: the view's gradient added at the positions it reads (an
+    # overlapping view adds several times), then read back at self's own positions
+    base = self.storage_offset() if storage_offset is None else storage_offset
+    out_pos = _storage_positions(size, stride, base).reshape([-1])
+    self_pos = _storage_positions(self.shape, self.stride(), self.storage_offset())
+    extent = 1 + max(int(out_pos.max()) if out_pos.numel() else 0,
+                     int(self_pos.max()) if self_pos.numel() else 0)
+    storage = O.zeros([extent], dtype=g.dtype).index_add(0, out_pos, g.reshape([-1]))
+    return (storage[self_pos.reshape([-1])].reshape(list(self.shape)),)
+
+
+op("as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)"
+   " -> Tensor(a)", VIEW, "as_strided", meta=_as_strided_meta, traceable=False,
+   backward=_as_strided_backward,
+   doc="A view of self's storage with the given sizes, strides and offset. Compiled code "
+       "runs it in CPython: its value depends on the storage layout.")
+
+op("as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, "
+   "SymInt? storage_offset=None) -> Tensor", CUSTOM, "as_strided_scatter", traceable=False,
+   meta=lambda entry, args: M.clone(None, (args[0], None)),
+   doc="A copy of self with src written where as_strided(size, stride, storage_offset) "
+       "reads (the offset relative to self's).")
+
 op("alias(Tensor(a) self) -> Tensor(a)", VIEW, "alias", meta=M.alias,
    backward=lambda g, out, self: (g,),
    view_scatter=lambda self, src: src,
