@@ -60,10 +60,17 @@ typedef struct {
     bool trig_split;
     bool trig_small;
     LLVMValueRef trig_big;
+    bool f16c;               /* the target has F16C (float16 conversion instructions) */
 } em_cg;
 
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */
 LLVMTypeRef em_cg_reg_type(em_cg *g, em_dtype_t t);    /* in a register (bool: i1) */
+
+/* float16 and bfloat16 (codegen_half.c): registers hold them as float32, memory as
+ * i16. widen: the i16 bits of a t to its float32; narrow: a float32 rounded to nearest
+ * even to the i16 bits of t. */
+LLVMValueRef em_cg_widen(em_cg *g, em_dtype_t t, LLVMValueRef h);
+LLVMValueRef em_cg_narrow(em_cg *g, em_dtype_t t, LLVMValueRef v);
 
 /* The value of an instruction of form const, iota, unary, binary, compare, select or
  * call from the registers it reads. */

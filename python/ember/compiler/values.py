@@ -18,7 +18,15 @@ from .loop_ir import Affine
 from .plan import View
 
 SUPPORTED_DTYPES = frozenset((_C.bool, _C.uint8, _C.int8, _C.int16, _C.int32, _C.int64,
-                              _C.float32, _C.float64))
+                              _C.float16, _C.bfloat16, _C.float32, _C.float64))
+# storage dtypes: loaded and stored at their width, computed in float32 (op math)
+HALF = frozenset((_C.float16, _C.bfloat16))
+
+
+def op_math(dtype):
+    """The dtype compiled code computes a dtype's values in: float32 for float16 and
+    bfloat16 (PyTorch's op math), any other dtype itself."""
+    return _C.float32 if dtype in HALF else dtype
 
 
 class LoweringError(NotImplementedError):
