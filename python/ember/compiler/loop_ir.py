@@ -39,7 +39,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .. import _C
+from .. import _C, _dtypes
 
 
 class LoopIRError(RuntimeError):
@@ -159,7 +159,7 @@ class Reduction(enum.StrEnum):
 
 
 _REDUCTIONS = frozenset(Reduction)
-_HALF = frozenset((_C.float16, _C.bfloat16))
+_HALF = frozenset(_dtypes.HALF)
 _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
                 Domain.INTEGRAL: "only in integer and bool dtypes",
                 Domain.NOT_BOOL: "in any dtype but bool"}
