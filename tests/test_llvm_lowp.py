@@ -18,8 +18,11 @@ compared
 No graph here may fall back to aot_eager (the counter is asserted). The conversion
 itself is checked bit for bit against NumPy's float16 and ml_dtypes' bfloat16 casts
 (ties, NaN, infinities, the largest finite values and overflow, subnormals), on the
-host's path and, in a subprocess, on the integer-operation path forced with
-EMBER_LLVM_FEATURES (no F16C, no AVX512_BF16).
+host's path and, in subprocesses, on the integer-operation paths forced with
+EMBER_LLVM_FEATURES (the host's features without AVX512_BF16; SSE4.2 only, without
+F16C either). On a host with AVX512_BF16, bfloat16 narrows with its instruction, which
+treats float32 subnormals as zeros (as PyTorch's conversion does on such hosts):
+there they are checked to become zeros of their sign.
 """
 import os
 import subprocess
@@ -48,7 +51,9 @@ TORCH_TOL = {ember.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
 LOOSE = {ember.bfloat16: dict(rtol=4e-2, atol=4e-2),
          ember.float16: dict(rtol=4e-3, atol=4e-3)}
 _NARROW = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt"
-_BIT_PATH = os.environ.get("EMBER_LLVM_FEATURES") == _NARROW
+_FEATURES = _C._jit_target()["features"].split(",")
+# bfloat16 narrows with the AVX512_BF16 instruction (float32 subnormals become zeros)
+NATIVE_BF16 = "+avx512bf16" in _FEATURES and "+avx512vl" in _FEATURES
 
 
 @pytest.fixture(autouse=True)
@@ -147,13 +152,21 @@ def test_narrowing_rounds_to_nearest_even_as_numpy(dtype):
     got_bits = got.numpy().view(np.uint16)
     want = _reference_cast(x, dtype)
     nan = np.isnan(x)
+    if dtype is ember.bfloat16 and NATIVE_BF16:
+        # the instruction treats subnormal inputs as zeros of their sign
+        sub = (x.view(np.uint32) & 0x7f800000 == 0) & (x.view(np.uint32) & 0x7fffff != 0)
+        assert (got_bits[sub] == (x.view(np.uint32)[sub] >> 16) & 0x8000).all()
+        assert 1000 < sub.sum() < x.size / 2
+        want = np.where(sub, np.copysign(np.float32(0), x), x)
+        want = _reference_cast(want, dtype)
+        x = np.where(sub, np.copysign(np.float32(0), x), x)
     bad = np.flatnonzero((got_bits != want.view(np.uint16)) & ~nan)
     assert bad.size == 0, [(hex(b), hex(got_bits[i]), hex(want.view(np.uint16)[i]))
                            for i, b in zip(bad[:5], x.view(np.uint32)[bad[:5]])]
     # NaN stays NaN with its sign; bfloat16's is ml_dtypes' quiet NaN bit for bit
     assert np.isnan(got.float().numpy()[nan]).all()
     assert (got_bits[nan] >> 15 == x.view(np.uint32)[nan] >> 31).all()
-    if dtype is ember.bfloat16:
+    if dtype is ember.bfloat16 and not NATIVE_BF16:
         assert (got_bits[nan] == want.view(np.uint16)[nan]).all()
     # the eager cast agrees (eager converts with NumPy / ml_dtypes)
     eager_bits = ember.from_numpy(x.copy()).to(dtype).numpy().view(np.uint16)
@@ -353,17 +366,42 @@ def test_kernels_load_and_store_16_bits():
     assert "x i16>" in ir, ir[:3000]
 
 
-# ------------------------------------------------------------------ the other path
+def test_native_bfloat16_narrowing_is_vectorised():
+    """On a host with AVX512_BF16 the vectorised loop narrows 16 lanes with the
+    instruction; without it, no trace of it."""
+    from ember.aot import decompose, trace_joint
+    from ember.compiler.backend import CompiledLLVMGraph
+    x = randn(ember.float32, 64, 64)
+    g = CompiledLLVMGraph(decompose(trace_joint(lambda a: (a * 2).bfloat16(), [x]).graph),
+                          "bf")
+    ir = g.module.optimized_ir
+    vector = "call <16 x i16> @llvm.x86.avx512bf16.cvtneps2bf16.512(<16 x float>"
+    assert (vector in ir) == NATIVE_BF16
+    assert ("avx512bf16" in ir) == NATIVE_BF16
 
 
-@pytest.mark.skipif(_BIT_PATH, reason="already running with the narrow features")
-def test_integer_conversion_path():
-    """The tests above, JIT-compiled without F16C and AVX512_BF16: float16 converts
-    with integer operations too."""
-    env = dict(os.environ, EMBER_LLVM_FEATURES=_NARROW)
+# ------------------------------------------------------------------ the other paths
+
+
+def _without_native():
+    """The host's features without AVX512_BF16 (the integer path at the host's width)."""
+    return ",".join("-avx512bf16" if f == "+avx512bf16" else f for f in _FEATURES)
+
+
+@pytest.mark.skipif(os.environ.get("EMBER_LLVM_FEATURES") is not None,
+                    reason="already running with forced features")
+@pytest.mark.parametrize("features", ["host_without_avx512bf16", "sse4.2"])
+def test_integer_conversion_paths(features):
+    """The tests above, JIT-compiled without AVX512_BF16 (bfloat16 narrows with integer
+    operations), and for SSE4.2 without F16C (float16 converts with integer operations
+    too)."""
+    forced = _without_native() if features == "host_without_avx512bf16" else _NARROW
+    if "+avx512bf16" not in _FEATURES and features == "host_without_avx512bf16":
+        pytest.skip("the host has no AVX512_BF16: the main run is this one")
+    env = dict(os.environ, EMBER_LLVM_FEATURES=forced)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-k", "narrowing or widening or conversions or chain or reductions "
-                        "or column_sum or matmul_graph", __file__],
+                        "or column_sum or matmul_graph or vectorised", __file__],
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.split("\n")[-2], r.stdout
