@@ -325,6 +325,34 @@ def test_mlp_forward_and_training_step(dtype, torch):
         np.testing.assert_allclose(after, rafter, **tol, err_msg=ref)
 
 
+@pytest.mark.parametrize("dtype", LOWP, ids=IDS)
+def test_gpt_forward_and_backward(dtype):
+    """The zoo's GPT (attention, layer norms, GELU MLPs, tied head, cross entropy) in
+    the dtype: compiled forward and backward against eager."""
+    import copy
+    from ember.models import GPT, GPTConfig
+    ember.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=2,
+                          n_embd=64)).to(dtype)
+    twin = copy.deepcopy(model)
+    idx = ember.randint(0, 64, (4, 32))
+    targets = ember.randint(0, 64, (4, 32))
+    logits, loss = compiled(model)(idx, targets)
+    loss.backward()
+    want_logits, want_loss = twin(idx, targets)
+    want_loss.backward()
+    tol = LOOSE[dtype]
+    assert loss.dtype is dtype and logits.dtype is dtype
+    assert abs(loss.item() - want_loss.item()) <= tol["rtol"] * abs(want_loss.item())
+    np.testing.assert_allclose(f32(logits), f32(want_logits), **tol)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert p.grad.dtype is dtype
+        want = f32(q.grad)
+        np.testing.assert_allclose(f32(p.grad), want, rtol=tol["rtol"],
+                                   atol=tol["atol"] * max(np.abs(want).max(), 1e-3),
+                                   err_msg=name)
+
+
 # ------------------------------------------------------------------ the loop IR
 
 
