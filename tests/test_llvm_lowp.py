@@ -13,7 +13,9 @@ compared
   relative to the operands, not to the result);
 - with eager Ember in the dtype itself and with PyTorch eager in the dtype at `LOOSE`
   (a few units in the last place), as those round every op and their error grows
-  with the number of ops.
+  with the number of ops;
+- with torch.compile (TorchInductor, rounding once per kernel too) for one chain, at
+  the dtype's default tolerance, and exactly where eager's per-op rounding shows.
 
 No graph here may fall back to aot_eager (the counter is asserted). The conversion
 itself is checked bit for bit against NumPy's float16 and ml_dtypes' bfloat16 casts
@@ -209,6 +211,40 @@ def test_float32_to_bfloat16_rounds_at_an_explicit_conversion_only():
     b = ember.tensor([1.0, 1.0], dtype=ember.bfloat16)
     # (b + 2**-9) - 1 in float32: 2**-9, where eager rounds b + 2**-9 to 1 first
     assert compiled(lambda a: (a + 2 ** -9) - 1)(b).tolist() == [2 ** -9, 2 ** -9]
+
+
+def _torch_compile(torch, fn):
+    compiled_fn = torch.compile(fn)
+
+    def call(*args):
+        try:
+            return compiled_fn(*args)
+        except Exception as e:   # noqa: BLE001 - no C++ compiler for TorchInductor here
+            pytest.skip(f"torch.compile does not run here: {type(e).__name__}")
+    return call
+
+
+@pytest.mark.parametrize("dtype", LOWP, ids=IDS)
+def test_rounds_once_per_kernel_like_torch_compile(dtype, torch):
+    """(x + eps/2) - 1 of ones: eager (Ember's, PyTorch's) rounds x + eps/2 to 1 first
+    and gives 0; TorchInductor and this backend compute the kernel in float32 and round
+    once, giving eps/2. A fused chain of transcendentals agrees with TorchInductor's
+    within the dtype's default tolerance."""
+    tdt = _torch_dtype(torch, dtype)
+    half_eps = 2.0 ** (-9 if dtype is ember.bfloat16 else -12)
+    fn = lambda a: (a + half_eps) - 1  # noqa: E731
+    ones = ember.ones(4, dtype=dtype)
+    want = _torch_compile(torch, fn)(torch.ones(4, dtype=tdt))
+    assert want.tolist() == [half_eps] * 4
+    assert compiled(fn)(ones).tolist() == [half_eps] * 4
+    assert fn(ones).tolist() == [0.0] * 4
+
+    def chain(a, b):
+        return ((a * b + 1).tanh() * a.sigmoid()).relu() - b / 3
+    x, y = randn(dtype, 37, 45), randn(dtype, 37, 45, seed=1)
+    want = _torch_compile(torch, chain)(*(torch.from_numpy(f32(t)).to(tdt) for t in (x, y)))
+    np.testing.assert_allclose(f32(compiled(chain)(x, y)), want.float().numpy(),
+                               **TORCH_TOL[dtype])
 
 
 # ------------------------------------------------------------------ graphs
