@@ -22,7 +22,7 @@ itself is checked bit for bit against NumPy's float16 and ml_dtypes' bfloat16 ca
 (ties, NaN, infinities, the largest finite values and overflow, subnormals), on the
 host's path and, in subprocesses, on the integer-operation paths forced with
 EMBER_LLVM_FEATURES (the host's features without AVX512_BF16; SSE4.2 only, without
-F16C either). On a host with AVX512_BF16, bfloat16 narrows with its instruction, which
+F16C or AVX-512: float16 converts with integer operations too). On a host with AVX512_BF16, bfloat16 narrows with its instruction, which
 treats float32 subnormals as zeros (as PyTorch's conversion does on such hosts):
 there they are checked to become zeros of their sign.
 """
@@ -56,6 +56,8 @@ _NARROW = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt"
 _FEATURES = _C._jit_target()["features"].split(",")
 # bfloat16 narrows with the AVX512_BF16 instruction (float32 subnormals become zeros)
 NATIVE_BF16 = "+avx512bf16" in _FEATURES and "+avx512vl" in _FEATURES
+# float16 converts with F16C's instructions at AVX-512 width
+NATIVE_F16 = "+f16c" in _FEATURES and "+avx512f" in _FEATURES
 
 
 @pytest.fixture(autouse=True)
@@ -430,18 +432,29 @@ def test_kernels_load_and_store_16_bits():
     assert "x i16>" in ir, ir[:3000]
 
 
-def test_native_bfloat16_narrowing_is_vectorised():
-    """On a host with AVX512_BF16 the vectorised loop narrows 16 lanes with the
-    instruction; without it, no trace of it."""
+def test_native_conversions_are_vectorised():
+    """On a host with AVX512_BF16 the vectorised loop narrows bfloat16 16 lanes at a
+    time with its instruction, on one with F16C and AVX-512 float16 both ways with
+    F16C's; without them, no trace of them. LLVM's vector `half` type is never used
+    (LLVM 14 scalarises it)."""
     from ember.aot import decompose, trace_joint
     from ember.compiler.backend import CompiledLLVMGraph
     x = randn(ember.float32, 64, 64)
-    g = CompiledLLVMGraph(decompose(trace_joint(lambda a: (a * 2).bfloat16(), [x]).graph),
-                          "bf")
-    ir = g.module.optimized_ir
+
+    def ir_of(fn, *args):
+        return CompiledLLVMGraph(decompose(trace_joint(fn, list(args)).graph),
+                                 "native").module.optimized_ir
+    ir = ir_of(lambda a: (a * 2).bfloat16(), x)
     vector = "call <16 x i16> @llvm.x86.avx512bf16.cvtneps2bf16.512(<16 x float>"
     assert (vector in ir) == NATIVE_BF16
     assert ("avx512bf16" in ir) == NATIVE_BF16
+    h = x.half()
+    ir = ir_of(lambda a, b: ((a * b + 1).tanh() * a.sigmoid()).relu() - b / 3, h, h)
+    assert "x half>" not in ir
+    assert ("call <16 x float> @llvm.x86.avx512.mask.vcvtph2ps.512(<16 x i16>" in ir) \
+        == NATIVE_F16
+    assert ("call <16 x i16> @llvm.x86.avx512.mask.vcvtps2ph.512(<16 x float>" in ir) \
+        == NATIVE_F16
 
 
 # ------------------------------------------------------------------ the other paths
@@ -457,15 +470,14 @@ def _without_native():
 @pytest.mark.parametrize("features", ["host_without_avx512bf16", "sse4.2"])
 def test_integer_conversion_paths(features):
     """The tests above, JIT-compiled without AVX512_BF16 (bfloat16 narrows with integer
-    operations), and for SSE4.2 without F16C (float16 converts with integer operations
-    too)."""
+    operations), and for SSE4.2 (float16 converts with integer operations too)."""
     forced = _without_native() if features == "host_without_avx512bf16" else _NARROW
     if "+avx512bf16" not in _FEATURES and features == "host_without_avx512bf16":
         pytest.skip("the host has no AVX512_BF16: the main run is this one")
     env = dict(os.environ, EMBER_LLVM_FEATURES=forced)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-k", "narrowing or widening or conversions or chain or reductions "
-                        "or column_sum or matmul_graph or vectorised", __file__],
+                        "or column_sum or matmul_graph or native_conversions", __file__],
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.split("\n")[-2], r.stdout

@@ -60,8 +60,8 @@ typedef struct {
     bool trig_split;
     bool trig_small;
     LLVMValueRef trig_big;
-    bool f16c;               /* the target has F16C (float16 conversion instructions) */
-    bool bf16_native;        /* ... and AVX512_BF16 + AVX512VL (vcvtneps2bf16) */
+    bool f16_native;         /* the target has F16C and AVX512F (vcvtph2ps zmm, ...) */
+    bool bf16_native;        /* the target has AVX512_BF16 and AVX512VL (vcvtneps2bf16) */
 } em_cg;
 
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */

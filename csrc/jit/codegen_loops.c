@@ -761,7 +761,7 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     g.M = M;
     g.C = LLVMGetModuleContext(M);
     g.i64 = LLVMInt64TypeInContext(g.C);
-    g.f16c = em_jit_has_feature("f16c");
+    g.f16_native = em_jit_has_feature("f16c") && em_jit_has_feature("avx512f");
     g.bf16_native = em_jit_has_feature("avx512bf16") && em_jit_has_feature("avx512vl");
     if (decode_spec(&g, spec) < 0)
         goto done;
