@@ -42,6 +42,11 @@ typedef struct {
     int nregs;
     LLVMValueRef *reg;       /* per register: its value once emitted */
     em_dtype_t *rtype;       /* per register: its dtype */
+    /* per float16/bfloat16 register (all defined by a load or a cast): its 16 bits, so
+     * a store of it stores them (no second rounding); last_bits: those of the latest
+     * conversion to such a dtype (codegen_expr.c) */
+    LLVMValueRef *half_bits;
+    LLVMValueRef last_bits;
     LLVMValueRef iv[EM_MAX_DIMS];
     LLVMValueRef *acc;       /* per instruction: a reduce's accumulator alloca, or NULL */
     /* per instruction, for float max/min reductions: an i8 alloca recording whether a

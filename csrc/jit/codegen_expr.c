@@ -102,8 +102,10 @@ convert(em_cg *g, LLVMValueRef v, em_dtype_t from, em_dtype_t to)
         return v;
     if (em_is_half(from))   /* a float32 in its register */
         from = EM_FLOAT32;
-    if (em_is_half(to))     /* a float32 rounded to `to` */
-        return em_cg_widen(g, to, em_cg_narrow(g, to, convert(g, v, from, EM_FLOAT32)));
+    if (em_is_half(to)) {   /* a float32 rounded to `to` */
+        g->last_bits = em_cg_narrow(g, to, convert(g, v, from, EM_FLOAT32));
+        return em_cg_widen(g, to, g->last_bits);
+    }
     LLVMTypeRef tt = em_cg_reg_type(g, to);
     bool ff = em_is_float(from), tf = em_is_float(to);
     if (to == EM_BOOL) {

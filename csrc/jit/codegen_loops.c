@@ -328,10 +328,11 @@ decode_spec(em_cg *g, PyObject *spec)
     g->instrs = PyMem_Calloc(g->ninstrs + 1, sizeof(em_instr));
     g->reg = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->rtype = PyMem_Calloc(g->nregs, sizeof(em_dtype_t));
+    g->half_bits = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
     g->nan_acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
-    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->acc ||
-        !g->nan_acc) {
+    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->half_bits ||
+        !g->acc || !g->nan_acc) {
         PyErr_NoMemory();
         return -1;
     }
@@ -392,7 +393,13 @@ load_at(em_cg *g, em_dtype_t t, LLVMValueRef addr)
 static LLVMValueRef
 emit_load(em_cg *g, const em_instr *ins)
 {
-    return load_at(g, ins->dtype, address(g, ins));
+    em_dtype_t t = ins->dtype;
+    if (!em_is_half(t))
+        return load_at(g, t, address(g, ins));
+    LLVMValueRef bits = LLVMBuildLoad2(g->B, em_cg_mem_type(g, t), address(g, ins), "");
+    LLVMSetAlignment(bits, align_of(t));
+    g->half_bits[ins->dst] = bits;
+    return em_cg_widen(g, t, bits);
 }
 
 /* A register's value stored as an element of dtype t (float16 and bfloat16: rounded to
@@ -520,6 +527,12 @@ emit_body(em_cg *g)
             g->reg[ins->dst] = emit_load(g, ins);
             break;
         case EM_FORM_STORE:
+            if (em_is_half(ins->dtype) && g->half_bits[ins->args[0]] != NULL) {
+                LLVMValueRef st = LLVMBuildStore(g->B, g->half_bits[ins->args[0]],
+                                                 address(g, ins));
+                LLVMSetAlignment(st, align_of(ins->dtype));
+                break;
+            }
             store_at(g, ins->dtype, g->reg[ins->args[0]], address(g, ins));
             break;
         case EM_FORM_FOLD:
@@ -538,10 +551,13 @@ emit_body(em_cg *g)
             store_at(g, ins->dtype, v, addr);
             break;
         default:
+            g->last_bits = NULL;
             v = em_cg_expr(g, ins);
             if (v == NULL)
                 return -1;
             g->reg[ins->dst] = v;
+            if (ins->op == EM_IR_CAST && em_is_half(ins->dtype))
+                g->half_bits[ins->dst] = g->last_bits;
             break;
         }
     }
@@ -783,6 +799,7 @@ done:
     PyMem_Free(g.instrs);
     PyMem_Free(g.reg);
     PyMem_Free(g.rtype);
+    PyMem_Free(g.half_bits);
     PyMem_Free(g.acc);
     PyMem_Free(g.nan_acc);
     return status;
