@@ -13,9 +13,9 @@
  * the lowest kept bit before dropping 16 bits. Where the target has AVX512_BF16 (and
  * AVX512VL), narrowing is its instruction instead (vcvtneps2bf16, 1.3x the integer
  * sequence's throughput on cache-resident data here), called as a native conversion
- * (below) the loop vectoriser widens to 8 or 16 lanes. The instruction, like PyTorch's on such hosts, treats float32
- * subnormals (below 2^-126) as zero, where the integer sequence and eager round them;
- * a NaN stays a quiet NaN of its sign.
+ * (below) the loop vectoriser widens to 8 or 16 lanes. The instruction treats
+ * float32 subnormals (below 2^-126) as zeros, where the integer sequence and eager
+ * round them; a NaN stays a quiet NaN of its sign.
  *
  * float16 converts with F16C's instructions (vcvtph2ps, vcvtps2ph) where the target
  * has them at AVX-512 width, called the same way: LLVM 14 has no legal vector `half`
@@ -295,7 +295,8 @@ f16_narrow_bits(em_cg *g, LLVMValueRef v)
     /* normal: rebias (127 - 15) and round */
     LLVMValueRef odd = LLVMBuildAnd(B, LLVMBuildLShr(B, mag, i32c(g, 13), ""),
                                     i32c(g, 1), "");
-    LLVMValueRef norm = LLVMBuildAdd(B, mag, i32c(g, 0xc8000fffULL), "");  /* -112<<23 + 0xfff */
+    /* -112 << 23 (the exponent's rebias) + 0xfff */
+    LLVMValueRef norm = LLVMBuildAdd(B, mag, i32c(g, 0xc8000fffULL), "");
     norm = LLVMBuildLShr(B, LLVMBuildAdd(B, norm, odd, ""), i32c(g, 13), "");
     LLVMValueRef r = LLVMBuildSelect(
         B, LLVMBuildICmp(B, LLVMIntULT, mag, i32c(g, 113u << 23), ""), sub, norm, "");
