@@ -117,8 +117,9 @@ def test_ember_save_round_trip(tmp_path):
 @pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 @pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
 def test_compiled_bfloat16_equals_eager(backend):
-    """The LLVM backend has no bfloat16 kernels yet: its graph runs under aot_eager,
-    counted, with eager's results."""
+    """Both backends give eager's bits here (the matmul's product and the sum are each
+    rounded once, as eager rounds them); the LLVM backend compiles the graph (no
+    fallback)."""
     ember.compiler.reset()
 
     def f(x, w):
@@ -132,5 +133,5 @@ def test_compiled_bfloat16_equals_eager(backend):
     assert got.dtype is ember.bfloat16
     assert _bits(got).tolist() == _bits(f(x, w)).tolist()
     if backend == "llvm":
-        assert any("bfloat16" in r for r in counters["llvm_fallback"])
+        assert not counters["llvm_fallback"], dict(counters["llvm_fallback"])
     ember.compiler.reset()

@@ -12,7 +12,6 @@ from ember.capture import counters
 from ember.compiler import backend as llvm_backend
 from ember.compiler.backend import CompiledLLVMGraph
 from ember.compiler.loop_ir import Affine, Kernel, LoopIRError, Param, Stmt, verify
-from ember.compiler.lowering import LoweringError
 
 F32 = dict(rtol=1e-5, atol=1e-6)
 F64 = dict(rtol=1e-10, atol=1e-12)
@@ -256,12 +255,6 @@ def test_prims_without_lowering_run_as_extern_steps():
     np.testing.assert_allclose(g(x)[0].numpy(), f(x).numpy(), rtol=1e-5)
     got = ember.compile(f, fullgraph=True)(x)
     np.testing.assert_allclose(got.numpy(), f(x).numpy(), rtol=1e-5)
-
-
-def test_lowering_errors_for_unsupported_dtypes():
-    joint = trace_joint(lambda x: x * 2, [ember.ones(3, dtype=ember.float16)])
-    with pytest.raises(LoweringError):
-        CompiledLLVMGraph(decompose(joint.graph), "half")
 
 
 # ------------------------------------------------------------------ layouts

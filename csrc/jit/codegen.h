@@ -42,6 +42,11 @@ typedef struct {
     int nregs;
     LLVMValueRef *reg;       /* per register: its value once emitted */
     em_dtype_t *rtype;       /* per register: its dtype */
+    /* per float16/bfloat16 register (all defined by a load or a cast): its 16 bits, so
+     * a store of it stores them (no second rounding); last_bits: those of the latest
+     * conversion to such a dtype (codegen_expr.c) */
+    LLVMValueRef *half_bits;
+    LLVMValueRef last_bits;
     LLVMValueRef iv[EM_MAX_DIMS];
     LLVMValueRef *acc;       /* per instruction: a reduce's accumulator alloca, or NULL */
     /* per instruction, for float max/min reductions: an i8 alloca recording whether a
@@ -60,10 +65,18 @@ typedef struct {
     bool trig_split;
     bool trig_small;
     LLVMValueRef trig_big;
+    bool f16_native;         /* the target has F16C and AVX512F (vcvtph2ps zmm, ...) */
+    bool bf16_native;        /* the target has AVX512_BF16 and AVX512VL (vcvtneps2bf16) */
 } em_cg;
 
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */
 LLVMTypeRef em_cg_reg_type(em_cg *g, em_dtype_t t);    /* in a register (bool: i1) */
+
+/* float16 and bfloat16 (codegen_half.c): registers hold them as float32, memory as
+ * i16. widen: the i16 bits of a t to its float32; narrow: a float32 rounded to nearest
+ * even to the i16 bits of t. */
+LLVMValueRef em_cg_widen(em_cg *g, em_dtype_t t, LLVMValueRef h);
+LLVMValueRef em_cg_narrow(em_cg *g, em_dtype_t t, LLVMValueRef v);
 
 /* The value of an instruction of form const, iota, unary, binary, compare, select,
  * call or random from the registers it reads. */

@@ -3,7 +3,8 @@
  * Instructions arrive decoded and checked (codegen_loops.c): operands are registers of
  * the dtype the instruction computes in (cast is the only conversion) and that dtype
  * is in the instruction's domain (loop_ir.h), so every case below is defined.
- * Bools are i1 in registers. add of bools is `or` (PyTorch's True + True is True);
+ * Bools are i1 in registers; float16 and bfloat16 are float32 (codegen_half.c).
+ * add of bools is `or` (PyTorch's True + True is True);
  * float max/min propagate NaN; exp, expm1, log, log1p, tanh, sin, cos, erf and pow of
  * float32 are the IR functions of vecmath.h (vectorisable); float64 and the other
  * functions call libm.
@@ -20,7 +21,7 @@ em_cg_mem_type(em_cg *g, em_dtype_t t)
 {
     switch (t) {
     case EM_BOOL: case EM_UINT8: case EM_INT8: return LLVMInt8TypeInContext(g->C);
-    case EM_INT16: return LLVMInt16TypeInContext(g->C);
+    case EM_INT16: case EM_FLOAT16: case EM_BFLOAT16: return LLVMInt16TypeInContext(g->C);
     case EM_INT32: return LLVMInt32TypeInContext(g->C);
     case EM_INT64: return LLVMInt64TypeInContext(g->C);
     case EM_FLOAT32: return LLVMFloatTypeInContext(g->C);
@@ -32,6 +33,8 @@ em_cg_mem_type(em_cg *g, em_dtype_t t)
 LLVMTypeRef
 em_cg_reg_type(em_cg *g, em_dtype_t t)
 {
+    if (em_is_half(t))      /* widened (codegen_half.c) */
+        return LLVMFloatTypeInContext(g->C);
     return t == EM_BOOL ? LLVMInt1TypeInContext(g->C) : em_cg_mem_type(g, t);
 }
 
@@ -97,6 +100,12 @@ convert(em_cg *g, LLVMValueRef v, em_dtype_t from, em_dtype_t to)
 {
     if (from == to)
         return v;
+    if (em_is_half(from))   /* a float32 in its register */
+        from = EM_FLOAT32;
+    if (em_is_half(to)) {   /* a float32 rounded to `to` */
+        g->last_bits = em_cg_narrow(g, to, convert(g, v, from, EM_FLOAT32));
+        return em_cg_widen(g, to, g->last_bits);
+    }
     LLVMTypeRef tt = em_cg_reg_type(g, to);
     bool ff = em_is_float(from), tf = em_is_float(to);
     if (to == EM_BOOL) {

@@ -31,7 +31,9 @@
  * The spec is decoded into em_instr records first, and checked: registers defined
  * before use, every operand of the dtype its instruction computes in (cast is the only
  * conversion; a select's condition is bool; a stored value is of its buffer's dtype),
- * and that dtype in the instruction's domain. Emission then switches on the form.
+ * and that dtype in the instruction's domain. float16 and bfloat16 are storage dtypes
+ * (codegen_half.c): only a cast computes in them, and a fold into such a buffer
+ * folds float32 values. Emission then switches on the form.
  *
  * Loops are plain counted loops over compile-time sizes; LLVM's loop vectoriser (in
  * every pipeline jit.c runs) turns the innermost one into vector code of the host's width.
@@ -91,7 +93,7 @@ code_of(PyObject *table, PyObject *name, const char *what)
 static int
 check_dtype(long t)
 {
-    if (t < 0 || t >= EM_NDTYPES || t == EM_FLOAT16 || t == EM_BFLOAT16) {
+    if (t < 0 || t >= EM_NDTYPES) {
         PyErr_Format(PyExc_NotImplementedError, "ember JIT: dtype %s is not supported",
                      t >= 0 && t < EM_NDTYPES ? em_dtypes[t]->name : "?");
         return -1;
@@ -143,6 +145,10 @@ check_operand(em_cg *g, const em_instr *ins, int k)
     em_dtype_t want = ins->op == EM_IR_CAST ? EM_UNDEFINED
                       : ins->op == EM_IR_SELECT && k == 0 ? EM_BOOL
                       : em_ir_info[ins->op].form == EM_FORM_RANDOM ? EM_INT64 : ins->dtype;
+    /* a fold into a float16 or bfloat16 buffer folds float32 values (rounded once, when
+     * the result is stored) */
+    if (em_ir_info[ins->op].form == EM_FORM_FOLD && em_is_half(want))
+        want = EM_FLOAT32;
     if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
         PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
         return -1;
@@ -242,6 +248,12 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         if (check_dtype(dtype) < 0)
             return -1;
         ins->dtype = (em_dtype_t)dtype;
+        if (em_is_half(ins->dtype) && ins->op != EM_IR_CAST) {
+            PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s in %s (computed in "
+                         "float32: only casts convert to it)", info->name,
+                         em_dtypes[ins->dtype]->name);
+            return -1;
+        }
         if (!in_domain(info->domain, ins->dtype)) {
             PyErr_Format(PyExc_NotImplementedError, "ember JIT: %s on %s", info->name,
                          em_dtypes[ins->dtype]->name);
@@ -320,10 +332,11 @@ decode_spec(em_cg *g, PyObject *spec)
     g->instrs = PyMem_Calloc(g->ninstrs + 1, sizeof(em_instr));
     g->reg = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->rtype = PyMem_Calloc(g->nregs, sizeof(em_dtype_t));
+    g->half_bits = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
     g->nan_acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
-    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->acc ||
-        !g->nan_acc) {
+    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->half_bits ||
+        !g->acc || !g->nan_acc) {
         PyErr_NoMemory();
         return -1;
     }
@@ -367,22 +380,41 @@ align_of(em_dtype_t t)
     return (unsigned)em_dtypes[t]->itemsize;
 }
 
+/* The element of dtype t at addr, as a register holds it (bool: i1; float16 and
+ * bfloat16: widened to float32). */
+static LLVMValueRef
+load_at(em_cg *g, em_dtype_t t, LLVMValueRef addr)
+{
+    LLVMValueRef v = LLVMBuildLoad2(g->B, em_cg_mem_type(g, t), addr, "");
+    LLVMSetAlignment(v, align_of(t));
+    if (t == EM_BOOL)
+        v = LLVMBuildICmp(g->B, LLVMIntNE, v, LLVMConstInt(em_cg_mem_type(g, t), 0, 0), "");
+    else if (em_is_half(t))
+        v = em_cg_widen(g, t, v);
+    return v;
+}
+
 static LLVMValueRef
 emit_load(em_cg *g, const em_instr *ins)
 {
     em_dtype_t t = ins->dtype;
-    LLVMValueRef v = LLVMBuildLoad2(g->B, em_cg_mem_type(g, t), address(g, ins), "");
-    LLVMSetAlignment(v, align_of(t));
-    if (t == EM_BOOL)
-        v = LLVMBuildICmp(g->B, LLVMIntNE, v, LLVMConstInt(em_cg_mem_type(g, t), 0, 0), "");
-    return v;
+    if (!em_is_half(t))
+        return load_at(g, t, address(g, ins));
+    LLVMValueRef bits = LLVMBuildLoad2(g->B, em_cg_mem_type(g, t), address(g, ins), "");
+    LLVMSetAlignment(bits, align_of(t));
+    g->half_bits[ins->dst] = bits;
+    return em_cg_widen(g, t, bits);
 }
 
+/* A register's value stored as an element of dtype t (float16 and bfloat16: rounded to
+ * nearest even, exact for a register of that dtype). */
 static void
 store_at(em_cg *g, em_dtype_t t, LLVMValueRef v, LLVMValueRef addr)
 {
     if (t == EM_BOOL)
         v = LLVMBuildZExt(g->B, v, em_cg_mem_type(g, t), "");
+    else if (em_is_half(t))
+        v = em_cg_narrow(g, t, v);
     LLVMSetAlignment(LLVMBuildStore(g->B, v, addr), align_of(t));
 }
 
@@ -499,6 +531,12 @@ emit_body(em_cg *g)
             g->reg[ins->dst] = emit_load(g, ins);
             break;
         case EM_FORM_STORE:
+            if (em_is_half(ins->dtype) && g->half_bits[ins->args[0]] != NULL) {
+                LLVMValueRef st = LLVMBuildStore(g->B, g->half_bits[ins->args[0]],
+                                                 address(g, ins));
+                LLVMSetAlignment(st, align_of(ins->dtype));
+                break;
+            }
             store_at(g, ins->dtype, g->reg[ins->args[0]], address(g, ins));
             break;
         case EM_FORM_FOLD:
@@ -510,18 +548,20 @@ emit_body(em_cg *g)
             }
             /* accumulate: buffer[index] = reduction(buffer[index], v) */
             addr = address(g, ins);
-            cur = LLVMBuildLoad2(g->B, em_cg_mem_type(g, ins->dtype), addr, "");
-            LLVMSetAlignment(cur, align_of(ins->dtype));
+            cur = load_at(g, ins->dtype, addr);
             v = em_cg_combine(g, ins->reduction, ins->dtype, cur, v);
             if (v == NULL)
                 return -1;
             store_at(g, ins->dtype, v, addr);
             break;
         default:
+            g->last_bits = NULL;
             v = em_cg_expr(g, ins);
             if (v == NULL)
                 return -1;
             g->reg[ins->dst] = v;
+            if (ins->op == EM_IR_CAST && em_is_half(ins->dtype))
+                g->half_bits[ins->dst] = g->last_bits;
             break;
         }
     }
@@ -741,6 +781,8 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     g.M = M;
     g.C = LLVMGetModuleContext(M);
     g.i64 = LLVMInt64TypeInContext(g.C);
+    g.f16_native = em_jit_has_feature("f16c") && em_jit_has_feature("avx512f");
+    g.bf16_native = em_jit_has_feature("avx512bf16") && em_jit_has_feature("avx512vl");
     if (decode_spec(&g, spec) < 0)
         goto done;
     g.split = g.nreduce < g.ndim;
@@ -761,6 +803,7 @@ done:
     PyMem_Free(g.instrs);
     PyMem_Free(g.reg);
     PyMem_Free(g.rtype);
+    PyMem_Free(g.half_bits);
     PyMem_Free(g.acc);
     PyMem_Free(g.nan_acc);
     return status;

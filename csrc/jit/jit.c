@@ -141,6 +141,19 @@ fork_release(void)
     pthread_mutex_unlock(&compile_lock);
 }
 
+bool
+em_jit_has_feature(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = host_features; p != NULL && *p; p = strchr(p, ',')) {
+        if (*p == ',')
+            p++;
+        if (p[0] == '+' && strncmp(p + 1, name, n) == 0 && (p[n + 1] == ',' || !p[n + 1]))
+            return true;
+    }
+    return false;
+}
+
 static int
 jit_init(void)
 {

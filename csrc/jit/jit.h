@@ -20,6 +20,10 @@
  * Returns 0, or -1 with a Python exception set (the module is then discarded). */
 int em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name);
 
+/* Whether the JIT's target features (the host's, or EMBER_LLVM_FEATURES) enable
+ * `name` ("f16c", "avx512bf16", ...). */
+bool em_jit_has_feature(const char *name);
+
 /* Internal helper functions of a module (expf polynomial, ...), made on demand; the
  * others are in vecmath.h. */
 LLVMValueRef em_ir_expf(LLVMModuleRef M);

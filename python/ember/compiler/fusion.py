@@ -19,7 +19,7 @@ import math
 
 from .. import _C
 from .loop_ir import Affine, Form, Kernel, Op, Param, Stmt
-from .values import PointwiseValue
+from .values import HALF, PointwiseValue
 
 INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
 MAX_DEPTH = 64             # pointwise values a chain may inline before it is realized
@@ -63,7 +63,11 @@ class KernelBuilder:
         return reg
 
     def store(self, buf, index, reg, fold=None, reduction=None):
-        """buf[index] = reg, or folds reg into it (fold: Op.REDUCE or Op.ACCUMULATE)."""
+        """buf[index] = reg, or folds reg into it (fold: Op.REDUCE or Op.ACCUMULATE).
+        A float16/bfloat16 buffer stores reg rounded to its dtype (a value computed in
+        float32 is rounded once, where it is stored) and folds float32 values."""
+        if buf.dtype in HALF:
+            reg = self.cast(reg, _C.float32 if fold else buf.dtype)
         self.emit(fold or Op.STORE, args=(reg,), param=self.param(buf), index=index,
                   value=reduction)
 

@@ -24,8 +24,10 @@ CODEGEN_NONE, CODEGEN_LESS, CODEGEN_DEFAULT, CODEGEN_AGGRESSIVE = range(4)
 # same kernel run time (O2's extra passes, full and runtime unrolling, GVN, SLP, buy
 # these loop nests nothing); default<O1> compiles hardly faster than O2 and runs 20%
 # slower (it does not vectorise).
+# The last always-inline inlines the vector variants of calls the vectoriser widened
+# (bfloat16 narrowing on AVX512_BF16 hosts: csrc/jit/codegen_half.c).
 LEAN = ("always-inline,function(sroa,early-cse,instcombine,simplifycfg,loop-mssa(licm),"
-        "loop-vectorize,instcombine,simplifycfg)")
+        "loop-vectorize,instcombine,simplifycfg),always-inline")
 
 # Kernels over at most this many points run for microseconds whatever their code: they
 # get LLVM's fast instruction selector (half the code generation time).

@@ -22,6 +22,11 @@ memory (which a kernel before it fills with the reduction's identity):
       %0 = load p0[512*i0 + i1]
       accumulate sum p1[i1] += %0
 
+float16 and bfloat16 are storage dtypes: a kernel loads and stores them at their width
+and computes in float32, so only a cast computes in them (it rounds to nearest even),
+a store of one takes a register of its dtype, and a fold into one takes float32 values
+(the result is rounded once, when stored).
+
 The instruction set is closed: `Op` lists every instruction once, with its form (which
 operands it has, hence its text and its spec tuple) and the dtypes it computes in.
 csrc/jit/loop_ir.h is generated from it (loop_ir_header.py). Every kernel prints as
@@ -34,7 +39,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .. import _C
+from .. import _C, _dtypes
 
 
 class LoopIRError(RuntimeError):
@@ -159,6 +164,7 @@ class Reduction(enum.StrEnum):
 
 
 _REDUCTIONS = frozenset(Reduction)
+_HALF = frozenset(_dtypes.HALF)
 _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
                 Domain.INTEGRAL: "only in integer and bool dtypes",
                 Domain.NOT_BOOL: "in any dtype but bool"}
@@ -310,8 +316,12 @@ def _check_dtypes(kernel, s, defined):
                  f"{dtype._name} (insert a cast)")
 
     form = s.op.form
-    if form in (Form.STORE, Form.FOLD):
+    if form is Form.STORE:
         want(s.args[0], kernel.params[s.param].dtype, "value")
+        return
+    if form is Form.FOLD:     # into a float16/bfloat16 buffer: float32 values
+        dt = kernel.params[s.param].dtype
+        want(s.args[0], _C.float32 if dt in _HALF else dt, "value")
         return
     if form is Form.LOAD:
         if s.dtype is not None and s.dtype is not kernel.params[s.param].dtype:
@@ -320,7 +330,12 @@ def _check_dtypes(kernel, s, defined):
         return
     if s.dtype is None:
         fail("has no dtype")
-    if form in (Form.CONST, Form.IOTA) or s.op is Op.CAST:
+    if s.op is Op.CAST:
+        return
+    if s.dtype in _HALF:
+        fail(f"computes in {s.dtype._name}, a storage dtype (computed in float32: only a "
+             "cast converts to it)")
+    if form in (Form.CONST, Form.IOTA):
         return
     if form is Form.RANDOM:
         for a in s.args:

@@ -22,7 +22,8 @@ from .loop_ir import Affine, verify
 from .lowerings import extern
 from .plan import ExternStep, KernelStep, Lowered, StepKind
 from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     check_dtype, dense, depth_of, domain_index, is_value, reads)
+                     check_dtype, dense, depth_of, domain_index, is_value, op_math,
+                     reads)
 
 __all__ = ["GraphLowering", "LoweringError", "lower"]
 
@@ -82,12 +83,15 @@ class GraphLowering:
     def computation_dtype(self, node, val):
         """The dtype node's op computes in, from the graph's dtype facts (the meta values
         of its operands and result): meta.computation_dtype, the dtype eager's
-        TensorIterator converts every operand to."""
-        return M.computation_dtype(node.target.entry, _meta_args(node), val)
+        TensorIterator converts every operand to, float32 for float16 and bfloat16
+        (values.op_math: eager computes them in float32 too, rounding each op's result,
+        where a kernel rounds a value once, where it stores it, as TorchInductor does)."""
+        return op_math(M.computation_dtype(node.target.entry, _meta_args(node), val))
 
     def pointwise(self, node, val, operands, body, cost=1, dtypes=None):
         """A pointwise value: operands broadcast to val's shape and converted, each once,
-        to the dtype node's op computes in (or to dtypes[i]); body(kb, regs) -> register.
+        to the dtype node's op computes in (or to dtypes[i]); body(kb, regs) -> register
+        (of val's dtype, or float32 for a float16/bfloat16 value, rounded where stored).
         This is the one place operands meet their computation dtype."""
         shape = tuple(val.shape)
         dtype = val.dtype
@@ -108,7 +112,7 @@ class GraphLowering:
                 else:
                     regs.append(kb.const(o, want))
             out = body(kb, regs)
-            if kb.reg_dtype[out] is not dtype:
+            if kb.reg_dtype[out] not in (dtype, op_math(dtype)):
                 raise LoweringError(f"{what}: computes a {kb.reg_dtype[out]} where its "
                                     f"value is {dtype}")
             return out

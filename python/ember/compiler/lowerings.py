@@ -24,8 +24,8 @@ from .. import _C
 from ..ops import meta as M
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
-from .values import (BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     depth_of, domain_index, is_value, layout_strides, refinement)
+from .values import (HALF, BufferValue, LoweringError, PointwiseValue, broadcast_index,
+                     depth_of, domain_index, is_value, layout_strides, op_math, refinement)
 
 
 class OpLowering:
@@ -139,7 +139,7 @@ def lower_pow(ctx, node, val, a, b):
             and is_value(a) and val.dtype.is_floating_point and \
             float(2 * b).is_integer() and abs(b) <= 4:
         return ctx.pointwise(node, val, [a], lambda kb, r: _pow_by(kb, r[0], float(b),
-                                                                   val.dtype))
+                                                                   op_math(val.dtype)))
     if not val.dtype.is_floating_point:
         raise LoweringError("integer pow")
     return _instruction(ctx, node, val, Op.POW, [a, b])
@@ -174,8 +174,13 @@ def _pow_by(kb, x, e, dt):
 
 @lowering
 def copy(ctx, node, val, a, **_):
-    """_to_copy and clone: the value itself (converted to val's dtype)."""
-    return ctx.pointwise(node, val, [a], lambda kb, r: r[0])
+    """_to_copy and clone: the value itself (converted to val's dtype). A conversion to
+    float16 or bfloat16 rounds there (a value of that dtype computed in float32 is
+    rounded where it is stored)."""
+    dtypes = None
+    if val.dtype in HALF and a.dtype is not val.dtype:
+        dtypes = [val.dtype]
+    return ctx.pointwise(node, val, [a], lambda kb, r: r[0], dtypes=dtypes)
 
 
 @lowering
@@ -185,8 +190,8 @@ def lower_full(ctx, node, val, size, fill_value, **_):
 
 @lowering
 def lower_arange(ctx, node, val, end, **_):
-    out = val.dtype
-    return PointwiseValue(tuple(val.shape), out,
+    out = op_math(val.dtype)
+    return PointwiseValue(tuple(val.shape), val.dtype,
                           lambda kb, index: _iota(kb, index[0], out), 1, node)
 
 
@@ -368,11 +373,14 @@ def lower_slice_scatter(ctx, node, val, a, src, dim=0, start=None, end=None, ste
 
 
 def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
+    """float16 and bfloat16 accumulate in float32 (as eager does), rounded once."""
+    acc_dtype = op_math(acc_dtype)
     nd = len(a.shape)
     mask = M.reduce_mask(dims if dims != () else None, nd) if nd else []
     kept = [d for d in range(nd) if not mask[d]]
     reduced = [d for d in range(nd) if mask[d]]
     out = ctx.new_buffer(val.dtype, tuple(val.shape))
+    result = out
     if not reduced:
         # nothing to reduce (a 0-d input): each element is its own result
         order = kept
@@ -382,6 +390,10 @@ def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
         # the reduced dims are outer in memory: fold rows into the output in place
         # (contiguous, vectorised) instead of walking each column with a stride
         order = reduced + kept
+        if val.dtype in HALF:
+            # accumulated in memory: in a float32 buffer, rounded where it is stored
+            out = ctx.new_buffer(acc_dtype, tuple(val.shape))
+            result = _rounded(out, val.dtype)
         fill = ctx.kernel(tuple(val.shape), 0, "fill")
         fill.store(out, Affine(tuple(out.strides)),
                    fill.const(_identity(op, acc_dtype), acc_dtype))
@@ -403,7 +415,21 @@ def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
     reg = kb.cast(a.load(kb, index), acc_dtype)
     kb.store(out, Affine(tuple(out_coeffs)), reg, fold, op if fold else None)
     ctx.add_kernel(kb)
-    return out
+    return result
+
+
+def _rounded(buf, dtype):
+    """A float32 buffer's values rounded to dtype (float16 or bfloat16)."""
+    return PointwiseValue(buf.shape, dtype, lambda kb, index: kb.cast(buf.load(kb, index),
+                                                                      dtype),
+                          1, None, frozenset({buf.ref}))
+
+
+def _as_float32(ctx, value):
+    """A float16/bfloat16 value as a float32 buffer (for BLAS)."""
+    f32 = PointwiseValue(value.shape, _C.float32, lambda kb, index: kb.cast(
+        value.load(kb, index), _C.float32), 1, None, frozenset(), depth_of([value]))
+    return ctx.realize(f32)
 
 
 def _outer_reduction(a, kept, reduced):
@@ -434,6 +460,13 @@ def _identity(op, dtype):
 def lower_matmul(ctx, node, val, a, b):
     if not val.dtype.is_floating_point:
         raise LoweringError("integer matmul")
+    if val.dtype in HALF:
+        # float16/bfloat16: BLAS in float32 on converted copies, the product rounded
+        # once (as eager computes it)
+        av, bv = _as_float32(ctx, a), _as_float32(ctx, b)
+        out = ctx.new_buffer(_C.float32, tuple(val.shape))
+        ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))
+        return _rounded(out, val.dtype)
     av, bv = ctx.realize(a), ctx.realize(b)
     out = ctx.new_buffer(val.dtype, tuple(val.shape))
     ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))

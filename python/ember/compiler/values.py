@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import math
 
-from .. import _C
+from .. import _C, _dtypes
 from ..ops import meta as M
 from .loop_ir import Affine
 from .plan import View
 
 SUPPORTED_DTYPES = frozenset((_C.bool, _C.uint8, _C.int8, _C.int16, _C.int32, _C.int64,
-                              _C.float32, _C.float64))
+                              _C.float16, _C.bfloat16, _C.float32, _C.float64))
+# storage dtypes: loaded and stored at their width, computed in float32 (op math)
+HALF = frozenset(_dtypes.HALF)
+
+
+def op_math(dtype):
+    """The dtype compiled code computes a dtype's values in: float32 for float16 and
+    bfloat16 (PyTorch's op math), any other dtype itself."""
+    return _C.float32 if dtype in HALF else dtype
 
 
 class LoweringError(NotImplementedError):
