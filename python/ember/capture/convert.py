@@ -535,7 +535,9 @@ def _warn_once(code, reason, message):
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    # attributed to the user's function, not to this module (warning filters and the
+    # printed location name the user's file:line)
+    warnings.warn_explicit(message, RuntimeWarning, code.co_filename, code.co_firstlineno)
 
 
 def reset_warnings():
