@@ -139,17 +139,21 @@ def optimized_module_class():
         def __init__(self, mod, callback, ctx):
             super().__init__()
             self._orig_mod = mod
+            # read by every call: kept in the instance dict too, so that the lookup
+            # does not miss into __getattr__ (an AttributeError made and dropped)
+            object.__setattr__(self, "_ember_mod", mod)
             object.__setattr__(self, "_ember_callback", callback)
             object.__setattr__(self, "_ember_compile_context", ctx)
 
         def __call__(self, *args, **kwargs):
+            mod = self._ember_mod
             if self._ember_compile_context.fullgraph or config.strict:
-                forward = getattr(type(self._orig_mod), "forward", None)
+                forward = getattr(type(mod), "forward", None)
                 if hasattr(forward, "__code__"):
                     retry_if_fallen_back(forward.__code__)
             prev = _hook.set_state(self._ember_callback)
             try:
-                return self._orig_mod(*args, **kwargs)
+                return mod(*args, **kwargs)
             finally:
                 _hook.set_state(prev)
 
