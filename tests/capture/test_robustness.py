@@ -253,3 +253,36 @@ def test_recompile_limit_follows_the_config(monkeypatch):
         for k in range(4):
             close(compiled(x, k), x * k)
     assert len(compiled._ember_compile_context.graphs) == 2
+
+
+# ------------------------------------------------------------------ compiled modules
+
+def test_hooks_added_to_a_compiled_module_later_run_as_eager():
+    """ember.compile(module) calls forward directly while the module has no hooks (a
+    cache hit without Module.__call__'s frames); hooks registered later still run,
+    and so does a removed hook's absence."""
+    lin = ember.nn.Linear(3, 2)
+    compiled = ember.compile(lin, backend="eager")
+    x = T(4, 3)
+    close(compiled(x), lin(x))
+    seen = []
+    pre = lin.register_forward_pre_hook(lambda m, inp: (inp[0] * 2,))
+    post = lin.register_forward_hook(lambda m, inp, out: seen.append(out.shape) or out + 1)
+    close(compiled(x), lin.forward(x * 2) + 1)
+    assert seen == [(4, 2)]
+    pre.remove()
+    post.remove()
+    close(compiled(x), lin.forward(x))
+    assert seen == [(4, 2)]
+
+
+def test_a_module_with_its_own_call_is_called_through_it():
+    class Doubling(ember.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+        def __call__(self, x):
+            return super().__call__(x) * 2
+    m = Doubling()
+    x = T(3)
+    close(ember.compile(m, backend="eager")(x), (x + 1) * 2)
