@@ -139,6 +139,25 @@ def test_nothing_stays_compiled():
         calls.append(1)
         return x + 1
     ember._dynamo.explain(f)(T(ember, 2))
-    assert _hook.cache_entries(f.__code__) == [] or not _hook.cache_entries(f.__code__)
+    assert not _hook.cache_entries(f.__code__)
+    assert f.__code__ not in _hook.cached_codes()
     assert _hook.get_state() is None
     np.testing.assert_allclose(f(T(ember, 2)).numpy(), [1.0, 1.1])
+
+
+def keeps_an_iterator(x):
+    it = iter([x, x + 1])
+    print("middle", end="")
+    return next(it)
+
+
+def test_a_frame_that_ran_in_cpython_is_listed_with_its_line():
+    """A break that cannot be resumed (here a live iterator across it) runs the whole
+    frame in CPython: listed as a break reason that took no break."""
+    out = ember._dynamo.explain(keeps_an_iterator)(T(ember, 2))
+    assert (out.graph_count, out.graph_break_count) == (0, 1)
+    (reason,) = out.break_reasons
+    assert not reason.graph_break and "not resumable" in reason.reason
+    assert [(f.name, f.lineno) for f in reason.user_stack] == [
+        ("keeps_an_iterator", line_of(keeps_an_iterator, "print("))]
+    assert "Break Reason 1 (the frame ran in CPython):" in str(out)
