@@ -84,6 +84,13 @@ typedef struct {
     Py_ssize_t index;         /* ARG, CLOSURE */
     PyObject *key;            /* GLOBAL/BUILTIN/ATTR name, ITEM key */
     PyObject *name;           /* for messages: "self.layer.weight" */
+    /* DICT and ITEM of a dict or OrderedDict: the last lookup, reused while the base
+     * is the same dict with the same version tag (PEP 509: every write gives a dict
+     * a new version, unique to the process, and a new dict gets one too, so the
+     * pair names one state of one dict, which holds memo_value, borrowed). */
+    PyObject *memo_dict;      /* compared by identity only */
+    uint64_t memo_version;
+    PyObject *memo_value;
 } Source;
 
 typedef struct {
@@ -170,6 +177,8 @@ intern_source(Builder *b, Source *s, PyObject *dedupe)
     Py_DECREF(idx);
     index = p->nsources++;
     p->sources[index] = *s;
+    p->sources[index].memo_dict = p->sources[index].memo_value = NULL;
+    p->sources[index].memo_version = 0;
     s->key = s->name = NULL;   /* moved into the program */
 
 done:
@@ -830,6 +839,36 @@ lookup_mapping(PyObject *map, PyObject *key)
     return v;
 }
 
+/* The dict version tag is read on CPython 3.11 only (deprecated after it). */
+#if PY_VERSION_HEX < 0x030C0000
+#define EM_DICT_MEMO 1
+#else
+#define EM_DICT_MEMO 0
+#endif
+
+/* base[key] for an exact dict or OrderedDict base (both look up as dict does, with
+ * no __missing__): a new reference, or NULL (with an exception set or not). */
+static PyObject *
+dict_item(Source *s, PyObject *base)
+{
+#if EM_DICT_MEMO
+    uint64_t version = ((PyDictObject *)base)->ma_version_tag;
+    if (s->memo_dict == base && s->memo_version == version && s->memo_value != NULL)
+        return Py_NewRef(s->memo_value);
+#endif
+    PyObject *v = PyDict_GetItemWithError(base, s->key);
+    if (v == NULL)
+        return NULL;
+#if EM_DICT_MEMO
+    /* written together after the lookup (which may have run a key's __eq__), with no
+     * Python code between the writes, so another thread sees one consistent memo */
+    s->memo_dict = base;
+    s->memo_version = ((PyDictObject *)base)->ma_version_tag;
+    s->memo_value = v;
+#endif
+    return Py_NewRef(v);
+}
+
 /* Resolves source i. Returns 1 and a borrowed *out, 0 if it does not exist, -1. */
 static int
 resolve(Eval *ev, int i, PyObject **out)
@@ -893,7 +932,9 @@ resolve(Eval *ev, int i, PyObject **out)
         if (!PyDict_Check(base))
             return fail(ev, "'%U' is no longer a dict (got %s)",
                         ev->prog->sources[s->base].name, Py_TYPE(base)->tp_name);
-        v = Py_XNewRef(PyDict_GetItemWithError(base, s->key));
+        v = PyDict_CheckExact(base) || PyODict_CheckExact(base)
+            ? dict_item(&ev->prog->sources[i], base)
+            : Py_XNewRef(PyDict_GetItemWithError(base, s->key));
         if (v == NULL && PyErr_Occurred())
             return -1;
         if (v == NULL)
@@ -924,8 +965,8 @@ resolve(Eval *ev, int i, PyObject **out)
             v = Py_NewRef(PyList_CheckExact(base) ? PyList_GET_ITEM(base, k)
                                                   : PyTuple_GET_ITEM(base, k));
         }
-        else if (PyDict_CheckExact(base)) {
-            v = Py_XNewRef(PyDict_GetItemWithError(base, s->key));
+        else if (PyDict_CheckExact(base) || PyODict_CheckExact(base)) {
+            v = dict_item(&ev->prog->sources[i], base);
             if (v == NULL && PyErr_Occurred())
                 return -1;
         }

@@ -471,3 +471,36 @@ def test_grad_mode_with_none_source():
     with ember.no_grad():
         assert ok(p)
     assert not ok(p)
+
+
+@pytest.mark.parametrize("make", [dict, __import__("collections").OrderedDict])
+def test_dict_item_lookups_see_every_write(make):
+    """Item sources of a dict or OrderedDict reuse their last lookup while the dict's
+    version tag stands (guards.c dict_item); every kind of write must be seen."""
+    item = ("item", X, "w")
+    p = prog(("EQUALS_MATCH", item, 1), ("EQUALS_MATCH", ("dict", X, "b"), 2))
+    d = make(w=1, b=2)
+    for _ in range(3):
+        assert ok(p, d)
+    d["w"] = 3                                     # same key, new value
+    assert "3" in why(p, d)
+    d["w"] = 1
+    assert ok(p, d)
+    d["other"] = 0                                 # another key: still passes
+    assert ok(p, d)
+    del d["w"]
+    assert "no item 'w'" in why(p, d)
+    d["w"] = 1
+    assert ok(p, d)
+    d.update(w=4)
+    assert not ok(p, d)
+    d.clear()
+    assert not ok(p, d)
+    fresh = [make(w=1, b=2) for _ in range(50)]    # new dicts (maybe at reused addresses)
+    assert all(ok(p, f) for f in fresh)
+    for f in fresh:
+        f["w"] = 9
+        assert not ok(p, f)
+    e = make(w=1, b=2)
+    d2 = make(w=5, b=2)
+    assert ok(p, e) and not ok(p, d2) and ok(p, e)   # alternating dicts
