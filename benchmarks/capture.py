@@ -280,8 +280,7 @@ def main():
           "batch 2), backend='eager'")
     for name, (seconds, each) in captured.items():
         runs_ms = ", ".join(f"{t * 1e3:.0f}" for t in each)
-        print(f"{name + '.compile':<16}{seconds * 1e3:10.1f} ms   (each capture: {runs_ms} ms; "
-              f"the first in the process pays one-time costs)")
+        print(f"{name + '.compile':<16}{seconds * 1e3:10.1f} ms   (each capture: {runs_ms} ms)")
 
     rows = counts()
     print("\n# graphs, breaks (explain) of forwards under no_grad")
