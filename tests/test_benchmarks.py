@@ -80,3 +80,20 @@ def test_train_benchmark_runs():
 def test_attention_benchmark_runs():
     out = _run("attention.py", "--quick")
     assert "ember fused" in out and "torch.compile" in out and "fwd+bwd" in out
+
+
+def test_capture_benchmark_runs():
+    out = _run("capture.py", "--quick", "--ember-only")
+    for part in ("function, 100 inputs", "module, 100 params", "12-layer GPT",
+                 "ember.compile", "Seq2SeqTransformer"):
+        assert part in out, out
+    assert "no graph break in the zoo forwards (6 models): met" in out, out
+    assert "one print in the middle: 2 graphs, 1 break (ember 2, 1): met" in out, out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_capture_benchmark_runs_beside_torch():
+    out = _run("capture.py", "--quick")
+    assert "torch.compile" in out and "1/10 of torch.compile's" in out
+    assert "one print in the middle: 2 graphs, 1 break (ember 2, 1; torch 2, 1): met" in out

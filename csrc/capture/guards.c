@@ -95,6 +95,13 @@ typedef struct {
     Py_ssize_t index;         /* ARG, CLOSURE */
     PyObject *key;            /* GLOBAL/BUILTIN/ATTR name, ITEM key */
     PyObject *name;           /* for messages: "self.layer.weight" */
+    /* DICT and ITEM of a dict or OrderedDict: the last lookup, reused while the base
+     * is the same dict with the same version tag (PEP 509: every write gives a dict
+     * a new version, unique to the process, and a new dict gets one too, so the
+     * pair names one state of one dict, which holds memo_value, borrowed). */
+    PyObject *memo_dict;      /* compared by identity only */
+    uint64_t memo_version;
+    PyObject *memo_value;
 } Source;
 
 typedef struct {
@@ -181,6 +188,8 @@ intern_source(Builder *b, Source *s, PyObject *dedupe)
     Py_DECREF(idx);
     index = p->nsources++;
     p->sources[index] = *s;
+    p->sources[index].memo_dict = p->sources[index].memo_value = NULL;
+    p->sources[index].memo_version = 0;
     s->key = s->name = NULL;   /* moved into the program */
 
 done:
@@ -616,6 +625,32 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
     return -1;
 }
 
+/* "(4, 3)", "(4,)", "()"; "?" for a wildcard. */
+static PyObject *
+dims_text(const Py_ssize_t *v, int n)
+{
+    PyObject *parts = PyList_New(n), *sep = NULL, *joined = NULL, *r = NULL;
+    for (int d = 0; parts != NULL && d < n; d++) {
+        PyObject *t = v[d] == ANY ? PyUnicode_FromString("?")
+                                  : PyUnicode_FromFormat("%zd", v[d]);
+        if (t == NULL)
+            goto error;
+        PyList_SET_ITEM(parts, d, t);
+    }
+    if (parts == NULL || (sep = PyUnicode_FromString(", ")) == NULL)
+        goto error;
+    joined = PyUnicode_Join(sep, parts);
+    if (joined != NULL)
+        r = PyUnicode_FromFormat(n == 1 ? "(%U,)" : "(%U)", joined);
+error:
+    Py_XDECREF(parts);
+    Py_XDECREF(sep);
+    Py_XDECREF(joined);
+    return r;
+}
+
+/* One guard in words, e.g. "x: tensor float32 shape (4, 3) stride (3, 1)
+ * requires_grad=False", "len(xs) == 3", "self.training == True". */
 static PyObject *
 describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
 {
@@ -623,54 +658,66 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
     PyObject *name = g->source >= 0 ? p->sources[g->source].name : NULL;
     switch (g->kind) {
     case G_TENSOR: {
-        PyObject *shape = PyList_New(2 * g->ndim);   /* sizes then strides; None: any */
-        for (int d = 0; shape != NULL && d < 2 * g->ndim; d++) {
-            PyObject *v = g->geom[d] == ANY ? Py_NewRef(Py_None)
-                                            : PyLong_FromSsize_t(g->geom[d]);
-            if (v == NULL)
-                Py_CLEAR(shape);
-            else
-                PyList_SET_ITEM(shape, d, v);
-        }
-        PyObject *sizes = shape ? PyList_GetSlice(shape, 0, g->ndim) : NULL;
-        PyObject *strides = shape ? PyList_GetSlice(shape, g->ndim, 2 * g->ndim) : NULL;
-        PyObject *r = NULL;
-        if (sizes != NULL && strides != NULL)
+        const char *tname = ((PyTypeObject *)g->obj)->tp_name;
+        PyObject *sizes = dims_text(g->geom, g->ndim);
+        PyObject *strides = sizes ? dims_text(g->geom + g->ndim, g->ndim) : NULL;
+        PyObject *offset = NULL, *r = NULL;
+        if (strides == NULL)
+            goto tensor_done;
+        if (g->offset == ANY || g->offset == 0)
+            offset = PyUnicode_FromString("");
+        else
+            offset = PyUnicode_FromFormat(" storage_offset=%zd", g->offset);
+        if (offset != NULL)
             r = PyUnicode_FromFormat(
-                "TENSOR_MATCH %U: %s %s%R strides %R offset %zd%s%s", name,
-                ((PyTypeObject *)g->obj)->tp_name, em_dtypes[g->dtype]->name, sizes, strides,
-                g->offset == ANY ? (Py_ssize_t)-1 : g->offset,
-                g->flag ? " requires_grad" : "", g->meta ? " meta" : "");
-        Py_XDECREF(shape);
+                "%U: %s %s shape %U stride %U%U requires_grad=%s%s", name,
+                g->obj == (PyObject *)&em_Tensor_Type ? "tensor" : tname,
+                em_dtypes[g->dtype]->name, sizes, strides, offset,
+                g->flag ? "True" : "False", g->meta ? " device=meta" : "");
+    tensor_done:
         Py_XDECREF(sizes);
         Py_XDECREF(strides);
+        Py_XDECREF(offset);
         return r;
     }
     case G_TYPE:
-        return PyUnicode_FromFormat("TYPE_MATCH %U: %s", name,
+        return PyUnicode_FromFormat("type(%U) is %s", name,
                                     ((PyTypeObject *)g->obj)->tp_name);
     case G_ID: {
         PyObject *target = g->flag ? weak_target(g->obj) : g->obj;
-        return PyUnicode_FromFormat("ID_MATCH %U: %s at %p", name,
-                                    target ? Py_TYPE(target)->tp_name : "dead object",
-                                    (void *)target);
+        if (target == NULL)
+            return PyUnicode_FromFormat("%U is a dead object", name);
+        PyObject *qual = PyObject_GetAttrString(target, "__qualname__");
+        if (qual == NULL || !PyUnicode_Check(qual)) {
+            PyErr_Clear();
+            Py_XDECREF(qual);
+            return PyUnicode_FromFormat("%U is the %s object at %p", name,
+                                        Py_TYPE(target)->tp_name, (void *)target);
+        }
+        PyObject *r = PyUnicode_FromFormat("%U is the %s %U at %p", name,
+                                           Py_TYPE(target)->tp_name, qual, (void *)target);
+        Py_DECREF(qual);
+        return r;
     }
     case G_EQUALS:
-        return PyUnicode_FromFormat("EQUALS_MATCH %U: %.200R", name, g->obj);
+        return PyUnicode_FromFormat("%U == %.200R", name, g->obj);
     case G_LEN:
-        return PyUnicode_FromFormat("LEN_MATCH %U: %zd", name, g->n);
+        return PyUnicode_FromFormat("len(%U) == %zd", name, g->n);
     case G_DICT_KEYS:
-        return PyUnicode_FromFormat("DICT_KEYS %U: %.200R", name, g->obj);
+        return PyUnicode_FromFormat("tuple(%U.keys()) == %.200R", name, g->obj);
     case G_GRAD:
-        return PyUnicode_FromFormat("GRAD_MODE: %s", g->flag ? "enabled" : "disabled");
+        return PyUnicode_FromFormat("ember.is_grad_enabled() == %s",
+                                    g->flag ? "True" : "False");
     case G_CONTEXT:
-        return PyUnicode_FromFormat("COMPILE_CONTEXT: %.200R", g->obj);
+        return PyUnicode_FromString("the ember.compile call running is the one that "
+                                    "compiled this entry");
     case G_AUTOCAST:
-        return PyUnicode_FromFormat("AUTOCAST: %s", autocast_name(g->flag));
+        return PyUnicode_FromFormat("ember.get_autocast_dtype('cpu') if autocast else None "
+                                    "== %s", autocast_name(g->flag));
     case G_LAMBDA:
-        return PyUnicode_FromFormat("LAMBDA %U: %U", name, g->desc);
+        return PyUnicode_FromFormat("%U %U", name, g->desc);
     case G_ALIAS:
-        return PyUnicode_FromFormat("ALIAS %U %s %U", name, g->flag ? "is" : "is not",
+        return PyUnicode_FromFormat("%U %s %U", name, g->flag ? "is" : "is not",
                                     p->sources[g->n].name);
     }
     return Py_NewRef(kind);
@@ -818,6 +865,36 @@ lookup_mapping(PyObject *map, PyObject *key)
     return v;
 }
 
+/* The dict version tag is read on CPython 3.11 only (deprecated after it). */
+#if PY_VERSION_HEX < 0x030C0000
+#define EM_DICT_MEMO 1
+#else
+#define EM_DICT_MEMO 0
+#endif
+
+/* base[key] for an exact dict or OrderedDict base (both look up as dict does, with
+ * no __missing__): a new reference, or NULL (with an exception set or not). */
+static PyObject *
+dict_item(Source *s, PyObject *base)
+{
+#if EM_DICT_MEMO
+    uint64_t version = ((PyDictObject *)base)->ma_version_tag;
+    if (s->memo_dict == base && s->memo_version == version && s->memo_value != NULL)
+        return Py_NewRef(s->memo_value);
+#endif
+    PyObject *v = PyDict_GetItemWithError(base, s->key);
+    if (v == NULL)
+        return NULL;
+#if EM_DICT_MEMO
+    /* written together after the lookup (which may have run a key's __eq__), with no
+     * Python code between the writes, so another thread sees one consistent memo */
+    s->memo_dict = base;
+    s->memo_version = ((PyDictObject *)base)->ma_version_tag;
+    s->memo_value = v;
+#endif
+    return Py_NewRef(v);
+}
+
 /* Resolves source i. Returns 1 and a borrowed *out, 0 if it does not exist, -1. */
 static int
 resolve(Eval *ev, int i, PyObject **out)
@@ -881,7 +958,9 @@ resolve(Eval *ev, int i, PyObject **out)
         if (!PyDict_Check(base))
             return fail(ev, "'%U' is no longer a dict (got %s)",
                         ev->prog->sources[s->base].name, Py_TYPE(base)->tp_name);
-        v = Py_XNewRef(PyDict_GetItemWithError(base, s->key));
+        v = PyDict_CheckExact(base) || PyODict_CheckExact(base)
+            ? dict_item(&ev->prog->sources[i], base)
+            : Py_XNewRef(PyDict_GetItemWithError(base, s->key));
         if (v == NULL && PyErr_Occurred())
             return -1;
         if (v == NULL)
@@ -912,8 +991,8 @@ resolve(Eval *ev, int i, PyObject **out)
             v = Py_NewRef(PyList_CheckExact(base) ? PyList_GET_ITEM(base, k)
                                                   : PyTuple_GET_ITEM(base, k));
         }
-        else if (PyDict_CheckExact(base)) {
-            v = Py_XNewRef(PyDict_GetItemWithError(base, s->key));
+        else if (PyDict_CheckExact(base) || PyODict_CheckExact(base)) {
+            v = dict_item(&ev->prog->sources[i], base);
             if (v == NULL && PyErr_Occurred())
                 return -1;
         }

@@ -139,17 +139,35 @@ def optimized_module_class():
         def __init__(self, mod, callback, ctx):
             super().__init__()
             self._orig_mod = mod
+            # read by every call: kept in the instance dict too, so that the lookup
+            # does not miss into __getattr__ (an AttributeError made and dropped)
+            object.__setattr__(self, "_ember_mod", mod)
             object.__setattr__(self, "_ember_callback", callback)
             object.__setattr__(self, "_ember_compile_context", ctx)
+            # Module.__call__ and _call_impl as Module defines them: a call of a
+            # module without hooks may go straight to forward (the frame capture
+            # starts at either way), two Python frames fewer on every cache hit
+            object.__setattr__(self, "_ember_plain_call",
+                               type(mod).__call__ is Module.__call__ and
+                               type(mod)._call_impl is Module._call_impl)
 
         def __call__(self, *args, **kwargs):
+            mod = self._ember_mod
             if self._ember_compile_context.fullgraph or config.strict:
-                forward = getattr(type(self._orig_mod), "forward", None)
+                forward = getattr(type(mod), "forward", None)
                 if hasattr(forward, "__code__"):
                     retry_if_fallen_back(forward.__code__)
+            d = mod.__dict__
+            if self._ember_plain_call and not (
+                    d.get("_compiled_call_impl") or d.get("_forward_hooks") or
+                    d.get("_forward_pre_hooks") or d.get("_backward_hooks") or
+                    d.get("_backward_pre_hooks")):
+                call = mod.forward           # what _call_impl calls when it has no hooks
+            else:
+                call = mod
             prev = _hook.set_state(self._ember_callback)
             try:
-                return self._orig_mod(*args, **kwargs)
+                return call(*args, **kwargs)
             finally:
                 _hook.set_state(prev)
 

@@ -18,7 +18,7 @@ from .. import fx
 from . import _hook, resume, skip
 from .config import config
 from . import logs
-from .exc import CaptureError, Unsupported, counters
+from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
@@ -46,7 +46,7 @@ class CompileContext:
         self.check = check        # self-check mode: first calls also run eagerly
         self.graphs = []          # GraphModules compiled under this context, in order
         self.recompile_reasons = []
-        self.break_reasons = []   # graph breaks taken, "reason at file:line in fn"
+        self.break_reasons = []   # exc.BreakReason: graph breaks, frames fallen back
         self.callback = None      # the hook callback of this context (make_callback)
         _contexts.add(self)
 
@@ -122,13 +122,14 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
             else:
                 counters["graph_break"][e.reason] += 1
                 counters["stats"]["graph_breaks"] += 1
-                ctx.break_reasons.append(f"{e.reason} at {e.location}")
+                ctx.break_reasons.append(BreakReason(e))
                 logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
                          f"{code.co_firstlineno}) breaks its graph: {e.reason}"
                          f"{f' at {e.location}' if e.location else ''}; capture "
                          "resumes after it")
                 return entry
         counters["unsupported"][reason] += 1
+        ctx.break_reasons.append(BreakReason(e, reason, graph_break=False))
         logs.log("graph_breaks", f"{code.co_name} ({code.co_filename}:"
                  f"{code.co_firstlineno}) runs in CPython: {reason}"
                  f"{f' at {e.location}' if e.location else ''}")
@@ -138,6 +139,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     except Exception as e:   # noqa: BLE001 - a converter bug must not break the program
         reason = f"internal error: {type(e).__name__}: {e}"
         counters["unsupported"][reason] += 1
+        ctx.break_reasons.append(BreakReason(Unsupported(reason), graph_break=False))
         counters["stats"]["frames_fallback"] += 1
         if ctx.strict():
             raise
@@ -537,7 +539,9 @@ def _warn_once(code, reason, message):
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    # attributed to the user's function, not to this module (warning filters and the
+    # printed location name the user's file:line)
+    warnings.warn_explicit(message, RuntimeWarning, code.co_filename, code.co_firstlineno)
 
 
 def reset_warnings():

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import collections
+import linecache
+import traceback
 
 
 class Unsupported(Exception):
@@ -14,11 +16,36 @@ class Unsupported(Exception):
         self.location = location
         self.break_at = None     # offset of the frame's own instruction to break at
         self.break_op = None
+        # (filename, lineno, function) of the interpreted frames, innermost first
+        self.user_stack = None
 
     def __str__(self):
         if self.location:
             return f"{self.reason} (at {self.location})"
         return self.reason
+
+
+class BreakReason(str):
+    """Why capture stopped in one frame, as explain() lists it: the text "reason at
+    file:line in fn", with the reason, the user's frames (traceback.FrameSummary,
+    outermost first, as torch's GraphCompileReason.user_stack) and whether a graph
+    break was taken (False: the frame ran whole in CPython)."""
+
+    reason: str
+    user_stack: list
+    graph_break: bool
+
+    def __new__(cls, e: Unsupported, reason: str = None, graph_break: bool = True):
+        reason = reason or e.reason
+        self = super().__new__(cls, f"{reason} at {e.location}" if e.location else reason)
+        self.reason = reason
+        self.graph_break = graph_break
+        self.user_stack = []
+        for filename, lineno, name in reversed(e.user_stack or ()):
+            line = linecache.getline(filename, lineno).strip() if lineno else ""
+            self.user_stack.append(traceback.FrameSummary(filename, lineno, name,
+                                                          line=line or None))
+        return self
 
 
 class CaptureError(RuntimeError):

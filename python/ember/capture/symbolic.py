@@ -280,15 +280,17 @@ class Translator:
         except PyException as e:
             if e.location is None:
                 e.location = self.location()
+                e.user_stack = self.user_stack()
             if self.lazy and isinstance(e.exc, StopIteration):
-                raise Unsupported("StopIteration inside a generator (a RuntimeError)",
-                                  e.location) from None
+                raise _unsupported("StopIteration inside a generator (a RuntimeError)",
+                                   e) from None
             if self.parent is None:
-                raise Unsupported(e.reason, e.location) from None
+                raise _unsupported(e.reason, e) from None
             raise
         except Unsupported as e:
             if e.location is None:
                 e.location = self.location()
+                e.user_stack = self.user_stack()
             raise
         finally:
             if self.parent is None:
@@ -1468,6 +1470,12 @@ class Translator:
         raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
 
 
+def _unsupported(reason, e):
+    u = Unsupported(reason, e.location)
+    u.user_stack = e.user_stack
+    return u
+
+
 class PyException(Exception):
     """A Python exception the interpreted code raises (vt: an ObjectVar holding the real
     exception object, made exactly as eager makes it); the frame's exception table may
@@ -1479,6 +1487,7 @@ class PyException(Exception):
         self.exc = vt.value
         self.reason = reason or f"{type(self.exc).__name__} {self.exc}"
         self.location = None
+        self.user_stack = None
 
     @classmethod
     def of(cls, exc):
