@@ -147,7 +147,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         return _hook.SKIP
     _log_graph(gm, code, out)
     pristine = copy_graph_module(gm) if ctx.check else None   # backends may edit gm
-    compiled = compile_graph(gm, out, ctx, code)
+    compiled = _leaving_grad_mode(compile_graph(gm, out, ctx, code), out)
     guards = build_guard_program(out.guards, frame_info, ctx)
     frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                              frame_info.closure,
@@ -200,8 +200,6 @@ def compile_break(frame_info, e, ctx, t0):
     code = frame_info.code
     offset = e.break_at
     resume.check_resumable(code)
-    if resume.covered_by_handler(code, offset):
-        raise Unsupported("the break is inside a try or with block")
     if resume.in_loop(code, offset):
         raise Unsupported("the break is inside a loop")
     root = []
@@ -246,6 +244,19 @@ def compile_break(frame_info, e, ctx, t0):
                         else None for n in code.co_varnames]
         continuations.append(resume.Continuation(code, off, local_values, lower_idx,
                                                  outputs))
+    handler = None
+    caught = resume.handler_at(code, offset)
+    if caught is not None:
+        # inside a try or with block: an exception the instruction raises goes to the
+        # block's handler, in a resume function with the stack the handler expects
+        target, depth, lasti = caught
+        if depth > len(lower):
+            raise Unsupported("the handler's stack reaches into the instruction's inputs")
+        live = resume.live_locals(code, target)
+        local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
+                        else None for n in code.co_varnames]
+        handler = resume.Continuation(code, target, local_values, lower_idx[:depth],
+                                      1 + bool(lasti), lasti=bool(lasti))
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):
@@ -254,7 +265,7 @@ def compile_break(frame_info, e, ctx, t0):
     ret = TupleVar([ConstVar(True)] + values)
     gm, getters, program = build_graph_module(out, ret, code)
     _log_graph(gm, code, out)
-    compiled = compile_graph(gm, out, ctx, code)
+    compiled = _leaving_grad_mode(compile_graph(gm, out, ctx, code), out)
     guards = build_guard_program(out.guards, frame_info, ctx)
     prefix = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                               frame_info.closure,
@@ -262,12 +273,30 @@ def compile_break(frame_info, e, ctx, t0):
                                            ctx, flagged=True),
                               code.co_name, guards)
     entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
-                                  instruction, tx.kw_names, continuations, tx.lineno)
+                                  instruction, tx.kw_names, continuations, tx.lineno,
+                                  handler=handler, offset=offset)
     if _has_ops(gm):
         counters["stats"]["unique_graphs"] += 1
         ctx.graphs.append(gm)
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
     return guards, entry
+
+
+def _leaving_grad_mode(compiled, out):
+    """The compiled graph, followed by setting grad mode as the frame leaves it where
+    that differs from the mode it was entered with (a graph break inside a grad-mode
+    block, a resume function leaving one, set_grad_enabled called as a function): a
+    backend's compiled graph need not leave the global mode as its nodes set it."""
+    mode = getattr(out, "exit_grad_mode", None)
+    if mode is None or mode == _C.is_grad_enabled():   # (the trace restored the mode)
+        return compiled
+
+    def run(*args):
+        result = compiled(*args)
+        _C._set_grad_enabled(mode)
+        return result
+    _mark_skip(run)
+    return run
 
 
 def _tensors_in(values):

@@ -117,6 +117,9 @@ class ProgramBuilder:
             return self._add(("call1", _method_getter(vt.name), self.value(vt.tensor)), vt)
         if vt.is_constant():
             return self._add(("const", vt.as_constant()), vt)
+        rebuild = getattr(vt, "rebuild", None)
+        if rebuild is not None:        # a grad-mode block's __exit__ (stdlib._ExitVar)
+            return self._add(("const", rebuild()), vt)
         if source is not None and not isinstance(vt, (TensorVar, CellVar)):
             return self._add(("src", source.getter()), vt)
         raise Unsupported(f"returning or storing {vt} from a compiled function")

@@ -44,15 +44,23 @@ _GENERATORS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GE
 _resume_cache = weakref.WeakKeyDictionary()   # code -> {key: resume code}
 
 
+def _skip_code(code):
+    from . import _hook
+    _hook.skip_code(code)
+
+
 def clear_cache():
     _resume_cache.clear()
 
 
-def covered_by_handler(code, offset) -> bool:
-    """Whether the instruction at `offset` is inside a try or with block."""
+def handler_at(code, offset):
+    """(target offset, stack depth, lasti) of the exception-table entry covering the
+    instruction at `offset` (it is inside a try or with block), or None."""
     unit = offset // 2
-    return any(s <= unit < e for s, e, _, _, _ in parse_exception_table(
-        code.co_exceptiontable))
+    for s, e, target, depth, lasti in parse_exception_table(code.co_exceptiontable):
+        if s <= unit < e:
+            return 2 * target, depth, lasti
+    return None
 
 
 def in_loop(code, offset) -> bool:
@@ -101,13 +109,14 @@ def check_resumable(code):
                           "inner function (cell variables)")
 
 
-def resume_code(code, offset, stack_nulls, delete):
+def resume_code(code, offset, stack_nulls, delete, handler=False):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
     NULL (pushed again by the prologue) and False where it holds a value (a parameter).
-    delete: names of locals the prologue deletes (unbound in the frame, or dead)."""
-    key = (offset, tuple(stack_nulls), tuple(sorted(delete)))
+    delete: names of locals the prologue deletes (unbound in the frame, or dead).
+    handler: it continues at an exception handler (the frame hook skips it)."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler)
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -197,30 +206,36 @@ class Continuation:
     """One way out of the stopped instruction: a resume function for `offset`, called
     with the live locals (value indices, None: passed as None and deleted) and the stack
     values below the instruction's inputs (value indices) followed by its `outputs`
-    results."""
+    results. A handler continuation (`lasti`: None for a normal one, else the entry's
+    flag) is where an exception the instruction raises goes: its outputs are the
+    instruction's offset (when lasti) and the exception."""
 
-    def __init__(self, code, offset, local_values, lower, outputs):
+    def __init__(self, code, offset, local_values, lower, outputs, lasti=None):
         self.code = code
         self.offset = offset
         self.local_values = local_values     # per co_varnames: value index or None
         self.lower = lower                   # [value index | None (NULL)], bottom first
         self.outputs = outputs
+        self.lasti = lasti
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
-                   continuations, line):
+                   continuations, line, handler=None, offset=None):
     """The function a frame with a break runs instead of its code (see module doc).
 
     inputs: the stopped instruction's operands, [value index | None (NULL)], bottom
     first; instruction: (opname, arg) for CALL, CALL_FUNCTION_EX and the simple
     instructions of symbolic.SIMPLE_BREAK_OPS (attribute and item access, operators),
-    or a conditional jump (continuations[0] falls through, [1] is the jump's)."""
+    or a conditional jump (continuations[0] falls through, [1] is the jump's).
+    handler: the Continuation an exception raised by the instruction goes to (the
+    break is inside a try or with block), or None. offset: the instruction's (for
+    the handler's lasti)."""
     nslots = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + \
         bool(code.co_flags & inspect.CO_VARKEYWORDS)
     params = code.co_varnames[:nslots]
     temps = tuple(f"___value{j}" for j in range(nvalues))
-    varnames = params + temps
+    varnames = params + temps + (("___exception",) if handler is not None else ())
     consts = [None, prefix, 0, 1]
 
     def const(obj):
@@ -233,14 +248,22 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
     resumes = []
     base, shift = original(code)
     nbase = len(base.co_varnames)       # a resume code's extra locals come last
-    for c in continuations:
+    everyone = continuations + ([handler] if handler is not None else [])
+    for c in everyone:
         if any(v is not None for v in c.local_values[nbase:]):
             raise Unsupported("a value of the resume prologue is live after it")
         c.local_values = c.local_values[:nbase]
         delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
         nulls = [v is None for v in c.lower] + [False] * c.outputs
-        rcode = resume_code(base, c.offset - shift, nulls, delete)
+        rcode = resume_code(base, c.offset - shift, nulls, delete,
+                            handler=c.lasti is not None)
         resumes.append(rcode)
+    if handler is not None:
+        # the handler and what follows it run in CPython: an exception is rare, and
+        # the exception object would be guarded by identity
+        _skip_code(resumes[-1])
+        # the offset RERAISE restores, in units: the break's, in the handler's code
+        lasti_value = (offset - shift + _origin[resumes[-1]][1]) // 2
     if any(r.co_freevars for r in resumes):
         freevars = code.co_freevars
     else:
@@ -273,17 +296,18 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         else:
             asm("LOAD_FAST", nslots + v)
 
-    def call_resume(k, run_instruction):
-        c, rcode = continuations[k], resumes[k]
+    def push_resume(k):
         asm("PUSH_NULL")
         if freevars:
             for i in range(len(freevars)):
                 asm("LOAD_CLOSURE", len(varnames) + i)
             asm("BUILD_TUPLE", len(freevars))
-            asm("LOAD_CONST", const(rcode))
+            asm("LOAD_CONST", const(resumes[k]))
             asm("MAKE_FUNCTION", 8)
         else:
             asm("LOAD_CONST", const(funcs[k]))
+
+    def push_arguments(c):
         for v in c.local_values:
             if v is None:
                 asm("LOAD_CONST", 0)
@@ -292,8 +316,19 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         for v in c.lower:
             if v is not None:
                 push(v)
+        return len(c.local_values) + sum(1 for v in c.lower if v is not None)
+
+    covered = []        # (start, end) labels of the instruction, for the handler
+
+    def call_resume(k, run_instruction):
+        c = continuations[k]
+        push_resume(k)
+        n = push_arguments(c) + c.outputs
+        start, end = Label(), Label()
+        asm.mark(start)
         run_instruction()
-        n = len(c.local_values) + sum(1 for v in c.lower if v is not None) + c.outputs
+        asm.mark(end)
+        covered.append((start, end))
         asm("PRECALL", n)
         asm("CALL", n)
         asm("RETURN_VALUE")
@@ -313,12 +348,31 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
     else:
         jumped = Label()
         (v,) = inputs
-        push(v)
         kind = instruction[0].replace("BACKWARD", "FORWARD")
-        asm(kind, jumped)
-        call_resume(0, lambda: None)
+
+        def run_jump():
+            push(v)
+            asm(kind, jumped)
+        call_resume(0, run_jump)
         asm.mark(jumped)
         call_resume(1, lambda: None)
+        covered.pop()
+    caught = Label()
+    if handler is not None:
+        # the instruction raised: the stack is cut to nothing and the exception
+        # pushed; the handler's resume function gets the stack the frame's handler
+        # expects (the values below its depth, the offset, the exception)
+        asm.mark(caught)
+        asm("STORE_FAST", len(varnames) - 1)
+        push_resume(len(resumes) - 1)
+        n = push_arguments(handler)
+        if handler.lasti:
+            asm("LOAD_CONST", const(lasti_value))
+            n += 1
+        asm("LOAD_FAST", len(varnames) - 1)
+        asm("PRECALL", n + 1)
+        asm("CALL", n + 1)
+        asm("RETURN_VALUE")
     asm.mark(eager)
     asm("LOAD_CONST", 3)
     asm("BINARY_SUBSCR")
@@ -333,7 +387,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         co_flags=(code.co_flags & ~_FLATTEN) | (0 if freevars else inspect.CO_NOFREE),
         co_stacksize=2 * nvalues + nslots + len(code.co_varnames) + len(freevars) + 8,
         co_linetable=one_line(units, line - code.co_firstlineno),
-        co_exceptiontable=b"",
+        co_exceptiontable=encode_exception_table(
+            [(a.unit, b.unit, caught.unit, 0, False) for a, b in covered]
+            if handler is not None else []),
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>")
     closure = func.__closure__ if freevars else None
     return types.FunctionType(new, func.__globals__, code.co_name, None, closure)

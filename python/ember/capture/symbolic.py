@@ -253,6 +253,7 @@ class Translator:
                     raise Unsupported("the frame runs too many instructions to capture")
                 if ins.offset == self.stop_at:
                     self.stopped = ins
+                    self.output.exit_grad_mode = _C.is_grad_enabled()  # at the break
                     return None
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
@@ -275,6 +276,8 @@ class Translator:
                         e.break_op = ins.opname
                     raise
                 if ins.opname == "RETURN_VALUE":
+                    if self.parent is None:
+                        self.output.exit_grad_mode = _C.is_grad_enabled()
                     return
                 ip = self.index_of[jump] if jump is not None else ip + 1
         except PyException as e:
@@ -361,6 +364,9 @@ class Translator:
         if isinstance(value, _C.Op):
             self.guard("ID_MATCH", source, value)
             return OpVar(value, source)
+        if isinstance(value, stdlib.GradModeExit):
+            self.guard("ID_MATCH", source, value)
+            return stdlib.exit_of_cut_block(value)
         role = _compiler_role(value)
         if role is not None:
             self.guard("ID_MATCH", source, value)
