@@ -281,3 +281,64 @@ def test_fullgraph_raises_at_the_first_break(case, capsys):
     with pytest.raises(CaptureError, match=case.reason):
         compiled(*args, **kwargs)
     assert counters["stats"]["graph_breaks"] == 0
+
+
+class _Tag:
+    """A context manager that logs its enter and exit (with the exception's type)."""
+
+    def __init__(self):
+        self.log = []
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, kind, exc, tb):
+        self.log.append(("exit", kind))
+        return False
+
+
+def _raising_block_sources():
+    def in_no_grad(x, tag):
+        y = x * 2
+        with ember.no_grad():
+            z = y + 1
+            tag.log.append(int("not a number"))    # ValueError from the break's call
+            z = z * 3
+        return z
+
+    def in_python_block(x, tag):
+        y = x * 2
+        with tag:
+            z = y + 1
+            tag.log.append(int("not a number"))
+            z = z * 3
+        return z
+
+    def raised_after_the_break_in_no_grad(x, tag):
+        y = x * 2
+        with ember.no_grad():
+            print("mid")
+            z = y[10]                                # IndexError after the break
+        return z
+    return [in_no_grad, in_python_block, raised_after_the_break_in_no_grad]
+
+
+@pytest.mark.parametrize("fn", _raising_block_sources(), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_exception_leaves_the_block_as_eager(fn, backend, capsys):
+    """An exception from the break's instruction (or after it) leaves the block through
+    its __exit__: grad mode restored, the context manager told, eager's exception."""
+    x = ember.ones(3, requires_grad=True)
+    want_tag = _Tag()
+    with pytest.raises(Exception) as want:
+        fn(x, want_tag)
+    assert ember.is_grad_enabled()
+    compiled = ember.compile(fn, backend=backend)
+    for _ in range(2):
+        tag = _Tag()
+        with pytest.raises(type(want.value)) as got:
+            compiled(x, tag)
+        assert str(got.value) == str(want.value)
+        assert ember.is_grad_enabled()
+        assert tag.log == want_tag.log
+    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])

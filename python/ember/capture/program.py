@@ -32,7 +32,7 @@ import types
 
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BoundMethodVar, BuiltinVar, CellVar, ConstVar, DictVar,
+from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar, DictVar,
                         FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar, TensorMethodVar,
                         TensorVar, TupleVar)
 
@@ -115,6 +115,9 @@ class ProgramBuilder:
                 type(vt).__name__ == "UnsupportedMethodVar":
             # a tensor's bound method (left on the stack by a graph break)
             return self._add(("call1", _method_getter(vt.name), self.value(vt.tensor)), vt)
+        if isinstance(vt, BuiltinMethodVar):
+            # a list's or dict's bound method (list.append, below a graph break)
+            return self._add(("call1", _method_getter(vt.name), self.value(vt.obj)), vt)
         if vt.is_constant():
             return self._add(("const", vt.as_constant()), vt)
         rebuild = getattr(vt, "rebuild", None)

@@ -266,6 +266,14 @@ class Translator:
                 try:
                     jump = handler(ins)
                 except PyException as e:
+                    if self.parent is None and ins.opname in BREAK_OPS and \
+                            self._leaves_with_block(ins):
+                        # __exit__ with an exception is not interpreted: the frame
+                        # breaks here and CPython runs the instruction and the handler
+                        why = Unsupported(f"{e.reason}, leaving a `with` block",
+                                          self.location())
+                        why.break_at, why.break_op = ins.offset, ins.opname
+                        raise why from None
                     jump = self._handle(ins, e)
                 except Unsupported as e:
                     if self.parent is None and e.break_at is None and \
@@ -296,6 +304,15 @@ class Translator:
         finally:
             if self.parent is None:
                 _C._set_grad_enabled(grad_mode)
+
+    def _leaves_with_block(self, ins):
+        """Whether an exception raised at ins goes to a `with` block's cleanup."""
+        for entry in self.exception_entries:
+            if entry.start <= ins.offset < entry.end:
+                i = self.index_of[entry.target]
+                return [x.opname for x in self.instructions[i:i + 2]] == \
+                    ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]
+        return False
 
     def _handle(self, ins, e):
         """The jump target of the handler for PyException e raised at ins (its stack
