@@ -197,8 +197,28 @@ def make():
     return fn
 fn = make()
 """, "T(3)", 2, 1, r"print\(\)"),
+    Case("lambda_over_a_free_variable", """
+def make():
+    scale = T(3)
+    def fn(x):
+        f = lambda v: v * scale
+        y = f(x)
+        print("between")
+        return f(y)
+    return fn
+fn = make()
+""", "T(3)", 2, 1, r"print\(\)"),
+    Case("argument_captured_by_inner_function", """
+def fn(x, k):
+    def inner(v):
+        return v * x + k
+    y = inner(x)
+    print("between")
+    x = y + 1
+    return inner(y)
+""", "T(3), 2.0", 2, 1, r"print\(\)"),
 ]
-# CASES += CELL_CASES
+CASES += CELL_CASES
 
 
 @pytest.fixture(autouse=True)
@@ -241,6 +261,7 @@ def test_second_call_hits_the_cache(case, capsys):
     assert_same(second, first)
     if "LOG" not in ns:
         assert counters["stats"]["graph_breaks"] == breaks
+        assert not counters["recompiles"], dict(counters["recompiles"])
     assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
 
 

@@ -22,10 +22,10 @@ from .exc import CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
-from .source import CellSource, ClosureSource, LocalSource
+from .source import AttrSource, CellSource, ClosureSource, LocalSource
 from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
-from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, ListVar, NullVar, \
-    ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
+from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar, \
+    NullVar, ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
 
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -237,13 +237,23 @@ def compile_break(frame_info, e, ctx, t0):
 
     input_idx = [value_index(v) for v in inputs]
     lower_idx = [value_index(v) for v in lower]
-    continuations = []
-    for off in offsets:
+    base = resume.original(code)[0]
+
+    def locals_at(off):
+        """Value indices of the locals live at off; a cell variable's is its cell."""
         live = resume.live_locals(code, off)
         local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
                         else None for n in code.co_varnames]
-        continuations.append(resume.Continuation(code, off, local_values, lower_idx,
-                                                 outputs))
+        for i, n in enumerate(base.co_varnames):
+            if n in base.co_cellvars:
+                local_values[i] = value_index(tx.cells[n])
+        return local_values
+
+    cells = [value_index(tx.cells[n]) for n in resume.own_cells(base)]
+    continuations = []
+    for off in offsets:
+        continuations.append(resume.Continuation(code, off, locals_at(off), lower_idx,
+                                                 outputs, cells=cells))
     handler = None
     caught = resume.handler_at(code, offset)
     if caught is not None:
@@ -252,11 +262,8 @@ def compile_break(frame_info, e, ctx, t0):
         target, depth, lasti = caught
         if depth > len(lower):
             raise Unsupported("the handler's stack reaches into the instruction's inputs")
-        live = resume.live_locals(code, target)
-        local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
-                        else None for n in code.co_varnames]
-        handler = resume.Continuation(code, target, local_values, lower_idx[:depth],
-                                      1 + bool(lasti), lasti=bool(lasti))
+        handler = resume.Continuation(code, target, locals_at(target), lower_idx[:depth],
+                                      1 + bool(lasti), lasti=bool(lasti), cells=cells)
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):
@@ -370,10 +377,25 @@ def trace_frame(frame_info, stop_at=None, keep=None):
     names = code.co_varnames[:nargs]
     builtins_ = frame_info.builtins
     root = Translator(code, frame_info.globals, builtins_, {}, {}, out)
-    locals_ = {}
+    locals_, cells = {}, {}
+    # a resume function's cell variables are parameters holding the cells (resume.py)
+    resuming = resume.is_resume_code(code)
+    cell_params = set(code.co_cellvars) if resuming else set()
     for i, (name, value) in enumerate(zip(names, frame_info.args)):
-        locals_[name] = root.wrap(value, LocalSource(i, name))
-    cells = {name: CellVar(locals_.get(name)) for name in code.co_cellvars}
+        if name in cell_params:
+            cells[name] = _cell_parameter(root, out, value, i, name)
+        elif resuming and isinstance(value, types.FunctionType) and \
+                value.__code__ in resume.original(code)[0].co_consts:
+            # a function the frame made over its cells, made again by the program for
+            # each call: guarded by its code, its cells are the cell parameters
+            root.guard("ID_MATCH", AttrSource(LocalSource(i, name), "__code__"),
+                       value.__code__)
+            locals_[name] = FunctionVar(value, LocalSource(i, name))
+        else:
+            locals_[name] = root.wrap(value, LocalSource(i, name))
+    for name in code.co_cellvars:
+        if name not in cells:
+            cells[name] = CellVar(locals_.get(name))
     closure = frame_info.closure or ()
     for i, name in enumerate(code.co_freevars):
         try:
@@ -397,6 +419,22 @@ def trace_frame(frame_info, stop_at=None, keep=None):
     ret = tx.run()
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
     return out, ret
+
+
+def _cell_parameter(root, out, cell, i, name):
+    """The CellVar of a resume function's parameter holding a cell of the frame it
+    resumes: its contents read (and guarded) through the slot, its writes replayed
+    into the cell the slot holds."""
+    if not isinstance(cell, types.CellType):
+        raise Unsupported(f"cell variable {name!r} of a resume function is no cell")
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        raise Unsupported(f"cell variable {name!r} is empty at a graph break") from None
+    slot = LocalSource(i, name)
+    var = CellVar(root.wrap(contents, AttrSource(slot, "cell_contents")), real=cell)
+    var.source = slot
+    return out.side_effects.track(cell, var)
 
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):

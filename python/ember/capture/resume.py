@@ -104,9 +104,6 @@ def check_resumable(code):
     """Raises Unsupported for code whose frames resume functions cannot continue."""
     if code.co_flags & _GENERATORS:
         raise Unsupported("graph break in a generator")
-    if code.co_cellvars:
-        raise Unsupported("graph break in a function whose locals are captured by an "
-                          "inner function (cell variables)")
 
 
 def resume_code(code, offset, stack_nulls, delete, handler=False):
@@ -125,8 +122,11 @@ def resume_code(code, offset, stack_nulls, delete, handler=False):
     nlocals = len(code.co_varnames)
     nvalues = sum(1 for n in stack_nulls if not n)
     stack_names = tuple(f"___stack{nlocals + j}" for j in range(nvalues))
-    varnames = code.co_varnames + stack_names
-    body = _shift_free_opargs(code.co_code, nvalues)
+    # cell variables are parameters holding the cells themselves (the frame's MAKE_CELL
+    # instructions are jumped over): those of arguments in their slots, the others
+    # after the stack values, so every cell and free variable moves by nvalues
+    varnames = code.co_varnames + stack_names + own_cells(code)
+    body = _shift_free_opargs(code.co_code, nvalues, nlocals)
 
     def prologue():
         asm = Asm()
@@ -187,13 +187,20 @@ def original(code):
     return _origin.get(code, (code, 0))
 
 
-def _shift_free_opargs(co_code, shift):
+def own_cells(code):
+    """The code's cell variables that are not also arguments (or other locals)."""
+    return tuple(n for n in code.co_cellvars if n not in code.co_varnames)
+
+
+def _shift_free_opargs(co_code, shift, nlocals):
+    """Moves the cell and free variable opargs (3.11: indices into the locals, cells
+    and free variables) at or above nlocals by shift."""
     if shift == 0:
         return co_code
     out = bytearray(co_code)
     free = set(dis.hasfree)
     for i in range(0, len(out), 2):
-        if out[i] in free:
+        if out[i] in free and out[i + 1] >= nlocals:
             if i and out[i - 2] == dis.opmap["EXTENDED_ARG"] or out[i + 1] + shift > 255:
                 raise Unsupported("graph break in a function with too many variables")
             out[i + 1] += shift
@@ -210,13 +217,15 @@ class Continuation:
     flag) is where an exception the instruction raises goes: its outputs are the
     instruction's offset (when lasti) and the exception."""
 
-    def __init__(self, code, offset, local_values, lower, outputs, lasti=None):
+    def __init__(self, code, offset, local_values, lower, outputs, lasti=None,
+                 cells=()):
         self.code = code
         self.offset = offset
         self.local_values = local_values     # per co_varnames: value index or None
         self.lower = lower                   # [value index | None (NULL)], bottom first
         self.outputs = outputs
         self.lasti = lasti
+        self.cells = cells                   # per own_cells(): value index of the cell
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
@@ -318,6 +327,11 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
                 push(v)
         return len(c.local_values) + sum(1 for v in c.lower if v is not None)
 
+    def push_cells(c):
+        for v in c.cells:
+            push(v)
+        return len(c.cells)
+
     covered = []        # (start, end) labels of the instruction, for the handler
 
     def call_resume(k, run_instruction):
@@ -329,6 +343,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         run_instruction()
         asm.mark(end)
         covered.append((start, end))
+        n += push_cells(c)
         asm("PRECALL", n)
         asm("CALL", n)
         asm("RETURN_VALUE")
@@ -370,8 +385,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
             asm("LOAD_CONST", const(lasti_value))
             n += 1
         asm("LOAD_FAST", len(varnames) - 1)
-        asm("PRECALL", n + 1)
-        asm("CALL", n + 1)
+        n += 1 + push_cells(handler)
+        asm("PRECALL", n)
+        asm("CALL", n)
         asm("RETURN_VALUE")
     asm.mark(eager)
     asm("LOAD_CONST", 3)
