@@ -208,6 +208,14 @@ def make():
     return fn
 fn = make()
 """, "T(3)", 2, 1, r"print\(\)"),
+    Case("cell_assigned_after_the_break", """
+def fn(x):
+    y = x * 2
+    print("between")
+    z = y + 1
+    g = lambda: z * y
+    return g()
+""", "T(3)", 2, 1, r"print\(\)"),
     Case("argument_captured_by_inner_function", """
 def fn(x, k):
     def inner(v):

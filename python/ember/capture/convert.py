@@ -427,14 +427,24 @@ def _cell_parameter(root, out, cell, i, name):
     into the cell the slot holds."""
     if not isinstance(cell, types.CellType):
         raise Unsupported(f"cell variable {name!r} of a resume function is no cell")
+    slot = LocalSource(i, name)
     try:
         contents = cell.cell_contents
-    except ValueError:
-        raise Unsupported(f"cell variable {name!r} is empty at a graph break") from None
-    slot = LocalSource(i, name)
-    var = CellVar(root.wrap(contents, AttrSource(slot, "cell_contents")), real=cell)
+    except ValueError:          # assigned after the break
+        root.guard("LAMBDA", slot, (_is_empty_cell, "is an empty cell"))
+        var = CellVar(None, real=cell)
+    else:
+        var = CellVar(root.wrap(contents, AttrSource(slot, "cell_contents")), real=cell)
     var.source = slot
     return out.side_effects.track(cell, var)
+
+
+def _is_empty_cell(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return True
+    return False
 
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
@@ -539,6 +549,8 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(_hook.tensor_match(src, g.value))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
+        elif g.kind == "LAMBDA":
+            tuples.append(("LAMBDA", src) + tuple(g.value))
         elif g.kind == "ALIAS":
             other, same = g.value
             tuples.append(("ALIAS", src, other.getter(), same))
