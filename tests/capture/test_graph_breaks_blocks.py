@@ -228,6 +228,129 @@ def fn(x, k):
 ]
 CASES += CELL_CASES
 
+# A break inside a loop: the graph ends before the loop, a loop function runs the loop
+# in CPython (torch 2.13 runs the whole frame so), and capture resumes at its exits.
+LOOP_CASES = [
+    Case("loop_over_range", """
+def fn(x):
+    y = x.sin()
+    for i in range(3):
+        y = y * 2
+        print(i)
+    return y.cos() + 1
+""", "T(3)", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("loop_over_a_tuple", """
+def fn(x):
+    y = x * 2
+    for s in (1.5, 2.5):
+        y = y * s
+        print(s)
+    return y + 1
+""", "T(3)", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("loop_over_a_list_argument", """
+def fn(x, scales):
+    y = x * 2
+    for s in scales:
+        y = y * s
+        print(s)
+    return y + 1
+""", "T(3), [1.5, 2.5, 3.5]", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("while_loop_with_break_and_else", """
+def fn(x):
+    y = x * 2
+    i = 0
+    while i < 4:
+        y = y + 1
+        if y.sum() > 1000:
+            break
+        i += 1
+    else:
+        y = y * 3
+    return y - i
+""", "T(3)", 2, 1, r"data-dependent control flow", torch=SKIPPED),
+    Case("loop_with_continue_and_item", """
+def fn(x):
+    total = 0.0
+    y = x * 2
+    for i in range(4):
+        if i == 2:
+            continue
+        total += (y * i).sum().item()
+    return y * total
+""", "T(3)", 2, 1, r"Tensor\.item\(\)", torch=SKIPPED),
+    Case("nested_loops", """
+LOG = []
+def fn(x):
+    y = x + 1
+    for i in range(2):
+        for j in range(2):
+            y = y * 2
+            LOG.append((i, j, float(y.sum())))
+    return y.exp()
+""", "T(3)", 2, 1, r"float", torch=SKIPPED),
+    Case("loop_in_a_no_grad_block", """
+def fn(x):
+    y = x * 2
+    with torch.no_grad():
+        for i in range(2):
+            y = y + 1
+            print(i, y.requires_grad)
+        z = y * 3
+    return z + x, z.requires_grad
+""", "T(3).requires_grad_()", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("loop_in_a_try_block", """
+LOG = []
+def fn(x):
+    y = x * 2
+    try:
+        for i in range(3):
+            y = y + i
+            print(i)
+            if i == 1:
+                raise KeyError(i)
+    except KeyError as e:
+        LOG.append(repr(e))
+    return y * 2
+""", "T(3)", 1, 1, r"print\(\)", torch=SKIPPED),
+    # (the exception reaches the handler inside the loop function, which runs the rest
+    # of the frame in CPython: the graph after the loop is never reached)
+    Case("loop_with_a_cell_variable", """
+def fn(x):
+    y = x * 2
+    get = lambda: y
+    for i in range(2):
+        y = y + 1
+        print(i)
+    return get() * 3
+""", "T(3)", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("loop_in_a_helper", """
+def helper(y):
+    for i in range(2):
+        y = y + 1
+        print(i)
+    return y
+def fn(x):
+    y = x * 2
+    z = helper(y)
+    return z * 3
+""", "T(3)", 2, 2, r"print\(\)", torch=(2, 1)),
+    # (fn breaks at the call, helper's frame at its loop: torch skips helper's frame,
+    # uncounted)
+    Case("loop_over_a_module_list", """
+class Block(nn.Module):
+    def forward(self, x):
+        print("block")
+        return x * 2
+blocks = nn.ModuleList([Block(), Block()])
+def fn(x):
+    y = x + 1
+    for b in blocks:
+        y = b(y) + 1
+    return y.sin()
+""", "T(3)", 3, 2, r"print\(\)", torch=(1, 0)),
+]
+CASES += LOOP_CASES
+
 
 @pytest.fixture(autouse=True)
 def fresh():

@@ -200,8 +200,12 @@ def compile_break(frame_info, e, ctx, t0):
     code = frame_info.code
     offset = e.break_at
     resume.check_resumable(code)
-    if resume.in_loop(code, offset):
-        raise Unsupported("the break is inside a loop")
+    base, shift = resume.original(code)
+    loop = resume.enclosing_loop(base, offset - shift)
+    if loop is not None:
+        # inside a loop: the graph ends before the loop, which a loop function runs in
+        # CPython, and capture resumes where the loop exits (resume.py)
+        offset = loop[0] + shift
     root = []
     out, _ = trace_frame(frame_info, stop_at=offset, keep=root)
     tx = root[0]
@@ -209,7 +213,10 @@ def compile_break(frame_info, e, ctx, t0):
     if ins is None or ins.offset != offset:
         raise Unsupported("tracing again did not reach the break")
     following = tx.instructions[tx.index_of[offset] + 1].offset
-    if ins.opname == "CALL":
+    if loop is not None:
+        n_in, outputs, instruction = 0, 0, ("LOOP", None)
+        offsets = [offset]
+    elif ins.opname == "CALL":
         n_in, outputs, instruction = ins.arg + 2, 1, ("CALL", ins.arg)
         offsets = [following]
     elif ins.opname == "CALL_FUNCTION_EX":
@@ -237,8 +244,6 @@ def compile_break(frame_info, e, ctx, t0):
 
     input_idx = [value_index(v) for v in inputs]
     lower_idx = [value_index(v) for v in lower]
-    base = resume.original(code)[0]
-
     def locals_at(off):
         """Value indices of the locals live at off; a cell variable's is its cell."""
         live = resume.live_locals(code, off)
@@ -254,8 +259,12 @@ def compile_break(frame_info, e, ctx, t0):
     for off in offsets:
         continuations.append(resume.Continuation(code, off, locals_at(off), lower_idx,
                                                  outputs, cells=cells))
+    if loop is not None:
+        if any(v is None for v in lower_idx):
+            raise Unsupported("a NULL on the stack below a loop")
+        continuations[0].loop = loop[1:]
     handler = None
-    caught = resume.handler_at(code, offset)
+    caught = resume.handler_at(code, offset) if loop is None else None
     if caught is not None:
         # inside a try or with block: an exception the instruction raises goes to the
         # block's handler, in a resume function with the stack the handler expects

@@ -72,32 +72,152 @@ def in_loop(code, offset) -> bool:
     return False
 
 
-def live_locals(code, offset):
-    """Local names that may be read at or after `offset` (an over-approximation: read
-    by any instruction reachable from it); all of them if the code can introspect."""
-    if _INTROSPECTION & set(code.co_names):
-        return set(code.co_varnames)
+def enclosing_loop(code, offset):
+    """The outermost loop around `offset`, as (head, exits, stored, deleted), or None.
+    head: the offset
+    a graph break moves to, before the loop (a for loop's GET_ITER, a while loop's
+    first body instruction); exits: the offsets control reaches leaving the loop (the
+    loop's jumps past its last instruction, and the instruction after a conditional
+    last jump), each with its stack depth; stored, deleted: the locals the loop (and
+    the handlers it reaches) may store or delete before an exit."""
+    instructions = list(dis.get_instructions(code))
+    last = {}                     # backward jump target -> its last backward jump
+    for ins in instructions:
+        if ins.opcode in _JUMPS and "BACKWARD" in ins.opname:
+            last[ins.argval] = max(last.get(ins.argval, -1), ins.offset)
+    spans = [(t, b) for t, b in last.items() if t <= offset <= b]
+    if not spans:
+        return None
+    top, bottom = min(t for t, _ in spans), max(b for _, b in spans)
+    # loops overlapping the chosen one (a continue's jump, a nested loop) widen it
+    changed = True
+    while changed:
+        changed = False
+        for t, b in last.items():
+            if t <= bottom and b >= top and (t < top or b > bottom):
+                top, bottom = min(top, t), max(bottom, b)
+                changed = True
+    index = {ins.offset: i for i, ins in enumerate(instructions)}
+    head = top
+    i = index[top]
+    if instructions[i].opname == "FOR_ITER":
+        if i == 0 or instructions[i - 1].opname != "GET_ITER":
+            raise Unsupported("a for loop without GET_ITER before it")
+        head = instructions[i - 1].offset
+    depths = stack_depths(code)
+    exits = {}
+    for ins in instructions[index[head]:index[bottom] + 1]:
+        if ins.opcode in _JUMPS and ins.argval > bottom:
+            exits[ins.argval] = None
+    b = instructions[index[bottom]]
+    if b.opname.startswith("POP_JUMP"):
+        exits[instructions[index[bottom] + 1].offset] = None
+    # what the loop function runs before an exit (handlers included): the locals it
+    # may store
+    handlers = parse_exception_table(code.co_exceptiontable)
+    stored, deleted, seen, todo = set(), set(), set(exits), [head]
+    while todo:
+        off = todo.pop()
+        if off in seen:
+            continue
+        seen.add(off)
+        i = index[off]
+        ins = instructions[i]
+        if ins.opname == "DELETE_FAST":
+            deleted.add(ins.argval)
+        if ins.opname == "STORE_FAST":
+            stored.add(ins.argval)
+        if ins.opcode in _JUMPS:
+            todo.append(ins.argval)
+        if ins.opcode not in _NO_FALLTHROUGH and i + 1 < len(instructions):
+            todo.append(instructions[i + 1].offset)
+        for s, e, t, _, _ in handlers:
+            if s <= off // 2 < e:
+                todo.append(2 * t)
+    return head, tuple(sorted((t, depths[t]) for t in exits if t in depths)), \
+        frozenset(stored), frozenset(deleted)
+
+
+def stack_depths(code):
+    """{offset: stack depth} of the instructions reachable in `code` (the depths the
+    compiler gave them: each instruction has one)."""
     instructions = list(dis.get_instructions(code))
     index = {ins.offset: i for i, ins in enumerate(instructions)}
     handlers = parse_exception_table(code.co_exceptiontable)
-    seen, todo, live = set(), [index[offset]], set()
+    depths = {0: 0}
+    todo = [0]
     while todo:
         i = todo.pop()
-        if i in seen or i >= len(instructions):
-            continue
-        seen.add(i)
         ins = instructions[i]
-        if ins.opname in _READS:
-            live.add(ins.argval)
-        if ins.opcode in _JUMPS:
-            todo.append(index[ins.argval])
-        if ins.opcode not in _NO_FALLTHROUGH:
-            todo.append(i + 1)
+        depth = depths[ins.offset]
+
+        def reach(offset, d):
+            if offset not in depths:
+                depths[offset] = d
+                todo.append(index[offset])
         unit = ins.offset // 2
-        for s, e, target, _, _ in handlers:
+        for s, e, target, hdepth, lasti in handlers:
             if s <= unit < e:
-                todo.append(index[target * 2])
-    return live & set(code.co_varnames)
+                reach(2 * target, hdepth + lasti + 1)
+        if ins.opcode in _JUMPS:
+            reach(ins.argval, depth + dis.stack_effect(ins.opcode, ins.arg, jump=True))
+        if ins.opcode not in _NO_FALLTHROUGH and i + 1 < len(instructions):
+            reach(instructions[i + 1].offset,
+                  depth + dis.stack_effect(ins.opcode, ins.arg, jump=False))
+    return depths
+
+
+def live_locals(code, offset):
+    """Local names that may be read at or after `offset` before being stored (each
+    path from it; a handler counts from every instruction it covers, before that
+    instruction's store); all of them if the code can introspect."""
+    if _INTROSPECTION & set(code.co_names):
+        return set(code.co_varnames)
+    return _liveness(code)[offset] & set(code.co_varnames)
+
+
+_live_cache = weakref.WeakKeyDictionary()
+
+
+def _liveness(code):
+    """{offset: names live before the instruction}, by backward fixpoint."""
+    hit = _live_cache.get(code)
+    if hit is not None:
+        return hit
+    instructions = list(dis.get_instructions(code))
+    index = {ins.offset: i for i, ins in enumerate(instructions)}
+    handlers = parse_exception_table(code.co_exceptiontable)
+    succs, caught = [], []
+    for i, ins in enumerate(instructions):
+        nxt = []
+        if ins.opcode in _JUMPS:
+            nxt.append(index[ins.argval])
+        if ins.opcode not in _NO_FALLTHROUGH and i + 1 < len(instructions):
+            nxt.append(i + 1)
+        succs.append(nxt)
+        unit = ins.offset // 2
+        caught.append([index[2 * t] for s, e, t, _, _ in handlers if s <= unit < e])
+    live = [frozenset()] * len(instructions)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(instructions) - 1, -1, -1):
+            ins = instructions[i]
+            after = set()
+            for j in succs[i]:
+                after |= live[j]
+            if ins.opname == "STORE_FAST":
+                after.discard(ins.argval)
+            if ins.opname in _READS:
+                after.add(ins.argval)
+            for j in caught[i]:
+                after |= live[j]
+            if after != live[i]:
+                live[i] = frozenset(after)
+                changed = True
+    out = {ins.offset: live[i] for i, ins in enumerate(instructions)}
+    _live_cache[code] = out
+    return out
 
 
 def check_resumable(code):
@@ -106,14 +226,17 @@ def check_resumable(code):
         raise Unsupported("graph break in a generator")
 
 
-def resume_code(code, offset, stack_nulls, delete, handler=False):
+def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
     NULL (pushed again by the prologue) and False where it holds a value (a parameter).
     delete: names of locals the prologue deletes (unbound in the frame, or dead).
-    handler: it continues at an exception handler (the frame hook skips it)."""
-    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler)
+    handler: it continues at an exception handler (the frame hook skips it).
+    loop: the exits ((offset, stack depth), ...) of the loop starting at `offset`: the
+    code (a loop function, which the frame hook skips) runs the loop in CPython, and
+    each exit becomes a call of the resume function there, whose result it returns."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop)
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -145,7 +268,7 @@ def resume_code(code, offset, stack_nulls, delete, handler=False):
         return asm
 
     # the prologue's size decides the jump's, which may change the size: iterate
-    units = 0
+    units = len(prologue().assemble()) // 2 + 1
     for _ in range(4):
         asm = prologue()
         target = Label(units + offset // 2)
@@ -159,18 +282,102 @@ def resume_code(code, offset, stack_nulls, delete, handler=False):
     handlers = [(s + units, e + units, t + units, d, lasti) for s, e, t, d, lasti in
                 parse_exception_table(code.co_exceptiontable)]
     qualname = f"{code.co_qualname}.<resume at {offset}>"
+    consts, tail, stacksize = code.co_consts, b"", 0
+    if loop is not None:
+        body, tail, consts, stacksize = _loop_exits(code, body, units, loop, delete,
+                                                    nvalues)
+        qualname = f"{code.co_qualname}.<loop at {offset}>"
     new = code.replace(
-        co_code=head + body,
+        co_code=head + body + tail, co_consts=consts,
         co_argcount=len(varnames), co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames,
         co_flags=code.co_flags & ~_FLATTEN,
-        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1),
-        co_linetable=no_location(units) + code.co_linetable,
+        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1, stacksize),
+        co_linetable=no_location(units) + code.co_linetable +
+        no_location(len(tail) // 2),
         co_exceptiontable=encode_exception_table(handlers),
         co_qualname=qualname)
     per_code[key] = new
     _origin[new] = (code, 2 * units)
     return new
+
+
+def _loop_exits(code, body, units, loop, delete, nvalues):
+    """A loop function's body with a jump at each exit to a stub after the code that
+    calls the resume function there with the live locals (bound before the loop:
+    those the prologue does not delete), the stack values and the cells, and returns
+    its result. Returns (body, stubs, consts, stack size)."""
+    exits, stored, deleted = loop
+    instructions = list(dis.get_instructions(code))
+    targets = {ins.argval for ins in instructions if ins.opcode in _JUMPS}
+    targets |= {2 * t for _, _, t, _, _ in parse_exception_table(code.co_exceptiontable)}
+    starts = [ins.offset for ins in instructions]
+    nlocals = len(code.co_varnames)
+    cells = own_cells(code)
+    consts = list(code.co_consts)
+
+    def const(obj):
+        for i, c in enumerate(consts):
+            if c is obj and type(c) is type(obj):
+                return i
+        consts.append(obj)
+        return len(consts) - 1
+    none = const(None)
+    body = bytearray(body)
+    tail = bytearray()
+    stacksize = 0
+    end_unit = units + len(body) // 2
+    for target, depth in exits:
+        live = live_locals(code, target)
+        unbound = live & set(delete) - set(code.co_cellvars)   # unbound before the loop
+        if unbound & stored or live & deleted:
+            raise Unsupported("a local read after the loop may be unbound there")
+        dead = {n for n in code.co_varnames if n not in code.co_cellvars and
+                (n not in live or n in unbound)}
+        rcode = resume_code(code, target, [False] * depth, dead)
+        asm = Asm()
+        asm("PUSH_NULL")
+        if code.co_freevars:
+            base = nlocals + nvalues + len(cells)
+            for j in range(len(code.co_freevars)):
+                asm("LOAD_CLOSURE", base + j)
+            asm("BUILD_TUPLE", len(code.co_freevars))
+        asm("LOAD_CONST", const(rcode))
+        asm("MAKE_FUNCTION", 8 if code.co_freevars else 0)
+        for i, name in enumerate(code.co_varnames):
+            if name in dead:
+                asm("LOAD_CONST", none)
+            else:
+                asm("LOAD_FAST", i)       # (a cell variable's slot: the cell)
+        for _ in range(depth):
+            asm("COPY", depth + 2 + nlocals)
+        for k in range(len(cells)):
+            asm("LOAD_FAST", nlocals + nvalues + k)
+        n = nlocals + depth + len(cells)
+        asm("PRECALL", n)
+        asm("CALL", n)
+        for _ in range(depth):
+            asm("SWAP", 2)
+            asm("POP_TOP")
+        asm("RETURN_VALUE")
+        stacksize = max(stacksize, depth + 2 + n)
+        stub_unit = end_unit + len(tail) // 2
+        tail += asm.assemble()
+        # the jump at the exit: one unit, or two with EXTENDED_ARG
+        delta = stub_unit - (units + target // 2 + 1)
+        size = 1 if delta <= 255 else 2
+        delta = stub_unit - (units + target // 2 + size)
+        if delta > 0xFFFF:
+            raise Unsupported("a loop exit too far from the end of the code")
+        if any(target < o < target + 2 * size and o in targets for o in starts) or \
+                target + 2 * size > len(body):
+            raise Unsupported("a loop exit next to another jump target")
+        at = target
+        if size == 2:
+            body[at:at + 2] = bytes((dis.opmap["EXTENDED_ARG"], delta >> 8))
+            at += 2
+        body[at:at + 2] = bytes((dis.opmap["JUMP_FORWARD"], delta & 0xFF))
+    return bytes(body), bytes(tail), tuple(consts), stacksize
 
 
 _origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)
@@ -226,6 +433,7 @@ class Continuation:
         self.outputs = outputs
         self.lasti = lasti
         self.cells = cells                   # per own_cells(): value index of the cell
+        self.loop = None                     # a loop's exits: resume with a loop function
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
@@ -265,7 +473,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
         nulls = [v is None for v in c.lower] + [False] * c.outputs
         rcode = resume_code(base, c.offset - shift, nulls, delete,
-                            handler=c.lasti is not None)
+                            handler=c.lasti is not None, loop=c.loop)
+        if c.loop is not None:
+            _skip_code(rcode)         # the loop runs in CPython
         resumes.append(rcode)
     if handler is not None:
         # the handler and what follows it run in CPython: an exception is rare, and
@@ -348,7 +558,10 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         asm("CALL", n)
         asm("RETURN_VALUE")
 
-    if not instruction[0].startswith("POP_JUMP"):
+    if instruction[0] == "LOOP":
+        call_resume(0, lambda: None)
+        covered.pop()
+    elif not instruction[0].startswith("POP_JUMP"):
         def run_call():
             for v in inputs:
                 push(v)
