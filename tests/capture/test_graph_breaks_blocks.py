@@ -494,3 +494,137 @@ def test_exception_leaves_the_block_as_eager(fn, backend, capsys):
         assert ember.is_grad_enabled()
         assert tag.log == want_tag.log
     assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
+
+
+def _loop_sources():
+    def early_return(x):
+        y = x * 2
+        for i in range(5):
+            y = y + 1
+            if y.sum() > 12:
+                return y * 100
+        return y - 1
+
+    def raises_out_of_the_loop(x):
+        y = x * 2
+        for i in range(3):
+            y = y + 1
+            if i == 2:
+                raise ValueError(float(y.sum()))
+        return y
+
+    def appends_to_the_list_it_walks(x):
+        y = x * 2
+        todo = [1, 2]
+        for v in todo:
+            y = y * v
+            if v < 3:
+                todo.append(v + 2)
+            print(v)
+        return y + len(todo)
+
+    def while_true_with_break(x):
+        y = x * 2
+        n = 0
+        while True:
+            n += 1
+            y = y + 1
+            if y.sum() > 20:
+                break
+        return y * n
+
+    def while_condition_on_a_tensor(x):
+        y = x * 2
+        while y.sum() < 20:
+            y = y + 1
+        return y.exp()
+
+    def for_else_and_enumerate(x):
+        y = x + 1
+        for i, s in enumerate([1.0, 2.0]):
+            y = y * s
+            print(i)
+        else:
+            y = y - 1
+        return y
+    return [early_return, raises_out_of_the_loop, appends_to_the_list_it_walks,
+            while_true_with_break, while_condition_on_a_tensor, for_else_and_enumerate]
+
+
+@pytest.mark.parametrize("fn", _loop_sources(), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "llvm"])
+def test_loops_as_eager(fn, backend, capsys):
+    """Breaks inside loops of all shapes: eager's result, exception and output, on
+    inputs that take the loop different numbers of times; no frame falls back."""
+    compiled = ember.compile(fn, backend=backend)
+    for scale in (1.0, 3.0, -1.0):
+        x = ember.ones(3) * scale
+        try:
+            want, want_exc = fn(x), None
+        except ValueError as e:
+            want, want_exc = None, e
+        printed = capsys.readouterr().out
+        try:
+            got, got_exc = compiled(x), None
+        except ValueError as e:
+            got, got_exc = None, e
+        assert capsys.readouterr().out == printed
+        assert repr(got_exc) == repr(want_exc)
+        if want_exc is None:
+            assert_same(got, want)
+    assert counters["stats"]["graph_breaks"] >= 1
+    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
+
+
+def _alias_block_sources():
+    def view_in_a_no_grad_block(x):
+        y = x * 2
+        t = y.view(2, 2)
+        with ember.no_grad():
+            print("mid")
+            t.add_(1)
+        return y, t
+
+    def input_view_in_a_loop(x):
+        v = x[1:]
+        for i in range(2):
+            print(i)
+            v.mul_(2)
+        return x
+
+    def view_in_a_try_block(x):
+        y = x + 1
+        a, b = y[:2], y[1:]
+        try:
+            print("mid")
+            a.mul_(3)
+        except RuntimeError:
+            pass
+        return b
+    return [view_in_a_no_grad_block, input_view_in_a_loop, view_in_a_try_block]
+
+
+@pytest.mark.parametrize("fn", _alias_block_sources(), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+def test_memory_shared_across_a_break_in_a_block_is_eagers(fn, backend, capsys):
+    """Views and aliases crossing a break inside a block keep eager's answer: values,
+    writes into the input and gradients."""
+    base = ember.randn(4, dtype=ember.float64, requires_grad=True)
+    want_in, got_in = base.clone(), base.clone()
+    want = fn(want_in)
+    got = ember.compile(fn, backend=backend)(got_in)
+    want, got = (want if isinstance(want, tuple) else (want,)), \
+        (got if isinstance(got, tuple) else (got,))
+    for w, g in zip(want, got):
+        assert g.tolist() == w.tolist()
+    assert got_in.tolist() == want_in.tolist()
+    assert got_in._version == want_in._version
+
+    def grad_of(outs):
+        base.grad = None
+        try:
+            sum(o.sum() for o in outs).backward()
+        except RuntimeError as e:
+            return type(e)
+        return base.grad.tolist()
+    assert grad_of(got) == grad_of(want)

@@ -63,15 +63,6 @@ def handler_at(code, offset):
     return None
 
 
-def in_loop(code, offset) -> bool:
-    """Whether `offset` lies between a backward jump's target and the jump."""
-    for ins in dis.get_instructions(code):
-        if ins.opcode in _JUMPS and "BACKWARD" in ins.opname and \
-                ins.argval <= offset <= ins.offset:
-            return True
-    return False
-
-
 def enclosing_loop(code, offset):
     """The outermost loop around `offset`, as (head, exits, stored, deleted), or None.
     head: the offset
