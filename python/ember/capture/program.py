@@ -32,9 +32,9 @@ import types
 
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar, DictVar,
-                        FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar, TensorMethodVar,
-                        TensorVar, TupleVar)
+from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
+                        DictVar, FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar,
+                        TensorMethodVar, TensorVar, TupleVar)
 
 
 def _bind(pair):

@@ -19,6 +19,14 @@ prologue and its line entries say "no location", so tracebacks and handlers afte
 are the original ones. Resume functions are ordinary functions: the frame hook
 converts them on their call, and they break again where needed. They are cached per
 (code, offset, stack shape, deleted locals).
+
+Inside blocks: a `with` block's __exit__ is a stack value (stdlib.GradModeExit for a
+grad-mode block); inside a try or with block, the entry function's exception table
+sends an exception of the stopped instruction to a handler resume function (skipped by
+the hook: the handler runs in CPython) with the stack the frame's handler expects. A
+frame's cell variables become parameters holding the cells. A break inside a loop moves
+before the loop: a loop function (a resume code the hook skips) runs the loop in CPython
+and calls the resume function at each of the loop's exits (`_loop_exits`).
 """
 from __future__ import annotations
 
