@@ -96,6 +96,19 @@ def fn(x):
     LOG.append("after")
     return z + y
 """, "T(3)", 2, 1, r"print\(\)", torch=SKIPPED),
+    Case("helper_breaks_inside_a_no_grad_block", """
+def helper(y):
+    z = y * 3
+    print("in helper", torch.is_grad_enabled())
+    return z + 1
+def fn(x):
+    y = x.sin()
+    with torch.no_grad():
+        z = helper(y)
+        w = z * y
+    return w + x, w.requires_grad
+""", "T(3).requires_grad_()", 4, 2, r"print\(\)", torch=(4, 3)),
+    # (fn breaks at the call, helper at its print; torch counts the inner break twice)
     # ------------------------------------------------------------ try blocks
     Case("try_except_not_raised", """
 def fn(x):
