@@ -18,7 +18,7 @@ import pytest
 import ember
 from ember.capture import CaptureError, _hook, counters
 
-from test_catalogue import assert_same, make_namespace
+from test_catalogue import assert_same, flatten, make_namespace
 from test_graph_breaks import Case, run_case
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
@@ -229,6 +229,35 @@ def fn(x):
     g = lambda: z * y
     return g()
 """, "T(3)", 2, 1, r"print\(\)"),
+    Case("cells_and_free_variables_in_a_no_grad_block", """
+def make():
+    scale = T(3)
+    def fn(x):
+        y = x * scale
+        get = lambda: y * scale
+        with torch.no_grad():
+            z = get()
+            print("in", z.requires_grad)
+            y = z + 1
+        return get() + x, y.requires_grad
+    return fn
+fn = make()
+""", "T(3).requires_grad_()", 2, 1, r"print\(\)"),
+    Case("loop_with_cells_in_a_no_grad_block", """
+def make():
+    scale = T(3)
+    def fn(x):
+        y = x * scale
+        get = lambda: y + scale
+        with torch.no_grad():
+            for i in range(2):
+                y = y * 2
+                print(i, y.requires_grad)
+        return get() * x
+    return fn
+fn = make()
+""", "T(3).requires_grad_()", 2, 1, r"print\(\)", torch=(1, 0)),
+    # (torch skips fn, and captures the lambda called after the loop on its own)
     Case("argument_captured_by_inner_function", """
 def fn(x, k):
     def inner(v):
@@ -373,6 +402,11 @@ def fresh():
     ember.compiler.reset()
 
 
+def _grad_flags(result):
+    return [(t.requires_grad, t.grad_fn is not None) for t in flatten(result)
+            if isinstance(t, ember.Tensor)]
+
+
 def _run(lib, case, capsys, compile=None):
     mode = lib.is_grad_enabled()
     try:
@@ -388,6 +422,7 @@ def test_break_in_block_matches_eager(case, backend, capsys):
     want = _run(ember, case, capsys)
     got = _run(ember, case, capsys, lambda fn: ember.compile(fn, backend=backend))
     assert_same(got[0], want[0])
+    assert _grad_flags(got[0]) == _grad_flags(want[0])     # autograd as eager's
     assert got[1:] == want[1:]
     assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
     assert counters["stats"]["graph_breaks"] == case.breaks, dict(counters["graph_break"])

@@ -288,9 +288,12 @@ def compile_break(frame_info, e, ctx, t0):
                               _eager_rerun(code, frame_info.globals, frame_info.closure,
                                            ctx, flagged=True),
                               code.co_name, guards)
+    entry_mode = _C.is_grad_enabled()        # (guarded; the trace restored it)
     entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
                                   instruction, tx.kw_names, continuations, tx.lineno,
-                                  handler=handler, offset=offset)
+                                  handler=handler, offset=offset,
+                                  entry_mode=entry_mode
+                                  if out.exit_grad_mode != entry_mode else None)
     if _has_ops(gm):
         counters["stats"]["unique_graphs"] += 1
         ctx.graphs.append(gm)

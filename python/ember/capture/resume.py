@@ -37,6 +37,7 @@ import weakref
 
 from .bytecode import Asm, Label, encode_exception_table, no_location, one_line, \
     parse_exception_table
+from .. import _C
 from .exc import Unsupported
 
 _JUMPS = set(dis.hasjrel)
@@ -225,7 +226,7 @@ def check_resumable(code):
         raise Unsupported("graph break in a generator")
 
 
-def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
+def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
@@ -234,8 +235,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
     handler: it continues at an exception handler (the frame hook skips it).
     loop: the exits ((offset, stack depth), ...) of the loop starting at `offset`: the
     code (a loop function, which the frame hook skips) runs the loop in CPython, and
-    each exit becomes a call of the resume function there, whose result it returns."""
-    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop)
+    each exit becomes a call of the resume function there, whose result it returns.
+    grad: it takes the grad mode to run in as a parameter (after the stack values) and
+    its prologue sets it, keeping the caller's in a local: the caller enters it with
+    its own mode, so the graph starts in the mode of the frame that broke (AOT traces
+    autograd by the mode a graph starts in) and changes it inside, as that frame did."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad)
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -247,14 +252,28 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
     # cell variables are parameters holding the cells themselves (the frame's MAKE_CELL
     # instructions are jumped over): those of arguments in their slots, the others
     # after the stack values, so every cell and free variable moves by nvalues
-    varnames = code.co_varnames + stack_names + own_cells(code)
-    body = _shift_free_opargs(code.co_code, nvalues, nlocals)
+    g = int(bool(grad))
+    cells = own_cells(code)
+    varnames = code.co_varnames + stack_names + ("___grad",) * g + cells + \
+        ("___entry_grad",) * g
+    nparams = len(varnames) - g
+    body = _shift_free_opargs(code.co_code, nlocals, len(cells), nvalues + g, g)
+    consts = list(code.co_consts)
+    if grad:
+        consts.append(_C._set_grad_enabled)
 
     def prologue():
         asm = Asm()
         if code.co_freevars:
             asm("COPY_FREE_VARS", len(code.co_freevars))
         asm("RESUME", 0)
+        if grad:
+            asm("PUSH_NULL")
+            asm("LOAD_CONST", len(code.co_consts))
+            asm("LOAD_FAST", nlocals + nvalues)
+            asm("PRECALL", 1)
+            asm("CALL", 1)
+            asm("STORE_FAST", len(varnames) - 1)
         for name in sorted(delete, key=code.co_varnames.index):
             asm("DELETE_FAST", code.co_varnames.index(name))
         j = 0
@@ -281,17 +300,17 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
     handlers = [(s + units, e + units, t + units, d, lasti) for s, e, t, d, lasti in
                 parse_exception_table(code.co_exceptiontable)]
     qualname = f"{code.co_qualname}.<resume at {offset}>"
-    consts, tail, stacksize = code.co_consts, b"", 0
+    tail, stacksize = b"", 0
     if loop is not None:
-        body, tail, consts, stacksize = _loop_exits(code, body, units, loop, delete,
-                                                    nvalues)
+        body, tail, stacksize = _loop_exits(code, body, units, loop, delete, nvalues,
+                                            consts, g)
         qualname = f"{code.co_qualname}.<loop at {offset}>"
     new = code.replace(
-        co_code=head + body + tail, co_consts=consts,
-        co_argcount=len(varnames), co_posonlyargcount=0, co_kwonlyargcount=0,
+        co_code=head + body + tail, co_consts=tuple(consts),
+        co_argcount=nparams, co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames,
         co_flags=code.co_flags & ~_FLATTEN,
-        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 1, stacksize),
+        co_stacksize=max(code.co_stacksize, len(stack_nulls) + 3, stacksize),
         co_linetable=no_location(units) + code.co_linetable +
         no_location(len(tail) // 2),
         co_exceptiontable=encode_exception_table(handlers),
@@ -301,11 +320,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None):
     return new
 
 
-def _loop_exits(code, body, units, loop, delete, nvalues):
+def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
     """A loop function's body with a jump at each exit to a stub after the code that
     calls the resume function there with the live locals (bound before the loop:
     those the prologue does not delete), the stack values and the cells, and returns
-    its result. Returns (body, stubs, consts, stack size)."""
+    its result (with g, under the mode the loop function was called in, passing the
+    mode at the exit). Returns (body, stubs, stack size); consts grows."""
     exits, stored, deleted = loop
     instructions = list(dis.get_instructions(code))
     targets = {ins.argval for ins in instructions if ins.opcode in _JUMPS}
@@ -313,7 +333,6 @@ def _loop_exits(code, body, units, loop, delete, nvalues):
     starts = [ins.offset for ins in instructions]
     nlocals = len(code.co_varnames)
     cells = own_cells(code)
-    consts = list(code.co_consts)
 
     def const(obj):
         for i, c in enumerate(consts):
@@ -333,11 +352,11 @@ def _loop_exits(code, body, units, loop, delete, nvalues):
             raise Unsupported("a local read after the loop may be unbound there")
         dead = {n for n in code.co_varnames if n not in code.co_cellvars and
                 (n not in live or n in unbound)}
-        rcode = resume_code(code, target, [False] * depth, dead)
+        rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g))
         asm = Asm()
         asm("PUSH_NULL")
         if code.co_freevars:
-            base = nlocals + nvalues + len(cells)
+            base = nlocals + nvalues + 2 * g + len(cells)
             for j in range(len(code.co_freevars)):
                 asm("LOAD_CLOSURE", base + j)
             asm("BUILD_TUPLE", len(code.co_freevars))
@@ -350,16 +369,28 @@ def _loop_exits(code, body, units, loop, delete, nvalues):
                 asm("LOAD_FAST", i)       # (a cell variable's slot: the cell)
         for _ in range(depth):
             asm("COPY", depth + 2 + nlocals)
+        if g:
+            asm("PUSH_NULL")
+            asm("LOAD_CONST", const(_C.is_grad_enabled))
+            asm("PRECALL", 0)
+            asm("CALL", 0)
         for k in range(len(cells)):
-            asm("LOAD_FAST", nlocals + nvalues + k)
-        n = nlocals + depth + len(cells)
+            asm("LOAD_FAST", nlocals + nvalues + g + k)
+        if g:
+            asm("PUSH_NULL")
+            asm("LOAD_CONST", const(_C._set_grad_enabled))
+            asm("LOAD_FAST", nlocals + nvalues + g + len(cells))
+            asm("PRECALL", 1)
+            asm("CALL", 1)
+            asm("POP_TOP")
+        n = nlocals + depth + g + len(cells)
         asm("PRECALL", n)
         asm("CALL", n)
         for _ in range(depth):
             asm("SWAP", 2)
             asm("POP_TOP")
         asm("RETURN_VALUE")
-        stacksize = max(stacksize, depth + 2 + n)
+        stacksize = max(stacksize, depth + 2 + n + 3)
         stub_unit = end_unit + len(tail) // 2
         tail += asm.assemble()
         # the jump at the exit: one unit, or two with EXTENDED_ARG
@@ -376,7 +407,7 @@ def _loop_exits(code, body, units, loop, delete, nvalues):
             body[at:at + 2] = bytes((dis.opmap["EXTENDED_ARG"], delta >> 8))
             at += 2
         body[at:at + 2] = bytes((dis.opmap["JUMP_FORWARD"], delta & 0xFF))
-    return bytes(body), bytes(tail), tuple(consts), stacksize
+    return bytes(body), bytes(tail), stacksize
 
 
 _origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)
@@ -398,18 +429,20 @@ def own_cells(code):
     return tuple(n for n in code.co_cellvars if n not in code.co_varnames)
 
 
-def _shift_free_opargs(co_code, shift, nlocals):
+def _shift_free_opargs(co_code, nlocals, ncells, shift, more):
     """Moves the cell and free variable opargs (3.11: indices into the locals, cells
-    and free variables) at or above nlocals by shift."""
-    if shift == 0:
+    and free variables): the cells after the locals by shift, the free variables after
+    them by shift + more."""
+    if shift == 0 and more == 0:
         return co_code
     out = bytearray(co_code)
     free = set(dis.hasfree)
     for i in range(0, len(out), 2):
         if out[i] in free and out[i + 1] >= nlocals:
-            if i and out[i - 2] == dis.opmap["EXTENDED_ARG"] or out[i + 1] + shift > 255:
+            by = shift + (more if out[i + 1] >= nlocals + ncells else 0)
+            if i and out[i - 2] == dis.opmap["EXTENDED_ARG"] or out[i + 1] + by > 255:
                 raise Unsupported("graph break in a function with too many variables")
-            out[i + 1] += shift
+            out[i + 1] += by
     return bytes(out)
 
 
@@ -436,7 +469,7 @@ class Continuation:
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
-                   continuations, line, handler=None, offset=None):
+                   continuations, line, handler=None, offset=None, entry_mode=None):
     """The function a frame with a break runs instead of its code (see module doc).
 
     inputs: the stopped instruction's operands, [value index | None (NULL)], bottom
@@ -445,7 +478,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
     or a conditional jump (continuations[0] falls through, [1] is the jump's).
     handler: the Continuation an exception raised by the instruction goes to (the
     break is inside a try or with block), or None. offset: the instruction's (for
-    the handler's lasti)."""
+    the handler's lasti). entry_mode: the frame's grad mode where the mode at the
+    break differs (a grad-mode block, cut): the resume functions take the mode as a
+    parameter (resume_code's grad) and are called in this one."""
     nslots = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + \
         bool(code.co_flags & inspect.CO_VARKEYWORDS)
@@ -472,7 +507,8 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
         nulls = [v is None for v in c.lower] + [False] * c.outputs
         rcode = resume_code(base, c.offset - shift, nulls, delete,
-                            handler=c.lasti is not None, loop=c.loop)
+                            handler=c.lasti is not None, loop=c.loop,
+                            grad=entry_mode is not None and c.lasti is None)
         if c.loop is not None:
             _skip_code(rcode)         # the loop runs in CPython
         resumes.append(rcode)
@@ -552,7 +588,20 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         run_instruction()
         asm.mark(end)
         covered.append((start, end))
+        if entry_mode is not None:        # the mode to run in, then the caller's
+            asm("PUSH_NULL")
+            asm("LOAD_CONST", const(_C.is_grad_enabled))
+            asm("PRECALL", 0)
+            asm("CALL", 0)
+            n += 1
         n += push_cells(c)
+        if entry_mode is not None:
+            asm("PUSH_NULL")
+            asm("LOAD_CONST", const(_C._set_grad_enabled))
+            asm("LOAD_CONST", const(bool(entry_mode)))
+            asm("PRECALL", 1)
+            asm("CALL", 1)
+            asm("POP_TOP")
         asm("PRECALL", n)
         asm("CALL", n)
         asm("RETURN_VALUE")

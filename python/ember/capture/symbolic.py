@@ -994,6 +994,12 @@ class Translator:
             kwargs = dict(zip(self.kw_names, args[-n:]))
             args = args[:-n]
             self.kw_names = None
+        if isinstance(fn, ConstVar) and fn.value is _C._set_grad_enabled and \
+                len(args) == 1 and args[0].is_constant() and not kwargs:
+            # a resume function's prologue setting the mode of the frame that broke
+            # (resume.resume_code's grad)
+            self.push(ConstVar(stdlib._record_grad_mode(self, bool(args[0].as_constant()))))
+            return
         self.push(fn.call(self, args, kwargs))
 
     def CALL_FUNCTION_EX(self, ins):
