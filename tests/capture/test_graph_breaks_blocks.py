@@ -3,10 +3,12 @@ context managers), a `try` block, a loop body, and a frame with cell variables. 
 frame compiles the graph so far, runs the instruction in CPython and resumes in a
 resume function (ember/capture/resume.py) that continues inside the block: the block's
 __exit__ passed on as a stack value, the frame's exception table kept, so an exception
-after the break (or from the break's instruction itself) reaches the block's handler.
+after the break (or from the break's instruction itself) reaches the block's handler;
+cells passed on as themselves. A break inside a loop ends the graph before the loop,
+which a loop function runs in CPython, and capture resumes at the loop's exits.
 
-Each case runs compiled under three backends and must equal eager: result, printed
-output, LOG and grad mode after the call. `graphs`/`breaks` are ember's counts;
+Each case runs compiled under three backends and must equal eager: result (with its
+requires_grad and grad_fn), printed output, LOG and grad mode after the call. `graphs`/`breaks` are ember's counts;
 `torch` is torch 2.13 explain's (graph_count, graph_break_count) for the same source
 (checked by test_torch_counts) where it differs: torch skips a frame whose break is
 inside a try block, a Python context manager's `with` block or a loop (0 graphs), and
