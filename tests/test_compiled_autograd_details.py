@@ -215,7 +215,8 @@ def test_module_backward_hooks_on_a_compiled_module(backend):
 @pytest.mark.parametrize("backend", ALL)
 def test_a_submodule_with_backward_hooks_runs_them(backend):
     """A submodule with backward hooks inside a compiled model: the frame that calls it
-    runs in CPython (counted) and the submodule's own forward compiles, so the hooks
+    runs it in CPython (Sequential's loop: a graph break, counted) and the submodule's
+    own forward compiles, so the hooks
     run with eager's gradients; a hook registered after compiling is seen (the
     captured frame is guarded on the hook tables)."""
     def run(compiled, register_late):
@@ -236,7 +237,8 @@ def test_a_submodule_with_backward_hooks_runs_them(backend):
         want, got = run(False, late), run(True, late)
         _same_log(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
-        assert any("backward hooks" in r for r in counters["unsupported"])
+        assert any("backward hooks" in r for r in
+                   list(counters["unsupported"]) + list(counters["graph_break"]))
 
 
 # ------------------------------------------------------------------ create_graph

@@ -712,8 +712,11 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
         return PyUnicode_FromString("the ember.compile call running is the one that "
                                     "compiled this entry");
     case G_AUTOCAST:
-        return PyUnicode_FromFormat("ember.get_autocast_dtype('cpu') if autocast else None "
-                                    "== %s", autocast_name(g->flag));
+        if (g->flag < 0)
+            return PyUnicode_FromString("ember.is_autocast_enabled('cpu') == False");
+        return PyUnicode_FromFormat("ember.is_autocast_enabled('cpu') == True and "
+                                    "ember.get_autocast_dtype('cpu') == ember.%s",
+                                    autocast_name(g->flag));
     case G_LAMBDA:
         return PyUnicode_FromFormat("%U %U", name, g->desc);
     case G_ALIAS:

@@ -198,9 +198,10 @@ def test_compiled_function_called_from_code_that_fell_back():
     def host(t):
         print_free = inner(t)                   # captured as inner's own frame
         for _ in range(1):
-            if t.sum() > 100:                   # a break in a loop: host runs in CPython
-                return t
-        return print_free * 2
+            k = 0
+            if t.sum() > 100:                   # a break in a loop whose local k may
+                return t                        # be unbound after it: host runs in
+        return print_free * 2 + k               # CPython
     compiled = ember.compile(host, backend="eager")
     before = len(inner._ember_compile_context.graphs)
     x = T(4)

@@ -531,8 +531,9 @@ def test_a_fallback_after_side_effects_applies_them_once():
     def fn(x, acts):
         acts.append(x)
         for _ in range(1):
-            print("side effect")  # a break in a loop: the frame runs in CPython
-        return x * 2
+            print("side effect")  # a break in a loop whose local k may be unbound
+            k = 2                 # after it: the frame runs in CPython
+        return x * k
 
     acts = []
     ember.compile(fn, backend="eager")(ember.ones(1), acts)

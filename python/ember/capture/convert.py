@@ -22,10 +22,10 @@ from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
-from .source import CellSource, ClosureSource, LocalSource
+from .source import AttrSource, CellSource, ClosureSource, LocalSource
 from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
-from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, ListVar, NullVar, \
-    ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
+from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar, \
+    NullVar, ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
 
 _CODE_FLAGS_SKIP = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
                     | inspect.CO_ITERABLE_COROUTINE)
@@ -149,7 +149,7 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         return _hook.SKIP
     _log_graph(gm, code, out)
     pristine = copy_graph_module(gm) if ctx.check else None   # backends may edit gm
-    compiled = compile_graph(gm, out, ctx, code)
+    compiled = _leaving_grad_mode(compile_graph(gm, out, ctx, code), out)
     guards = build_guard_program(out.guards, frame_info, ctx)
     frame = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                              frame_info.closure,
@@ -202,10 +202,12 @@ def compile_break(frame_info, e, ctx, t0):
     code = frame_info.code
     offset = e.break_at
     resume.check_resumable(code)
-    if resume.covered_by_handler(code, offset):
-        raise Unsupported("the break is inside a try or with block")
-    if resume.in_loop(code, offset):
-        raise Unsupported("the break is inside a loop")
+    base, shift = resume.original(code)
+    loop = resume.enclosing_loop(base, offset - shift)
+    if loop is not None:
+        # inside a loop: the graph ends before the loop, which a loop function runs in
+        # CPython, and capture resumes where the loop exits (resume.py)
+        offset = loop[0] + shift
     root = []
     out, _ = trace_frame(frame_info, stop_at=offset, keep=root)
     tx = root[0]
@@ -213,7 +215,10 @@ def compile_break(frame_info, e, ctx, t0):
     if ins is None or ins.offset != offset:
         raise Unsupported("tracing again did not reach the break")
     following = tx.instructions[tx.index_of[offset] + 1].offset
-    if ins.opname == "CALL":
+    if loop is not None:
+        n_in, outputs, instruction = 0, 0, ("LOOP", None)
+        offsets = [offset]
+    elif ins.opname == "CALL":
         n_in, outputs, instruction = ins.arg + 2, 1, ("CALL", ins.arg)
         offsets = [following]
     elif ins.opname == "CALL_FUNCTION_EX":
@@ -241,13 +246,35 @@ def compile_break(frame_info, e, ctx, t0):
 
     input_idx = [value_index(v) for v in inputs]
     lower_idx = [value_index(v) for v in lower]
-    continuations = []
-    for off in offsets:
+    def locals_at(off):
+        """Value indices of the locals live at off; a cell variable's is its cell."""
         live = resume.live_locals(code, off)
         local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
                         else None for n in code.co_varnames]
-        continuations.append(resume.Continuation(code, off, local_values, lower_idx,
-                                                 outputs))
+        for i, n in enumerate(base.co_varnames):
+            if n in base.co_cellvars:
+                local_values[i] = value_index(tx.cells[n])
+        return local_values
+
+    cells = [value_index(tx.cells[n]) for n in resume.own_cells(base)]
+    continuations = []
+    for off in offsets:
+        continuations.append(resume.Continuation(code, off, locals_at(off), lower_idx,
+                                                 outputs, cells=cells))
+    if loop is not None:
+        if any(v is None for v in lower_idx):
+            raise Unsupported("a NULL on the stack below a loop")
+        continuations[0].loop = loop[1:]
+    handler = None
+    caught = resume.handler_at(code, offset) if loop is None else None
+    if caught is not None:
+        # inside a try or with block: an exception the instruction raises goes to the
+        # block's handler, in a resume function with the stack the handler expects
+        target, depth, lasti = caught
+        if depth > len(lower):
+            raise Unsupported("the handler's stack reaches into the instruction's inputs")
+        handler = resume.Continuation(code, target, locals_at(target), lower_idx[:depth],
+                                      1 + bool(lasti), lasti=bool(lasti), cells=cells)
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):
@@ -256,20 +283,41 @@ def compile_break(frame_info, e, ctx, t0):
     ret = TupleVar([ConstVar(True)] + values)
     gm, getters, program = build_graph_module(out, ret, code)
     _log_graph(gm, code, out)
-    compiled = compile_graph(gm, out, ctx, code)
+    compiled = _leaving_grad_mode(compile_graph(gm, out, ctx, code), out)
     guards = build_guard_program(out.guards, frame_info, ctx)
     prefix = _C.CompiledFrame(compiled, getters, program, frame_info.globals,
                               frame_info.closure,
                               _eager_rerun(code, frame_info.globals, frame_info.closure,
                                            ctx, flagged=True),
                               code.co_name, guards)
+    entry_mode = _C.is_grad_enabled()        # (guarded; the trace restored it)
     entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
-                                  instruction, tx.kw_names, continuations, tx.lineno)
+                                  instruction, tx.kw_names, continuations, tx.lineno,
+                                  handler=handler, offset=offset,
+                                  entry_mode=entry_mode
+                                  if out.exit_grad_mode != entry_mode else None)
     if _has_ops(gm):
         counters["stats"]["unique_graphs"] += 1
         ctx.graphs.append(gm)
     counters["stats"]["compile_time_us"] += int((time.perf_counter() - t0) * 1e6)
     return guards, entry
+
+
+def _leaving_grad_mode(compiled, out):
+    """The compiled graph, followed by setting grad mode as the frame leaves it where
+    that differs from the mode it was entered with (a graph break inside a grad-mode
+    block, a resume function leaving one, set_grad_enabled called as a function): a
+    backend's compiled graph need not leave the global mode as its nodes set it."""
+    mode = getattr(out, "exit_grad_mode", None)
+    if mode is None or mode == _C.is_grad_enabled():   # (the trace restored the mode)
+        return compiled
+
+    def run(*args):
+        result = compiled(*args)
+        _C._set_grad_enabled(mode)
+        return result
+    _mark_skip(run)
+    return run
 
 
 def _tensors_in(values):
@@ -343,10 +391,25 @@ def trace_frame(frame_info, stop_at=None, keep=None):
     names = code.co_varnames[:nargs]
     builtins_ = frame_info.builtins
     root = Translator(code, frame_info.globals, builtins_, {}, {}, out)
-    locals_ = {}
+    locals_, cells = {}, {}
+    # a resume function's cell variables are parameters holding the cells (resume.py)
+    resuming = resume.is_resume_code(code)
+    cell_params = set(code.co_cellvars) if resuming else set()
     for i, (name, value) in enumerate(zip(names, frame_info.args)):
-        locals_[name] = root.wrap(value, LocalSource(i, name))
-    cells = {name: CellVar(locals_.get(name)) for name in code.co_cellvars}
+        if name in cell_params:
+            cells[name] = _cell_parameter(root, out, value, i, name)
+        elif resuming and isinstance(value, types.FunctionType) and \
+                value.__code__ in resume.original(code)[0].co_consts:
+            # a function the frame made over its cells, made again by the program for
+            # each call: guarded by its code, its cells are the cell parameters
+            root.guard("ID_MATCH", AttrSource(LocalSource(i, name), "__code__"),
+                       value.__code__)
+            locals_[name] = FunctionVar(value, LocalSource(i, name))
+        else:
+            locals_[name] = root.wrap(value, LocalSource(i, name))
+    for name in code.co_cellvars:
+        if name not in cells:
+            cells[name] = CellVar(locals_.get(name))
     closure = frame_info.closure or ()
     for i, name in enumerate(code.co_freevars):
         try:
@@ -371,6 +434,32 @@ def trace_frame(frame_info, stop_at=None, keep=None):
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
     out.guards.add("AUTOCAST", None, _C._get_autocast())
     return out, ret
+
+
+def _cell_parameter(root, out, cell, i, name):
+    """The CellVar of a resume function's parameter holding a cell of the frame it
+    resumes: its contents read (and guarded) through the slot, its writes replayed
+    into the cell the slot holds."""
+    if not isinstance(cell, types.CellType):
+        raise Unsupported(f"cell variable {name!r} of a resume function is no cell")
+    slot = LocalSource(i, name)
+    try:
+        contents = cell.cell_contents
+    except ValueError:          # assigned after the break
+        root.guard("LAMBDA", slot, (_is_empty_cell, "is an empty cell"))
+        var = CellVar(None, real=cell)
+    else:
+        var = CellVar(root.wrap(contents, AttrSource(slot, "cell_contents")), real=cell)
+    var.source = slot
+    return out.side_effects.track(cell, var)
+
+
+def _is_empty_cell(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return True
+    return False
 
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
@@ -478,6 +567,8 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(_hook.tensor_match(src, g.value))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
+        elif g.kind == "LAMBDA":
+            tuples.append(("LAMBDA", src) + tuple(g.value))
         elif g.kind == "ALIAS":
             other, same = g.value
             tuples.append(("ALIAS", src, other.getter(), same))

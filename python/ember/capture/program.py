@@ -32,13 +32,22 @@ import types
 
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BoundMethodVar, BuiltinVar, CellVar, ConstVar, DictVar,
-                        FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar, TensorMethodVar,
-                        TensorVar, TupleVar)
+from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
+                        DictVar, FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar,
+                        TensorMethodVar, TensorVar, TupleVar)
 
 
 def _bind(pair):
     return types.MethodType(pair[0], pair[1])
+
+
+def _new_cell(contents):
+    return types.CellType(*contents)
+
+
+def _make_function(parts):
+    code, globals_, name, cells = parts
+    return types.FunctionType(code, globals_, name, None, cells)
 
 
 _getters = {}
@@ -99,6 +108,10 @@ class ProgramBuilder:
             if real is not None:
                 return self._add(("const", real), vt)
             return self._new_container(vt)
+        if isinstance(vt, CellVar):
+            return self._cell(vt)
+        if isinstance(vt, FunctionVar) and vt.closure is not None and source is None:
+            return self._function(vt)
         if getattr(vt, "made_by_frame", False):
             raise Unsupported("returning or storing a module the compiled code built")
         if isinstance(vt, (ModuleVar, ObjectVar, FunctionVar, OpVar, BuiltinVar)):
@@ -115,11 +128,40 @@ class ProgramBuilder:
                 type(vt).__name__ == "UnsupportedMethodVar":
             # a tensor's bound method (left on the stack by a graph break)
             return self._add(("call1", _method_getter(vt.name), self.value(vt.tensor)), vt)
+        if isinstance(vt, BuiltinMethodVar):
+            # a list's or dict's bound method (list.append, below a graph break)
+            return self._add(("call1", _method_getter(vt.name), self.value(vt.obj)), vt)
         if vt.is_constant():
             return self._add(("const", vt.as_constant()), vt)
+        rebuild = getattr(vt, "rebuild", None)
+        if rebuild is not None:        # a grad-mode block's __exit__ (stdlib._ExitVar)
+            return self._add(("const", rebuild()), vt)
         if source is not None and not isinstance(vt, (TensorVar, CellVar)):
             return self._add(("src", source.getter()), vt)
         raise Unsupported(f"returning or storing {vt} from a compiled function")
+
+    def _cell(self, vt):
+        """A cell crossing a graph break (resume.py): the one read from outside, or a
+        new cell with the frame's cell's contents (one per CellVar)."""
+        source = getattr(vt, "source", None)
+        if source is not None:
+            return self._add(("src", source.getter()), vt)
+        if vt.real is not None:
+            return self._add(("const", vt.real), vt)
+        contents = () if vt.content is None else (self.value(vt.content),)
+        return self._add(("call1", _new_cell, self._add(("tuple", contents))), vt)
+
+    def _function(self, vt):
+        """A function the frame made over its cells, made again over the program's
+        cells (only without defaults: those are symbolic)."""
+        fn = vt.value
+        if fn.__defaults__ or fn.__kwdefaults__:
+            raise Unsupported("a function with defaults made inside the compiled code "
+                              "crosses a graph break")
+        cells = self._add(("tuple", tuple(self.value(c) for c in vt.closure)))
+        parts = self._add(("tuple", (self.const(fn.__code__), self.const(fn.__globals__),
+                                     self.const(fn.__name__), cells)))
+        return self._add(("call1", _make_function, parts), vt)
 
     def _new_container(self, vt):
         if isinstance(vt, DictVar):
@@ -171,8 +213,10 @@ class ProgramBuilder:
                 if value is not DELETED:
                     out.append((store, t, name, self.value(value)))
         for cell in side_effects.cells:
-            out.append(("setattr", self.const(cell.real), "cell_contents",
-                        self.value(cell.content)))
+            # (a resume function's cell parameter: the cell its slot holds)
+            t = self.target(cell) if getattr(cell, "source", None) is not None else \
+                self.const(cell.real)
+            out.append(("setattr", t, "cell_contents", self.value(cell.content)))
         return out
 
 

@@ -740,6 +740,57 @@ class _ExitVar(VariableTracker):
             raise Unsupported("leaving a `with` block by an exception")
         return self.cm.exit(tx)
 
+    def rebuild(self):
+        """The real object standing for this __exit__ when a graph break inside the
+        block passes it to the resume function (program.py)."""
+        if self.cm.prev is None:
+            raise Unsupported("a grad-mode block never entered crosses a graph break")
+        return GradModeExit.of(self.cm.prev)
+
+
+class GradModeExit:
+    """The __exit__ of a grad-mode block cut by a graph break: the prefix graph entered
+    the block, the resume function calls this where the block ends (or CPython does, on
+    an exception), and it sets grad mode back to `prev`. One object per mode."""
+    __slots__ = ("prev",)
+    _of = {}
+
+    def __init__(self, prev):
+        self.prev = prev
+
+    @classmethod
+    def of(cls, prev):
+        prev = bool(prev)
+        if prev not in cls._of:
+            cls._of[prev] = cls(prev)
+        return cls._of[prev]
+
+    def __call__(self, exc_type, exc, tb):
+        _C._set_grad_enabled(self.prev)
+        return False
+
+    def __repr__(self):
+        return f"GradModeExit(prev={self.prev})"
+
+
+class _CutBlock:
+    """The grad-mode block a resume frame is inside of (entered before the break)."""
+
+    def __init__(self, prev):
+        self.prev = prev
+
+    def exit(self, tx):
+        _record_grad_mode(tx, self.prev)
+        # the graph now leaves the mode other than it found it: an op that may raise
+        # after this would leave it changed for the frame's eager rerun
+        tx.output.grad_regions = getattr(tx.output, "grad_regions", 0) + 1
+        return ConstVar(False)
+
+
+def exit_of_cut_block(exit_obj):
+    """The VT of a GradModeExit read by a resume frame."""
+    return _ExitVar(_CutBlock(exit_obj.prev))
+
 
 def construct_grad_mode(tx, cls, args, kwargs):
     from ..autograd import grad_mode

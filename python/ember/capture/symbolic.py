@@ -253,6 +253,7 @@ class Translator:
                     raise Unsupported("the frame runs too many instructions to capture")
                 if ins.offset == self.stop_at:
                     self.stopped = ins
+                    self.output.exit_grad_mode = _C.is_grad_enabled()  # at the break
                     return None
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
@@ -265,6 +266,14 @@ class Translator:
                 try:
                     jump = handler(ins)
                 except PyException as e:
+                    if self.parent is None and ins.opname in BREAK_OPS and \
+                            self._leaves_with_block(ins):
+                        # __exit__ with an exception is not interpreted: the frame
+                        # breaks here and CPython runs the instruction and the handler
+                        why = Unsupported(f"{e.reason}, leaving a `with` block",
+                                          self.location())
+                        why.break_at, why.break_op = ins.offset, ins.opname
+                        raise why from None
                     jump = self._handle(ins, e)
                 except Unsupported as e:
                     if self.parent is None and e.break_at is None and \
@@ -275,6 +284,8 @@ class Translator:
                         e.break_op = ins.opname
                     raise
                 if ins.opname == "RETURN_VALUE":
+                    if self.parent is None:
+                        self.output.exit_grad_mode = _C.is_grad_enabled()
                     return
                 ip = self.index_of[jump] if jump is not None else ip + 1
         except PyException as e:
@@ -295,6 +306,15 @@ class Translator:
         finally:
             if self.parent is None:
                 _C._set_grad_enabled(grad_mode)
+
+    def _leaves_with_block(self, ins):
+        """Whether an exception raised at ins goes to a `with` block's cleanup."""
+        for entry in self.exception_entries:
+            if entry.start <= ins.offset < entry.end:
+                i = self.index_of[entry.target]
+                return [x.opname for x in self.instructions[i:i + 2]] == \
+                    ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]
+        return False
 
     def _handle(self, ins, e):
         """The jump target of the handler for PyException e raised at ins (its stack
@@ -363,6 +383,9 @@ class Translator:
         if isinstance(value, _C.Op):
             self.guard("ID_MATCH", source, value)
             return OpVar(value, source)
+        if isinstance(value, stdlib.GradModeExit):
+            self.guard("ID_MATCH", source, value)
+            return stdlib.exit_of_cut_block(value)
         role = _compiler_role(value)
         if role is not None:
             self.guard("ID_MATCH", source, value)
@@ -976,6 +999,12 @@ class Translator:
             kwargs = dict(zip(self.kw_names, args[-n:]))
             args = args[:-n]
             self.kw_names = None
+        if isinstance(fn, ConstVar) and fn.value is _C._set_grad_enabled and \
+                len(args) == 1 and args[0].is_constant() and not kwargs:
+            # a resume function's prologue setting the mode of the frame that broke
+            # (resume.resume_code's grad)
+            self.push(ConstVar(stdlib._record_grad_mode(self, bool(args[0].as_constant()))))
+            return
         self.push(fn.call(self, args, kwargs))
 
     def CALL_FUNCTION_EX(self, ins):
