@@ -16,7 +16,9 @@
 static bool
 can_cast(em_dtype_t from, em_dtype_t to)
 {
-    if (em_is_float(from) && !em_is_float(to))
+    if (em_is_complex(from) && !em_is_complex(to))
+        return false;
+    if (em_is_float(from) && !em_is_inexact(to))
         return false;
     if (from != EM_BOOL && to == EM_BOOL)
         return false;

@@ -79,7 +79,7 @@ k_binary_alpha(em_Op *op, PyObject **args)
     if (out == NULL)
         return NULL;
     bool unit = PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1;
-    if (!unit && !em_is_float(compute) && PyFloat_Check(alpha)) {
+    if (!unit && !em_is_inexact(compute) && PyFloat_Check(alpha)) {
         Py_DECREF(out);
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): For integral input tensors, argument alpha must not be a floating "

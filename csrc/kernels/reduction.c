@@ -187,13 +187,18 @@ reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *
     if (reduce_mask_of(dims, self, mask) < 0)
         return NULL;
     em_dtype_t in = self->dtype, out_t;
+    if (em_is_complex(in) && !(op->rule & EM_RULE_COMPLEX)) {
+        PyErr_Format(PyExc_NotImplementedError, "%U(): \"%U\" not implemented for '%s'",
+                     op->name, op->name, em_dtype_torch_name(in));
+        return NULL;
+    }
     if (dtype_arg != Py_None)
         out_t = ((em_DType *)dtype_arg)->code;
-    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_float(in))
+    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_inexact(in))
         out_t = EM_INT64;
     else
         out_t = in;
-    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_float(out_t)) {
+    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_inexact(out_t)) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): could not infer output dtype. Input dtype must be either a floating "
                      "point or complex dtype. Got: %s", op->name, em_dtype_torch_name(out_t));

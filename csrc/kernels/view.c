@@ -441,6 +441,77 @@ k_alias(em_Op *op, PyObject **args)
     return (PyObject *)em_tensor_view(self, self->ndim, self->sizes, self->strides, self->offset);
 }
 
+/* ------------------------------------------------------------------ complex views */
+
+/* view_as_real(self): a complex tensor's memory as its parts, a last dim of 2 */
+static PyObject *
+k_view_as_real(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    if (!em_is_complex(self->dtype)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "view_as_real is only supported for complex tensors");
+        return NULL;
+    }
+    if (em_check_ndim("view_as_real", self->ndim + 1) < 0)
+        return NULL;
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+    for (int d = 0; d < self->ndim; d++) {
+        sizes[d] = self->sizes[d];
+        strides[d] = 2 * self->strides[d];
+    }
+    sizes[self->ndim] = 2;
+    strides[self->ndim] = 1;
+    return (PyObject *)em_tensor_view_dtype(self, em_complex_value_type(self->dtype),
+                                            self->ndim + 1, sizes, strides, 2 * self->offset);
+}
+
+/* view_as_complex(self): pairs along a last dim of 2 (stride 1) as complex numbers */
+static PyObject *
+k_view_as_complex(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    int nd = self->ndim;
+    if (self->dtype != EM_FLOAT32 && self->dtype != EM_FLOAT64) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "view_as_complex is only supported for float and double tensors, but got "
+                     "a tensor of scalar type: %s", em_dtype_torch_name(self->dtype));
+        return NULL;
+    }
+    if (nd == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Input tensor must have one or more dimensions");
+        return NULL;
+    }
+    if (self->sizes[nd - 1] != 2) {
+        PyErr_SetString(PyExc_RuntimeError, "Tensor must have a last dimension of size 2");
+        return NULL;
+    }
+    if (self->strides[nd - 1] != 1) {
+        PyErr_SetString(PyExc_RuntimeError, "Tensor must have a last dimension with stride 1");
+        return NULL;
+    }
+    for (int d = 0; d < nd - 1; d++) {
+        if (self->strides[d] % 2 != 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Tensor must have a stride divisible by 2 for all but last "
+                            "dimension");
+            return NULL;
+        }
+    }
+    if (self->offset % 2 != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Tensor must have a storage_offset divisible by 2");
+        return NULL;
+    }
+    Py_ssize_t strides[EM_MAX_DIMS];
+    for (int d = 0; d < nd - 1; d++)
+        strides[d] = self->strides[d] / 2;
+    em_dtype_t dt = self->dtype == EM_FLOAT32 ? EM_COMPLEX64 : EM_COMPLEX128;
+    return (PyObject *)em_tensor_view_dtype(self, dt, nd - 1, self->sizes, strides,
+                                            self->offset / 2);
+}
+
 /* ------------------------------------------------------------------ copies */
 
 static em_Tensor *
@@ -1172,6 +1243,8 @@ const em_KernelEntry em_view_kernels[] = {
     {"select", k_select},
     {"slice", k_slice},
     {"alias", k_alias},
+    {"view_as_real", k_view_as_real},
+    {"view_as_complex", k_view_as_complex},
     {"clone", k_clone},
     {"to_copy", k_to_copy},
     {"contiguous", k_contiguous},

@@ -178,7 +178,7 @@ def _install():
         __iter__=__iter__, __reversed__=__reversed__, __contains__=__contains__,
         __format__=__format__,
         float=_cast("float32"), double=_cast("float64"), half=_cast("float16"),
-        bfloat16=_cast("bfloat16"),
+        bfloat16=_cast("bfloat16"), cfloat=_cast("complex64"), cdouble=_cast("complex128"),
         long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
         type_as=type_as, type=type, new=new, cpu=cpu, cuda=cuda,

@@ -5,7 +5,13 @@ from ..compiler.lowerings import lower_matmul
 from .registry import MATMUL, op
 
 
+def _cj(x):
+    """conj(x) for complex operands (grad @ other^H), x itself when real."""
+    return x.conj() if x.dtype.is_complex else x
+
+
 def _matmul_backward(g, out, a, b):
+    a, b = _cj(a), _cj(b)
     if a.ndim == 1 and b.ndim == 1:
         return g * b, g * a
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
@@ -88,7 +94,7 @@ def _mm_decompose(self, mat2):
 
 op("mm(Tensor self, Tensor mat2) -> Tensor", CUSTOM, "decomposed",
    meta=_run_decomposition,
-   backward=lambda g, out, self, mat2: (O.mm(g, mat2.t()), O.mm(self.t(), g)),
+   backward=lambda g, out, self, mat2: (O.mm(g, _cj(mat2).t()), O.mm(_cj(self).t(), g)),
    decompose=_mm_decompose,
    doc="Matrix product of two 2-D tensors.")
 
@@ -111,8 +117,8 @@ def _bmm_decompose(self, mat2):
 
 op("bmm(Tensor self, Tensor mat2) -> Tensor", CUSTOM, "decomposed",
    meta=_run_decomposition,
-   backward=lambda g, out, self, mat2: (O.bmm(g, mat2.transpose(1, 2)),
-                                        O.bmm(self.transpose(1, 2), g)),
+   backward=lambda g, out, self, mat2: (O.bmm(g, _cj(mat2).transpose(1, 2)),
+                                        O.bmm(_cj(self).transpose(1, 2), g)),
    decompose=_bmm_decompose,
    doc="Batched matrix product of two 3-D tensors with the same batch size.")
 
