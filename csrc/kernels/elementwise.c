@@ -521,6 +521,8 @@ k_hardtanh(em_Op *op, PyObject **args)
 static PyObject *
 k_clamp(em_Op *op, PyObject **args)
 {
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     if (args[1] == Py_None && args[2] == Py_None) {
         PyErr_SetString(PyExc_RuntimeError,
                         "clamp(): At least one of 'min' or 'max' must not be None");

@@ -300,6 +300,8 @@ static PyObject *
 k_reduce_index(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True, mask[EM_MAX_DIMS];
     Py_ssize_t d;
     if (one_dim(op, self, args[1], &d, mask) < 0)
@@ -330,6 +332,8 @@ static PyObject *
 k_reduce_all(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     if (self->numel == 0) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): Expected reduction dim to be specified for input.numel() == 0. "
@@ -892,6 +896,8 @@ static PyObject *
 k_sort(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
@@ -912,6 +918,8 @@ static PyObject *
 k_argsort(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
@@ -932,6 +940,8 @@ static PyObject *
 k_topk(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t k, d;
     if (em_int_arg(args[1], &k) < 0 || em_dim_arg(args[2], self->ndim, &d) < 0)
         return NULL;

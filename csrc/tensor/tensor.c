@@ -503,7 +503,8 @@ tensor_item(em_Tensor *self, PyObject *noargs)
     PyObject *scalar = PyArray_GETITEM(self->array, PyArray_DATA(self->array));
     if (scalar == NULL)
         return NULL;
-    if (PyFloat_CheckExact(scalar) || PyLong_CheckExact(scalar) || PyBool_Check(scalar))
+    if (PyFloat_CheckExact(scalar) || PyLong_CheckExact(scalar) || PyBool_Check(scalar) ||
+        PyComplex_CheckExact(scalar))
         return scalar;
     PyObject *py = PyObject_CallMethod(scalar, "item", NULL);
     Py_DECREF(scalar);

@@ -172,6 +172,26 @@ def _mT(self):
     return _ops.api.mT(self)
 
 
+def _real(self):
+    """Tensor.real: the real parts, a writable view (self for a real tensor)."""
+    return _ops.api.real(self)
+
+
+def _set_real(self, value):
+    view = _ops.api.real(self)
+    view.copy_(value) if isinstance(value, _C.Tensor) else view.fill_(value)
+
+
+def _imag(self):
+    """Tensor.imag: the imaginary parts, a writable view (complex tensors only)."""
+    return _ops.api.imag(self)
+
+
+def _set_imag(self, value):
+    view = _ops.api.imag(self)
+    view.copy_(value) if isinstance(value, _C.Tensor) else view.fill_(value)
+
+
 def _install():
     attrs = dict(
         backward=backward, register_hook=register_hook, retain_grad=retain_grad,
@@ -182,7 +202,8 @@ def _install():
         long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
         type_as=type_as, type=type, new=new, cpu=cpu, cuda=cuda,
-        T=property(_T), mT=property(_mT),
+        T=property(_T), mT=property(_mT), real=property(_real, _set_real),
+        imag=property(_imag, _set_imag), __complex__=lambda self: complex(self.item()),
         __array_priority__=1000,
     )
     _C._add_tensor_attrs(attrs)
