@@ -21,6 +21,7 @@ import op_db
 from op_db import ALL, FLOATS, noncontig
 
 INFOS = op_db.all_infos()
+COMPLEX = {"complex64": "float32", "complex128": "float64"}   # checked with their parts' TOL
 TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}
 
 
@@ -46,6 +47,8 @@ def _expected_values(ref, dtype_name):
         return np.vectorize(bool, otypes=[bool])(ref) if ref.size else ref.astype(bool)
     if dtype_name in FLOATS:
         return ref.astype(np.float64)
+    if dtype_name in COMPLEX:
+        return ref.astype(np.complex128)
     bits = np.dtype(dtype_name).itemsize * 8
     lo = 0 if dtype_name == "uint8" else -(1 << (bits - 1))
 
@@ -65,9 +68,13 @@ def check_values(info, sample, out, ref, what=""):
         name = str(o.dtype).split(".")[-1]
         exp = _expected_values(r, name)
         got = o.detach().numpy()
-        if name in FLOATS:
-            rtol, atol = TOL[name]
+        if name in FLOATS or name in COMPLEX:
+            rtol, atol = TOL[COMPLEX.get(name, name)]
             scale = math.sqrt(_reduced_size(info, sample, o))
+            if name in COMPLEX:
+                np.testing.assert_allclose(got.astype(np.complex128), exp, rtol=rtol * scale,
+                                           atol=atol * scale, equal_nan=True, err_msg=what)
+                continue
             np.testing.assert_allclose(got.astype(np.float64), exp, rtol=rtol * scale,
                                        atol=atol * scale, equal_nan=True, err_msg=what)
         else:
@@ -328,9 +335,13 @@ def compare_with_torch(torch, info, args, kwargs, what, values=True):
             st = [s for s, n in zip(t.stride(), t.shape) if n > 1]
             assert so == st, f"{what}: strides {o.stride()} != torch {t.stride()}"
         if values and o.numel() > 0:
-            got_a = o.detach().numpy().astype(np.float64)
-            want_a = t.detach().to(torch.float64).numpy()
-            rtol, atol = TOL.get(tname, (0, 0))
+            if o.is_complex():
+                got_a = o.detach().numpy().astype(np.complex128)
+                want_a = t.detach().resolve_conj().to(torch.complex128).numpy()
+            else:
+                got_a = o.detach().numpy().astype(np.float64)
+                want_a = t.detach().to(torch.float64).numpy()
+            rtol, atol = TOL.get(COMPLEX.get(tname, tname), (0, 0))
             np.testing.assert_allclose(got_a, want_a, rtol=max(rtol, 1e-6) * 10,
                                        atol=max(atol, 1e-6) * 10, equal_nan=True,
                                        err_msg=what)

@@ -87,14 +87,18 @@ op("imag(Tensor(a) self) -> Tensor(a)", CUSTOM, "python", composite=True, impl=_
    method=False,
    doc="The imaginary parts of a complex tensor, a view (writable).")
 
-op("conj_physical(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="conjugate", rule=COMPLEX,
-   prim=True, lower=extern, inplace_variant=True,
-   backward=lambda g, out, self: (O.conj_physical(g),),
+op("_conj_physical(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="conjugate", rule=COMPLEX,
+   prim=True, lower=extern,
+   backward=lambda g, out, self: (O._conj_physical(g),),
    doc="The complex conjugate, computed (a copy of a real tensor).")
 
 
 def _conj(self):
-    return O.conj_physical(self) if self.dtype.is_complex else self
+    return O._conj_physical(self) if self.dtype.is_complex else self
+
+
+op("conj_physical(Tensor self) -> Tensor", CUSTOM, "python", composite=True, impl=_conj,
+   doc="The complex conjugate, computed; self for a real tensor (as PyTorch).")
 
 
 op("conj(Tensor(a) self) -> Tensor(a)", CUSTOM, "python", composite=True, impl=_conj,
@@ -126,7 +130,12 @@ def _complex_decompose(real, imag):
     _check_parts("complex", real, imag)
     shape = M.broadcast_shapes("complex", tuple(real.shape), tuple(imag.shape))
     a, b = real.expand(shape), imag.expand(shape)
-    return O.view_as_complex(O.stack([a, b], -1)).clone()
+    # the pairs stacked in the result's layout (TensorIterator's, from the inputs' strides)
+    strides = M.elementwise_strides([real, imag], shape)
+    perm = sorted(range(len(shape)), key=lambda d: -strides[d])
+    inverse = [perm.index(d) for d in range(len(shape))]
+    z = O.view_as_complex(O.stack([a.permute(perm), b.permute(perm)], -1))
+    return z.permute(inverse).clone()
 
 
 op("complex(Tensor real, Tensor imag) -> Tensor", CUSTOM, "decomposed", method=False,
@@ -146,8 +155,8 @@ op("polar(Tensor abs, Tensor angle) -> Tensor", CUSTOM, "python", composite=True
 
 
 def _angle_decompose(self):
-    if self.dtype.is_complex:
-        return O.atan2(O.imag(self), O.real(self))
+    if self.dtype.is_complex:     # contiguous, as PyTorch's result
+        return O.atan2(O.imag(self), O.real(self)).contiguous()
     x = self if self.dtype.is_floating_point else O._to_copy(
         self, dtype=_C.get_default_dtype())
     sign = O.where(O.lt(x, 0), math.pi, O.zeros_like(x))
