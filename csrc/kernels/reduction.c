@@ -360,6 +360,8 @@ static PyObject *
 k_argreduce(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True;
     bool meta = em_meta_of(self);
     if (self->dtype == EM_BOOL) {
@@ -730,6 +732,8 @@ static PyObject *
 k_cumulative(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;

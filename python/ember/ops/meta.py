@@ -643,7 +643,9 @@ def full(entry, args):
     size, fv = args[0], args[1]
     check_sizes(entry, tuple(size))
     default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
-               else _C.get_default_dtype())
+               else _C.complex128 if isinstance(fv, complex) and
+               _C.get_default_dtype() is _C.float64
+               else _C.complex64 if isinstance(fv, complex) else _C.get_default_dtype())
     names = [p.name for p in entry.schema.params]
     return meta_tensor(tuple(size), _factory_dtype(args, names, default))
 
