@@ -44,6 +44,12 @@ check_fits(em_Op *op, em_Tensor *self, em_Tensor *res)
                      op->name, em_tshape(self), em_tshape(res));
         return -1;
     }
+    if (em_is_complex(self->dtype) && em_is_float(res->dtype)) {
+        /* abs_, angle_: a real result would be stored as complex numbers */
+        PyErr_Format(PyExc_RuntimeError,
+                     "In-place %U is not supported for complex tensors.", op->name);
+        return -1;
+    }
     if (!can_cast(res->dtype, self->dtype)) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): result type %s can't be cast to the desired output type %s",

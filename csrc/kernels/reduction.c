@@ -624,6 +624,8 @@ static PyObject *
 k_logsumexp(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True;
     bool mask[EM_MAX_DIMS];
     if (reduce_mask_of(args[1], self, mask) < 0)
