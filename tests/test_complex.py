@@ -232,6 +232,12 @@ def test_factories_with_complex(torch):
                  lambda L: L.cat([L.tensor([1j]), L.tensor([2.0])]),
                  lambda L: L.where(L.tensor([True, False]), L.tensor([1j, 2j]), 0)):
         assert repr(case(ember)) == repr(case(torch)).replace("torch.", "ember.")
+    import tempfile, os
+    path = os.path.join(tempfile.mkdtemp(), "c.pt")
+    torch.save({"z": torch.tensor([1 + 2j, 3j]), "w": torch.ones(2, 1, dtype=torch.cdouble)}, path)
+    loaded = ember.load(path)
+    assert loaded["z"].dtype is ember.complex64 and loaded["z"].tolist() == [1 + 2j, 3j]
+    assert loaded["w"].dtype is ember.complex128
     x = ember.tensor([[1 + 2j, 3j]], dtype=ember.complex128)
     import io
     buf = io.BytesIO()
