@@ -524,3 +524,95 @@ def test_compile_with_gradients_on_complex_tensors():
     x2 = x.detach().requires_grad_(True)
     _loss(ember, ember.compile(f)(x2, freqs)).backward()
     close(x2.grad, x1.grad.numpy(), 0)
+
+
+# ---------------------------------------------------------------- the whole op table
+
+
+def _op_db():
+    import op_db
+    from test_ops import INFOS, to_torch
+    return op_db, INFOS, to_torch
+
+
+def _complexified(t, rng):
+    if isinstance(t, ember.Tensor) and t.dtype is ember.float32:
+        a = t.detach().numpy().astype(np.float64)
+        return ember.from_numpy(np.asarray(a + 1j * rng.standard_normal(a.shape)))
+    if isinstance(t, tuple):
+        return tuple(_complexified(x, rng) for x in t)
+    return t
+
+
+# ember computes these where torch refuses complex: linear maps with real weights and
+# equality-based ops, whose values are well defined
+_EMBER_ONLY = {"_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_bicubic2d",
+               "upsample_bilinear2d", "upsample_nearest2d", "upsample_nearest3d",
+               "unique_consecutive", "empty_like"}
+
+
+def test_every_op_on_complex_inputs_raises_or_matches_torch(torch):
+    """Each op_db op with its float32 samples' tensors made complex128: ember raises, or
+    its values and the gradients of a real loss equal torch's (no silent real parts)."""
+    op_db, infos, to_torch = _op_db()
+    checked = set()
+    for key, info in sorted(infos.items()):
+        if info.random or "float32" not in info.dtypes or key in _EMBER_ONLY:
+            continue
+        for k, s in enumerate(info.samples("float32", np.random.default_rng(0))[:3]):
+            rng = np.random.default_rng(k)
+            args = [_complexified(a, rng) for a in s.args]
+            kwargs = {n: _complexified(v, rng) for n, v in s.kwargs.items()}
+            leaves = [i for i, a in enumerate(args) if isinstance(a, ember.Tensor) and
+                      a.is_complex() and a.numel() > 0]
+            if not leaves:
+                continue
+            targs = [to_torch(torch, a) for a in args]
+            tkwargs = {n: to_torch(torch, v) for n, v in kwargs.items()}
+            grads = not info.inplace
+            if grads:
+                for i in leaves:
+                    args[i] = args[i].detach().requires_grad_(True)
+                    targs[i] = targs[i].detach().clone().requires_grad_(True)
+            else:
+                args = [a.clone() if isinstance(a, ember.Tensor) else a for a in args]
+            try:
+                out = info.call(*args, **kwargs)
+            except Exception:      # noqa: BLE001 - refusing is allowed
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    want = info.call_torch(torch, *targs, **tkwargs)
+                except RuntimeError:    # bilinear: no complex derivative; values only
+                    if not grads:
+                        raise
+                    grads = False
+                    targs = [a.detach() if isinstance(a, torch.Tensor) else a for a in targs]
+                    want = info.call_torch(torch, *targs, **tkwargs)
+            what = f"{key} {s}"
+            outs = out if isinstance(out, tuple) else (out,)
+            wants = want if isinstance(want, tuple) else (want,)
+            for o, w in zip(outs, wants):
+                if isinstance(o, ember.Tensor):
+                    close(o, w, 1e-5)
+                else:
+                    assert o == w, what
+            checked.add(key)
+            if not grads:
+                continue
+            diff = [o for o in outs if isinstance(o, ember.Tensor) and o.requires_grad]
+            if not diff:
+                continue
+            try:       # torch has no complex derivative for a few ops (bilinear's)
+                sum(_loss(torch, w) for w in wants
+                    if isinstance(w, torch.Tensor) and w.requires_grad).backward()
+            except RuntimeError:
+                continue
+            sum(_loss(ember, o) for o in diff).backward()
+            for i in leaves:
+                assert (args[i].grad is None) == (targs[i].grad is None), what
+                if args[i].grad is not None:
+                    close(args[i].grad, targs[i].grad, 1e-8)
+    assert {"add", "mul", "div", "matmul", "linear", "sum", "mean", "abs", "angle",
+            "gather", "index_put", "where"} <= checked
