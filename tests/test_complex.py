@@ -54,6 +54,18 @@ def test_dtype_objects():
     assert x.cdouble().dtype is ember.complex128 and x.cdouble().cfloat().dtype is ember.complex64
 
 
+def test_finfo_and_conjugate_transposes(torch):
+    for name in CDTYPES:
+        e, t = ember.finfo(getattr(ember, name)), torch.finfo(getattr(torch, name))
+        assert (e.bits, e.eps, e.max, e.dtype) == (t.bits, t.eps, t.max, t.dtype)
+    e, t = both(torch, crandn((2, 3, 4)))
+    close(e.mH, t.mH, 0)
+    close(e.adjoint(), t.adjoint(), 0)
+    close(e[0].H, t[0].H, 0)
+    with pytest.raises(RuntimeError):
+        e.H
+
+
 def test_tensor_infers_complex(torch):
     for data in ([1 + 2j, 3], [[1.5, 2j]], 2j, [1, True, 1j]):
         assert str(ember.tensor(data).dtype).split(".")[-1] == \

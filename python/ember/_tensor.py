@@ -192,6 +192,19 @@ def _set_imag(self, value):
     view.copy_(value) if isinstance(value, _C.Tensor) else view.fill_(value)
 
 
+def _mH(self):
+    """Tensor.mH: the conjugate transpose of the last two dims (adjoint())."""
+    return _ops.api.mT(self).conj()
+
+
+def _H(self):
+    """Tensor.H: the conjugate transpose of a matrix (t().conj())."""
+    if self.ndim not in (0, 2):
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
+                           f"{self.ndim}-D tensor.")
+    return _ops.api.numpy_T(self).conj()
+
+
 def _install():
     attrs = dict(
         backward=backward, register_hook=register_hook, retain_grad=retain_grad,
@@ -203,7 +216,7 @@ def _install():
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
         type_as=type_as, type=type, new=new, cpu=cpu, cuda=cuda,
         T=property(_T), mT=property(_mT), real=property(_real, _set_real),
-        imag=property(_imag, _set_imag), __complex__=lambda self: complex(self.item()),
+        imag=property(_imag, _set_imag), mH=property(_mH), H=property(_H), adjoint=_mH, __complex__=lambda self: complex(self.item()),
         __array_priority__=1000,
     )
     _C._add_tensor_attrs(attrs)
