@@ -252,6 +252,9 @@ def test_factories_with_complex(torch):
     assert loaded["w"].dtype is ember.complex128
     x = ember.tensor([[1 + 2j, 3j]], dtype=ember.complex128)
     import io
+    from ember.serialization import save_safetensors
+    with pytest.raises(TypeError, match="complex128"):
+        save_safetensors({"x": x}, io.BytesIO())
     buf = io.BytesIO()
     ember.save({"x": x}, buf)
     buf.seek(0)
