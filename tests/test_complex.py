@@ -195,6 +195,11 @@ def test_unsupported_ops_raise_as_torch(torch):
             fn(e)
     with pytest.raises(RuntimeError):      # complex into a real tensor in place
         ember.zeros(3).add_(e)
+    for value in (1j, ember.tensor(1j)):   # never just the real part
+        with pytest.raises(RuntimeError):
+            ember.zeros(2).masked_fill(ember.tensor([True, False]), value)
+        with pytest.raises((RuntimeError, TypeError)):
+            ember.zeros(2).fill_(value)
     with pytest.raises(RuntimeError):
         ember.ones(2).requires_grad_(True).mul_(e[:2])
     close(e == e, t == t, 0)
