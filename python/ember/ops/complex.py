@@ -48,6 +48,8 @@ def _view_as_complex_meta(entry, args):
     if any(s % 2 for s in self.stride()[:-1]):
         raise RuntimeError("Tensor must have a stride divisible by 2 for all but last "
                            "dimension")
+    if self.storage_offset() % 2:
+        raise RuntimeError("Tensor must have a storage_offset divisible by 2")
     return _C._meta_tensor(tuple(self.shape[:-1]), _complex_of(self.dtype),
                            tuple(s // 2 for s in self.stride()[:-1]))
 
