@@ -41,6 +41,8 @@ typedef enum {
     EM_FLOAT32,
     EM_FLOAT64,
     EM_BFLOAT16,             /* NumPy's through ml_dtypes (its type number is found at import) */
+    EM_COMPLEX64,            /* two float32 (NumPy's complex64) */
+    EM_COMPLEX128,           /* two float64 */
     EM_NDTYPES,
     EM_UNDEFINED = -1
 } em_dtype_t;
@@ -65,6 +67,19 @@ static inline bool em_is_float(em_dtype_t t)
 /* float16 and bfloat16: computed in float32 where a loop has no 16-bit path */
 static inline bool em_is_half(em_dtype_t t) { return t == EM_FLOAT16 || t == EM_BFLOAT16; }
 static inline bool em_is_int(em_dtype_t t) { return t >= EM_UINT8 && t <= EM_INT64; }
+static inline bool em_is_complex(em_dtype_t t)
+{
+    return t == EM_COMPLEX64 || t == EM_COMPLEX128;
+}
+/* floating or complex: the dtypes that can require gradients and that true division,
+ * the float-only ops and sums keep as they are */
+static inline bool em_is_inexact(em_dtype_t t) { return em_is_float(t) || em_is_complex(t); }
+/* complex64 -> float32, complex128 -> float64; others unchanged */
+static inline em_dtype_t
+em_complex_value_type(em_dtype_t t)
+{
+    return t == EM_COMPLEX64 ? EM_FLOAT32 : t == EM_COMPLEX128 ? EM_FLOAT64 : t;
+}
 em_dtype_t em_promote_types(em_dtype_t a, em_dtype_t b);
 em_dtype_t em_dtype_from_npy(int npy_type);
 em_dtype_t em_dtype_from_object(PyObject *obj);   /* ember or NumPy dtype; -1 + error */
@@ -147,6 +162,9 @@ em_Tensor *em_tensor_from_array(PyArrayObject *array, em_Storage *storage,
 /* A view of base with new geometry (sizes/strides in elements) and offset. */
 em_Tensor *em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes,
                           const Py_ssize_t *strides, Py_ssize_t offset);
+em_Tensor *em_tensor_view_dtype(em_Tensor *base, em_dtype_t dtype, int ndim,
+                                const Py_ssize_t *sizes, const Py_ssize_t *strides,
+                                Py_ssize_t offset);
 /* A detached alias sharing storage and geometry (no autograd history). */
 em_Tensor *em_tensor_alias(em_Tensor *src);
 int em_tensor_set_geom(em_Tensor *t, int ndim, const Py_ssize_t *sizes,
@@ -324,6 +342,8 @@ em_Tensor *em_tensor_meta_like(em_Tensor *t);
 #define EM_RULE_INTEGRAL 8      /* bitwise ops: no floating point kernel (NotImplementedError) */
 #define EM_RULE_NOT_BOOL 16     /* pow: no bool kernel (NotImplementedError) */
 #define EM_RULE_FLOATING 32     /* gelu, lerp: no integer or bool kernel (NotImplementedError) */
+#define EM_RULE_COMPLEX 64      /* add, mul, exp: takes complex operands (others refuse them) */
+#define EM_RULE_COMPLEX_TO_REAL 128  /* abs: a complex operand gives its parts' dtype */
 
 /* ------------------------------------------------------------------ kernels */
 

@@ -3361,6 +3361,114 @@ def _inplace_info(name, functional: OpInfo):
     return info
 
 
+# ---------------------------------------------------------------- complex numbers
+# make() has no complex dtypes: complex samples are pairs of the float32/float64 dtype under
+# test viewed as complex (other dtypes give real samples, which these ops refuse or treat
+# as real numbers). tests/test_complex.py checks complex values and gradients against
+# torch; complex samples here are not gradchecked (grad=False).
+
+REALS = ("float32", "float64")
+
+
+def _complex_sample(shape, dtype, rng, transpose=False):
+    if 0 in shape:      # make() keeps NumPy's zero strides of empty arrays
+        return ember.zeros(shape, dtype=ember.complex64 if dtype == "float32" else
+                           ember.complex128)
+    z = ember.view_as_complex(make(tuple(shape) + (2,), dtype, rng)).clone()
+    return z.t() if transpose else z
+
+
+def _complex_or_real(shape, dtype, rng, **kw):
+    if dtype in REALS:
+        return _complex_sample(shape, dtype, rng, **kw)
+    return make(shape, dtype, rng)
+
+
+def _to_complex_array(a):
+    return np.asarray(np.asarray(a, dtype=object).astype(complex))
+
+
+def _ref_view_as_real(a):
+    z = _to_complex_array(a)
+    return np.stack([z.real, z.imag], -1).astype(object)
+
+
+def _ref_view_as_complex(a):
+    r = np.asarray(a, dtype=object).astype(float)
+    return (r[..., 0] + 1j * r[..., 1]).astype(object)
+
+
+add(OpInfo("view_as_real", lambda dtype, rng: [
+    Sample((_complex_or_real(s, dtype, rng),), desc=f"{s}", grad=False)
+    for s in ((3, 4), (), (0,), (2, 3, 1))] + [
+    Sample((_complex_or_real((3, 4), dtype, rng, transpose=True),), desc="transposed",
+           grad=False)],
+    _ref_view_as_real, dtypes=("float32",),   # gradients: tests/test_complex.py
+    errors=lambda: [ErrorSample((ember.ones(2),), {}, RuntimeError,
+                                "view_as_real is only supported for complex tensors",
+                                "real input")]))
+
+add(OpInfo("view_as_complex", lambda dtype, rng: [] if dtype not in REALS else [
+    Sample((make(s, dtype, rng),),
+           desc=f"{s}", noncontig=False)
+    for s in ((3, 2), (2, 4, 2), (2,))],
+    _ref_view_as_complex, dtypes=REALS,
+    errors=lambda: [
+        ErrorSample((ember.ones(3),), {}, RuntimeError, "last dimension of size 2", "size"),
+        ErrorSample((ember.ones(2, 2).t(),), {}, RuntimeError,
+                    "last dimension with stride 1", "stride"),
+        ErrorSample((ember.ones(3, 3)[:, :2],), {}, RuntimeError, "divisible by 2",
+                    "odd stride"),
+        ErrorSample((ember.ones(()),), {}, RuntimeError, "one or more dimensions", "0-d"),
+        ErrorSample((ember.ones(2, 2, dtype=ember.int64),), {}, RuntimeError,
+                    "only supported for float and double", "int64")]))
+
+
+def _ref_conj(a):
+    return a.conjugate()
+
+
+# bool: torch copies, NumPy's conjugate has no bool loop (ember raises TypeError)
+add(OpInfo("_conj_physical", lambda dtype, rng: [] if dtype == "bool" else unary_samples()(
+    dtype, rng) + [
+    Sample((_complex_or_real((2, 3), dtype, rng),), desc="complex", grad=False),
+    Sample((_complex_or_real((3, 2), dtype, rng, transpose=True),), desc="complex^T",
+           grad=False)],
+    elementwise(_ref_conj, 1), dtypes=NUMBERS, torch_fn=_t("_conj_physical")))
+
+
+def _complex_parts_samples(dtype, rng):
+    if dtype in ("float16", "bfloat16"):
+        return []         # torch makes complex32 (float16) or refuses: ember refuses both
+    return [Sample((make(a, dtype, rng), make(b, dtype, rng)), desc=f"{a} {b}")
+            for a, b in (((2, 3), (2, 3)), ((3, 1), (4,)), ((), (2,)), ((0, 2), (0, 2)))]
+
+
+add(OpInfo("complex", _complex_parts_samples, elementwise(complex, 2), dtypes=REALS,
+           errors=lambda: [
+               ErrorSample((ember.ones(2), ember.ones(2, dtype=ember.float64)), {},
+                           RuntimeError, "Expected object of scalar type Float",
+                           "mixed dtypes"),
+               ErrorSample((ember.ones(2, dtype=ember.int64), ember.ones(2, dtype=ember.int64)),
+                           {}, RuntimeError, "Expected both inputs", "integers")]))
+
+
+def _ref_angle(a):
+    if isinstance(a, complex):
+        return math.atan2(a.imag, a.real)
+    a = float(a)
+    if math.isnan(a):
+        return a
+    return math.pi if a < 0 else 0.0
+
+
+add(OpInfo("angle", lambda dtype, rng: _with_specials(unary_samples())(dtype, rng) + [
+    Sample((_complex_or_real((2, 3), dtype, rng),), desc="complex", grad=False)],
+    elementwise(_ref_angle, 1), dtypes=NO_BOOL))
+
+add(OpInfo("atan2", binary_samples(numbers=()), elementwise(_float_ref(math.atan2), 2)))
+
+
 for _e in registry.ENTRIES:
     if _e.inplace and _e.functional is not None and _e.qualified_name not in OPS:
         _f = OPS.get(_e.functional.qualified_name)

@@ -104,7 +104,7 @@ def test_as_tensor_and_from_numpy_share_memory():
     assert ember.as_tensor([1, 2]).dtype is ember.int64
     assert ember.from_numpy(np.ones(3, dtype=np.uint8)).dtype is ember.uint8
     with pytest.raises(TypeError):
-        ember.from_numpy(np.ones(2, dtype=np.complex64))
+        ember.from_numpy(np.ones(2, dtype=np.clongdouble))
 
 
 # ---------------------------------------------------------------- from sizes

@@ -21,6 +21,7 @@ import op_db
 from op_db import ALL, FLOATS, noncontig
 
 INFOS = op_db.all_infos()
+COMPLEX = {"complex64": "float32", "complex128": "float64"}   # checked with their parts' TOL
 TOL = {"float16": (1e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-10)}
 
 
@@ -46,6 +47,8 @@ def _expected_values(ref, dtype_name):
         return np.vectorize(bool, otypes=[bool])(ref) if ref.size else ref.astype(bool)
     if dtype_name in FLOATS:
         return ref.astype(np.float64)
+    if dtype_name in COMPLEX:
+        return ref.astype(np.complex128)
     bits = np.dtype(dtype_name).itemsize * 8
     lo = 0 if dtype_name == "uint8" else -(1 << (bits - 1))
 
@@ -73,9 +76,13 @@ def check_values(info, sample, out, ref, what=""):
         assert tuple(o.shape) == np.shape(r), f"{what}: shape {tuple(o.shape)} != {np.shape(r)}"
         name = str(o.dtype).split(".")[-1]
         exp = _expected_values(r, name)
-        if name in FLOATS:
-            rtol, atol = TOL[name]
+        if name in FLOATS or name in COMPLEX:
+            rtol, atol = TOL[COMPLEX.get(name, name)]
             scale = math.sqrt(_reduced_size(info, sample, o))
+            if name in COMPLEX:
+                np.testing.assert_allclose(got.astype(np.complex128), exp, rtol=rtol * scale,
+                                           atol=atol * scale, equal_nan=True, err_msg=what)
+                continue
             np.testing.assert_allclose(got.astype(np.float64), exp, rtol=rtol * scale,
                                        atol=atol * scale, equal_nan=True, err_msg=what)
         else:
@@ -327,9 +334,11 @@ def compare_with_torch(torch, info, args, kwargs, what, values=True):
         assert type(err) is type(terr), \
             f"{what}: ember raised {type(err).__name__} ({err}), torch {type(terr).__name__}"
         return
-    got_vals = _canonical(info, [o.detach().numpy().astype(np.float64) for o in _outputs(got)])
-    want_vals = _canonical(info, [t.detach().to(torch.float64).numpy()
-                                  for t in _outputs(want)])
+    got_vals = _canonical(info, [o.detach().numpy().astype(
+        np.complex128 if o.is_complex() else np.float64) for o in _outputs(got)])
+    want_vals = _canonical(info, [
+        t.detach().resolve_conj().to(torch.complex128 if t.is_complex() else torch.float64)
+        .numpy() for t in _outputs(want)])
     for o, t, got_a, want_a in zip(_outputs(got), _outputs(want), got_vals, want_vals):
         tname = str(t.dtype).split(".")[-1]
         assert str(o.dtype) == f"ember.{tname}", f"{what}: dtype {o.dtype} != {t.dtype}"
@@ -339,7 +348,7 @@ def compare_with_torch(torch, info, args, kwargs, what, values=True):
             st = [s for s, n in zip(t.stride(), t.shape) if n > 1]
             assert so == st, f"{what}: strides {o.stride()} != torch {t.stride()}"
         if values and o.numel() > 0:
-            rtol, atol = TOL.get(tname, (0, 0))
+            rtol, atol = TOL.get(COMPLEX.get(tname, tname), (0, 0))
             np.testing.assert_allclose(got_a, want_a, rtol=max(rtol, 1e-6) * 10,
                                        atol=max(atol, 1e-6) * 10, equal_nan=True,
                                        err_msg=what)

@@ -1,5 +1,5 @@
-"""Type promotion: ember.result_type against torch.result_type for every pair of the nine
-dtypes, in the three categories (dim tensor with dim tensor, dim tensor with 0-d tensor,
+"""Type promotion: ember.result_type against torch.result_type for every pair of the twelve
+dtypes (complex ones included), in the three categories (dim tensor with dim tensor, dim tensor with 0-d tensor,
 tensor with a Python number), plus the rules that need no torch to state."""
 import itertools
 
@@ -10,9 +10,9 @@ import ember
 from ember.ops import meta
 
 NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
-         "bfloat16"]
+         "bfloat16", "complex64", "complex128"]
 PAIRS = list(itertools.product(NAMES, NAMES))
-NUMBERS = [True, 3, -2, 2.5]
+NUMBERS = [True, 3, -2, 2.5, 1j]
 
 
 def e(name, shape):
@@ -36,6 +36,9 @@ def test_dim_tensors(torch, a, b):
 
 @pytest.mark.parametrize("a,b", PAIRS)
 def test_dim_tensor_and_zero_dim_tensor(torch, a, b):
+    if {a, b} in ({"float16", "complex64"}, {"float16", "complex128"}):
+        pytest.skip("a float16 tensor with a 0-d complex one is complex32 in torch, which "
+                    "ember does not have (complex64 here)")
     want = name_of(torch.result_type(t(torch, a, (2,)), t(torch, b, ())))
     assert name_of(ember.result_type(e(a, (2,)), e(b, ()))) == want
     want = name_of(torch.result_type(t(torch, a, ()), t(torch, b, (2,))))
@@ -47,6 +50,8 @@ def test_dim_tensor_and_zero_dim_tensor(torch, a, b):
 @pytest.mark.parametrize("a", NAMES)
 @pytest.mark.parametrize("number", NUMBERS, ids=repr)
 def test_tensor_and_python_number(torch, a, number):
+    if a == "float16" and isinstance(number, complex):
+        pytest.skip("torch gives complex32, which ember does not have (complex64 here)")
     for shape in ((2,), ()):
         want = name_of(torch.result_type(t(torch, a, shape), number))
         assert name_of(ember.result_type(e(a, shape), number)) == want, (a, shape, number)

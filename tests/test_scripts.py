@@ -5,8 +5,9 @@ losses must agree to 1e-5 (relative) at every one of their steps.
 The scripts fix their weights and data from NumPy, so both runs start from the same
 numbers (ember's random streams are not torch's), and use no dropout.
 
-Two further scripts of this kind wait for ops ember does not have yet: a char-level
-sampler (multinomial) and a Llama-style block with complex rotary embeddings."""
+A further script of this kind waits for ops ember does not have yet: a char-level
+sampler (multinomial). llama_block trains a Llama-style block whose rotary embeddings are
+complex numbers (polar, view_as_complex, view_as_real)."""
 import json
 import os
 import subprocess
@@ -52,7 +53,8 @@ def _run(script, as_ember, torch_available):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-NAMES = ["style_transfer", "lstm_cell_sequence", "mnist_adadelta", "packed_gru_classifier"]
+NAMES = ["style_transfer", "lstm_cell_sequence", "mnist_adadelta", "packed_gru_classifier",
+         "llama_block"]
 
 
 @pytest.mark.parametrize("name", NAMES)

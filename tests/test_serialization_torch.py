@@ -292,7 +292,7 @@ def test_unsupported_tensors_are_refused_clearly(torch):
         warnings.simplefilter("ignore")          # quantized tensors are deprecated in torch
         quantized = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.quint8)
     cases = {"torch.uint16": torch.ones(2, dtype=torch.uint16),
-             "torch.complex64": torch.ones(2, dtype=torch.complex64),
+             "torch.complex32": torch.ones(2, dtype=torch.complex32),
              "torch.quint8": quantized, "sparse": torch.eye(3).to_sparse()}
     for match, t in cases.items():
         with pytest.raises(CorruptFileError, match=match):

@@ -53,6 +53,13 @@ conform(PyObject *g, int ndim, const Py_ssize_t *sizes, em_dtype_t dtype, PyObje
             return NULL;
         g = r;
     }
+    if (em_is_complex(((em_Tensor *)g)->dtype) && !em_is_complex(dtype)) {
+        /* a real input of a complex result: its gradient is the real part, as PyTorch's */
+        PyObject *r = em_call_op(EM_OP_REAL, &g, 1, NULL);
+        Py_DECREF(g);
+        if ((g = r) == NULL)
+            return NULL;
+    }
     if (((em_Tensor *)g)->dtype != dtype) {
         PyObject *args[2] = {g, (PyObject *)em_dtypes[dtype]};
         PyObject *r = em_call_op(EM_OP__TO_COPY, args, 1, em_kw_dtype);

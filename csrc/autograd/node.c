@@ -177,7 +177,7 @@ attach_outputs(em_Node *node, PyObject **outs, int nout)
         if (alias == NULL)
             return -1;
         PyTuple_SET_ITEM(node->saved_outputs, k, alias);
-        if (!em_is_float(o->dtype))
+        if (!em_is_inexact(o->dtype))
             continue;
         o->requires_grad = 1;
         Py_INCREF(node);
@@ -350,7 +350,7 @@ unpack_output(em_Node *node, int k, bool check)
         return NULL;
     }
     if (!em_Tensor_Check(alias) || !em_tls.grad_enabled ||
-        !em_is_float(((em_Tensor *)alias)->dtype)) {
+        !em_is_inexact(((em_Tensor *)alias)->dtype)) {
         Py_INCREF(alias);
         return alias;
     }

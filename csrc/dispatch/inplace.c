@@ -16,7 +16,9 @@
 static bool
 can_cast(em_dtype_t from, em_dtype_t to)
 {
-    if (em_is_float(from) && !em_is_float(to))
+    if (em_is_complex(from) && !em_is_complex(to))
+        return false;
+    if (em_is_float(from) && !em_is_inexact(to))
         return false;
     if (from != EM_BOOL && to == EM_BOOL)
         return false;
@@ -40,6 +42,12 @@ check_fits(em_Op *op, em_Tensor *self, em_Tensor *res)
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): output with shape %s doesn't match the broadcast shape %s",
                      op->name, em_tshape(self), em_tshape(res));
+        return -1;
+    }
+    if (em_is_complex(self->dtype) && em_is_float(res->dtype)) {
+        /* abs_, angle_: a real result would be stored as complex numbers */
+        PyErr_Format(PyExc_RuntimeError,
+                     "In-place %U is not supported for complex tensors.", op->name);
         return -1;
     }
     if (!can_cast(res->dtype, self->dtype)) {

@@ -22,7 +22,7 @@ static const char *const qualnames[] = {EM_OPS(EM_OPS_NAME)};
 bool
 em_is_number(PyObject *o)
 {
-    if (PyFloat_Check(o) || PyLong_Check(o))
+    if (PyFloat_Check(o) || PyLong_Check(o) || PyComplex_Check(o))
         return true;
     return PyArray_IsScalar(o, Number) || PyArray_IsScalar(o, Bool);
 }
@@ -41,6 +41,12 @@ em_number_from(PyObject *o)
         return PyNumber_Long(o);
     if (PyArray_IsScalar(o, Floating) || PyFloat_Check(o))
         return PyNumber_Float(o);
+    if (PyComplex_CheckExact(o))
+        return Py_NewRef(o);
+    if (PyArray_IsScalar(o, ComplexFloating) || PyComplex_Check(o)) {
+        Py_complex c = PyComplex_AsCComplex(o);
+        return c.real == -1.0 && PyErr_Occurred() ? NULL : PyComplex_FromCComplex(c);
+    }
     PyErr_Format(PyExc_TypeError, "expected a number, got %s", Py_TYPE(o)->tp_name);
     return NULL;
 }

@@ -43,6 +43,7 @@
     X(EM_OP_NONZERO, "nonzero") \
     X(EM_OP_PERMUTE, "permute") \
     X(EM_OP_POW, "pow") \
+    X(EM_OP_REAL, "real") \
     X(EM_OP_REMAINDER, "remainder") \
     X(EM_OP_RESHAPE, "reshape") \
     X(EM_OP_SELECT, "select") \

@@ -80,12 +80,22 @@ number_dtype(PyObject *o)
         return EM_BOOL;
     if (PyLong_Check(o) || PyArray_IsScalar(o, Integer))
         return EM_INT64;
+    if (PyComplex_Check(o) || PyArray_IsScalar(o, ComplexFloating))
+        return em_default_dtype == EM_FLOAT64 ? EM_COMPLEX128 : EM_COMPLEX64;
     return em_default_dtype;   /* Python floats take the default dtype's place */
 }
 
 static em_dtype_t
 combine_categories(em_dtype_t higher, em_dtype_t lower)
 {
+    if (higher != EM_UNDEFINED && em_is_complex(higher))
+        return higher;
+    if (lower != EM_UNDEFINED && em_is_complex(lower)) {
+        /* a float group keeps its precision: float64 with a complex number is complex128 */
+        if (higher != EM_UNDEFINED && em_is_float(higher))
+            return higher == EM_FLOAT64 ? EM_COMPLEX128 : EM_COMPLEX64;
+        return lower;
+    }
     if (higher != EM_UNDEFINED && em_is_float(higher))
         return higher;
     if (higher == EM_BOOL || (lower != EM_UNDEFINED && em_is_float(lower)))
@@ -291,7 +301,8 @@ em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g, em_dtype_
     }
     if (((op->rule & EM_RULE_INTEGRAL) && em_is_float(rt)) ||
         ((op->rule & EM_RULE_NOT_BOOL) && rt == EM_BOOL) ||
-        ((op->rule & EM_RULE_FLOATING) && !em_is_float(rt))) {
+        ((op->rule & EM_RULE_FLOATING) && !em_is_float(rt)) ||
+        (!(op->rule & EM_RULE_COMPLEX) && em_is_complex(rt))) {
         PyErr_Format(PyExc_NotImplementedError, "%s(): \"%s\" not implemented for '%s'", name,
                      name, em_dtype_torch_name(rt));
         return -1;
@@ -300,10 +311,12 @@ em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g, em_dtype_
     case EM_KIND_UNARY:
     case EM_KIND_BINARY:
         *compute = g->dtype = rt;
+        if (op->rule & EM_RULE_COMPLEX_TO_REAL)
+            g->dtype = em_complex_value_type(rt);
         break;
     case EM_KIND_UNARY_FLOAT:
     case EM_KIND_BINARY_FLOAT:
-        *compute = g->dtype = em_is_float(rt) ? rt : em_default_dtype;
+        *compute = g->dtype = em_is_inexact(rt) ? rt : em_default_dtype;
         break;
     case EM_KIND_COMPARE:
         *compute = rt;

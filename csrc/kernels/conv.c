@@ -18,6 +18,7 @@
  * times the input's columns (the im2col op, whose eager kernel is here too).
  */
 #include "ember.h"
+#include "kutil.h"
 
 typedef struct {
     int nsp;                       /* spatial dims of the call: 1 or 2 */
@@ -478,6 +479,9 @@ k_convolution(em_Op *op, PyObject **args)
 {
     em_Tensor *input = (em_Tensor *)args[0], *weight = (em_Tensor *)args[1];
     PyObject *bias = args[2];
+    if (em_refuse_complex(op, args[0]) < 0 || em_refuse_complex(op, args[1]) < 0 ||
+        em_refuse_complex(op, bias) < 0)
+        return NULL;
     conv_params p = {0};
     if (conv_setup(args, &p) < 0)
         return NULL;

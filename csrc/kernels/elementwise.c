@@ -79,7 +79,7 @@ k_binary_alpha(em_Op *op, PyObject **args)
     if (out == NULL)
         return NULL;
     bool unit = PyLong_CheckExact(alpha) && PyLong_AsLong(alpha) == 1;
-    if (!unit && !em_is_float(compute) && PyFloat_Check(alpha)) {
+    if (!unit && !em_is_inexact(compute) && PyFloat_Check(alpha)) {
         Py_DECREF(out);
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): For integral input tensors, argument alpha must not be a floating "
@@ -521,6 +521,8 @@ k_hardtanh(em_Op *op, PyObject **args)
 static PyObject *
 k_clamp(em_Op *op, PyObject **args)
 {
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     if (args[1] == Py_None && args[2] == Py_None) {
         PyErr_SetString(PyExc_RuntimeError,
                         "clamp(): At least one of 'min' or 'max' must not be None");

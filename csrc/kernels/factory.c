@@ -132,7 +132,10 @@ make_filled(em_Op *op, PyObject **args, PyObject *value, bool infer_from_value)
         PyObject *d = em_arg(op, args, "dtype");
         if (d == NULL || d == Py_None)
             g.dtype = PyBool_Check(value) ? EM_BOOL
-                      : PyLong_Check(value) ? EM_INT64 : em_default_dtype;
+                      : PyLong_Check(value) ? EM_INT64
+                      : PyComplex_Check(value) ? (em_default_dtype == EM_FLOAT64 ? EM_COMPLEX128
+                                                                             : EM_COMPLEX64)
+                      : em_default_dtype;
     }
     em_Tensor *t = em_tensor_empty_like_layout(&g, meta);
     if (t != NULL && value != NULL && fill(t, value) < 0)

@@ -1213,6 +1213,14 @@ k_masked_fill(em_Op *op, PyObject **args)
                      "masks, but got mask with dtype %s", em_dtypes[mask->dtype]->name);
         return NULL;
     }
+    if (!em_is_complex(self->dtype) &&
+        (PyComplex_Check(value) ||
+         (em_Tensor_Check(value) && em_is_complex(((em_Tensor *)value)->dtype)))) {
+        /* NumPy would keep the real part */
+        PyErr_Format(PyExc_RuntimeError, "masked_fill(): value cannot be converted to type "
+                     "%s without overflow", em_dtypes[self->dtype]->name);
+        return NULL;
+    }
     if (em_Tensor_Check(value) && ((em_Tensor *)value)->ndim != 0) {
         PyErr_Format(PyExc_RuntimeError, "masked_fill(): masked_fill_ only supports a "
                      "0-dimensional value tensor, but got tensor with %d dimension(s).",

@@ -175,3 +175,14 @@ em_array_view(PyArrayObject *base, int nd, const npy_intp *dims, const npy_intp 
     }
     return v;
 }
+
+int
+em_refuse_complex(em_Op *op, PyObject *t)
+{
+    if (t == NULL || !em_Tensor_Check(t) || !em_is_complex(((em_Tensor *)t)->dtype) ||
+        (op->rule & EM_RULE_COMPLEX))
+        return 0;
+    PyErr_Format(PyExc_NotImplementedError, "%U(): \"%U\" not implemented for '%s'",
+                 op->name, op->name, em_dtype_torch_name(((em_Tensor *)t)->dtype));
+    return -1;
+}

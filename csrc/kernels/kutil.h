@@ -36,6 +36,9 @@ int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
  * fixed-size array. The message names `name` (NULL: the dispatcher adds the op's name,
  * which it does not for composites while tracing). */
 int em_check_ndim(const char *name, Py_ssize_t ndim);
+/* NotImplementedError naming op and t's dtype when t is complex and op's rule does not
+ * take complex operands (max, sort, clamp: no order on complex numbers) */
+int em_refuse_complex(em_Op *op, PyObject *t);
 
 /* out[..., j, ...] = src[..., idx[..., j, ...], ...] along d, over idx's shape (out
  * has idx's shape; src may be larger in the other dims). idx is int64, in range. */

@@ -9,7 +9,8 @@ c_type_name(em_dtype_t t)
         [EM_BOOL] = "bool", [EM_UINT8] = "unsigned char", [EM_INT8] = "signed char",
         [EM_INT16] = "short int", [EM_INT32] = "int", [EM_INT64] = "long int",
         [EM_FLOAT16] = "c10::Half", [EM_FLOAT32] = "float", [EM_FLOAT64] = "double",
-        [EM_BFLOAT16] = "c10::BFloat16",
+        [EM_BFLOAT16] = "c10::BFloat16", [EM_COMPLEX64] = "c10::complex<float>",
+        [EM_COMPLEX128] = "c10::complex<double>",
     };
     return names[t];
 }

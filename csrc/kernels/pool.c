@@ -16,6 +16,7 @@
  * (python/ember/ops/nn_ops.py).
  */
 #include "ember.h"
+#include "kutil.h"
 #include <math.h>
 
 typedef struct {
@@ -278,6 +279,8 @@ static PyObject *
 k_max_pool2d(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     pool_params p = {0};
     if (pool_setup(self, args + 1, &p) < 0)
         return NULL;

@@ -187,13 +187,18 @@ reduce_impl(em_Op *op, em_Tensor *self, PyObject *dims, bool keepdim, PyObject *
     if (reduce_mask_of(dims, self, mask) < 0)
         return NULL;
     em_dtype_t in = self->dtype, out_t;
+    if (em_is_complex(in) && !(op->rule & EM_RULE_COMPLEX)) {
+        PyErr_Format(PyExc_NotImplementedError, "%U(): \"%U\" not implemented for '%s'",
+                     op->name, op->name, em_dtype_torch_name(in));
+        return NULL;
+    }
     if (dtype_arg != Py_None)
         out_t = ((em_DType *)dtype_arg)->code;
-    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_float(in))
+    else if ((op->rule & EM_RULE_INT_TO_LONG) && !em_is_inexact(in))
         out_t = EM_INT64;
     else
         out_t = in;
-    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_float(out_t)) {
+    if ((op->rule & EM_RULE_FLOAT_ONLY) && !em_is_inexact(out_t)) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): could not infer output dtype. Input dtype must be either a floating "
                      "point or complex dtype. Got: %s", op->name, em_dtype_torch_name(out_t));
@@ -295,6 +300,8 @@ static PyObject *
 k_reduce_index(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True, mask[EM_MAX_DIMS];
     Py_ssize_t d;
     if (one_dim(op, self, args[1], &d, mask) < 0)
@@ -325,6 +332,8 @@ static PyObject *
 k_reduce_all(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     if (self->numel == 0) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): Expected reduction dim to be specified for input.numel() == 0. "
@@ -351,6 +360,8 @@ static PyObject *
 k_argreduce(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True;
     bool meta = em_meta_of(self);
     if (self->dtype == EM_BOOL) {
@@ -613,6 +624,8 @@ static PyObject *
 k_logsumexp(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     bool keepdim = args[2] == Py_True;
     bool mask[EM_MAX_DIMS];
     if (reduce_mask_of(args[1], self, mask) < 0)
@@ -721,6 +734,8 @@ static PyObject *
 k_cumulative(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
@@ -887,6 +902,8 @@ static PyObject *
 k_sort(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
@@ -907,6 +924,8 @@ static PyObject *
 k_argsort(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t d;
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
@@ -927,6 +946,8 @@ static PyObject *
 k_topk(em_Op *op, PyObject **args)
 {
     em_Tensor *self = (em_Tensor *)args[0];
+    if (em_refuse_complex(op, args[0]) < 0)
+        return NULL;
     Py_ssize_t k, d;
     if (em_int_arg(args[1], &k) < 0 || em_dim_arg(args[2], self->ndim, &d) < 0)
         return NULL;

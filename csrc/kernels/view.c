@@ -536,7 +536,9 @@ as_strided_geom(em_Op *op, em_Tensor *self, PyObject **args, Py_ssize_t *sizes,
             need += (sizes[i] - 1) * strides[i];
     }
     if (self->storage->array != NULL && need > 0) {
-        Py_ssize_t have = PyArray_SIZE(self->storage->array);
+        /* in self's elements (a view_as_real of a complex storage counts its floats) */
+        Py_ssize_t have = PyArray_NBYTES(self->storage->array) /
+                          em_dtypes[self->dtype]->itemsize;
         if (*offset + need > have) {
             Py_ssize_t item = em_dtypes[self->dtype]->itemsize;
             PyErr_Format(PyExc_RuntimeError, "setStorage: sizes %s, strides %s, storage "
@@ -560,6 +562,77 @@ k_as_strided(em_Op *op, PyObject **args)
     if (as_strided_geom(op, self, args + 1, sizes, strides, &n, &offset, self) < 0)
         return NULL;
     return (PyObject *)em_tensor_view(self, n, sizes, strides, offset);
+}
+
+/* ------------------------------------------------------------------ complex views */
+
+/* view_as_real(self): a complex tensor's memory as its parts, a last dim of 2 */
+static PyObject *
+k_view_as_real(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    if (!em_is_complex(self->dtype)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "view_as_real is only supported for complex tensors");
+        return NULL;
+    }
+    if (em_check_ndim("view_as_real", self->ndim + 1) < 0)
+        return NULL;
+    Py_ssize_t sizes[EM_MAX_DIMS], strides[EM_MAX_DIMS];
+    for (int d = 0; d < self->ndim; d++) {
+        sizes[d] = self->sizes[d];
+        strides[d] = 2 * self->strides[d];
+    }
+    sizes[self->ndim] = 2;
+    strides[self->ndim] = 1;
+    return (PyObject *)em_tensor_view_dtype(self, em_complex_value_type(self->dtype),
+                                            self->ndim + 1, sizes, strides, 2 * self->offset);
+}
+
+/* view_as_complex(self): pairs along a last dim of 2 (stride 1) as complex numbers */
+static PyObject *
+k_view_as_complex(em_Op *op, PyObject **args)
+{
+    em_Tensor *self = (em_Tensor *)args[0];
+    int nd = self->ndim;
+    if (self->dtype != EM_FLOAT32 && self->dtype != EM_FLOAT64) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "view_as_complex is only supported for float and double tensors, but got "
+                     "a tensor of scalar type: %s", em_dtype_torch_name(self->dtype));
+        return NULL;
+    }
+    if (nd == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Input tensor must have one or more dimensions");
+        return NULL;
+    }
+    if (self->sizes[nd - 1] != 2) {
+        PyErr_SetString(PyExc_RuntimeError, "Tensor must have a last dimension of size 2");
+        return NULL;
+    }
+    if (self->strides[nd - 1] != 1) {
+        PyErr_SetString(PyExc_RuntimeError, "Tensor must have a last dimension with stride 1");
+        return NULL;
+    }
+    for (int d = 0; d < nd - 1; d++) {
+        if (self->strides[d] % 2 != 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "Tensor must have a stride divisible by 2 for all but last "
+                            "dimension");
+            return NULL;
+        }
+    }
+    if (self->offset % 2 != 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Tensor must have a storage_offset divisible by 2");
+        return NULL;
+    }
+    Py_ssize_t strides[EM_MAX_DIMS];
+    for (int d = 0; d < nd - 1; d++)
+        strides[d] = self->strides[d] / 2;
+    em_dtype_t dt = self->dtype == EM_FLOAT32 ? EM_COMPLEX64 : EM_COMPLEX128;
+    return (PyObject *)em_tensor_view_dtype(self, dt, nd - 1, self->sizes, strides,
+                                            self->offset / 2);
 }
 
 /* ------------------------------------------------------------------ copies */
@@ -1322,6 +1395,8 @@ const em_KernelEntry em_view_kernels[] = {
     {"select", k_select},
     {"slice", k_slice},
     {"alias", k_alias},
+    {"view_as_real", k_view_as_real},
+    {"view_as_complex", k_view_as_complex},
     {"clone", k_clone},
     {"to_copy", k_to_copy},
     {"contiguous", k_contiguous},

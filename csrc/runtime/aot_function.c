@@ -193,7 +193,7 @@ refuse_double_backward(PyObject *res)
         return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *g = PyTuple_GET_ITEM(res, i);
-        if (!em_Tensor_Check(g) || !em_is_float(((em_Tensor *)g)->dtype))
+        if (!em_Tensor_Check(g) || !em_is_inexact(((em_Tensor *)g)->dtype))
             continue;
         PyObject *a = (PyObject *)em_tensor_alias((em_Tensor *)g);
         if (a == NULL)

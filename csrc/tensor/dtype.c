@@ -20,6 +20,8 @@ static const struct {
     [EM_FLOAT32] = {"float32", "Float", NPY_FLOAT32},
     [EM_FLOAT64] = {"float64", "Double", NPY_FLOAT64},
     [EM_BFLOAT16] = {"bfloat16", "BFloat16", -1},     /* set by em_dtype_init */
+    [EM_COMPLEX64] = {"complex64", "ComplexFloat", NPY_COMPLEX64},
+    [EM_COMPLEX128] = {"complex128", "ComplexDouble", NPY_COMPLEX128},
 };
 
 /* NumPy's type number of ml_dtypes.bfloat16 (a user-defined NumPy dtype) */
@@ -43,6 +45,13 @@ em_promote_types(em_dtype_t a, em_dtype_t b)
         return b;
     if (b == EM_BOOL)
         return a;
+    if (em_is_complex(a) || em_is_complex(b)) {
+        /* the complex type whose parts hold both: float64 or complex128 anywhere gives
+         * complex128, else complex64 (ember has no complex32) */
+        if (a == EM_COMPLEX128 || b == EM_COMPLEX128 || a == EM_FLOAT64 || b == EM_FLOAT64)
+            return EM_COMPLEX128;
+        return EM_COMPLEX64;
+    }
     if (em_is_float(a) || em_is_float(b)) {
         if (!em_is_float(a))
             return b;
@@ -73,6 +82,8 @@ em_dtype_from_npy(int npy_type)
     case NPY_FLOAT16: return EM_FLOAT16;
     case NPY_FLOAT32: return EM_FLOAT32;
     case NPY_FLOAT64: return EM_FLOAT64;
+    case NPY_COMPLEX64: return EM_COMPLEX64;
+    case NPY_COMPLEX128: return EM_COMPLEX128;
     default:
         if (npy_type == npy_bfloat16 && npy_bfloat16 >= 0)
             return EM_BFLOAT16;
@@ -96,6 +107,8 @@ em_dtype_from_object(PyObject *obj)
         return EM_INT64;
     if (obj == (PyObject *)&PyBool_Type)
         return EM_BOOL;
+    if (obj == (PyObject *)&PyComplex_Type)
+        return EM_COMPLEX128;
     PyArray_Descr *descr = NULL;
     if (PyArray_DescrConverter2(obj, &descr) && descr != NULL) {
         em_dtype_t t = em_dtype_from_npy(descr->type_num);
@@ -132,7 +145,7 @@ dtype_is_signed(em_DType *self, void *c)
 static PyObject *
 dtype_is_complex(em_DType *self, void *c)
 {
-    Py_RETURN_FALSE;
+    return PyBool_FromLong(em_is_complex(self->code));
 }
 
 static PyObject *

@@ -174,9 +174,10 @@ set_requires_grad(em_Tensor *self, int flag)
         }
         return 0;
     }
-    if (flag && !em_is_float(self->dtype)) {
+    if (flag && !em_is_inexact(self->dtype)) {
         PyErr_SetString(PyExc_RuntimeError,
-                        "only Tensors of floating point dtype can require gradients");
+                        "only Tensors of floating point and complex dtype can require "
+                        "gradients");
         return -1;
     }
     self->requires_grad = (char)flag;
@@ -459,9 +460,9 @@ tensor_is_floating_point(em_Tensor *self, PyObject *noargs)
 }
 
 static PyObject *
-tensor_false(em_Tensor *self, PyObject *noargs)
+tensor_is_complex(em_Tensor *self, PyObject *noargs)
 {
-    Py_RETURN_FALSE;
+    return PyBool_FromLong(em_is_complex(self->dtype));
 }
 
 static PyObject *
@@ -502,7 +503,8 @@ tensor_item(em_Tensor *self, PyObject *noargs)
     PyObject *scalar = PyArray_GETITEM(self->array, PyArray_DATA(self->array));
     if (scalar == NULL)
         return NULL;
-    if (PyFloat_CheckExact(scalar) || PyLong_CheckExact(scalar) || PyBool_Check(scalar))
+    if (PyFloat_CheckExact(scalar) || PyLong_CheckExact(scalar) || PyBool_Check(scalar) ||
+        PyComplex_CheckExact(scalar))
         return scalar;
     PyObject *py = PyObject_CallMethod(scalar, "item", NULL);
     Py_DECREF(scalar);
@@ -685,7 +687,7 @@ static PyMethodDef tensor_methods[] = {
     {"is_contiguous", (PyCFunction)(void (*)(void))tensor_is_contiguous,
      METH_VARARGS | METH_KEYWORDS, NULL},
     {"is_floating_point", (PyCFunction)tensor_is_floating_point, METH_NOARGS, NULL},
-    {"is_complex", (PyCFunction)tensor_false, METH_NOARGS, NULL},
+    {"is_complex", (PyCFunction)tensor_is_complex, METH_NOARGS, NULL},
     {"storage_offset", (PyCFunction)tensor_storage_offset, METH_NOARGS, NULL},
     {"data_ptr", (PyCFunction)tensor_data_ptr, METH_NOARGS, NULL},
     {"untyped_storage", (PyCFunction)tensor_untyped_storage, METH_NOARGS, NULL},

@@ -88,7 +88,8 @@ em_tensor_from_array(PyArrayObject *array, em_Storage *storage, Py_ssize_t offse
     if (dt == EM_UNDEFINED) {
         PyErr_Format(PyExc_TypeError,
                      "can't convert np.ndarray of type %S. The only supported types are: "
-                     "float64, float32, float16, int64, int32, int16, int8, uint8, and bool.",
+                     "float64, float32, float16, complex64, complex128, int64, int32, int16, "
+                     "int8, uint8, and bool.",
                      (PyObject *)PyArray_DESCR(array));
         return NULL;
     }
@@ -236,7 +237,16 @@ em_Tensor *
 em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes, const Py_ssize_t *strides,
                Py_ssize_t offset)
 {
-    em_Tensor *t = tensor_of(ndim, sizes, strides, base->dtype, offset);
+    return em_tensor_view_dtype(base, base->dtype, ndim, sizes, strides, offset);
+}
+
+/* A view of base's storage read as another dtype (view_as_real, view_as_complex): sizes,
+ * strides and offset count elements of that dtype. */
+em_Tensor *
+em_tensor_view_dtype(em_Tensor *base, em_dtype_t dtype, int ndim, const Py_ssize_t *sizes,
+                     const Py_ssize_t *strides, Py_ssize_t offset)
+{
+    em_Tensor *t = tensor_of(ndim, sizes, strides, dtype, offset);
     if (t == NULL)
         return NULL;
     Py_INCREF(base->storage);
@@ -246,11 +256,12 @@ em_tensor_view(em_Tensor *base, int ndim, const Py_ssize_t *sizes, const Py_ssiz
     t->base = root;
     if (base->array != NULL) {
         PyArrayObject *st = base->storage->array;
-        int itemsize = em_dtypes[base->dtype]->itemsize;
+        int itemsize = em_dtypes[dtype]->itemsize;
         npy_intp bstrides[EM_MAX_DIMS];
         for (int i = 0; i < ndim; i++)
             bstrides[i] = strides[i] * itemsize;
-        PyArray_Descr *descr = PyArray_DESCR(base->array);
+        PyArray_Descr *descr = dtype == base->dtype ? PyArray_DESCR(base->array)
+                                                    : em_dtypes[dtype]->descr;
         Py_INCREF(descr);
         int flags = PyArray_FLAGS(st) & NPY_ARRAY_WRITEABLE;
         PyArrayObject *view = (PyArrayObject *)PyArray_NewFromDescr(

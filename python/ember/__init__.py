@@ -7,8 +7,8 @@ from . import _C
 from ._C import (Size, Tensor, UntypedStorage, dtype, from_numpy, get_default_dtype,
                  get_num_threads, is_grad_enabled, promote_types, result_type,
                  set_default_dtype, set_num_threads)
-from ._C import (bool as _bool, bfloat16, float16, float32, float64, int8, int16, int32,
-                 int64, uint8)
+from ._C import (bool as _bool, bfloat16, complex64, complex128, float16, float32, float64,
+                 int8, int16, int32, int64, uint8)
 from . import ops as _ops
 from .device import device, get_default_device, set_default_device
 
@@ -33,7 +33,8 @@ _C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))
 
 # PyTorch's dtype aliases (assigned last: they shadow builtins in this module)
 globals().update({"bool": _bool, "float": float32, "double": float64, "half": float16,
-                  "long": int64, "int": int32, "short": int16})
+                  "long": int64, "int": int32, "short": int16, "cfloat": complex64,
+                  "cdouble": complex128})
 preserve_format = "preserve_format"
 contiguous_format = "contiguous_format"
 

@@ -172,17 +172,51 @@ def _mT(self):
     return _ops.api.mT(self)
 
 
+def _real(self):
+    """Tensor.real: the real parts, a writable view (self for a real tensor)."""
+    return _ops.api.real(self)
+
+
+def _set_real(self, value):
+    view = _ops.api.real(self)
+    view.copy_(value) if isinstance(value, _C.Tensor) else view.fill_(value)
+
+
+def _imag(self):
+    """Tensor.imag: the imaginary parts, a writable view (complex tensors only)."""
+    return _ops.api.imag(self)
+
+
+def _set_imag(self, value):
+    view = _ops.api.imag(self)
+    view.copy_(value) if isinstance(value, _C.Tensor) else view.fill_(value)
+
+
+def _mH(self):
+    """Tensor.mH: the conjugate transpose of the last two dims (adjoint())."""
+    return _ops.api.mT(self).conj()
+
+
+def _H(self):
+    """Tensor.H: the conjugate transpose of a matrix (t().conj())."""
+    if self.ndim not in (0, 2):
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
+                           f"{self.ndim}-D tensor.")
+    return _ops.api.numpy_T(self).conj()
+
+
 def _install():
     attrs = dict(
         backward=backward, register_hook=register_hook, retain_grad=retain_grad,
         __iter__=__iter__, __reversed__=__reversed__, __contains__=__contains__,
         __format__=__format__,
         float=_cast("float32"), double=_cast("float64"), half=_cast("float16"),
-        bfloat16=_cast("bfloat16"),
+        bfloat16=_cast("bfloat16"), cfloat=_cast("complex64"), cdouble=_cast("complex128"),
         long=_cast("int64"), int=_cast("int32"), short=_cast("int16"),
         char=_cast("int8"), byte=_cast("uint8"), bool=_cast("bool"),
         type_as=type_as, type=type, new=new, cpu=cpu, cuda=cuda,
-        T=property(_T), mT=property(_mT),
+        T=property(_T), mT=property(_mT), real=property(_real, _set_real),
+        imag=property(_imag, _set_imag), mH=property(_mH), H=property(_H), adjoint=_mH, __complex__=lambda self: complex(self.item()),
         __array_priority__=1000,
     )
     _C._add_tensor_attrs(attrs)

@@ -16,8 +16,8 @@ def dtype_from_numpy(np_dtype):
         if d.numpy_dtype == np_dtype:
             return d
     raise TypeError(f"can't convert np.ndarray of type numpy.{np_dtype}. The only supported "
-                    "types are: float64, float32, float16, int64, int32, int16, int8, uint8, "
-                    "and bool.")
+                    "types are: float64, float32, float16, complex64, complex128, int64, "
+                    "int32, int16, int8, uint8, and bool.")
 
 
 def _check_byte_order(arr):
@@ -59,8 +59,8 @@ def _infer_dtype(data):
             kinds.add("int")
         elif isinstance(x, numbers.Real):
             kinds.add("float")
-        elif isinstance(x, complex):
-            raise TypeError("ember does not support complex numbers")
+        elif isinstance(x, numbers.Complex):
+            kinds.add("complex")
         elif isinstance(x, (list, tuple)):
             for y in x:
                 walk(y)
@@ -74,7 +74,10 @@ def _infer_dtype(data):
     result = None
     for d in dtypes:
         result = d if result is None else _C.promote_types(result, d)
-    if "float" in kinds:
+    if "complex" in kinds:
+        default = _C.complex128 if _C.get_default_dtype() is _C.float64 else _C.complex64
+        result = _C.promote_types(result, default) if result else default
+    elif "float" in kinds:
         result = _C.promote_types(result, _C.get_default_dtype()) if result else \
             _C.get_default_dtype()
     elif "int" in kinds:

@@ -91,6 +91,24 @@ class _Formatter:
         return (self.max_width - len(ret)) * " " + ret
 
 
+class _ComplexFormatter:
+    """Real and imaginary parts each laid out by a formatter of their own, as PyTorch
+    prints complex tensors: `1.0000+2.0000j`, `-0.5000-3.0000j`."""
+
+    def __init__(self, values: np.ndarray):
+        self.real = _Formatter(values.real, True)
+        self.imag = _Formatter(values.imag, True)
+
+    def width(self):
+        return self.real.width() + self.imag.width() + 1
+
+    def format(self, value) -> str:
+        value = complex(value)
+        real = self.real.format(value.real)
+        imag = (self.imag.format(value.imag) + "j").lstrip()
+        return real + imag if imag[0] in "+-" else real + "+" + imag
+
+
 def _summarized(a: np.ndarray) -> np.ndarray:
     e = PRINT_OPTS.edgeitems
     if a.ndim == 0:
@@ -137,6 +155,9 @@ def _data_str(t, indent):
     if a.dtype == np.float16:
         a = a.astype(np.float32)
     summarize = a.size > PRINT_OPTS.threshold
+    if t.dtype.is_complex:
+        fmt = _ComplexFormatter(_summarized(a) if summarize else a)
+        return _str_with_formatter(a, indent, summarize, fmt)
     fmt = _Formatter(_summarized(a) if summarize else a, t.dtype.is_floating_point)
     return _str_with_formatter(a, indent, summarize, fmt)
 
@@ -159,7 +180,8 @@ def tensor_repr(t) -> str:
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
-    implied = t.dtype in (_C.get_default_dtype(), _C.int64, _C.bool)
+    default_complex = _C.complex128 if _C.get_default_dtype() is _C.float64 else _C.complex64
+    implied = t.dtype in (_C.get_default_dtype(), default_complex, _C.int64, _C.bool)
     if t.is_meta:
         text = "..."
         suffixes.append("device='meta'")

@@ -19,6 +19,8 @@ class finfo:
     def __init__(self, type=None):
         if type is None:
             type = _C.get_default_dtype()
+        # a complex dtype answers for its parts, as torch.finfo does
+        type = {_C.complex64: _C.float32, _C.complex128: _C.float64}.get(type, type)
         if not isinstance(type, _C.dtype) or not type.is_floating_point:
             raise TypeError("torch.finfo() requires a floating point input type. Use "
                             "torch.iinfo to handle 'torch.finfo'")

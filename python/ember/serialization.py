@@ -742,6 +742,9 @@ def save_safetensors(tensors, f, metadata=None):
     for name, t in tensors.items():
         array = t.detach().numpy() if isinstance(t, _C.Tensor) else np.asarray(t)
         dname = _dtype_name_np(array.dtype)
+        if dname not in _ST_NAMES:
+            raise TypeError(f"save_safetensors: tensor {name!r} is {dname}, which the "
+                            "safetensors format does not store")
         raw = np.ascontiguousarray(array).astype(_np_dtype(dname), copy=False).tobytes()
         header[name] = {"dtype": _ST_NAMES[dname], "shape": list(array.shape),
                         "data_offsets": [offset, offset + len(raw)]}

@@ -142,6 +142,9 @@ class OutputGraph:
                 # passing two tensors must not read the first twice)
                 self.guards.add("ALIAS", source, (known.source, True))
             return known
+        if value.dtype.is_complex:
+            raise Unsupported(_complex_reason(f"an input ({source.name() if source else '?'})",
+                                              value.dtype))
         name = _placeholder_name(source)
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first is not None:
@@ -160,6 +163,21 @@ class OutputGraph:
         self.inputs.append((source, node, value))
         self.keepalive.append(value)
         return tv
+
+
+def _complex_reason(what, dtype) -> str:
+    """Why a frame with complex tensors runs eagerly: no backend compiles complex dtypes
+    (counted in counters["unsupported"] under this reason)."""
+    return (f"complex tensors: {what} is {dtype}, a dtype the backends cannot compile "
+            "(the frame runs eagerly)")
+
+
+def _complex_result(value):
+    if isinstance(value, _C.Tensor):
+        return value.dtype if value.dtype.is_complex else None
+    if isinstance(value, (tuple, list)):
+        return next((d for d in map(_complex_result, value) if d is not None), None)
+    return None
 
 
 def _placeholder_name(source) -> str:
@@ -525,6 +543,9 @@ class Translator:
         except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
             raise Unsupported(f"{name} raised {type(e).__name__} on its inputs: {e}") \
                 from None
+        complex_dtype = _complex_result(result)
+        if complex_dtype is not None:
+            raise Unsupported(_complex_reason(f"the result of {name}", complex_dtype))
         if isinstance(result, _C.Tensor) and entry is not None and not entry.mutates:
             for a, fake in zip(list(args) + list(kwargs.values()),
                                fake_args + list(fake_kwargs.values())):

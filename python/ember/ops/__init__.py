@@ -6,6 +6,7 @@ from . import nn_ops  # noqa: F401
 from . import shapes, indexing  # noqa: F401
 from . import closeness, order_stats, combining  # noqa: F401
 from . import factorizations  # noqa: F401
+from . import complex  # noqa: F401
 from . import autocast_lists
 from . import api
 from .. import prims as _prims

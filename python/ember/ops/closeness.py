@@ -5,6 +5,13 @@ from . import api as O
 from .registry import CUSTOM, op
 
 
+def _isnan(x):
+    """NaN in either part of a complex number."""
+    if x.is_complex():
+        return O.logical_or(O.isnan(O.real(x)), O.isnan(O.imag(x)))
+    return O.isnan(x)
+
+
 def _isclose(self, other, rtol, atol, equal_nan):
     if self.dtype is not other.dtype:
         raise RuntimeError(f"{self.dtype._torch_name} did not match {other.dtype._torch_name}")
@@ -13,12 +20,12 @@ def _isclose(self, other, rtol, atol, equal_nan):
     if atol < 0:
         raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol:g}")
     close = O.eq(self, other)
-    if equal_nan and self.is_floating_point():
-        close = O.logical_or(close, O.logical_and(O.isnan(self), O.isnan(other)))
+    if equal_nan and (self.is_floating_point() or self.is_complex()):
+        close = O.logical_or(close, O.logical_and(_isnan(self), _isnan(other)))
     if rtol == 0 and atol == 0:
         return close
     a, b = self, other
-    if not a.is_floating_point():   # integers and bool compute in the default dtype
+    if not a.is_floating_point() and not a.is_complex():   # integers and bool: default dtype
         a, b = a.to(_C.get_default_dtype()), b.to(_C.get_default_dtype())
     allowed = O.add(O.abs(O.mul(b, rtol)), atol)
     actual = O.abs(O.sub(a, b))

@@ -10,8 +10,9 @@ import math
 
 from .. import _C
 from . import meta as M
-from .registry import (BINARY, BINARY_FLOAT, COMPARE, CUSTOM, FLOATING, INTEGRAL, NO_BOOL,
-                       NOT_BOOL, RECOMPUTE_CHEAP, UNARY, UNARY_FLOAT, op)
+from .registry import (BINARY, BINARY_FLOAT, COMPARE, COMPLEX, COMPLEX_TO_REAL, CUSTOM,
+                       FLOATING, INTEGRAL, NO_BOOL, NOT_BOOL, RECOMPUTE_CHEAP, UNARY,
+                       UNARY_FLOAT, op)
 from .. import prims as P
 from ..compiler.lowerings import extern, libm, lower_add, lower_div, lower_pow, pointwise
 from . import api as O
@@ -23,6 +24,14 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 def _is_tensor(x):
     return isinstance(x, _C.Tensor)
+
+
+def _cj(x):
+    """conj(x) for the complex gradient formulas (grad * conj(f'(z))): x itself when real,
+    so real graphs are unchanged."""
+    if isinstance(x, complex):
+        return x.conjugate()
+    return O.conj(x) if _is_tensor(x) and x.dtype.is_complex else x
 
 
 # prims-only helpers for decompositions
@@ -48,9 +57,9 @@ def _p_not_zero(x):
 # ------------------------------------------------------------------ arithmetic
 
 op("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-   BINARY, "binary_alpha", ufunc="add", prim=True, lower=lower_add,
+   BINARY, "binary_alpha", ufunc="add", rule=COMPLEX, prim=True, lower=lower_add,
    inplace_variant=True,
-   backward=lambda g, out, self, other, alpha: (g, g if alpha == 1 else g * alpha),
+   backward=lambda g, out, self, other, alpha: (g, g if alpha == 1 else g * _cj(alpha)),
    doc="self + alpha * other, broadcasting, with PyTorch's type promotion.")
 
 
@@ -61,27 +70,28 @@ def _sub_decompose(self, other, alpha):
 
 
 op("sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-   BINARY, "binary_alpha", ufunc="subtract", rule=NO_BOOL, aliases=("subtract",),
+   BINARY, "binary_alpha", ufunc="subtract", rule=NO_BOOL | COMPLEX, aliases=("subtract",),
    inplace_variant=True,
-   backward=lambda g, out, self, other, alpha: (g, -g if alpha == 1 else g * -alpha),
+   backward=lambda g, out, self, other, alpha: (g, -g if alpha == 1 else g * -_cj(alpha)),
    decompose=_sub_decompose,
    doc="self - alpha * other.")
 
 op("mul(Tensor self, Tensor other) -> Tensor",
-   BINARY, "ufunc", ufunc="multiply", prim=True, lower=pointwise("mul"),
+   BINARY, "ufunc", ufunc="multiply", rule=COMPLEX, prim=True, lower=pointwise("mul"),
    aliases=("multiply",),
    inplace_variant=True,
-   backward=lambda g, out, self, other: (g * other, g * self))
+   backward=lambda g, out, self, other: (g * _cj(other), g * _cj(self)))
 
 
 def _div_backward(g, out, self, other, rounding_mode):
     if rounding_mode is not None:
         return (g * 0, g * 0 if _is_tensor(other) else None)
-    return (g / other, -g * out / other if _is_tensor(other) else None)
+    return (g / _cj(other), -g * _cj(out) / _cj(other) if _is_tensor(other) else None)
 
 
 op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
-   BINARY_FLOAT, "div", ufunc="true_divide", aliases=("divide", "true_divide"),
+   BINARY_FLOAT, "div", ufunc="true_divide", rule=COMPLEX,
+   aliases=("divide", "true_divide"),
    inplace_variant=True, prim=True, checks_values=True, meta=M.div,
    recompute=RECOMPUTE_CHEAP,   # recomputed on values it ran on already: raises nothing new
    backward=_div_backward,
@@ -91,15 +101,17 @@ op("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor",
        "is below 1).")
 
 op("neg(Tensor self) -> Tensor",
-   UNARY, "ufunc", ufunc="negative", rule=NO_BOOL, prim=True, lower=pointwise("neg"),
+   UNARY, "ufunc", ufunc="negative", rule=NO_BOOL | COMPLEX, prim=True,
+   lower=pointwise("neg"),
    aliases=("negative",),
    inplace_variant=True,
    backward=lambda g, out, self: (-g,))
 
 op("reciprocal(Tensor self) -> Tensor",
-   UNARY_FLOAT, "ufunc", ufunc="reciprocal", prim=True, lower=pointwise("reciprocal"),
+   UNARY_FLOAT, "ufunc", ufunc="reciprocal", rule=COMPLEX, prim=True,
+   lower=pointwise("reciprocal"),
    inplace_variant=True,
-   backward=lambda g, out, self: (-g * out * out,))
+   backward=lambda g, out, self: (-g * _cj(out) * _cj(out),))
 
 
 def _pow_backward(g, out, self, exponent):
@@ -153,9 +165,16 @@ op("remainder(Tensor self, Tensor other) -> Tensor",
    doc="self - floor_divide(self, other) * other, with the sign of other (Python's %); "
        "integer division by zero is an error.")
 
-op("abs(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="absolute", rule=NOT_BOOL,
+def _abs_backward(g, out, self):
+    if self.dtype.is_complex:     # g * sgn(self): self / |self|, 0 at 0
+        return (g * O.where(O.eq(out, 0), 0, self / O.where(O.eq(out, 0), 1, out)),)
+    return (g * self.sign(),)
+
+
+op("abs(Tensor self) -> Tensor", UNARY, "ufunc", ufunc="absolute",
+   rule=NOT_BOOL | COMPLEX | COMPLEX_TO_REAL,
    aliases=("absolute",), inplace_variant=True,
-   backward=lambda g, out, self: (g * self.sign(),),
+   backward=_abs_backward,
    decompose=_p_abs,
    doc="|self|; integers keep their dtype (abs of the most negative value wraps).")
 
@@ -256,10 +275,10 @@ op("square_(Tensor(a!) self) -> Tensor(a!)", CUSTOM, "python", composite=True,
 
 # ------------------------------------------------------------------ transcendental
 
-op("exp(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp", prim=True,
+op("exp(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp", rule=COMPLEX, prim=True,
    lower=pointwise("exp"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g * out,))
+   backward=lambda g, out, self: (g * _cj(out),))
 
 op("exp2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp2", inplace_variant=True,
    backward=lambda g, out, self: (g * out * _LN2,),
@@ -314,6 +333,13 @@ op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", prim=True,
 op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_variant=True,
    backward=lambda g, out, self: (g * (out * out + 1),),
    decompose=lambda self: P.div(P.sin(self), P.cos(self)))
+
+op("atan2(Tensor self, Tensor other) -> Tensor", BINARY_FLOAT, "ufunc", ufunc="arctan2",
+   prim=True, lower=extern, aliases=("arctan2",), inplace_variant=True, numbers=False,
+   backward=lambda g, out, self, other: (g * other / (self * self + other * other),
+                                         -g * self / (self * self + other * other)),
+   doc="The angle of the point (other, self) in (-pi, pi]: atan(self / other) with the "
+       "quadrant from both signs.")
 
 op("atan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arctan", prim=True,
    lower=libm("atan"),
@@ -384,6 +410,7 @@ for _name, _ufunc, _alias, _ins in (("eq", "equal", (), "eq"),
                                     ("lt", "less", ("less",), "lt"),
                                     ("le", "less_equal", ("less_equal",), "le")):
     op(f"{_name}(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc=_ufunc,
+       rule=COMPLEX if _name in ("eq", "ne") else 0,
        prim=True, lower=pointwise(_ins), aliases=_alias, inplace_variant=True)
 
 op("gt(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater",

@@ -5,7 +5,17 @@ from ..compiler.lowerings import lower_matmul
 from .registry import MATMUL, op
 
 
+def _cj(x):
+    """conj(x) for complex operands (grad @ other^H), x itself when real."""
+    return x.conj() if x.dtype.is_complex else x
+
+
+def _cj_number(x):
+    return x.conjugate() if isinstance(x, complex) else x
+
+
 def _matmul_backward(g, out, a, b):
+    a, b = _cj(a), _cj(b)
     if a.ndim == 1 and b.ndim == 1:
         return g * b, g * a
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
@@ -88,7 +98,7 @@ def _mm_decompose(self, mat2):
 
 op("mm(Tensor self, Tensor mat2) -> Tensor", CUSTOM, "decomposed",
    meta=_run_decomposition,
-   backward=lambda g, out, self, mat2: (O.mm(g, mat2.t()), O.mm(self.t(), g)),
+   backward=lambda g, out, self, mat2: (O.mm(g, _cj(mat2).t()), O.mm(_cj(self).t(), g)),
    decompose=_mm_decompose,
    doc="Matrix product of two 2-D tensors.")
 
@@ -111,8 +121,8 @@ def _bmm_decompose(self, mat2):
 
 op("bmm(Tensor self, Tensor mat2) -> Tensor", CUSTOM, "decomposed",
    meta=_run_decomposition,
-   backward=lambda g, out, self, mat2: (O.bmm(g, mat2.transpose(1, 2)),
-                                        O.bmm(self.transpose(1, 2), g)),
+   backward=lambda g, out, self, mat2: (O.bmm(g, _cj(mat2).transpose(1, 2)),
+                                        O.bmm(_cj(self).transpose(1, 2), g)),
    decompose=_bmm_decompose,
    doc="Batched matrix product of two 3-D tensors with the same batch size.")
 
@@ -132,7 +142,7 @@ def _expand_error(size, target):
 
 def _scalar_like(x, dtype):
     """A Python scalar as the op's dtype computes it (beta/alpha of integer addmm)."""
-    return x if dtype.is_floating_point else int(x)
+    return x if dtype.is_floating_point or dtype.is_complex else int(x)
 
 
 def _addmm_decompose(self, mat1, mat2, beta, alpha):
@@ -163,9 +173,9 @@ def _addmm_decompose(self, mat1, mat2, beta, alpha):
 
 
 def _addmm_backward(g, out, self, mat1, mat2, beta, alpha):
-    gs = None if beta == 0 else (g if beta == 1 else g * beta)
-    ga = g if alpha == 1 else g * alpha
-    return gs, O.mm(ga, mat2.t()), O.mm(mat1.t(), ga)
+    gs = None if beta == 0 else (g if beta == 1 else g * _cj_number(beta))
+    ga = g if alpha == 1 else g * _cj_number(alpha)
+    return gs, O.mm(ga, _cj(mat2).t()), O.mm(_cj(mat1).t(), ga)
 
 
 op("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
@@ -210,6 +220,7 @@ def _linear_decompose(input, weight, bias):
 
 
 def _linear_backward(g, out, input, weight, bias):
+    input, weight = _cj(input), _cj(weight)
     if weight.ndim == 1:
         return g.unsqueeze(-1) * weight if input.ndim > 1 else g * weight, \
             (g.unsqueeze(-1) * input).sum_to_size(weight.shape) if input.ndim > 1 \

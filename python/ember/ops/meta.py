@@ -20,6 +20,20 @@ def is_float(dt):
     return dt.is_floating_point
 
 
+def is_complex(dt):
+    return dt.is_complex
+
+
+def is_inexact(dt):
+    """floating or complex (the dtypes that can require gradients)."""
+    return dt.is_floating_point or dt.is_complex
+
+
+def complex_value_type(dt):
+    """float32 for complex64, float64 for complex128; other dtypes unchanged."""
+    return {_C.complex64: _C.float32, _C.complex128: _C.float64}.get(dt, dt)
+
+
 def _category(dt):
     return 0 if dt is _C.bool else (2 if dt.is_floating_point else 1)
 
@@ -38,6 +52,9 @@ def promote_types(a, b):
         return b
     if b is _C.bool:
         return a
+    if is_complex(a) or is_complex(b):
+        wide = (_C.complex128, _C.float64)
+        return _C.complex128 if a in wide or b in wide else _C.complex64
     if is_float(a) or is_float(b):
         if not is_float(a):
             return b
@@ -57,6 +74,8 @@ def _number_dtype(x):
         return _C.bool
     if isinstance(x, int):
         return _C.int64
+    if isinstance(x, complex):
+        return _C.complex128 if _C.get_default_dtype() is _C.float64 else _C.complex64
     return _C.get_default_dtype()
 
 
@@ -76,6 +95,12 @@ def result_type(*operands):
             wrap_r = promote_types(wrap_r, _number_dtype(o))
 
     def combine(higher, lower):
+        if higher is not None and is_complex(higher):
+            return higher
+        if lower is not None and is_complex(lower):
+            if higher is not None and is_float(higher):
+                return _C.complex128 if higher is _C.float64 else _C.complex64
+            return lower
         if higher is not None and is_float(higher):
             return higher
         if higher is _C.bool or (lower is not None and is_float(lower)):
@@ -239,7 +264,7 @@ def computation_dtype(entry, args, result=None):
     (the result is bool); for every other op it is the result's dtype (`result`, or the
     meta rule's), which already says how the kind promotes (true division and the
     UNARY_FLOAT ops lift integers to the default float; rounding division keeps them)."""
-    if entry.kind == R.COMPARE:
+    if entry.kind == R.COMPARE or entry.rule & R.COMPLEX_TO_REAL:
         return result_type(*_operands(entry, args))
     if result is None:
         result = rule_for(entry)(entry, args)
@@ -256,7 +281,8 @@ def elementwise(entry, args):
         raise RuntimeError(f"{entry.name}(): not supported on bool tensors")
     if (entry.rule & R.INTEGRAL and is_float(rt)) or (entry.rule & R.NOT_BOOL and
                                                        rt is _C.bool) or \
-            (entry.rule & R.FLOATING and not is_float(rt)):
+            (entry.rule & R.FLOATING and not is_float(rt)) or \
+            (is_complex(rt) and not entry.rule & R.COMPLEX):
         raise NotImplementedError(f"{entry.name}(): \"{entry.name}\" not implemented for "
                                   f"{rt}")
     names = [p.name for p in entry.schema.params]
@@ -266,10 +292,12 @@ def elementwise(entry, args):
             raise RuntimeError(f"{entry.name}(): For integral input tensors, argument alpha "
                                "must not be a floating point number.")
     kind = entry.kind
-    if kind in (R.UNARY_FLOAT, R.BINARY_FLOAT) and not is_float(rt):
+    if kind in (R.UNARY_FLOAT, R.BINARY_FLOAT) and not is_inexact(rt):
         rt = _C.get_default_dtype()
     if kind == R.COMPARE:
         rt = _C.bool
+    if entry.rule & R.COMPLEX_TO_REAL:
+        rt = complex_value_type(rt)
     return meta_tensor(shape, rt, elementwise_strides(ops, shape))
 
 
@@ -305,10 +333,13 @@ def reduce(entry, args):
     self, dims, keepdim = args[0], args[1], args[2]
     dtype = args[3] if len(args) > 3 else None
     mask = reduce_mask(dims, self.ndim)
+    if is_complex(self.dtype) and not entry.rule & R.COMPLEX:
+        raise NotImplementedError(f"{entry.name}(): \"{entry.name}\" not implemented for "
+                                  f"'{self.dtype._torch_name}'")
     out = dtype if dtype is not None else self.dtype
-    if dtype is None and entry.rule & R.INT_TO_LONG and not is_float(out):
+    if dtype is None and entry.rule & R.INT_TO_LONG and not is_inexact(out):
         out = _C.int64
-    if entry.rule & R.FLOAT_ONLY and not is_float(out):
+    if entry.rule & R.FLOAT_ONLY and not is_inexact(out):
         raise RuntimeError(f"{entry.name}(): could not infer output dtype")
     if entry.ufunc in ("maximum", "minimum"):
         if self.numel() == 0 and (dims is None or dims == ()):
@@ -612,7 +643,9 @@ def full(entry, args):
     size, fv = args[0], args[1]
     check_sizes(entry, tuple(size))
     default = (_C.bool if isinstance(fv, bool) else _C.int64 if isinstance(fv, int)
-               else _C.get_default_dtype())
+               else _C.complex128 if isinstance(fv, complex) and
+               _C.get_default_dtype() is _C.float64
+               else _C.complex64 if isinstance(fv, complex) else _C.get_default_dtype())
     names = [p.name for p in entry.schema.params]
     return meta_tensor(tuple(size), _factory_dtype(args, names, default))
 

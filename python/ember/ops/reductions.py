@@ -9,7 +9,8 @@ from . import api as O
 from . import meta as M
 from .elementwise import _max_binary_backward, _min_binary_backward, _p_minimum
 from ..compiler.lowerings import extern, reduction
-from .registry import BINARY, CUSTOM, FLOAT_ONLY, INT_TO_LONG, REDUCE, REDUCE_INDEX, op
+from .registry import (BINARY, COMPLEX, CUSTOM, FLOAT_ONLY, INT_TO_LONG, REDUCE, REDUCE_INDEX,
+                       op)
 
 _INF = math.inf
 
@@ -65,7 +66,8 @@ def _sum_backward(g, out, self, dim, keepdim, dtype):
 
 
 op("sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-   REDUCE, "reduce", ufunc="add", rule=INT_TO_LONG, prim=True, lower=reduction("sum"),
+   REDUCE, "reduce", ufunc="add", rule=INT_TO_LONG | COMPLEX, prim=True,
+   lower=reduction("sum"),
    backward=_sum_backward,
    doc="Sum over dim (all dims when None); integers and bool accumulate in int64.")
 
@@ -78,7 +80,7 @@ def _mean_decompose(self, dim, keepdim, dtype):
 
 
 op("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-   REDUCE, "reduce", ufunc="add", rule=FLOAT_ONLY,
+   REDUCE, "reduce", ufunc="add", rule=FLOAT_ONLY | COMPLEX,
    backward=lambda g, out, self, dim, keepdim, dtype: (
        _unreduce(g, self, dim, keepdim).expand(self.shape) / max(_count(self, dim), 1),),
    decompose=_mean_decompose,

@@ -56,6 +56,8 @@ NO_BOOL = 4
 INTEGRAL = 8       # bitwise ops: no floating point kernel (NotImplementedError)
 NOT_BOOL = 16      # pow: no bool kernel (NotImplementedError)
 FLOATING = 32      # gelu, lerp: no integer or bool kernel (NotImplementedError)
+COMPLEX = 64       # add, mul, exp: takes complex operands (the others refuse them)
+COMPLEX_TO_REAL = 128   # abs: a complex operand gives a real result (its parts' dtype)
 
 _NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
 

@@ -254,7 +254,9 @@ op("contiguous(Tensor(a) self, *, MemoryFormat memory_format='contiguous_format'
 
 op("_to_copy(Tensor self, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "to_copy",
    prim=True, lower=copy, meta=M.to_copy, recompute=RECOMPUTE_CHEAP,
-   backward=lambda g, out, self, dtype: (O._to_copy(g, dtype=self.dtype),),
+   backward=lambda g, out, self, dtype: (O._to_copy(
+       O.real(g) if g.dtype.is_complex and not self.dtype.is_complex else g,
+       dtype=self.dtype),),
    doc="A copy converted to dtype (convert_element_type).")
 
 
