@@ -47,16 +47,37 @@ def _gpt():
     return model, (idx, idx.roll(1, 1)), None
 
 
-MODELS = {"mlp": _mlp, "resnet": _resnet, "gpt": _gpt}
+def _bert():
+    idx = ember.randint(1, 30, (2, 8))
+    cfg = models.BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2,
+                            intermediate_size=32, max_position=8, dropout=0.0)
+    model = models.BertForMaskedLM(cfg)
+    return model, (idx, idx.roll(1, 1)), "bert"
+
+
+def _lstm():
+    idx = ember.randint(0, 20, (2, 6))
+    model = models.LSTMClassifier(20, 3, 8, 8, 1, dropout=0.0)
+    return model, (idx, ember.tensor([0, 2])), "targets"
+
+
+MODELS = {"mlp": _mlp, "resnet": _resnet, "gpt": _gpt, "bert": _bert, "lstm": _lstm}
 OPTIMIZERS = {"sgd_momentum": lambda ps: ember.optim.SGD(ps, lr=0.05, momentum=0.9),
               "adamw": lambda ps: ember.optim.AdamW(ps, lr=1e-2)}
 
 
 def _make_step(model, opt, loss_fn):
-    if loss_fn is None:                      # GPT computes its loss from the targets
+    if loss_fn is None or loss_fn == "targets":    # the model's loss from the targets
         def step(x, y):
             opt.zero_grad()
             loss = model(x, y)[1]
+            loss.backward()
+            opt.step()
+            return loss
+    elif loss_fn == "bert":
+        def step(x, y):
+            opt.zero_grad()
+            loss = model(x, None, None, y)[1]
             loss.backward()
             opt.step()
             return loss
