@@ -490,6 +490,23 @@ index_gather(const Plan *p, em_Tensor *self, em_Tensor *out)
         for (int i = p->bnd - 1; i >= 0 && ++c[i] == p->bshape[i]; i--)
             c[i] = 0;
     }
+    /* runs of consecutive source elements (a receptive field's row), copied at once:
+     * off[r] and len[r] for r < nruns, in place of the offsets */
+    Py_ssize_t *len = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)nidx);
+    if (len == NULL) {
+        PyMem_Free(off);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t nruns = 0;
+    for (Py_ssize_t j = 0; j < nidx; j++) {
+        if (nruns > 0 && off[j] == off[nruns - 1] + len[nruns - 1])
+            len[nruns - 1] += (Py_ssize_t)item;
+        else {
+            off[nruns] = off[j];
+            len[nruns++] = (Py_ssize_t)item;
+        }
+    }
     const char *src = PyArray_BYTES(self->array);
     char *dst = PyArray_BYTES(out->array);
     Py_BEGIN_ALLOW_THREADS
@@ -498,16 +515,15 @@ index_gather(const Plan *p, em_Tensor *self, em_Tensor *out)
         const char *base = src;
         for (int i = 0; i < nb; i++)
             base += oc[i] * self->strides[i] * (Py_ssize_t)item;
-        if (item == 4)
-            for (Py_ssize_t j = 0; j < nidx; j++, dst += 4)
-                memcpy(dst, base + off[j], 4);
-        else
-            for (Py_ssize_t j = 0; j < nidx; j++, dst += 8)
-                memcpy(dst, base + off[j], 8);
+        for (Py_ssize_t r = 0; r < nruns; r++) {
+            memcpy(dst, base + off[r], (size_t)len[r]);
+            dst += len[r];
+        }
         for (int i = nb - 1; i >= 0 && ++oc[i] == self->sizes[i]; i--)
             oc[i] = 0;
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(len);
     PyMem_Free(off);
     return 1;
 }
