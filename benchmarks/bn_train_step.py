@@ -1,6 +1,9 @@
 """A training step of a model with BatchNorm, side by side in one run: Ember eager and
 ember.compile under aot_eager and llvm (the running statistics are updated inside the
-compiled graph, no graph break), same weights, inputs, float32 and thread count. Each
+compiled graph, no graph break), of the model alone and of the whole step (zero_grad,
+forward, loss, backward, SGD's step: two graphs, the backward a break between them, the
+optimizer's in-place updates in the second), same weights, inputs, float32 and thread
+count. Each
 figure is the median of >= 20 timed runs after warm-up; the first (compiling) call is
 reported apart, with the graphs and fallbacks ember.compile counted.
 
@@ -22,12 +25,12 @@ from ember import models  # noqa: E402
 from ember.capture import counters  # noqa: E402
 
 
-def make_step(backend):
+def make_step(backend, whole=False):
     ember.manual_seed(0)
     model = models.resnet18(num_classes=10, width=8 if args.quick else 16)
     model.train()
     opt = ember.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    run = ember.compile(model, backend=backend) if backend else model
+    run = ember.compile(model, backend=backend) if backend and not whole else model
     g = np.random.default_rng(0)
     n = 2 if args.quick else 8
     x = ember.from_numpy(g.standard_normal((n, 3, 32, 32)).astype(np.float32))
@@ -39,7 +42,7 @@ def make_step(backend):
         loss.backward()
         opt.step()
         return loss
-    return step
+    return ember.compile(step, backend=backend) if whole else step
 
 
 def main():
@@ -47,11 +50,13 @@ def main():
     ember.set_num_threads(args.threads)
     runs = 3 if args.quick else args.runs
     rows = []
-    for label, backend in (("ember eager", None), ("ember.compile aot_eager", "aot_eager"),
-                           ("ember.compile llvm", "llvm")):
+    for label, backend, whole in (
+            ("ember eager", None, False), ("ember.compile aot_eager", "aot_eager", False),
+            ("ember.compile llvm", "llvm", False),
+            ("whole step aot_eager", "aot_eager", True), ("whole step llvm", "llvm", True)):
         ember.compiler.reset()
         counters.clear()
-        step = make_step(backend)
+        step = make_step(backend, whole)
         t0 = time.perf_counter()
         step()
         first = time.perf_counter() - t0

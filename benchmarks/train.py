@@ -1,7 +1,7 @@
 """Training-step memory, side by side in one run: the bytes a compiled forward saves for
 its backward and the peak resident memory of a training step, for Ember eager,
 ember.compile (aot_eager and llvm; AOT autograd's min-cut partitioner, and aot_eager
-with every read value saved), PyTorch eager and torch.compile (Inductor, its min-cut
+with every read value saved; and llvm over the whole step, zero_grad to SGD's step), PyTorch eager and torch.compile (Inductor, its min-cut
 partitioner), on the zoo's ResNet, GPT and BERT (same layouts, float32).
 
     python benchmarks/train.py [--threads 1] [--quick]
@@ -29,7 +29,8 @@ import sys  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = [("ember eager", "ember", None), ("ember aot_eager", "ember", "aot_eager"),
            ("ember aot_eager save_all", "ember", "aot_eager:save_all"),
-           ("ember llvm", "ember", "llvm"), ("torch eager", "torch", None),
+           ("ember llvm", "ember", "llvm"), ("ember llvm whole step", "ember", "llvm:whole"),
+           ("torch eager", "torch", None),
            ("torch aot min-cut", "torch", "aot_min_cut"),
            ("torch.compile", "torch", "inductor")]
 MODELS = ("resnet", "gpt", "bert")
@@ -113,6 +114,7 @@ def child(lib, name, backend, quick):
     s = _sizes(quick)
     model, inputs, loss_fn = _build(lib, name, s)
     saved = [None]
+    whole = False
     if lib == "torch":
         import torch
         torch.set_num_threads(args.threads)
@@ -129,11 +131,14 @@ def child(lib, name, backend, quick):
         if backend and backend.endswith(":save_all"):
             ember.compiler.config.partitioner = "save_all"
             backend = backend.split(":")[0]
-        if backend:
+        whole = bool(backend) and backend.endswith(":whole")
+        if whole:
+            backend = backend.split(":")[0]
+        if backend and not whole:
             step_fn = ember.compile(lambda *a: loss_fn(model, *a), backend=backend)
         opt = ember.optim.SGD(model.parameters(), lr=0.01)
     model.train()
-    if not backend:
+    if not backend or whole:
         def step_fn(*a):
             return loss_fn(run if lib == "torch" else model, *a)
 
@@ -143,6 +148,8 @@ def child(lib, name, backend, quick):
         loss.backward()
         opt.step()
         return loss
+    if whole:                      # zero_grad, forward, loss, backward and SGD compiled
+        step = ember.compile(step, backend=backend)
     step()                         # compiles
     if lib == "ember" and backend:
         saved[0] = sum(counters["aot_saved_bytes"].values())

@@ -55,6 +55,7 @@ def test_compile_time_benchmark_runs_beside_torch():
 def test_bn_train_step_benchmark_runs():
     out = _run("bn_train_step.py", "--quick")
     assert "ember.compile llvm" in out and "BatchNorm" in out
+    assert "whole step llvm" in out
 
 
 @pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "

@@ -166,6 +166,31 @@ def test_masks_and_tensors(torch):
             same_result(got, want, repr(k))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64",
+                                   "float16", "bool"])
+def test_trailing_index_gather(torch, dtype):
+    """Index tensors over the last dims (im2col's decomposition reads its receptive
+    fields so; a C gather over precomputed offsets): values, negative indices, strided
+    inputs and int32 indices as torch's, for the dtypes that take it and those that do
+    not."""
+    a = base((2, 3, 6, 5)).astype(dtype) if dtype != "bool" else base((2, 3, 6, 5)) % 3 > 0
+    h = ember.tensor([[0, 1, 2], [2, 3, -1]]).view(2, 1, 3, 1)
+    w = ember.tensor([[0, -2, 4], [1, 2, 3]]).view(1, 2, 1, 3)
+    for x, tx in [(ember.from_numpy(a), torch.from_numpy(a)),
+                  (ember.from_numpy(a).transpose(0, 1),
+                   torch.from_numpy(a).transpose(0, 1)),
+                  (ember.from_numpy(a)[:, 1:, ::2], torch.from_numpy(a)[:, 1:, ::2])]:
+        for k in [(slice(None), slice(None), h, w), (Ellipsis, w[0, :, 0]),
+                  (slice(None), slice(None), h.int(), w.int()),
+                  (slice(None), slice(None), h[..., :1, :]),
+                  (slice(None), ember.tensor([0, -1]), slice(None), ember.tensor([1, 0]))]:
+            got, err = run(lambda: x[k])
+            want, terr = run(lambda: tx[to_torch(torch, k)])
+            same_error(err, terr, repr(k))
+            if err is None:
+                same_result(got, want, repr(k))
+
+
 def test_basic_reads_are_views_and_advanced_reads_copies():
     x = ember.zeros(3, 4)
     v = x[1, 1:]

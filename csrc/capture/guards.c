@@ -1085,7 +1085,8 @@ check_tensor(Eval *ev, const Guard *g, PyObject *v, PyObject *name)
 }
 
 /* The keys of a dict, in order. Keys compare by identity first, then (str) in C
- * or (anything else) with ==. */
+ * or (anything else but tensors, which match only themselves: an optimizer's
+ * state) with ==. */
 static int
 check_dict_keys(Eval *ev, const Guard *g, PyObject *v, PyObject *name)
 {
@@ -1104,7 +1105,7 @@ check_dict_keys(Eval *ev, const Guard *g, PyObject *v, PyObject *name)
         int same = key == expected;
         if (!same && PyUnicode_CheckExact(key) && PyUnicode_CheckExact(expected))
             same = PyUnicode_Compare(key, expected) == 0;
-        else if (!same) {
+        else if (!same && !em_Tensor_Check(key) && !em_Tensor_Check(expected)) {
             Py_INCREF(key);
             same = PyObject_RichCompareBool(key, expected, Py_EQ);
             Py_DECREF(key);

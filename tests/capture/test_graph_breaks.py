@@ -177,9 +177,9 @@ def fn(x):
     g = W.grad
     W.grad = None
     return loss.detach() * 2 + g
-""", "T(3,)", 2, 3, r"Tensor\.backward\(\)", torch=(2, 1)),
-    # (the read and the write of .grad are breaks at their LOAD_ATTR and STORE_ATTR:
-    # torch captures both)
+""", "T(3,)", 2, 1, r"Tensor\.backward\(\)", torch=(2, 1)),
+    # (the read and the write of .grad are captured, as torch's: the read a graph input,
+    # the write a side effect replayed after the graph)
     Case("inplace_on_input_requiring_grad", """
 def fn(x):
     x.add_(1)

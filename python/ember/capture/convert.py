@@ -490,7 +490,7 @@ def _guard_mutated_objects(out: OutputGraph):
         if getattr(cell, "frame_index", None) is not None:
             out.guards.add("ID_MATCH", CellSource(cell.frame_index, ""), cell.real)
     changed = [vt for vt in effects.mutated] + \
-        [vt for vt, _, _, _ in effects.attrs.values()]
+        [vt for vt, _, _, _ in effects.attrs.values() if not isinstance(vt, TensorVar)]
     sourced = [vt for vt in effects.objects.values()
                if getattr(vt, "source", None) is not None and
                not isinstance(vt, (CellVar, ObjectVar))]

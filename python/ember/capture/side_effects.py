@@ -24,6 +24,7 @@ tensors' attributes, and an attribute created and deleted again by the frame.
 from __future__ import annotations
 
 import types
+from collections import defaultdict
 
 from .exc import Unsupported
 from .variables import _MISSING, _class_attr, _is_data_descriptor
@@ -57,7 +58,7 @@ class SideEffects:
 
     def mutate(self, vt):
         real = getattr(vt, "real", None)
-        if real is not None and type(real) not in (list, dict):
+        if real is not None and type(real) not in (list, dict, defaultdict):
             raise Unsupported(f"changing the items of a {type(real).__name__} (only plain "
                               "lists and dicts are replayed)")
         if not vt.mutated:
@@ -103,6 +104,10 @@ class SideEffects:
         _record_write(self.attrs, (id(vt), name), vt, name, value, _has_attr(obj, name),
                       "attribute")
         vt.written = True
+
+    def write_grad(self, tv, value):
+        """tensor.grad = value for a graph input (zero_grad setting it to None)."""
+        _record_write(self.attrs, (id(tv), "grad"), tv, "grad", value, True, "attribute")
 
     # ------------------------------------------------------------ globals
 

@@ -146,6 +146,35 @@ class DictSource(Source):
         return root, steps + [("dict", self.key)]
 
 
+class TensorKey:
+    """A tensor as a dict key inside a source (an optimizer's state, keyed by its
+    parameters): equal only to itself, so sources compare and hash without tensor
+    arithmetic; `name` is the source of the tensor, for names and messages."""
+    __slots__ = ("tensor", "name")
+
+    def __init__(self, tensor, name):
+        self.tensor = tensor
+        self.name = name
+
+    def __eq__(self, other):
+        return isinstance(other, TensorKey) and other.tensor is self.tensor
+
+    def __hash__(self):
+        return id(self.tensor)
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclass(frozen=True)
+class TensorKeyDictSource(DictSource):
+    """d[t] for a tensor key t (held through a TensorKey)."""
+
+    def _chain(self):
+        root, steps = self.base._chain()
+        return root, steps + [("dict", self.key.tensor)]
+
+
 def fetch(source: Source, frame_args, f_globals, closure):
     """Python reference implementation of what C does with source.getter()."""
     (kind, root, steps) = source.getter()

@@ -17,6 +17,7 @@ import inspect
 import operator
 import sys
 import types
+from collections import defaultdict
 
 from .. import _C
 from .. import fx
@@ -25,7 +26,7 @@ from .exc import Unsupported
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
-    ClosureSource, ObjectSource
+    ClosureSource, ObjectSource, TensorKey, TensorKeyDictSource
 from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
                         CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
@@ -157,6 +158,7 @@ class OutputGraph:
         node.meta["source"] = source.name()
         tv = TensorVar(node, fake, source, from_input=True)
         tv.real_type = type(value)
+        tv.input_value = value
         storage = fake.untyped_storage()
         self.input_storages[id(storage)] = storage
         self.tensor_vars[id(value)] = tv
@@ -177,6 +179,24 @@ def _complex_result(value):
         return value.dtype if value.dtype.is_complex else None
     if isinstance(value, (tuple, list)):
         return next((d for d in map(_complex_result, value) if d is not None), None)
+    return None
+
+
+def _dict_source(base, key):
+    if base is None:
+        return None
+    if isinstance(key, _C.Tensor):
+        return TensorKeyDictSource(base, TensorKey(key, f"<tensor {id(key):#x}>"))
+    return DictSource(base, key)
+
+
+def _dict_key(key):
+    """The key of DictVar.items for a key VT: a constant, or the real tensor of a graph
+    input (dicts keyed by parameters); None when it has none."""
+    if key.is_constant():
+        return key.as_constant()
+    if isinstance(key, TensorVar):
+        return getattr(key, "input_value", None)
     return None
 
 
@@ -423,15 +443,17 @@ class Translator:
                 getattr(type(value), "__match_args__", None)
             return TupleVar(items, source, fields=list(fields) if fields else None,
                             tuple_type=type(value))
-        if type(value) is dict:
-            if not all(is_constant(k) for k in value):
+        if type(value) is dict or (type(value) is defaultdict and
+                                   value.default_factory in (dict, list)):
+            # constant keys, or tensors (an optimizer's state, keyed by parameters)
+            if not all(is_constant(k) or isinstance(k, _C.Tensor) for k in value):
                 raise Unsupported("a dict with non-constant keys")
-            self.guard("TYPE_MATCH", source, dict)
+            self.guard("TYPE_MATCH", source, type(value))
             self.guard("DICT_KEYS", source, tuple(value.keys()))
             dv = effects.track(value, DictVar({}, source))
             dv.real = value
-            dv.items = {k: self.wrap(v, DictSource(source, k) if source is not None
-                                     else None) for k, v in value.items()}
+            dv.default_factory = getattr(value, "default_factory", None)
+            dv.items = {k: self.wrap(v, _dict_source(source, k)) for k, v in value.items()}
             return dv
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
@@ -601,6 +623,8 @@ class Translator:
         if name == "device":
             from ..device import device
             return ConstVar(device("cpu"))
+        if name == "grad" and getattr(tv, "input_value", None) is not None:
+            return self.read_grad(tv)
         if name in ("grad", "grad_fn", "data", "_version", "_base"):
             raise Unsupported(f"Tensor.{name} inside a compiled function")
         attr = inspect.getattr_static(_C.Tensor, name, None)
@@ -615,6 +639,23 @@ class Translator:
         if isinstance(attr, types.FunctionType):
             return BoundMethodVar(attr, tv)
         raise Unsupported(f"Tensor.{name}")
+
+    def read_grad(self, tv):
+        """An input's .grad: the frame's own last write of it, else the gradient the
+        tensor holds (None, guarded, or a graph input fetched afresh each call: the
+        gradients a backward before this graph wrote)."""
+        written = self.output.side_effects.read_attr(tv, "grad")
+        if written is not None:
+            return written
+        return self.wrap(tv.input_value.grad, AttrSource(tv.source, "grad"))
+
+    def store_grad(self, tv, value):
+        """input.grad = None, replayed after the graph (zero_grad's set_to_none)."""
+        if getattr(tv, "input_value", None) is None or tv.source is None:
+            raise Unsupported("assigning .grad of a tensor the compiled code made")
+        if not (isinstance(value, ConstVar) and value.value is None):
+            raise Unsupported("assigning .grad other than None")
+        self.output.side_effects.write_grad(tv, value)
 
     # ------------------------------------------------------------ calls
 
@@ -639,7 +680,8 @@ class Translator:
         if self.depth >= MAX_INLINE_DEPTH:
             raise Unsupported("inlining too deep (recursion?)")
         try:
-            sig = inspect.signature(fn)
+            # the code's own parameters, not those of a functools.wraps'd function
+            sig = inspect.signature(fn, follow_wrapped=False)
             bound = sig.bind(*args, **kwargs)
         except TypeError as e:
             raise Unsupported(f"calling {fn.__qualname__}: {e}") from None
@@ -770,6 +812,9 @@ class Translator:
         if result is not stdlib.NOT_HANDLED:
             return result
         consts = constant_args(args, kwargs)
+        if fn is _C.get_default_dtype and not args and not kwargs:
+            # a constant of the capture, as the default dtype the ops' fake runs use
+            return ConstVar(fn())
         if fn is len:
             (a,) = args
             if isinstance(a, TensorVar):
@@ -993,6 +1038,9 @@ class Translator:
                 obj.getattr(self, name)     # guards that it exists
             effects.write_global(d, name, value)
             return
+        if isinstance(obj, TensorVar) and name == "grad" and value is not DELETED:
+            self.store_grad(obj, value)
+            return
         if not isinstance(obj, (ObjectVar, ModuleVar)) or \
                 isinstance(obj, (OpVar, BuiltinVar)):
             raise Unsupported(f"assigning attribute {name!r} of {obj}")
@@ -1183,10 +1231,15 @@ class Translator:
                 raise PyException.of(IndexError(
                     f"{'tuple' if isinstance(obj, TupleVar) else 'list'} index out of range"))
             return obj.items[k]
-        if isinstance(obj, DictVar) and key.is_constant():
-            k = key.as_constant()
+        if isinstance(obj, DictVar) and _dict_key(key) is not None:
+            k = _dict_key(key)
             if k not in obj.items:
-                raise PyException.of(KeyError(k))
+                factory = getattr(obj, "default_factory", None)
+                if factory is None:
+                    raise PyException.of(KeyError(k))
+                # defaultdict.__missing__: a new empty container, stored
+                self.output.side_effects.mutate(obj)
+                obj.items[k] = DictVar({}) if factory is dict else ListVar([])
             return obj.items[k]
         if isinstance(obj, ModuleVar) and key.is_constant():
             return obj.item(self, key.as_constant())
@@ -1207,9 +1260,9 @@ class Translator:
                 raise Unsupported(f"list item assignment raised {e!r}") from None
             self.output.side_effects.mutate(obj)
             obj.items[:] = items
-        elif isinstance(obj, DictVar) and key.is_constant():
+        elif isinstance(obj, DictVar) and _dict_key(key) is not None:
             self.output.side_effects.mutate(obj)
-            obj.items[key.as_constant()] = value
+            obj.items[_dict_key(key)] = value
         elif isinstance(obj, TensorVar):
             self.call_op(operator.setitem, [obj, key, value], {})
         else:

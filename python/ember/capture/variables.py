@@ -193,6 +193,7 @@ class ListVar(SequenceVar):
 class DictVar(VariableTracker):
     mutated = False
     real = None
+    default_factory = None       # a defaultdict's (dict or list)
 
     def __init__(self, items, source=None):
         self.items = dict(items)     # constant key -> VT
@@ -205,7 +206,12 @@ class DictVar(VariableTracker):
         return len(self.items) > 0
 
     def unpack(self, tx):
-        return [ConstVar(k) for k in self.items]
+        return [ConstVar(k) for k in self.constant_keys()]
+
+    def constant_keys(self):
+        if any(isinstance(k, _C.Tensor) for k in self.items):
+            raise Unsupported("the keys of a dict keyed by tensors")
+        return list(self.items)
 
     def getattr(self, tx, name):
         if name in _DICT_METHODS:
@@ -484,6 +490,8 @@ def _dict_pairs(tx, other):
 
 def _dict_method(tx, obj, name, args, kwargs):
     items = obj.items
+    if name in ("items", "keys"):
+        obj.constant_keys()
     if name in ("items", "keys", "values") and not args and not kwargs:
         if name == "items":
             return ListVar([TupleVar([ConstVar(k), v]) for k, v in items.items()])

@@ -5,13 +5,13 @@ formula at weight 0.5; addcmul/addcdiv scale the first factor), so ember's optim
 track torch.optim's step for step.
 """
 from .. import _C
-from .. import get_default_dtype, tensor
+from .. import get_default_dtype, zeros
 
 
 def step_counter():
     """The per-parameter step count: a 0-d float tensor, as torch.optim keeps it."""
     dtype = _C.float64 if get_default_dtype() is _C.float64 else _C.float32
-    return tensor(0.0, dtype=dtype)
+    return zeros((), dtype=dtype)     # not tensor(0.0): ember.compile captures zeros
 
 
 def sqrt(t):
@@ -27,9 +27,15 @@ def lerp_(self, end, weight):
 
 def addcmul_(self, t1, t2, value=1.0):
     """self += value * t1 * t2, in place."""
-    return self.add_((t1 * value) * t2 if value != 1 else t1 * t2)
+    return self.add_((t1 * value) * t2 if _not_one(value) else t1 * t2)
 
 
 def addcdiv_(self, t1, t2, value=1.0):
     """self += value * t1 / t2, in place."""
-    return self.add_((t1 * value) / t2 if value != 1 else t1 / t2)
+    return self.add_((t1 * value) / t2 if _not_one(value) else t1 / t2)
+
+
+def _not_one(value):
+    """value != 1, for a number or a 0-d tensor (compiled optimizers' step size, which
+    is never exactly 1 and must not be branched on)."""
+    return isinstance(value, _C.Tensor) or value != 1

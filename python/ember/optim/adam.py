@@ -1,6 +1,7 @@
 """Adam and AdamW: adaptive moment estimation (Kingma & Ba), with L2 (Adam) or
 decoupled (AdamW, Loshchilov & Hutter) weight decay and the AMSGrad variant."""
 from . import _math as M
+from ..compiler import is_compiling
 from .optimizer import Optimizer, _check_nonnegative, _closure_loss, _scalar, _use_grad
 
 
@@ -42,7 +43,9 @@ class Adam(Optimizer):
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
                 M.lerp_(exp_avg, grad, 1 - beta1)
                 M.addcmul_(exp_avg_sq.mul_(beta2), grad, grad, value=1 - beta2)
-                step = state["step"].item()
+                # compiled, the step count stays a tensor (a graph input, not a Python
+                # number baked into the graph), as torch.optim's does under compile
+                step = state["step"] if is_compiling() else state["step"].item()
                 step_size = lr / (1 - beta1 ** step)
                 bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
                 second = exp_avg_sq

@@ -18,6 +18,7 @@ from collections import defaultdict
 from itertools import chain
 
 from .. import _C, zeros_like
+from ..autograd.grad_mode import set_grad_enabled
 from ..nn.modules.module import zero_grads
 from ..nn.parameter import typename
 from ._math import step_counter
@@ -41,11 +42,9 @@ def _use_grad(step):
     torch.optim's steps run."""
     @functools.wraps(step)
     def wrapper(self, *args, **kwargs):
-        prev = _C._set_grad_enabled(bool(self.defaults.get("differentiable", False)))
-        try:
+        # a `with` block: ember.compile captures it (a grad-mode region of the graph)
+        with set_grad_enabled(bool(self.defaults.get("differentiable", False))):
             return step(self, *args, **kwargs)
-        finally:
-            _C._set_grad_enabled(prev)
     return wrapper
 
 
