@@ -17,6 +17,7 @@ import inspect
 import operator
 import sys
 import types
+import weakref
 
 from .. import _C
 from .. import fx
@@ -193,6 +194,21 @@ class _MetaMode:
         return False
 
 
+_DECODED = weakref.WeakKeyDictionary()
+
+
+def _decoded(code):
+    """(instructions, index by offset, exception table) of a code object, decoded once
+    per process (dis is slow, and a model inlines the same functions many times)."""
+    d = _DECODED.get(code)
+    if d is None:
+        instructions = tuple(dis.get_instructions(code))
+        d = _DECODED[code] = (instructions,
+                              {ins.offset: i for i, ins in enumerate(instructions)},
+                              tuple(dis.Bytecode(code).exception_entries))
+    return d
+
+
 class Translator:
     """Interprets one code object (the frame's, or an inlined function's)."""
 
@@ -209,13 +225,11 @@ class Translator:
         self.globals_root = globals_source_root   # None: the frame's own globals
         self.stack = []
         self.kw_names = None
-        self.instructions = list(dis.get_instructions(code))
-        self.index_of = {ins.offset: i for i, ins in enumerate(self.instructions)}
+        self.instructions, self.index_of, self.exception_entries = _decoded(code)
         self.lineno = code.co_firstlineno
         self.result = None
         self.yields = None      # values a generator expression yielded
         self.lazy = False       # a generator function's frame, run by its consumer
-        self.exception_entries = dis.Bytecode(code).exception_entries
         self.stop_at = None     # root only: offset to stop before (a graph break)
         self.stopped = None     # the instruction it stopped before
 
