@@ -38,7 +38,8 @@ class _Config:
 
     def __repr__(self):
         return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "
-                f"kernel_cache={self.kernel_cache}, graph_cache={self.graph_cache}, cache_dir={self.cache_dir!r})")
+                f"kernel_cache={self.kernel_cache}, graph_cache={self.graph_cache}, "
+                f"cache_dir={self.cache_dir!r})")
 
 
 config = _Config()

@@ -5,19 +5,21 @@ The LLVM backend's result for a captured graph is fixed by the graph, its inputs
 metadata and the compiler itself, so those make the key:
 
 - the captured graph as canonical text: each node's kind, name, target (an op by its
-  qualified name, a function of the `operator` module, a method by its name) and arguments (constants by
-  their exact repr). A graph holding anything else (attributes, modules, other
-  callables, constants of other types) is not cached;
-- per input: a tensor's type, sizes, strides, storage offset, dtype, requires_grad and
-  whether it is a leaf; a number's exact value (other inputs: not cached);
+  qualified name, a function of the `operator` module, a method by its name) and
+  arguments (constants by their exact repr). A graph holding anything else
+  (attributes, modules, other callables, constants of other types) is not cached;
+- per input: a tensor's type, sizes, strides, storage offset, dtype and requires_grad
+  (an input with a history is not cached); a number's exact value (other inputs: not
+  cached);
 - the state compiling reads: grad mode, the default dtype, config.partitioner;
 - the graph's name, this file's FORMAT, kernel_cache.context() (LLVM, the target CPU
-  and features, the built extension's hash) and a hash of the package's Python files.
+  and features, the built extension's hash) and a hash of the package's Python files
+  (their paths, sizes and modification times).
 
-An entry (in `config.cache_dir`/graphs/, when `config.graph_cache` and the kernel cache
-are on) holds what the
-runtime objects are made from, as JSON decoded into plain values only (no pickle:
-nothing in it is executed or imported): the joint graph's facts AOTFunction takes, and
+An entry (in `config.cache_dir`/graphs/, when `config.graph_cache` and the kernel
+cache are on) holds what the runtime objects are made from, as JSON decoded into
+plain values only (no pickle: nothing in it is executed or imported): the joint
+graph's facts AOTFunction takes, and
 per compiled graph its plan and its kernels' specs, whose machine code comes from the
 kernel cache (kernel_cache.py: in memory, on disk, else compiled). The files follow the
 kernel cache's rules: written to a temporary name then renamed, read only from a folder
