@@ -35,7 +35,8 @@ first time such a call comes, over fakes shaped like the inputs.
 
 A process never reads an entry it wrote itself: its own graphs are compiled again
 (their kernels come from memory), so backend.recent describes them. Graphs from the
-cache are not added to backend.recent.
+cache are not added to backend.recent (ember.demo and ember.verify, which describe the
+graphs they compile, turn the graph cache off).
 
 `stats` counts hits, misses, stored, rejected and uncacheable graphs.
 """
