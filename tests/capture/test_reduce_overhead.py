@@ -75,8 +75,11 @@ def test_calls_the_fast_path_cannot_take_still_work():
     assert fast(x2, y2).item() == pytest.approx(ten_ops(x2, y2).item(), rel=1e-6)
     assert fast_hits() == before + 1                                    # then hits
 
-    outer = ember.compile(lambda a, b: fast(a, b) * 2)                  # capture on
+    from ember.capture import counters
+    counters.clear()
+    outer = ember.compile(lambda a, b: fast(a, b) * 2, fullgraph=True)  # inlined
     assert outer(x, y).item() == pytest.approx(2 * want, rel=1e-6)
+    assert not counters["graph_break"]
     with pytest.raises(TypeError):
         fast(x)
 

@@ -195,6 +195,7 @@ class _MetaMode:
 
 
 _DECODED = weakref.WeakKeyDictionary()
+_FAST_CALL = getattr(_C._capture, "FastCall", None)
 
 
 def _decoded(code):
@@ -404,6 +405,11 @@ class Translator:
             dv.items = {k: self.wrap(v, DictSource(source, k) if source is not None
                                      else None) for k, v in value.items()}
             return dv
+        if type(value) is _FAST_CALL:
+            # ember.compile(f, mode="reduce-overhead") called inside a compiled region
+            self.guard("ID_MATCH", source, value)
+            return FunctionVar(value._orig_fn, AttrSource(source, "_orig_fn")
+                               if source is not None else None)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
             orig = getattr(value, "_orig_fn", None)
