@@ -28,7 +28,8 @@ checksum or content is not sound (a spec whose kernel key differs from the store
 included).
 
 Only graphs compiled whole are stored: one whose LLVM compilation fell back to eager
-ops, that writes into its inputs, or returns views of them, is compiled every time. A
+ops, or that returns views of inputs it writes into, is compiled every time (writes
+into inputs are stored: BatchNorm's running statistics). A
 call whose outputs get only some gradients needs backward variants (aot/variants.py),
 made from the joint trace: on a graph from the cache that trace is taken again, the
 first time such a call comes, over fakes shaped like the inputs.
@@ -281,7 +282,7 @@ def store(k, record, compiled):
     if k in _written:
         return False
     joint = record.get("joint")
-    if joint is None or joint.mutations or joint.output_aliases or \
+    if joint is None or joint.output_aliases or \
             any(c is None for c in compiled):
         stats["uncacheable"] += 1
         return False
@@ -300,6 +301,7 @@ def store(k, record, compiled):
                                    joint.forward_output_meta[i][1]._name]
                                   for i in joint.differentiable_outputs],
                  "num_saved": record.get("num_saved", 0),
+                 "mutations": [[int(a) for a in m.spec()] for m in joint.mutations],
                  "graphs": [_graph(c) for c in compiled]}
         data = json.dumps(entry, separators=(",", ":")).encode()
     except Uncacheable as e:
@@ -409,27 +411,31 @@ def load(k, gm, example_inputs, name, bw_compiler):
 
 def _build(entry, gm, example_inputs, name, bw_compiler):
     graphs = entry["graphs"]
-    if entry["training"] is not True:
-        if len(graphs) != 1:
-            raise ValueError("an inference entry with more than one graph")
-        fw, _ = _compiled_graph(graphs[0])
+    training = entry["training"] is True
+    if len(graphs) != (2 if training else 1):
+        raise ValueError("an entry with the wrong number of graphs")
+    mutations = tuple((int(i), int(w), bool(d)) for i, w, d in entry["mutations"])
+    fw, _ = _compiled_graph(graphs[0])
+    if not training and not mutations:
         if entry["without_grad"]:
             from ..aot import _without_grad
             return _without_grad(fw)
         return fw
-    if len(graphs) != 2:
-        raise ValueError("a training entry without two graphs")
-    (fw, _), (bw, _) = _compiled_graph(graphs[0]), _compiled_graph(graphs[1])
+    bw = _compiled_graph(graphs[1])[0] if training else None
     nout = int(entry["num_forward_outputs"])
     tangent_meta = tuple((_dims(s), M.DTYPES[d]) for s, d in entry["tangent_meta"])
     variants = None
-    if int(entry["num_tangents"]) > 1:
+    if training and int(entry["num_tangents"]) > 1:
         variants = _LazyVariants(gm, example_inputs, bw_compiler, name,
                                  int(entry["num_saved"]))
+    fallback = None
+    if mutations:
+        from ..aot import _aliased_inputs_fallback
+        fallback = _aliased_inputs_fallback(gm, name)
     return _C.AOTFunction(fw, bw, nout, _dims(entry["differentiable_outputs"]),
                           _dims(entry["primals_requiring_grad"]), tangent_meta,
-                          "CompiledFunctionBackward", variants, mutations=(), aliases=(),
-                          fallback=None, forward_grad=False)
+                          "CompiledFunctionBackward", variants, mutations=mutations,
+                          aliases=(), fallback=fallback, forward_grad=False)
 
 
 class _LazyVariants:
