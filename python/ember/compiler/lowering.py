@@ -136,7 +136,7 @@ class GraphLowering:
                                     f"{type(v).__name__}")
             check_dtype(v.dtype, node.target.entry.name)
             slots.append(self.new_buffer(v.dtype, tuple(v.shape), extern=True))
-        fn = _extern_call(node.target, args, kwargs, isinstance(val, tuple))
+        fn = ExternCall(node.target, args, kwargs, isinstance(val, tuple))
         self.add_step(ExternStep(StepKind.EXTERN, fn, tuple(views),
                                  tuple(b.ref.index for b in slots), what))
         return tuple(slots) if isinstance(val, tuple) else slots[0]
@@ -218,9 +218,6 @@ class ExternCall:
                                  lambda x: ts[x.i] if isinstance(x, _Slot) else x)
         r = self.op(*a, **kw)
         return tuple(r) if self.multi else (r,)
-
-
-_extern_call = ExternCall
 
 
 def _meta_args(node):
