@@ -17,7 +17,6 @@ import inspect
 import operator
 import sys
 import types
-import weakref
 
 from .. import _C
 from .. import fx
@@ -194,7 +193,11 @@ class _MetaMode:
         return False
 
 
-_DECODED = weakref.WeakKeyDictionary()
+# decoded code objects: a plain dict, bounded (cleared whole when full) and cleared by
+# ember.compiler.reset(); not weak, as a weak table's callbacks would be Python frames
+# the hook sees whenever a code object dies with capture on
+_DECODED = {}
+_DECODED_MAX = 4096
 _FAST_CALL = getattr(_C._capture, "FastCall", None)
 
 
@@ -203,6 +206,8 @@ def _decoded(code):
     per process (dis is slow, and a model inlines the same functions many times)."""
     d = _DECODED.get(code)
     if d is None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
         instructions = tuple(dis.get_instructions(code))
         d = _DECODED[code] = (instructions,
                               {ins.offset: i for i, ins in enumerate(instructions)},
