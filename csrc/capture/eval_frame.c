@@ -83,7 +83,7 @@ static int active_threads;                 /* threads with capture on */
 static int hook_linked;                    /* our hook is installed, or chained to */
 static _PyFrameEvalFunction previous_eval; /* what we pass frames to; NULL: default */
 
-static Py_ssize_t n_hits, n_misses, n_callbacks;
+static Py_ssize_t n_hits, n_misses, n_callbacks, n_fast_hits;
 
 static PyObject *eval_frame_hook(PyThreadState *, _PyInterpreterFrame *, int);
 
@@ -345,6 +345,154 @@ eval_frame_hook(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
     return convert_frame(tstate, frame, callback, nargs);
 }
 
+/* ------------------------------------------------------------------ FastCall */
+
+/* FastCall(func, callback, slow): what ember.compile(fn, mode="reduce-overhead")
+ * returns. A call with positional arguments only, exactly the function's parameters,
+ * made with capture off on this thread and no tracer, looks up the function's cache
+ * entries itself (with this thread's state set to callback, as the hook would see it)
+ * and calls a hit's CompiledFrame with the arguments: no Python wrapper frame, no
+ * frame pushed for the function. Anything else (keywords, defaults to apply, a miss,
+ * an entry that is not a CompiledFrame, capture already on, a tracer) calls slow,
+ * the ordinary wrapper, which takes the hook's path. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *func;        /* a Python function */
+    PyObject *callback;    /* the capture state the wrapper sets */
+    PyObject *slow;        /* the ordinary wrapper: slow(*args, **kwargs) */
+    PyObject *dict;
+} FastCall;
+
+static PyObject *
+fast_call_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyFunctionObject *f = (PyFunctionObject *)self->func;
+    PyCodeObject *code = (PyCodeObject *)f->func_code;
+    PyThreadState *tstate = PyThreadState_Get();
+    em_CodeCache *cache;
+    if (kwnames != NULL || nargs != code->co_argcount || bound_slots(code) != nargs ||
+        (code->co_flags & NOT_CONVERTIBLE) ||
+        (code->co_flags & PLAIN_FUNCTION) != PLAIN_FUNCTION || tstate->tracing > 0 ||
+        tstate->cframe->use_tracing || guards_running ||
+        PyThread_tss_get(&callback_key) != NULL ||
+        (cache = em_cache_get(code)) == NULL || (cache->flags & EM_CACHE_SKIP) ||
+        PyTuple_GET_SIZE(cache->entries) == 0)
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+
+    PyObject *old, *mine;
+    if (swap_state(self->callback, &old) < 0)
+        return NULL;
+    em_GuardInputs in = {args, nargs, f->func_globals, f->func_builtins, f->func_closure};
+    PyObject *fn = NULL, *result = NULL;
+    em_Resolved resolved;
+    guards_running++;
+    int r = em_cache_lookup(code, &in, &fn, &resolved);
+    guards_running--;
+    int hit = r > 0 && em_CompiledFrame_Check(fn);
+    if (hit) {
+        n_hits++;
+        n_fast_hits++;
+        result = em_compiled_frame_call(fn, args, nargs, &resolved);
+    }
+    em_resolved_clear(&resolved);
+    Py_XDECREF(fn);
+    /* back to capture off: the state this call set goes, as does its reference */
+    if (swap_state(old, &mine) < 0) {
+        Py_XDECREF(result);
+        Py_XDECREF(old);
+        return NULL;
+    }
+    Py_XDECREF(mine);
+    Py_XDECREF(old);
+    if (r < 0 || hit)
+        return result;
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+fast_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *func, *callback, *slow;
+    if (!PyArg_ParseTuple(args, "O!OO:FastCall", &PyFunction_Type, &func, &callback, &slow))
+        return NULL;
+    if (!PyCallable_Check(callback) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "FastCall: callback and slow must be callable");
+        return NULL;
+    }
+    FastCall *self = (FastCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)fast_call_vectorcall;
+    self->func = Py_NewRef(func);
+    self->callback = Py_NewRef(callback);
+    self->slow = Py_NewRef(slow);
+    return (PyObject *)self;
+}
+
+static int
+fast_call_traverse(FastCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->func);
+    Py_VISIT(self->callback);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+fast_call_clear(FastCall *self)
+{
+    Py_CLEAR(self->func);
+    Py_CLEAR(self->callback);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+fast_call_dealloc(FastCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    fast_call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A method when read from an instance, as the function it stands for. */
+static PyObject *
+fast_call_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyGetSetDef fast_call_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject FastCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember._C._capture.FastCall",
+    .tp_basicsize = sizeof(FastCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "FastCall(func, callback, slow): ember.compile(func, "
+              "mode='reduce-overhead'): a cache hit called with no Python frame.",
+    .tp_new = fast_call_new,
+    .tp_dealloc = (destructor)fast_call_dealloc,
+    .tp_traverse = (traverseproc)fast_call_traverse,
+    .tp_clear = (inquiry)fast_call_clear,
+    .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = fast_call_descr_get,
+    .tp_dictoffset = offsetof(FastCall, dict),
+    .tp_getset = fast_call_getset,
+};
+
 /* ------------------------------------------------------------------ a test hook */
 
 /* A second, trivial hook that counts frames and chains to its predecessor, so
@@ -535,15 +683,15 @@ cached_codes(PyObject *self, PyObject *noargs)
 static PyObject *
 counters(PyObject *self, PyObject *noargs)
 {
-    return Py_BuildValue("{snsnsnsnsi}", "hits", n_hits, "misses", n_misses, "callbacks",
-                         n_callbacks, "frees", em_cache_frees, "active_threads",
-                         active_threads);
+    return Py_BuildValue("{snsnsnsnsnsi}", "hits", n_hits, "misses", n_misses, "callbacks",
+                         n_callbacks, "frees", em_cache_frees, "fast_hits", n_fast_hits,
+                         "active_threads", active_threads);
 }
 
 static PyObject *
 reset_counters(PyObject *self, PyObject *noargs)
 {
-    n_hits = n_misses = n_callbacks = 0;
+    n_hits = n_misses = n_callbacks = n_fast_hits = 0;
     Py_RETURN_NONE;
 }
 
@@ -708,7 +856,8 @@ static PyMethodDef capture_methods[] = {
     {"cached_codes", cached_codes, METH_NOARGS,
      "cached_codes() -> list of code objects with a cache or a mark"},
     {"counters", counters, METH_NOARGS,
-     "counters() -> {hits, misses, callbacks, frees, active_threads}"},
+     "counters() -> {hits, misses, callbacks, frees, fast_hits, active_threads} "
+     "(fast_hits: the hits of FastCall, counted in hits too)"},
     {"reset_counters", reset_counters, METH_NOARGS, NULL},
     {"hook_info", hook_info, METH_NOARGS,
      "hook_info() -> {current, linked, previous, active_threads}"},
@@ -766,7 +915,9 @@ em_capture_init(PyObject *module)
         goto error;
     }
     if (em_cache_init() < 0 || PyType_Ready(&CaptureState_Type) < 0 ||
-        PyModule_AddObjectRef(m, "CaptureState", (PyObject *)&CaptureState_Type) < 0)
+        PyModule_AddObjectRef(m, "CaptureState", (PyObject *)&CaptureState_Type) < 0 ||
+        PyType_Ready(&FastCall_Type) < 0 ||
+        PyModule_AddObjectRef(m, "FastCall", (PyObject *)&FastCall_Type) < 0)
         goto error;
 #endif
     if (PyModule_AddObject(module, "_capture", m) < 0)

@@ -55,6 +55,7 @@ def main():
 
     section("ember.compile(f): the graph the frame hook captured")
     backend.recent.clear()
+    ember.compiler.config.graph_cache = False     # compiled here, to show its kernels
     cf = ember.compile(f)
     t0 = time.perf_counter()
     out = cf(x, w, b)

@@ -41,16 +41,19 @@ def eager_compiler(graph, name):
 
 
 def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eager_compiler,
-                name="graph"):
+                name="graph", record=None):
     """Compiles a captured GraphModule (called with example_inputs) into a callable
     returning a tuple of outputs, differentiable through one autograd node. Writes into
     the inputs come back as extra forward outputs that the runtime writes into the
     inputs after each call (mutation.py); a call whose inputs share memory with an input
-    written into runs gm eagerly instead (counted)."""
+    written into runs gm eagerly instead (counted). record, a dict, gets the joint
+    graph's facts the result is made from (compiler/graph_cache.py stores them)."""
     def run(*args):
         return gm(*args)
 
     joint = trace_joint(run, example_inputs)
+    if record is not None:
+        record["joint"] = joint
     fallback = _aliased_inputs_fallback(gm, name) if joint.mutations else None
     if joint.num_tangents == 0:
         # nothing needs a gradient: the forward alone (its ops record no autograd
@@ -61,6 +64,9 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
         fw = fw_compiler(graph, f"{name}_inference")
         if joint.mutations or joint.output_aliases:
             return compiled_function(joint, fw, None, name, fallback=fallback)
+        if record is not None:
+            record["without_grad"] = any(getattr(x, "requires_grad", False)
+                                         for x in example_inputs)
         if any(getattr(x, "requires_grad", False) for x in example_inputs):
             # inputs require grad but no output is differentiable (scatter with a
             # reduce): the eager prims must record no history either
@@ -73,6 +79,8 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     # not: every forward value an op-level formula reads is saved too
     also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
     fw, bw, saved = partition(prim_joint, also_save=also, min_cut=_min_cut())
+    if record is not None:
+        record["num_saved"] = len(saved)
     log_graphs(fw, bw, saved, name)
     counters["aot_saved_bytes"][name] += sum(r[3] for r in saved_bytes(saved))
     log_mutations(joint, name)
@@ -82,6 +90,26 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
                              bw_compiler(bw, f"{name}_backward"), name, variants,
                              fallback=fallback)
+
+
+def backward_variants(gm, example_inputs, bw_compiler, name="graph"):
+    """(the BackwardVariants aot_compile makes for gm, how many values its forward
+    saves), traced again: for a compiled function whose graphs came from the graph
+    cache (compiler/graph_cache.py), the first time a call's outputs get only some
+    gradients (grad mode is on while it traces, as when gm was captured)."""
+    def run(*args):
+        return gm(*args)
+
+    prev = _C._set_grad_enabled(True)
+    try:
+        joint = trace_joint(run, example_inputs)
+    finally:
+        _C._set_grad_enabled(prev)
+    prim_values = {}
+    prim_joint = dataclasses.replace(joint, graph=decompose(joint.graph, prim_values))
+    also = _formula_reads(joint, prim_values)
+    _, _, saved = partition(prim_joint, also_save=also, min_cut=_min_cut())
+    return BackwardVariants(joint, prim_values, saved, bw_compiler, name), len(saved)
 
 
 def _min_cut():

@@ -12,7 +12,9 @@ from .explain import explain
 def reset():
     """Forgets every compiled entry (torch._dynamo.reset)."""
     from .convert import forget_graphs, reset_warnings
+    from .symbolic import _DECODED
     _hook.reset_all()
+    _DECODED.clear()
     forget_graphs()
     _hook.reset_counters()
     counters.clear()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import types
 import warnings
 
 from . import _hook, backends
@@ -26,8 +27,10 @@ from .convert import CompileContext, make_callback, retry_if_fallen_back
 _SUPPORTED = "CPython 3.11 (3.11.4 or later)"
 _warned_modes = set()
 
-# torch.compile's mode names; all but "default" behave as "default" here for now
+# torch.compile's mode names; "reduce-overhead" gives a function the leanest call path
+# (_hook.FastCall); the others behave as "default" here for now
 MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+_EFFECTIVE = {"default": ("function", "module"), "reduce-overhead": ("function",)}
 # options= keys: Ember's own, and TorchInductor's that model code commonly passes
 # (accepted so that code runs unchanged; they change nothing here, said once)
 OPTIONS = {"check": "self-check mode: the first calls also run eagerly and compare"}
@@ -38,17 +41,19 @@ INDUCTOR_OPTIONS = frozenset((
     "force_same_precision", "aggressive_fusion", "layout_optimization"))
 
 
-def _check_mode_and_options(mode, options):
+def _check_mode_and_options(mode, options, what="function"):
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be "
                            "specified at the same time.")
     if mode is not None and mode not in MODES:
         raise RuntimeError(f"Unrecognized mode={mode}, should be one of: "
                            f"{', '.join(MODES)}")
-    if mode not in (None, "default") and mode not in _warned_modes:
-        _warned_modes.add(mode)
+    if mode is not None and what not in _EFFECTIVE.get(mode, ()) and \
+            (mode, what) not in _warned_modes:
+        _warned_modes.add((mode, what))
         warnings.warn(f"ember.compile: mode={mode!r} is accepted but behaves as "
-                      f"'default'", UserWarning, stacklevel=3)
+                      f"'default'" + (" for a module" if mode in _EFFECTIVE else ""),
+                      UserWarning, stacklevel=3)
     if options is None:
         return
     if not isinstance(options, dict):
@@ -82,7 +87,9 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic,
                                  backend=backend, mode=mode, options=options,
                                  disable=disable)
-    _check_mode_and_options(mode, options)
+    from ..nn import Module
+    _check_mode_and_options(mode, options, "module" if isinstance(model, Module) else
+                            "function")
     if dynamic:
         raise NotImplementedError("ember.compile(dynamic=True): dynamic shapes are not "
                                   "supported yet; every shape is specialised (use "
@@ -94,13 +101,16 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
                                backends.default_backend())
     ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options))
     callback = make_callback(ctx)
-    from ..nn import Module
     if isinstance(model, Module):
         return optimized_module_class()(model, callback, ctx)
     if not callable(model):
         raise TypeError(f"ember.compile expects a function or an nn.Module, got "
                         f"{type(model).__name__}")
-    return _wrap(model, callback, ctx)
+    compiled = _wrap(model, callback, ctx)
+    if mode == "reduce-overhead" and isinstance(model, types.FunctionType) and \
+            not fullgraph and not config.strict:
+        return _fast(model, callback, compiled)
+    return compiled
 
 
 def _wrap(fn, callback, ctx):
@@ -120,6 +130,17 @@ def _wrap(fn, callback, ctx):
     compiled._ember_compile_context = ctx
     compiled._orig_fn = fn
     return compiled
+
+
+def _fast(fn, callback, slow):
+    """mode="reduce-overhead": a cache hit called straight from C (_hook.FastCall: no
+    wrapper frame, no frame for fn); other calls go through slow, the wrapper _wrap
+    makes. Strict mode and fullgraph keep the wrapper (it re-checks fallen-back code)."""
+    fast = _hook.FastCall(fn, callback, slow)
+    functools.update_wrapper(fast, fn)
+    fast._ember_compile_context = slow._ember_compile_context
+    fast._orig_fn = fn
+    return fast
 
 
 _OPTIMIZED = None

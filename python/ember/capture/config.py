@@ -25,6 +25,10 @@ class _Config:
         # off; identical kernels are compiled once per process either way)
         self.kernel_cache = os.environ.get("EMBER_KERNEL_CACHE", "1") != "0"
         self.cache_dir = default_cache_dir()
+        # the LLVM backend keeps compiled graphs (plans, kernel specs, AOT facts) in
+        # cache_dir (graphs/), so that another process skips AOT autograd and lowering
+        # (compiler/graph_cache.py; EMBER_GRAPH_CACHE=0: off; off with the kernel cache)
+        self.graph_cache = os.environ.get("EMBER_GRAPH_CACHE", "1") != "0"
         # threads compiling a graph's kernels at once (None: the cores this process has)
         self.compile_threads = None
         # what AOT autograd's forward saves for the backward: "min_cut" (the fewest
@@ -40,7 +44,8 @@ class _Config:
 
     def __repr__(self):
         return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "
-                f"kernel_cache={self.kernel_cache}, cache_dir={self.cache_dir!r})")
+                f"kernel_cache={self.kernel_cache}, graph_cache={self.graph_cache}, "
+                f"cache_dir={self.cache_dir!r})")
 
 
 config = _Config()

@@ -231,6 +231,28 @@ class _MetaMode:
         return False
 
 
+# decoded code objects: a plain dict, bounded (cleared whole when full) and cleared by
+# ember.compiler.reset(); not weak, as a weak table's callbacks would be Python frames
+# the hook sees whenever a code object dies with capture on
+_DECODED = {}
+_DECODED_MAX = 4096
+_FAST_CALL = getattr(_C._capture, "FastCall", None)
+
+
+def _decoded(code):
+    """(instructions, index by offset, exception table) of a code object, decoded once
+    per process (dis is slow, and a model inlines the same functions many times)."""
+    d = _DECODED.get(code)
+    if d is None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        instructions = tuple(dis.get_instructions(code))
+        d = _DECODED[code] = (instructions,
+                              {ins.offset: i for i, ins in enumerate(instructions)},
+                              tuple(dis.Bytecode(code).exception_entries))
+    return d
+
+
 class Translator:
     """Interprets one code object (the frame's, or an inlined function's)."""
 
@@ -247,13 +269,11 @@ class Translator:
         self.globals_root = globals_source_root   # None: the frame's own globals
         self.stack = []
         self.kw_names = None
-        self.instructions = list(dis.get_instructions(code))
-        self.index_of = {ins.offset: i for i, ins in enumerate(self.instructions)}
+        self.instructions, self.index_of, self.exception_entries = _decoded(code)
         self.lineno = code.co_firstlineno
         self.result = None
         self.yields = None      # values a generator expression yielded
         self.lazy = False       # a generator function's frame, run by its consumer
-        self.exception_entries = dis.Bytecode(code).exception_entries
         self.stop_at = None     # root only: offset to stop before (a graph break)
         self.stopped = None     # the instruction it stopped before
 
@@ -455,6 +475,11 @@ class Translator:
             dv.default_factory = getattr(value, "default_factory", None)
             dv.items = {k: self.wrap(v, _dict_source(source, k)) for k, v in value.items()}
             return dv
+        if type(value) is _FAST_CALL:
+            # ember.compile(f, mode="reduce-overhead") called inside a compiled region
+            self.guard("ID_MATCH", source, value)
+            return FunctionVar(value._orig_fn, AttrSource(source, "_orig_fn")
+                               if source is not None else None)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
             orig = getattr(value, "_orig_fn", None)

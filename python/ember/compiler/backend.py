@@ -17,6 +17,7 @@ from ..capture.backends import register_backend
 from ..capture import logs
 from ..capture.config import config
 from ..capture.exc import counters
+from . import graph_cache
 from .jit import JitModule
 from .lowering import lower
 
@@ -78,11 +79,14 @@ class CompiledLLVMGraph:
         return "\n".join(lines)
 
 
-def llvm_compiler(graph, name):
-    """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot."""
+def llvm_compiler(graph, name, made=None):
+    """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot. made, a
+    list, gets the CompiledLLVMGraph (None when it fell back)."""
     try:
         compiled = CompiledLLVMGraph(graph, name)
         recent.append(compiled)
+        if made is not None:
+            made.append(compiled)
         return compiled.run
     except Exception as e:   # noqa: BLE001 - lowering or LLVM failure: run eagerly
         strict = config.strict or os.environ.get("EMBER_STRICT") == "1"
@@ -96,14 +100,35 @@ def llvm_compiler(graph, name):
             warnings.warn(f"ember.compile: the LLVM backend could not compile {name} "
                           f"({reason}); that graph runs under 'aot_eager' instead.",
                           RuntimeWarning, stacklevel=2)
+        if made is not None:
+            made.append(None)
         return eager_compiler(graph, name)
 
 
 @register_backend("llvm")
 def llvm(gm, example_inputs):
+    """AOT autograd with both graphs lowered to LLVM kernels; a graph an earlier process
+    compiled comes from the graph cache (graph_cache.py) instead."""
     code = getattr(gm, "meta", {}).get("code")
-    return aot_compile(gm, example_inputs, fw_compiler=llvm_compiler,
-                       bw_compiler=llvm_compiler, name=code.co_name if code else "graph")
+    name = code.co_name if code else "graph"
+    key = graph_cache.key(gm, example_inputs, name)
+    if key is not None:
+        cached = graph_cache.load(key, gm, example_inputs, name, llvm_compiler)
+        if cached is not None:
+            return cached
+    made = []
+    recording = [True]
+
+    def compiler(graph, gname):       # the graphs aot_compile makes (not later variants)
+        return llvm_compiler(graph, gname, made if recording[0] else None)
+
+    record = {} if key is not None else None
+    fn = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                     name=name, record=record)
+    recording[0] = False
+    if key is not None:
+        graph_cache.store(key, record, made)
+    return fn
 
 
 register_backend("inductor", llvm)      # torch's name for its default backend

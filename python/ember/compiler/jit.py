@@ -42,17 +42,24 @@ def options(spec):
 
 class JitModule:
     """The kernels of one graph: `names` and `addresses` in spec order (the code lives as
-    long as this object), `compile_ms` the time it took to get them."""
+    long as this object), `compile_ms` the time it took to get them. keys: the kernels'
+    kernel_cache keys when known (a graph from the graph cache), with spec_of(spec, key)
+    making a spec as given into the KernelSpec to compile."""
 
-    def __init__(self, specs, name):
+    def __init__(self, specs, name, keys=None, spec_of=None):
         t0 = time.perf_counter()
         self.name = name
-        self.specs = tuple(specs)
-        self.options = tuple(options(s) for s in self.specs)
-        self.kernels = tuple(kernel_cache.kernels(self.specs, self.options))
+        self._given = (tuple(specs), keys, spec_of)
+        self.options = tuple(options(s) for s in specs)
+        self.kernels = tuple(kernel_cache.kernels(specs, self.options, keys, spec_of))
         self.names = tuple(k.name for k in self.kernels)
         self.addresses = tuple(k.address for k in self.kernels)
         self.compile_ms = (time.perf_counter() - t0) * 1e3
+
+    @functools.cached_property
+    def specs(self):
+        specs, keys, spec_of = self._given
+        return specs if spec_of is None else tuple(map(spec_of, specs, keys))
 
     @functools.cached_property
     def _ir(self):

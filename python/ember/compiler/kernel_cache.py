@@ -106,13 +106,16 @@ def _safe_folder(path):
     return None
 
 
-def folder():
-    """The folder of the object files, made if needed; None when the disk cache is off
-    or refused (warned once per folder)."""
-    if not config.kernel_cache or not config.cache_dir or context() is None:
+def folder(name="kernels", enabled=None):
+    """The folder of the object files (or of another cache in cache_dir: name), made if
+    needed; None when that disk cache is off (enabled, else config.kernel_cache) or
+    refused (warned once per folder)."""
+    if enabled is None:
+        enabled = config.kernel_cache
+    if not enabled or not config.cache_dir or context() is None:
         return None
     root = os.path.abspath(config.cache_dir)
-    path = os.path.join(root, "kernels")
+    path = os.path.join(root, name)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         why = _safe_folder(root) or _safe_folder(path)
@@ -124,21 +127,22 @@ def folder():
     return path
 
 
-def _entry(path, k):
-    return os.path.join(path, k + ".o")
+def _entry(path, k, suffix=".o"):
+    return os.path.join(path, k + suffix)
 
 
-def read(path, k):
-    """The object code stored for key k in folder path, or None (absent, or not a
-    sound entry: counted in stats["rejected"])."""
+def read(path, k, suffix=".o", magic=FORMAT, counts=stats):
+    """The object code (or other bytes: an entry of the cache whose files end in suffix
+    and start with magic) stored for key k in folder path, or None (absent, or not a
+    sound entry: counted in counts["rejected"])."""
     try:
-        fd = os.open(_entry(path, k), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(_entry(path, k, suffix), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-            stats["rejected"] += 1
+            counts["rejected"] += 1
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read()
@@ -147,22 +151,22 @@ def read(path, k):
     finally:
         os.close(fd)
     if len(data) < _HEADER.size:
-        stats["rejected"] += 1
+        counts["rejected"] += 1
         return None
-    magic, ekey, length, digest = _HEADER.unpack_from(data)
+    emagic, ekey, length, digest = _HEADER.unpack_from(data)
     obj = data[_HEADER.size:]
-    if (magic != FORMAT or ekey != k.encode() or length != len(obj)
+    if (emagic != magic or ekey != k.encode() or length != len(obj)
             or digest != hashlib.blake2b(obj, digest_size=32).digest()):
-        stats["rejected"] += 1
+        counts["rejected"] += 1
         return None
     return obj
 
 
-def write(path, k, obj):
+def write(path, k, obj, suffix=".o", magic=FORMAT, counts=stats):
     """Stores obj for key k: a temporary file in the same folder, renamed into place
     (atomic; a concurrent writer of the same entry wins or loses whole). Failures are
     ignored: the cache is only a cache."""
-    header = _HEADER.pack(FORMAT, k.encode(), len(obj),
+    header = _HEADER.pack(magic, k.encode(), len(obj),
                           hashlib.blake2b(obj, digest_size=32).digest())
     tmp = None
     try:
@@ -170,9 +174,9 @@ def write(path, k, obj):
         with os.fdopen(fd, "wb") as f:
             f.write(header)
             f.write(obj)
-        os.replace(tmp, _entry(path, k))
+        os.replace(tmp, _entry(path, k, suffix))
         tmp = None
-        stats["stored"] += 1
+        counts["stored"] += 1
     except OSError:
         pass
     finally:
@@ -192,12 +196,14 @@ def compile_threads(n):
     return max(1, min(int(t or 1), n))
 
 
-def kernels(specs, options):
+def kernels(specs, options, keys=None, spec_of=None):
     """One linked _C.JitKernel per spec (specs[i] compiled with options[i], a pipeline
     and a code generation level):
     from the in-memory table, else the disk cache, else compiled (all of a call's
-    misses at once, in parallel) and stored."""
-    keys = [key(s, o) for s, o in zip(specs, options)]
+    misses at once, in parallel) and stored. keys: the specs' keys when known; then
+    spec_of(spec, key), if given, makes the spec to compile (and checks it)."""
+    if keys is None:
+        keys = [key(s, o) for s, o in zip(specs, options)]
     found = {}
     todo = {}                    # key -> (spec, options), in first-seen order
     path = None
@@ -222,7 +228,7 @@ def kernels(specs, options):
                 stats["disk"] += 1
                 found[k] = _table[k] = kern
                 continue
-        todo[k] = (s, o)
+        todo[k] = (s if spec_of is None else spec_of(s, k), o)
     if todo:
         ks = tuple(todo)
         objs = _C._jit_compile(tuple(todo[k][0] for k in ks), tuple(symbol(k) for k in ks),

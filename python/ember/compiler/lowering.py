@@ -142,7 +142,7 @@ class GraphLowering:
                                     f"{type(v).__name__}")
             check_dtype(v.dtype, node.target.entry.name)
             slots.append(self.new_buffer(v.dtype, tuple(v.shape), extern=True))
-        fn = _extern_call(node.target, args, kwargs, isinstance(val, tuple))
+        fn = ExternCall(node.target, args, kwargs, isinstance(val, tuple))
         self.add_step(ExternStep(StepKind.EXTERN, fn, tuple(views),
                                  tuple(b.ref.index for b in slots), what))
         return tuple(slots) if isinstance(val, tuple) else slots[0]
@@ -233,14 +233,21 @@ class _Slot:
         self.i = i
 
 
-def _extern_call(op, args, kwargs, multi):
-    """fn(*tensors) -> tuple of result tensors, calling op with the tensors in place."""
-    def call(*ts):
-        a, kw = fx.map_aggregate((args, kwargs),
+class ExternCall:
+    """fn(*tensors) -> tuple of result tensors, calling op with the tensors in place of
+    the _Slot markers in args and kwargs (its fields are plain data: the graph cache
+    stores them)."""
+
+    __slots__ = ("op", "args", "kwargs", "multi")
+
+    def __init__(self, op, args, kwargs, multi):
+        self.op, self.args, self.kwargs, self.multi = op, args, kwargs, multi
+
+    def __call__(self, *ts):
+        a, kw = fx.map_aggregate((self.args, self.kwargs),
                                  lambda x: ts[x.i] if isinstance(x, _Slot) else x)
-        r = op(*a, **kw)
-        return tuple(r) if multi else (r,)
-    return call
+        r = self.op(*a, **kw)
+        return tuple(r) if self.multi else (r,)
 
 
 def _meta_args(node):
