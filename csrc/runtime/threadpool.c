@@ -264,6 +264,12 @@ em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int paralle
     return st;
 }
 
+int
+em_pool_threads(void)
+{
+    return pool.nthreads;
+}
+
 static PyObject *
 set_num_threads(PyObject *self, PyObject *arg)
 {
