@@ -38,7 +38,10 @@ import _harness
 args = _harness.setup(__doc__)
 
 if "EMBER_CACHE_DIR" not in os.environ:      # cold compiles: empty caches for this run
+    import atexit
+    import shutil
     _cache = tempfile.mkdtemp(prefix="ember-bench-models-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
     os.environ["EMBER_CACHE_DIR"] = _cache
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _cache
 
@@ -71,6 +74,7 @@ def build(lib, name, s, g):
     """(model, inputs, train(model, *inputs) -> loss, infer(model, *inputs) -> output,
     title) for lib ember or torch; g makes the same inputs on both sides."""
     zoo = models if lib is ember else torch_models
+    lib.manual_seed(0)                  # the same initial weights run to run
     t = lib.from_numpy
     F = lib.nn.functional
     if name == "mlp":
