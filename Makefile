@@ -36,11 +36,20 @@ test: setup
 verify: setup
 	$(PY) -m ember.verify
 
+# The comparison needs PyTorch: torch==2.13.0 is installed (a fresh machine's report
+# would otherwise have empty torch columns). kernels.py and models.py run at 1 and 2
+# threads with OpenBLAS left to pick its own kernel for this CPU (each prints the one
+# that ran) and print every target met or MISSED.
+BENCH_ENV := env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 bench: setup
 	$(PIP) install -q -e ".[bench]"
+	$(PIP) install -q "torch==2.13.0"
 	$(PY) benchmarks/eager_ops.py
 	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/models.py
+	for t in 1 2; do \
+	  $(BENCH_ENV) $(PY) benchmarks/kernels.py --threads $$t || exit 1; \
+	  $(BENCH_ENV) $(PY) benchmarks/models.py --threads $$t || exit 1; \
+	done
 
 # Differential fuzzing of ember.compile (llvm, aot_eager) against eager: random programs
 # for FUZZ_MINUTES from seed FUZZ_SEED, failures shrunk to minimal reproducers; the

@@ -21,6 +21,9 @@ def setup(description: str, default_threads: int = 1):
     p.add_argument("--threads", type=int, default=default_threads)
     p.add_argument("--runs", type=int, default=25, help="timed runs per case (>= 20)")
     p.add_argument("--quick", action="store_true", help="fewer, smaller runs (smoke test)")
+    p.add_argument("--only", default="", help="comma-separated workloads (where offered)")
+    p.add_argument("--no-torch", action="store_true",
+                   help="leave PyTorch out even when installed (where offered)")
     args = p.parse_args()
     if args.runs < 20 and not args.quick:
         p.error("--runs must be at least 20")
@@ -61,7 +64,7 @@ def fmt_ratio(a, b):
     return "-" if a is None or b is None else f"{a / b:6.2f}x"
 
 
-def print_env(threads: int):
+def print_env(threads: int, with_torch: bool = True):
     import numpy as np
     from ember import _sysinfo
     blas = _sysinfo.blas()
@@ -70,6 +73,9 @@ def print_env(threads: int):
     print(f"# BLAS: {blas['name']} {blas['version']}, kernel {blas['kernel']}, "
           f"OPENBLAS_CORETYPE={blas['OPENBLAS_CORETYPE']}, "
           f"OPENBLAS_L2_SIZE={blas['OPENBLAS_L2_SIZE']}")
+    if not with_torch:
+        print("# PyTorch left out (--no-torch): its columns are empty")
+        return
     try:
         import torch
         torch.set_num_threads(threads)
@@ -84,3 +90,55 @@ def try_torch():
         return torch
     except ImportError:
         return None
+
+
+def interleaved_medians(rows, runs, inner=1, warmup=2):
+    """Median seconds per call of each (name, fn) row. Runs take turns (row 1, row 2,
+    ..., row 1, ...), so that a change in machine load affects every row alike."""
+    for _, fn in rows:
+        for _ in range(warmup * inner):
+            fn()
+    samples = {name: [] for name, _ in rows}
+    for _ in range(runs):
+        for name, fn in rows:
+            samples[name].append(median_time(fn, 1, inner, warmup=0))
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def first_call(fn):
+    """Seconds the first (compiling) call takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def load_average():
+    """The 1-minute load average ("-" where the OS has none): the machine may be shared."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "-"
+
+
+def triad(n):
+    """A STREAM triad a = b + 3 * c on n float32 elements from Ember's JIT, run in place
+    on preallocated arrays, split across the thread pool in 64K-element chunks: the
+    bandwidth ceiling kernels are measured against (12 bytes per element)."""
+    import ember
+    from ember import _C
+    from ember.compiler.jit import JitModule
+    f32 = ember.float32._code
+    spec = ((n,), 0, (f32, f32, f32),
+            (("load", 0, 1, (1,), 0), ("load", 1, 2, (1,), 0), ("const", 2, f32, 3.0),
+             ("mul", 3, f32, 1, 2), ("add", 4, f32, 0, 3), ("store", 0, (1,), 0, 4)))
+    module = JitModule((spec,), "triad")
+    geo = ((n,), (1,))
+    plan = ((geo, geo, geo), (), (("kernel", 0, (("in", 0), ("in", 1), ("in", 2)), n,
+                                   n >= (1 << 16), None, 1 << 16),), ())
+    graph = _C.CompiledGraph(module, module.addresses, plan)
+    a, b, c = ember.zeros(n), ember.ones(n), ember.ones(n)
+    return lambda: graph(a, b, c)
+
+
+def verdict(ok):
+    return "met" if ok else "MISSED"

@@ -1,31 +1,135 @@
 """Whole models, side by side in one run: Ember eager, Ember compiled (LLVM), PyTorch
-eager and torch.compile (Inductor), with the same weights, inputs, dtype (float32) and
-thread count on every side. Each figure is the median of >= 20 timed runs after warm-up;
-the first (compiling) call is reported apart.
+eager and torch.compile (Inductor), with the same weights (copied across by name), inputs,
+dtype (float32) and thread count on every side. Each figure is the median of >= 20
+timed runs after warm-up, the sides' runs taking turns (so a change in machine load
+affects every side alike); compile times are reported apart.
 
-    python benchmarks/models.py [--threads 1] [--runs 20]
+    python benchmarks/models.py [--threads 1] [--runs 25] [--quick] [--only gpt,mlp]
 
-Workloads: an MLP (256 -> 512 -> 512 -> 10, batch 128) inference forward, its training
-step (forward, cross-entropy, backward), and a small GPT (2 layers, 64-wide, 64 tokens,
-batch 8) training step.
+Workloads ([llvm-2]), each an inference forward (no_grad, eval mode) and a training step
+(parameters' grads cleared, forward, cross-entropy, backward), the module compiled
+(with the loss inside where the zoo's model computes it):
+
+  mlp       MLP 256 -> 512 -> 512 -> 10, batch 128
+  gpt       GPT, 4 layers, 4 heads, 128 wide, vocabulary 65, 8 x 128 tokens
+  gpt6      GPT, 6 layers, 8 heads, 256 wide, vocabulary 65, 8 x 128 tokens
+  resnet    ResNet-style CNN (one BasicBlock per stage, width 16, BatchNorm),
+            16 x 3 x 32 x 32
+  bert      BERT-style encoder (2 layers, 4 heads, 128 wide, FFN 512) with a padding
+            mask (a quarter of the rows padded), sequence classification, 8 x 128 tokens
+  lstm      LSTM classifier (2 layers, bidirectional, 64-wide embeddings, hidden 128),
+            16 x 64 tokens
+
+Compile times: "cold" is the first call (Ember's kernel cache and Inductor's cache point
+at a new empty folder for the run); "warm" the first call of a twin model (same
+config and weights) compiled after it in the same process (torch._dynamo.reset() first,
+so that Dynamo traces it again), the model the timed compiled rows then run.
+benchmarks/compile_time.py measures new processes.
+
+Target, at the given --threads: every model workload at least as fast as torch.compile
+(printed as met or MISSED per workload, then all of them together).
 """
+import os  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
 import _harness
 
 args = _harness.setup(__doc__)
 
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+if "EMBER_CACHE_DIR" not in os.environ:      # cold compiles: empty caches for this run
+    import atexit
+    import shutil
+    _cache = tempfile.mkdtemp(prefix="ember-bench-models-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    os.environ["EMBER_CACHE_DIR"] = _cache
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _cache
+
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import ember  # noqa: E402
 from ember import models  # noqa: E402
 
-torch = _harness.try_torch()
+torch = None if args.no_torch else _harness.try_torch()
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 if torch is not None:
     import torch_models  # noqa: E402
+
+MODELS = ("mlp", "gpt", "gpt6", "resnet", "bert", "lstm")
+
+
+def sizes(quick):
+    if quick:
+        return dict(batch=4, mlp_in=32, mlp_hidden=(64, 64), seq=16, gpt=(2, 2, 32),
+                    gpt6=(2, 4, 64), image=16, bert=(1, 2, 32, 64), lstm_seq=8,
+                    lstm=(16, 32))
+    return dict(batch=None, mlp_in=256, mlp_hidden=(512, 512), seq=128, gpt=(4, 4, 128),
+                gpt6=(6, 8, 256), image=32, bert=(2, 4, 128, 512), lstm_seq=64,
+                lstm=(64, 128))
+
+
+def build(lib, name, s, g):
+    """(model, inputs, train(model, *inputs) -> loss, infer(model, *inputs) -> output,
+    title) for lib ember or torch; g makes the same inputs on both sides."""
+    zoo = models if lib is ember else torch_models
+    lib.manual_seed(0)                  # the same initial weights run to run
+    t = lib.from_numpy
+    F = lib.nn.functional
+    if name == "mlp":
+        b = s["batch"] or 128
+        m = zoo.MLP(s["mlp_in"], list(s["mlp_hidden"]) if lib is ember else s["mlp_hidden"], 10)
+        x = t(g.standard_normal((b, s["mlp_in"])).astype(np.float32))
+        y = t(g.integers(0, 10, b))
+        return (m, [x, y], lambda m, x, y: F.cross_entropy(m(x), y), lambda m, x, y: m(x),
+                f"MLP {s['mlp_in']} -> {' -> '.join(map(str, s['mlp_hidden']))} -> 10, "
+                f"batch {b}")
+    if name in ("gpt", "gpt6"):
+        layers, heads, width = s[name]
+        b = s["batch"] or 8
+        cfg = dict(vocab_size=65, block_size=s["seq"], n_layer=layers, n_head=heads,
+                   n_embd=width, dropout=0.0)
+        m = zoo.GPT(zoo.GPTConfig(**cfg))
+        idx = g.integers(0, 65, (b, s["seq"] + 1))
+        return (m, [t(idx[:, :-1].copy()), t(idx[:, 1:].copy())],
+                lambda m, i, y: m(i, y)[1], lambda m, i, y: m(i)[0],
+                f"GPT {layers} layers x {width} wide, {b} x {s['seq']} tokens")
+    if name == "resnet":
+        b = s["batch"] or 16
+        m = zoo.ResNet((1, 1, 1, 1), 16, 10, 3, s["image"])
+        x = t(g.standard_normal((b, 3, s["image"], s["image"])).astype(np.float32))
+        y = t(g.integers(0, 10, b))
+        return (m, [x, y], lambda m, x, y: F.cross_entropy(m(x), y), lambda m, x, y: m(x),
+                f"ResNet-style CNN {b} x 3 x {s['image']} x {s['image']}")
+    if name == "bert":
+        layers, heads, width, ffn = s["bert"]
+        b, T = s["batch"] or 8, s["seq"]
+        cfg = dict(vocab_size=1000, hidden_size=width, num_layers=layers, num_heads=heads,
+                   intermediate_size=ffn, max_position=T, dropout=0.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = zoo.BertForSequenceClassification(zoo.BertConfig(**cfg))
+        ids = g.integers(1, 1000, (b, T))
+        mask = np.ones((b, T), dtype=np.int64)
+        for r in range(0, b, 4):                     # a quarter of the rows padded
+            cut = T - T // 4 - r % 7
+            mask[r, cut:] = 0
+            ids[r, cut:] = 0
+        types = np.zeros((b, T), dtype=np.int64)
+        labels = g.integers(0, 2, b)
+        return (m, [t(ids), t(types), t(mask), t(labels)],
+                lambda m, i, ty, ma, y: m(i, ty, ma, y)[1],
+                lambda m, i, ty, ma, y: m(i, ty, ma)[0],
+                f"BERT-style encoder {layers} layers x {width} wide, padding mask, "
+                f"{b} x {T} tokens")
+    embed, hidden = s["lstm"]
+    b = s["batch"] or 16
+    m = zoo.LSTMClassifier(1000, 4, embed, hidden, 2, bidirectional=True, dropout=0.0)
+    tok = t(g.integers(1, 1000, (b, s["lstm_seq"])))
+    y = t(g.integers(0, 4, b))
+    return (m, [tok, y], lambda m, x, y: m(x, y)[1], lambda m, x, y: m(x)[0],
+            f"LSTM classifier 2 x {hidden} bidirectional, {b} x {s['lstm_seq']} tokens")
 
 
 def copy_weights(tmod, emod):
@@ -33,96 +137,111 @@ def copy_weights(tmod, emod):
                           for k, v in tmod.state_dict().items()})
 
 
-def first_call(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def workloads():
-    g = np.random.default_rng(0)
-    x = g.standard_normal((128, 256)).astype(np.float32)
-    y = g.integers(0, 10, 128)
-    idx = g.integers(0, 65, (8, 64))
-    out = []
-
-    # MLP
-    em = models.MLP(256, [512, 512], 10)
-    ex, ey = ember.from_numpy(x.copy()), ember.from_numpy(y.copy())
-    sides = {"ember eager": (em, ex, ey, ember)}
+def sides(name, s):
+    """{lib name: (model, twin, inputs, lib, train, infer)}: the same weights and inputs on
+    every side; and the title."""
+    out = {}
+    em, e_in, e_train, e_infer, title = build(ember, name, s, np.random.default_rng(0))
+    etwin = build(ember, name, s, np.random.default_rng(0))[0]
     if torch is not None:
-        tm = torch_models.MLP(256, (512, 512), 10)
+        tm, t_in, t_train, t_infer, _ = build(torch, name, s, np.random.default_rng(0))
+        ttwin = build(torch, name, s, np.random.default_rng(0))[0]
+        ttwin.load_state_dict(tm.state_dict())
         copy_weights(tm, em)
-        sides["torch eager"] = (tm, torch.from_numpy(x.copy()), torch.from_numpy(y.copy()),
-                                torch)
+        out["torch"] = (tm, ttwin, t_in, torch, t_train, t_infer)
+    etwin.load_state_dict(em.state_dict())
+    out["ember"] = (em, etwin, e_in, ember, e_train, e_infer)
+    return out, title
 
-    def mlp_forward(m, xx, yy, lib):
-        with lib.no_grad():
-            return m(xx)
 
-    def mlp_train(m, xx, yy, lib):
-        for p in m.parameters():
-            p.grad = None
-        loss = lib.nn.functional.cross_entropy(m(xx), yy)
-        loss.backward()
-        return loss
+def make_step(kind, fn):
+    if kind == "training step":
+        def step(m, inputs, lib):
+            for p in m.parameters():
+                p.grad = None
+            loss = fn(m, *inputs)
+            loss.backward()
+            return loss
+    else:
+        def step(m, inputs, lib):
+            with lib.no_grad():
+                return fn(m, *inputs)
+    return step
 
-    out.append(("MLP forward (batch 128)", sides, mlp_forward))
-    out.append(("MLP training step", sides, mlp_train))
 
-    # GPT
-    cfg = models.GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64,
-                           dropout=0.0)
-    eg = models.GPT(cfg)
-    eg.eval()
-    eidx = ember.from_numpy(idx.copy())
-    gsides = {"ember eager": (eg, eidx, None, ember)}
-    if torch is not None:
-        tg = torch_models.GPT(torch_models.GPTConfig(vocab_size=65, block_size=64, n_layer=2,
-                                                     n_head=4, n_embd=64, dropout=0.0))
-        tg.eval()
-        copy_weights(tg, eg)
-        gsides["torch eager"] = (tg, torch.from_numpy(idx.copy()), None, torch)
+def value(x):
+    return np.asarray(x.detach().numpy() if hasattr(x, "detach") else x.numpy(),
+                      dtype=np.float64)
 
-    def gpt_train(m, ii, _, lib):
-        for p in m.parameters():
-            p.grad = None
-        logits = m(ii)
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        loss = lib.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65),
-                                               ii[:, 1:].reshape(-1))
-        loss.backward()
-        return loss
 
-    out.append(("GPT training step (8 x 64 tokens)", gsides, gpt_train))
-    return out
+def run_workload(name, kind, s, runs):
+    sd, title = sides(name, s)
+    rows, compile_s, values = [], {}, {}
+    for lib_name in ("ember", "torch"):
+        if lib_name not in sd:
+            continue
+        m, twin, inputs, lib, train, infer = sd[lib_name]
+        step = make_step(kind, train if kind == "training step" else infer)
+        for mod in (m, twin):
+            mod.train(kind == "training step")
+        compiled_name = f"{lib_name}.compile"
+        cold = _harness.first_call(lambda: step(lib.compile(m), inputs, lib))
+        if lib is torch:
+            torch._dynamo.reset()        # the twin is traced again (else a cache hit)
+        ctwin = lib.compile(twin)
+        warm = _harness.first_call(lambda: step(ctwin, inputs, lib))
+        compile_s[compiled_name] = (cold, warm)
+        rows += [(f"{lib_name} eager", lambda m=m, i=inputs, st=step, lib=lib: st(m, i, lib)),
+                 (compiled_name, lambda c=ctwin, i=inputs, st=step, lib=lib: st(c, i, lib))]
+        values[f"{lib_name} eager"] = value(step(m, inputs, lib))
+        values[compiled_name] = value(step(ctwin, inputs, lib))
+    load = _harness.load_average()
+    times = _harness.interleaved_medians(rows, runs)
+    ref = values.get("torch eager", values["ember eager"])
+    print(f"{title}, {kind}  (load {load})")
+    base = times["ember.compile"]
+    for side in ("ember eager", "ember.compile", "torch eager", "torch.compile"):
+        if side not in times:
+            continue
+        ok = np.allclose(values[side], ref, rtol=2e-3, atol=2e-4)
+        shown = (f"  loss {float(values[side]):.5f}" if values[side].ndim == 0 else
+                 f"  |out| {np.abs(values[side]).mean():.5f}")
+        print(f"  {side:<16}{times[side] * 1e3:10.3f} ms  {times[side] / base:6.2f}x"
+              f"{shown}{'' if ok else '  MISMATCH vs torch eager'}")
+    print("  compile (first call), cold / warm: " + ", ".join(
+        f"{k} {c * 1e3:.0f} / {w * 1e3:.0f} ms" for k, (c, w) in compile_s.items()))
+    if "torch.compile" in times:
+        speed = times["torch.compile"] / base
+        line = (f"{title}, {kind}: {speed:.2f}x torch.compile's speed (target: 1.00x or "
+                f"more): {_harness.verdict(speed >= 1.0)}")
+    else:
+        line = f"{title}, {kind}: no torch.compile to compare with: MISSED"
+    print("  " + line + "\n")
+    return line, times
 
 
 def main():
-    _harness.print_env(args.threads)
+    _harness.print_env(args.threads, torch is not None)
     ember.set_num_threads(args.threads)
     runs = args.runs if not args.quick else 3
-    print(f"# median of {runs} runs, milliseconds per call\n")
-    for title, sides, step in workloads():
-        rows, compile_ms = {}, {}
-        for name, (m, a, b, lib) in sides.items():
-            rows[name] = (lambda m=m, a=a, b=b, lib=lib: step(m, a, b, lib))
-            compiled_name = "ember.compile" if lib is ember else "torch.compile"
-            cm = lib.compile(m)
-            compile_ms[compiled_name] = first_call(lambda cm=cm: step(cm, a, b, lib)) * 1e3
-            rows[compiled_name] = (lambda cm=cm, a=a, b=b, lib=lib: step(cm, a, b, lib))
-        values = {name: float(fn().item() if hasattr(fn(), "item") else 0) for name, fn in
-                  rows.items()} if "forward" not in title else {}
-        times = {name: _harness.median_time(fn, runs, 1, warmup=3) for name, fn in rows.items()}
-        print(f"{title}")
-        base = times["ember.compile"]
-        for name in ("ember eager", "ember.compile", "torch eager", "torch.compile"):
-            if name in times:
-                loss = f"  loss {values[name]:.5f}" if name in values else ""
-                print(f"  {name:<16}{times[name] * 1e3:10.3f} ms  {times[name] / base:6.2f}x"
-                      f"{loss}")
-        print("  first call: " + ", ".join(f"{k} {v:.0f} ms" for k, v in compile_ms.items()))
-        print()
+    only = args.only.split(",") if args.only else MODELS
+    unknown = set(only) - set(MODELS)
+    if unknown:
+        raise SystemExit(f"--only: unknown workloads {sorted(unknown)}; known: {MODELS}")
+    print(f"# median of {runs} interleaved runs, milliseconds per call; load average at "
+          f"start {_harness.load_average()}\n")
+    s = sizes(args.quick)
+    lines = []
+    for name in MODELS:
+        if name not in only:
+            continue
+        for kind in ("inference", "training step"):
+            lines.append(run_workload(name, kind, s, runs)[0])
+    print(f"# targets at {args.threads} thread(s):")
+    for line in lines:
+        print("  " + line)
+    met = sum(line.endswith(": met") for line in lines)
+    print(f"# {met} of {len(lines)} model workloads at least as fast as torch.compile")
 
 
 if __name__ == "__main__":

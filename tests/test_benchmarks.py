@@ -35,8 +35,49 @@ def test_overhead_benchmark_runs():
 @pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
                     "tens of seconds; run under CI")
 def test_models_benchmark_runs():
-    out = _run("models.py", "--quick")
-    assert "MLP training step" in out and "GPT training step" in out
+    out = _run("models.py", "--quick", "--only", "mlp,gpt")
+    for kind in ("inference", "training step"):
+        assert f"batch 4, {kind}:" in out and f"4 x 16 tokens, {kind}:" in out
+    assert "cold / warm" in out and "torch.compile" in out
+    assert "# targets at 1 thread(s):" in out and "of 4 model workloads" in out
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_models_benchmark_zoo_runs_at_two_threads():
+    out = _run("models.py", "--quick", "--threads", "2", "--only", "resnet,bert,lstm")
+    assert "2 thread(s) for every library" in out
+    for model in ("ResNet-style CNN", "BERT-style encoder", "LSTM classifier"):
+        assert f"{model}" in out
+    assert "of 6 model workloads" in out
+
+
+def test_models_benchmark_refuses_unknown_workloads():
+    """--only picks workloads; an unknown one is refused by name."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "models.py"),
+                           "--quick", "--only", "nosuch"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode != 0 and "unknown workloads ['nosuch']" in proc.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="torch.compile's first calls take "
+                    "tens of seconds; run under CI")
+def test_kernels_benchmark_runs():
+    out = _run("kernels.py", "--quick")
+    for row in ("layer_norm + gelu + residual", "scaled softmax", "a.sigmoid()).relu()",
+                "GEMM", "triad", "numpy", "torch.compile"):
+        assert row in out
+    assert "# targets at 1 thread(s):" in out and "of the triad" in out
+    assert "the best BLAS" in out and "kernel " in out
+
+
+def test_kernels_benchmark_runs_ember_side():
+    """Without torch.compile's compile times: the Ember, NumPy and triad rows, checked
+    against NumPy in float64 inside the script."""
+    out = _run("kernels.py", "--quick", "--threads", "2", "--no-torch")
+    assert "2 thread(s) for every library" in out and "triad" in out
+    assert "torch eager" not in out and "ember.compile" in out and "numpy" in out
 
 
 def test_compile_time_benchmark_runs():

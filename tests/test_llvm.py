@@ -303,20 +303,74 @@ def test_outer_reductions_shapes(shape, dims, keepdim):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def _accumulating_steps(g):
+    """(step, kernel) of each kernel step that accumulates into its output."""
+    out = []
+    for s in g.lowered.steps:
+        if s[0] == "kernel":
+            k = g.lowered.kernels[s[1]]
+            if any(st.op == "accumulate" for st in k.stmts):
+                out.append((s, k))
+    return out
+
+
+def _chunks(step):
+    return -(-step.outer // step.chunk) if step.chunk else 1
+
+
 def test_accumulating_kernels_are_not_split_across_threads():
+    """A kernel folding different dim-0 indices into one element never runs on several
+    threads (they would race); a large column sum is instead split into partial sums
+    per block of rows, the blocks on different threads, the partials folded in order."""
     x = ember.randn(4096, 64)
     old = ember.get_num_threads()
     try:
         ember.set_num_threads(2)
         g = _kernels_of(lambda t: t.sum(0), x)
-        steps = [s for s in g.lowered.steps if s[0] == "kernel"]
-        acc = [s for s in steps if any(st.op == "accumulate"
-                                       for st in g.lowered.kernels[s[1]].stmts)]
-        assert acc and not any(s[4] for s in acc)
+        acc = _accumulating_steps(g)
+        for s, k in acc:
+            racy = any(st.op == "accumulate" and st.index.coeffs[0] == 0 for st in k.stmts)
+            assert not (racy and s.parallel), str(g.lowered)
+        assert any(s.parallel and _chunks(s) > 1 for s, _ in acc), str(g.lowered)
         np.testing.assert_allclose(g(x)[0].numpy(), x.numpy().sum(0), rtol=1e-4,
                                    atol=1e-4)
     finally:
         ember.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape,dims", [
+    ((1024, 128), 0),              # a bias gradient: partial sums per block of rows
+    ((8, 128, 128), (0, 1)),       # over batch and tokens
+    ((8, 128, 512), 0),            # two kept dims: threads take blocks of columns
+    ((16, 64, 32, 32), (0,)),
+])
+def test_outer_reductions_split_across_threads_with_identical_results(shape, dims):
+    """Column reductions large enough split into more than one chunk run on the pool,
+    and give the same bits on one thread and on two (the split depends on the shape,
+    not on the thread count); sum and amax agree with NumPy."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    old = ember.get_num_threads()
+    try:
+        for fn, want in ((lambda t: (t * 2).sum(dims), (x.astype(np.float64) * 2).sum(dims)),
+                         (lambda t: t.amax(dims), x.max(dims))):
+            g = _kernels_of(fn, ember.from_numpy(x))
+            acc = _accumulating_steps(g)
+            assert any(s.parallel and _chunks(s) > 1 for s, _ in acc), str(g.lowered)
+            got = []
+            for threads in (1, 2, 1):
+                ember.set_num_threads(threads)
+                got.append(ember.compile(fn, fullgraph=True)(ember.from_numpy(x)).numpy())
+            assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+            np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-3)
+    finally:
+        ember.set_num_threads(old)
+
+
+def test_small_outer_reductions_stay_on_one_thread():
+    """Below fusion.PARALLEL_MIN points a column reduction is one kernel on one thread."""
+    g = _kernels_of(lambda t: t.sum(0), ember.randn(100, 100))
+    acc = _accumulating_steps(g)
+    assert len(acc) == 1 and not acc[0][0].parallel, str(g.lowered)
 
 
 def test_transposed_matmul_operand_is_computed_row_major():

@@ -132,8 +132,92 @@ gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const char *
     }
 }
 
+/* A product split across Ember's thread pool: `batch` matrices (or one: the folded
+ * product), each in blocks of `rows` rows of the output; unit u is block u % blocks of
+ * matrix u / blocks, one single-threaded BLAS call. */
+typedef struct {
+    em_Tensor *a, *b, *out;
+    em_dtype_t t;
+    int ta, tb, itemsize;
+    int64_t m, n, k, lda, ldb, rows, blocks;
+    bool fold;
+} gemm_job_t;
+
+/* Element offsets of batch entry i in a and b (batch dims aligned from the right, size
+ * 1 broadcast). */
+static void
+batch_offsets(em_Tensor *a, em_Tensor *b, em_Tensor *out, Py_ssize_t i, Py_ssize_t *ao,
+              Py_ssize_t *bo)
+{
+    int nd = out->ndim, na = a->ndim, nb = b->ndim;
+    Py_ssize_t rem = i;
+    *ao = *bo = 0;
+    for (int d = nd - 3; d >= 0; d--) {
+        Py_ssize_t idx = rem % out->sizes[d];
+        rem /= out->sizes[d];
+        int da = d - (nd - na), db = d - (nd - nb);
+        if (da >= 0 && a->sizes[da] != 1)
+            *ao += idx * a->strides[da];
+        if (db >= 0 && b->sizes[db] != 1)
+            *bo += idx * b->strides[db];
+    }
+}
+
+static void
+gemm_units(void *ctx, int64_t lo, int64_t hi)
+{
+    gemm_job_t *j = ctx;
+    const char *abase = PyArray_BYTES(j->a->array), *bbase = PyArray_BYTES(j->b->array);
+    char *cbase = PyArray_BYTES(j->out->array);
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t i = u / j->blocks, r0 = (u % j->blocks) * j->rows;
+        int64_t r = j->m - r0 < j->rows ? j->m - r0 : j->rows;
+        Py_ssize_t ao = 0, bo = 0;
+        if (!j->fold)
+            batch_offsets(j->a, j->b, j->out, (Py_ssize_t)i, &ao, &bo);
+        /* row r0 of op(a): r0 rows down a row-major a, r0 columns along a transposed one */
+        ao += j->ta ? r0 : r0 * j->lda;
+        gemm(j->t, j->ta, j->tb, r, j->n, j->k, abase + ao * j->itemsize, j->lda,
+             bbase + bo * j->itemsize, j->ldb,
+             cbase + ((int64_t)i * j->m + r0) * j->n * j->itemsize, j->n);
+    }
+}
+
+/* Products of at least POOL_GEMM_MIN multiply-adds run on Ember's pool when it has more
+ * than one thread: in blocks of whole rows of the output (a multiple of ROW_ALIGN rows,
+ * at least 2 blocks per thread, so a late thread finds work left), each a
+ * single-threaded BLAS call, BLAS's own threads set to 1 meanwhile. The pool and BLAS
+ * then never run threads at once (a kernel's workers spinning while BLAS's threads
+ * compute would put more threads than cores), and a batch of small matrices (batch x
+ * heads) is split by matrix. Smaller products are one call on BLAS's threads. */
+#define POOL_GEMM_MIN (1 << 18)
+#define ROW_ALIGN 16
+
+static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
+
+static int
+pool_gemm(gemm_job_t *j, int64_t batch)
+{
+    int threads = em_pool_threads();
+    if (threads < 2 || blas_set_threads == NULL || blas_threads < 2 ||
+        (double)batch * j->m * j->n * j->k < POOL_GEMM_MIN)
+        return 1;
+    int64_t want = 2 * threads;
+    int64_t per = batch >= want ? 1 : (want + batch - 1) / batch;       /* blocks */
+    int64_t rows = (j->m + per - 1) / per;
+    rows = (rows + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    j->rows = rows;
+    j->blocks = (j->m + rows - 1) / rows;
+    pool_gemm_calls++;
+    blas_set_threads(1);
+    int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, 1);
+    blas_set_threads(blas_threads);
+    return st;
+}
+
 /* out = a @ b with a (..., m, k), b (..., k, n), out contiguous (..., m, n), batch
- * dims equal or broadcast (stride 0). Returns 0 done, 1 not handled here. */
+ * dims equal or broadcast (stride 0). Returns 0 done, 1 not handled here, -1 when a
+ * signal handler raised while it ran on the pool. */
 int
 em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
 {
@@ -168,6 +252,11 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
             expect *= a->sizes[da];
         }
     }
+    gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
+                      lda, ldb, 0, 0, fold};
+    int st = pool_gemm(&job, fold ? 1 : batch);
+    if (st != 1)
+        return st;
     if (fold) {
         Py_BEGIN_ALLOW_THREADS
         gemm(out->dtype, 0, tb, batch * m, n, k, abase, lda, bbase, ldb, cbase, n);
@@ -176,17 +265,8 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < batch; i++) {
-        /* batch index -> offsets through each operand's batch strides */
-        Py_ssize_t rem = i, ao = 0, bo = 0;
-        for (int d = nd - 3; d >= 0; d--) {
-            Py_ssize_t idx = rem % out->sizes[d];
-            rem /= out->sizes[d];
-            int da = d - (nd - na), db = d - (nd - nb);
-            if (da >= 0 && a->sizes[da] != 1)
-                ao += idx * a->strides[da];
-            if (db >= 0 && b->sizes[db] != 1)
-                bo += idx * b->strides[db];
-        }
+        Py_ssize_t ao, bo;
+        batch_offsets(a, b, out, i, &ao, &bo);
         gemm(out->dtype, ta, tb, m, n, k, abase + ao * itemsize, lda, bbase + bo * itemsize, ldb,
              cbase + i * m * n * itemsize, n);
     }
@@ -194,9 +274,17 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
     return 0;
 }
 
+static PyObject *
+blas_pool_calls(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromSsize_t(pool_gemm_calls);
+}
+
 static PyMethodDef blas_methods[] = {
     {"_set_blas", set_blas, METH_O, "_set_blas(path): use this library's cblas_?gemm."},
     {"_blas_info", blas_info, METH_NOARGS, "The gemm symbol compiled graphs call, or None."},
+    {"_blas_pool_calls", blas_pool_calls, METH_NOARGS,
+     "How many products of compiled graphs ran split across Ember's pool."},
     {NULL},
 };
 

@@ -14,8 +14,11 @@ typedef void (*em_range_fn)(void *ctx, int64_t start, int64_t end);
  * (KeyboardInterrupt) when one raised, once the chunks begun are done; else 0. */
 int em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int parallel);
 
+/* The threads a pool job uses, the caller included. */
+int em_pool_threads(void);
+
 /* out = a @ b straight into BLAS: 0 done, 1 not handled (the caller uses
- * numpy.matmul), never an error. */
+ * numpy.matmul), -1 when a signal handler raised (Ctrl-C) while it ran on the pool. */
 int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
 
 /* The BLAS library's threads (ember.set_num_threads sets them with the pool's). */

@@ -8,7 +8,9 @@
  * them in order. Workers are started on first use and spin for a short while after each
  * job before they sleep on a condition variable (waking a sleeping thread costs tens of
  * microseconds in a VM; a spinning one, well under one), so back-to-back kernels of one
- * graph find them awake.
+ * graph find them awake. A spinning thread (a worker between jobs, the caller waiting
+ * for chunks others took) yields its core every YIELD_EVERY rounds, so that BLAS's
+ * threads, or a descheduled worker, are not kept waiting by it (relax()).
  *
  * The caller releases the GIL while the chunks run. Between its chunks, at most every
  * SIGNAL_CHECK_SECONDS, the main thread (the only one Python runs signal handlers in)
@@ -34,12 +36,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_THREADS 64
 #define SPIN_ROUNDS 20000
+#define YIELD_EVERY 64
 #define CLOSED 0xffffffffu              /* the chunk half of a closed counter */
 #define MAX_CHUNKS (CLOSED - 1)
 #define SIGNAL_CHECK_SECONDS 0.02
@@ -64,6 +68,21 @@ static struct {
 };
 
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time */
+
+/* One round of a spin-wait: a pause, and every YIELD_EVERY rounds the core to another
+ * runnable thread. The cores may be busy with BLAS's own threads (a matrix product
+ * right after a kernel), other processes, or the very thread being waited for (more
+ * threads than cores): a waiter that only pauses holds its core for its whole time
+ * slice, one that yields lets them run. */
+static void
+relax(int spins)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if (spins % YIELD_EVERY == 0)
+        sched_yield();
+}
 
 static void
 run_chunk(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, uint32_t i)
@@ -106,9 +125,7 @@ worker(void *arg)
         int spins = 0;
         while (atomic_load(&pool.generation) == seen && spins < SPIN_ROUNDS) {
             spins++;
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+            relax(spins);
         }
         if (atomic_load(&pool.generation) == seen) {
             pthread_mutex_lock(&pool.lock);
@@ -240,14 +257,17 @@ em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int paralle
     uint32_t taken = (uint32_t)t;
     if (taken > pool.nchunks)
         taken = pool.nchunks;
-    while (atomic_load(&pool.done) < (long)taken) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-    }
+    for (int spins = 1; atomic_load(&pool.done) < (long)taken; spins++)
+        relax(spins);
     pthread_mutex_unlock(&job_lock);
     PyEval_RestoreThread(ts);
     return st;
+}
+
+int
+em_pool_threads(void)
+{
+    return pool.nthreads;
 }
 
 static PyObject *

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import _C
 from ..ops import meta as M
+from . import fusion
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
 from .values import (HALF, BufferValue, LoweringError, PointwiseValue, broadcast_index,
@@ -394,10 +395,20 @@ def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
             # accumulated in memory: in a float32 buffer, rounded where it is stored
             out = ctx.new_buffer(acc_dtype, tuple(val.shape))
             result = _rounded(out, val.dtype)
-        fill = ctx.kernel(tuple(val.shape), 0, "fill")
-        fill.store(out, Affine(tuple(out.strides)),
-                   fill.const(_identity(op, acc_dtype), acc_dtype))
-        ctx.add_kernel(fill)
+        lead = _column_block_dim(a, kept)
+        if lead is not None:
+            # a kept dim outermost: threads take blocks of it (of output columns), each
+            # folding every row into its own columns, still reading rows in order
+            order = [lead] + reduced + [d for d in kept if d != lead]
+            parts = 0
+        else:
+            parts = _partials(tuple(a.shape[d] for d in order), math.prod(
+                a.shape[d] for d in kept))
+        if parts:
+            _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op,
+                                acc_dtype, parts)
+            return result
+        _fill(ctx, out, op, acc_dtype)
         kb = ctx.kernel(tuple(a.shape[d] for d in order), 0, "reduce")
         fold = Op.ACCUMULATE
     else:
@@ -430,6 +441,92 @@ def _as_float32(ctx, value):
     f32 = PointwiseValue(value.shape, _C.float32, lambda kb, index: kb.cast(
         value.load(kb, index), _C.float32), 1, None, frozenset(), depth_of([value]))
     return ctx.realize(f32)
+
+
+def _fill(ctx, out, op, acc_dtype):
+    """A kernel setting every element of the (contiguous) buffer out to op's identity."""
+    fill = ctx.kernel(tuple(out.shape), 0, "fill")
+    fill.store(out, Affine(tuple(out.strides)), fill.const(_identity(op, acc_dtype), acc_dtype))
+    ctx.add_kernel(fill)
+
+
+MAX_PARTIALS = 16      # partial results an outer reduction is split into, at most
+
+
+def _column_block_dim(a, kept):
+    """The kept dim an outer reduction puts outermost so that threads can split it, or
+    None: one that is not the innermost in memory (its blocks are whole rows of
+    output columns), the one with the largest stride, on inputs large enough to split."""
+    if len(kept) < 2 or math.prod(a.shape) < fusion.PARALLEL_MIN:
+        return None
+    strides = layout_strides(a)
+    cands = [d for d in kept if a.shape[d] > 1]
+    if len(cands) < 2:
+        return None
+    inner = min(cands, key=lambda d: (abs(strides[d]), -d))
+    lead = max((d for d in cands if d != inner), key=lambda d: (abs(strides[d]), -d))
+    return lead
+
+
+def _partials(sizes, kept_points):
+    """How many blocks of its outermost dim an outer reduction over domain `sizes`
+    (reduced dims first) folds into partial results of their own, so that the blocks
+    can run on different threads (0: not split; one kernel folds every row into the
+    output, on one thread). The count depends on the shape only, never on the thread
+    count: results are the same on any number of threads. Not split where the
+    partials would be more than an eighth of the input (few rows per block)."""
+    points = math.prod(sizes)
+    if points < fusion.PARALLEL_MIN or not sizes or sizes[0] < 2:
+        return 0
+    if 8 * 2 * kept_points > points:
+        return 0
+    want = min(MAX_PARTIALS, sizes[0], max(2, points // fusion.CHUNK_POINTS))
+    for p in range(want, 1, -1):        # the largest count dividing the outer dim
+        if sizes[0] % p == 0 and 8 * p * kept_points <= points:
+            return p
+    return 0
+
+
+def _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op, acc_dtype, parts):
+    """An outer reduction in two steps: each of `parts` blocks of the outermost reduced
+    dim folds its rows into a partial result of its own (one kernel, split across
+    threads by block: no two threads fold into the same element), then the partials
+    are folded into the output in order (a small kernel)."""
+    nd = len(a.shape)
+    sizes = [a.shape[d] for d in order]
+    rows = sizes[0] // parts
+    kept_shape = tuple(a.shape[d] for d in kept)
+    partial = ctx.new_buffer(out.dtype, (parts,) + kept_shape)   # float32 for half types
+    _fill(ctx, partial, op, acc_dtype)
+    # domain: [block, row in block] + the other dims of `order`
+    kb = ctx.kernel(tuple([parts, rows] + sizes[1:]), 0, "reduce")
+    dims = nd + 1
+    index = [None] * nd
+    for pos, d in enumerate(order):
+        if pos == 0:
+            index[d] = Affine(tuple(rows if k == 0 else 1 if k == 1 else 0
+                                    for k in range(dims)))
+        else:
+            index[d] = Affine(tuple(1 if k == pos + 1 else 0 for k in range(dims)))
+    coeffs = [0] * dims
+    coeffs[0] = partial.strides[0]
+    for k, d in enumerate(kept):
+        coeffs[order.index(d) + 1] = partial.strides[k + 1]
+    reg = kb.cast(a.load(kb, index), acc_dtype)
+    kb.store(partial, Affine(tuple(coeffs)), reg, Op.ACCUMULATE, op)
+    ctx.add_kernel(kb)
+    # the partials, folded into the output in block order
+    _fill(ctx, out, op, acc_dtype)
+    kb = ctx.kernel((parts,) + kept_shape, 0, "reduce")
+    out_dims = [d for d in range(nd) if keepdim or not mask[d]]
+    coeffs = [0] * (len(kept) + 1)
+    for k, d in enumerate(out_dims):
+        if not mask[d]:
+            coeffs[kept.index(d) + 1] = out.strides[k]
+    reg = kb.cast(partial.load(kb, domain_index(len(kept) + 1)), acc_dtype)
+    kb.store(out, Affine(tuple(coeffs)), reg, Op.ACCUMULATE, op)
+    ctx.add_kernel(kb)
+    return out
 
 
 def _outer_reduction(a, kept, reduced):
