@@ -92,8 +92,8 @@ LONG_COMPILE = """
     import numpy as np, ember
     from ember.capture import counters
 
-    def f(x):
-        for k in range(400):
+    def f(x):          # long enough to compile that the interrupt comes during it
+        for k in range(1500):
             x = x * 1.0001 + (x.sin() if k % 2 else x.cos()) * 0.001
         return x
 
@@ -115,7 +115,7 @@ def test_ctrl_c_during_a_long_compile_reaches_the_caller():
     proc = _child(LONG_COMPILE)
     try:
         _wait_for(proc, "ready")
-        time.sleep(1.0)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         line = proc.stdout.readline().split()
         assert line and line[0] == "interrupted", (line, proc.stderr.read()[-3000:])
