@@ -253,3 +253,54 @@ def test_float32_train_step_within_tolerance(model_name, opt_name):
                 np.testing.assert_allclose(
                     g[k], w[k], rtol=1e-4, atol=max(1e-6, 1e-4 * float(np.abs(w[k]).max())),
                     err_msg=f"step {i}: {k}")
+
+
+def _gpt_dropout():
+    idx = ember.randint(0, 20, (2, 8))
+    model = models.GPT(models.GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2,
+                                        n_embd=16, dropout=0.1))
+    return model, (idx, idx.roll(1, 1)), None
+
+
+def _bert_dropout():
+    idx = ember.randint(1, 30, (2, 8))
+    cfg = models.BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2,
+                            intermediate_size=32, max_position=8, dropout=0.1)
+    return models.BertForMaskedLM(cfg), (idx, idx.roll(1, 1)), "bert"
+
+
+@pytest.fixture
+def fallback_random():
+    from ember.compiler import config
+    prev = config.fallback_random
+    config.fallback_random = True
+    ember.compiler.reset()
+    yield
+    config.fallback_random = prev
+    ember.compiler.reset()
+
+
+@pytest.mark.parametrize("model_name", ["gpt", "bert"])
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_dropout_training_steps_follow_eager_with_fallback_random(fallback_random, backend,
+                                                                  model_name):
+    """[aot-2]'s zoo test with dropout: with config.fallback_random the compiled graphs
+    draw through eager's generator, in eager's order, so five compiled AdamW steps of a
+    GPT and a BERT with dropout 0.1 give eager's masks, losses, gradients and state."""
+    make = {"gpt": _gpt_dropout, "bert": _bert_dropout}[model_name]
+    want = _run(make, OPTIMIZERS["adamw"], None)
+    before = dict(counters["unsupported"])
+    got = _run(make, OPTIMIZERS["adamw"], backend)
+    _assert_same(got, want)
+    assert dict(counters["unsupported"]) == before
+    assert not counters["runtime_fallback"], dict(counters["runtime_fallback"])
+
+
+def test_dropout_training_steps_reproduce_under_philox():
+    """Without fallback_random (the default): compiled dropout draws from the kernels'
+    Philox stream, not eager's generator: the same seed gives the same five steps, and
+    they differ from eager's (other masks)."""
+    runs = [_run(_gpt_dropout, OPTIMIZERS["adamw"], "llvm") for _ in range(2)]
+    _assert_same(runs[1], runs[0])
+    eager = _run(_gpt_dropout, OPTIMIZERS["adamw"], None)
+    assert not np.allclose(runs[0][0]["loss"], eager[0]["loss"], rtol=1e-6)
