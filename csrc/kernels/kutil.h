@@ -29,6 +29,11 @@ em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta)
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
+/* transpose_copy.c: src copied into the C-contiguous dst of its shape and dtype in
+ * cache-sized tiles when src is a permuted dense layout whose unit-stride dim is not
+ * the last one; 1 when it ran, 0 when the case is not this one. */
+int em_transpose_copy(PyArrayObject *dst, PyArrayObject *src);
+
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
 /* -1 with a RuntimeError unless a result of ndim dims fits EM_MAX_DIMS: every kernel
