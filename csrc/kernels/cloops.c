@@ -440,6 +440,75 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
     }
 }
 
+/* ------------------------------------------------------------------ layer_norm rows */
+
+/* The sum of x[i] - c (sq: of (x[i] - c)^2) over n floats: 16 float lanes (a GCC
+ * vector, so every clone gets full-width adds) over chunks of EM_LN_CHUNK elements,
+ * each chunk's lanes added into a double total, so a long row loses no more than a
+ * short one. */
+#define EM_LN_CHUNK 1024
+typedef float em_v16f __attribute__((vector_size(64)));
+
+static inline double
+lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
+{
+    double total = 0.0;
+    em_v16f cv = {0};
+    cv += c;
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LN_CHUNK) {
+        Py_ssize_t i1 = i0 + EM_LN_CHUNK < n ? i0 + EM_LN_CHUNK : n, i = i0;
+        em_v16f l = {0};
+        for (; i + EM_LANES <= i1; i += EM_LANES) {
+            em_v16f v;
+            memcpy(&v, x + i, sizeof v);
+            v -= cv;
+            l += sq ? v * v : v;
+        }
+        for (; i < i1; i++) {
+            float d = x[i] - c;
+            total += sq ? d * d : d;
+        }
+        for (int j = 0; j < EM_LANES; j++)
+            total += l[j];
+    }
+    return total;
+}
+
+/* layer_norm of each length-n float32 row of x into y: the mean and the biased variance
+ * (two passes, lane sums into double), then (x - mean) * rstd * w + b in float32, as
+ * PyTorch computes float32 rows. w and b may be NULL. */
+EM_CLONES static void
+layer_norm_rows_f32(const float *restrict x, const float *restrict w, const float *restrict b,
+                    float *restrict y, Py_ssize_t rows, Py_ssize_t n, double eps)
+{
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * n;
+        float *restrict yr = y + r * n;
+        float mean = (float)(lane_sum_f32(xr, n, 0.0f, 0) / (double)n);
+        double var = lane_sum_f32(xr, n, mean, 1) / (double)n;
+        float rstd = (float)(1.0 / sqrt(var + eps));
+        if (w != NULL && b != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+        else if (w != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd * w[i];
+        else if (b != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd + b[i];
+        else
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd;
+    }
+}
+
+void
+em_layer_norm_f32(const float *x, const float *w, const float *b, float *y, Py_ssize_t rows,
+                  Py_ssize_t n, double eps)
+{
+    layer_norm_rows_f32(x, w, b, y, rows, n, eps);
+}
+
 static void
 softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)

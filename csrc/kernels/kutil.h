@@ -77,6 +77,10 @@ int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const do
 /* softmax (log_out: log_softmax) of contiguous float rows along the last dim into out;
  * 1 when it ran, 0 when it does not apply. */
 int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);
+/* layer_norm of rows x rows of n contiguous float32 values into y (w, b: n values or
+ * NULL); the caller releases the GIL. */
+void em_layer_norm_f32(const float *x, const float *w, const float *b, float *y,
+                       Py_ssize_t rows, Py_ssize_t n, double eps);
 
 /* x[indices] = value for tensor indices (a tuple of Tensors and None), in place and
  * without autograd (indexing.c): __setitem__'s path. A tensor value must have self's

@@ -12,10 +12,11 @@
  * "embedding": the rows of the weight picked by the indices (NumPy's take).
  *
  * "layer_norm", "cross_entropy_loss": their common cases (float32/float64 rows; unweighted
- * (N, C) logits with class indices) in one C pass, statistics in double; the other cases
- * take the decomposition.
+ * (N, C) logits with class indices) in one C pass, statistics in double (float32
+ * layer_norm rows: cloops.c's vectorised loop, lane sums gathered in double, the
+ * normalisation in float32); the other cases take the decomposition.
  */
-#include "ember.h"
+#include "kutil.h"
 #include <math.h>
 
 PyObject *
@@ -158,7 +159,6 @@ layer_norm_##T(const T *x, const T *w, const T *b, T *y, Py_ssize_t rows, Py_ssi
     }                                                                                    \
 }
 
-LAYER_NORM(float)
 LAYER_NORM(double)
 
 /* A C-contiguous, aligned array of t (new reference), or NULL with no error when t is
@@ -221,7 +221,7 @@ k_layer_norm(em_Op *op, PyObject **args)
     void *wd = wa ? PyArray_DATA(wa) : NULL, *bd = ba ? PyArray_DATA(ba) : NULL;
     Py_BEGIN_ALLOW_THREADS
     if (x->dtype == EM_FLOAT32)
-        layer_norm_float(xd, wd, bd, yd, rows, n, eps);
+        em_layer_norm_f32(xd, wd, bd, yd, rows, n, eps);
     else
         layer_norm_double(xd, wd, bd, yd, rows, n, eps);
     Py_END_ALLOW_THREADS
