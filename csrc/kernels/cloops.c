@@ -88,8 +88,38 @@ UNARY64(erf_f64, erf(v))
 UNARY32(erfc_f32, em_erfcf(v))
 UNARY64(erfc_f64, erfc(v))
 
-/* gelu(x) = x Phi(x) = x/2 erfc(-x/sqrt(2)) (no cancellation for negative x) */
-UNARY32(gelu_f32, 0.5f * v * em_erfcf(-v * (float)SQRT1_2))
+/* Phi(x) = erfc(-x/sqrt(2)) / 2 for gelu: vecmath.h's erfc tail alone, z = |x|/sqrt(2)
+ * (its fit holds for every z >= 0 to 1.2e-7 relative, and Phi(x) = 1 - erfc(z)/2 for
+ * x > 0 is in [0.5, 1], so the series near 0 that erf needs is not), with exp(-z^2 + q)
+ * as one expf: -z^2 = -x^2/2 taken from x itself (z's rounding would cost 1e-5 relative
+ * in the tail) as -xh^2/2 (exact, xh = |x| to 12 bits) plus the rest, their sum's
+ * rounding error (2Sum) applied as the factor 1 + err. */
+static inline float
+gelu_phif(float x)
+{
+    float z = fabsf(x) * (float)SQRT1_2;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    float xa = fabsf(x), xc = xa > 14.8f ? 14.8f : xa;  /* erfc(14.8/sqrt(2)) is 0 */
+    float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
+    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;
+    float s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
+    float e = t * em_expf(s) * (1.0f + err);     /* erfc(z) */
+    e = xa > 14.8f ? 0.0f : e;
+    float phi = x < 0.0f ? 0.5f * e : 1.0f - 0.5f * e;
+    return x != x ? x : phi;
+}
+
+/* gelu(x) = x Phi(x) (no cancellation for negative x) */
+UNARY32(gelu_f32, v * gelu_phif(v))
 UNARY64(gelu_f64, 0.5 * v * erfc(-v * SQRT1_2))
 
 /* gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
