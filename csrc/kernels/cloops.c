@@ -541,6 +541,21 @@ em_layer_norm_f32(const float *x, const float *w, const float *b, float *y, Py_s
     layer_norm_rows_f32(x, w, b, y, rows, n, eps);
 }
 
+/* The sum of each length-n float32 row of x into y (lane sums gathered in double, so
+ * more accurate than a float pairwise sum): sum and mean over the last dims. */
+EM_CLONES static void
+sum_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n)
+{
+    for (Py_ssize_t r = 0; r < rows; r++)
+        y[r] = (float)lane_sum_f32(x + r * n, n, 0.0f, 0);
+}
+
+void
+em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n)
+{
+    sum_rows_f32(x, y, rows, n);
+}
+
 static void
 softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)
