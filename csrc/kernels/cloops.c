@@ -412,6 +412,10 @@ done:
  * and the sum keep 16 partial lanes so that the compiler vectorises them without
  * reassociating anything itself. */
 #define EM_LANES 16
+/* 16 float lanes as GCC vectors: every clone gets full-width operations whatever the
+ * vectoriser makes of a loop (it leaves lane-array max loops scalar) */
+typedef float em_v16f __attribute__((vector_size(64)));
+typedef int32_t em_v16i __attribute__((vector_size(64)));
 EM_CLONES static void
 softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)
@@ -419,23 +423,23 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *restrict xr = x + r * n;
         float *restrict yr = y + r * n;
-        float lm[EM_LANES], ls[EM_LANES];
-        int32_t ln[EM_LANES];
-        for (int j = 0; j < EM_LANES; j++) {
-            lm[j] = -INFINITY;
+        float ls[EM_LANES];
+        for (int j = 0; j < EM_LANES; j++)
             ls[j] = 0.0f;
-            ln[j] = 0;
-        }
         /* the maximum, and apart whether any element is NaN (a NaN makes the row NaN,
          * as exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf):
-         * two branch-free lane accumulators the vectoriser widens */
+         * two branch-free vector accumulators (a select by mask for the max) */
+        em_v16f lm = {0};
+        em_v16i ln = {0};
+        lm -= INFINITY;
         Py_ssize_t i = 0;
-        for (; i + EM_LANES <= n; i += EM_LANES)
-            for (int j = 0; j < EM_LANES; j++) {
-                float v = xr[i + j];
-                lm[j] = v > lm[j] ? v : lm[j];
-                ln[j] |= v != v;
-            }
+        for (; i + EM_LANES <= n; i += EM_LANES) {
+            em_v16f v;
+            memcpy(&v, xr + i, sizeof v);
+            em_v16i gt = v > lm;
+            lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
+            ln |= v != v;
+        }
         float m = -INFINITY;
         int32_t nan = 0;
         for (; i < n; i++) {
@@ -479,8 +483,6 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
  * each chunk's lanes added into a double total, so a long row loses no more than a
  * short one. */
 #define EM_LN_CHUNK 1024
-typedef float em_v16f __attribute__((vector_size(64)));
-
 static inline double
 lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
 {
