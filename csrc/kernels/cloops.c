@@ -558,6 +558,64 @@ em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n)
     sum_rows_f32(x, y, rows, n);
 }
 
+/* The maximum of n floats, NaN when any is NaN (a 16-lane vector select and NaN mask). */
+static inline float
+max_nan_f32(const float *restrict x, Py_ssize_t n)
+{
+    em_v16f lm = {0};
+    em_v16i ln = {0};
+    lm -= INFINITY;
+    Py_ssize_t i = 0;
+    for (; i + EM_LANES <= n; i += EM_LANES) {
+        em_v16f v;
+        memcpy(&v, x + i, sizeof v);
+        em_v16i gt = v > lm;
+        lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
+        ln |= v != v;
+    }
+    float m = -INFINITY;
+    int32_t nan = 0;
+    for (; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        nan |= x[i] != x[i];
+    }
+    for (int j = 0; j < EM_LANES; j++) {
+        m = lm[j] > m ? lm[j] : m;
+        nan |= ln[j];
+    }
+    return nan ? NAN : m;
+}
+
+/* For each length-n float32 row of x: lse[r] = log(sum exp(x)) (the max taken out) and
+ * total[r] = sum x, both in double: cross_entropy's per-row statistics. The exps go
+ * through a small buffer so that their loop vectorises like softmax's. */
+#define EM_LSE_BUF 256
+EM_CLONES static void
+lse_rows_f32(const float *restrict x, double *restrict lse, double *restrict total,
+             Py_ssize_t rows, Py_ssize_t n)
+{
+    float buf[EM_LSE_BUF];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * n;
+        float m = max_nan_f32(xr, n);
+        double s = 0.0;
+        for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LSE_BUF) {
+            Py_ssize_t k = n - i0 < EM_LSE_BUF ? n - i0 : EM_LSE_BUF;
+            for (Py_ssize_t i = 0; i < k; i++)
+                buf[i] = em_expf(xr[i0 + i] - m);
+            s += lane_sum_f32(buf, k, 0.0f, 0);
+        }
+        lse[r] = (double)m + log(s);
+        total[r] = lane_sum_f32(xr, n, 0.0f, 0);
+    }
+}
+
+void
+em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows, Py_ssize_t n)
+{
+    lse_rows_f32(x, lse, total, rows, n);
+}
+
 static void
 softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)

@@ -267,8 +267,34 @@ cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_s
     return -1;                                                                           \
 }
 
-CROSS_ENTROPY(float)
 CROSS_ENTROPY(double)
+
+/* The float32 case of the same: the rows' logsumexp and sum from cloops.c's vectorised
+ * loop (into loss and a scratch row), then the per-sample formula above. */
+static Py_ssize_t
+cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N,
+                    Py_ssize_t C, int64_t ignore, double smoothing, Py_ssize_t *valid,
+                    double *total)
+{
+    *valid = 0;
+    for (Py_ssize_t r = 0; r < N; r++)
+        if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
+            return r;
+    em_lse_rows_f32(x, loss, total, N, C);
+    for (Py_ssize_t r = 0; r < N; r++) {
+        int64_t c = t[r];
+        if (c == ignore) {
+            loss[r] = 0;
+            continue;
+        }
+        double lse = loss[r];
+        loss[r] = (1 - smoothing) * (lse - x[r * C + c]);
+        if (smoothing > 0)
+            loss[r] += smoothing / (double)C * ((double)C * lse - total[r]);
+        (*valid)++;
+    }
+    return -1;
+}
 
 /* cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing) for
  * unweighted (N, C) float32/float64 logits and int64 class indices; anything else
@@ -294,7 +320,7 @@ k_cross_entropy(em_Op *op, PyObject **args)
         Py_XDECREF(xa);
         return NULL;
     }
-    double *loss = PyMem_Malloc(sizeof(double) * (N ? N : 1));
+    double *loss = PyMem_Malloc(sizeof(double) * 2 * (N ? N : 1));
     if (loss == NULL) {
         Py_DECREF(xa);
         Py_DECREF(ta);
@@ -305,7 +331,7 @@ k_cross_entropy(em_Op *op, PyObject **args)
     const int64_t *td = PyArray_DATA(ta);
     Py_BEGIN_ALLOW_THREADS
     bad = x->dtype == EM_FLOAT32
-              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid)
+              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid, loss + N)
               : cross_entropy_double(xd, td, loss, N, C, ignore, smoothing, &valid);
     Py_END_ALLOW_THREADS
     em_Tensor *out = NULL;
