@@ -8,7 +8,8 @@ import ember
 
 torch = pytest.importorskip("torch", reason="torch is the reference")
 
-DTYPES = ["float32", "float64", "int8", "int16", "bool", "float16", "int64", "complex64"]
+DTYPES = ["float32", "int32", "float64", "int8", "int16", "bool", "float16", "int64",
+          "complex64"]
 
 
 def _pair(shape, dtype, seed=0):
@@ -22,7 +23,7 @@ def _pair(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(8, 8), (33, 70), (100, 9), (1, 40), (40, 1), (5, 3),
-                                   (257, 65)])
+                                   (257, 65), (66, 131)])
 def test_transposed_contiguous_matches_torch(dtype, shape):
     e, t = _pair(shape, dtype)
     r = e.t().contiguous()

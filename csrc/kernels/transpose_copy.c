@@ -34,8 +34,46 @@ plane_##T(T *restrict dst, const T *restrict src, Py_ssize_t R, Py_ssize_t C,   
 
 PLANE(uint8_t)
 PLANE(uint16_t)
-PLANE(uint32_t)
 PLANE(uint64_t)
+#if defined(__SSE2__)
+/* 4-byte items: 4x4 blocks transposed in SSE registers (16 bytes per load and store),
+ * the tile's ragged edges element by element. */
+#include <xmmintrin.h>
+static void
+plane_uint32_t(uint32_t *restrict dst, const uint32_t *restrict src, Py_ssize_t R,
+               Py_ssize_t C, Py_ssize_t dr, Py_ssize_t sc)
+{
+    for (Py_ssize_t r0 = 0; r0 < R; r0 += TILE) {
+        Py_ssize_t r1 = r0 + TILE < R ? r0 + TILE : R;
+        Py_ssize_t r4 = r0 + ((r1 - r0) & ~(Py_ssize_t)3);
+        for (Py_ssize_t c0 = 0; c0 < C; c0 += TILE) {
+            Py_ssize_t c1 = c0 + TILE < C ? c0 + TILE : C;
+            Py_ssize_t c4 = c0 + ((c1 - c0) & ~(Py_ssize_t)3);
+            for (Py_ssize_t r = r0; r < r4; r += 4) {
+                for (Py_ssize_t c = c0; c < c4; c += 4) {
+                    const float *s = (const float *)(src + c * sc + r);
+                    __m128 a = _mm_loadu_ps(s), b = _mm_loadu_ps(s + sc);
+                    __m128 e = _mm_loadu_ps(s + 2 * sc), f = _mm_loadu_ps(s + 3 * sc);
+                    _MM_TRANSPOSE4_PS(a, b, e, f);
+                    float *d = (float *)(dst + r * dr + c);
+                    _mm_storeu_ps(d, a);
+                    _mm_storeu_ps(d + dr, b);
+                    _mm_storeu_ps(d + 2 * dr, e);
+                    _mm_storeu_ps(d + 3 * dr, f);
+                }
+                for (Py_ssize_t rr = r; rr < r + 4; rr++)
+                    for (Py_ssize_t c = c4; c < c1; c++)
+                        dst[rr * dr + c] = src[c * sc + rr];
+            }
+            for (Py_ssize_t r = r4; r < r1; r++)
+                for (Py_ssize_t c = c0; c < c1; c++)
+                    dst[r * dr + c] = src[c * sc + r];
+        }
+    }
+}
+#else
+PLANE(uint32_t)
+#endif
 
 int
 em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
