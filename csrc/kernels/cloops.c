@@ -587,7 +587,8 @@ max_nan_f32(const float *restrict x, Py_ssize_t n)
 }
 
 /* For each length-n float32 row of x: lse[r] = log(sum exp(x)) (the max taken out) and
- * total[r] = sum x, both in double: cross_entropy's per-row statistics. The exps go
+ * total[r] = sum x (unless total is NULL), both in double: cross_entropy's per-row
+ * statistics. The exps go
  * through a small buffer so that their loop vectorises like softmax's. */
 #define EM_LSE_BUF 256
 EM_CLONES static void
@@ -606,7 +607,8 @@ lse_rows_f32(const float *restrict x, double *restrict lse, double *restrict tot
             s += lane_sum_f32(buf, k, 0.0f, 0);
         }
         lse[r] = (double)m + log(s);
-        total[r] = lane_sum_f32(xr, n, 0.0f, 0);
+        if (total != NULL)
+            total[r] = lane_sum_f32(xr, n, 0.0f, 0);
     }
 }
 

@@ -83,7 +83,7 @@ void em_layer_norm_f32(const float *x, const float *w, const float *b, float *y,
                        Py_ssize_t rows, Py_ssize_t n, double eps);
 /* y[r] = the sum of row r of rows x n contiguous float32 values (no GIL handling). */
 void em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n);
-/* lse[r] = logsumexp of row r, total[r] = its sum, of rows x n contiguous float32 values
+/* lse[r] = logsumexp of row r, total[r] = its sum (total may be NULL), of rows x n contiguous float32 values
  * (NaN rows give NaN); no GIL handling. */
 void em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows,
                      Py_ssize_t n);

@@ -280,7 +280,7 @@ cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N
     for (Py_ssize_t r = 0; r < N; r++)
         if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
             return r;
-    em_lse_rows_f32(x, loss, total, N, C);
+    em_lse_rows_f32(x, loss, smoothing > 0 ? total : NULL, N, C);
     for (Py_ssize_t r = 0; r < N; r++) {
         int64_t c = t[r];
         if (c == ignore) {
