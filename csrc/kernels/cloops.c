@@ -114,10 +114,22 @@ gelu_phif(float x)
     float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
     float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;
     float s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
-    float e = t * em_expf(s) * (1.0f + err);     /* erfc(z) */
-    e = xa > 14.8f ? 0.0f : e;
-    float phi = x < 0.0f ? 0.5f * e : 1.0f - 0.5f * e;
-    return x != x ? x : phi;
+    /* exp(s) for s in [-112, 0.01] (em_expf's steps without its overflow and NaN
+     * cases): 0 below -87.3, where erfc(z) < 1e-38 */
+    float sc = s < -87.3f ? -87.3f : s;
+    float n = floorf(sc * 1.44269504088896341f + 0.5f);
+    float r = sc - n * 0.693359375f - n * -2.12194440e-4f;
+    float q = 1.9875691500e-4f;
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    float ex = (q * (r * r) + r + 1.0f) * em_bits_to_float(((int32_t)n + 127) << 23);
+    ex = s < -87.3f ? 0.0f : ex;
+    /* erfc(z); NaN for NaN x through t, 0 for infinite x (t = 0) */
+    float e = t * ex * (1.0f + err);
+    return x < 0.0f ? 0.5f * e : 1.0f - 0.5f * e;
 }
 
 /* gelu(x) = x Phi(x) (no cancellation for negative x) */
