@@ -13,9 +13,11 @@
 #include "kutil.h"
 
 /* These loops are the point of the file: let the compiler vectorise them fully
- * (before vecmath.h, so its inline functions get the same options and inline). */
+ * (before vecmath.h, so its inline functions get the same options and inline), and
+ * fuse a * b + c into FMAs where the clone has them (-std=c11 alone forbids it; the
+ * polynomials only gain accuracy, and no function here relies on a rounded product). */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno")
+#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
 #endif
 #include "kernels/vecmath.h"
 
@@ -88,8 +90,50 @@ UNARY64(erf_f64, erf(v))
 UNARY32(erfc_f32, em_erfcf(v))
 UNARY64(erfc_f64, erfc(v))
 
-/* gelu(x) = x Phi(x) = x/2 erfc(-x/sqrt(2)) (no cancellation for negative x) */
-UNARY32(gelu_f32, 0.5f * v * em_erfcf(-v * (float)SQRT1_2))
+/* Phi(x) = erfc(-x/sqrt(2)) / 2 for gelu: vecmath.h's erfc tail alone, z = |x|/sqrt(2)
+ * (its fit holds for every z >= 0 to 1.2e-7 relative, and Phi(x) = 1 - erfc(z)/2 for
+ * x > 0 is in [0.5, 1], so the series near 0 that erf needs is not), with exp(-z^2 + q)
+ * as one expf: -z^2 = -x^2/2 taken from x itself (z's rounding would cost 1e-5 relative
+ * in the tail) as -xh^2/2 (exact, xh = |x| to 12 bits) plus the rest, their sum's
+ * rounding error (2Sum) applied as the factor 1 + err. */
+static inline float
+gelu_phif(float x)
+{
+    float z = fabsf(x) * (float)SQRT1_2;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    float xa = fabsf(x), xc = xa > 14.8f ? 14.8f : xa;  /* erfc(14.8/sqrt(2)) is 0 */
+    float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
+    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;
+    float s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
+    /* exp(s) for s in [-112, 0.01] (em_expf's steps without its overflow and NaN
+     * cases): 0 below -87.3, where erfc(z) < 1e-38 */
+    float sc = s < -87.3f ? -87.3f : s;
+    float n = floorf(sc * 1.44269504088896341f + 0.5f);
+    float r = sc - n * 0.693359375f - n * -2.12194440e-4f;
+    float q = 1.9875691500e-4f;
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    float ex = (q * (r * r) + r + 1.0f) * em_bits_to_float(((int32_t)n + 127) << 23);
+    ex = s < -87.3f ? 0.0f : ex;
+    /* erfc(z); NaN for NaN x through t, 0 for infinite x (t = 0) */
+    float e = t * ex * (1.0f + err);
+    return x < 0.0f ? 0.5f * e : 1.0f - 0.5f * e;
+}
+
+/* gelu(x) = x Phi(x) (no cancellation for negative x) */
+UNARY32(gelu_f32, v * gelu_phif(v))
 UNARY64(gelu_f64, 0.5 * v * erfc(-v * SQRT1_2))
 
 /* gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -380,6 +424,10 @@ done:
  * and the sum keep 16 partial lanes so that the compiler vectorises them without
  * reassociating anything itself. */
 #define EM_LANES 16
+/* 16 float lanes as GCC vectors: every clone gets full-width operations whatever the
+ * vectoriser makes of a loop (it leaves lane-array max loops scalar) */
+typedef float em_v16f __attribute__((vector_size(64)));
+typedef int32_t em_v16i __attribute__((vector_size(64)));
 EM_CLONES static void
 softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)
@@ -387,23 +435,23 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *restrict xr = x + r * n;
         float *restrict yr = y + r * n;
-        float lm[EM_LANES], ls[EM_LANES];
-        int32_t ln[EM_LANES];
-        for (int j = 0; j < EM_LANES; j++) {
-            lm[j] = -INFINITY;
+        float ls[EM_LANES];
+        for (int j = 0; j < EM_LANES; j++)
             ls[j] = 0.0f;
-            ln[j] = 0;
-        }
         /* the maximum, and apart whether any element is NaN (a NaN makes the row NaN,
          * as exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf):
-         * two branch-free lane accumulators the vectoriser widens */
+         * two branch-free vector accumulators (a select by mask for the max) */
+        em_v16f lm = {0};
+        em_v16i ln = {0};
+        lm -= INFINITY;
         Py_ssize_t i = 0;
-        for (; i + EM_LANES <= n; i += EM_LANES)
-            for (int j = 0; j < EM_LANES; j++) {
-                float v = xr[i + j];
-                lm[j] = v > lm[j] ? v : lm[j];
-                ln[j] |= v != v;
-            }
+        for (; i + EM_LANES <= n; i += EM_LANES) {
+            em_v16f v;
+            memcpy(&v, xr + i, sizeof v);
+            em_v16i gt = v > lm;
+            lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
+            ln |= v != v;
+        }
         float m = -INFINITY;
         int32_t nan = 0;
         for (; i < n; i++) {
@@ -438,6 +486,148 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
                 yr[i] *= inv;
         }
     }
+}
+
+/* ------------------------------------------------------------------ layer_norm rows */
+
+/* The sum of x[i] - c (sq: of (x[i] - c)^2) over n floats: 16 float lanes (a GCC
+ * vector, so every clone gets full-width adds) over chunks of EM_LN_CHUNK elements,
+ * each chunk's lanes added into a double total, so a long row loses no more than a
+ * short one. */
+#define EM_LN_CHUNK 1024
+static inline double
+lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
+{
+    double total = 0.0;
+    em_v16f cv = {0};
+    cv += c;
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LN_CHUNK) {
+        Py_ssize_t i1 = i0 + EM_LN_CHUNK < n ? i0 + EM_LN_CHUNK : n, i = i0;
+        em_v16f l = {0};
+        for (; i + EM_LANES <= i1; i += EM_LANES) {
+            em_v16f v;
+            memcpy(&v, x + i, sizeof v);
+            v -= cv;
+            l += sq ? v * v : v;
+        }
+        for (; i < i1; i++) {
+            float d = x[i] - c;
+            total += sq ? d * d : d;
+        }
+        for (int j = 0; j < EM_LANES; j++)
+            total += l[j];
+    }
+    return total;
+}
+
+/* layer_norm of each length-n float32 row of x into y: the mean and the biased variance
+ * (two passes, lane sums into double), then (x - mean) * rstd * w + b in float32, as
+ * PyTorch computes float32 rows. w and b may be NULL. */
+EM_CLONES static void
+layer_norm_rows_f32(const float *restrict x, const float *restrict w, const float *restrict b,
+                    float *restrict y, Py_ssize_t rows, Py_ssize_t n, double eps)
+{
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * n;
+        float *restrict yr = y + r * n;
+        float mean = (float)(lane_sum_f32(xr, n, 0.0f, 0) / (double)n);
+        double var = lane_sum_f32(xr, n, mean, 1) / (double)n;
+        float rstd = (float)(1.0 / sqrt(var + eps));
+        if (w != NULL && b != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+        else if (w != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd * w[i];
+        else if (b != NULL)
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd + b[i];
+        else
+            for (Py_ssize_t i = 0; i < n; i++)
+                yr[i] = (xr[i] - mean) * rstd;
+    }
+}
+
+void
+em_layer_norm_f32(const float *x, const float *w, const float *b, float *y, Py_ssize_t rows,
+                  Py_ssize_t n, double eps)
+{
+    layer_norm_rows_f32(x, w, b, y, rows, n, eps);
+}
+
+/* The sum of each length-n float32 row of x into y (lane sums gathered in double, so
+ * more accurate than a float pairwise sum): sum and mean over the last dims. */
+EM_CLONES static void
+sum_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n)
+{
+    for (Py_ssize_t r = 0; r < rows; r++)
+        y[r] = (float)lane_sum_f32(x + r * n, n, 0.0f, 0);
+}
+
+void
+em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n)
+{
+    sum_rows_f32(x, y, rows, n);
+}
+
+/* The maximum of n floats, NaN when any is NaN (a 16-lane vector select and NaN mask). */
+static inline float
+max_nan_f32(const float *restrict x, Py_ssize_t n)
+{
+    em_v16f lm = {0};
+    em_v16i ln = {0};
+    lm -= INFINITY;
+    Py_ssize_t i = 0;
+    for (; i + EM_LANES <= n; i += EM_LANES) {
+        em_v16f v;
+        memcpy(&v, x + i, sizeof v);
+        em_v16i gt = v > lm;
+        lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
+        ln |= v != v;
+    }
+    float m = -INFINITY;
+    int32_t nan = 0;
+    for (; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        nan |= x[i] != x[i];
+    }
+    for (int j = 0; j < EM_LANES; j++) {
+        m = lm[j] > m ? lm[j] : m;
+        nan |= ln[j];
+    }
+    return nan ? NAN : m;
+}
+
+/* For each length-n float32 row of x: lse[r] = log(sum exp(x)) (the max taken out) and
+ * total[r] = sum x (unless total is NULL), both in double: cross_entropy's per-row
+ * statistics. The exps go
+ * through a small buffer so that their loop vectorises like softmax's. */
+#define EM_LSE_BUF 256
+EM_CLONES static void
+lse_rows_f32(const float *restrict x, double *restrict lse, double *restrict total,
+             Py_ssize_t rows, Py_ssize_t n)
+{
+    float buf[EM_LSE_BUF];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * n;
+        float m = max_nan_f32(xr, n);
+        double s = 0.0;
+        for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LSE_BUF) {
+            Py_ssize_t k = n - i0 < EM_LSE_BUF ? n - i0 : EM_LSE_BUF;
+            for (Py_ssize_t i = 0; i < k; i++)
+                buf[i] = em_expf(xr[i0 + i] - m);
+            s += lane_sum_f32(buf, k, 0.0f, 0);
+        }
+        lse[r] = (double)m + log(s);
+        if (total != NULL)
+            total[r] = lane_sum_f32(xr, n, 0.0f, 0);
+    }
+}
+
+void
+em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows, Py_ssize_t n)
+{
+    lse_rows_f32(x, lse, total, rows, n);
 }
 
 static void

@@ -57,7 +57,9 @@ em_copy_into(em_Tensor *dst, PyObject *src)
         Py_DECREF(arr);
         return -1;
     }
-    int r = PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
+    int r = !converts && em_transpose_copy(dst->array, (PyArrayObject *)arr)
+                ? 0
+                : PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
     Py_DECREF(arr);
     if (converts && em_errstate_restore(token) < 0)
         r = -1;

@@ -29,6 +29,11 @@ em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta)
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
+/* transpose_copy.c: src copied into the C-contiguous dst of its shape and dtype in
+ * cache-sized tiles when src is a permuted dense layout whose unit-stride dim is not
+ * the last one; 1 when it ran, 0 when the case is not this one. */
+int em_transpose_copy(PyArrayObject *dst, PyArrayObject *src);
+
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
 /* -1 with a RuntimeError unless a result of ndim dims fits EM_MAX_DIMS: every kernel
@@ -72,6 +77,16 @@ int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const do
 /* softmax (log_out: log_softmax) of contiguous float rows along the last dim into out;
  * 1 when it ran, 0 when it does not apply. */
 int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);
+/* layer_norm of rows x rows of n contiguous float32 values into y (w, b: n values or
+ * NULL); the caller releases the GIL. */
+void em_layer_norm_f32(const float *x, const float *w, const float *b, float *y,
+                       Py_ssize_t rows, Py_ssize_t n, double eps);
+/* y[r] = the sum of row r of rows x n contiguous float32 values (no GIL handling). */
+void em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n);
+/* lse[r] = logsumexp of row r, total[r] = its sum (total may be NULL), of rows x n contiguous float32 values
+ * (NaN rows give NaN); no GIL handling. */
+void em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows,
+                     Py_ssize_t n);
 
 /* x[indices] = value for tensor indices (a tuple of Tensors and None), in place and
  * without autograd (indexing.c): __setitem__'s path. A tensor value must have self's

@@ -12,10 +12,11 @@
  * "embedding": the rows of the weight picked by the indices (NumPy's take).
  *
  * "layer_norm", "cross_entropy_loss": their common cases (float32/float64 rows; unweighted
- * (N, C) logits with class indices) in one C pass, statistics in double; the other cases
- * take the decomposition.
+ * (N, C) logits with class indices) in one C pass, statistics in double (float32
+ * layer_norm rows: cloops.c's vectorised loop, lane sums gathered in double, the
+ * normalisation in float32); the other cases take the decomposition.
  */
-#include "ember.h"
+#include "kutil.h"
 #include <math.h>
 
 PyObject *
@@ -158,7 +159,6 @@ layer_norm_##T(const T *x, const T *w, const T *b, T *y, Py_ssize_t rows, Py_ssi
     }                                                                                    \
 }
 
-LAYER_NORM(float)
 LAYER_NORM(double)
 
 /* A C-contiguous, aligned array of t (new reference), or NULL with no error when t is
@@ -221,7 +221,7 @@ k_layer_norm(em_Op *op, PyObject **args)
     void *wd = wa ? PyArray_DATA(wa) : NULL, *bd = ba ? PyArray_DATA(ba) : NULL;
     Py_BEGIN_ALLOW_THREADS
     if (x->dtype == EM_FLOAT32)
-        layer_norm_float(xd, wd, bd, yd, rows, n, eps);
+        em_layer_norm_f32(xd, wd, bd, yd, rows, n, eps);
     else
         layer_norm_double(xd, wd, bd, yd, rows, n, eps);
     Py_END_ALLOW_THREADS
@@ -267,8 +267,34 @@ cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_s
     return -1;                                                                           \
 }
 
-CROSS_ENTROPY(float)
 CROSS_ENTROPY(double)
+
+/* The float32 case of the same: the rows' logsumexp and sum from cloops.c's vectorised
+ * loop (into loss and a scratch row), then the per-sample formula above. */
+static Py_ssize_t
+cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N,
+                    Py_ssize_t C, int64_t ignore, double smoothing, Py_ssize_t *valid,
+                    double *total)
+{
+    *valid = 0;
+    for (Py_ssize_t r = 0; r < N; r++)
+        if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
+            return r;
+    em_lse_rows_f32(x, loss, smoothing > 0 ? total : NULL, N, C);
+    for (Py_ssize_t r = 0; r < N; r++) {
+        int64_t c = t[r];
+        if (c == ignore) {
+            loss[r] = 0;
+            continue;
+        }
+        double lse = loss[r];
+        loss[r] = (1 - smoothing) * (lse - x[r * C + c]);
+        if (smoothing > 0)
+            loss[r] += smoothing / (double)C * ((double)C * lse - total[r]);
+        (*valid)++;
+    }
+    return -1;
+}
 
 /* cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing) for
  * unweighted (N, C) float32/float64 logits and int64 class indices; anything else
@@ -294,7 +320,7 @@ k_cross_entropy(em_Op *op, PyObject **args)
         Py_XDECREF(xa);
         return NULL;
     }
-    double *loss = PyMem_Malloc(sizeof(double) * (N ? N : 1));
+    double *loss = PyMem_Malloc(sizeof(double) * 2 * (N ? N : 1));
     if (loss == NULL) {
         Py_DECREF(xa);
         Py_DECREF(ta);
@@ -305,7 +331,7 @@ k_cross_entropy(em_Op *op, PyObject **args)
     const int64_t *td = PyArray_DATA(ta);
     Py_BEGIN_ALLOW_THREADS
     bad = x->dtype == EM_FLOAT32
-              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid)
+              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid, loss + N)
               : cross_entropy_double(xd, td, loss, N, C, ignore, smoothing, &valid);
     Py_END_ALLOW_THREADS
     em_Tensor *out = NULL;
