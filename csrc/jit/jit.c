@@ -144,12 +144,15 @@ fork_release(void)
 bool
 em_jit_has_feature(const char *name)
 {
+    /* a CPU feature of LLVM's host list ("+avx2,+avx512bf16,..."), not an instruction:
+     * each token compared whole, by length and bytes */
     size_t n = strlen(name);
-    for (const char *p = host_features; p != NULL && *p; p = strchr(p, ',')) {
-        if (*p == ',')
-            p++;
-        if (p[0] == '+' && strncmp(p + 1, name, n) == 0 && (p[n + 1] == ',' || !p[n + 1]))
+    for (const char *p = host_features; p != NULL && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len == n + 1 && p[0] == '+' && memcmp(p + 1, name, n) == 0)
             return true;
+        p = end != NULL ? end + 1 : p + len;
     }
     return false;
 }
