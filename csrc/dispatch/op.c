@@ -551,6 +551,7 @@ static PyObject *
 autocast_call(em_Op *op, PyObject **args)
 {
     PyObject *cast[EM_MAX_PARAMS] = {NULL};
+    PyObject *seqs[EM_MAX_PARAMS] = {NULL};    /* tensor-list arguments, made fast */
     PyObject *result = NULL;
     em_dtype_t target = (em_dtype_t)em_tls.autocast;
     int n = op->nparams;
@@ -558,61 +559,44 @@ autocast_call(em_Op *op, PyObject **args)
         PyErr_SetString(PyExc_SystemError, "autocast: too many parameters");
         return NULL;
     }
+    for (int i = 0; i < n; i++) {
+        PyObject *a = args[i];
+        if (a != NULL && op->params[i].type == EM_ARG_TENSORLIST && PySequence_Check(a) &&
+            !em_Tensor_Check(a) && (seqs[i] = PySequence_Fast(a, "a tensor list")) == NULL)
+            goto error;
+    }
     if (op->autocast == EM_AUTOCAST_FP32)
         target = EM_FLOAT32;
     else if (op->autocast == EM_AUTOCAST_PROMOTE) {
         /* float32 if any eligible argument is, the autocast dtype if all are */
         for (int i = 0; i < n; i++) {
-            PyObject *a = args[i];
-            if (a == NULL)
+            if (seqs[i] == NULL) {
+                if (args[i] != NULL && autocast_prioritize(&target, args[i]) < 0)
+                    goto error;
                 continue;
-            if (op->params[i].type == EM_ARG_TENSORLIST && PySequence_Check(a) &&
-                !em_Tensor_Check(a)) {
-                PyObject *seq = PySequence_Fast(a, "a tensor list");
-                if (seq == NULL)
-                    return NULL;
-                for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
-                    if (autocast_prioritize(&target, PySequence_Fast_GET_ITEM(seq, j)) < 0) {
-                        Py_DECREF(seq);
-                        return NULL;
-                    }
-                }
-                Py_DECREF(seq);
             }
-            else if (autocast_prioritize(&target, a) < 0)
-                return NULL;
+            for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seqs[i]); j++)
+                if (autocast_prioritize(&target, PySequence_Fast_GET_ITEM(seqs[i], j)) < 0)
+                    goto error;
         }
     }
     for (int i = 0; i < n; i++) {
         PyObject *a = args[i];
         if (a == NULL)
             continue;
-        if (op->params[i].type == EM_ARG_TENSORLIST && PySequence_Check(a) &&
-            !em_Tensor_Check(a)) {
-            PyObject *seq = PySequence_Fast(a, "a tensor list");
-            if (seq == NULL)
+        if (seqs[i] != NULL) {
+            Py_ssize_t m = PySequence_Fast_GET_SIZE(seqs[i]);
+            if ((cast[i] = PyTuple_New(m)) == NULL)
                 goto error;
-            Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
-            PyObject *list = PyTuple_New(m);
-            if (list == NULL) {
-                Py_DECREF(seq);
-                goto error;
-            }
             for (Py_ssize_t j = 0; j < m; j++) {
-                PyObject *t = autocast_one(PySequence_Fast_GET_ITEM(seq, j), target);
-                if (t == NULL) {
-                    Py_DECREF(seq);
-                    Py_DECREF(list);
+                PyObject *t = autocast_one(PySequence_Fast_GET_ITEM(seqs[i], j), target);
+                if (t == NULL)
                     goto error;
-                }
-                PyTuple_SET_ITEM(list, j, t);
+                PyTuple_SET_ITEM(cast[i], j, t);
             }
-            Py_DECREF(seq);
-            cast[i] = list;
         }
         else if (op->params[i].type == EM_ARG_TENSOR) {
-            cast[i] = autocast_one(a, target);
-            if (cast[i] == NULL)
+            if ((cast[i] = autocast_one(a, target)) == NULL)
                 goto error;
         }
         else
@@ -620,8 +604,10 @@ autocast_call(em_Op *op, PyObject **args)
     }
     result = call_bound(op, cast);
 error:
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         Py_XDECREF(cast[i]);
+        Py_XDECREF(seqs[i]);
+    }
     return result;
 }
 

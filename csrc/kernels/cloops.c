@@ -428,6 +428,36 @@ done:
  * vectoriser makes of a loop (it leaves lane-array max loops scalar) */
 typedef float em_v16f __attribute__((vector_size(64)));
 typedef int32_t em_v16i __attribute__((vector_size(64)));
+/* The maximum of n floats, NaN when any is NaN (a NaN makes a softmax row NaN, as
+ * exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf): two
+ * branch-free vector accumulators, a select by mask for the max and a NaN mask. */
+static inline float
+max_nan_f32(const float *restrict x, Py_ssize_t n)
+{
+    em_v16f lm = {0};
+    em_v16i ln = {0};
+    lm -= INFINITY;
+    Py_ssize_t i = 0;
+    for (; i + EM_LANES <= n; i += EM_LANES) {
+        em_v16f v;
+        memcpy(&v, x + i, sizeof v);
+        em_v16i gt = v > lm;
+        lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
+        ln |= v != v;
+    }
+    float m = -INFINITY;
+    int32_t nan = 0;
+    for (; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        nan |= x[i] != x[i];
+    }
+    for (int j = 0; j < EM_LANES; j++) {
+        m = lm[j] > m ? lm[j] : m;
+        nan |= ln[j];
+    }
+    return nan ? NAN : m;
+}
+
 EM_CLONES static void
 softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n,
                  int log_out)
@@ -438,32 +468,8 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
         float ls[EM_LANES];
         for (int j = 0; j < EM_LANES; j++)
             ls[j] = 0.0f;
-        /* the maximum, and apart whether any element is NaN (a NaN makes the row NaN,
-         * as exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf):
-         * two branch-free vector accumulators (a select by mask for the max) */
-        em_v16f lm = {0};
-        em_v16i ln = {0};
-        lm -= INFINITY;
-        Py_ssize_t i = 0;
-        for (; i + EM_LANES <= n; i += EM_LANES) {
-            em_v16f v;
-            memcpy(&v, xr + i, sizeof v);
-            em_v16i gt = v > lm;
-            lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
-            ln |= v != v;
-        }
-        float m = -INFINITY;
-        int32_t nan = 0;
-        for (; i < n; i++) {
-            m = xr[i] > m ? xr[i] : m;
-            nan |= xr[i] != xr[i];
-        }
-        for (int j = 0; j < EM_LANES; j++) {
-            m = lm[j] > m ? lm[j] : m;
-            nan |= ln[j];
-        }
-        if (nan)
-            m = NAN;
+        float m = max_nan_f32(xr, n);
+        Py_ssize_t i;
         for (i = 0; i < n; i++)
             yr[i] = em_expf(xr[i] - m);
         i = 0;
@@ -570,33 +576,6 @@ em_sum_rows_f32(const float *x, float *y, Py_ssize_t rows, Py_ssize_t n)
     sum_rows_f32(x, y, rows, n);
 }
 
-/* The maximum of n floats, NaN when any is NaN (a 16-lane vector select and NaN mask). */
-static inline float
-max_nan_f32(const float *restrict x, Py_ssize_t n)
-{
-    em_v16f lm = {0};
-    em_v16i ln = {0};
-    lm -= INFINITY;
-    Py_ssize_t i = 0;
-    for (; i + EM_LANES <= n; i += EM_LANES) {
-        em_v16f v;
-        memcpy(&v, x + i, sizeof v);
-        em_v16i gt = v > lm;
-        lm = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)lm));
-        ln |= v != v;
-    }
-    float m = -INFINITY;
-    int32_t nan = 0;
-    for (; i < n; i++) {
-        m = x[i] > m ? x[i] : m;
-        nan |= x[i] != x[i];
-    }
-    for (int j = 0; j < EM_LANES; j++) {
-        m = lm[j] > m ? lm[j] : m;
-        nan |= ln[j];
-    }
-    return nan ? NAN : m;
-}
 
 /* For each length-n float32 row of x: lse[r] = log(sum exp(x)) (the max taken out) and
  * total[r] = sum x (unless total is NULL), both in double: cross_entropy's per-row
