@@ -101,15 +101,7 @@ gelu_phif(float x)
 {
     float z = fabsf(x) * (float)SQRT1_2;
     float t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
+    float p = em_erfc_tail_p(t);
     float xa = fabsf(x), xc = xa > 14.8f ? 14.8f : xa;  /* erfc(14.8/sqrt(2)) is 0 */
     float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
     float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;

@@ -151,10 +151,10 @@ em_erf_small(float x)
  *     erfc(z) = t exp(-z^2 - 1.26551223 + t P(t)),   t = 1 / (1 + z/2),
  * with exp(-z^2) taken as exp(-zh^2) exp(-(z - zh)(z + zh)), zh = z to 12 bits, so that
  * the rounding of z^2 does not cost relative accuracy in the tail. */
+/* P(t) of that fit (Horner) */
 static inline float
-em_erfc_tail(float z)
+em_erfc_tail_p(float t)
 {
-    float t = 1.0f / (1.0f + 0.5f * z);
     float p = 0.17087277f;
     p = p * t - 0.82215223f;
     p = p * t + 1.48851587f;
@@ -164,6 +164,14 @@ em_erfc_tail(float z)
     p = p * t + 0.09678418f;
     p = p * t + 0.37409196f;
     p = p * t + 1.00002368f;
+    return p;
+}
+
+static inline float
+em_erfc_tail(float z)
+{
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = em_erfc_tail_p(t);
     float zc = z > 10.5f ? 10.5f : z;      /* erfc(10.5) underflows float32 anyway */
     float zh = em_bits_to_float(em_float_to_bits(zc) & ~(int32_t)0xfff);
     float r = t * em_expf(-zh * zh) * em_expf(-(zc - zh) * (zc + zh) - 1.26551223f + t * p);
