@@ -7,6 +7,7 @@ import pytest
 
 import ember
 from ember.capture import _hook, counters
+from run_threads import run_threads
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -35,23 +36,6 @@ def body(x, w):
 
 def plain(x):
     return x * 2 + 1
-
-
-def run_threads(n, target):
-    errors = []
-
-    def wrapped(i):
-        try:
-            target(i)
-        except BaseException as e:   # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-    threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def test_threads_without_capture_convert_nothing():

@@ -14,6 +14,7 @@ import pytest
 
 import ember
 from ember.capture import _hook, counters
+from run_threads import run_threads
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -34,23 +35,6 @@ def T(*shape, seed=0):
 def close(a, b, tol=1e-5):
     assert a.shape == b.shape and a.dtype == b.dtype
     np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
-
-
-def run_threads(n, target):
-    errors = []
-
-    def wrapped(i):
-        try:
-            target(i)
-        except BaseException as e:   # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-    threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 # ------------------------------------------------------------------ threads
