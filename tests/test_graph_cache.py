@@ -343,3 +343,21 @@ def test_a_new_process_takes_the_graph_from_disk(tmp_path):
     assert warm["graphs"] == {"hits": 1} and warm["jit"]["compiled"] == 0
     for r in (cold, warm):
         assert r["loss"] == off["loss"] and r["grads"] == off["grads"]
+
+
+def test_the_package_part_of_the_key_follows_file_contents_not_times(tmp_path):
+    """Two copies of one tree (new modification times, as in a fresh clone) key alike;
+    a change of content that keeps a file's size and modification time keys apart."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root in (a, b):
+        (root / "sub").mkdir(parents=True)
+        (root / "x.py").write_text("X = 1\n")
+        (root / "sub" / "y.py").write_text("Y = 2\n")
+        (root / "notes.txt").write_text(str(root))
+    os.utime(b / "x.py", ns=(10**18, 10**18))
+    assert graph_cache.tree_hash(str(a)) == graph_cache.tree_hash(str(b))
+    st = os.stat(b / "x.py")
+    (b / "x.py").write_text("X = 3\n")
+    os.utime(b / "x.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(b / "x.py").st_size == st.st_size
+    assert graph_cache.tree_hash(str(a)) != graph_cache.tree_hash(str(b))

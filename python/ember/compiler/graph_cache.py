@@ -157,22 +157,28 @@ def _target(t):
 # ---------------------------------------------------------------- the key
 
 def _package_hash():
-    """A hash of the package's Python files (the compiler's passes are among them) by
-    their paths, sizes and modification times."""
+    """A hash of the package's Python files (the compiler's passes are among them)."""
     global _source_hash
     if _source_hash is None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        h = hashlib.blake2b(digest_size=20)
-        for d, dirs, files in os.walk(root):
-            dirs.sort()
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    p = os.path.join(d, f)
-                    st = os.stat(p)
-                    h.update(f"{os.path.relpath(p, root)}\0{st.st_size}\0"
-                             f"{st.st_mtime_ns}\0".encode())
-        _source_hash = h.hexdigest()
+        _source_hash = tree_hash(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return _source_hash
+
+
+def tree_hash(root):
+    """A hash of the paths and contents of the .py files below root: the same for two
+    copies of one tree (a fresh clone has new modification times) and different when any
+    file's content changes (even keeping its size and modification time)."""
+    h = hashlib.blake2b(digest_size=20)
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(".py"):
+                p = os.path.join(d, f)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                h.update(f"{os.path.relpath(p, root)}\0{len(data)}\0".encode())
+                h.update(data)
+    return h.hexdigest()
 
 
 def _graph_text(gm):
