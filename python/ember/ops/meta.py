@@ -219,10 +219,15 @@ def check_ndim(name, ndim):
 
 
 def meta_tensor(shape, dtype, strides=None):
+    """A meta tensor; a SymFake (fx/sym_fake.py) when a size or stride is symbolic."""
     shape = tuple(shape)
     check_ndim("meta_tensor", len(shape))
-    return _C._meta_tensor(shape, dtype, strides if strides is not None else
-                           contiguous_strides(shape))
+    strides = tuple(strides) if strides is not None else contiguous_strides(shape)
+    if any(type(v) is not int for v in shape + strides):
+        from ..fx import sym_fake
+        if sym_fake.is_symbolic(shape + strides):
+            return sym_fake.SymFake.make(shape, strides, dtype)
+    return _C._meta_tensor(shape, dtype, strides)
 
 
 def shape_str(shape):

@@ -1,0 +1,71 @@
+"""SymFake: a meta tensor whose sizes and strides are SymInts ([dynamic]).
+
+It is a Tensor (a meta tensor at the hint sizes, so dtype, rank and the C rules' checks
+are the eager ones) whose `shape`, `size()`, `stride()` and `numel()` answer with the
+symbolic values. The Python meta rules (ops/meta.py) read geometry through those, so
+run on SymFakes they compute symbolic result shapes, and every branch they take on a size
+becomes a guard in the ShapeEnv; `meta.meta_tensor` makes a SymFake when a shape or a
+stride it is given holds a SymInt.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _C
+from .shape_env import SymInt
+
+
+def _hint(v):
+    return v.hint if isinstance(v, SymInt) else v
+
+
+def is_symbolic(values):
+    return any(isinstance(v, SymInt) for v in values)
+
+
+class SymFake(_C.Tensor):
+    """make(shape, strides, dtype) -> a SymFake; read like a tensor."""
+
+    @staticmethod
+    def make(shape, strides, dtype):
+        shape, strides = tuple(shape), tuple(strides)
+        base = _C._meta_tensor(tuple(_hint(n) for n in shape), dtype,
+                               tuple(_hint(s) for s in strides))
+        t = _C.Tensor._make_subclass(SymFake, base, False)
+        t._sym_shape = shape
+        t._sym_strides = strides
+        return t
+
+    @property
+    def shape(self):
+        from .. import Size
+        return Size(self._sym_shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            return self.shape
+        return self._sym_shape[_wrap(dim, len(self._sym_shape))]
+
+    def stride(self, dim=None):
+        if dim is None:
+            return self._sym_strides
+        return self._sym_strides[_wrap(dim, len(self._sym_strides))]
+
+    def numel(self):
+        return math.prod(self._sym_shape)
+
+    def hint_geometry(self):
+        """(shape, strides) at the hints."""
+        return (tuple(_hint(n) for n in self._sym_shape),
+                tuple(_hint(s) for s in self._sym_strides))
+
+    def __repr__(self):
+        return (f"SymFake(size=({', '.join(map(str, self._sym_shape))}), "
+                f"stride=({', '.join(map(str, self._sym_strides))}), dtype={self.dtype})")
+
+
+def _wrap(d, n):
+    if not -max(n, 1) <= d < max(n, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(n, 1)}, {max(n, 1) - 1}], but got {d})")
+    return d % max(n, 1)
