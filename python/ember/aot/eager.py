@@ -25,7 +25,7 @@ def writes_into_inputs(gm) -> bool:
     """Whether a captured graph writes into an input (or a view of one)."""
     for n in gm.graph.nodes:
         fake = n.meta.get("example_value") if n.op == "placeholder" else None
-        if fake is not None and fake._version > 0:
+        if fake is not None and getattr(fake, "_version", 0) > 0:
             return True
     return False
 

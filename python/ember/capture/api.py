@@ -90,16 +90,16 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
     from ..nn import Module
     _check_mode_and_options(mode, options, "module" if isinstance(model, Module) else
                             "function")
-    if dynamic:
-        raise NotImplementedError("ember.compile(dynamic=True): dynamic shapes are not "
-                                  "supported yet; every shape is specialised (use "
-                                  "dynamic=None or False)")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"ember.compile: dynamic must be None, True or False, got "
+                        f"{dynamic!r}")
     if disable:
         return model
     _check_python()
     name, fn = backends.lookup(backend if backend is not None else
                                backends.default_backend())
-    ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options))
+    ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options),
+                         dynamic=dynamic)
     callback = make_callback(ctx)
     if isinstance(model, Module):
         return optimized_module_class()(model, callback, ctx)

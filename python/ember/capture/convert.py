@@ -22,6 +22,9 @@ from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
+from . import dynamic
+from .sym_sizes import SymbolicUnsupported, has_symbols, specializing
+from ..aot.eager import writes_into_inputs
 from .source import AttrSource, CellSource, ClosureSource, LocalSource
 from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
 from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar, \
@@ -39,8 +42,9 @@ _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
 class CompileContext:
     """The options of one ember.compile() call: what its callback uses."""
 
-    def __init__(self, backend_name, backend, fullgraph, check=False):
+    def __init__(self, backend_name, backend, fullgraph, check=False, dynamic=None):
         self.backend_name = backend_name
+        self.dynamic = dynamic    # ember.compile(dynamic=...): capture/dynamic.py
         self.backend = backend
         self.fullgraph = fullgraph
         self.check = check        # self-check mode: first calls also run eagerly
@@ -98,7 +102,13 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     counters["stats"]["calls_captured"] += 1
     t0 = time.perf_counter()
     try:
-        out, ret = trace_frame(frame_info)
+        try:
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
+        except SymbolicUnsupported as e:
+            # what symbolic sizes cannot do yet: this code is captured specialised
+            counters["dynamic_fallback"][e.reason] += 1
+            dynamic.static_codes.add(code)
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
         gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         if ctx.strict():
@@ -209,7 +219,7 @@ def compile_break(frame_info, e, ctx, t0):
         # CPython, and capture resumes where the loop exits (resume.py)
         offset = loop[0] + shift
     root = []
-    out, _ = trace_frame(frame_info, stop_at=offset, keep=root)
+    out, _ = trace_frame(frame_info, stop_at=offset, keep=root, dynamic=ctx.dynamic)
     tx = root[0]
     ins = tx.stopped
     if ins is None or ins.offset != offset:
@@ -380,12 +390,13 @@ def retry_if_fallen_back(code):
         _hook.reset_code(code)
 
 
-def trace_frame(frame_info, stop_at=None, keep=None):
+def trace_frame(frame_info, stop_at=None, keep=None, dynamic=False):
     """Interprets the frame's code with its argument values; returns (OutputGraph, VT).
     With stop_at, stops before the frame's instruction at that offset (a graph break);
     `keep` (a list) then receives the frame's Translator, holding the stack and locals."""
     code = frame_info.code
     out = OutputGraph(code)
+    out.dynamic_mode = dynamic
     # AOT autograd decides a graph's autograd by the grad mode it is entered with: a
     # region turning grad on inside a graph entered with it off breaks (stdlib.py)
     out.entry_grad_mode = _C.is_grad_enabled()
@@ -523,7 +534,12 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     one warning per (code, reason), unless strict."""
     example_inputs = [value for _, _, value in out.inputs]
     try:
-        compiled = ctx.backend(gm, example_inputs)
+        if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
+            # (the eager backend runs symbolic graphs as they are, unless AOT's
+            # functionalization must run them)
+            compiled = specializing(gm, ctx.backend)
+        else:
+            compiled = ctx.backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
     except Exception as e:   # noqa: BLE001 - any backend failure falls back
@@ -558,6 +574,7 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
     another backend or options compiles its own entry instead of reusing this one.
     Last, so that a miss reported by check_verbose names a changed input first."""
     tuples = []
+    sym = getattr(guards, "sym", None)
     for g in guards:
         if g.kind == "GRAD_MODE":
             tuples.append(("GRAD_MODE", bool(g.value)))
@@ -567,7 +584,9 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             continue
         src = g.source.getter()
         if g.kind == "TENSOR_MATCH":
-            tuples.append(_hook.tensor_match(src, g.value))
+            sizes, strides = sym.open_dims(g.source) if sym is not None else ((), ())
+            tuples.append(_hook.tensor_match(src, g.value, dynamic_dims=sizes,
+                                             open_strides=strides))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
         elif g.kind == "LAMBDA":
@@ -577,6 +596,8 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(("ALIAS", src, other.getter(), same))
         else:
             tuples.append((g.kind, src, g.value))
+    if sym is not None:
+        tuples.extend(sym.guard_tuples())
     if ctx is not None and ctx.callback is not None:
         tuples.append(("COMPILE_CONTEXT", ctx.callback))
     code = frame_info.code

@@ -100,6 +100,50 @@ class ConstVar(ValueVar):
         return bool(self.value)
 
 
+class SymVar(VariableTracker):
+    """A symbolic size ([dynamic]): a SymInt (fx/shape_env.py) that the graph computes
+    from its size inputs (capture/sym_sizes.py). Arithmetic and comparisons keep it
+    symbolic (a comparison's truth is guarded); wherever a plain constant is needed it
+    is specialised: its value is its hint, guarded equal from then on."""
+
+    def __init__(self, sym):
+        self.sym = sym
+
+    def python_type(self):
+        return int
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return int(self.sym)
+
+    def truth(self, tx):
+        return bool(self.sym)
+
+    def __repr__(self):
+        return f"SymVar({self.sym})"
+
+
+class SliceVar(VariableTracker):
+    """A slice with a symbolic bound; as a constant, specialised."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def python_type(self):
+        return slice
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return slice(*[p.as_constant() for p in self.parts])
+
+    def __repr__(self):
+        return f"SliceVar({self.parts})"
+
+
 class TensorVar(VariableTracker):
     """A tensor value: an FX node (graph input or op result) and its fake tensor."""
 
