@@ -5,6 +5,7 @@ after warm-up, the rows' runs taking turns (so a change in machine load affects 
 side alike); the first (compiling) call is reported apart.
 
     python benchmarks/kernels.py [--threads 1] [--runs 25] [--quick]
+                                 [--only gelu,softmax,chain,gemm]
 
 Kernels ([llvm-2]):
   - layer_norm + gelu + residual, 4096 x 768: gelu(layer_norm(x)) + r
@@ -107,7 +108,7 @@ def cases(quick):
     srows, sd = (256, 1024) if quick else (4096, 1024)
     n = (1 << 16) if quick else (1 << 22)
     m, k, nn = (128, 256, 256) if quick else (1024, 256, 1024)
-    return [
+    all_cases = [
         (f"layer_norm + gelu + residual {rows}x{d}", ln_gelu_residual, ln_gelu_residual_np,
          [randn(rows, d), randn(rows, d), randn(d, scale=0.1) + 1, randn(d, scale=0.1)],
          3 * rows * d * 4, "memory"),
@@ -119,6 +120,10 @@ def cases(quick):
         (f"GEMM {m}x{k} @ {k}x{nn}", gemm, gemm_np, [randn(m, k), randn(k, nn)],
          2 * m * k * nn, "gemm"),
     ]
+    # --only: the cases whose key (gelu, softmax, chain, gemm) is listed
+    keys = ["gelu", "softmax", "chain", "gemm"]
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    return [c for key, c in zip(keys, all_cases) if not only or key in only]
 
 
 def main():

@@ -104,7 +104,7 @@ gelu_phif(float x)
     float p = em_erfc_tail_p(t);
     float xa = fabsf(x), xc = xa > 14.8f ? 14.8f : xa;  /* erfc(14.8/sqrt(2)) is 0 */
     float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
-    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;
+    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) + EM_ERFC_FIT_C + t * p;
     float s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
     /* exp(s) for s in [-112, 0.01] (em_expf's steps without its overflow and NaN
      * cases): 0 below -87.3, where erfc(z) < 1e-38 */
