@@ -22,7 +22,9 @@ Rounds: round r runs every step with its r-th candidate (or its first when it ha
 fewer), `reps` calls after a warm-up, each step timed by the runtime's profile; a
 step's pick is its candidate of least median time, the plan's own unless another is
 faster by more than MARGIN (ties: the earlier). Steps whose plan schedule takes under
-MIN_SECONDS are not tuned. The timer is injectable (tests): timer(graph, args,
+MIN_SECONDS are not tuned. The picks are then timed again, alternating with the
+plan's schedule (CONFIRM times): a pick that no longer wins by MARGIN is dropped (a
+noisy machine makes no step slower than the default). The timer is injectable (tests): timer(graph, args,
 schedule) -> one call's per-step seconds.
 
 The picks are cached on disk (`config.cache_dir`/autotune/, the kernel cache's rules:
@@ -50,6 +52,7 @@ SUFFIX = ".json"
 MARGIN = 0.03
 MIN_SECONDS = 20e-6
 REPS = 5
+CONFIRM = 3
 
 # the pipeline variants a kernel may be built with (name -> new pass manager pipeline)
 PIPELINES = {
@@ -248,9 +251,30 @@ class Tuner:
                     times[i].append(secs[i])
                 for i in schedule:                 # back to the plan's own
                     self.apply(graph, i, cands[i][0])
+            picks = pick(cands, times)
+            if picks:
+                picks = self._confirm(graph, targs, cands, picks)
         finally:
             _random.set_rng_state(rng)
-        return pick(cands, times)
+        return picks
+
+    def _confirm(self, graph, args, cands, picks):
+        """The picks measured again, against the plan's own schedule in alternation
+        (CONFIRM times each): a step keeps its pick only if it still wins by MARGIN."""
+        own, new = collections.defaultdict(list), collections.defaultdict(list)
+        for _ in range(CONFIRM):
+            secs = self._measure(graph, args, {})
+            for i in picks:
+                own[i].append(secs[i])
+            for i, c in picks.items():
+                self.apply(graph, i, c)
+            secs = self._measure(graph, args, picks)
+            for i in picks:
+                new[i].append(secs[i])
+            for i in picks:
+                self.apply(graph, i, cands[i][0])
+        return {i: c for i, c in picks.items()
+                if statistics.median(new[i]) < statistics.median(own[i]) * (1 - MARGIN)}
 
     def _measure(self, graph, args, schedule):
         """Per step, the median of reps calls' seconds (after a warm-up call)."""
