@@ -690,12 +690,9 @@ fx.node.has_side_effect(_C._set_grad_enabled)
 
 def _record_grad_mode(tx, mode):
     """A node setting grad mode (kept by dead-code elimination), and the same change on
-    the capture's own mode, so the fake results of the region's ops are eager's. Turning
-    grad on in a graph entered with it off is a break: AOT autograd gives a graph
-    autograd by its entry mode, so the region's results would lose their history."""
-    if mode and not getattr(tx.output, "entry_grad_mode", True):
-        raise Unsupported("grad mode turned on inside a graph entered with it off (the "
-                          "rest runs in a graph entered with it on)")
+    the capture's own mode, so the fake results of the region's ops are eager's. AOT
+    autograd traces through these nodes (aot/grad_mode.py), so a region turning grad on
+    in a graph entered with it off stays in the graph."""
     prev = _C._set_grad_enabled(mode)
     node = tx.output.graph.call_function(_C._set_grad_enabled, (mode,), {})
     node.meta["stack"] = tx.user_stack()
