@@ -149,3 +149,71 @@ def test_torch_explain_agrees_with_stored_counts(torch):
             wrong[case.name] = (out.graph_count, out.break_reasons)
     torch._dynamo.reset()
     assert wrong == {}
+
+
+def test_builtin_max_of_tensors_requiring_grad_breaks_and_keeps_eagers_gradients():
+    """max(a, b) of one-element tensors is a where() in the graph only when no item
+    requires grad: eager's backward reaches the item taken alone (the other's .grad
+    stays None), which a graph op cannot know; so that breaks, counted, and the
+    gradients are eager's, None included."""
+    def h(x, y):
+        return max(x.sum(), y.sum()) * 3
+    for backend in ("eager", "aot_eager", "llvm"):
+        ember.compiler.reset()
+        x1 = ember.tensor([1.0, 2.0], requires_grad=True)
+        y1 = ember.tensor([0.5, 0.25], requires_grad=True)
+        x2, y2 = (t.detach().clone().requires_grad_() for t in (x1, y1))
+        h(x1, y1).backward()
+        ember.compile(h, backend=backend)(x2, y2).backward()
+        assert y1.grad is None and y2.grad is None
+        np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
+        assert any("requires grad" in r for r in counters["graph_break"])
+        assert counters["stats"]["frames_fallback"] == 0
+
+
+def test_builtin_max_of_larger_tensors_raises_as_eager():
+    def g(x, y):
+        return max(x, y)
+    with pytest.raises(RuntimeError) as want:
+        g(ember.ones(3), ember.zeros(3))
+    with pytest.raises(RuntimeError) as got:
+        ember.compile(g, backend="eager")(ember.ones(3), ember.zeros(3))
+    assert str(got.value) == str(want.value)
+
+
+def test_objects_made_inside_are_new_per_call_and_cross_a_break():
+    """An instance the frame made and returns is a new object per call, with eager's
+    attributes in eager's order, also when a graph break passes it to a resume
+    function; one that stays inside costs nothing after the graph."""
+    class Rec:
+        def __init__(self, t):
+            self.t = t
+            self.n = 1
+
+    def fn(x):
+        r = Rec(x * 2)
+        print("break")
+        r.n += 1
+        return r.t + 1, r
+
+    def inside(x):
+        r = Rec(x * 2)
+        return r.t + r.n
+
+    x = ember.arange(3.0)
+    compiled = ember.compile(fn, backend="eager")
+    (a, ra), (b, rb) = compiled(x), compiled(x)
+    want, rw = fn(x)
+    assert ra is not rb and type(ra) is Rec
+    assert list(vars(ra)) == list(vars(rw)) == ["t", "n"] and ra.n == rw.n == 2
+    np.testing.assert_array_equal(ra.t.numpy(), rw.t.numpy())
+    np.testing.assert_array_equal(a.numpy(), want.numpy())
+    assert counters["stats"]["frames_fallback"] == 0 and counters["stats"]["graph_breaks"] == 1
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    ember.compile(inside, backend=backend)(x)
+    outputs = [n for n in graphs[0].graph.nodes if n.op == "output"][0].args[0]
+    assert len(outputs) == 1       # r.t is no graph output: r stays inside

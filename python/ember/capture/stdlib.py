@@ -691,11 +691,12 @@ def min_max_of_tensors(tx, fn, args):
     """Builtin max(a, b, ...) / min(...) or max(iterable) whose items are one-element
     tensors (a tensor's rows included): CPython keeps the first item and takes each
     later one that compares greater (less), so the result is a chain of
-    where(b > current, b, current): the value, the dtype, the shape and the gradient
-    (all of it to the item taken) are those of the item eager returns, in the graph
-    (TorchDynamo makes a graph op too). Items of other sizes (eager's comparison raises),
-    mixed with Python numbers (the result's type would depend on the data) or of other
-    dtypes, shapes or requires_grad fall back to CPython's own max."""
+    where(b > current, b, current): the value, the dtype and the shape are those of the
+    item eager returns, in the graph (TorchDynamo makes a graph op too). Items of other
+    sizes (eager's comparison raises), mixed with Python numbers (the result's type
+    would depend on the data), of other dtypes or shapes, or requiring grad under grad
+    mode (eager's gradient reaches the item taken alone: which inputs get a .grad would
+    depend on the data) break, counted, and CPython runs its own max."""
     items = list(args) if len(args) > 1 else args[0].unpack(tx)
     if not any(isinstance(i, TensorVar) for i in items):
         if len(args) == 1 and all(i.is_constant() for i in items):
@@ -714,6 +715,11 @@ def min_max_of_tensors(tx, fn, args):
                 f.requires_grad != first.requires_grad:
             raise Unsupported(f"{name} over tensors of other dtypes, shapes or "
                               "requires_grad (needs its data)")
+    if first.requires_grad and _C.is_grad_enabled():
+        # eager's backward reaches the item taken alone: the others' .grad stays None,
+        # where a graph op would give them zeros
+        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
+                          "depends on the data)")
     from ..ops import api as O
     compare = operator.gt if fn is max else operator.lt
     current = items[0]
