@@ -107,11 +107,12 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     return fw, bw, saved
 
 
-def _copy_of(graph, node):
-    """A clone node of node in graph (the value as it is when the forward runs)."""
-    from ..ops.registry import ENTRIES
-    clone = next(e.c_op for e in ENTRIES if e.qualified_name == "clone")
-    copy = graph.call_function(clone, (node,))
+def _copy_of(fw, node):
+    """A copy, made in the forward, of an input the program writes into that the
+    backward reads: the runtime writes the input's new value into its memory after the
+    forward (mutation.py), and the backward must see the value the forward read."""
+    from ..ops import api as O
+    copy = fw.call_function(O.clone, (node,), {})
     copy.meta.update(node.meta)
     return copy
 

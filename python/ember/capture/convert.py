@@ -397,9 +397,6 @@ def trace_frame(frame_info, stop_at=None, keep=None, dynamic=False):
     code = frame_info.code
     out = OutputGraph(code)
     out.dynamic_mode = dynamic
-    # AOT autograd decides a graph's autograd by the grad mode it is entered with: a
-    # region turning grad on inside a graph entered with it off breaks (stdlib.py)
-    out.entry_grad_mode = _C.is_grad_enabled()
     nargs = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     names = code.co_varnames[:nargs]

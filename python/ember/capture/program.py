@@ -33,7 +33,8 @@ import types
 from .exc import Unsupported
 from .side_effects import DELETED
 from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
-                        DictVar, FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar,
+                        DictVar, FunctionVar, ListVar, ModuleVar, NewObjectVar, ObjectVar,
+                        OpVar,
                         TensorMethodVar, TensorVar, TupleVar)
 
 
@@ -112,6 +113,10 @@ class ProgramBuilder:
             return self._cell(vt)
         if isinstance(vt, FunctionVar) and vt.closure is not None and source is None:
             return self._function(vt)
+        if isinstance(vt, NewObjectVar):
+            # an object the frame made: a new instance per call (its attributes are
+            # set by the effects)
+            return self._add(("call1", object.__new__, self.const(type(vt.value))), vt)
         if getattr(vt, "made_by_frame", False):
             raise Unsupported("returning or storing a module the compiled code built")
         if isinstance(vt, (ModuleVar, ObjectVar, FunctionVar, OpVar, BuiltinVar)):
@@ -207,17 +212,41 @@ class ProgramBuilder:
                 (side_effects.attrs, self.target, "delattr", "setattr"),
                 (side_effects.globals_, self.const, "delitem", "setitem")):
             for obj, name, value, recreate in table.values():
+                if isinstance(obj, NewObjectVar):
+                    continue            # below, if the object leaves the frame
                 t = target(obj)
                 if value is DELETED or recreate:
                     out.append((delete, t, name))
                 if value is not DELETED:
                     out.append((store, t, name, self.value(value)))
+        out += self._new_object_attrs(side_effects)
         for cell in side_effects.cells:
             # (a resume function's cell parameter: the cell its slot holds)
             t = self.target(cell) if getattr(cell, "source", None) is not None else \
                 self.const(cell.real)
             out.append(("setattr", t, "cell_contents", self.value(cell.content)))
         return out
+
+
+    def _new_object_attrs(self, side_effects):
+        """The attributes of the objects the frame made that leave it (have a value in
+        the program: the result, another effect, or such an object's attribute reach
+        them), in the order the frame wrote them; the others are garbage at the end of
+        the frame, and nothing of theirs is computed."""
+        pending = [e for e in side_effects.attrs.values() if isinstance(e[0], NewObjectVar)]
+        out, done = [], set()
+        while True:
+            reached = [i for i, e in enumerate(pending)
+                       if i not in done and id(e[0]) in self.memo]
+            if not reached:
+                return out
+            for i in reached:
+                obj, name, value, _ = pending[i]
+                done.add(i)
+                if value is not DELETED:
+                    out.append(("setattr", self.memo[id(obj)], name, self.value(value)))
+                else:
+                    out.append(("delattr", self.memo[id(obj)], name))
 
 
 def build_program(ret, side_effects):

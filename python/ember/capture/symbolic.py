@@ -990,6 +990,9 @@ class Translator:
             for item in args[0].unpack(self):
                 total = self.binary(operator.add, total, item)
             return total
+        if fn in (min, max) and not kwargs and args and (
+                any(isinstance(a, TensorVar) for a in args) or len(args) == 1):
+            return stdlib.min_max_of_tensors(self, fn, args)
         if any(isinstance(a, TensorVar) for a in args):
             if fn in (abs,) or getattr(fn, "__module__", None) in ("_operator", "operator"):
                 return self.call_op(fn, args, kwargs)
