@@ -320,7 +320,10 @@ def _compile_break_at(frame_info, path, loop, ctx, t0):
                     local_values[i] = value_index(f.cells[n])
             return local_values
 
-        cells = [value_index(f.cells[n]) for n in resume.own_cells(base)]
+        cell_names = resume.own_cells(base)
+        if resume.frees_are_params(fcode, depth > 0):
+            cell_names += base.co_freevars
+        cells = [value_index(f.cells[n]) for n in cell_names]
         continuations = [resume.Continuation(fcode, off, locals_at(off), lower_idx,
                                              n_out, cells=cells) for off in after]
         if depth == last and loop is not None:
@@ -341,14 +344,9 @@ def _compile_break_at(frame_info, path, loop, ctx, t0):
             handler = resume.Continuation(fcode, target, locals_at(target),
                                           lower_idx[:hdepth], 1 + bool(lasti),
                                           lasti=bool(lasti), cells=cells)
-        globals_, closure = None, None
-        if depth:
-            globals_ = f.f_globals
-            if base.co_freevars:
-                closure = value_index(TupleVar([f.cells[n] for n in base.co_freevars]))
         levels.append(resume.Level(fcode, continuations, handler, offset,
                                    entered[depth] if at[depth] != entered[depth]
-                                   else None, globals_, closure))
+                                   else None, f.f_globals if depth else None))
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):

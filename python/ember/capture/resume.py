@@ -226,7 +226,8 @@ def check_resumable(code):
         raise Unsupported("graph break in a generator")
 
 
-def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False):
+def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False,
+                free_params=False):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
@@ -239,8 +240,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     grad: it takes the grad mode to run in as a parameter (after the stack values) and
     its prologue sets it, keeping the caller's in a local: the caller enters it with
     its own mode, so the graph starts in the mode of the frame that broke (AOT traces
-    autograd by the mode a graph starts in) and changes it inside, as that frame did."""
-    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad)
+    autograd by the mode a graph starts in) and changes it inside, as that frame did.
+    free_params: the code's free variables are parameters holding the cells too (after
+    its own cells), not a closure: for a function the frame inlined (a break inside
+    it), whose cells may be new at each call (a closure the frame made)."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad,
+           free_params)
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -254,17 +259,19 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     # after the stack values, so every cell and free variable moves by nvalues
     g = int(bool(grad))
     cells = own_cells(code)
-    varnames = code.co_varnames + stack_names + ("___grad",) * g + cells + \
+    frees = code.co_freevars if free_params else ()
+    varnames = code.co_varnames + stack_names + ("___grad",) * g + cells + frees + \
         ("___entry_grad",) * g
     nparams = len(varnames) - g
-    body = _shift_free_opargs(code.co_code, nlocals, len(cells), nvalues + g, g)
+    body = _shift_free_opargs(code.co_code, nlocals, len(cells), nvalues + g,
+                              0 if free_params else g)
     consts = list(code.co_consts)
     if grad:
         consts.append(_C._set_grad_enabled)
 
     def prologue():
         asm = Asm()
-        if code.co_freevars:
+        if code.co_freevars and not free_params:
             asm("COPY_FREE_VARS", len(code.co_freevars))
         asm("RESUME", 0)
         if grad:
@@ -303,9 +310,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     tail, stacksize = b"", 0
     if loop is not None:
         body, tail, stacksize = _loop_exits(code, body, units, loop, delete, nvalues,
-                                            consts, g)
+                                            consts, g, free_params)
         qualname = f"{code.co_qualname}.<loop at {offset}>"
+    frees_as_cells = dict(co_cellvars=code.co_cellvars + frees, co_freevars=()) \
+        if free_params else {}
     new = code.replace(
+        **frees_as_cells,
         co_code=head + body + tail, co_consts=tuple(consts),
         co_argcount=nparams, co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames,
@@ -320,7 +330,7 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     return new
 
 
-def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
+def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params=False):
     """A loop function's body with a jump at each exit to a stub after the code that
     calls the resume function there with the live locals (bound before the loop:
     those the prologue does not delete), the stack values and the cells, and returns
@@ -332,7 +342,8 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
     targets |= {2 * t for _, _, t, _, _ in parse_exception_table(code.co_exceptiontable)}
     starts = [ins.offset for ins in instructions]
     nlocals = len(code.co_varnames)
-    cells = own_cells(code)
+    cells = own_cells(code) + (code.co_freevars if free_params else ())
+    closure = code.co_freevars and not free_params
 
     def const(obj):
         for i, c in enumerate(consts):
@@ -352,16 +363,17 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
             raise Unsupported("a local read after the loop may be unbound there")
         dead = {n for n in code.co_varnames if n not in code.co_cellvars and
                 (n not in live or n in unbound)}
-        rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g))
+        rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g),
+                            free_params=free_params)
         asm = Asm()
         asm("PUSH_NULL")
-        if code.co_freevars:
+        if closure:
             base = nlocals + nvalues + 2 * g + len(cells)
             for j in range(len(code.co_freevars)):
                 asm("LOAD_CLOSURE", base + j)
             asm("BUILD_TUPLE", len(code.co_freevars))
         asm("LOAD_CONST", const(rcode))
-        asm("MAKE_FUNCTION", 8 if code.co_freevars else 0)
+        asm("MAKE_FUNCTION", 8 if closure else 0)
         for i, name in enumerate(code.co_varnames):
             if name in dead:
                 asm("LOAD_CONST", none)
@@ -478,18 +490,28 @@ class Level:
     the others: by the frames inside) goes to, or None. offset: the instruction's.
     entry_mode: the grad mode the frame was entered with, where its mode at the
     instruction differs (its resume function takes the mode as a parameter and is
-    called in this one). globals_/closure: an inlined frame's function's globals and
-    the value index of the tuple of its closure's cells (None: no free variables)."""
+    called in this one). globals_: an inlined frame's function's globals.
+
+    An inlined frame's resume functions take its free variables' cells as parameters
+    (resume_code's free_params; its continuations' cells: its own cells, then those),
+    as do those of a frame running such a resume function."""
 
     def __init__(self, code, continuations, handler=None, offset=None, entry_mode=None,
-                 globals_=None, closure=None):
+                 globals_=None):
         self.code = code
         self.continuations = continuations
         self.handler = handler
         self.offset = offset
         self.entry_mode = entry_mode
         self.globals = globals_
-        self.closure = closure
+
+
+def frees_are_params(code, inlined):
+    """Whether the resume functions of a frame running `code` take its free variables'
+    cells as parameters (Level): an inlined frame's, or a resume function's that
+    does."""
+    base, _ = original(code)
+    return bool(base.co_freevars) and (inlined or not code.co_freevars)
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, levels,
@@ -545,7 +567,8 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
             nulls = [v is None for v in c.lower] + [False] * c.outputs
             rcode = resume_code(base, c.offset - shift, nulls, delete,
                                 handler=c.lasti is not None, loop=c.loop,
-                                grad=lv.entry_mode is not None and c.lasti is None)
+                                grad=lv.entry_mode is not None and c.lasti is None,
+                                free_params=frees_are_params(lv.code, depth > 0))
             if c.loop is not None:
                 _skip_code(rcode)         # the loop runs in CPython
             lv.resumes.append(rcode)
@@ -563,7 +586,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
             else:
                 lv.funcs = [types.FunctionType(r, func.__globals__, r.co_name)
                             for r in lv.resumes]
-        elif not base.co_freevars:
+        else:
             lv.funcs = [types.FunctionType(r, lv.globals, r.co_name) for r in lv.resumes]
     if instruction[0] in ("LOAD_ATTR", "STORE_ATTR"):
         # (the name is the last frame's: the entry function's co_names has it too)
@@ -611,22 +634,12 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
         asm("PUSH_NULL")
         if lv.funcs is not None:
             asm("LOAD_CONST", const(lv.funcs[k]))
-        elif depth == 0:
+        else:
             for i in range(len(freevars)):
                 asm("LOAD_CLOSURE", len(varnames) + i)
             asm("BUILD_TUPLE", len(freevars))
             asm("LOAD_CONST", const(lv.resumes[k]))
             asm("MAKE_FUNCTION", 8)
-        else:       # over the cells of the inlined function's closure
-            asm("PUSH_NULL")
-            asm("LOAD_CONST", const(types.FunctionType))
-            asm("LOAD_CONST", const(lv.resumes[k]))
-            asm("LOAD_CONST", const(lv.globals))
-            asm("LOAD_CONST", const(lv.resumes[k].co_name))
-            asm("LOAD_CONST", 0)
-            push(lv.closure)
-            asm("PRECALL", 5)
-            asm("CALL", 5)
 
     def open_(depth, c, k):
         """Pushes the resume function of continuation c (k: its index) and its
