@@ -383,7 +383,7 @@ def traced():
     seen, orig = [], convert.trace_frame
 
     def recording(info, **kw):
-        if "stop_at" not in kw:     # (not the second trace up to a graph break)
+        if "stop_path" not in kw:   # (not the second trace up to a graph break)
             seen.append(info.code.co_name)
         return orig(info, **kw)
     convert.trace_frame = recording

@@ -130,10 +130,11 @@ def fn(x):
     y = x.sin()
     z = helper(y)
     return z.cos()
-""", "T(3,)", 4, 2, r"print\(\)", torch=(4, 3)),
-    # a break inside an inlined call breaks the caller at the call, which runs in
-    # CPython and breaks in its own frame: 2 breaks (torch 2.13 counts the inner break
-    # twice, as it restarts analysis)
+""", "T(3,)", 3, 1, r"print\(\)", torch=(4, 3)),
+    # a break inside an inlined call breaks there (nested resume): x.sin and y * 3 in
+    # one graph, then helper's rest and fn's rest in resume functions; torch 2.13
+    # breaks fn at the call, then helper in its own frame, counting the inner break
+    # twice, as it restarts analysis
     Case("submodule_forward_breaks", """
 class Inner(nn.Module):
     def __init__(self):
@@ -154,8 +155,11 @@ torch.manual_seed(0)
 model = Outer()
 def fn(x):
     return model(x)
-""", "T(3, 4)", 4, 3, r"print\(\)"),
-    # fn breaks at model(x), Outer.forward at self.inner(...), Inner.forward at print
+""", "T(3, 4)", 3, 1, r"print\(\)", torch=(4, 3)),
+    # one break, inside Inner.forward: x * 2 and self.lin in the first graph, relu in
+    # Inner.forward's resume function, self.out in Outer.forward's (fn's rest has no
+    # ops); torch breaks fn at model(x), Outer.forward at self.inner(...) and
+    # Inner.forward at print
     Case("backward_and_logging", """
 import logging
 log = logging.getLogger("graph_break_case")

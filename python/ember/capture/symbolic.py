@@ -47,6 +47,8 @@ BREAK_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "POP_JUMP_FORWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE"}) | frozenset(SIMPLE_BREAK_OPS)
 # tensor methods whose call is a graph break (bound methods until then, so the break
 # is at the CALL, with the bound method on the stack)
+# instructions that call: a break inside the frame they inline can resume there
+CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 _BREAK_METHODS = ("item", "tolist", "numpy", "backward", "data_ptr", "register_hook",
                   "retain_grad", "requires_grad_")
 
@@ -143,6 +145,7 @@ class OutputGraph:
         self._first_op = None
         self.dynamic_mode = False     # ember.compile(dynamic=...) (capture/dynamic.py)
         self.sym = None               # sym_sizes.SymbolicInputs once a size is symbolic
+        self.stop_path = None         # [(code, offset)], outermost first: stop there
 
     def add_input(self, value, source) -> TensorVar:
         known = self.tensor_vars.get(id(value))
@@ -316,8 +319,15 @@ class Translator:
         self.result = None
         self.yields = None      # values a generator expression yielded
         self.lazy = False       # a generator function's frame, run by its consumer
-        self.stop_at = None     # root only: offset to stop before (a graph break)
+        self.stop_at = None     # offset to stop before (a graph break; see StopTrace)
         self.stopped = None     # the instruction it stopped before
+        self.offset = None      # the instruction being run (a stop path's check)
+        # nested graph breaks: the code whose frame the CALL being run inlines as its
+        # whole body (its return value is the call's result), that frame's flag, and
+        # the grad mode the frame was entered with
+        self.direct_code = None
+        self.direct = False
+        self.entry_grad = None
 
     # ------------------------------------------------------------ running
 
@@ -351,10 +361,11 @@ class Translator:
                 steps += 1
                 if steps > MAX_INSTRUCTIONS:
                     raise Unsupported("the frame runs too many instructions to capture")
-                if ins.offset == self.stop_at:
+                self.offset = ins.offset
+                if ins.offset == self.stop_at and self._on_stop_path():
                     self.stopped = ins
                     self.output.exit_grad_mode = _C.is_grad_enabled()  # at the break
-                    return None
+                    raise StopTrace(self)
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
@@ -366,22 +377,17 @@ class Translator:
                 try:
                     jump = handler(ins)
                 except PyException as e:
-                    if self.parent is None and ins.opname in BREAK_OPS and \
-                            self._leaves_with_block(ins):
+                    if ins.opname in BREAK_OPS and self._leaves_with_block(ins):
                         # __exit__ with an exception is not interpreted: the frame
                         # breaks here and CPython runs the instruction and the handler
                         why = Unsupported(f"{e.reason}, leaving a `with` block",
                                           self.location())
-                        why.break_at, why.break_op = ins.offset, ins.opname
+                        why.user_stack = self.user_stack()
+                        self._note_break(why, ins)
                         raise why from None
                     jump = self._handle(ins, e)
                 except Unsupported as e:
-                    if self.parent is None and e.break_at is None and \
-                            ins.opname in BREAK_OPS:
-                        # the frame can stop before this instruction, run it in
-                        # CPython and resume after it (convert.py, resume.py)
-                        e.break_at = ins.offset
-                        e.break_op = ins.opname
+                    self._note_break(e, ins)
                     raise
                 if ins.opname == "RETURN_VALUE":
                     if self.parent is None:
@@ -406,6 +412,41 @@ class Translator:
         finally:
             if self.parent is None:
                 _C._set_grad_enabled(grad_mode)
+
+    def _note_break(self, e, ins):
+        """Where the frame chain can break for e, raised by ins (e.chain: [(code,
+        offset)], innermost first; at the root, e.break_at). A break inside a frame
+        this CALL inlines as its whole body (self.direct_code) stays there, this call
+        added to the chain (a nested break: convert.compile_break); else the frame
+        breaks at ins itself, if it can; else the chain is dropped."""
+        if e.break_at is not None:
+            return
+        chain = e.chain
+        if chain and ins.opname in CALL_OPS and e.chain_caller == id(self):
+            chain.append((self.code, ins.offset))
+        elif ins.opname in BREAK_OPS and not (self.parent is not None and e.no_nest):
+            e.chain = [(self.code, ins.offset)]
+        else:
+            e.chain = None
+        # (by id: the exception must not keep the frames' values alive)
+        e.chain_caller = id(self.parent) if self.direct else None
+        if self.parent is None and e.chain:
+            # the frame can stop before this instruction, run it in CPython and
+            # resume after it (convert.py, resume.py)
+            e.break_at = ins.offset
+            e.break_op = ins.opname
+
+    def _on_stop_path(self):
+        """Whether this frame and the frames it runs inside are at the stop path's
+        offsets (out.stop_path: [(code, offset)], outermost first)."""
+        path = self.output.stop_path
+        tx, depth = self.parent, self.depth - 1
+        while tx is not None:
+            code, offset = path[depth]
+            if tx.code is not code or tx.offset != offset:
+                return False
+            tx, depth = tx.parent, depth - 1
+        return True
 
     def _leaves_with_block(self, ins):
         """Whether an exception raised at ins goes to a `with` block's cleanup."""
@@ -764,7 +805,9 @@ class Translator:
                                  inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
         if self.depth >= MAX_INLINE_DEPTH:
-            raise Unsupported("inlining too deep (recursion?)")
+            e = Unsupported("inlining too deep (recursion?)")
+            e.no_nest = True        # (a nested break there would resume 32 frames)
+            raise e
         try:
             # the code's own parameters, not those of a functools.wraps'd function
             sig = inspect.signature(fn, follow_wrapped=False)
@@ -820,6 +863,13 @@ class Translator:
             if fn.__globals__ is not self.output_frame_globals() else None
         child = Translator(code, fn.__globals__, self.f_builtins, locals_, cells, self.output,
                            parent=self, globals_source_root=groot)
+        if self.direct_code is code and not generator:
+            child.direct = True         # this frame's return is the CALL's result
+            self.direct_code = None
+        child.entry_grad = _C.is_grad_enabled()
+        path = self.output.stop_path
+        if path and child.depth == len(path) - 1 and path[-1][0] is code:
+            child.stop_at = path[-1][1]
         if generator:
             child.lazy = True
             return stdlib.LazyIteratorVar(child.execute(), frame=child)
@@ -1163,7 +1213,16 @@ class Translator:
             # (resume.resume_code's grad)
             self.push(ConstVar(stdlib._record_grad_mode(self, bool(args[0].as_constant()))))
             return
-        self.push(fn.call(self, args, kwargs))
+        self.push(self._call(fn, args, kwargs))
+
+    def _call(self, fn, args, kwargs):
+        """fn(*args, **kwargs) for CALL and CALL_FUNCTION_EX, noting the code of the
+        frame it inlines as its whole body (a break there can resume there)."""
+        self.direct_code = _direct_code(fn)
+        try:
+            return fn.call(self, args, kwargs)
+        finally:
+            self.direct_code = None
 
     def CALL_FUNCTION_EX(self, ins):
         kwargs = self.pop() if ins.arg & 1 else DictVar({})
@@ -1174,7 +1233,7 @@ class Translator:
             raise Unsupported("CALL_FUNCTION_EX on a method")
         if not isinstance(kwargs, DictVar):
             raise Unsupported("**kwargs that are not a dict")
-        self.push(fn.call(self, args.unpack(self), dict(kwargs.items)))
+        self.push(self._call(fn, args.unpack(self), dict(kwargs.items)))
 
     def MAKE_FUNCTION(self, ins):
         code = self.pop().as_constant()
@@ -1692,6 +1751,35 @@ class Translator:
         what = repr(value) if isinstance(value, BaseException) else \
             getattr(value, "__name__", None) if isinstance(value, type) else None
         raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
+
+
+class StopTrace(BaseException):
+    """Raised where a trace stops before a graph break (out.stop_path), through every
+    frame it runs inside (which keep their stacks and locals): not an Exception, so no
+    handler of the interpreter's own catches it. frame: the Translator that stopped."""
+
+    def __init__(self, frame):
+        super().__init__()
+        self.frame = frame
+
+
+def _direct_code(fn):
+    """The code of the frame a call of fn inlines as its whole body (a function, a
+    method, a module's forward without hooks), or None."""
+    if type(fn) in (FunctionVar, _LocalFunctionVar, BoundMethodVar) and \
+            isinstance(fn.value, types.FunctionType):
+        return fn.value.__code__
+    if type(fn) is ModuleVar:
+        m = fn.value
+        from . import api
+        if api._OPTIMIZED is not None and type(m) is api._OPTIMIZED:
+            return None
+        d = object.__getattribute__(m, "__dict__")
+        if d.get("_forward_pre_hooks") or d.get("_forward_hooks") or "forward" in d:
+            return None
+        forward = inspect.getattr_static(type(m), "forward", None)
+        return forward.__code__ if isinstance(forward, types.FunctionType) else None
+    return None
 
 
 def _unsupported(reason, e):
