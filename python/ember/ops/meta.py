@@ -327,7 +327,7 @@ def div(entry, args):
 def pow_(entry, args):
     """pow's rule: integers to negative integer powers are refused."""
     out = elementwise(entry, args)
-    if not is_float(out.dtype) and isinstance(args[1], int) and args[1] < 0:
+    if not is_inexact(out.dtype) and isinstance(args[1], int) and args[1] < 0:
         raise RuntimeError("pow(): Integers to negative integer powers are not allowed.")
     return out
 
