@@ -77,6 +77,98 @@ run(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, bool big)
     return em_parallel_for(fn, ctx, n, chunk, big && em_pool_threads() > 1);
 }
 
+/* Row reductions with 16 float lanes (GCC vectors: every clone gets full-width
+ * operations, and the order of the additions is fixed by the code, not the compiler):
+ * sum(a * b) (b NULL: sum(a)), sum((a - c)^2) gathered in double per EM_CHUNK elements,
+ * and the maximum. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define LANES 16
+#define EM_CHUNK 1024
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* the 16 lanes added as a tree (halves, quarters, then 4 scalars): short rows pay
+ * little for their reductions */
+static inline float
+lanes_total(v16f l)
+{
+    v8f a, b;
+    memcpy(&a, &l, sizeof a);
+    memcpy(&b, (char *)&l + sizeof a, sizeof b);
+    a += b;
+    v4f c, d;
+    memcpy(&c, &a, sizeof c);
+    memcpy(&d, (char *)&a + sizeof c, sizeof d);
+    c += d;
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+static inline float
+dot_f32(const float *restrict a, const float *restrict b, Py_ssize_t n)
+{
+    v16f l = {0};
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v16f u, v;
+        memcpy(&u, a + i, sizeof u);
+        if (b != NULL) {
+            memcpy(&v, b + i, sizeof v);
+            u *= v;
+        }
+        l += u;
+    }
+    float s = lanes_total(l);
+    for (; i < n; i++)
+        s += b != NULL ? a[i] * b[i] : a[i];
+    return s;
+}
+
+static inline double
+centered_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
+{
+    double total = 0.0;
+    v16f cv = {0};
+    cv += c;
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_CHUNK) {
+        Py_ssize_t i1 = i0 + EM_CHUNK < n ? i0 + EM_CHUNK : n, i = i0;
+        v16f l = {0};
+        for (; i + LANES <= i1; i += LANES) {
+            v16f v;
+            memcpy(&v, x + i, sizeof v);
+            v -= cv;
+            l += sq ? v * v : v;
+        }
+        for (; i < i1; i++) {
+            float d = x[i] - c;
+            total += sq ? d * d : d;
+        }
+        total += lanes_total(l);
+    }
+    return total;
+}
+
+static inline float
+max_f32(const float *restrict x, Py_ssize_t n)
+{
+    v16f l = {0};
+    l -= INFINITY;
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v16f v;
+        memcpy(&v, x + i, sizeof v);
+        v16i gt = v > l;
+        l = (v16f)((gt & (v16i)v) | (~gt & (v16i)l));
+    }
+    float m = -INFINITY;
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int j = 0; j < LANES; j++)
+        m = l[j] > m ? l[j] : m;
+    return m;
+}
+
 /* ------------------------------------------------------------------ silu, gelu */
 
 typedef struct {
@@ -96,12 +188,7 @@ pw_f32(const float *restrict g, const float *restrict x, float *restrict y, int6
         }
     }
     else if (kind == 1) {
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * em_erfcf(-v * (float)SQRT1_2);
-            float pdf = em_expf(-0.5f * v * v) * (float)INV_SQRT_2PI;
-            y[i] = g[i] * (cdf + v * pdf);
-        }
+        em_gelu_grad_f32(g, x, y, n);     /* cloops.c: shares gelu's Phi */
     }
     else {
         for (int64_t i = 0; i < n; i++) {
@@ -206,19 +293,13 @@ sm_rows_f32(const float *restrict g, const float *restrict y, float *restrict o,
     for (int64_t r = 0; r < rows; r++) {
         const float *restrict gr = g + r * n, *restrict yr = y + r * n;
         float *restrict or = o + r * n;
-        float s = 0.0f;
-        if (log) {
-            for (Py_ssize_t i = 0; i < n; i++)
-                s += gr[i];
+        float s = dot_f32(gr, log ? NULL : yr, n);
+        if (log)
             for (Py_ssize_t i = 0; i < n; i++)
                 or[i] = gr[i] - em_expf(yr[i]) * s;
-        }
-        else {
-            for (Py_ssize_t i = 0; i < n; i++)
-                s += gr[i] * yr[i];
+        else
             for (Py_ssize_t i = 0; i < n; i++)
                 or[i] = yr[i] * (gr[i] - s);
-        }
     }
 }
 
@@ -283,61 +364,74 @@ grad_softmax(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------ layer_norm */
 
 /* Rows are split into LN_SLABS fixed slabs (fewer when there are fewer rows); each slab
- * sums its rows' contributions to the weight's and the bias's gradients in double, and
- * the slabs' sums are then added in slab order: the same result at any thread count. */
+ * sums its rows' contributions to the weight's and the bias's gradients (in the
+ * dtype), and the slabs' sums are then added in slab order in double: the same result
+ * at any thread count. */
 #define LN_SLABS 32
 
 typedef struct {
     const void *g, *x, *w;
     void *gx;
-    double *gw, *gb;               /* LN_SLABS x n partial sums, or NULL */
+    void *gw, *gb;                 /* slabs x n partial sums (of the dtype), or NULL */
     int64_t rows, slabs;
     Py_ssize_t n;
     double eps;
 } ln_ctx;
 
-/* One row: mean and rstd as the forward kernel computes them (sums in double), then
- * gx = rstd (gxh - mean(gxh) - xh mean(gxh xh)), gxh = g w, xh = (x - mean) rstd;
- * gw += g xh, gb += g. */
-#define LN_ROW(T, ACC)                                                                    \
-    {                                                                                     \
-        double sum = 0.0;                                                                 \
-        for (Py_ssize_t i = 0; i < n; i++)                                                \
-            sum += xr[i];                                                                 \
-        T mean = (T)(sum / (double)n);                                                    \
-        double sq = 0.0;                                                                  \
-        for (Py_ssize_t i = 0; i < n; i++)                                                \
-            sq += (double)((xr[i] - mean) * (xr[i] - mean));                              \
-        T rstd = (T)(1.0 / sqrt(sq / (double)n + eps));                                   \
-        ACC a1 = 0, a2 = 0;                                                               \
-        for (Py_ssize_t i = 0; i < n; i++) {                                              \
-            T gh = w ? gr[i] * w[i] : gr[i];                                              \
-            T xh = (xr[i] - mean) * rstd;                                                 \
-            a1 += gh;                                                                     \
-            a2 += gh * xh;                                                                \
-            if (gw)                                                                       \
-                gw[i] += (double)(gr[i] * xh);                                            \
-            if (gb)                                                                       \
-                gb[i] += (double)gr[i];                                                   \
-        }                                                                                 \
-        if (gx) {                                                                         \
-            T m1 = (T)(a1 / (double)n), m2 = (T)(a2 / (double)n);                         \
-            for (Py_ssize_t i = 0; i < n; i++) {                                          \
-                T gh = w ? gr[i] * w[i] : gr[i];                                          \
-                T xh = (xr[i] - mean) * rstd;                                             \
-                gx[r * n + i] = rstd * (gh - m1 - xh * m2);                               \
-            }                                                                             \
-        }                                                                                 \
-    }
-
+/* One row: mean and rstd as the forward kernel computes them (lane sums gathered in
+ * double), then gx = rstd (gxh - mean(gxh) - xh mean(gxh xh)), gxh = g w,
+ * xh = (x - mean) rstd; gw += g xh, gb += g. */
 EM_CLONES static void
 ln_rows_f32(const float *restrict g, const float *restrict x, const float *restrict w,
-            float *restrict gx, double *restrict gw, double *restrict gb, int64_t r0,
+            float *restrict gx, float *restrict gw, float *restrict gb, int64_t r0,
             int64_t r1, Py_ssize_t n, double eps)
 {
     for (int64_t r = r0; r < r1; r++) {
         const float *restrict gr = g + r * n, *restrict xr = x + r * n;
-        LN_ROW(float, float)
+        float mean = (float)(centered_sum_f32(xr, n, 0.0f, 0) / (double)n);
+        double var = centered_sum_f32(xr, n, mean, 1) / (double)n;
+        float rstd = (float)(1.0 / sqrt(var + eps));
+        v16f l1 = {0}, l2 = {0};
+        Py_ssize_t i = 0;
+        for (; i + LANES <= n; i += LANES) {
+            v16f gv, xv, wv;
+            memcpy(&gv, gr + i, sizeof gv);
+            memcpy(&xv, xr + i, sizeof xv);
+            xv = (xv - mean) * rstd;
+            if (w != NULL) {
+                memcpy(&wv, w + i, sizeof wv);
+                gv *= wv;
+            }
+            l1 += gv;
+            l2 += gv * xv;
+        }
+        float a1 = lanes_total(l1), a2 = lanes_total(l2);
+        for (; i < n; i++) {
+            float gh = w ? gr[i] * w[i] : gr[i], xh = (xr[i] - mean) * rstd;
+            a1 += gh;
+            a2 += gh * xh;
+        }
+        if (gw != NULL && gb != NULL)
+            for (i = 0; i < n; i++) {
+                gw[i] += gr[i] * ((xr[i] - mean) * rstd);
+                gb[i] += gr[i];
+            }
+        else if (gw != NULL)
+            for (i = 0; i < n; i++)
+                gw[i] += gr[i] * ((xr[i] - mean) * rstd);
+        else if (gb != NULL)
+            for (i = 0; i < n; i++)
+                gb[i] += gr[i];
+        if (gx != NULL) {
+            float m1 = a1 / (float)n, m2 = a2 / (float)n;
+            float *restrict gxr = gx + r * n;
+            if (w != NULL)
+                for (i = 0; i < n; i++)
+                    gxr[i] = rstd * (gr[i] * w[i] - m1 - (xr[i] - mean) * rstd * m2);
+            else
+                for (i = 0; i < n; i++)
+                    gxr[i] = rstd * (gr[i] - m1 - (xr[i] - mean) * rstd * m2);
+        }
     }
 }
 
@@ -348,7 +442,29 @@ ln_rows_f64(const double *restrict g, const double *restrict x, const double *re
 {
     for (int64_t r = r0; r < r1; r++) {
         const double *restrict gr = g + r * n, *restrict xr = x + r * n;
-        LN_ROW(double, double)
+        double sum = 0.0, sq = 0.0, a1 = 0.0, a2 = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            sum += xr[i];
+        double mean = sum / (double)n;
+        for (Py_ssize_t i = 0; i < n; i++)
+            sq += (xr[i] - mean) * (xr[i] - mean);
+        double rstd = 1.0 / sqrt(sq / (double)n + eps);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double gh = w ? gr[i] * w[i] : gr[i], xh = (xr[i] - mean) * rstd;
+            a1 += gh;
+            a2 += gh * xh;
+            if (gw)
+                gw[i] += gr[i] * xh;
+            if (gb)
+                gb[i] += gr[i];
+        }
+        if (gx) {
+            double m1 = a1 / (double)n, m2 = a2 / (double)n;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                double gh = w ? gr[i] * w[i] : gr[i];
+                gx[r * n + i] = rstd * (gh - m1 - (xr[i] - mean) * rstd * m2);
+            }
+        }
     }
 }
 
@@ -358,11 +474,12 @@ ln_range(void *c, int64_t a, int64_t b, bool f32)
     ln_ctx *p = c;
     for (int64_t s = a; s < b; s++) {
         int64_t r0 = p->rows * s / p->slabs, r1 = p->rows * (s + 1) / p->slabs;
-        double *gw = p->gw ? p->gw + s * p->n : NULL, *gb = p->gb ? p->gb + s * p->n : NULL;
         if (f32)
-            ln_rows_f32(p->g, p->x, p->w, p->gx, gw, gb, r0, r1, p->n, p->eps);
+            ln_rows_f32(p->g, p->x, p->w, p->gx, p->gw ? (float *)p->gw + s * p->n : NULL,
+                        p->gb ? (float *)p->gb + s * p->n : NULL, r0, r1, p->n, p->eps);
         else
-            ln_rows_f64(p->g, p->x, p->w, p->gx, gw, gb, r0, r1, p->n, p->eps);
+            ln_rows_f64(p->g, p->x, p->w, p->gx, p->gw ? (double *)p->gw + s * p->n : NULL,
+                        p->gb ? (double *)p->gb + s * p->n : NULL, r0, r1, p->n, p->eps);
     }
 }
 
@@ -378,10 +495,11 @@ ln_range64(void *c, int64_t a, int64_t b)
     ln_range(c, a, b, false);
 }
 
-/* The slabs' partial sums (slabs x n doubles) added in order into a new (n,) tensor
- * shaped like like. */
+/* The slabs' partial sums (slabs x n of like's dtype: a float32 slab sums its rows in
+ * float32, as PyTorch's per-thread buffers do) added in order, in double, into a new
+ * tensor shaped like like. */
 static em_Tensor *
-slab_total(const double *part, int64_t slabs, Py_ssize_t n, em_Tensor *like)
+slab_total(const void *part, int64_t slabs, Py_ssize_t n, em_Tensor *like)
 {
     em_Tensor *t = empty_like_c(like);
     if (t == NULL)
@@ -389,7 +507,8 @@ slab_total(const double *part, int64_t slabs, Py_ssize_t n, em_Tensor *like)
     for (Py_ssize_t i = 0; i < n; i++) {
         double s = 0.0;
         for (int64_t k = 0; k < slabs; k++)
-            s += part[k * n + i];
+            s += like->dtype == EM_FLOAT32 ? (double)((const float *)part)[k * n + i]
+                                           : ((const double *)part)[k * n + i];
         if (like->dtype == EM_FLOAT32)
             ((float *)PyArray_DATA(t->array))[i] = (float)s;
         else
@@ -428,14 +547,15 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     int64_t rows = x->numel / n;
     int64_t slabs = rows < LN_SLABS ? rows : LN_SLABS;
-    double *part = NULL;
+    char *part = NULL;
+    size_t item = x->dtype == EM_FLOAT32 ? sizeof(float) : sizeof(double);
     em_Tensor *gx = NULL, *gw = NULL, *gb = NULL;
     em_Geom pg = {.ndim = (int)k, .dtype = x->dtype};
     for (int d = 0; d < k; d++)
         pg.sizes[d] = x->sizes[x->ndim - k + d];
     em_contiguous_strides(&pg);
     if (want[1] || want[2]) {
-        part = calloc((size_t)slabs * n * ((want[1] != 0) + (want[2] != 0)), sizeof(double));
+        part = calloc((size_t)slabs * n * ((want[1] != 0) + (want[2] != 0)), item);
         if (part == NULL) {
             PyErr_NoMemory();
             return NULL;
@@ -445,7 +565,7 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         goto error;
     ln_ctx c = {PyArray_DATA(g->array), PyArray_DATA(x->array),
                 w ? PyArray_DATA(w->array) : NULL, gx ? PyArray_DATA(gx->array) : NULL,
-                want[1] ? part : NULL, want[2] ? part + (want[1] ? slabs * n : 0) : NULL,
+                want[1] ? part : NULL, want[2] ? part + (want[1] ? slabs * n * item : 0) : NULL,
                 rows, slabs, n, eps};
     if (run(x->dtype == EM_FLOAT32 ? ln_range32 : ln_range64, &c, slabs, 1,
             x->numel >= PARALLEL_FROM) < 0)
@@ -503,15 +623,10 @@ ce_rows_f32(const ce_ctx *p, int64_t r0, int64_t r1)
                 or[i] = 0.0f;
             continue;
         }
-        float m = -INFINITY;
+        float m = max_f32(xr, n);
         for (Py_ssize_t i = 0; i < n; i++)
-            m = xr[i] > m ? xr[i] : m;
-        float s = 0.0f;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            float e = em_expf(xr[i] - m);
-            or[i] = e;
-            s += e;
-        }
+            or[i] = em_expf(xr[i] - m);
+        float s = dot_f32(or, NULL, n);
         float k = (float)((p->scale ? p->scale[r] : p->s) / (double)s);
         for (Py_ssize_t i = 0; i < n; i++)
             or[i] *= k;
