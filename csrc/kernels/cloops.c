@@ -128,6 +128,25 @@ gelu_phif(float x)
 UNARY32(gelu_f32, v * gelu_phif(v))
 UNARY64(gelu_f64, 0.5 * v * erfc(-v * SQRT1_2))
 
+/* gelu's derivative times g: Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi)
+ * (nn_grad.c's fused gradient; no GIL handling) */
+#define INV_SQRT_2PI 0.39894228040143267794
+EM_CLONES static void
+gelu_grad_f32(const float *restrict g, const float *restrict x, float *restrict y,
+              Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = g[i] * (gelu_phif(v) + v * em_expf(-0.5f * v * v) * (float)INV_SQRT_2PI);
+    }
+}
+
+void
+em_gelu_grad_f32(const float *g, const float *x, float *y, Py_ssize_t n)
+{
+    gelu_grad_f32(g, x, y, n);
+}
+
 /* gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 UNARY32(gelu_tanh_f32,
         0.5f * v * (1.0f + em_tanhf((float)SQRT_2_OVER_PI * (v + (float)GELU_KAPPA * v * v * v))))
