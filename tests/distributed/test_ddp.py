@@ -63,11 +63,16 @@ def test_no_sync_accumulates_then_averages(eager):
                                        atol=1e-8)
 
 
+def _overlap(res):
+    assert int(res["deep_buckets"]) == 4 and int(res["works"]) == 4
+    # launched while the backward still had the first layer's gradients to compute
+    assert float(res["first_start"]) < float(res["last_bucket_first_ready"])
+
+
 def test_all_reduce_overlaps_the_backward(eager):
     n, results = eager
     for res in results:
-        assert int(res["bucket_count"]) >= 2 and int(res["works"]) == int(res["bucket_count"])
-        assert float(res["first_start"]) < float(res["last_ready"])
+        _overlap(res)
 
 
 def test_find_unused_parameters(eager):
@@ -99,3 +104,25 @@ def test_a_failing_rank_ends_the_job_naming_it(tmp_path):
     assert p.returncode != 0
     assert "rank 1 failed" in p.stderr and "ValueError: boom on rank 1" in p.stderr
     assert took < 30 + 15          # the job's own start-up (imports) included
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    return launch("worker_ddp.py", 2, tmp_path_factory.mktemp("cddp"), "compiled")
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_compiled_ddp_equals_eager_ddp(compiled, name):
+    for res in compiled:
+        keys = [k for k in res if k.startswith(f"{name}_")]
+        assert len(keys) == 6
+        for k in keys:
+            np.testing.assert_allclose(res[k], res["eager_" + k], rtol=1e-12, atol=1e-12)
+            assert not np.array_equal(res[k], res[f"init_{k}"])     # it trained
+
+
+def test_compiled_ddp_one_graph_per_bucket_and_overlap(compiled):
+    for res in compiled:
+        assert abs(int(res["pieces"]) - int(res["bucket_count"])) <= 1
+        assert int(res["deep_pieces"]) == int(res["deep_buckets"]) == 4
+        _overlap(res)

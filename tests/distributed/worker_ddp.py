@@ -11,7 +11,7 @@ import ember.nn as nn
 from ember.nn.parallel import DistributedDataParallel as DDP
 from ember.utils.data.distributed import DistributedSampler
 
-from ddp_common import BATCH_PER_RANK, Net, data, optimizer, params_of, train
+from ddp_common import BATCH_PER_RANK, Deep, Net, data, optimizer, params_of, train
 from launch import save
 
 
@@ -36,22 +36,34 @@ def main(out_dir, mode):
         train(model, opt, n, lambda step: rows)
         for k, v in params_of(inner).items():
             res[f"{name}_{k}"] = v
+        if mode == "compiled":               # the same training, uncompiled, to compare
+            same = ddp_model(10 + r, "eager", bucket_cap_mb=0.001)
+            train(same, optimizer(name, same.parameters()), n, lambda step: rows)
+            for k, v in params_of(same.module).items():
+                res[f"eager_{name}_{k}"] = v
     ddp = model if mode == "eager" else model._orig_mod
     res["bucket_count"] = ddp.bucket_count
-    if mode == "compiled":
-        from ember.capture import counters
-        res["graph_count"] = counters["stats"]["unique_graphs"] \
-            if "unique_graphs" in counters.get("stats", {}) else -1
 
-    # the first bucket's all-reduce starts before the last gradient is computed
-    x, y = data(n, 0)
-    out = model(ember.from_numpy(x[rows]))
-    ((out - ember.from_numpy(y[rows])) ** 2).mean().backward()
-    red = ddp.reducer
+    if mode == "compiled":
+        from ember.nn.parallel import compiled
+        res["pieces"] = len(compiled.last_split)
+
+    # the first bucket's all-reduce starts before the last bucket's gradients exist
+    ember.manual_seed(r)
+    deep = DDP(Deep().double(), bucket_cap_mb=0.004)
+    run = ember.compile(deep, backend="aot_eager") if mode == "compiled" else deep
+    x = ember.from_numpy(np.random.default_rng(r).standard_normal((8, 24)))
+    for _ in range(2):
+        run(x).sum().backward()
+    red = deep.reducer
+    res["deep_buckets"] = deep.bucket_count
+    res["works"] = len(red.last_works)
     res["first_start"] = red.last_works[0].start_time
     res["first_end"] = red.last_works[0].end_time
-    res["last_ready"] = red.last_ready_times[-1]
-    res["works"] = len(red.last_works)
+    res["last_bucket_first_ready"] = min(red.last_ready_at[i] for i in red.buckets[-1].members)
+    res["last_ready"] = max(red.last_ready_at.values())
+    if mode == "compiled":
+        res["deep_pieces"] = len(compiled.last_split)
 
     # no_sync: two micro-batches accumulate locally, the second backward averages the sum
     model = ddp_model(20 + r, mode)

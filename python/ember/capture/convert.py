@@ -522,8 +522,9 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
     one warning per (code, reason), unless strict."""
     example_inputs = [value for _, _, value in out.inputs]
+    from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     try:
-        compiled = ctx.backend(gm, example_inputs)
+        compiled = split_backend(ctx.backend)(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
     except Exception as e:   # noqa: BLE001 - any backend failure falls back

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from ..modules.module import Module
+from .compiled import active_ddp
 from .reducer import Reducer
 
 
@@ -90,7 +91,8 @@ class DistributedDataParallel(Module):
         from ... import is_grad_enabled
         if self.broadcast_buffers and self._world > 1 and self.require_forward_param_sync:
             self._sync_buffers()
-        out = self.module(*inputs, **kwargs)
+        with active_ddp(self):       # a graph captured inside is split at bucket ends
+            out = self.module(*inputs, **kwargs)
         if is_grad_enabled() and self.require_backward_grad_sync and self._params:
             self.reducer.prepare(_tensors_in(out, []))
         return out

@@ -79,6 +79,7 @@ class Reducer:
         self.handles = [p.register_hook(self._hook_for(i)) for i, p in enumerate(params)]
         # timings of the last reduction, for tests and the benchmark
         self.last_ready_times = []       # perf_counter() at each gradient arrival
+        self.last_ready_at = {}          # parameter index -> when it became ready
         self.last_works = []             # the buckets' Works, in launch order
         self.last_wait = 0.0             # seconds the last hook waited for all-reduces
 
@@ -162,6 +163,7 @@ class _Step:
         self.launched = False
         self.used_req = None
         reducer.last_ready_times = []
+        reducer.last_ready_at = {}
         reducer.last_works = []
 
     def ready_unused(self, i):
@@ -201,6 +203,7 @@ class _Step:
         return None
 
     def _param_ready(self, i):
+        self.r.last_ready_at[i] = time.perf_counter()
         b = self.r.bucket_of[i]
         b.left -= 1
         self.left -= 1
