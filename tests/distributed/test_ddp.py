@@ -98,12 +98,13 @@ def test_broadcast_buffers_and_state_dict(eager):
 def test_a_failing_rank_ends_the_job_naming_it(tmp_path):
     require_mpi()
     import time
-    t0 = time.monotonic()
-    p = run_job("worker_fail.py", 3, tmp_path, timeout=60)
-    took = time.monotonic() - t0
+    p = run_job("worker_fail.py", 3, tmp_path, timeout=90)
+    ended = time.time()
     assert p.returncode != 0
     assert "rank 1 failed" in p.stderr and "ValueError: boom on rank 1" in p.stderr
-    assert took < 30 + 15          # the job's own start-up (imports) included
+    assert "unreachable" not in p.stderr
+    raised = float((tmp_path / "raised_at").read_text())
+    assert ended - raised < 30, ended - raised
 
 
 @pytest.fixture(scope="module")
