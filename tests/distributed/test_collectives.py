@@ -88,6 +88,7 @@ def test_groups_and_objects(results):
     for r, res in enumerate(results):
         assert int(res["rank"]) == r and int(res["world"]) == N
         assert int(res["local_rank"]) == r
+        assert str(res["env"]) == repr([str(r), str(N), str(r), str(N), "127.0.0.1", "29500"])
         if r < 2:
             assert int(res["group_rank"]) == r and int(res["group_size"]) == 2
             np.testing.assert_allclose(res["group_all_reduce"], a[0] + a[1], rtol=1e-12)

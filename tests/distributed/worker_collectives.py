@@ -1,5 +1,6 @@
 """Worker: every collective on this rank's inputs (inputs(rank) below, which the test
 also uses for its NumPy references)."""
+import os
 import sys
 
 import numpy as np
@@ -19,7 +20,10 @@ def inputs(rank, shape=(5, 3), dtype=np.float64):
 def main(out_dir):
     dist.init_process_group(backend="mpi")
     r, n = dist.get_rank(), dist.get_world_size()
-    res = {"rank": r, "world": n, "local_rank": dist.get_local_rank()}
+    res = {"rank": r, "world": n, "local_rank": dist.get_local_rank(),
+           "env": repr([os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                     "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                                     "MASTER_PORT")])}
     staged0 = dist.collectives.counters["staged"]
 
     # all_reduce, every op, in place in the tensor's own memory
