@@ -607,13 +607,15 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
     one warning per (code, reason), unless strict."""
     example_inputs = [value for _, _, value in out.inputs]
+    from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     try:
+        backend = split_backend(ctx.backend)
         if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
             # (the eager backend runs symbolic graphs as they are, unless AOT's
             # functionalization must run them)
-            compiled = specializing(gm, ctx.backend)
+            compiled = specializing(gm, backend)
         else:
-            compiled = ctx.backend(gm, example_inputs)
+            compiled = backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
     except Exception as e:   # noqa: BLE001 - any backend failure falls back
