@@ -330,3 +330,23 @@ def test_malformed_sym_rel_programs_are_refused_when_built(bad):
     spec, match = bad
     with pytest.raises((ValueError, TypeError), match=match):
         _program([spec])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_len_min_max_and_operator_functions_of_sizes_stay_symbolic(backend):
+    import operator
+
+    def f(x, y):
+        n = min(len(x), y.shape[0])
+        m = max(x.size(0), 3)
+        k = operator.floordiv(operator.add(n, m), 2)
+        return x[:n].sum() + y[:n].sum() * k + ember.zeros(k).sum() + ember.full((m,), 2.0).sum()
+
+    cf = ember.compile(f, backend=backend, dynamic=True)
+    # min and max are expressions of the graph (no guard on which operand wins)
+    for a, b in ((5, 7), (6, 9), (8, 11), (9, 4), (12, 6), (2, 2)):
+        x, y = ember.randn(a), ember.randn(b)
+        _same(cf(x, y), f(x, y))
+    assert _graphs(cf) == 1, _reasons(cf)
+    code = cf._ember_compile_context.graphs[0].code
+    assert "min(" in code and "max(" in code, code

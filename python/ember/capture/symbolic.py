@@ -23,7 +23,7 @@ from .. import _C
 from .. import fx
 from . import skip, stdlib
 from .exc import Unsupported
-from ..fx.shape_env import SymBool, SymInt
+from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
@@ -944,6 +944,16 @@ class Translator:
                 for key, hook in table.items()]
 
     def call_builtin(self, fn, args, kwargs):
+        if any(isinstance(a, SymVar) for a in args) and not kwargs and len(args) == 2:
+            # min/max and operator functions of sizes stay symbolic
+            sized = all(isinstance(a, SymVar) or isinstance(a, ConstVar) and
+                        type(a.value) is int for a in args)
+            if fn in (min, max) and sized:
+                a, b = (v.sym if isinstance(v, SymVar) else v.value for v in args)
+                return self.wrap_constant_result((sym_min if fn is min else sym_max)(a, b))
+            r = self.sym_binary(fn, *args)
+            if r is not None:
+                return r
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
@@ -956,7 +966,7 @@ class Translator:
             if isinstance(a, TensorVar):
                 if a.fake.ndim == 0:
                     raise Unsupported("len() of a 0-d tensor")
-                return ConstVar(a.fake.shape[0])
+                return self.wrap_constant_result(a.fake.shape[0])
             if isinstance(a, (SequenceVar, DictVar)):
                 return ConstVar(len(a.items))
             if isinstance(a, ModuleVar):
