@@ -350,3 +350,37 @@ def test_len_min_max_and_operator_functions_of_sizes_stay_symbolic(backend):
     assert _graphs(cf) == 1, _reasons(cf)
     code = cf._ember_compile_context.graphs[0].code
     assert "min(" in code and "max(" in code, code
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int_arguments_that_change_become_symbolic(backend):
+    """Automatic dynamic covers ints: a size passed in (or to a resume function after a
+    graph break) that changes becomes a symbol instead of a recompile per value."""
+    def f(x, n):
+        return x[:n] * n + ember.arange(n).sum()
+
+    cf = ember.compile(f, backend=backend)
+    for n in (3, 4, 5, 6, 7, 9):
+        x = ember.randn(12)
+        _same(cf(x, n), f(x, n))
+    assert _graphs(cf) == 2, _reasons(cf)
+    x = ember.randn(12)
+    _same(cf(x, 1), f(x, 1))                  # 1 stays a constant: a graph of its own
+    assert _graphs(cf) == 3
+    assert _reasons(cf) == ["value of 'n' changed: expected 3, got 4",
+                            "size guard failed: s0 >= 2 (s0 = n)"]
+
+
+def test_sizes_crossing_a_graph_break_stay_symbolic_in_the_resume_function():
+    def f(x):
+        b, t = x.shape
+        print("", end="")                    # a graph break
+        return x.view(b * t) + b
+
+    cf = ember.compile(f, backend="eager")
+    for n in (3, 4, 5, 6, 7, 8, 9, 10, 11, 12):
+        x = ember.randn(n, 4)
+        _same(cf(x), f(x))
+    # torch.compile: 2 graphs before and after the break, each static then dynamic
+    assert counters["stats"]["calls_captured"] <= 4, dict(counters["recompiles"])
+    assert not any("limit" in r for r in _reasons(cf))

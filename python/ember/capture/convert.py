@@ -552,7 +552,7 @@ def _is_empty_cell(cell):
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     """Adds the output node; returns (GraphModule, input getters, frame program)."""
-    program, outputs = build_program(ret, out.side_effects)
+    program, outputs = build_program(ret, out.side_effects, out.sym)
     _guard_mutated_objects(out)
     graph = out.graph
     graph.output(tuple(outputs))

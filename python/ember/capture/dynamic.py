@@ -92,3 +92,17 @@ def dynamic_dims(mode, code, source_name, t):
     if dims and not t.is_contiguous():
         return set()
     return dims
+
+
+def dynamic_int(mode, code, source_name, value):
+    """Whether int argument `value` (read from source_name in a capture of code) is made
+    symbolic: under dynamic=True, or under automatic dynamic once a capture of the
+    same code saw another value there. Records the value."""
+    seen = _seen.setdefault(code, {})
+    key = ("int", source_name)
+    before = seen.get(key)
+    changed = before is not None and (before[1] or before[0] != value)
+    seen[key] = (value, changed)
+    if code in static_codes or mode is False:
+        return False
+    return mode is True or changed

@@ -32,7 +32,7 @@ import types
 
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
+from .variables import (SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
                         DictVar, FunctionVar, ListVar, ModuleVar, NewObjectVar, ObjectVar,
                         OpVar,
                         TensorMethodVar, TensorVar, TupleVar)
@@ -63,7 +63,8 @@ def _method_getter(name):
 
 
 class ProgramBuilder:
-    def __init__(self):
+    def __init__(self, sym=None):
+        self.sym = sym            # sym_sizes.SymbolicInputs of a symbolic capture
         self.values = []
         self.memo = {}            # id(VT) -> value index
         self.outputs = []         # graph output nodes
@@ -99,6 +100,12 @@ class ProgramBuilder:
             return self._add(("out", self.output(vt.node)), vt)
         if isinstance(vt, ConstVar):
             return self._add(("const", vt.value), vt)
+        if isinstance(vt, SymVar) and self.sym is not None:
+            # a size returned or crossing a graph break: an int the graph computes
+            node = self.sym.node(vt.sym)
+            if isinstance(node, int):
+                return self._add(("const", node), vt)
+            return self._add(("out", self.output(node)), vt)
         source = getattr(vt, "source", None)
         if isinstance(vt, (TupleVar, ListVar, DictVar)):
             if source is not None:
@@ -249,9 +256,9 @@ class ProgramBuilder:
                     out.append(("delattr", self.memo[id(obj)], name))
 
 
-def build_program(ret, side_effects):
+def build_program(ret, side_effects, sym=None):
     """(program, graph output nodes) for a frame returning VT ret."""
-    b = ProgramBuilder()
+    b = ProgramBuilder(sym)
     result = b.value(ret)
     effects = b.effects(side_effects)
     return (tuple(b.values), tuple(effects), result), b.outputs

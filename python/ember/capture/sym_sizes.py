@@ -71,10 +71,32 @@ class SymbolicInputs:
             fake.requires_grad_(True)
         return fake
 
+    def int_input(self, value, source):
+        """A SymVar for an int argument (its own source), a graph input of its own
+        (None for 0 and 1, which stay constants)."""
+        from .variables import SymVar
+        if value in (0, 1):
+            return None
+        known = len(self.env.symbols)
+        self.sources[source.name()] = source
+        sym = self.env.create_symbol(value, source.name())
+        if len(self.env.symbols) > known:
+            self._placeholder(sym, source, value, None)
+        return SymVar(sym)
+
     def _placeholder(self, sym, src, hint, after):
+        """The graph input of a new symbol, after node `after` (None: after the other
+        placeholders, which come before every op)."""
         (symbol,) = sym.expr.symbols()
         graph = self.out.graph
-        with graph.inserting_after(after):
+        if after is None:
+            placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+            first_op = next((n for n in graph.nodes if n.op != "placeholder"), None)
+            at = graph.inserting_after(placeholders[-1]) if placeholders else \
+                graph.inserting_before(first_op)
+        else:
+            at = graph.inserting_after(after)
+        with at:
             node = graph.placeholder(symbol.name, type_expr=SymTypeExpr(symbol.name))
         node.meta["example_value"] = sym
         node.meta["source"] = src.name()
@@ -224,6 +246,19 @@ def specialize(gm, sizes):
     return out
 
 
+def split_constant_outputs(gm):
+    """gm with outputs that are not graph values (sizes folded to ints) taken out:
+    returns ({output position: the int}, the number of outputs); backends compile
+    tensor outputs only."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    values = output.args[0]
+    consts = {i: v for i, v in enumerate(values) if not isinstance(v, fx.Node)}
+    if consts:
+        output.args = (tuple(v for v in values if isinstance(v, fx.Node)),)
+        gm.recompile()
+    return consts, len(values)
+
+
 _FOLDABLE = {operator.add, operator.mul, operator.sub, operator.floordiv, operator.mod,
              operator.neg, min, max}
 
@@ -266,5 +301,18 @@ class specializing:
             from .exc import counters
             counters["stats"]["size_specializations"] += 1
             static = specialize(self.gm, dict(zip(self.names, key)))
-            fn = self.compiled[key] = self.backend(static, tensors)
+            consts, total = split_constant_outputs(static)
+            fn = self.compiled[key] = _with_constants(self.backend(static, tensors), consts,
+                                                      total)
         return fn(*tensors)
+
+
+def _with_constants(fn, consts, total):
+    """fn, its outputs with the constant ones put back at their positions."""
+    if not consts:
+        return fn
+
+    def run(*args):
+        outs = iter(fn(*args))
+        return tuple(consts[i] if i in consts else next(outs) for i in range(total))
+    return run

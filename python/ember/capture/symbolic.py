@@ -197,6 +197,21 @@ class OutputGraph:
             self.guards.sym = self.sym
         return self.sym.fake(value, source, dims, node)
 
+    def sym_int(self, value, source):
+        """A SymVar for an int argument of the frame that automatic dynamic (or
+        dynamic=True) makes symbolic (a size passed in, or to a resume function), else
+        None."""
+        if self.dynamic_mode is False or value in (0, 1):
+            return None
+        from . import dynamic
+        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value):
+            return None
+        if self.sym is None:
+            from .sym_sizes import SymbolicInputs
+            self.sym = SymbolicInputs(self)
+            self.guards.sym = self.sym
+        return self.sym.int_input(value, source)
+
     def symbolic(self):
         """True when ops must run on symbolic sizes."""
         return self.sym is not None and bool(self.sym.placeholders)
@@ -505,6 +520,11 @@ class Translator:
                                   "(no source)")
             self.guard("TENSOR_MATCH", source, value)
             return self.output.add_input(value, source)
+        if type(value) is int and isinstance(source, LocalSource):
+            sym = self.output.sym_int(value, source)
+            if sym is not None:
+                self.guard("TYPE_MATCH", source, int)
+                return sym
         if is_constant(value):
             self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
                        source, value)
