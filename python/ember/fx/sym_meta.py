@@ -115,20 +115,19 @@ class SymbolicMeta:
         return result, _dress(old, target)
 
 
-@contextlib.contextmanager
 def symbolic_meta_mode():
     """Ops dispatched inside run on fakes, symbolically where their arguments are."""
-    prev = _C._set_mode(_C.MODE_TRACE, SymbolicMeta())
-    try:
-        yield
-    finally:
-        _C._set_mode(*prev)
+    return dispatch_mode(_C.MODE_TRACE, SymbolicMeta())
 
 
 @contextlib.contextmanager
-def _mode(mode):
-    prev = _C._set_mode(mode)
+def dispatch_mode(mode, tracer=None):
+    """This thread's dispatch mode (eager, meta, or trace with a tracer) inside."""
+    prev = _C._set_mode(mode) if tracer is None else _C._set_mode(mode, tracer)
     try:
         yield
     finally:
         _C._set_mode(*prev)
+
+
+_mode = dispatch_mode
