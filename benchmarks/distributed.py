@@ -1,7 +1,7 @@
 """Data-parallel training of the zoo GPT on 1 and 2 ranks of this machine: step time,
 scaling, and the fraction of the gradients' all-reduce time hidden behind the backward.
 
-    python benchmarks/distributed.py [--runs 20] [--quick] [--no-torch]
+    python benchmarks/distributed.py [--runs 20] [--quick] [--no-torch] [--bucket-cap-mb MB]
 
 Each configuration is a job of its own: Ember's DDP (eager and under ember.compile) started
 with `python -m ember.distributed.run`, and PyTorch's DDP on gloo started with
@@ -52,7 +52,7 @@ def ember_worker(opts):
     ember.manual_seed(0)
     gpt = models.GPT(models.GPTConfig(vocab_size=65, block_size=seq, n_layer=layers,
                                       n_head=heads, n_embd=width, dropout=0.0))
-    ddp = DDP(gpt)
+    ddp = DDP(gpt, bucket_cap_mb=opts.bucket_cap_mb)
     model = ember.compile(ddp) if opts.worker == "ember-compiled" else ddp
     opt = ember.optim.SGD(model.parameters(), lr=1e-3)
     steps = [batch(rank, opts.quick, s) for s in range(4)]
@@ -101,7 +101,8 @@ def torch_worker(opts):
     gpt = torch_models.GPT(torch_models.GPTConfig(vocab_size=65, block_size=seq,
                                                   n_layer=layers, n_head=heads,
                                                   n_embd=width, dropout=0.0))
-    model = torch.nn.parallel.DistributedDataParallel(gpt)
+    model = torch.nn.parallel.DistributedDataParallel(gpt,
+                                                      bucket_cap_mb=opts.bucket_cap_mb)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     steps = [batch(rank, opts.quick, s) for s in range(4)]
 
@@ -143,7 +144,8 @@ def job(kind, ranks, threads, opts, out):
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     me = [os.path.abspath(__file__), "--worker", kind, "--threads", str(threads), "--runs",
-          str(opts.runs), "--out", out] + (["--quick"] if opts.quick else [])
+          str(opts.runs), "--out", out, "--bucket-cap-mb", str(opts.bucket_cap_mb)] + \
+        (["--quick"] if opts.quick else [])
     if kind == "torch":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                "--master-port", str(29600 + ranks * 10 + threads)] + me
@@ -166,6 +168,8 @@ def main():
     p.add_argument("--worker", default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=None)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="DDP's bucket size on both sides (PyTorch's default: 25)")
     opts = p.parse_args()
     if opts.worker == "torch":
         return torch_worker(opts)
@@ -180,7 +184,8 @@ def main():
         kinds = ["ember", "ember-compiled"]
     (layers, heads, width), b, seq = sizes(opts.quick)
     print(f"# zoo GPT {layers} layers x {width} wide, {b} x {seq} tokens per rank, SGD; "
-          f"median of {opts.runs} steps; load average {os.getloadavg()[0]:.2f} at start")
+          f"buckets of {opts.bucket_cap_mb:g} MB; median of {opts.runs} steps; "
+          f"load average {os.getloadavg()[0]:.2f} at start")
     configs = [(1, 1), (1, 2), (2, 1)]
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
