@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
@@ -65,4 +64,4 @@ def save(out_dir, rank, results):
              **{k: np.asarray(v) for k, v in results.items()})
 
 
-__all__ = ["launch", "run_job", "require_mpi", "save", "mpi_present", "shutil"]
+__all__ = ["launch", "run_job", "require_mpi", "save", "mpi_present"]

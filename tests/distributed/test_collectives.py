@@ -132,6 +132,7 @@ def test_launcher_command_as_root_and_oversubscribed():
     env = {}
     cmd = run.command(opts, "/x/mpirun", "openmpi", env)
     assert "--oversubscribe" in cmd
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
     assert env["WORLD_SIZE"] == str((os.cpu_count() or 1) + 1)
     assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "29500"
     assert cmd[-3:] == ["ember.distributed._bootstrap", "s.py", "a"][-3:]

@@ -45,8 +45,10 @@ def main(out_dir, mode):
     res["bucket_count"] = ddp.bucket_count
 
     if mode == "compiled":
+        from ember.capture import counters
         from ember.nn.parallel import compiled
         res["pieces"] = len(compiled.last_split)
+        res["unsupported"] = repr(dict(counters["unsupported"]))
 
     # the first bucket's all-reduce starts before the last bucket's gradients exist
     ember.manual_seed(r)

@@ -18,6 +18,9 @@ import weakref
 
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NN_DIR = _EMBER_DIR + "nn" + os.sep
+# DistributedDataParallel's forward communicates: CPython runs it, and the capture of
+# the module it wraps (nn/parallel/compiled.py splits that graph at its buckets)
+_PARALLEL_DIR = _NN_DIR + "parallel" + os.sep
 _MODEL_CODE = (_EMBER_DIR + "models" + os.sep, _EMBER_DIR + "demo.py",
                _EMBER_DIR + "verify.py")
 
@@ -95,5 +98,6 @@ def should_skip(code) -> bool:
     if not is_ember_internal(code.co_filename):
         return is_library(code.co_filename)
     if code.co_name == "forward":
-        return not _abs(code.co_filename).startswith(_NN_DIR)
+        path = _abs(code.co_filename)
+        return not path.startswith(_NN_DIR) or path.startswith(_PARALLEL_DIR)
     return True

@@ -197,7 +197,8 @@ def get_backend(group=None):
     return "mpi"
 
 
-def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False):
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+              use_local_synchronization=False):
     """A group of the given global ranks (all ranks by default). Every rank of the default
     group must call it, as in PyTorch; ranks outside get GroupMember.NON_GROUP_MEMBER."""
     world = _default()

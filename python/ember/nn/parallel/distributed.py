@@ -38,7 +38,8 @@ class DistributedDataParallel(Module):
     def __init__(self, module, device_ids=None, output_device=None, dim=0,
                  broadcast_buffers=True, init_sync=True, process_group=None,
                  bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
-                 gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
+                 gradient_as_bucket_view=False, static_graph=False,
+                 delay_all_reduce_named_params=None,
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None):
         super().__init__()
         from ...distributed import process_group as pg_mod
