@@ -409,3 +409,85 @@ def test_gradients_flow_through_the_nested_resume(capsys):
         got.backward()
         assert x.grad.tolist() == pytest.approx(g_want.tolist(), rel=1e-5)
         x.grad = None
+
+
+# ---------------------------------------------------------------- loop locals
+# A local first bound inside a loop and read after it: the break inside the loop moves
+# before it (a loop function runs the loop in CPython); at each exit the loop function
+# passes the local, or UNBOUND where the loop never bound it (the resume function
+# deletes it, so the read raises eager's UnboundLocalError), instead of the frame
+# falling back whole.
+
+def _loop_local_sources():
+    def for_loop_binds(x, n):
+        y = x * 2
+        for i in range(n):
+            z = y + i
+            print(i)
+        return z * 2, i
+
+    def while_loop_binds(x, n):
+        y = x + 1
+        k = 0
+        while k < n:
+            last = y * k
+            print("k", k)
+            k += 1
+        return last + y
+
+    def bound_on_some_iterations(x, n):
+        y = x.sin()
+        for i in range(n):
+            if i == 1:
+                found = y * 10
+            print(i)
+        return found - y
+
+    def deleted_in_the_loop(x, n):
+        y = x * 3
+        tmp = y
+        for i in range(n):
+            print(i)
+            if i == 2:
+                del tmp
+        return tmp + 1
+
+    def break_in_the_loop_of_a_helper(x, n):
+        def helper(y, n):
+            for i in range(n):
+                w = y * i
+                print("helper", i)
+            return w
+        return helper(x + 1, n).cos()
+    return [for_loop_binds, while_loop_binds, bound_on_some_iterations,
+            deleted_in_the_loop, break_in_the_loop_of_a_helper]
+
+
+@pytest.mark.parametrize("fn", _loop_local_sources(), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+def test_local_bound_in_a_loop_and_read_after_it(fn, backend, capsys):
+    """eager's result, output and exception for loops that bind the local, bind it on
+    some iterations, never run, or delete it; no frame falls back where the local is
+    bound."""
+    compiled = ember.compile(fn, backend=backend)
+    for n in (3, 2, 1, 0):
+        x = ember.ones(3) * (n + 1)
+        try:
+            want, want_exc = fn(x, n), None
+        except UnboundLocalError as e:
+            want, want_exc = None, e
+        printed = capsys.readouterr().out
+        fallbacks = counters["stats"]["frames_fallback"]
+        try:
+            got, got_exc = compiled(x, n), None
+        except UnboundLocalError as e:
+            got, got_exc = None, e
+        assert capsys.readouterr().out == printed
+        assert repr(got_exc) == repr(want_exc)
+        if want_exc is None:
+            assert_same(got, want)
+            assert counters["stats"]["frames_fallback"] == fallbacks, \
+                dict(counters["unsupported"])
+    assert counters["stats"]["graph_breaks"] >= 1
+    assert not any("unbound" in r for r in counters["unsupported"]), \
+        dict(counters["unsupported"])

@@ -53,6 +53,17 @@ _GENERATORS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GE
 _resume_cache = weakref.WeakKeyDictionary()   # code -> {key: resume code}
 
 
+class _Unbound:
+    """What a loop function passes for a local it left unbound (resume_code's
+    maybe_unbound)."""
+
+    def __repr__(self):
+        return "<unbound local>"
+
+
+UNBOUND = _Unbound()
+
+
 def _skip_code(code):
     from . import _hook
     _hook.skip_code(code)
@@ -227,7 +238,7 @@ def check_resumable(code):
 
 
 def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False,
-                free_params=False):
+                free_params=False, maybe_unbound=frozenset()):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
@@ -243,9 +254,11 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     autograd by the mode a graph starts in) and changes it inside, as that frame did.
     free_params: the code's free variables are parameters holding the cells too (after
     its own cells), not a closure: for a function the frame inlined (a break inside
-    it), whose cells may be new at each call (a closure the frame made)."""
+    it), whose cells may be new at each call (a closure the frame made).
+    maybe_unbound: locals passed as UNBOUND when unbound (a loop function's exit),
+    which the prologue deletes."""
     key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad,
-           free_params)
+           free_params, tuple(sorted(maybe_unbound)))
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -268,6 +281,8 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     consts = list(code.co_consts)
     if grad:
         consts.append(_C._set_grad_enabled)
+    if maybe_unbound:
+        consts.append(UNBOUND)
 
     def prologue():
         asm = Asm()
@@ -283,6 +298,15 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
             asm("STORE_FAST", len(varnames) - 1)
         for name in sorted(delete, key=code.co_varnames.index):
             asm("DELETE_FAST", code.co_varnames.index(name))
+        for name in sorted(maybe_unbound, key=code.co_varnames.index):
+            i = code.co_varnames.index(name)
+            bound = Label()
+            asm("LOAD_FAST", i)
+            asm("LOAD_CONST", consts.index(UNBOUND))
+            asm("IS_OP", 0)
+            asm("POP_JUMP_FORWARD_IF_FALSE", bound)
+            asm("DELETE_FAST", i)
+            asm.mark(bound)
         j = 0
         for is_null in stack_nulls:
             if is_null:
@@ -309,8 +333,9 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     qualname = f"{code.co_qualname}.<resume at {offset}>"
     tail, stacksize = b"", 0
     if loop is not None:
-        body, tail, stacksize = _loop_exits(code, body, units, loop, delete, nvalues,
-                                            consts, g, free_params)
+        body, tail, stacksize, more = _loop_exits(code, body, units, loop, delete,
+                                                  nvalues, consts, g, free_params)
+        handlers += more
         qualname = f"{code.co_qualname}.<loop at {offset}>"
     frees_as_cells = dict(co_cellvars=code.co_cellvars + frees, co_freevars=()) \
         if free_params else {}
@@ -335,7 +360,10 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
     calls the resume function there with the live locals (bound before the loop:
     those the prologue does not delete), the stack values and the cells, and returns
     its result (with g, under the mode the loop function was called in, passing the
-    mode at the exit). Returns (body, stubs, stack size); consts grows."""
+    mode at the exit). A local read after the loop that the loop may bind (or delete)
+    is passed as UNBOUND where it is unbound at the exit (its read's UnboundLocalError
+    caught by the stub), and the resume function deletes it. Returns (body, stubs,
+    stack size, the stubs' exception-table entries); consts grows."""
     exits, stored, deleted = loop
     instructions = list(dis.get_instructions(code))
     targets = {ins.argval for ins in instructions if ins.opcode in _JUMPS}
@@ -356,15 +384,18 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
     tail = bytearray()
     stacksize = 0
     end_unit = units + len(body) // 2
+    handlers = []
     for target, depth in exits:
         live = live_locals(code, target)
         unbound = live & set(delete) - set(code.co_cellvars)   # unbound before the loop
-        if unbound & stored or live & deleted:
-            raise Unsupported("a local read after the loop may be unbound there")
+        # read after the loop, bound (or deleted) by it or not: passed as UNBOUND when
+        # unbound at the exit, which the resume function's prologue deletes
+        maybe = unbound & stored | live & deleted - set(code.co_cellvars)
         dead = {n for n in code.co_varnames if n not in code.co_cellvars and
-                (n not in live or n in unbound)}
+                (n not in live or n in unbound and n not in maybe)}
         rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g),
-                            free_params=free_params)
+                            free_params=free_params, maybe_unbound=frozenset(maybe))
+        stub_unit = end_unit + len(tail) // 2
         asm = Asm()
         asm("PUSH_NULL")
         if closure:
@@ -377,6 +408,17 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
         for i, name in enumerate(code.co_varnames):
             if name in dead:
                 asm("LOAD_CONST", none)
+            elif name in maybe:
+                # LOAD_FAST, its UnboundLocalError caught: UNBOUND instead
+                read, caught, done = Label(), Label(), Label()
+                asm.mark(read)
+                asm("LOAD_FAST", i)
+                asm("JUMP_FORWARD", done)
+                asm.mark(caught)
+                asm("POP_TOP")
+                asm("LOAD_CONST", const(UNBOUND))
+                asm.mark(done)
+                handlers.append((read, caught, depth + 2 + i))
             else:
                 asm("LOAD_FAST", i)       # (a cell variable's slot: the cell)
         for _ in range(depth):
@@ -403,8 +445,7 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
             asm("POP_TOP")
         asm("RETURN_VALUE")
         stacksize = max(stacksize, depth + 2 + n + 3)
-        stub_unit = end_unit + len(tail) // 2
-        tail += asm.assemble()
+        tail += asm.assemble(stub_unit)
         # the jump at the exit: one unit, or two with EXTENDED_ARG
         delta = stub_unit - (units + target // 2 + 1)
         size = 1 if delta <= 255 else 2
@@ -419,7 +460,9 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
             body[at:at + 2] = bytes((dis.opmap["EXTENDED_ARG"], delta >> 8))
             at += 2
         body[at:at + 2] = bytes((dis.opmap["JUMP_FORWARD"], delta & 0xFF))
-    return bytes(body), bytes(tail), stacksize
+    entries = [(read.unit, read.unit + 1, caught.unit, d, False)
+               for read, caught, d in handlers]
+    return bytes(body), bytes(tail), stacksize, entries
 
 
 _origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)

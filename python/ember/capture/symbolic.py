@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from .. import _C
 from .. import fx
-from . import skip, stdlib
+from . import resume, skip, stdlib
 from .exc import Unsupported
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
@@ -1420,6 +1420,10 @@ class Translator:
         a = self.pop()
         if a.is_constant() and b.is_constant():
             r = a.as_constant() is b.as_constant()
+        elif isinstance(b, ConstVar) and b.value is resume.UNBOUND:
+            # a resume function's prologue: was the local unbound? (a wrapped value
+            # is guarded, by identity when it is UNBOUND)
+            r = isinstance(a, ObjectVar) and a.value is resume.UNBOUND
         elif isinstance(b, ConstVar) and b.value is None:
             r = False     # a tensor, container or object is not None
         elif a is b:
