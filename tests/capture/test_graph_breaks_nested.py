@@ -124,6 +124,21 @@ def fn(x):
     return model(x).sum()
 """, "T(3)", 4, 1, r"print\(\)"),
     # (three frames resume: Base.forward's add, Child.forward's mul, fn's sum)
+    Case("super_called_after_the_break", """
+class Base(nn.Module):
+    def forward(self, x):
+        return x * 2
+class Child(Base):
+    def forward(self, x):
+        y = x + 1
+        print("child")
+        return super().forward(y) * 3
+model = Child()
+def fn(x):
+    return model(x).sum()
+""", "T(3)", 3, 1, r"print\(\)"),
+    # (zero-argument super() in the resume function: its first argument and the
+    # __class__ cell kept)
     Case("keyword_default_and_star_arguments", """
 def helper(y, scale=2.0, *rest, shift=0.5, **opts):
     z = y * scale + shift

@@ -184,7 +184,11 @@ def live_locals(code, offset):
     instruction's store); all of them if the code can introspect."""
     if _INTROSPECTION & set(code.co_names):
         return set(code.co_varnames)
-    return _liveness(code)[offset] & set(code.co_varnames)
+    live = set(_liveness(code)[offset] & set(code.co_varnames))
+    if "super" in code.co_names and "__class__" in code.co_freevars and \
+            code.co_argcount:
+        live.add(code.co_varnames[0])    # zero-argument super() reads it
+    return live
 
 
 _live_cache = weakref.WeakKeyDictionary()
@@ -535,26 +539,30 @@ class Level:
     instruction differs (its resume function takes the mode as a parameter and is
     called in this one). globals_: an inlined frame's function's globals.
 
-    An inlined frame's resume functions take its free variables' cells as parameters
-    (resume_code's free_params; its continuations' cells: its own cells, then those),
-    as do those of a frame running such a resume function."""
+    closure: an inlined frame's function's real cells (a module-level closure, a
+    method's __class__), over which its resume functions are made once; else
+    free_params: they take its free variables' cells as parameters (resume_code's;
+    the continuations' cells: the frame's own cells, then those), as for a closure
+    the frame made, whose cells are new at each call, and for a frame running such a
+    resume function (frees_are_params)."""
 
     def __init__(self, code, continuations, handler=None, offset=None, entry_mode=None,
-                 globals_=None):
+                 globals_=None, closure=None, free_params=False):
         self.code = code
         self.continuations = continuations
         self.handler = handler
         self.offset = offset
         self.entry_mode = entry_mode
         self.globals = globals_
+        self.closure = closure
+        self.free_params = free_params
 
 
-def frees_are_params(code, inlined):
-    """Whether the resume functions of a frame running `code` take its free variables'
-    cells as parameters (Level): an inlined frame's, or a resume function's that
-    does."""
+def frees_are_params(code):
+    """Whether `code` is a resume code taking its free variables' cells as
+    parameters."""
     base, _ = original(code)
-    return bool(base.co_freevars) and (inlined or not code.co_freevars)
+    return bool(base.co_freevars) and not code.co_freevars
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, levels,
@@ -611,7 +619,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
             rcode = resume_code(base, c.offset - shift, nulls, delete,
                                 handler=c.lasti is not None, loop=c.loop,
                                 grad=lv.entry_mode is not None and c.lasti is None,
-                                free_params=frees_are_params(lv.code, depth > 0))
+                                free_params=lv.free_params)
             if c.loop is not None:
                 _skip_code(rcode)         # the loop runs in CPython
             lv.resumes.append(rcode)
@@ -630,7 +638,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
                 lv.funcs = [types.FunctionType(r, func.__globals__, r.co_name)
                             for r in lv.resumes]
         else:
-            lv.funcs = [types.FunctionType(r, lv.globals, r.co_name) for r in lv.resumes]
+            lv.funcs = [types.FunctionType(r, lv.globals, r.co_name, None,
+                                           lv.closure if r.co_freevars else None)
+                        for r in lv.resumes]
     if instruction[0] in ("LOAD_ATTR", "STORE_ATTR"):
         # (the name is the last frame's: the entry function's co_names has it too)
         name = levels[-1].code.co_names[instruction[1]]
