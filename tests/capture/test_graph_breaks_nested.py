@@ -535,3 +535,48 @@ def test_local_bound_in_a_loop_and_read_after_it(fn, backend, capsys):
     assert counters["stats"]["graph_breaks"] >= 1
     assert not any("unbound" in r for r in counters["unsupported"]), \
         dict(counters["unsupported"])
+
+
+@pytest.mark.parametrize("backend", ["eager", "llvm"])
+def test_an_exception_reaches_the_callees_handler_then_the_callers(backend):
+    """The break's instruction raises inside helper's try block: helper's handler
+    runs (in CPython, from its handler resume function), and when it re-raises, fn's
+    handler around the call; eager's results and order of events on every path."""
+    log = []
+
+    @ember.compiler.disable
+    def check(t, fail):
+        log.append("check")
+        if fail:
+            raise ValueError("bad")
+
+    def helper(y, fail):
+        z = y * 2
+        try:
+            check(z, fail)
+            z = z + 1
+        except ValueError:
+            log.append("inner caught")
+            z = z * 10
+            if fail == 2:
+                raise
+        return z
+
+    def fn(x, fail):
+        y = x + 1
+        try:
+            w = helper(y, fail)
+        except ValueError:
+            log.append("outer caught")
+            w = y
+        return w.sin()
+
+    compiled = ember.compile(fn, backend=backend)
+    for fail in (0, 1, 2, 0):
+        log.clear()
+        want, want_log = fn(ember.ones(3), fail), list(log)
+        log.clear()
+        got = compiled(ember.ones(3), fail)
+        assert log == want_log
+        assert_same(got, want)
+    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
