@@ -26,7 +26,13 @@ sends an exception of the stopped instruction to a handler resume function (skip
 the hook: the handler runs in CPython) with the stack the frame's handler expects. A
 frame's cell variables become parameters holding the cells. A break inside a loop moves
 before the loop: a loop function (a resume code the hook skips) runs the loop in CPython
-and calls the resume function at each of the loop's exits (`_loop_exits`).
+and calls the resume function at each of the loop's exits (`_loop_exits`), passing a
+local the loop may have left unbound as UNBOUND.
+
+Nested breaks (a break inside a function the frame inlines): the entry function runs
+the innermost frame's instruction and nests the frames' resume functions (Level):
+the callee's rest runs as a resume function whose return value is the output of the
+caller's resume function at the instruction after its CALL, and so on outwards.
 """
 from __future__ import annotations
 

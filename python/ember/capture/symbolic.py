@@ -8,7 +8,8 @@ becomes a graph node. Every value read from outside the frame (arguments, global
 closures, module attributes) is guarded, so a cached graph is reused only when those
 values are what they were. Anything else raises Unsupported; raised by one of the
 frame's own instructions in BREAK_OPS, it is a graph break there (convert.compile_break,
-resume.py), otherwise the caller runs the frame in CPython.
+resume.py), also inside a function the frame's CALL inlines (a nested break: e.chain,
+Translator._note_break), otherwise the caller runs the frame in CPython.
 """
 from __future__ import annotations
 
