@@ -22,6 +22,9 @@ from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
+from . import dynamic
+from .sym_sizes import SymbolicUnsupported, has_symbols, specializing
+from ..aot.eager import writes_into_inputs
 from .source import AttrSource, CellSource, ClosureSource, LocalSource
 from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, StopTrace, Translator
 from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar, \
@@ -39,8 +42,9 @@ _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
 class CompileContext:
     """The options of one ember.compile() call: what its callback uses."""
 
-    def __init__(self, backend_name, backend, fullgraph, check=False):
+    def __init__(self, backend_name, backend, fullgraph, check=False, dynamic=None):
         self.backend_name = backend_name
+        self.dynamic = dynamic    # ember.compile(dynamic=...): capture/dynamic.py
         self.backend = backend
         self.fullgraph = fullgraph
         self.check = check        # self-check mode: first calls also run eagerly
@@ -98,7 +102,13 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     counters["stats"]["calls_captured"] += 1
     t0 = time.perf_counter()
     try:
-        out, ret = trace_frame(frame_info)
+        try:
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
+        except SymbolicUnsupported as e:
+            # what symbolic sizes cannot do yet: this code is captured specialised
+            counters["dynamic_fallback"][e.reason] += 1
+            dynamic.static_codes.add(code)
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
         gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         if ctx.strict():
@@ -246,7 +256,7 @@ def _compile_break_at(frame_info, path, loop, ctx, t0):
     """compile_break for one break path: [(code, offset)], outermost first."""
     code = frame_info.code
     root = []
-    out, _ = trace_frame(frame_info, stop_path=path, keep=root)
+    out, _ = trace_frame(frame_info, stop_path=path, keep=root, dynamic=ctx.dynamic)
     tx = root[-1] if len(root) == 2 else None
     if tx is None or tx.depth != len(path) - 1 or tx.stopped.offset != path[-1][1]:
         raise Unsupported("tracing again did not reach the break")
@@ -458,7 +468,7 @@ def retry_if_fallen_back(code):
         _hook.reset_code(code)
 
 
-def trace_frame(frame_info, stop_path=None, keep=None):
+def trace_frame(frame_info, stop_path=None, keep=None, dynamic=False):
     """Interprets the frame's code with its argument values; returns (OutputGraph, VT).
     With stop_path ([(code, offset)], outermost first: the frame's instruction, then
     those of the frames each inlines), stops before the last (a graph break):
@@ -466,10 +476,8 @@ def trace_frame(frame_info, stop_path=None, keep=None):
     holding its stack and locals."""
     code = frame_info.code
     out = OutputGraph(code)
+    out.dynamic_mode = dynamic
     out.stop_path = stop_path
-    # AOT autograd decides a graph's autograd by the grad mode it is entered with: a
-    # region turning grad on inside a graph entered with it off breaks (stdlib.py)
-    out.entry_grad_mode = _C.is_grad_enabled()
     nargs = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     names = code.co_varnames[:nargs]
@@ -554,7 +562,7 @@ def _is_empty_cell(cell):
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     """Adds the output node; returns (GraphModule, input getters, frame program)."""
-    program, outputs = build_program(ret, out.side_effects)
+    program, outputs = build_program(ret, out.side_effects, out.sym)
     _guard_mutated_objects(out)
     graph = out.graph
     graph.output(tuple(outputs))
@@ -609,8 +617,15 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
     one warning per (code, reason), unless strict."""
     example_inputs = [value for _, _, value in out.inputs]
+    from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     try:
-        compiled = ctx.backend(gm, example_inputs)
+        backend = split_backend(ctx.backend)
+        if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
+            # (the eager backend runs symbolic graphs as they are, unless AOT's
+            # functionalization must run them)
+            compiled = specializing(gm, backend)
+        else:
+            compiled = backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
     except Exception as e:   # noqa: BLE001 - any backend failure falls back
@@ -645,6 +660,7 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
     another backend or options compiles its own entry instead of reusing this one.
     Last, so that a miss reported by check_verbose names a changed input first."""
     tuples = []
+    sym = getattr(guards, "sym", None)
     for g in guards:
         if g.kind == "GRAD_MODE":
             tuples.append(("GRAD_MODE", bool(g.value)))
@@ -654,7 +670,9 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             continue
         src = g.source.getter()
         if g.kind == "TENSOR_MATCH":
-            tuples.append(_hook.tensor_match(src, g.value))
+            sizes, strides = sym.open_dims(g.source) if sym is not None else ((), ())
+            tuples.append(_hook.tensor_match(src, g.value, dynamic_dims=sizes,
+                                             open_strides=strides))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
         elif g.kind == "LAMBDA":
@@ -664,6 +682,8 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(("ALIAS", src, other.getter(), same))
         else:
             tuples.append((g.kind, src, g.value))
+    if sym is not None:
+        tuples.extend(sym.guard_tuples())
     if ctx is not None and ctx.callback is not None:
         tuples.append(("COMPILE_CONTEXT", ctx.callback))
     code = frame_info.code

@@ -24,11 +24,12 @@ from .. import _C
 from .. import fx
 from . import resume, skip, stdlib
 from .exc import Unsupported
+from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
     ClosureSource, ObjectSource, TensorKey, TensorKeyDictSource
-from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
+from .variables import (PURE_BUILTINS, SliceVar, SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
                         CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
                         TensorMethodVar, TensorVar, TupleVar, ValueVar, VariableTracker,
@@ -72,6 +73,7 @@ _INPLACE_TO_PURE = {
     operator.irshift: operator.rshift, operator.isub: operator.sub,
     operator.itruediv: operator.truediv, operator.ixor: operator.xor,
 }
+_SYM_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod}
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
             ">": operator.gt, ">=": operator.ge}
 
@@ -89,6 +91,11 @@ _UNSUPPORTED_METHODS = {
     "data_ptr": "Tensor.data_ptr()", "register_hook": "Tensor.register_hook()",
     "retain_grad": "Tensor.retain_grad()", "requires_grad_": "Tensor.requires_grad_()",
 }
+
+
+def _symbolic_mode():
+    from ..fx.sym_meta import symbolic_meta_mode
+    return symbolic_meta_mode()
 
 
 def _entry_of(target, method):
@@ -137,6 +144,8 @@ class OutputGraph:
         self.keepalive = []           # real input objects, so ids stay unique
         self.nodes_by_line = {}
         self._first_op = None
+        self.dynamic_mode = False     # ember.compile(dynamic=...) (capture/dynamic.py)
+        self.sym = None               # sym_sizes.SymbolicInputs once a size is symbolic
         self.stop_path = None         # [(code, offset)], outermost first: stop there
 
     def add_input(self, value, source) -> TensorVar:
@@ -157,7 +166,10 @@ class OutputGraph:
                 node = self.graph.placeholder(name)
         else:
             node = self.graph.placeholder(name)
-        fake = _fake_of(value)
+        self.inputs.append((source, node, value))
+        fake = self._sym_fake(value, source, node)     # (size inputs follow the tensor)
+        if fake is None:
+            fake = _fake_of(value)
         node.meta["example_value"] = fake
         node.meta["source"] = source.name()
         tv = TensorVar(node, fake, source, from_input=True)
@@ -166,9 +178,54 @@ class OutputGraph:
         storage = fake.untyped_storage()
         self.input_storages[id(storage)] = storage
         self.tensor_vars[id(value)] = tv
-        self.inputs.append((source, node, value))
         self.keepalive.append(value)
         return tv
+
+    def _sym_fake(self, value, source, node):
+        """A SymFake for an argument of the frame whose dims are symbolic, else None
+        (parameters, buffers and other inputs read through attributes stay static)."""
+        if not isinstance(source, LocalSource) or isinstance(value, _parameter_type()):
+            return None
+        if self.dynamic_mode is False and not _marked(value):
+            return None
+        from . import dynamic
+        dims = dynamic.dynamic_dims(self.dynamic_mode, self.code, source.name(), value)
+        if not dims:
+            return None
+        if self.sym is None:
+            from .sym_sizes import SymbolicInputs
+            self.sym = SymbolicInputs(self)
+            self.guards.sym = self.sym
+        return self.sym.fake(value, source, dims, node)
+
+    def sym_int(self, value, source):
+        """A SymVar for an int argument of the frame that automatic dynamic (or
+        dynamic=True) makes symbolic (a size passed in, or to a resume function), else
+        None."""
+        if self.dynamic_mode is False or value in (0, 1):
+            return None
+        from . import dynamic
+        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value):
+            return None
+        if self.sym is None:
+            from .sym_sizes import SymbolicInputs
+            self.sym = SymbolicInputs(self)
+            self.guards.sym = self.sym
+        return self.sym.int_input(value, source)
+
+    def symbolic(self):
+        """True when ops must run on symbolic sizes."""
+        return self.sym is not None and bool(self.sym.placeholders)
+
+
+def _marked(t):
+    return bool(getattr(t, "_dynamo_dynamic_indices", None) or
+                getattr(t, "_dynamo_weak_dynamic_indices", None))
+
+
+def _parameter_type():
+    from ..nn.parameter import Parameter
+    return Parameter
 
 
 def _complex_reason(what, dtype) -> str:
@@ -464,6 +521,11 @@ class Translator:
                                   "(no source)")
             self.guard("TENSOR_MATCH", source, value)
             return self.output.add_input(value, source)
+        if type(value) is int and isinstance(source, LocalSource):
+            sym = self.output.sym_int(value, source)
+            if sym is not None:
+                self.guard("TYPE_MATCH", source, int)
+                return sym
         if is_constant(value):
             self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
                        source, value)
@@ -561,6 +623,13 @@ class Translator:
     def wrap_constant_result(self, value):
         if is_constant(value):
             return ConstVar(value)
+        if isinstance(value, SymInt):
+            return SymVar(value)
+        if isinstance(value, SymBool):
+            return ConstVar(bool(value))         # guarded
+        if isinstance(value, tuple) and any(isinstance(v, SymInt) for v in value):
+            return TupleVar([self.wrap_constant_result(v) for v in value],
+                            tuple_type=type(value))
         if type(value) is list and all(is_constant(v) for v in value):
             return ListVar([ConstVar(v) for v in value])    # sorted(), str.split()
         raise Unsupported(f"a {type(value).__name__} computed from constants")
@@ -578,6 +647,10 @@ class Translator:
         themselves, containers of those; constant `objects` VTs as their values."""
         if isinstance(v, TensorVar):
             return getattr(v, tensor_attr)
+        if isinstance(v, SymVar):
+            return v.sym if tensor_attr == "fake" else self.output.sym.node(v.sym)
+        if isinstance(v, SliceVar):
+            return slice(*[self._operand(p, tensor_attr, objects) for p in v.parts])
         if isinstance(v, ConstVar):
             return v.value
         if isinstance(v, TupleVar):
@@ -621,8 +694,9 @@ class Translator:
             fake_args = [a for a in fake_args if not _is_cpu(a)]
             if _is_cpu(fake_kwargs.get("device")):
                 del fake_kwargs["device"]
+        symbolic = self.output.symbolic()
         try:
-            with _MetaMode():
+            with (_symbolic_mode() if symbolic else _MetaMode()):
                 if method:
                     result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
@@ -630,6 +704,11 @@ class Translator:
         except Unsupported:
             raise
         except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
+            if symbolic:
+                # (it may be the symbolic sizes: capture again with them specialised)
+                from .sym_sizes import SymbolicUnsupported
+                raise SymbolicUnsupported(f"{name} on symbolic sizes raised "
+                                          f"{type(e).__name__}: {e}") from None
             raise Unsupported(f"{name} raised {type(e).__name__} on its inputs: {e}") \
                 from None
         complex_dtype = _complex_result(result)
@@ -678,6 +757,8 @@ class Translator:
                             tuple_type=type(value))
         if value is None or is_constant(value):
             return ConstVar(value)
+        if isinstance(value, SymInt):
+            return SymVar(value)
         raise Unsupported(f"an operation returned a {type(value).__name__}")
 
     def tensor_getattr(self, tv, name):
@@ -686,7 +767,7 @@ class Translator:
         if name in _UNSUPPORTED_METHODS:
             raise Unsupported(_UNSUPPORTED_METHODS[name])
         if name in _META_ATTRS:
-            return ConstVar(getattr(tv.fake, name))
+            return self.wrap_constant_result(getattr(tv.fake, name))
         if name == "device":
             from ..device import device
             return ConstVar(device("cpu"))
@@ -884,6 +965,16 @@ class Translator:
                 for key, hook in table.items()]
 
     def call_builtin(self, fn, args, kwargs):
+        if any(isinstance(a, SymVar) for a in args) and not kwargs and len(args) == 2:
+            # min/max and operator functions of sizes stay symbolic
+            sized = all(isinstance(a, SymVar) or isinstance(a, ConstVar) and
+                        type(a.value) is int for a in args)
+            if fn in (min, max) and sized:
+                a, b = (v.sym if isinstance(v, SymVar) else v.value for v in args)
+                return self.wrap_constant_result((sym_min if fn is min else sym_max)(a, b))
+            r = self.sym_binary(fn, *args)
+            if r is not None:
+                return r
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
@@ -896,7 +987,7 @@ class Translator:
             if isinstance(a, TensorVar):
                 if a.fake.ndim == 0:
                     raise Unsupported("len() of a 0-d tensor")
-                return ConstVar(a.fake.shape[0])
+                return self.wrap_constant_result(a.fake.shape[0])
             if isinstance(a, (SequenceVar, DictVar)):
                 return ConstVar(len(a.items))
             if isinstance(a, ModuleVar):
@@ -980,6 +1071,9 @@ class Translator:
             for item in args[0].unpack(self):
                 total = self.binary(operator.add, total, item)
             return total
+        if fn in (min, max) and not kwargs and args and (
+                any(isinstance(a, TensorVar) for a in args) or len(args) == 1):
+            return stdlib.min_max_of_tensors(self, fn, args)
         if any(isinstance(a, TensorVar) for a in args):
             if fn in (abs,) or getattr(fn, "__module__", None) in ("_operator", "operator"):
                 return self.call_op(fn, args, kwargs)
@@ -1257,6 +1351,10 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, SymVar) or isinstance(b, SymVar):
+            r = self.sym_binary(fn, a, b)
+            if r is not None:
+                return r
         if isinstance(a, stdlib.SetVar) or isinstance(b, stdlib.SetVar):
             return stdlib.set_binary(self, fn, a, b)
         if fn in (operator.add, operator.iadd) and (
@@ -1299,6 +1397,22 @@ class Translator:
                 fn in (operator.mul, operator.imul):
             return type(a)(a.items * b.as_constant())
         raise Unsupported(f"{fn.__name__} of {a} and {b}")
+
+    def sym_binary(self, fn, a, b):
+        """Integer arithmetic with a symbolic size: a symbolic result (None: not an
+        integer operation; the caller specialises)."""
+        fn = _INPLACE_TO_PURE.get(fn, fn)
+        if fn not in _SYM_BINARY or isinstance(a, TensorVar) or isinstance(b, TensorVar):
+            return None
+        ops = []
+        for v in (a, b):
+            if isinstance(v, SymVar):
+                ops.append(v.sym)
+            elif isinstance(v, ConstVar) and type(v.value) is int:
+                ops.append(v.value)
+            else:
+                return None
+        return self.wrap_constant_result(fn(*ops))
 
     def BINARY_SUBSCR(self, ins):
         key = self.pop()
@@ -1372,6 +1486,9 @@ class Translator:
 
     def BUILD_SLICE(self, ins):
         parts = self.popn(ins.arg)
+        if any(isinstance(p, SymVar) for p in parts):
+            self.push(SliceVar(parts))
+            return
         if not all(p.is_constant() for p in parts):
             raise Unsupported("a slice with non-constant bounds")
         self.push(ConstVar(slice(*[p.as_constant() for p in parts])))
@@ -1386,6 +1503,8 @@ class Translator:
         self.push(self.unary(operator.invert, self.pop()))
 
     def unary(self, fn, a):
+        if isinstance(a, SymVar) and fn in (operator.neg, operator.pos):
+            return self.wrap_constant_result(fn(a.sym))
         if a.is_constant():
             return self.wrap_constant_result(fn(a.as_constant()))
         if isinstance(a, TensorVar):
@@ -1399,7 +1518,14 @@ class Translator:
         b = self.pop()
         a = self.pop()
         fn = _COMPARE[ins.argval]
-        if a.is_constant() and b.is_constant():
+        if (isinstance(a, SymVar) or isinstance(b, SymVar)) and \
+                all(isinstance(v, SymVar) or isinstance(v, ConstVar) and
+                    type(v.value) is int for v in (a, b)):
+            # a relation between sizes: its truth at the captured sizes, guarded
+            pa = a.sym if isinstance(a, SymVar) else a.value
+            pb = b.sym if isinstance(b, SymVar) else b.value
+            self.push(ConstVar(bool(fn(pa, pb))))
+        elif a.is_constant() and b.is_constant():
             self.push(self.wrap_constant_result(fn(a.as_constant(), b.as_constant())))
         elif isinstance(a, TensorVar) or isinstance(b, TensorVar):
             self.push(self.call_op(fn, [a, b], {}))
