@@ -530,10 +530,10 @@ def test_a_break_after_side_effects_applies_them_once():
 def test_a_fallback_after_side_effects_applies_them_once():
     def fn(x, acts):
         acts.append(x)
-        for _ in range(1):
-            print("side effect")  # a break in a loop whose local k may be unbound
-            k = 2                 # after it: the frame runs in CPython
-        return x * k
+        y = x * 2
+        v = y[1:]                 # a view made in the graph crossing the break
+        print("side effect")      # below: the frame runs in CPython
+        return v * 2
 
     acts = []
     ember.compile(fn, backend="eager")(ember.ones(1), acts)

@@ -331,7 +331,16 @@ def _compile_break_at(frame_info, path, loop, ctx, t0):
             return local_values
 
         cell_names = resume.own_cells(base)
-        if resume.frees_are_params(fcode, depth > 0):
+        closure, free_params = None, depth == 0 and resume.frees_are_params(fcode)
+        if depth and base.co_freevars:
+            real = tuple(f.cells[n].real for n in base.co_freevars)
+            if all(c is not None for c in real):
+                closure = real            # (the function's own: guarded by identity)
+            elif "__class__" in base.co_freevars:
+                raise Unsupported("zero-argument super() in a closure the frame made")
+            else:
+                free_params = True
+        if free_params:
             cell_names += base.co_freevars
         cells = [value_index(f.cells[n]) for n in cell_names]
         continuations = [resume.Continuation(fcode, off, locals_at(off), lower_idx,
@@ -356,7 +365,8 @@ def _compile_break_at(frame_info, path, loop, ctx, t0):
                                           lasti=bool(lasti), cells=cells)
         levels.append(resume.Level(fcode, continuations, handler, offset,
                                    entered[depth] if at[depth] != entered[depth]
-                                   else None, f.f_globals if depth else None))
+                                   else None, f.f_globals if depth else None,
+                                   closure, free_params))
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):

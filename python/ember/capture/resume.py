@@ -26,7 +26,13 @@ sends an exception of the stopped instruction to a handler resume function (skip
 the hook: the handler runs in CPython) with the stack the frame's handler expects. A
 frame's cell variables become parameters holding the cells. A break inside a loop moves
 before the loop: a loop function (a resume code the hook skips) runs the loop in CPython
-and calls the resume function at each of the loop's exits (`_loop_exits`).
+and calls the resume function at each of the loop's exits (`_loop_exits`), passing a
+local the loop may have left unbound as UNBOUND.
+
+Nested breaks (a break inside a function the frame inlines): the entry function runs
+the innermost frame's instruction and nests the frames' resume functions (Level):
+the callee's rest runs as a resume function whose return value is the output of the
+caller's resume function at the instruction after its CALL, and so on outwards.
 """
 from __future__ import annotations
 
@@ -51,6 +57,17 @@ _GENERATORS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GE
                inspect.CO_ITERABLE_COROUTINE)
 
 _resume_cache = weakref.WeakKeyDictionary()   # code -> {key: resume code}
+
+
+class _Unbound:
+    """What a loop function passes for a local it left unbound (resume_code's
+    maybe_unbound)."""
+
+    def __repr__(self):
+        return "<unbound local>"
+
+
+UNBOUND = _Unbound()
 
 
 def _skip_code(code):
@@ -173,7 +190,11 @@ def live_locals(code, offset):
     instruction's store); all of them if the code can introspect."""
     if _INTROSPECTION & set(code.co_names):
         return set(code.co_varnames)
-    return _liveness(code)[offset] & set(code.co_varnames)
+    live = set(_liveness(code)[offset] & set(code.co_varnames))
+    if "super" in code.co_names and "__class__" in code.co_freevars and \
+            code.co_argcount:
+        live.add(code.co_varnames[0])    # zero-argument super() reads it
+    return live
 
 
 _live_cache = weakref.WeakKeyDictionary()
@@ -227,7 +248,7 @@ def check_resumable(code):
 
 
 def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False,
-                free_params=False):
+                free_params=False, maybe_unbound=frozenset()):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
@@ -243,9 +264,11 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     autograd by the mode a graph starts in) and changes it inside, as that frame did.
     free_params: the code's free variables are parameters holding the cells too (after
     its own cells), not a closure: for a function the frame inlined (a break inside
-    it), whose cells may be new at each call (a closure the frame made)."""
+    it), whose cells may be new at each call (a closure the frame made).
+    maybe_unbound: locals passed as UNBOUND when unbound (a loop function's exit),
+    which the prologue deletes."""
     key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad,
-           free_params)
+           free_params, tuple(sorted(maybe_unbound)))
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -268,6 +291,8 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     consts = list(code.co_consts)
     if grad:
         consts.append(_C._set_grad_enabled)
+    if maybe_unbound:
+        consts.append(UNBOUND)
 
     def prologue():
         asm = Asm()
@@ -283,6 +308,15 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
             asm("STORE_FAST", len(varnames) - 1)
         for name in sorted(delete, key=code.co_varnames.index):
             asm("DELETE_FAST", code.co_varnames.index(name))
+        for name in sorted(maybe_unbound, key=code.co_varnames.index):
+            i = code.co_varnames.index(name)
+            bound = Label()
+            asm("LOAD_FAST", i)
+            asm("LOAD_CONST", consts.index(UNBOUND))
+            asm("IS_OP", 0)
+            asm("POP_JUMP_FORWARD_IF_FALSE", bound)
+            asm("DELETE_FAST", i)
+            asm.mark(bound)
         j = 0
         for is_null in stack_nulls:
             if is_null:
@@ -309,8 +343,9 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     qualname = f"{code.co_qualname}.<resume at {offset}>"
     tail, stacksize = b"", 0
     if loop is not None:
-        body, tail, stacksize = _loop_exits(code, body, units, loop, delete, nvalues,
-                                            consts, g, free_params)
+        body, tail, stacksize, more = _loop_exits(code, body, units, loop, delete,
+                                                  nvalues, consts, g, free_params)
+        handlers += more
         qualname = f"{code.co_qualname}.<loop at {offset}>"
     frees_as_cells = dict(co_cellvars=code.co_cellvars + frees, co_freevars=()) \
         if free_params else {}
@@ -335,7 +370,10 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
     calls the resume function there with the live locals (bound before the loop:
     those the prologue does not delete), the stack values and the cells, and returns
     its result (with g, under the mode the loop function was called in, passing the
-    mode at the exit). Returns (body, stubs, stack size); consts grows."""
+    mode at the exit). A local read after the loop that the loop may bind (or delete)
+    is passed as UNBOUND where it is unbound at the exit (its read's UnboundLocalError
+    caught by the stub), and the resume function deletes it. Returns (body, stubs,
+    stack size, the stubs' exception-table entries); consts grows."""
     exits, stored, deleted = loop
     instructions = list(dis.get_instructions(code))
     targets = {ins.argval for ins in instructions if ins.opcode in _JUMPS}
@@ -356,15 +394,18 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
     tail = bytearray()
     stacksize = 0
     end_unit = units + len(body) // 2
+    handlers = []
     for target, depth in exits:
         live = live_locals(code, target)
         unbound = live & set(delete) - set(code.co_cellvars)   # unbound before the loop
-        if unbound & stored or live & deleted:
-            raise Unsupported("a local read after the loop may be unbound there")
+        # read after the loop, bound (or deleted) by it or not: passed as UNBOUND when
+        # unbound at the exit, which the resume function's prologue deletes
+        maybe = unbound & stored | live & deleted - set(code.co_cellvars)
         dead = {n for n in code.co_varnames if n not in code.co_cellvars and
-                (n not in live or n in unbound)}
+                (n not in live or n in unbound and n not in maybe)}
         rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g),
-                            free_params=free_params)
+                            free_params=free_params, maybe_unbound=frozenset(maybe))
+        stub_unit = end_unit + len(tail) // 2
         asm = Asm()
         asm("PUSH_NULL")
         if closure:
@@ -377,6 +418,17 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
         for i, name in enumerate(code.co_varnames):
             if name in dead:
                 asm("LOAD_CONST", none)
+            elif name in maybe:
+                # LOAD_FAST, its UnboundLocalError caught: UNBOUND instead
+                read, caught, done = Label(), Label(), Label()
+                asm.mark(read)
+                asm("LOAD_FAST", i)
+                asm("JUMP_FORWARD", done)
+                asm.mark(caught)
+                asm("POP_TOP")
+                asm("LOAD_CONST", const(UNBOUND))
+                asm.mark(done)
+                handlers.append((read, caught, depth + 2 + i))
             else:
                 asm("LOAD_FAST", i)       # (a cell variable's slot: the cell)
         for _ in range(depth):
@@ -403,8 +455,7 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
             asm("POP_TOP")
         asm("RETURN_VALUE")
         stacksize = max(stacksize, depth + 2 + n + 3)
-        stub_unit = end_unit + len(tail) // 2
-        tail += asm.assemble()
+        tail += asm.assemble(stub_unit)
         # the jump at the exit: one unit, or two with EXTENDED_ARG
         delta = stub_unit - (units + target // 2 + 1)
         size = 1 if delta <= 255 else 2
@@ -419,7 +470,9 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params
             body[at:at + 2] = bytes((dis.opmap["EXTENDED_ARG"], delta >> 8))
             at += 2
         body[at:at + 2] = bytes((dis.opmap["JUMP_FORWARD"], delta & 0xFF))
-    return bytes(body), bytes(tail), stacksize
+    entries = [(read.unit, read.unit + 1, caught.unit, d, False)
+               for read, caught, d in handlers]
+    return bytes(body), bytes(tail), stacksize, entries
 
 
 _origin = weakref.WeakKeyDictionary()     # resume code -> (code it resumes, prologue bytes)
@@ -492,26 +545,30 @@ class Level:
     instruction differs (its resume function takes the mode as a parameter and is
     called in this one). globals_: an inlined frame's function's globals.
 
-    An inlined frame's resume functions take its free variables' cells as parameters
-    (resume_code's free_params; its continuations' cells: its own cells, then those),
-    as do those of a frame running such a resume function."""
+    closure: an inlined frame's function's real cells (a module-level closure, a
+    method's __class__), over which its resume functions are made once; else
+    free_params: they take its free variables' cells as parameters (resume_code's;
+    the continuations' cells: the frame's own cells, then those), as for a closure
+    the frame made, whose cells are new at each call, and for a frame running such a
+    resume function (frees_are_params)."""
 
     def __init__(self, code, continuations, handler=None, offset=None, entry_mode=None,
-                 globals_=None):
+                 globals_=None, closure=None, free_params=False):
         self.code = code
         self.continuations = continuations
         self.handler = handler
         self.offset = offset
         self.entry_mode = entry_mode
         self.globals = globals_
+        self.closure = closure
+        self.free_params = free_params
 
 
-def frees_are_params(code, inlined):
-    """Whether the resume functions of a frame running `code` take its free variables'
-    cells as parameters (Level): an inlined frame's, or a resume function's that
-    does."""
+def frees_are_params(code):
+    """Whether `code` is a resume code taking its free variables' cells as
+    parameters."""
     base, _ = original(code)
-    return bool(base.co_freevars) and (inlined or not code.co_freevars)
+    return bool(base.co_freevars) and not code.co_freevars
 
 
 def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, levels,
@@ -568,7 +625,7 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
             rcode = resume_code(base, c.offset - shift, nulls, delete,
                                 handler=c.lasti is not None, loop=c.loop,
                                 grad=lv.entry_mode is not None and c.lasti is None,
-                                free_params=frees_are_params(lv.code, depth > 0))
+                                free_params=lv.free_params)
             if c.loop is not None:
                 _skip_code(rcode)         # the loop runs in CPython
             lv.resumes.append(rcode)
@@ -587,7 +644,9 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, l
                 lv.funcs = [types.FunctionType(r, func.__globals__, r.co_name)
                             for r in lv.resumes]
         else:
-            lv.funcs = [types.FunctionType(r, lv.globals, r.co_name) for r in lv.resumes]
+            lv.funcs = [types.FunctionType(r, lv.globals, r.co_name, None,
+                                           lv.closure if r.co_freevars else None)
+                        for r in lv.resumes]
     if instruction[0] in ("LOAD_ATTR", "STORE_ATTR"):
         # (the name is the last frame's: the entry function's co_names has it too)
         name = levels[-1].code.co_names[instruction[1]]

@@ -8,7 +8,8 @@ becomes a graph node. Every value read from outside the frame (arguments, global
 closures, module attributes) is guarded, so a cached graph is reused only when those
 values are what they were. Anything else raises Unsupported; raised by one of the
 frame's own instructions in BREAK_OPS, it is a graph break there (convert.compile_break,
-resume.py), otherwise the caller runs the frame in CPython.
+resume.py), also inside a function the frame's CALL inlines (a nested break: e.chain,
+Translator._note_break), otherwise the caller runs the frame in CPython.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from collections import defaultdict
 
 from .. import _C
 from .. import fx
-from . import skip, stdlib
+from . import resume, skip, stdlib
 from .exc import Unsupported
 from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
@@ -1546,6 +1547,10 @@ class Translator:
         a = self.pop()
         if a.is_constant() and b.is_constant():
             r = a.as_constant() is b.as_constant()
+        elif isinstance(b, ConstVar) and b.value is resume.UNBOUND:
+            # a resume function's prologue: was the local unbound? (a wrapped value
+            # is guarded, by identity when it is UNBOUND)
+            r = isinstance(a, ObjectVar) and a.value is resume.UNBOUND
         elif isinstance(b, ConstVar) and b.value is None:
             r = False     # a tensor, container or object is not None
         elif a is b:
