@@ -165,9 +165,8 @@ def test_results_keep_eagers_autograd(name, backend, entry_grad, capsys):
 @pytest.mark.parametrize("entry_grad", [False, True])
 def test_a_region_turning_grad_on_stays_in_the_graph(entry_grad):
     """The counts ember's explain gives, here written down: one graph, no break, in
-    either entry mode (before, entry_grad=False broke at the region: 2 graphs for
-    set_true, none for enable_block); test_counts_no_more_than_torchs checks torch
-    gives the same."""
+    either entry mode (before, entry_grad=False broke where the region turned grad
+    on); test_counts_no_more_than_torchs checks torch gives no fewer."""
     for name in SRC:
         fn = build(ember, name, SRC[name])
         with ember.set_grad_enabled(entry_grad):

@@ -82,6 +82,13 @@ class SideEffects:
         """vt.name = value (value DELETED: del vt.name), for a plain object or a module."""
         obj = vt.value
         cls = type(obj)
+        if getattr(vt, "made_by_frame_object", False) and value is DELETED:
+            # an object the frame made: deleting what it set leaves nothing to replay
+            old = self.attrs.get((id(vt), name))
+            if old is None or old[2] is DELETED:
+                raise Unsupported(f"deleting attribute {name!r} the object does not have")
+            del self.attrs[(id(vt), name)]
+            return
         if isinstance(obj, type):
             raise Unsupported(f"assigning attribute {name!r} of class {obj.__name__}")
         if isinstance(obj, types.ModuleType):

@@ -379,6 +379,8 @@ class NewObjectVar(ObjectVar):
         self.cls_var = cls_var
         self.written = True           # never a constant
 
+    made_by_frame_object = True       # (side_effects: its attributes are all the frame's)
+
     def getattr(self, tx, name):
         pending = tx.output.side_effects.read_attr(self, name)
         if pending is not None:

@@ -106,6 +106,9 @@ CLASSES = {
     "autocast-free `with` blocks in general": [
         "user_context_manager_class", "contextlib_nullcontext",
         "nested_user_context_managers", "with_blocks_in_sequence"],
+    "contextlib.contextmanager blocks": [
+        "contextlib_contextmanager", "contextmanager_yielding_a_tensor",
+        "contextmanagers_nested_and_in_sequence"],
     # closures, generators, recursion, exceptions
     "closures and cells written and read": [
         "closure_cell_written_by_inner", "closure_reads_later_assignment",

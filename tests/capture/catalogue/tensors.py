@@ -336,4 +336,42 @@ def fn(x):
         z = y * 2
     return y, z, list(LOG)
 """, "T(3)"),
+    Case("contextlib_contextmanager", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def scope(n):
+    LOG.append(n)
+    yield n * 2
+    LOG.append(-n)
+def fn(x):
+    with scope(3) as k:
+        y = x * k
+    return y, list(LOG)
+""", "T(3)"),
+    Case("contextmanager_yielding_a_tensor", """
+import contextlib
+@contextlib.contextmanager
+def doubled(t):
+    yield t * 2
+def fn(x):
+    with doubled(x) as d:
+        y = d + 1
+    return y
+""", "T(3)"),
+    Case("contextmanagers_nested_and_in_sequence", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def step(name):
+    LOG.append("in " + name)
+    yield len(LOG)
+    LOG.append("out " + name)
+def fn(x):
+    with step("a") as i, step("b") as j:
+        y = x * i + j
+    with step("c"):
+        y = y.sin()
+    return y, len(LOG)
+""", "T(3)"),
 ]
