@@ -91,6 +91,91 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+def selu(input, inplace=False):
+    return _inplace(input, _O().selu(input), inplace)
+
+
+def selu_(input):
+    return selu(input, True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    return _inplace(input, _O().celu(input, alpha), inplace)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, True)
+
+
+def hardsigmoid(input, inplace=False):
+    return _inplace(input, _O().hardsigmoid(input), inplace)
+
+
+def hardswish(input, inplace=False):
+    return _inplace(input, _O().hardswish(input), inplace)
+
+
+def softsign(input):
+    return _O().softsign(input)
+
+
+def tanhshrink(input):
+    return _O().tanhshrink(input)
+
+
+def softshrink(input, lambd=0.5):
+    return _O().softshrink(input, lambd)
+
+
+def hardshrink(input, lambd=0.5):
+    return _O().hardshrink(input, lambd)
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _inplace(input, _O().threshold(input, threshold, value), inplace)
+
+
+def threshold_(input, threshold, value):
+    return _inplace(input, _O().threshold(input, threshold, value), True)
+
+
+def prelu(input, weight):
+    if input.dtype is not weight.dtype:
+        raise RuntimeError(f"prelu: Type promoting not supported. Got "
+                           f"{input.dtype._torch_name} and {weight.dtype._torch_name}")
+    return _O().prelu(input, weight)
+
+
+def _norm_clamped(x, dim, eps):
+    """||x|| over dim with the value clamped to eps but the gradient of the norm itself
+    (PyTorch clamps it in place without recording)."""
+    from .. import linalg
+    n = linalg.vector_norm(x, 2, dim=dim)
+    d = n.detach()
+    return n + (d.clamp_min(eps) - d)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) over dim (broadcast first)."""
+    shape = _ops.meta.broadcast_shapes("cosine_similarity", tuple(x1.shape),
+                                       tuple(x2.shape))
+    a, b = x1.expand(shape), x2.expand(shape)
+    if not a.dtype.is_floating_point:
+        a, b = a.to(_C.get_default_dtype()), b.to(_C.get_default_dtype())
+    d = dim % max(len(shape), 1)
+    na = _norm_clamped(a, d, eps).unsqueeze(d)
+    nb = _norm_clamped(b, d, eps).unsqueeze(d)
+    return ((a / na) * (b / nb)).sum(d)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dim."""
+    from .. import linalg
+    diff = x1 - x2 + eps
+    dim = -1 if max(x1.ndim, x2.ndim) > 0 else None
+    return linalg.vector_norm(diff, p, dim=dim, keepdim=keepdim)
+
+
 def logsigmoid(input):
     """log(sigmoid(x)) = -softplus(-x), computed stably."""
     return -softplus(-input)

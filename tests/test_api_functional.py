@@ -1,0 +1,138 @@
+"""Names of torch's namespace written in Python over ops (ember/functional.py: meshgrid,
+broadcast_tensors/shapes, atleast_*d, chain_matmul, tensor_split and the directional
+splits, column_stack, dstack, logspace, the constants) and the nn layers and functions
+added with them (SELU, CELU, Hardsigmoid, Hardswish, Softsign, Tanhshrink, Softshrink,
+Hardshrink, Threshold, PReLU, CosineSimilarity, PairwiseDistance): values, dtypes,
+shapes and gradients against PyTorch."""
+import warnings
+
+import numpy as np
+import pytest
+
+import ember
+
+RNG = np.random.default_rng(0)
+A = np.arange(24, dtype=np.float64).reshape(2, 3, 4) * 0.37 - 3
+B = RNG.standard_normal((2, 3, 4))
+
+
+def _compare(torch, fn, grad=True):
+    outs = []
+    for L in (ember, torch):
+        x = L.tensor(A.copy(), requires_grad=grad)
+        y = L.tensor(B.copy(), requires_grad=grad)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn(L, x, y)
+        res = out if isinstance(out, (tuple, list)) else (out,)
+        if grad and any(r.requires_grad for r in res):
+            sum((r * r).sum() for r in res if r.requires_grad).backward()
+        outs.append((res, x.grad, y.grad))
+    (re, gxe, gye), (rt, gxt, gyt) = outs
+    assert len(re) == len(rt)
+    for e, t in zip(re, rt):
+        assert tuple(e.shape) == tuple(t.shape)
+        assert str(e.dtype).split(".")[1] == str(t.dtype).split(".")[1]
+        # 1e-6: torch's elu (celu) computes exp(x) - 1 where ember's uses expm1
+        np.testing.assert_allclose(e.detach().numpy(), t.detach().numpy(), rtol=1e-6,
+                                   atol=1e-10, equal_nan=True)
+    for ge, gt in ((gxe, gxt), (gye, gyt)):
+        if gt is None:
+            assert ge is None or not ge.numpy().any()
+        else:
+            np.testing.assert_allclose(ge.numpy(), gt.numpy(), rtol=1e-6, atol=1e-10)
+
+
+FUNCTIONAL = {
+    "meshgrid_ij": lambda L, x, y: L.meshgrid(x[0, 0], y[0, :, 0], indexing="ij"),
+    "meshgrid_xy": lambda L, x, y: L.meshgrid(x[0, 0], y[0, :, 0], x[1, 1, :2], indexing="xy"),
+    "meshgrid_list": lambda L, x, y: L.meshgrid([x[0, 0], y[0, :, 0]]),
+    "broadcast_tensors": lambda L, x, y: L.broadcast_tensors(x, y[0, :, :1]),
+    "atleast_1d": lambda L, x, y: L.atleast_1d(x[0, 0, 0]),
+    "atleast_2d": lambda L, x, y: L.atleast_2d(x[0, 0], x),
+    "atleast_3d": lambda L, x, y: L.atleast_3d(x[0, 0], x[0], x[0, 0, 0]),
+    "chain_matmul": lambda L, x, y: L.chain_matmul(x[0], y[1].t(), x[0]),
+    "tensor_split_sections": lambda L, x, y: L.tensor_split(x, 3, dim=2),
+    "tensor_split_indices": lambda L, x, y: x.tensor_split([1, 3, -1], 2),
+    "tensor_split_more_than_size": lambda L, x, y: x.tensor_split(5, 1),
+    "tensor_split_tensor": lambda L, x, y: x.tensor_split(L.tensor([1, 2]), 1),
+    "hsplit": lambda L, x, y: x.hsplit(3),
+    "vsplit": lambda L, x, y: L.vsplit(x, [1]),
+    "dsplit": lambda L, x, y: x.dsplit(2),
+    "column_stack": lambda L, x, y: L.column_stack([x[0, :, 0], y[0]]),
+    "dstack": lambda L, x, y: L.dstack([x[0], y[1]]),
+    "logspace": lambda L, x, y: L.logspace(-1, 2, 7),
+    "logspace_base": lambda L, x, y: L.logspace(0, 3, 4, base=2, dtype=L.float64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_functional_names_match_torch(torch, name):
+    _compare(torch, FUNCTIONAL[name])
+
+
+def test_constants_and_shapes(torch):
+    for n in ("pi", "e", "inf", "newaxis"):
+        assert getattr(ember, n) == getattr(torch, n)
+    assert np.isnan(ember.nan)
+    assert ember.broadcast_shapes((2, 1), (3,), 1) == (2, 3)
+    assert isinstance(ember.broadcast_shapes((2, 1)), ember.Size)
+    with pytest.raises(RuntimeError):
+        ember.broadcast_shapes((2,), (3,))
+    with pytest.raises(RuntimeError):
+        ember.hsplit(ember.ones(2, 5), 2)         # not divisible, as torch
+    with pytest.raises(RuntimeError):
+        ember.vsplit(ember.ones(4), 2)            # needs 2 dims
+    with pytest.warns(UserWarning, match="indexing"):
+        ember.meshgrid(ember.ones(2), ember.ones(3))
+
+
+F = {
+    "selu": lambda L, x, y: L.nn.functional.selu(x),
+    "celu": lambda L, x, y: L.nn.functional.celu(x, 0.3),
+    "hardsigmoid": lambda L, x, y: L.nn.functional.hardsigmoid(x),
+    "hardswish": lambda L, x, y: L.nn.functional.hardswish(x),
+    "softsign": lambda L, x, y: L.nn.functional.softsign(x),
+    "tanhshrink": lambda L, x, y: L.nn.functional.tanhshrink(x),
+    "softshrink": lambda L, x, y: L.nn.functional.softshrink(x, 1.0),
+    "hardshrink": lambda L, x, y: L.nn.functional.hardshrink(x),
+    "threshold": lambda L, x, y: L.nn.functional.threshold(x, 0.2, -3.0),
+    "prelu": lambda L, x, y: L.nn.functional.prelu(x, y[0, :, 0]),
+    "cosine_similarity": lambda L, x, y: L.nn.functional.cosine_similarity(x, y),
+    "cosine_similarity_bcast": lambda L, x, y: L.cosine_similarity(x, y[0], dim=-1),
+    "cosine_similarity_zero": lambda L, x, y: L.nn.functional.cosine_similarity(x * 0, y, 2),
+    "pairwise_distance": lambda L, x, y: L.nn.functional.pairwise_distance(x, y),
+    "pairwise_distance_p1": lambda L, x, y: L.pairwise_distance(x, y, p=1, keepdim=True),
+    "SELU": lambda L, x, y: L.nn.SELU()(x),
+    "CELU": lambda L, x, y: L.nn.CELU(0.5)(x),
+    "Hardsigmoid": lambda L, x, y: L.nn.Hardsigmoid()(x),
+    "Hardswish": lambda L, x, y: L.nn.Hardswish()(x),
+    "Softsign": lambda L, x, y: L.nn.Softsign()(x),
+    "Tanhshrink": lambda L, x, y: L.nn.Tanhshrink()(x),
+    "Softshrink": lambda L, x, y: L.nn.Softshrink(0.7)(x),
+    "Hardshrink": lambda L, x, y: L.nn.Hardshrink(0.7)(x),
+    "Threshold": lambda L, x, y: L.nn.Threshold(0.1, 20)(x),
+    "PReLU": lambda L, x, y: L.nn.PReLU(3).double()(x),
+    "CosineSimilarity": lambda L, x, y: L.nn.CosineSimilarity(dim=0)(x, y),
+    "PairwiseDistance": lambda L, x, y: L.nn.PairwiseDistance()(x, y),
+}
+
+
+@pytest.mark.parametrize("name", sorted(F))
+def test_nn_names_match_torch(torch, name):
+    _compare(torch, F[name])
+
+
+def test_prelu_module_learns_like_torch(torch):
+    out = []
+    for L in (ember, torch):
+        m = L.nn.PReLU(3, init=0.1).double()
+        opt = L.optim.SGD(m.parameters(), lr=0.5)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = (m(L.tensor(A)) ** 2).mean()
+            loss.backward()
+            opt.step()
+        out.append(m.weight.detach().numpy())
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-12)
+    assert repr(ember.nn.PReLU(3)) == repr(torch.nn.PReLU(3))
