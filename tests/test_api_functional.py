@@ -136,3 +136,72 @@ def test_prelu_module_learns_like_torch(torch):
         out.append(m.weight.detach().numpy())
     np.testing.assert_allclose(out[0], out[1], rtol=1e-12)
     assert repr(ember.nn.PReLU(3)) == repr(torch.nn.PReLU(3))
+
+
+def test_predicates_and_tensor_facts(torch):
+    for L in (ember, torch):
+        x = L.ones(2, 3)
+        assert (x.itemsize, x.nbytes, x.is_cpu, x.get_device()) == (4, 24, True, -1)
+        assert x.is_signed() and not L.ones(2, dtype=L.uint8).is_signed()
+        assert L.is_signed(x) and L.is_floating_point(x) and not L.is_complex(x)
+        assert L.is_nonzero(L.tensor([1.5])) and not x[0, 0].sub(1).is_nonzero()
+        assert L.is_same_size(x, L.zeros(2, 3)) and not x.is_same_size(L.zeros(3, 2))
+        assert not x.is_inference()
+        with pytest.raises(RuntimeError):
+            L.is_nonzero(x)
+    names = ["bool", "uint8", "int8", "int64", "float16", "bfloat16", "float64",
+             "complex64"]
+    for a in names:
+        for b in names:
+            assert ember.can_cast(getattr(ember, a), getattr(ember, b)) == \
+                torch.can_cast(getattr(torch, a), getattr(torch, b)), (a, b)
+
+
+def test_random_helpers_shapes_dtypes_and_gradients(torch):
+    for L in (ember, torch):
+        assert tuple(L.normal(L.zeros(3), 1.0).shape) == (3,)
+        assert tuple(L.normal(0.0, L.ones(2, 1)).shape) == (2, 1)
+        assert tuple(L.normal(L.zeros(3), L.ones(2, 1)).shape) == (2, 3)
+        assert tuple(L.normal(2.0, 3.0, (4,)).shape) == (4,)
+        assert L.randint_like(L.ones(2, 2, dtype=L.int32), 5).dtype is L.int32
+        r = L.randint_like(L.ones(1000), 3, 7)
+        assert r.min() >= 3 and r.max() < 7 and r.dtype is L.float32
+        assert L.empty_strided((2, 3), (1, 2)).stride() == (1, 2)
+        assert L.scalar_tensor(3).dtype is L.float32 and L.scalar_tensor(3).ndim == 0
+        with pytest.raises(RuntimeError):
+            L.normal(L.zeros(2), -1.0)
+    m = ember.zeros(3, requires_grad=True)
+    s = ember.ones(3, requires_grad=True)
+    ember.manual_seed(0)
+    out = ember.normal(m, s)
+    out.sum().backward()
+    assert m.grad.tolist() == [1.0] * 3
+    np.testing.assert_allclose(s.grad.numpy(), out.detach().numpy(), rtol=1e-6)   # = noise
+    ember.manual_seed(3)
+    big = ember.normal(1.0, 2.0, (20000,))
+    assert abs(big.mean().item() - 1.0) < 0.05 and abs(big.std().item() - 2.0) < 0.05
+
+
+def test_settings_are_kept_and_reported(torch):
+    try:
+        for L in (ember, torch):
+            L.set_float32_matmul_precision("high")
+            assert L.get_float32_matmul_precision() == "high"
+            L.use_deterministic_algorithms(True, warn_only=True)
+            assert L.are_deterministic_algorithms_enabled()
+            assert L.is_deterministic_algorithms_warn_only_enabled()
+            assert L.get_deterministic_debug_mode() == 1
+            L.set_deterministic_debug_mode("error")
+            assert L.get_deterministic_debug_mode() == 2
+            L.set_warn_always(True)
+            assert L.is_warn_always_enabled()
+        with pytest.raises(RuntimeError):
+            ember.set_float32_matmul_precision("fast")
+        a = ember.randn(8, 8)
+        assert ember.equal(a @ a, a @ a)
+    finally:
+        for L in (ember, torch):
+            L.set_float32_matmul_precision("highest")
+            L.use_deterministic_algorithms(False)
+            L.set_warn_always(False)
+    assert ember.get_num_interop_threads() >= 1

@@ -217,7 +217,114 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
     return res.requires_grad_(True) if requires_grad else res
 
 
-NAMES = ["pi", "e", "inf", "nan", "newaxis", "broadcast_shapes", "broadcast_tensors",
+# ------------------------------------------------------------------ predicates, random
+
+
+def is_complex(input):
+    return input.is_complex()
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
+
+
+def is_nonzero(input):
+    """The truth of a one-element tensor (RuntimeError otherwise, as PyTorch)."""
+    if input.numel() == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if input.numel() > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(input.item())
+
+
+def is_same_size(input, other):
+    return tuple(input.shape) == tuple(other.shape)
+
+
+def is_signed(input):
+    return input.dtype.is_signed
+
+
+def _itemsize(self):
+    return self.dtype.itemsize
+
+
+def _nbytes(self):
+    return self.numel() * self.dtype.itemsize
+
+
+def _get_device(self):
+    """-1: a CPU tensor."""
+    return -1
+
+
+def can_cast(from_, to):
+    """Whether PyTorch's casting rules allow from_ to to in place (no category drop:
+    complex to real, float to integer, anything but bool to bool)."""
+    def cat(d):
+        return 0 if d is _C.bool else 3 if d.is_complex else 2 if d.is_floating_point else 1
+    return cat(from_) <= cat(to)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None,
+           device=None, pin_memory=False, requires_grad=False):
+    """Normal draws of mean and std (tensors broadcast, or numbers with size): mean +
+    std * randn, so a tensor mean or std gets its gradient (PyTorch's)."""
+    tm, ts = isinstance(mean, _C.Tensor), isinstance(std, _C.Tensor)
+    if not (tm or ts):
+        if size is None:
+            raise TypeError("normal() missing required argument 'size' (when mean and std "
+                            "are numbers)")
+        if std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        res = O.add(O.mul(O.randn(list(size), dtype=dtype, generator=generator), std), mean)
+        res = res.requires_grad_(True) if requires_grad else res
+        return res if out is None else out.copy_(res)
+    if ts and (std.numel() and bool((std < 0).any())):
+        raise RuntimeError("normal expects all elements of std >= 0.0")
+    if not ts and std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    shape = broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, _C.Tensor)))
+    ref = mean if tm else std
+    if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
+        raise NotImplementedError(f'"normal_kernel_cpu" not implemented for '
+                                  f"'{ref.dtype._torch_name}'")
+    noise = O.randn(list(shape), dtype=ref.dtype, generator=generator)
+    res = O.add(O.mul(noise, std), mean)
+    return res if out is None else out.copy_(res)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=None,
+                 pin_memory=False, requires_grad=False, memory_format=None, generator=None):
+    """randint over input's shape (and dtype unless given); randint_like(x, high) too."""
+    if high is None:
+        low, high = 0, low
+    return O.randint(low, high, list(input.shape),
+                     dtype=dtype if dtype is not None else input.dtype)
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None,
+                  requires_grad=False, pin_memory=False):
+    """An uninitialised tensor with the given strides (a view of storage big enough)."""
+    size, stride = list(size), list(stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"mismatch in length of strides and shape")
+    n = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    base = O.empty([n], dtype=dtype)
+    res = O.as_strided(base, size, stride)
+    return res.requires_grad_(True) if requires_grad else res
+
+
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=False,
+                  requires_grad=False):
+    """A 0-d tensor of s in dtype (the default float dtype unless given)."""
+    res = O.full((), s, dtype=dtype if dtype is not None else _C.get_default_dtype())
+    return res.requires_grad_(True) if requires_grad else res
+
+
+NAMES = ["pi", "e", "inf", "nan", "newaxis", "is_complex", "is_floating_point",
+         "is_nonzero", "is_same_size", "is_signed", "can_cast", "normal", "randint_like",
+         "empty_strided", "scalar_tensor", "broadcast_shapes", "broadcast_tensors",
          "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d", "chain_matmul",
          "tensor_split", "hsplit", "vsplit", "dsplit", "column_stack", "dstack", "logspace"]
 TENSOR_METHODS = ["tensor_split", "hsplit", "vsplit", "dsplit"]
@@ -228,4 +335,9 @@ def install(namespace):
     g = globals()
     for name in NAMES:
         namespace[name] = g[name]
-    _C._add_tensor_attrs({name: g[name] for name in TENSOR_METHODS})
+    attrs = {name: g[name] for name in TENSOR_METHODS}
+    attrs.update(is_nonzero=is_nonzero, is_same_size=is_same_size, is_signed=is_signed,
+                 get_device=_get_device, itemsize=property(_itemsize),
+                 nbytes=property(_nbytes), is_cpu=property(lambda self: not self.is_meta),
+                 is_inference=lambda self: False)
+    _C._add_tensor_attrs(attrs)
