@@ -205,3 +205,59 @@ def test_settings_are_kept_and_reported(torch):
             L.use_deterministic_algorithms(False)
             L.set_warn_always(False)
     assert ember.get_num_interop_threads() >= 1
+
+
+def _pm1(L, x):
+    return L.where(x > 0, L.ones_like(x), -L.ones_like(x))
+
+
+LOSSES = {
+    "margin_ranking": lambda L, x, y: L.nn.functional.margin_ranking_loss(
+        x, y, _pm1(L, x.detach() * y.detach() + 0.3), margin=0.2),
+    "margin_ranking_module": lambda L, x, y: L.nn.MarginRankingLoss(0.5, reduction="sum")(
+        x, y, _pm1(L, y.detach())),
+    "hinge_embedding": lambda L, x, y: L.nn.functional.hinge_embedding_loss(
+        x, _pm1(L, y.detach()), margin=2.0),
+    "hinge_embedding_module": lambda L, x, y: L.nn.HingeEmbeddingLoss(reduction="none")(
+        x, _pm1(L, y.detach())),
+    "soft_margin": lambda L, x, y: L.nn.functional.soft_margin_loss(x, _pm1(L, y.detach())),
+    "soft_margin_module": lambda L, x, y: L.nn.SoftMarginLoss(reduction="sum")(
+        x, _pm1(L, y.detach())),
+    "cosine_embedding": lambda L, x, y: L.nn.functional.cosine_embedding_loss(
+        x[0], y[0], _pm1(L, y.detach()[1, :, 0]), margin=0.1),
+    "cosine_embedding_module": lambda L, x, y: L.nn.CosineEmbeddingLoss(reduction="none")(
+        x[0], y[0], _pm1(L, y.detach()[1, :, 0])),
+    "triplet_margin": lambda L, x, y: L.nn.functional.triplet_margin_loss(
+        x[0], y[0], x[1], margin=3.0),
+    "triplet_margin_swap_p1": lambda L, x, y: L.nn.TripletMarginLoss(2.0, p=1, swap=True)(
+        x[0], y[0], y[1]),
+    "poisson_nll": lambda L, x, y: L.nn.functional.poisson_nll_loss(x * 0.3, y.abs() * 3),
+    "poisson_nll_full": lambda L, x, y: L.nn.PoissonNLLLoss(log_input=False, full=True)(
+        x.abs() + 0.1, (y.abs() * 3).floor()),
+    "gaussian_nll": lambda L, x, y: L.nn.functional.gaussian_nll_loss(x, y, y.abs() + 0.1),
+    "gaussian_nll_full_1d_var": lambda L, x, y: L.nn.GaussianNLLLoss(full=True, reduction="sum")(
+        x, y, y[..., 0].abs() * 0 + 1e-8),
+    "multilabel_soft_margin": lambda L, x, y: L.nn.functional.multilabel_soft_margin_loss(
+        x[0], (y[0] > 0).to(x.dtype)),
+    "multilabel_soft_margin_weight": lambda L, x, y: L.nn.MultiLabelSoftMarginLoss(
+        weight=L.arange(4.0, dtype=x.dtype))(x[0], (y[0] > 0).to(x.dtype)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_losses_match_torch(torch, name):
+    _compare(torch, LOSSES[name])
+
+
+def test_softmax2d_and_dropout3d(torch):
+    _compare(torch, lambda L, x, y: L.nn.Softmax2d()(x))
+    _compare(torch, lambda L, x, y: L.nn.Softmax2d()(x[None]))
+    x = ember.ones(4, 6, 2, 3, 3)
+    ember.manual_seed(0)
+    out = ember.nn.Dropout3d(0.5)(x)
+    per_channel = out.reshape(4, 6, -1)
+    assert bool(((per_channel == 0).all(-1) | (per_channel == 2).all(-1)).all())
+    assert 0 < int((per_channel[..., 0] == 0).sum()) < 24
+    assert ember.nn.Dropout3d(0.5).eval()(x) is x
+    with pytest.raises(RuntimeError):
+        ember.nn.functional.dropout3d(ember.ones(2, 3), 0.5)

@@ -28,6 +28,10 @@ from .sparse import Embedding
 from .activation import (CELU, SELU, Hardshrink, Hardsigmoid, Hardswish, PReLU, Softshrink,
                          Softsign, Tanhshrink, Threshold)
 from .distance import CosineSimilarity, PairwiseDistance
+from .activation import Softmax2d
+from .dropout import Dropout3d
+from .loss import (CosineEmbeddingLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
+                   MultiLabelSoftMarginLoss, PoissonNLLLoss, SoftMarginLoss, TripletMarginLoss)
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder,
                           TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
@@ -55,6 +59,8 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "ZeroPad2d", "ZeroPad3d",
            "SELU", "CELU", "Hardsigmoid", "Hardswish", "Softsign", "Tanhshrink", "Softshrink",
            "Hardshrink", "Threshold", "PReLU", "CosineSimilarity", "PairwiseDistance",
+           "Softmax2d", "Dropout3d", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
+           "TripletMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
            # losses
            "_WeightedLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
            "SmoothL1Loss", "HuberLoss", "KLDivLoss"]
