@@ -3303,6 +3303,9 @@ import op_db_linalg  # noqa: E402,F401
 # diagonal, as_strided and their scatters: tests/op_db_strided.py
 import op_db_strided  # noqa: E402,F401
 
+# the composites of pointwise_composites.py, products.py, arranging.py and fmod
+import op_db_api  # noqa: E402,F401
+
 # ---------------------------------------------------------------- in-place variants
 
 

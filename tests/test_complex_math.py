@@ -155,3 +155,38 @@ def test_rotary_embedding_through_complex_exp_and_powers(torch):
         outs.append((loss.detach().numpy(), xt.grad.numpy(), step.detach().numpy()))
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+REDUCTIONS = {
+    "prod": lambda L, x: x.prod(),
+    "prod_dim": lambda L, x: L.prod(x, 1),
+    "prod_keepdim": lambda L, x: L.prod(x, 0, keepdim=True),
+    "prod_with_zero": lambda L, x: L.cat([x[0, :1] * 0, x[1]]).prod(),
+    "cumsum": lambda L, x: x.cumsum(1),
+    "cumprod": lambda L, x: L.cumprod(x, 0),
+    "cumprod_with_zero": lambda L, x: L.cat([x[0], x[1, :1] * 0, x[2]]).cumprod(0),
+    "var": lambda L, x: x.var(),
+    "var_dim": lambda L, x: L.var(x, 0, correction=0, keepdim=True),
+    "std": lambda L, x: L.std(x, dim=1),
+    "std_biased": lambda L, x: x.std(unbiased=False),
+    "norm": lambda L, x: x.norm(),
+    "norm_1_dim": lambda L, x: L.norm(x, p=1, dim=1),
+    "vector_norm_inf": lambda L, x: L.linalg.vector_norm(x, float("inf")),
+    "vector_norm_3": lambda L, x: L.linalg.vector_norm(x, 3, dim=0, keepdim=True),
+    "linalg_norm": lambda L, x: L.linalg.norm(x),
+    "matrix_norm_fro": lambda L, x: L.linalg.matrix_norm(x),
+    "matrix_norm_1": lambda L, x: L.linalg.matrix_norm(x, 1),
+}
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reductions_values_and_gradients(torch, name, dtype):
+    """Products, cumulative sums/products, variances and norms of complex tensors: values,
+    result dtypes (real for var/std/norm) and gradients as torch.autograd's."""
+    e, t = both(torch, _sample(dtype)[:3, :3], requires_grad=True)
+    oe, ot = REDUCTIONS[name](ember, e), REDUCTIONS[name](torch, t)
+    close(oe, ot, TOL[dtype] * 10)
+    _loss(ember, oe).backward()
+    _loss(torch, ot).backward()
+    close(e.grad, t.grad, TOL[dtype] * 100)

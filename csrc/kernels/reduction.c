@@ -454,6 +454,8 @@ k_var(em_Op *op, PyObject **args)
                      "unbiased and correction cannot both be given", op->name);
         return NULL;
     }
+    if (em_is_complex(self->dtype))     /* the parts' variances summed (ops/reductions.py) */
+        return em_decomposed_kernel(op, args);
     if (!em_is_float(self->dtype)) {
         PyErr_Format(PyExc_RuntimeError,
                      "%U(): std and var only support floating point and complex dtypes",
@@ -556,6 +558,8 @@ k_norm(em_Op *op, PyObject **args)
     double p;
     if (norm_order(args[1], dims, &p) < 0)
         return NULL;
+    if (em_is_complex(self->dtype))     /* the norm of the magnitudes (ops/reductions.py) */
+        return em_decomposed_kernel(op, args);
     if (!em_is_float(self->dtype)) {
         PyErr_Format(PyExc_RuntimeError, "norm(): linalg.vector_norm: Expected a floating "
                      "point or complex tensor as input. Got %s",
@@ -774,7 +778,7 @@ k_cumulative(em_Op *op, PyObject **args)
     if (em_dim_arg(args[1], self->ndim, &d) < 0)
         return NULL;
     em_dtype_t rt = args[2] != Py_None ? ((em_DType *)args[2])->code
-                                       : (em_is_float(self->dtype) ? self->dtype : EM_INT64);
+                                       : (em_is_inexact(self->dtype) ? self->dtype : EM_INT64);
     bool meta = em_meta_of(self);
     em_Tensor *out = em_empty(self->ndim, self->sizes, rt, meta);
     if (out == NULL || meta || out->numel == 0)

@@ -28,6 +28,10 @@ from . import return_types  # noqa: E402,F401
 from . import prims  # noqa: E402,F401
 from . import linalg  # noqa: E402
 linalg.install(globals())     # ember.inverse, det, svd, ...; norm(p='nuc')
+from . import functional  # noqa: E402
+functional.install(globals())  # meshgrid, broadcast_tensors, atleast_*, tensor_split, ...
+from . import _settings  # noqa: E402
+_settings.install(globals())    # set_float32_matmul_precision, use_deterministic_algorithms
 
 _C._set_tensor_hooks(_tensor_repr, device("cpu"), device("meta"))
 
@@ -49,6 +53,8 @@ def numel(t):
     return t.numel()
 
 from . import nn, optim, utils  # noqa: E402
+cosine_similarity = nn.functional.cosine_similarity
+pairwise_distance = nn.functional.pairwise_distance
 from .serialization import load, save  # noqa: E402
 from . import capture  # noqa: E402
 from . import backends, cuda, cpu, amp  # noqa: E402,F401

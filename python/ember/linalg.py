@@ -126,7 +126,10 @@ def _two_dims(name, A, dim):
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
     name = "linalg.matrix_norm"
     d0, d1 = _two_dims(name, A, dim)
-    if not A.is_floating_point():
+    if A.is_complex() and ord not in ("fro", 1, -1, 1.0, -1.0, math.inf, -math.inf):
+        raise NotImplementedError(f"{name}: ord={ord!r} of a complex matrix (singular "
+                                  "values of complex matrices) is not supported")
+    if not (A.is_floating_point() or A.is_complex()):
         raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. "
                            f"Got {A.dtype._torch_name}")
     if dtype is not None:

@@ -91,6 +91,91 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+def selu(input, inplace=False):
+    return _inplace(input, _O().selu(input), inplace)
+
+
+def selu_(input):
+    return selu(input, True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    return _inplace(input, _O().celu(input, alpha), inplace)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, True)
+
+
+def hardsigmoid(input, inplace=False):
+    return _inplace(input, _O().hardsigmoid(input), inplace)
+
+
+def hardswish(input, inplace=False):
+    return _inplace(input, _O().hardswish(input), inplace)
+
+
+def softsign(input):
+    return _O().softsign(input)
+
+
+def tanhshrink(input):
+    return _O().tanhshrink(input)
+
+
+def softshrink(input, lambd=0.5):
+    return _O().softshrink(input, lambd)
+
+
+def hardshrink(input, lambd=0.5):
+    return _O().hardshrink(input, lambd)
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _inplace(input, _O().threshold(input, threshold, value), inplace)
+
+
+def threshold_(input, threshold, value):
+    return _inplace(input, _O().threshold(input, threshold, value), True)
+
+
+def prelu(input, weight):
+    if input.dtype is not weight.dtype:
+        raise RuntimeError(f"prelu: Type promoting not supported. Got "
+                           f"{input.dtype._torch_name} and {weight.dtype._torch_name}")
+    return _O().prelu(input, weight)
+
+
+def _norm_clamped(x, dim, eps):
+    """||x|| over dim with the value clamped to eps but the gradient of the norm itself
+    (PyTorch clamps it in place without recording)."""
+    from .. import linalg
+    n = linalg.vector_norm(x, 2, dim=dim)
+    d = n.detach()
+    return n + (d.clamp_min(eps) - d)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) over dim (broadcast first)."""
+    shape = _ops.meta.broadcast_shapes("cosine_similarity", tuple(x1.shape),
+                                       tuple(x2.shape))
+    a, b = x1.expand(shape), x2.expand(shape)
+    if not a.dtype.is_floating_point:
+        a, b = a.to(_C.get_default_dtype()), b.to(_C.get_default_dtype())
+    d = dim % max(len(shape), 1)
+    na = _norm_clamped(a, d, eps).unsqueeze(d)
+    nb = _norm_clamped(b, d, eps).unsqueeze(d)
+    return ((a / na) * (b / nb)).sum(d)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dim."""
+    from .. import linalg
+    diff = x1 - x2 + eps
+    dim = -1 if max(x1.ndim, x2.ndim) > 0 else None
+    return linalg.vector_norm(diff, p, dim=dim, keepdim=keepdim)
+
+
 def logsigmoid(input):
     """log(sigmoid(x)) = -softplus(-x), computed stably."""
     return -softplus(-input)
@@ -189,6 +274,11 @@ def dropout1d(input, p=0.5, training=True, inplace=False, generator=None):
 def dropout2d(input, p=0.5, training=True, inplace=False, generator=None):
     """Zeroes whole channels of (N, C, H, W) inputs."""
     return _feature_dropout("dropout2d", 4, input, p, training, inplace, generator)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False, generator=None):
+    """Zeroes whole channels of (N, C, D, H, W) inputs."""
+    return _feature_dropout("dropout3d", 5, input, p, training, inplace, generator)
 
 
 # ------------------------------------------------------------------ convolution
@@ -970,3 +1060,123 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     shape = ((input.shape[0], C) if input.ndim == 3 else (C,)) + tuple(size)
     return nn_ops._col2im(input, shape, k, _tuple(dilation, 2), _tuple(padding, 2),
                           _tuple(stride, 2))
+
+
+# ------------------------------------------------------------------ more losses (composites)
+
+
+def _resolve(size_average, reduce, reduction):
+    if size_average is not None or reduce is not None:
+        return _legacy_reduction(size_average, reduce)
+    return reduction
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """max(0, -target * (input1 - input2) + margin)."""
+    if input1.ndim != input2.ndim or input1.ndim != target.ndim:
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same "
+                           f"dimension but got sizes: input1: {list(input1.shape)}, input2: "
+                           f"{list(input2.shape)}, target: {list(target.shape)} ")
+    loss = (-target * (input1 - input2) + margin).clamp_min(0)
+    return _reduce(loss, _resolve(size_average, reduce, reduction))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
+                         reduction="mean"):
+    """input where target is 1, max(0, margin - input) where it is -1."""
+    zeros = input * 0
+    margin_part = _O().where(target != 1, (margin - input).clamp_min(0), zeros)
+    self_part = _O().where(target != -1, input, zeros)
+    return _reduce(margin_part + self_part, _resolve(size_average, reduce, reduction))
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """log(1 + exp(-target * input))."""
+    loss = softplus(-target * input, 1.0, 1e30)     # no linear branch: log1p(exp(.))
+    return _reduce(loss, _resolve(size_average, reduce, reduction))
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1
+    (the squared magnitudes get 1e-12, as PyTorch's)."""
+    if input1.ndim != input2.ndim:
+        raise RuntimeError(f"cosine_embedding_loss : All input tensors should have same "
+                           f"dimension but got sizes: input1: {list(input1.shape)}, input2: "
+                           f"{list(input2.shape)}, target: {list(target.shape)} ")
+    d = input1.ndim - 1
+    prod = (input1 * input2).sum(d)
+    mag1 = (input1 * input1).sum(d) + 1e-12
+    mag2 = (input2 * input2).sum(d) + 1e-12
+    cos = prod / (mag1 * mag2).sqrt()
+    zeros = cos * 0
+    pos = _O().where(target == 1, 1 - cos, zeros)
+    neg = _O().where(target == -1, (cos - margin).clamp_min(0), zeros)
+    return _reduce(pos + neg, _resolve(size_average, reduce, reduction))
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the p-norm distance
+    (swap: the smaller of d(a, n) and d(p, n))."""
+    if not (anchor.ndim == positive.ndim == negative.ndim):
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have "
+                           f"the same number of dimensions, but got: anchor {anchor.ndim}D, "
+                           f"positive {positive.ndim}D, and negative {negative.ndim}D inputs")
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = _O().minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    loss = (margin + d_pos - d_neg).clamp_min(0)
+    return _reduce(loss, _resolve(size_average, reduce, reduction))
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
+                     reduce=None, reduction="mean"):
+    """exp(input) - target * input (log_input), or input - target * log(input + eps); full
+    adds Stirling's term target log target - target + log(2 pi target) / 2 where target > 1."""
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        safe = _O().where(target > 1, target, target * 0 + 1)
+        stirling = safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log()
+        loss = loss + _O().where(target > 1, stirling, stirling * 0)
+    return _reduce(loss, _resolve(size_average, reduce, reduction))
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """(log(max(var, eps)) + (input - target)^2 / max(var, eps)) / 2 (+ log(2 pi) / 2 with
+    full); var clamped without recording the clamp, as PyTorch."""
+    if isinstance(var, (int, float)):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = _O().full((), float(var), dtype=input.dtype)
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        elif not (tuple(input.shape[:-1]) == tuple(var.shape[:-1]) and var.shape[-1] == 1) \
+                and var.ndim != 0:
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if bool((var < 0).any()):
+        raise ValueError("var has negative entry/entries")
+    d = var.detach()
+    var = var + (d.clamp_min(eps) - d)
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction="mean"):
+    """-(target log sigmoid(x) + (1 - target) log sigmoid(-x)), averaged over the classes."""
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    loss = loss.sum(dim=input.ndim - 1) / input.shape[-1]
+    return _reduce(loss, _resolve(size_average, reduce, reduction))

@@ -5,6 +5,7 @@ from . import activations  # noqa: F401
 from . import nn_ops  # noqa: F401
 from . import shapes, indexing  # noqa: F401
 from . import closeness, order_stats, combining  # noqa: F401
+from . import products, pointwise_composites, arranging  # noqa: F401
 from . import factorizations  # noqa: F401
 from . import complex  # noqa: F401
 from . import autocast_lists

@@ -51,6 +51,9 @@ def _sign(x):
     return O.where(x > 0, 1, 0) - O.where(x < 0, 1, 0)
 
 
+_abs_real, _sign_real = _abs, _sign
+
+
 def _p_abs(x):
     """|x| with prims (NaN stays NaN)."""
     return P.maximum(x, P.neg(x))
@@ -89,6 +92,11 @@ op("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype
 # ------------------------------------------------------------------ prod
 
 
+def _cj(x):
+    """conj(x) for complex tensors (the gradient convention: grad * conj(d out / d x))."""
+    return O.conj(x) if x.dtype.is_complex else x
+
+
 def _prod_grad(g, self, d):
     """Gradient of prod over dim d (g has self's rank): the product of all the other
     elements, as exclusive cumulative products from both ends (exact with zeros)."""
@@ -101,7 +109,7 @@ def _prod_grad(g, self, d):
     one = O.ones([1 if i == d else s for i, s in enumerate(self.shape)], dtype=x.dtype)
     left = O.cat([one, x.cumprod(d).narrow(d, 0, n - 1)], d)
     right = O.cat([one, x.flip([d]).cumprod(d).narrow(d, 0, n - 1)], d).flip([d])
-    return g * left * right
+    return g * _cj(left * right)
 
 
 def _prod_dim_backward(g, out, self, dim, keepdim, dtype):
@@ -119,13 +127,13 @@ def _prod_all_backward(g, out, self, dtype):
 
 
 op("prod(Tensor self, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "prod_all",
-   ufunc="multiply", rule=INT_TO_LONG,
+   ufunc="multiply", rule=INT_TO_LONG | COMPLEX,
    meta=lambda entry, args: M.reduce(entry, (args[0], None, False, args[1])),
    backward=_prod_all_backward,
    decompose=lambda self, dtype: P.prod(O.reshape(self, [-1]), 0, False, dtype=dtype),
    doc="Product of all elements; integers and bool accumulate in int64.")
 op("prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-   REDUCE, "reduce", ufunc="multiply", rule=INT_TO_LONG, prim=True, lower=extern,
+   REDUCE, "reduce", ufunc="multiply", rule=INT_TO_LONG | COMPLEX, prim=True, lower=extern,
    meta=lambda entry, args: M.reduce(entry, (args[0], (args[1],)) + tuple(args[2:])),
    backward=_prod_dim_backward,
    doc="Product over dim; integers and bool accumulate in int64.")
@@ -229,13 +237,17 @@ def _var_meta(entry, args):
     if unbiased is not None and correction is not None:
         raise TypeError(f"{entry.name}() received an invalid combination of arguments: "
                         "unbiased and correction cannot both be given")
-    if not self.dtype.is_floating_point:
+    if not (self.dtype.is_floating_point or self.dtype.is_complex):
         raise RuntimeError(f"{entry.name}(): std and var only support floating point and "
                            "complex dtypes")
-    return _reduced_meta(self, dim, keepdim, self.dtype)
+    return _reduced_meta(self, dim, keepdim, M.complex_value_type(self.dtype))
 
 
 def _var_decompose(self, dim, unbiased, keepdim, correction, std=False):
+    if self.dtype.is_complex:     # the mean of |z - mean|^2: the parts' variances summed
+        var = P.add(_var_decompose(O.real(self), dim, unbiased, keepdim, correction),
+                    _var_decompose(O.imag(self), dim, unbiased, keepdim, correction))
+        return P.pow(var, 0.5) if std else var
     n = _count(self, dim)
     dof = n - _correction(unbiased, correction)
     # divisions, as eager divides (not products with 1 / n, which round twice)
@@ -304,9 +316,12 @@ def _norm_p(p, dim):
 def _norm_meta(entry, args):
     self, p, dim, keepdim, dtype = args
     p = _norm_p(p, dim)
-    if not self.dtype.is_floating_point:
+    if not (self.dtype.is_floating_point or self.dtype.is_complex):
         raise RuntimeError("norm(): linalg.vector_norm: Expected a floating point or complex "
                            f"tensor as input. Got {self.dtype._torch_name}")
+    if self.dtype.is_complex and dtype is not None:
+        raise NotImplementedError("norm(): a dtype for the norm of a complex tensor is not "
+                                  "supported")
     if dtype is not None and not dtype.is_floating_point:
         raise RuntimeError("norm(): linalg.vector_norm: dtype should be floating point or "
                            f"complex, but got {dtype._torch_name}")
@@ -316,7 +331,8 @@ def _norm_meta(entry, args):
             raise RuntimeError(f"norm(): linalg.vector_norm cannot compute the {p:g} norm on "
                                "an empty tensor because the operation does not have an "
                                "identity")
-    return _reduced_meta(self, dim, keepdim, dtype if dtype is not None else self.dtype)
+    return _reduced_meta(self, dim, keepdim, dtype if dtype is not None else
+                         M.complex_value_type(self.dtype))
 
 
 def _norm_decompose(self, p, dim, keepdim, dtype):
@@ -324,13 +340,14 @@ def _norm_decompose(self, p, dim, keepdim, dtype):
     x = P._to_copy(self, dtype=dtype) if dtype is not None and dtype is not self.dtype \
         else self
     dims = _as_dims(dim)
-    a = _p_abs(x)
+    # complex: the norm of the magnitudes (abs has no prim; capture runs complex eagerly)
+    a = O.abs(x) if x.dtype.is_complex else _p_abs(x)
     if p == _INF:
         return P.amax(a, list(dims or ()), keepdim)
     if p == -_INF:
         return P.amin(a, list(dims or ()), keepdim)
     if p == 0:
-        return P.sum(P._to_copy(P.ne(x, 0), dtype=x.dtype), dims, keepdim)
+        return P.sum(P._to_copy(P.ne(x, 0), dtype=a.dtype), dims, keepdim)
     if p == 1:
         return P.sum(a, dims, keepdim)
     if p == 2:
@@ -339,8 +356,14 @@ def _norm_decompose(self, p, dim, keepdim, dtype):
 
 
 def _norm_backward(g, out, self, p, dim, keepdim, dtype):
+    """Complex inputs: the formulas with |z| and sgn(z) = z / |z| (PyTorch's convention,
+    dL/dre + i dL/dim)."""
     p = _norm_p(p, dim)
     dims = _as_dims(dim)
+    if self.dtype.is_complex:
+        _abs, _sign = O.abs, O.sgn       # noqa: F811 (local complex forms)
+    else:
+        _abs, _sign = _abs_real, _sign_real
     gk = _unreduce(g, self, dims, keepdim)
     outk = _unreduce(out, self, dims, keepdim)
     if p == 0:
@@ -460,7 +483,7 @@ def _cumulative_meta(entry, args):
     self, dim, dtype = args
     M.wrap_dim(dim, self.ndim)
     out = dtype if dtype is not None else (
-        self.dtype if self.dtype.is_floating_point else _C.int64)
+        self.dtype if self.dtype.is_floating_point or self.dtype.is_complex else _C.int64)
     return M.meta_tensor(self.shape, out)
 
 
@@ -485,17 +508,17 @@ def _cumprod_backward(g, out, self, dim, dtype):
     seen = zero.cumsum(d)
     before = seen == 0
     first = zero & (seen == 1)
-    g1 = _reverse_cumsum(g * out, d) / O.where(before, x, 1)
-    g2 = _reverse_cumsum(g * O.where(first, 1, x).cumprod(d), d)
+    g1 = _reverse_cumsum(g * _cj(out), d) / _cj(O.where(before, x, 1))
+    g2 = _reverse_cumsum(g * _cj(O.where(first, 1, x).cumprod(d)), d)
     return (O.where(before, g1, O.where(first, g2, 0)),)
 
 
 op("cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "cumulative",
-   ufunc="add", prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
+   ufunc="add", rule=COMPLEX, prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
    backward=_cumsum_backward,
    doc="Cumulative sum along dim; integers and bool accumulate in int64.")
 op("cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", CUSTOM, "cumulative",
-   ufunc="multiply", prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
+   ufunc="multiply", rule=COMPLEX, prim=True, lower=extern, inplace_variant=True, meta=_cumulative_meta,
    backward=_cumprod_backward,
    doc="Cumulative product along dim; integers and bool accumulate in int64.")
 

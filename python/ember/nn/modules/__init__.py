@@ -25,6 +25,13 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       UpsamplingBilinear2d, UpsamplingNearest2d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
+from .activation import (CELU, SELU, Hardshrink, Hardsigmoid, Hardswish, PReLU, Softshrink,
+                         Softsign, Tanhshrink, Threshold)
+from .distance import CosineSimilarity, PairwiseDistance
+from .activation import Softmax2d
+from .dropout import Dropout3d
+from .loss import (CosineEmbeddingLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
+                   MultiLabelSoftMarginLoss, PoissonNLLLoss, SoftMarginLoss, TripletMarginLoss)
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder,
                           TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
@@ -50,6 +57,10 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
            "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d",
            "ZeroPad2d", "ZeroPad3d",
+           "SELU", "CELU", "Hardsigmoid", "Hardswish", "Softsign", "Tanhshrink", "Softshrink",
+           "Hardshrink", "Threshold", "PReLU", "CosineSimilarity", "PairwiseDistance",
+           "Softmax2d", "Dropout3d", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
+           "TripletMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
            # losses
            "_WeightedLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
            "SmoothL1Loss", "HuberLoss", "KLDivLoss"]
