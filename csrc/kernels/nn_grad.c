@@ -833,6 +833,9 @@ static PyMethodDef nn_grad_methods[] = {
      "_grad_cross_entropy(grad, input, target, reduction, ignore_index)."},
     {"_grad_embedding", (PyCFunction)(void (*)(void))grad_embedding, METH_FASTCALL,
      "_grad_embedding(grad, indices, num_weights, padding_idx)."},
+    {"_grad_conv_weight", (PyCFunction)(void (*)(void))em_grad_conv_weight, METH_FASTCALL,
+     "_grad_conv_weight(input, grad_output, kh, kw, stride, padding, dilation, groups): "
+     "a 2-d convolution's weight gradient (conv.c)."},
     {NULL},
 };
 

@@ -244,6 +244,13 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     else:
         x4, k, dd, pp, ss = inp, tuple(kshape), tuple(d), tuple(p), tuple(s)
         out_sp = tuple(gout.shape[2:])
+    if _C._get_mode()[0] == _C.MODE_EAGER and not _C.is_grad_enabled():
+        # eager, no create_graph: gathered and multiplied block by block by the
+        # convolution's loops (conv.c)
+        fused = _C._grad_conv_weight(x4.contiguous(), (gout.unsqueeze(2) if nsp == 1 else gout)
+                                     .contiguous(), k[0], k[1], ss, pp, dd, groups)
+        if fused is not None:
+            return fused.reshape((Co, cig) + tuple(kshape))
     cols = O.im2col(x4, list(k), list(dd), list(pp), list(ss))       # (N, Ci*K, OH*OW)
     K = k[0] * k[1]
     H = (x4.shape[2] + 2 * pp[0] - (dd[0] * (k[0] - 1) + 1)) // ss[0] + 1
