@@ -362,11 +362,12 @@ ADD_BIAS(double)
 
 /* ------------------------------------------------------------------ blocked loops
  *
- * With BLAS at hand, a convolution never materialises an image's whole column matrix:
- * the columns of a block of P output positions (P chosen so that the block,
- * Cig*kh*kw x P, fits in about BLOCK_BYTES of cache) are gathered into a scratch buffer
- * and multiplied by the weight with one single-threaded BLAS call writing straight into
- * the output; a transposed convolution multiplies a block of input positions by the
+ * A float32 convolution (a float64 one when BLAS is at hand) never materialises an
+ * image's whole column matrix: the columns of a block of P output positions (P chosen
+ * so that the block, Cig*kh*kw x P, fits in about BLOCK_BYTES of cache) are gathered
+ * into a scratch buffer and multiplied by the weight straight into the output
+ * (float32: conv_loops.c's register-tiled loops; float64: one single-threaded BLAS
+ * call); a transposed convolution multiplies a block of input positions by the
  * transposed weight into the scratch and scatters it back (col2im of the block). Images
  * are the units of work on the thread pool, each computed alone in a fixed order, so
  * results do not depend on the thread count. The weight gradient (conv_weight_grad)
@@ -473,6 +474,25 @@ typedef struct {
     atomic_int failed;             /* a scratch allocation failed */
 } blocked_job;
 
+/* c = op(a) @ b (+ c) for one block: float32 by conv_loops.c's register-tiled loops,
+ * float64 by BLAS. */
+static void
+block_gemm(em_dtype_t t, int ta, int64_t m, int64_t n, int64_t k, const void *a,
+           int64_t lda, const void *b, int64_t ldb, bool acc, void *c, int64_t ldc)
+{
+    if (t == EM_FLOAT32)
+        em_conv_gemm_f32(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc, acc);
+    else
+        em_blas_gemm(t, ta, 0, m, n, k, a, lda, b, ldb, acc, c, ldc);
+}
+
+/* Whether the blocked loops can run: float32 always, float64 with BLAS. */
+static bool
+blocked_ok(em_dtype_t t)
+{
+    return t == EM_FLOAT32 || em_blas_available();
+}
+
 /* Positions per block: the block's columns (rows x P) in about BLOCK_BYTES, a multiple
  * of 16, at least 16, at most all of them. */
 static Py_ssize_t
@@ -511,16 +531,16 @@ forward_images(void *ctx, int64_t n0, int64_t n1)
             for (Py_ssize_t p0 = 0; p0 < ohw; p0 += j->P) {
                 Py_ssize_t np = ohw - p0 < j->P ? ohw - p0 : j->P;
                 if (pw) {
-                    em_blas_gemm(j->t, 0, 0, Cog, np, Cig, wg, Cig, xg + p0 * sz, hw, false,
-                                 og + p0 * sz, ohw);
+                    block_gemm(j->t, 0, Cog, np, Cig, wg, Cig, xg + p0 * sz, hw, false,
+                               og + p0 * sz, ohw);
                     continue;
                 }
                 if (j->t == EM_FLOAT32)
                     im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
                 else
                     im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, p);
-                em_blas_gemm(j->t, 0, 0, Cog, np, Cig * K, wg, Cig * K, scratch, np, false,
-                             og + p0 * sz, ohw);
+                block_gemm(j->t, 0, Cog, np, Cig * K, wg, Cig * K, scratch, np, false,
+                           og + p0 * sz, ohw);
             }
         }
     free(scratch);
@@ -546,8 +566,8 @@ transposed_images(void *ctx, int64_t n0, int64_t n1)
             char *og = j->out + (n * p->Cout + g * Cog) * ohw * sz;
             for (Py_ssize_t p0 = 0; p0 < hw; p0 += j->P) {
                 Py_ssize_t np = hw - p0 < j->P ? hw - p0 : j->P;
-                em_blas_gemm(j->t, 1, 0, Cog * K, np, Cig, wg, Cog * K, xg + p0 * sz, hw,
-                             false, scratch, np);
+                block_gemm(j->t, 1, Cog * K, np, Cig, wg, Cog * K, xg + p0 * sz, hw, false,
+                           scratch, np);
                 if (j->t == EM_FLOAT32)
                     col2im_block_float((const float *)scratch, (float *)og, Cog, p0, np, p);
                 else
@@ -565,24 +585,28 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
     blocked_job *j = ctx;
     const conv_params *p = j->p;
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
-    bool pw = conv_pointwise(p);
-    char *scratch = pw ? NULL : malloc((size_t)(Cig * K * j->P * sz));
-    if (!pw && scratch == NULL) {
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize, CK = Cig * K;
+    bool pw = conv_pointwise(p), f32 = j->t == EM_FLOAT32;
+    /* float32: the product is taken transposed, columns (CK, P) @ gout^T (P, Cog) into
+     * a (CK, Cog) sum per image (conv_loops.c's loops want the right operand's rows
+     * contiguous; gout's block is the small one to transpose) */
+    char *scratch = malloc((size_t)((CK + (f32 ? Cog : 0)) * j->P * sz));
+    if (scratch == NULL) {
         atomic_store(&j->failed, 1);
         return;
     }
+    float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
             const char *gg = j->w + (n * p->Cout + g * Cog) * ohw * sz;
-            char *og = j->out + (n * p->Cout + g * Cog) * Cig * K * sz;
+            char *og = j->out + (n * p->Cout + g * Cog) * CK * sz;
             for (Py_ssize_t p0 = 0; p0 < ohw; p0 += j->P) {
                 Py_ssize_t np = ohw - p0 < j->P ? ohw - p0 : j->P;
                 const char *cols = xg + p0 * sz;
                 Py_ssize_t ldc = hw;
                 if (!pw) {
-                    if (j->t == EM_FLOAT32)
+                    if (f32)
                         im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
                     else
                         im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np,
@@ -590,8 +614,17 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
                     cols = scratch;
                     ldc = np;
                 }
-                em_blas_gemm(j->t, 0, 1, Cog, Cig * K, np, gg + p0 * sz, ohw, cols, ldc, p0 > 0,
-                             og, Cig * K);
+                if (f32) {
+                    const float *gb = (const float *)(gg + p0 * sz);
+                    for (Py_ssize_t co = 0; co < Cog; co++)
+                        for (Py_ssize_t q = 0; q < np; q++)
+                            goT[q * Cog + co] = gb[co * ohw + q];
+                    em_conv_gemm_f32(CK, Cog, np, (const float *)cols, ldc, 1, goT, Cog,
+                                     (float *)og, Cog, p0 > 0);
+                }
+                else
+                    em_blas_gemm(j->t, 0, 1, Cog, CK, np, gg + p0 * sz, ohw, cols, ldc, p0 > 0,
+                                 og, CK);
             }
         }
     free(scratch);
@@ -655,7 +688,7 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t ohw = p->OH * p->OW;
-    if (em_blas_available()) {
+    if (blocked_ok(compute)) {
         int sz = npy == NPY_FLOAT ? 4 : 8;
         blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
                          block_positions(Cig * K, ohw, sz), 0};
@@ -742,10 +775,10 @@ conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArra
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t hw = p->H * p->W;
-    if (em_blas_available() && p->sh == 1 && p->sw == 1 && p->oph == 0 && p->opw == 0 &&
+    if (blocked_ok(compute) && p->sh == 1 && p->sw == 1 && p->oph == 0 && p->opw == 0 &&
         p->ph <= p->dh * (p->kh - 1) && p->pw <= p->dw * (p->kw - 1))
         return transposed_as_forward(p, x, w, out, npy, compute);
-    if (em_blas_available()) {
+    if (blocked_ok(compute)) {
         int sz = npy == NPY_FLOAT ? 4 : 8;
         blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
                          block_positions(Cog * K, hw, sz), 0};
@@ -949,8 +982,8 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8)
         return PyErr_Format(PyExc_TypeError, "_grad_conv_weight takes 8 arguments");
-    if (em_tls.mode != EM_MODE_EAGER || em_tls.grad_enabled || !em_blas_available() ||
-        !em_Tensor_Check(args[0]) || !em_Tensor_Check(args[1]))
+    if (em_tls.mode != EM_MODE_EAGER || em_tls.grad_enabled || !em_Tensor_Check(args[0]) ||
+        !em_Tensor_Check(args[1]) || !blocked_ok(((em_Tensor *)args[0])->dtype))
         Py_RETURN_NONE;
     em_Tensor *x = (em_Tensor *)args[0], *go = (em_Tensor *)args[1];
     if (em_is_meta(x) || em_is_meta(go) || x->dtype != go->dtype ||
@@ -1003,10 +1036,24 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(out);
         return NULL;
     }
-    /* the images' sums added in order */
+    /* the images' sums added in order (float32's are (CK, Cout/G) per group:
+     * transposed on the way) */
     char *od = PyArray_DATA(out->array);
-    memcpy(od, part, (size_t)(R * sz));
-    for (Py_ssize_t n = 1; n < p.N; n++) {
+    if (sz == 4) {
+        Py_ssize_t Cog = p.Cout / groups, CK = Cig * K;
+        float *o = (float *)od;
+        for (Py_ssize_t n = 0; n < p.N; n++)
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                const float *q = (const float *)part + n * R + g * Cog * CK;
+                float *og = o + g * Cog * CK;
+                for (Py_ssize_t r = 0; r < CK; r++)
+                    for (Py_ssize_t co = 0; co < Cog; co++)
+                        og[co * CK + r] = n ? og[co * CK + r] + q[r * Cog + co] : q[r * Cog + co];
+            }
+    }
+    else
+        memcpy(od, part, (size_t)(R * sz));
+    for (Py_ssize_t n = 1; n < p.N && sz == 8; n++) {
         if (sz == 4) {
             float *o = (float *)od;
             const float *q = (const float *)part + n * R;
