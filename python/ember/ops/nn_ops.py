@@ -1252,6 +1252,15 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
     evaluation, the new ones have their shape and dtype): batch_norm overwrites them in
     place after this op, which must not invalidate the graph (as in PyTorch)."""
     g, g_mean, g_rstd, g_nm, g_nv = grads
+    if training and g is not None and g_mean is None and g_rstd is None and g_nm is None \
+            and g_nv is None:
+        # only the output's gradient, in a backward without create_graph: one C pass per
+        # channel (nn_grad.c)
+        fused = _C._grad_batch_norm_train(
+            g, input, weight, eps, input.requires_grad,
+            weight is not None and weight.requires_grad, bias is not None and bias.requires_grad)
+        if fused is not None and (bias is None or bias.dtype is input.dtype):
+            return fused + (None,) * 5
     C = input.shape[1]
     cs = [C] + [1] * (input.ndim - 2)
     red = [0] + list(range(2, input.ndim))
