@@ -206,3 +206,34 @@ def test_double_backward_still_differentiates_the_formula():
         (g,) = lib.autograd.grad((y * y).sum(), v, create_graph=True)
         g.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(16, 8, 10, 10), (5, 3), (4, 6, 33), (2, 2, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_norm_training_forward_backward_and_running_stats(shape, dtype):
+    """_C._grad_batch_norm_train (the backward without create_graph) against torch and
+    against the formula."""
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal(shape) * 2 + 1).astype(dtype)
+    g = rng.standard_normal(shape).astype(dtype)
+    w, b = rng.standard_normal((2, shape[1])).astype(dtype)
+    res = []
+    for lib, cg in ((ember, False), (ember, True), (torch, False)):
+        bn = lib.nn.BatchNorm1d(shape[1]) if len(shape) < 4 else lib.nn.BatchNorm2d(shape[1])
+        bn = bn.to(lib.float64) if dtype == np.float64 else bn
+        with lib.no_grad():
+            bn.weight.copy_(lib.from_numpy(w.copy()))
+            bn.bias.copy_(lib.from_numpy(b.copy()))
+        x = lib.from_numpy(a.copy()).requires_grad_()
+        y = bn(x)
+        gs = lib.autograd.grad(y, (x, bn.weight, bn.bias), lib.from_numpy(g.copy()),
+                               create_graph=cg)
+        res.append([y.detach().numpy()] + [t.detach().numpy() for t in gs] +
+                   [bn.running_mean.numpy(), bn.running_var.numpy()])
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for fused, formula, ref in zip(*res):
+        np.testing.assert_allclose(fused, ref, rtol=tol, atol=tol)
+        np.testing.assert_allclose(fused, formula, rtol=tol, atol=tol)
+    with ember.no_grad():
+        x = ember.from_numpy(a.copy())
+        assert _C._grad_batch_norm_train(x, x, None, 1e-5, True, False, False) is not None

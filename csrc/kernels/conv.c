@@ -19,6 +19,9 @@
  */
 #include "ember.h"
 #include "kutil.h"
+#include "runtime/runtime.h"
+#include <stdatomic.h>
+#include <stdlib.h>
 
 typedef struct {
     int nsp;                       /* spatial dims of the call: 1 or 2 */
@@ -357,6 +360,292 @@ COL2IM(double)
 ADD_BIAS(float)
 ADD_BIAS(double)
 
+/* ------------------------------------------------------------------ blocked loops
+ *
+ * A float32 convolution (a float64 one when BLAS is at hand) never materialises an
+ * image's whole column matrix: the columns of a block of P output positions (P chosen
+ * so that the block, Cig*kh*kw x P, fits in about BLOCK_BYTES of cache) are gathered
+ * into a scratch buffer and multiplied by the weight straight into the output
+ * (float32: conv_loops.c's register-tiled loops; float64: one single-threaded BLAS
+ * call); a transposed convolution multiplies a block of input positions by the
+ * transposed weight into the scratch and scatters it back (col2im of the block). Images
+ * are the units of work on the thread pool, each computed alone in a fixed order, so
+ * results do not depend on the thread count. The weight gradient (conv_weight_grad)
+ * multiplies the output gradient's blocks by the same gathered columns, accumulating
+ * one partial sum per image, then adds the images' sums in order. */
+#define BLOCK_BYTES (256 * 1024)
+#define POOL_CONV_MIN (1 << 18)       /* multiply-adds from which images go to the pool */
+
+/* rows (c, ki, kj) of the columns of output positions [p0, p0 + P) of channels
+ * [0, C) of one image x (C, H, W): cols (C*kh*kw, P) */
+#define IM2COL_BLOCK(T)                                                                  \
+static void                                                                              \
+im2col_block_##T(const T *x, T *cols, Py_ssize_t C, Py_ssize_t p0, Py_ssize_t P,         \
+                 const conv_params *p)                                                   \
+{                                                                                        \
+    Py_ssize_t hw = p->H * p->W;                                                         \
+    for (Py_ssize_t c = 0; c < C; c++)                                                   \
+        for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
+            for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
+                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * P;                     \
+                Py_ssize_t off = kj * p->dw - p->pw;                                     \
+                Py_ssize_t lo = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;               \
+                Py_ssize_t hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1;   \
+                if (hi > p->OW)                                                          \
+                    hi = p->OW;                                                          \
+                if (lo > hi)                                                             \
+                    lo = hi;                                                             \
+                Py_ssize_t q = 0, oh = p0 / p->OW, ow0 = p0 % p->OW;                     \
+                while (q < P) {                                                          \
+                    Py_ssize_t seg = p->OW - ow0 < P - q ? p->OW - ow0 : P - q;          \
+                    Py_ssize_t ih = oh * p->sh - p->ph + ki * p->dh, e = ow0 + seg;      \
+                    T *r = row + q - ow0;          /* r[ow] for ow in [ow0, e) */        \
+                    if (ih < 0 || ih >= p->H) {                                          \
+                        for (Py_ssize_t ow = ow0; ow < e; ow++)                          \
+                            r[ow] = 0;                                                   \
+                    }                                                                    \
+                    else {                                                               \
+                        const T *xr = x + c * hw + ih * p->W;                            \
+                        Py_ssize_t a = lo > ow0 ? lo : ow0, b = hi < e ? hi : e;         \
+                        if (a > b)                                                       \
+                            a = b;                                                       \
+                        for (Py_ssize_t ow = ow0; ow < a; ow++)                          \
+                            r[ow] = 0;                                                   \
+                        if (p->sw == 1)                                                  \
+                            memcpy(r + a, xr + a + off, sizeof(T) * (size_t)(b - a));    \
+                        else                                                             \
+                            for (Py_ssize_t ow = a; ow < b; ow++)                        \
+                                r[ow] = xr[ow * p->sw + off];                            \
+                        for (Py_ssize_t ow = b; ow < e; ow++)                            \
+                            r[ow] = 0;                                                   \
+                    }                                                                    \
+                    q += seg;                                                            \
+                    oh++;                                                                \
+                    ow0 = 0;                                                             \
+                }                                                                        \
+            }                                                                            \
+}
+
+/* cols (C*kh*kw, P): the columns of a transposed convolution's input positions
+ * [p0, p0 + P) (of H x W), added into out (C, OH, OW) */
+#define COL2IM_BLOCK(T)                                                                  \
+static void                                                                              \
+col2im_block_##T(const T *cols, T *out, Py_ssize_t C, Py_ssize_t p0, Py_ssize_t P,       \
+                 const conv_params *p)                                                   \
+{                                                                                        \
+    Py_ssize_t ohw = p->OH * p->OW;                                                      \
+    for (Py_ssize_t c = 0; c < C; c++)                                                   \
+        for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
+            for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
+                const T *row = cols + ((c * p->kh + ki) * p->kw + kj) * P;               \
+                Py_ssize_t off = kj * p->dw - p->pw;                                     \
+                Py_ssize_t q = 0, i = p0 / p->W, j0 = p0 % p->W;                         \
+                while (q < P) {                                                          \
+                    Py_ssize_t seg = p->W - j0 < P - q ? p->W - j0 : P - q;              \
+                    Py_ssize_t oh = i * p->sh - p->ph + ki * p->dh;                      \
+                    if (oh >= 0 && oh < p->OH) {                                         \
+                        T *orow = out + c * ohw + oh * p->OW;                            \
+                        const T *r = row + q - j0;                                       \
+                        for (Py_ssize_t j = j0; j < j0 + seg; j++) {                     \
+                            Py_ssize_t ow = j * p->sw + off;                             \
+                            if (ow >= 0 && ow < p->OW)                                   \
+                                orow[ow] += r[j];                                        \
+                        }                                                                \
+                    }                                                                    \
+                    q += seg;                                                            \
+                    i++;                                                                 \
+                    j0 = 0;                                                              \
+                }                                                                        \
+            }                                                                            \
+}
+
+IM2COL_BLOCK(float)
+IM2COL_BLOCK(double)
+COL2IM_BLOCK(float)
+COL2IM_BLOCK(double)
+
+typedef struct {
+    const conv_params *p;
+    em_dtype_t t;
+    int itemsize;
+    const char *x, *w;             /* input (N, C, H*W), weight; or (wgrad) x, gout */
+    char *out;                     /* output (N, Cout, OH*OW); or (wgrad) per-image sums */
+    Py_ssize_t P;                  /* positions per block */
+    atomic_int failed;             /* a scratch allocation failed */
+} blocked_job;
+
+/* c = op(a) @ b (+ c) for one block: float32 by conv_loops.c's register-tiled loops,
+ * float64 by BLAS. */
+static void
+block_gemm(em_dtype_t t, int ta, int64_t m, int64_t n, int64_t k, const void *a,
+           int64_t lda, const void *b, int64_t ldb, bool acc, void *c, int64_t ldc)
+{
+    if (t == EM_FLOAT32)
+        em_conv_gemm_f32(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc, acc);
+    else
+        em_blas_gemm(t, ta, 0, m, n, k, a, lda, b, ldb, acc, c, ldc);
+}
+
+/* Whether the blocked loops can run: float32 always, float64 with BLAS. */
+static bool
+blocked_ok(em_dtype_t t)
+{
+    return t == EM_FLOAT32 || em_blas_available();
+}
+
+/* Positions per block: the block's columns (rows x P) in about BLOCK_BYTES, a multiple
+ * of 16, at least 16, at most all of them. */
+static Py_ssize_t
+block_positions(Py_ssize_t rows, Py_ssize_t total, int itemsize)
+{
+    Py_ssize_t P = BLOCK_BYTES / (rows * itemsize > 0 ? rows * itemsize : 1) / 16 * 16;
+    if (P < 16)
+        P = 16;
+    return P < total ? P : total;
+}
+
+static bool
+conv_pointwise(const conv_params *p)
+{
+    return p->kh * p->kw == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
+}
+
+static void
+forward_images(void *ctx, int64_t n0, int64_t n1)
+{
+    blocked_job *j = ctx;
+    const conv_params *p = j->p;
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
+    bool pw = conv_pointwise(p);
+    char *scratch = pw ? NULL : malloc((size_t)(Cig * K * j->P * sz));
+    if (!pw && scratch == NULL) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++)
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
+            const char *wg = j->w + g * Cog * Cig * K * sz;
+            char *og = j->out + (n * p->Cout + g * Cog) * ohw * sz;
+            for (Py_ssize_t p0 = 0; p0 < ohw; p0 += j->P) {
+                Py_ssize_t np = ohw - p0 < j->P ? ohw - p0 : j->P;
+                if (pw) {
+                    block_gemm(j->t, 0, Cog, np, Cig, wg, Cig, xg + p0 * sz, hw, false,
+                               og + p0 * sz, ohw);
+                    continue;
+                }
+                if (j->t == EM_FLOAT32)
+                    im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                else
+                    im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, p);
+                block_gemm(j->t, 0, Cog, np, Cig * K, wg, Cig * K, scratch, np, false,
+                           og + p0 * sz, ohw);
+            }
+        }
+    free(scratch);
+}
+
+/* the transposed convolution: out zeroed beforehand */
+static void
+transposed_images(void *ctx, int64_t n0, int64_t n1)
+{
+    blocked_job *j = ctx;
+    const conv_params *p = j->p;
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
+    char *scratch = malloc((size_t)(Cog * K * j->P * sz));
+    if (scratch == NULL) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++)
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
+            const char *wg = j->w + g * Cig * Cog * K * sz;       /* (Cig, Cog*K) */
+            char *og = j->out + (n * p->Cout + g * Cog) * ohw * sz;
+            for (Py_ssize_t p0 = 0; p0 < hw; p0 += j->P) {
+                Py_ssize_t np = hw - p0 < j->P ? hw - p0 : j->P;
+                block_gemm(j->t, 1, Cog * K, np, Cig, wg, Cog * K, xg + p0 * sz, hw, false,
+                           scratch, np);
+                if (j->t == EM_FLOAT32)
+                    col2im_block_float((const float *)scratch, (float *)og, Cog, p0, np, p);
+                else
+                    col2im_block_double((const double *)scratch, (double *)og, Cog, p0, np, p);
+            }
+        }
+    free(scratch);
+}
+
+/* weight gradient of the forward convolution p of x giving gout: per image n,
+ * out[n] (Cout, Cig*K) = sum over blocks of gout[n] (Cog, P) @ columns(x[n])^T */
+static void
+wgrad_images(void *ctx, int64_t n0, int64_t n1)
+{
+    blocked_job *j = ctx;
+    const conv_params *p = j->p;
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
+    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize, CK = Cig * K;
+    bool pw = conv_pointwise(p), f32 = j->t == EM_FLOAT32;
+    /* float32: the product is taken transposed, columns (CK, P) @ gout^T (P, Cog) into
+     * a (CK, Cog) sum per image (conv_loops.c's loops want the right operand's rows
+     * contiguous; gout's block is the small one to transpose) */
+    char *scratch = malloc((size_t)((CK + (f32 ? Cog : 0)) * j->P * sz));
+    if (scratch == NULL) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
+    for (int64_t n = n0; n < n1; n++)
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
+            const char *gg = j->w + (n * p->Cout + g * Cog) * ohw * sz;
+            char *og = j->out + (n * p->Cout + g * Cog) * CK * sz;
+            for (Py_ssize_t p0 = 0; p0 < ohw; p0 += j->P) {
+                Py_ssize_t np = ohw - p0 < j->P ? ohw - p0 : j->P;
+                const char *cols = xg + p0 * sz;
+                Py_ssize_t ldc = hw;
+                if (!pw) {
+                    if (f32)
+                        im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                    else
+                        im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np,
+                                            p);
+                    cols = scratch;
+                    ldc = np;
+                }
+                if (f32) {
+                    const float *gb = (const float *)(gg + p0 * sz);
+                    for (Py_ssize_t co = 0; co < Cog; co++)
+                        for (Py_ssize_t q = 0; q < np; q++)
+                            goT[q * Cog + co] = gb[co * ohw + q];
+                    em_conv_gemm_f32(CK, Cog, np, (const float *)cols, ldc, 1, goT, Cog,
+                                     (float *)og, Cog, p0 > 0);
+                }
+                else
+                    em_blas_gemm(j->t, 0, 1, Cog, CK, np, gg + p0 * sz, ohw, cols, ldc, p0 > 0,
+                                 og, CK);
+            }
+        }
+    free(scratch);
+}
+
+/* Runs fn over the images of job j on the pool (BLAS single-threaded meanwhile): 0,
+ * or -1 with an exception. */
+static int
+run_images(em_range_fn fn, blocked_job *j, double macs)
+{
+    bool parallel = j->p->N > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
+    int restore = parallel ? em_blas_single() : 0;
+    int st = em_parallel_for(fn, j, j->p->N, 1, parallel);
+    em_blas_restore(restore);
+    if (st == 0 && atomic_load(&j->failed)) {
+        PyErr_NoMemory();
+        st = -1;
+    }
+    return st;
+}
+
 /* ------------------------------------------------------------------ the kernel */
 
 /* A C-contiguous, aligned array of t's values in the NumPy type npy (new reference). */
@@ -399,6 +688,12 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t ohw = p->OH * p->OW;
+    if (blocked_ok(compute)) {
+        int sz = npy == NPY_FLOAT ? 4 : 8;
+        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
+                         block_positions(Cig * K, ohw, sz), 0};
+        return run_images(forward_images, &j, (double)p->N * p->Cout * Cig * K * ohw);
+    }
     PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
     int st = -1;
     bool pointwise = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
@@ -436,6 +731,43 @@ done:
     return st;
 }
 
+/* A transposed convolution of stride 1 (no output padding, padding at most the
+ * kernel's dilated extent) is the forward convolution of its input with the weight's
+ * channels swapped within each group and its taps reversed, padded by
+ * dilation * (kernel - 1) - padding: the blocked forward loops then compute it, their
+ * product as deep as Cout/G * kh * kw (the gradient of a stride-1 convolution's input). */
+static int
+transposed_as_forward(const conv_params *p, PyArrayObject *x, PyArrayObject *w,
+                      PyArrayObject *out, int npy, em_dtype_t compute)
+{
+    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, kh = p->kh, kw = p->kw;
+    Py_ssize_t K = kh * kw, sz = npy == NPY_FLOAT ? 4 : 8;
+    char *wf = malloc((size_t)(p->Cout * Cig * K * sz)), *wd = PyArray_DATA(w);
+    if (wf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* w (C, Cog, kh, kw) -> wf (Cout, Cig, kh, kw): wf[g Cog + co, ci, i, j] =
+     * w[g Cig + ci, co, kh - 1 - i, kw - 1 - j] */
+    for (Py_ssize_t g = 0; g < G; g++)
+        for (Py_ssize_t co = 0; co < Cog; co++)
+            for (Py_ssize_t ci = 0; ci < Cig; ci++)
+                for (Py_ssize_t t = 0; t < K; t++) {
+                    Py_ssize_t dst = (((g * Cog + co) * Cig + ci) * K + t) * sz;
+                    Py_ssize_t src = (((g * Cig + ci) * Cog + co) * K + (K - 1 - t)) * sz;
+                    memcpy(wf + dst, wd + src, (size_t)sz);
+                }
+    conv_params q = *p;
+    q.transposed = false;
+    q.ph = p->dh * (kh - 1) - p->ph;
+    q.pw = p->dw * (kw - 1) - p->pw;
+    blocked_job j = {&q, compute, (int)sz, PyArray_DATA(x), wf, PyArray_DATA(out),
+                     block_positions(Cig * K, q.OH * q.OW, (int)sz), 0};
+    int st = run_images(forward_images, &j, (double)q.N * q.Cout * Cig * K * q.OH * q.OW);
+    free(wf);
+    return st;
+}
+
 /* The transposed convolution: out (N, Cout, OH*OW), zeroed, in the compute type. */
 static int
 conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayObject *w,
@@ -443,6 +775,15 @@ conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArra
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t hw = p->H * p->W;
+    if (blocked_ok(compute) && p->sh == 1 && p->sw == 1 && p->oph == 0 && p->opw == 0 &&
+        p->ph <= p->dh * (p->kh - 1) && p->pw <= p->dw * (p->kw - 1))
+        return transposed_as_forward(p, x, w, out, npy, compute);
+    if (blocked_ok(compute)) {
+        int sz = npy == NPY_FLOAT ? 4 : 8;
+        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
+                         block_positions(Cog * K, hw, sz), 0};
+        return run_images(transposed_images, &j, (double)p->N * p->C * Cog * K * hw);
+    }
     PyArrayObject *w3 = NULL, *wt = NULL, *x4 = NULL, *cols = NULL;
     int st = -1;
     npy_intp w3d[3] = {G, Cig, Cog * K}, x4d[4] = {p->N, G, Cig, hw},
@@ -627,6 +968,106 @@ k_im2col(em_Op *op, PyObject **args)
     }
     Py_END_ALLOW_THREADS
     Py_DECREF(xa);
+    return (PyObject *)out;
+}
+
+/* _C._grad_conv_weight(input, grad_output, kh, kw, stride, padding, dilation, groups):
+ * the weight gradient (Cout, C/groups, kh, kw) of a 2-d convolution of input
+ * (N, C, H, W) whose output's gradient is grad_output (N, Cout, OH, OW), by the blocked
+ * loops above; None when the case does not apply (not eager with grad mode off, not
+ * contiguous float32/float64 of one dtype, no BLAS, or sizes that do not match), and
+ * the backward formula computes it with ops. */
+PyObject *
+em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8)
+        return PyErr_Format(PyExc_TypeError, "_grad_conv_weight takes 8 arguments");
+    if (em_tls.mode != EM_MODE_EAGER || em_tls.grad_enabled || !em_Tensor_Check(args[0]) ||
+        !em_Tensor_Check(args[1]) || !blocked_ok(((em_Tensor *)args[0])->dtype))
+        Py_RETURN_NONE;
+    em_Tensor *x = (em_Tensor *)args[0], *go = (em_Tensor *)args[1];
+    if (em_is_meta(x) || em_is_meta(go) || x->dtype != go->dtype ||
+        (x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64) || x->ndim != 4 || go->ndim != 4 ||
+        !PyArray_IS_C_CONTIGUOUS(x->array) || !PyArray_IS_C_CONTIGUOUS(go->array))
+        Py_RETURN_NONE;
+    conv_params p = {0};
+    Py_ssize_t s[2], pd[2], d[2];
+    p.nsp = 2;
+    p.kh = PyLong_AsSsize_t(args[2]);
+    p.kw = PyLong_AsSsize_t(args[3]);
+    long groups = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred() || int_params(args[4], "stride", 2, s) < 0 ||
+        int_params(args[5], "padding", 2, pd) < 0 || int_params(args[6], "dilation", 2, d) < 0)
+        return NULL;
+    p.N = x->sizes[0], p.C = x->sizes[1], p.H = x->sizes[2], p.W = x->sizes[3];
+    p.Cout = go->sizes[1], p.G = groups;
+    p.sh = s[0], p.sw = s[1], p.ph = pd[0], p.pw = pd[1], p.dh = d[0], p.dw = d[1];
+    if (groups <= 0 || p.C % groups || p.Cout % groups || go->sizes[0] != p.N || p.kh <= 0 ||
+        p.kw <= 0 || p.sh <= 0 || p.sw <= 0 || p.ph < 0 || p.pw < 0 || p.dh <= 0 || p.dw <= 0)
+        Py_RETURN_NONE;
+    Py_ssize_t eh = p.dh * (p.kh - 1) + 1, ew = p.dw * (p.kw - 1) + 1;
+    if (p.H + 2 * p.ph < eh || p.W + 2 * p.pw < ew)
+        Py_RETURN_NONE;
+    p.OH = (p.H + 2 * p.ph - eh) / p.sh + 1;
+    p.OW = (p.W + 2 * p.pw - ew) / p.sw + 1;
+    if (p.OH != go->sizes[2] || p.OW != go->sizes[3])
+        Py_RETURN_NONE;
+    Py_ssize_t Cig = p.C / groups, K = p.kh * p.kw, R = p.Cout * Cig * K;
+    Py_ssize_t wsz[4] = {p.Cout, Cig, p.kh, p.kw};
+    em_Tensor *out = em_empty(4, wsz, x->dtype, false);
+    if (out == NULL)
+        return NULL;
+    int sz = x->dtype == EM_FLOAT32 ? 4 : 8;
+    if (R == 0)
+        return (PyObject *)out;
+    if (p.N == 0 || p.OH * p.OW == 0) {
+        memset(PyArray_DATA(out->array), 0, (size_t)(R * sz));
+        return (PyObject *)out;
+    }
+    char *part = malloc((size_t)(p.N * R * sz));
+    if (part == NULL) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    blocked_job j = {&p, x->dtype, sz, PyArray_DATA(x->array), PyArray_DATA(go->array), part,
+                     block_positions(Cig * K, p.OH * p.OW, sz), 0};
+    if (run_images(wgrad_images, &j, (double)p.N * R * p.OH * p.OW) < 0) {
+        free(part);
+        Py_DECREF(out);
+        return NULL;
+    }
+    /* the images' sums added in order (float32's are (CK, Cout/G) per group:
+     * transposed on the way) */
+    char *od = PyArray_DATA(out->array);
+    if (sz == 4) {
+        Py_ssize_t Cog = p.Cout / groups, CK = Cig * K;
+        float *o = (float *)od;
+        for (Py_ssize_t n = 0; n < p.N; n++)
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                const float *q = (const float *)part + n * R + g * Cog * CK;
+                float *og = o + g * Cog * CK;
+                for (Py_ssize_t r = 0; r < CK; r++)
+                    for (Py_ssize_t co = 0; co < Cog; co++)
+                        og[co * CK + r] = n ? og[co * CK + r] + q[r * Cog + co] : q[r * Cog + co];
+            }
+    }
+    else
+        memcpy(od, part, (size_t)(R * sz));
+    for (Py_ssize_t n = 1; n < p.N && sz == 8; n++) {
+        if (sz == 4) {
+            float *o = (float *)od;
+            const float *q = (const float *)part + n * R;
+            for (Py_ssize_t i = 0; i < R; i++)
+                o[i] += q[i];
+        }
+        else {
+            double *o = (double *)od;
+            const double *q = (const double *)part + n * R;
+            for (Py_ssize_t i = 0; i < R; i++)
+                o[i] += q[i];
+        }
+    }
+    free(part);
     return (PyObject *)out;
 }
 

@@ -95,6 +95,24 @@ int em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value, bo
 
 /* y = g * gelu'(x) over n contiguous float32 values (no GIL handling). */
 void em_gelu_grad_f32(const float *g, const float *x, float *y, Py_ssize_t n);
+/* runtime/blas.c, for eager kernels that multiply blocks themselves: c = op(a) @ op(b)
+ * (+ c when accumulate), row-major, one call on this thread (false: no BLAS found);
+ * em_blas_single() before a pool job of such calls sets BLAS's own threads to 1 and
+ * returns what em_blas_restore() puts back. */
+bool em_blas_gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, bool accumulate,
+                  void *c, int64_t ldc);
+bool em_blas_available(void);
+int em_blas_single(void);
+void em_blas_restore(int threads);
+/* conv_loops.c: C (m x n) = A B (+ C when acc), A's element (i, p) at A[i ars + p acs],
+ * B's rows contiguous (ldb); and C[i, j] (+)= sum_p G[i, p] X[j, p], rows contiguous. */
+void em_conv_gemm_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars,
+                      int64_t acs, const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+void em_conv_dot_f32(int64_t m, int64_t n, int64_t P, const float *G, int64_t ldg,
+                     const float *X, int64_t ldx, float *C, int64_t ldc, int acc);
+/* conv.c: _C._grad_conv_weight (registered with nn_grad.c's functions) */
+PyObject *em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 /* nn_grad.c: adds the fused eager gradients (_C._grad_*) to the module. */
 int em_nn_grad_init(PyObject *module);
 

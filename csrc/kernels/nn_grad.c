@@ -822,6 +822,194 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return em_finish(out, st);
 }
 
+/* ------------------------------------------------------------------ batch_norm (backward) */
+
+/* The gradients of training-mode batch normalisation of a contiguous (N, C, *) tensor:
+ * channel c's values are N runs of S contiguous elements. Channels are the units of
+ * work (each computed alone, in a fixed order). (The forward stays the decomposition:
+ * its statistics must round as the compiled graphs' do, which update the same running
+ * statistics.) */
+typedef struct {
+    const void *x, *g, *w;
+    void *gx, *gw, *gb;
+    Py_ssize_t N, C, S;
+    double eps;
+} bn_ctx;
+
+/* channel c's mean and rstd (sums in double) */
+static void
+bn_stats(const bn_ctx *p, Py_ssize_t c, bool f32, double *mean, double *rstd)
+{
+    double s = 0.0, q = 0.0, cnt = (double)(p->N * p->S);
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        if (f32)
+            s += centered_sum_f32((const float *)p->x + off, p->S, 0.0f, 0);
+        else
+            for (Py_ssize_t i = 0; i < p->S; i++)
+                s += ((const double *)p->x)[off + i];
+    }
+    double m = s / cnt;
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        if (f32)
+            q += centered_sum_f32((const float *)p->x + off, p->S, (float)m, 1);
+        else
+            for (Py_ssize_t i = 0; i < p->S; i++) {
+                double d = ((const double *)p->x)[off + i] - m;
+                q += d * d;
+            }
+    }
+    *mean = m;
+    *rstd = 1.0 / sqrt(q / cnt + p->eps);
+}
+
+EM_CLONES static void
+bn_channel_f32(const bn_ctx *p, Py_ssize_t c)
+{
+    double md, rd;
+    bn_stats(p, c, true, &md, &rd);
+    float mean = (float)md, rstd = (float)rd;
+    float w = p->w ? ((const float *)p->w)[c] : 1.0f;
+    double sg = 0.0, sgx = 0.0;        /* sum(g), sum(g xhat) */
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        const float *restrict x = (const float *)p->x + off, *restrict g = (const float *)p->g + off;
+        v16f l1 = {0}, l2 = {0};
+        Py_ssize_t i = 0;
+        for (; i + LANES <= p->S; i += LANES) {
+            v16f gv, xv;
+            memcpy(&gv, g + i, sizeof gv);
+            memcpy(&xv, x + i, sizeof xv);
+            l1 += gv;
+            l2 += gv * ((xv - mean) * rstd);
+        }
+        float a1 = lanes_total(l1), a2 = lanes_total(l2);
+        for (; i < p->S; i++) {
+            a1 += g[i];
+            a2 += g[i] * ((x[i] - mean) * rstd);
+        }
+        sg += a1;
+        sgx += a2;
+    }
+    if (p->gw)
+        ((float *)p->gw)[c] = (float)sgx;
+    if (p->gb)
+        ((float *)p->gb)[c] = (float)sg;
+    if (p->gx) {
+        double cnt = (double)(p->N * p->S);
+        float m1 = (float)(w * sg / cnt), m2 = (float)(w * sgx / cnt);
+        for (Py_ssize_t n = 0; n < p->N; n++) {
+            Py_ssize_t off = (n * p->C + c) * p->S;
+            const float *restrict x = (const float *)p->x + off;
+            const float *restrict g = (const float *)p->g + off;
+            float *restrict gx = (float *)p->gx + off;
+            for (Py_ssize_t i = 0; i < p->S; i++)
+                gx[i] = rstd * (g[i] * w - m1 - (x[i] - mean) * rstd * m2);
+        }
+    }
+}
+
+static void
+bn_channel_f64(const bn_ctx *p, Py_ssize_t c)
+{
+    double mean, rstd;
+    bn_stats(p, c, false, &mean, &rstd);
+    double w = p->w ? ((const double *)p->w)[c] : 1.0;
+    const double *x = p->x, *g = p->g;
+    double sg = 0.0, sgx = 0.0;
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        for (Py_ssize_t i = 0; i < p->S; i++) {
+            sg += g[off + i];
+            sgx += g[off + i] * ((x[off + i] - mean) * rstd);
+        }
+    }
+    if (p->gw)
+        ((double *)p->gw)[c] = sgx;
+    if (p->gb)
+        ((double *)p->gb)[c] = sg;
+    if (p->gx) {
+        double cnt = (double)(p->N * p->S), m1 = w * sg / cnt, m2 = w * sgx / cnt;
+        for (Py_ssize_t n = 0; n < p->N; n++) {
+            Py_ssize_t off = (n * p->C + c) * p->S;
+            for (Py_ssize_t i = 0; i < p->S; i++)
+                ((double *)p->gx)[off + i] =
+                    rstd * (g[off + i] * w - m1 - (x[off + i] - mean) * rstd * m2);
+        }
+    }
+}
+
+static void
+bn_range32(void *c, int64_t a, int64_t b)
+{
+    for (int64_t k = a; k < b; k++)
+        bn_channel_f32(c, k);
+}
+
+static void
+bn_range64(void *c, int64_t a, int64_t b)
+{
+    for (int64_t k = a; k < b; k++)
+        bn_channel_f64(c, k);
+}
+
+/* the (C,) operand o (None allowed) of x's dtype, contiguous */
+static bool
+bn_vector(PyObject *o, em_Tensor *x)
+{
+    return o == Py_None ||
+           (plain(o, x->dtype) && ((em_Tensor *)o)->ndim == 1 &&
+            ((em_Tensor *)o)->sizes[0] == x->sizes[1]);
+}
+
+/* _grad_batch_norm_train(grad, input, weight, eps, want_input, want_weight, want_bias):
+ * the gradients of training batch normalisation's output (statistics recomputed) as a
+ * tuple (None for those not wanted); None when the case does not apply. */
+static PyObject *
+grad_batch_norm_train(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "_grad_batch_norm_train takes 7 arguments");
+    double eps = PyFloat_AsDouble(args[3]);
+    int want[3];
+    for (int i = 0; i < 3; i++)
+        if ((want[i] = PyObject_IsTrue(args[4 + i])) < 0)
+            return NULL;
+    if (PyErr_Occurred())
+        return NULL;
+    if (!fused_mode() || !em_Tensor_Check(args[1]))
+        Py_RETURN_NONE;
+    em_Tensor *g = (em_Tensor *)args[0], *x = (em_Tensor *)args[1];
+    if (!plain(args[0], x->dtype) || !plain(args[1], x->dtype) || !same_shape(g, x) ||
+        x->ndim < 2 || x->numel == 0 || !bn_vector(args[2], x))
+        Py_RETURN_NONE;
+    Py_ssize_t N = x->sizes[0], C = x->sizes[1], S = x->numel / (N * C);
+    em_Tensor *gx = NULL, *gw = NULL, *gb = NULL;
+    if ((want[0] && (gx = empty_like_c(x)) == NULL) ||
+        (want[1] && (gw = em_empty(1, &C, x->dtype, false)) == NULL) ||
+        (want[2] && (gb = em_empty(1, &C, x->dtype, false)) == NULL))
+        goto error;
+    bn_ctx c = {PyArray_DATA(x->array), PyArray_DATA(g->array),
+                args[2] == Py_None ? NULL : PyArray_DATA(((em_Tensor *)args[2])->array),
+                gx ? PyArray_DATA(gx->array) : NULL, gw ? PyArray_DATA(gw->array) : NULL,
+                gb ? PyArray_DATA(gb->array) : NULL, N, C, S, eps};
+    if (run(x->dtype == EM_FLOAT32 ? bn_range32 : bn_range64, &c, C, 1,
+            x->numel >= PARALLEL_FROM) < 0)
+        goto error;
+    PyObject *r = PyTuple_Pack(3, gx ? (PyObject *)gx : Py_None, gw ? (PyObject *)gw : Py_None,
+                               gb ? (PyObject *)gb : Py_None);
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return r;
+error:
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return NULL;
+}
+
 static PyMethodDef nn_grad_methods[] = {
     {"_grad_pointwise", (PyCFunction)(void (*)(void))grad_pointwise, METH_FASTCALL,
      "_grad_pointwise(kind, grad, self): silu (0), gelu (1), gelu tanh (2) gradients."},
@@ -833,6 +1021,12 @@ static PyMethodDef nn_grad_methods[] = {
      "_grad_cross_entropy(grad, input, target, reduction, ignore_index)."},
     {"_grad_embedding", (PyCFunction)(void (*)(void))grad_embedding, METH_FASTCALL,
      "_grad_embedding(grad, indices, num_weights, padding_idx)."},
+    {"_grad_batch_norm_train", (PyCFunction)(void (*)(void))grad_batch_norm_train,
+     METH_FASTCALL,
+     "_grad_batch_norm_train(grad, input, weight, eps, want_input, want_weight, want_bias)."},
+    {"_grad_conv_weight", (PyCFunction)(void (*)(void))em_grad_conv_weight, METH_FASTCALL,
+     "_grad_conv_weight(input, grad_output, kh, kw, stride, padding, dilation, groups): "
+     "a 2-d convolution's weight gradient (conv.c)."},
     {NULL},
 };
 

@@ -300,3 +300,62 @@ em_blas_init(PyObject *module)
 {
     return PyModule_AddFunctions(module, blas_methods);
 }
+
+/* ------------------------------------------------------------------ eager kernels' GEMM
+ *
+ * The eager convolution (kernels/conv.c) multiplies cache-sized blocks itself, each
+ * block one single-threaded call from a thread of Ember's pool: em_blas_single(1)
+ * before such a job sets BLAS's own threads to 1 (returning the count to restore),
+ * em_blas_single(0)'s counterpart em_blas_restore puts them back. em_blas_gemm is
+ * c = op(a) @ op(b) (+ c when accumulate), row-major; false when no BLAS was found. */
+bool
+em_blas_gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *a,
+             int64_t lda, const void *b, int64_t ldb, bool accumulate, void *c, int64_t ldc)
+{
+    if (sgemm == NULL || (t != EM_FLOAT32 && t != EM_FLOAT64) ||
+        (!ilp64 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX ||
+                    ldb > INT32_MAX || ldc > INT32_MAX)))
+        return false;
+    int A = ta ? TRANS : NO_TRANS, B = tb ? TRANS : NO_TRANS;
+    double beta = accumulate ? 1.0 : 0.0;
+    if (t == EM_FLOAT32) {
+        if (ilp64)
+            ((sgemm64_t)sgemm)(ROW_MAJOR, A, B, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, c,
+                               ldc);
+        else
+            ((sgemm32_t)sgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
+                               (int)ldb, (float)beta, c, (int)ldc);
+    }
+    else {
+        if (ilp64)
+            ((dgemm64_t)dgemm)(ROW_MAJOR, A, B, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+        else
+            ((dgemm32_t)dgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b,
+                               (int)ldb, beta, c, (int)ldc);
+    }
+    return true;
+}
+
+bool
+em_blas_available(void)
+{
+    return sgemm != NULL;
+}
+
+/* BLAS's threads set to 1 for a pool job of single-threaded calls: returns the count
+ * to give em_blas_restore (0: nothing to restore). */
+int
+em_blas_single(void)
+{
+    if (blas_set_threads == NULL || blas_threads == 1)
+        return 0;
+    blas_set_threads(1);
+    return blas_threads > 0 ? blas_threads : 1;
+}
+
+void
+em_blas_restore(int threads)
+{
+    if (threads > 0 && blas_set_threads != NULL)
+        blas_set_threads(threads);
+}

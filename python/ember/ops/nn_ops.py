@@ -244,6 +244,13 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     else:
         x4, k, dd, pp, ss = inp, tuple(kshape), tuple(d), tuple(p), tuple(s)
         out_sp = tuple(gout.shape[2:])
+    if _C._get_mode()[0] == _C.MODE_EAGER and not _C.is_grad_enabled():
+        # eager, no create_graph: gathered and multiplied block by block by the
+        # convolution's loops (conv.c)
+        fused = _C._grad_conv_weight(x4.contiguous(), (gout.unsqueeze(2) if nsp == 1 else gout)
+                                     .contiguous(), k[0], k[1], ss, pp, dd, groups)
+        if fused is not None:
+            return fused.reshape((Co, cig) + tuple(kshape))
     cols = O.im2col(x4, list(k), list(dd), list(pp), list(ss))       # (N, Ci*K, OH*OW)
     K = k[0] * k[1]
     H = (x4.shape[2] + 2 * pp[0] - (dd[0] * (k[0] - 1) + 1)) // ss[0] + 1
@@ -1245,6 +1252,15 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
     evaluation, the new ones have their shape and dtype): batch_norm overwrites them in
     place after this op, which must not invalidate the graph (as in PyTorch)."""
     g, g_mean, g_rstd, g_nm, g_nv = grads
+    if training and g is not None and g_mean is None and g_rstd is None and g_nm is None \
+            and g_nv is None:
+        # only the output's gradient, in a backward without create_graph: one C pass per
+        # channel (nn_grad.c)
+        fused = _C._grad_batch_norm_train(
+            g, input, weight, eps, input.requires_grad,
+            weight is not None and weight.requires_grad, bias is not None and bias.requires_grad)
+        if fused is not None and (bias is None or bias.dtype is input.dtype):
+            return fused + (None,) * 5
     C = input.shape[1]
     cs = [C] + [1] * (input.ndim - 2)
     red = [0] + list(range(2, input.ndim))
