@@ -32,6 +32,7 @@ from . import api as O
 from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
+from ..compiler.conv import lower_convolution
 from ..compiler.lowerings import extern
 from ..compiler.pooling import (lower_max_pool2d_with_indices,
                                 lower_max_pool2d_with_indices_backward)
@@ -290,7 +291,7 @@ def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation
 op("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,"
    " SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
    CUSTOM, "convolution", ufunc="matmul", prim=True, method=False, meta=_convolution_meta,
-   lower=extern,
+   lower=lower_convolution,
    backward=_convolution_backward,
    doc="N-d (1-d, 2-d) convolution or transposed convolution: strided, padded, dilated, "
        "grouped; output channels-last when the input or weight is.")
