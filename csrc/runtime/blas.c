@@ -10,6 +10,7 @@
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
+#include <math.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
@@ -198,10 +199,10 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
  * own threads set to 1 meanwhile, so that the pool and BLAS never run threads at once
  * (a kernel's workers spinning while BLAS's threads compute would put more threads than
  * cores). Each matrix of the product is cut into a grid of blocks fixed by its shape
- * alone: about one per GEMM_BLOCK_MACS multiply-adds (at most MAX_GEMM_BLOCKS), in whole
- * rows of the output (a multiple of ROW_ALIGN), then in columns (a multiple of
- * COL_ALIGN) when there are too few rows (a convolution's (channels x batch*pixels)
- * product has as few as 16 rows). The blocks are the same on any number of threads, so
+ * alone: about one per GEMM_BLOCK_MACS multiply-adds (at most MAX_GEMM_BLOCKS), rows
+ * of the output (a multiple of ROW_ALIGN) by columns (a multiple of COL_ALIGN), in the
+ * proportions that pack the least again (a convolution's (channels x batch*pixels)
+ * product, 16 rows by 16384 columns, is cut in columns only). The blocks are the same on any number of threads, so
  * results are identical at every thread count (OpenBLAS's own threading splits by its
  * thread count, and its small-matrix kernels round differently). A batch of matrices
  * (batch x heads) is split by matrix too. Products of at least POOL_GEMM_MIN
@@ -230,14 +231,22 @@ pool_gemm(gemm_job_t *j, int64_t batch)
     int64_t per = macs >= (double)GEMM_BLOCK_MACS * MAX_GEMM_BLOCKS
                       ? MAX_GEMM_BLOCKS
                       : (int64_t)(macs / GEMM_BLOCK_MACS) + 1;     /* blocks a matrix */
-    int64_t rblocks = ceil_div(j->m, ROW_ALIGN);
-    if (rblocks > per)
-        rblocks = per;
+    /* each row block packs again the columns of b it reads, each column block the rows
+     * of a: r x c blocks pack r * k * n + c * m * k elements, least (for r * c = per)
+     * at r / c = m / n */
+    int64_t rmax = ceil_div(j->m, ROW_ALIGN), cmax = j->n / COL_ALIGN > 1 ? j->n / COL_ALIGN : 1;
+    int64_t rblocks = (int64_t)(sqrt((double)per * j->m / j->n) + 0.5);
+    if (rblocks < 1)
+        rblocks = 1;
+    if (rblocks > rmax)
+        rblocks = rmax;
+    int64_t cblocks = ceil_div(per, rblocks);
+    if (cblocks > cmax) {
+        cblocks = cmax;
+        rblocks = ceil_div(per, cblocks) < rmax ? ceil_div(per, cblocks) : rmax;
+    }
     j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
     rblocks = ceil_div(j->m, j->rows);
-    int64_t cblocks = ceil_div(per, rblocks), cmax = j->n / COL_ALIGN;
-    if (cblocks > cmax)
-        cblocks = cmax > 1 ? cmax : 1;
     j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
     if (j->cols > j->n)
         j->cols = j->n;

@@ -252,6 +252,13 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     if (H, Wd) != out_sp:          # a transposed output_padding: the first positions
         cols = cols.reshape(N, Ci * K, H, Wd).slice(2, 0, out_sp[0]).slice(3, 0, out_sp[1])
     L = out_sp[0] * out_sp[1]
+    if groups == 1:
+        # one GEMM over the whole batch: (Co, N*L) @ (N*L, Ci*K), the batch folded into
+        # the products' inner dim (N small GEMMs and a sum over them cost more, compiled
+        # and eager)
+        go = gout.reshape(N, Co, L).transpose(0, 1).reshape(Co, N * L)
+        co = cols.reshape(N, Ci * K, L).transpose(0, 1).reshape(Ci * K, N * L)
+        return go.matmul(co.t()).reshape((Co, cig) + tuple(kshape))
     go = gout.reshape(N, groups, cog, L)
     co = cols.reshape(N, groups, cig * K, L).transpose(2, 3)
     return go.matmul(co).sum(0).reshape((Co, cig) + tuple(kshape))
