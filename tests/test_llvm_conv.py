@@ -170,3 +170,63 @@ def test_pooling_and_its_backward_are_lowered():
     np.testing.assert_allclose(gx.numpy(), wx.numpy(), **F64)
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
     assert "extern" not in text, text
+
+
+def _conv_bn(dtype, bias):
+    ember.manual_seed(5)
+    m = ember.nn.Sequential(ember.nn.Conv2d(3, 6, 3, padding=1, bias=bias),
+                            ember.nn.BatchNorm2d(6), ember.nn.ReLU(),
+                            ember.nn.Conv2d(6, 4, 1, stride=2), ember.nn.BatchNorm2d(4))
+    m.to(dtype)
+    # running statistics and affine parameters away from their initial values
+    g = np.random.default_rng(6)
+    for mod in m:
+        if isinstance(mod, ember.nn.BatchNorm2d):
+            n = mod.num_features
+            mod.running_mean.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+            mod.running_var.copy_(ember.tensor(g.uniform(0.5, 2.0, n), dtype=dtype))
+            with ember.no_grad():
+                mod.weight.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+                mod.bias.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+    return m
+
+
+def _weight_is_scaled(graph):
+    """Whether a kernel of the graph multiplies the convolution weights (a fold)."""
+    return any(s[0] == "kernel" and list(s.ir.sizes) in ([6, 3, 3, 3], [4, 6, 1, 1])
+               for s in graph.lowered.steps)
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
+                         ids=["float64", "float32"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
+    m = _conv_bn(dtype, bias).eval()
+    x = ember.tensor(np.random.default_rng(7).standard_normal((2, 3, 9, 9)), dtype=dtype)
+    with ember.no_grad():
+        want = m(x)
+        llvm_backend.recent.clear()
+        got = ember.compile(m, fullgraph=True)(x)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+    (graph,) = llvm_backend.recent
+    assert _weight_is_scaled(graph), str(graph.lowered)
+    # the output pass adds one shift per channel: no running statistics are read there
+    last = [s for s in graph.lowered.steps if s[0] == "kernel"][-1]
+    assert "sqrt" not in str(last.ir), str(last.ir)
+
+
+def test_batchnorm_in_training_mode_is_not_folded():
+    m = _conv_bn(ember.float64, True).train()
+    twin = _conv_bn(ember.float64, True).train()
+    x = ember.tensor(np.random.default_rng(8).standard_normal((2, 3, 9, 9)))
+    want = m(x)
+    llvm_backend.recent.clear()
+    got = ember.compile(twin, fullgraph=True)(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **F64)
+    for a, b in zip(m.buffers(), twin.buffers()):       # running statistics updated alike
+        np.testing.assert_allclose(a.numpy(), b.numpy(), **F64)
+    assert not any(_weight_is_scaled(g) for g in llvm_backend.recent)
+    got.sum().backward()
+    want.sum().backward()
+    for a, b in zip(m.parameters(), twin.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), **F64)

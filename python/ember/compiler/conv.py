@@ -70,10 +70,13 @@ def _fill_zero(ctx, buf):
     ctx.add_kernel(kb)
 
 
-def _with_bias(out, bias):
-    """out + bias[c] over dim 1, a pointwise value (or out itself)."""
+def _with_bias(ctx, out, bias):
+    """out + bias[c] over dim 1, a pointwise value (or out itself). A bias computed by
+    elementwise ops (a folded BatchNorm's shift) is computed once per channel first."""
     if bias is None:
         return out
+    if isinstance(bias, PointwiseValue):
+        bias = ctx.realize(bias)
 
     def fn(kb, index):
         return kb.emit(Op.ADD, out.dtype, (out.load(kb, index),
@@ -107,7 +110,7 @@ def lower_convolution(ctx, node, val, x, weight, bias, stride, padding, dilation
         out = _transposed(ctx, val, x, weight, geom)
     else:
         out = _forward(ctx, val, x, weight, geom)
-    return _with_bias(out, bias)
+    return _with_bias(ctx, out, bias)
 
 
 def _forward(ctx, val, x, weight, geom):

@@ -17,6 +17,7 @@ from .. import fx
 from ..ops import meta as M
 from . import fusion, plan
 from .buffers import BufferPlan
+from .conv_fold import fold_conv_affine
 from .fusion import KernelBuilder
 from .loop_ir import Affine, verify
 from .lowerings import extern
@@ -266,6 +267,7 @@ def _meta_args(node):
 
 
 def lower(graph, name="graph") -> Lowered:
+    fold_conv_affine(graph)
     return GraphLowering(graph, name).run()
 
 
