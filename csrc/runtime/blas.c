@@ -10,6 +10,7 @@
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
+#include <math.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
@@ -28,6 +29,7 @@ static PyObject *blas_name;
 /* openblas_set_num_threads of that library, and the count ember.set_num_threads asked
  * for (0: never asked, leave the library's own setting) */
 static void (*blas_set_threads)(int);
+static int (*blas_get_threads)(void);
 static int blas_threads;
 
 /* ember.set_num_threads(n) also sets the threads of the BLAS that matrix products run
@@ -53,14 +55,17 @@ set_blas(PyObject *self, PyObject *path)
     if (h == NULL)
         Py_RETURN_FALSE;
     static const struct {
-        const char *s, *d, *threads;
+        const char *s, *d, *threads, *get_threads;
         bool ilp64;
     } names[] = {
         {"scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "scipy_openblas_set_num_threads64_",
-         true},
-        {"cblas_sgemm64_", "cblas_dgemm64_", "openblas_set_num_threads64_", true},
-        {"scipy_cblas_sgemm", "scipy_cblas_dgemm", "scipy_openblas_set_num_threads", false},
-        {"cblas_sgemm", "cblas_dgemm", "openblas_set_num_threads", false},
+         "scipy_openblas_get_num_threads64_", true},
+        {"cblas_sgemm64_", "cblas_dgemm64_", "openblas_set_num_threads64_",
+         "openblas_get_num_threads64_", true},
+        {"scipy_cblas_sgemm", "scipy_cblas_dgemm", "scipy_openblas_set_num_threads",
+         "scipy_openblas_get_num_threads", false},
+        {"cblas_sgemm", "cblas_dgemm", "openblas_set_num_threads", "openblas_get_num_threads",
+         false},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *s = dlsym(h, names[i].s), *d = dlsym(h, names[i].d);
@@ -69,6 +74,7 @@ set_blas(PyObject *self, PyObject *path)
             dgemm = d;
             ilp64 = names[i].ilp64;
             *(void **)&blas_set_threads = dlsym(h, names[i].threads);
+            *(void **)&blas_get_threads = dlsym(h, names[i].get_threads);
             if (blas_set_threads != NULL && blas_threads > 0)
                 blas_set_threads(blas_threads);
             Py_XSETREF(blas_name, PyUnicode_FromString(names[i].s));
@@ -133,13 +139,14 @@ gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const char *
 }
 
 /* A product split across Ember's thread pool: `batch` matrices (or one: the folded
- * product), each in blocks of `rows` rows of the output; unit u is block u % blocks of
- * matrix u / blocks, one single-threaded BLAS call. */
+ * product), each in blocks of `rows` rows and `cols` columns of the output (one of the
+ * two whole); unit u is block u % blocks of matrix u / blocks, one single-threaded BLAS
+ * call. */
 typedef struct {
     em_Tensor *a, *b, *out;
     em_dtype_t t;
     int ta, tb, itemsize;
-    int64_t m, n, k, lda, ldb, rows, blocks;
+    int64_t m, n, k, lda, ldb, rows, cols, blocks;
     bool fold;
 } gemm_job_t;
 
@@ -169,50 +176,94 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
     gemm_job_t *j = ctx;
     const char *abase = PyArray_BYTES(j->a->array), *bbase = PyArray_BYTES(j->b->array);
     char *cbase = PyArray_BYTES(j->out->array);
+    int64_t rblocks = (j->m + j->rows - 1) / j->rows;
     for (int64_t u = lo; u < hi; u++) {
-        int64_t i = u / j->blocks, r0 = (u % j->blocks) * j->rows;
+        int64_t i = u / j->blocks, blk = u % j->blocks;
+        int64_t r0 = (blk % rblocks) * j->rows, c0 = (blk / rblocks) * j->cols;
         int64_t r = j->m - r0 < j->rows ? j->m - r0 : j->rows;
+        int64_t c = j->n - c0 < j->cols ? j->n - c0 : j->cols;
         Py_ssize_t ao = 0, bo = 0;
         if (!j->fold)
             batch_offsets(j->a, j->b, j->out, (Py_ssize_t)i, &ao, &bo);
-        /* row r0 of op(a): r0 rows down a row-major a, r0 columns along a transposed one */
+        /* row r0 of op(a): r0 rows down a row-major a, r0 columns along a transposed one;
+         * column c0 of op(b) likewise */
         ao += j->ta ? r0 : r0 * j->lda;
-        gemm(j->t, j->ta, j->tb, r, j->n, j->k, abase + ao * j->itemsize, j->lda,
+        bo += j->tb ? c0 * j->ldb : c0;
+        gemm(j->t, j->ta, j->tb, r, c, j->k, abase + ao * j->itemsize, j->lda,
              bbase + bo * j->itemsize, j->ldb,
-             cbase + ((int64_t)i * j->m + r0) * j->n * j->itemsize, j->n);
+             cbase + (((int64_t)i * j->m + r0) * j->n + c0) * j->itemsize, j->n);
     }
 }
 
-/* Products of at least POOL_GEMM_MIN multiply-adds run on Ember's pool when it has more
- * than one thread: in blocks of whole rows of the output (a multiple of ROW_ALIGN rows,
- * at least 2 blocks per thread, so a late thread finds work left), each a
- * single-threaded BLAS call, BLAS's own threads set to 1 meanwhile. The pool and BLAS
- * then never run threads at once (a kernel's workers spinning while BLAS's threads
- * compute would put more threads than cores), and a batch of small matrices (batch x
- * heads) is split by matrix. Smaller products are one call on BLAS's threads. */
+/* A compiled graph's products run as single-threaded BLAS calls on Ember's pool, BLAS's
+ * own threads set to 1 meanwhile, so that the pool and BLAS never run threads at once
+ * (a kernel's workers spinning while BLAS's threads compute would put more threads than
+ * cores). Each matrix of the product is cut into a grid of blocks fixed by its shape
+ * alone: about one per GEMM_BLOCK_MACS multiply-adds (at most MAX_GEMM_BLOCKS), rows
+ * of the output (a multiple of ROW_ALIGN) by columns (a multiple of COL_ALIGN), in the
+ * proportions that pack the least again (a convolution's (channels x batch*pixels)
+ * product, 16 rows by 16384 columns, is cut in columns only). The blocks are the same on any number of threads, so
+ * results are identical at every thread count (OpenBLAS's own threading splits by its
+ * thread count, and its small-matrix kernels round differently). A batch of matrices
+ * (batch x heads) is split by matrix too. Products of at least POOL_GEMM_MIN
+ * multiply-adds spread their blocks over the pool's threads; smaller ones run them in
+ * order on the calling thread. */
 #define POOL_GEMM_MIN (1 << 18)
+#define GEMM_BLOCK_MACS (1 << 22)
+#define MAX_GEMM_BLOCKS 64
 #define ROW_ALIGN 16
+#define COL_ALIGN 64
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
+
+static int64_t
+ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
 
 static int
 pool_gemm(gemm_job_t *j, int64_t batch, int how)
 {
-    int threads = em_pool_threads();
-    if (how == EM_GEMM_ONE_CALL || threads < 2 || blas_set_threads == NULL ||
-        blas_threads < 2 ||
-        (how == EM_GEMM_AUTO && (double)batch * j->m * j->n * j->k < POOL_GEMM_MIN))
+    /* how (EM_GEMM_*, max-autotune's pick): one BLAS call, the pool whenever it has
+     * threads, or the pool for large products */
+    if (blas_set_threads == NULL || how == EM_GEMM_ONE_CALL)
         return 1;
-    int64_t want = 2 * threads;
-    int64_t per = batch >= want ? 1 : (want + batch - 1) / batch;       /* blocks */
-    int64_t rows = (j->m + per - 1) / per;
-    rows = (rows + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-    j->rows = rows;
-    j->blocks = (j->m + rows - 1) / rows;
-    pool_gemm_calls++;
-    blas_set_threads(1);
-    int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, 1);
-    blas_set_threads(blas_threads);
+    double macs = (double)j->m * j->n * j->k;
+    int64_t per = macs >= (double)GEMM_BLOCK_MACS * MAX_GEMM_BLOCKS
+                      ? MAX_GEMM_BLOCKS
+                      : (int64_t)(macs / GEMM_BLOCK_MACS) + 1;     /* blocks a matrix */
+    /* each row block packs again the columns of b it reads, each column block the rows
+     * of a: r x c blocks pack r * k * n + c * m * k elements, least (for r * c = per)
+     * at r / c = m / n */
+    int64_t rmax = ceil_div(j->m, ROW_ALIGN), cmax = j->n / COL_ALIGN > 1 ? j->n / COL_ALIGN : 1;
+    int64_t rblocks = (int64_t)(sqrt((double)per * j->m / j->n) + 0.5);
+    if (rblocks < 1)
+        rblocks = 1;
+    if (rblocks > rmax)
+        rblocks = rmax;
+    int64_t cblocks = ceil_div(per, rblocks);
+    if (cblocks > cmax) {
+        cblocks = cmax;
+        rblocks = ceil_div(per, cblocks) < rmax ? ceil_div(per, cblocks) : rmax;
+    }
+    j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
+    rblocks = ceil_div(j->m, j->rows);
+    j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
+    if (j->cols > j->n)
+        j->cols = j->n;
+    j->blocks = rblocks * ceil_div(j->n, j->cols);
+    bool parallel = em_pool_threads() > 1 &&
+                    (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
+    pool_gemm_calls += parallel;
+    int threads = blas_threads;
+    if (threads == 0 && blas_get_threads != NULL)
+        threads = blas_get_threads();
+    if (threads != 1)
+        blas_set_threads(1);
+    int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, parallel);
+    if (threads != 1)
+        blas_set_threads(threads > 0 ? threads : 1);
     return st;
 }
 
@@ -260,7 +311,7 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
         }
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
-                      lda, ldb, 0, 0, fold};
+                      lda, ldb, 0, 0, 0, fold};
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;

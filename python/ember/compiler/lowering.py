@@ -17,6 +17,7 @@ from .. import fx
 from ..ops import meta as M
 from . import fusion, plan
 from .buffers import BufferPlan
+from .conv_fold import fold_conv_affine
 from .fusion import KernelBuilder
 from .loop_ir import Affine, verify
 from .lowerings import extern
@@ -187,7 +188,7 @@ class GraphLowering:
                 self.out.outputs.append(None)
                 continue
             b = self.realize(self.env[o])
-            want = _eager_strides(o)
+            want = _eager_strides(o, contiguous=True)
             if want is not None and b.ref[0] == "buf" and not _same_layout(b, want):
                 b = self.copy_to_layout(b, want)
             self.out.outputs.append(b.view())
@@ -266,17 +267,21 @@ def _meta_args(node):
 
 
 def lower(graph, name="graph") -> Lowered:
+    fold_conv_affine(graph)
     return GraphLowering(graph, name).run()
 
 
-def _eager_strides(node):
-    """The dense strides eager gives node's value when they are not contiguous (None
-    otherwise, and for values that are not dense tensors)."""
+def _eager_strides(node, contiguous=False):
+    """The dense strides eager gives node's value when they are not contiguous, or
+    whatever they are with contiguous=True (a buffer laid out otherwise, such as a
+    convolution's channel-major output or the interior of a padded buffer, is copied
+    into them); None for values that are not dense tensors."""
     val = node.meta.get("val") if isinstance(node, fx.Node) else None
     if not isinstance(val, _C.Tensor):
         return None
     shape, strides = tuple(val.shape), tuple(val.stride())
-    if not dense(shape, strides) or _same(shape, strides, M.contiguous_strides(shape)):
+    if not dense(shape, strides) or (
+            not contiguous and _same(shape, strides, M.contiguous_strides(shape))):
         return None
     return strides
 

@@ -32,6 +32,7 @@ from . import api as O
 from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
+from ..compiler.conv import lower_convolution
 from ..compiler.lowerings import extern
 from ..compiler.pooling import (lower_max_pool2d_with_indices,
                                 lower_max_pool2d_with_indices_backward)
@@ -258,6 +259,13 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     if (H, Wd) != out_sp:          # a transposed output_padding: the first positions
         cols = cols.reshape(N, Ci * K, H, Wd).slice(2, 0, out_sp[0]).slice(3, 0, out_sp[1])
     L = out_sp[0] * out_sp[1]
+    if groups == 1:
+        # one GEMM over the whole batch: (Co, N*L) @ (N*L, Ci*K), the batch folded into
+        # the products' inner dim (N small GEMMs and a sum over them cost more, compiled
+        # and eager)
+        go = gout.reshape(N, Co, L).transpose(0, 1).reshape(Co, N * L)
+        co = cols.reshape(N, Ci * K, L).transpose(0, 1).reshape(Ci * K, N * L)
+        return go.matmul(co.t()).reshape((Co, cig) + tuple(kshape))
     go = gout.reshape(N, groups, cog, L)
     co = cols.reshape(N, groups, cig * K, L).transpose(2, 3)
     return go.matmul(co).sum(0).reshape((Co, cig) + tuple(kshape))
@@ -297,7 +305,7 @@ def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation
 op("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,"
    " SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
    CUSTOM, "convolution", ufunc="matmul", prim=True, method=False, meta=_convolution_meta,
-   lower=extern,
+   lower=lower_convolution,
    backward=_convolution_backward,
    doc="N-d (1-d, 2-d) convolution or transposed convolution: strided, padded, dilated, "
        "grouped; output channels-last when the input or weight is.")

@@ -1,0 +1,232 @@
+"""Convolutions and pooling compiled by the LLVM backend (compiler/conv.py,
+compiler/pooling.py): an im2col kernel and one GEMM per convolution, col2im for the
+input's gradient, results equal to eager's (float64 to 1e-10, float32 to the compiled
+models' tolerances), eager's output layouts, identical results at 1 and 2 threads."""
+import numpy as np
+import pytest
+
+import ember
+import ember.nn.functional as F
+from ember.capture import counters
+from ember.compiler import backend as llvm_backend
+
+F64 = dict(rtol=1e-10, atol=1e-12)
+F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    ember.compiler.reset()
+    monkeypatch.setattr(ember.compiler.config, "strict", True)
+    monkeypatch.setattr(ember.compiler.config, "graph_cache", False)
+    threads = ember.get_num_threads()
+    yield
+    ember.set_num_threads(threads)
+    assert not counters["llvm_fallback"], dict(counters["llvm_fallback"])
+    assert not counters["backend_fallback"], dict(counters["backend_fallback"])
+    ember.compiler.reset()
+
+
+# (N, Ci, H, W, Co, kh, kw, stride, padding, dilation, bias)
+GEOMETRIES = [
+    (2, 3, 9, 8, 4, 3, 3, 1, 1, 1, True),
+    (2, 3, 9, 8, 4, 3, 3, 2, 1, 1, True),
+    (1, 4, 7, 7, 5, 1, 1, 1, 0, 1, False),
+    (3, 2, 10, 11, 3, 3, 2, 2, 2, 2, True),
+    (2, 5, 6, 9, 2, 2, 3, (2, 1), (0, 1), (1, 2), False),
+    (2, 3, 16, 16, 8, 3, 3, 2, 1, 1, False),
+]
+
+
+def _leaves(dtype, geom, seed=0):
+    N, Ci, H, W, Co, kh, kw, _, _, _, bias = geom
+    g = np.random.default_rng(seed)
+
+    def t(shape):
+        return ember.tensor(g.standard_normal(shape), dtype=dtype, requires_grad=True)
+    return t((N, Ci, H, W)), t((Co, Ci, kh, kw)), t((Co,)) if bias else None
+
+
+def _conv(geom):
+    s, p, d = geom[7:10]
+
+    def f(x, w, b):
+        return (F.conv2d(x, w, b, stride=s, padding=p, dilation=d).relu() * 1.5)
+    return f
+
+
+def _run(f, xs, compiled):
+    fn = ember.compile(f, fullgraph=True) if compiled else f
+    out = fn(*xs)
+    leaves = [t for t in xs if t is not None]
+    grads = ember.autograd.grad((out * out).sum(), leaves)
+    return out, grads
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
+                         ids=["float64", "float32"])
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
+def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom):
+    want, want_g = _run(_conv(geom), _leaves(dtype, geom), False)
+    llvm_backend.recent.clear()
+    got, got_g = _run(_conv(geom), _leaves(dtype, geom), True)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **tol)
+    for a, b in zip(got_g, want_g):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), **tol)
+        assert a.stride() == b.stride()
+    assert got.stride() == want.stride()
+    text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
+    # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im
+    assert "extern convolution" not in text, text
+    assert "im2col" in text and "col2im" in text, text
+
+
+def test_forward_is_an_im2col_kernel_and_one_gemm():
+    geom = GEOMETRIES[1]
+    x, w, b = (t.detach() for t in _leaves(ember.float32, geom))
+    llvm_backend.recent.clear()
+    with ember.no_grad():
+        ember.compile(_conv(geom), fullgraph=True)(x, w, b)
+    (graph,) = llvm_backend.recent
+    steps = graph.lowered.steps
+    assert [s[0] for s in steps].count("matmul") == 1
+    assert not [s for s in steps if s[0] == "extern"]
+    # bias, relu and scale are one kernel after the GEMM, which writes the output
+    after = steps[[s[0] for s in steps].index("matmul") + 1:]
+    assert len(after) == 1 and after[0][0] == "kernel", str(graph.lowered)
+
+
+def test_input_computed_by_elementwise_ops_is_computed_in_the_gather():
+    """A BatchNorm-like affine and ReLU feeding an unpadded convolution is computed in
+    the im2col pass: no buffer holds it."""
+    g = np.random.default_rng(1)
+    x = ember.tensor(g.standard_normal((2, 4, 6, 6)))
+    w = ember.tensor(g.standard_normal((3, 4, 1, 1)))
+    s = ember.tensor(g.standard_normal((1, 4, 1, 1)))
+
+    def f(x, w, s):
+        return F.conv2d((x * s + 1).relu(), w)
+    llvm_backend.recent.clear()
+    got = ember.compile(f, fullgraph=True)(x, w, s)
+    np.testing.assert_allclose(got.numpy(), f(x, w, s).numpy(), **F64)
+    (graph,) = llvm_backend.recent
+    # the gather, then the GEMM's channel-major output copied into eager's layout
+    kernels = [s.ir.name for s in graph.lowered.steps if s[0] == "kernel"]
+    assert len(kernels) == 2 and "im2col" in kernels[0] and "layout" in kernels[1], kernels
+
+
+def test_non_contiguous_input_and_weight():
+    g = np.random.default_rng(2)
+    x = ember.tensor(g.standard_normal((2, 3, 7, 9))).transpose(2, 3)      # (2, 3, 9, 7)
+    w = ember.tensor(g.standard_normal((4, 3, 3, 3))).transpose(2, 3)
+    b = ember.tensor(g.standard_normal((8,)))[::2]
+
+    def f(x, w, b):
+        return F.conv2d(x, w, b, padding=1)
+    got = ember.compile(f, fullgraph=True)(x, w, b)
+    np.testing.assert_allclose(got.numpy(), f(x, w, b).numpy(), **F64)
+
+
+def test_grouped_convolution_runs_the_eager_kernel():
+    g = np.random.default_rng(3)
+    x = ember.tensor(g.standard_normal((2, 4, 6, 6)))
+    w = ember.tensor(g.standard_normal((6, 2, 3, 3)))
+    llvm_backend.recent.clear()
+
+    def f(x, w):
+        return F.conv2d(x, w, groups=2).relu()
+    got = ember.compile(f, fullgraph=True)(x, w)
+    np.testing.assert_allclose(got.numpy(), f(x, w).numpy(), **F64)
+    assert "extern convolution" in str(llvm_backend.recent[0].lowered)
+
+
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
+def test_results_identical_at_one_and_two_threads(dtype):
+    geom = (16, 16, 16, 16, 32, 3, 3, 1, 1, 1, True)
+    results = []
+    for threads in (1, 2):
+        ember.set_num_threads(threads)
+        ember.compiler.reset()
+        out, grads = _run(_conv(geom), _leaves(dtype, geom), True)
+        results.append([out.detach().numpy()] + [t.numpy() for t in grads])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pooling_and_its_backward_are_lowered():
+    """max_pool2d (with its indices, under grad) and avg_pool2d, forward and backward,
+    compile with no extern step."""
+    g = np.random.default_rng(4)
+    x = ember.tensor(g.standard_normal((2, 3, 9, 8)), requires_grad=True)
+
+    def f(x):
+        return F.max_pool2d(x, 3, 2, 1) .sum() + F.avg_pool2d(x, 2).pow(2).sum()
+    llvm_backend.recent.clear()
+    got = ember.compile(f, fullgraph=True)(x)
+    (gx,) = ember.autograd.grad(got, (x,))
+    want = f(x)
+    (wx,) = ember.autograd.grad(want, (x,))
+    np.testing.assert_allclose(got.item(), want.item(), **F64)
+    np.testing.assert_allclose(gx.numpy(), wx.numpy(), **F64)
+    text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
+    assert "extern" not in text, text
+
+
+def _conv_bn(dtype, bias):
+    ember.manual_seed(5)
+    m = ember.nn.Sequential(ember.nn.Conv2d(3, 6, 3, padding=1, bias=bias),
+                            ember.nn.BatchNorm2d(6), ember.nn.ReLU(),
+                            ember.nn.Conv2d(6, 4, 1, stride=2), ember.nn.BatchNorm2d(4))
+    m.to(dtype)
+    # running statistics and affine parameters away from their initial values
+    g = np.random.default_rng(6)
+    for mod in m:
+        if isinstance(mod, ember.nn.BatchNorm2d):
+            n = mod.num_features
+            mod.running_mean.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+            mod.running_var.copy_(ember.tensor(g.uniform(0.5, 2.0, n), dtype=dtype))
+            with ember.no_grad():
+                mod.weight.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+                mod.bias.copy_(ember.tensor(g.standard_normal(n), dtype=dtype))
+    return m
+
+
+def _weight_is_scaled(graph):
+    """Whether a kernel of the graph multiplies the convolution weights (a fold)."""
+    return any(s[0] == "kernel" and list(s.ir.sizes) in ([6, 3, 3, 3], [4, 6, 1, 1])
+               for s in graph.lowered.steps)
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
+                         ids=["float64", "float32"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
+    m = _conv_bn(dtype, bias).eval()
+    x = ember.tensor(np.random.default_rng(7).standard_normal((2, 3, 9, 9)), dtype=dtype)
+    with ember.no_grad():
+        want = m(x)
+        llvm_backend.recent.clear()
+        got = ember.compile(m, fullgraph=True)(x)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+    (graph,) = llvm_backend.recent
+    assert _weight_is_scaled(graph), str(graph.lowered)
+    # the output pass adds one shift per channel: no running statistics are read there
+    last = [s for s in graph.lowered.steps if s[0] == "kernel"][-1]
+    assert "sqrt" not in str(last.ir), str(last.ir)
+
+
+def test_batchnorm_in_training_mode_is_not_folded():
+    m = _conv_bn(ember.float64, True).train()
+    twin = _conv_bn(ember.float64, True).train()
+    x = ember.tensor(np.random.default_rng(8).standard_normal((2, 3, 9, 9)))
+    want = m(x)
+    llvm_backend.recent.clear()
+    got = ember.compile(twin, fullgraph=True)(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), **F64)
+    for a, b in zip(m.buffers(), twin.buffers()):       # running statistics updated alike
+        np.testing.assert_allclose(a.numpy(), b.numpy(), **F64)
+    assert not any(_weight_is_scaled(g) for g in llvm_backend.recent)
+    got.sum().backward()
+    want.sum().backward()
+    for a, b in zip(m.parameters(), twin.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), **F64)
