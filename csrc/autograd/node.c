@@ -28,13 +28,10 @@ node_alloc(void)
     return n;
 }
 
+/* The outputs' metadata and their sizes are one allocation (attach_outputs). */
 static void
 free_meta(em_OutMeta *m, int n)
 {
-    if (m == NULL)
-        return;
-    for (int i = 0; i < n; i++)
-        PyMem_Free(m[i].sizes);
     PyMem_Free(m);
 }
 
@@ -87,19 +84,14 @@ node_dealloc(em_Node *self)
 
 /* ------------------------------------------------------------------ building */
 
-static int
-fill_meta(em_OutMeta *m, em_Tensor *t)
+static void
+fill_meta(em_OutMeta *m, em_Tensor *t, Py_ssize_t *sizes)
 {
     m->ndim = t->ndim;
     m->dtype = t->dtype;
     m->meta = em_is_meta(t);
-    m->sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (t->ndim ? t->ndim : 1));
-    if (m->sizes == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    m->sizes = sizes;
     memcpy(m->sizes, t->sizes, sizeof(Py_ssize_t) * t->ndim);
-    return 0;
 }
 
 static em_Edge
@@ -159,7 +151,15 @@ static int
 attach_outputs(em_Node *node, PyObject **outs, int nout, bool aliases)
 {
     node->nout = nout;
-    node->outmeta = PyMem_Calloc(nout ? nout : 1, sizeof(em_OutMeta));
+    /* the metadata, then every output's sizes (one at least: no null pointer) */
+    size_t dims = 0;
+    for (int k = 0; k < nout; k++)
+        if (em_Tensor_Check(outs[k]))
+            dims += (size_t)((em_Tensor *)outs[k])->ndim + 1;
+    node->outmeta = PyMem_Calloc(1, sizeof(em_OutMeta) * (size_t)(nout ? nout : 1) +
+                                    sizeof(Py_ssize_t) * dims);
+    Py_ssize_t *sizes = node->outmeta == NULL ? NULL :
+        (Py_ssize_t *)(node->outmeta + (nout ? nout : 1));
     if (aliases)
         node->saved_outputs = PyTuple_New(nout);
     if (node->outmeta == NULL || (aliases && node->saved_outputs == NULL)) {
@@ -176,8 +176,8 @@ attach_outputs(em_Node *node, PyObject **outs, int nout, bool aliases)
             continue;
         }
         em_Tensor *o = (em_Tensor *)outs[k];
-        if (fill_meta(&node->outmeta[k], o) < 0)
-            return -1;
+        fill_meta(&node->outmeta[k], o, sizes);
+        sizes += o->ndim + 1;
         node->outmeta[k].version = o->storage->version;
         if (aliases) {
             PyObject *alias = (PyObject *)em_tensor_alias(o);
