@@ -4,8 +4,11 @@ eager, NumPy, PyTorch eager and torch.compile (Inductor), with the same inputs, 
 after warm-up, the rows' runs taking turns (so a change in machine load affects every
 side alike); the first (compiling) call is reported apart.
 
-    python benchmarks/kernels.py [--threads 1] [--runs 25] [--quick]
+    python benchmarks/kernels.py [--threads 1] [--runs 25] [--quick] [--mode max-autotune]
                                  [--only gelu,softmax,chain,gemm]
+
+--mode M also times ember.compile(mode=M) beside the default mode, with a line per
+kernel (max-autotune's target: not slower than the default).
 
 Kernels ([llvm-2]):
   - layer_norm + gelu + residual, 4096 x 768: gelu(layer_norm(x)) + r

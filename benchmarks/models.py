@@ -4,7 +4,10 @@ dtype (float32) and thread count on every side. Each figure is the median of >= 
 timed runs after warm-up, the sides' runs taking turns (so a change in machine load
 affects every side alike); compile times are reported apart.
 
-    python benchmarks/models.py [--threads 1] [--runs 25] [--quick] [--only gpt,mlp]
+    python benchmarks/models.py [--threads 1] [--runs 25] [--quick] [--only gpt,mlp] [--mode max-autotune]
+
+--mode M also times the model compiled with mode=M beside the default mode (its own
+line per workload and a summary; max-autotune's target: not slower than the default).
 
 Workloads ([llvm-2]), each an inference forward (no_grad, eval mode) and a training step
 (parameters' grads cleared, forward, cross-entropy, backward), the module compiled

@@ -457,6 +457,8 @@ int em_autograd_record(em_Op *op, PyObject **args, PyObject *result);
 /* A node whose backward calls fn(*grads) -> one gradient per input, attached to the
  * outputs (tuples of tensors). Returns the node. */
 PyObject *em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name);
+PyObject *em_make_node_v(PyObject *fn, PyObject *const *inputs, Py_ssize_t ninputs,
+                         PyObject *const *outputs, Py_ssize_t noutputs, PyObject *name);
 /* Frees what a Python node's fn saved for its backward when fn is a compiled
  * backward (aot_function.c); true if it was one (the node is then released). */
 bool em_aot_backward_release(PyObject *fn);

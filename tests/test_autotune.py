@@ -249,3 +249,33 @@ def test_a_new_process_takes_the_picks_from_disk_without_timing(tmp_path, graphs
     np.testing.assert_allclose(warm["loss"], cold["loss"], rtol=1e-6)
     for a, b in zip(warm["grads"], cold["grads"]):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-5, atol=1e-6)
+
+
+def test_picks_that_slow_the_whole_graph_are_dropped(cache_dir, two_threads):
+    """Each pick wins at its own step but the graph is slower in total (a step on one
+    thread lets the workers sleep before the next, say): none is kept. Step `slow`
+    takes too little to be tuned, and pays for the others' picks."""
+    a = args()
+    g = compiled_graph(rows_and_product, *a)
+    steps = g.lowered.plan()[2]
+    slow = next(i for i, s in enumerate(steps) if len(autotune.candidates(s, 2)) > 1)
+
+    class Timer(FakeTimer):
+        def __call__(self, graph, args, schedule):
+            self.schedules.append(dict(schedule))
+            return tuple((autotune.MIN_SECONDS / 10 + 10.0 * len(schedule)) if i == slow
+                         else 1.0 if i not in schedule else 0.5
+                         for i in range(len(graph.plan[2])))
+
+    assert tune_with(g, Timer(None), a).picks == {}
+    assert autotune.stats["whole_graph_rejected"] == 1
+    # without the penalty the same picks are kept
+    config.kernel_cache = False
+    g2 = compiled_graph(rows_and_product, *a)
+
+    class Fair(FakeTimer):
+        def __call__(self, graph, args, schedule):
+            return tuple(autotune.MIN_SECONDS / 10 if i == slow else
+                         1.0 if i not in schedule else 0.5 for i in range(len(graph.plan[2])))
+
+    assert tune_with(g2, Fair(None), a).picks

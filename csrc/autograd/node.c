@@ -28,13 +28,10 @@ node_alloc(void)
     return n;
 }
 
+/* The outputs' metadata and their sizes are one allocation (attach_outputs). */
 static void
 free_meta(em_OutMeta *m, int n)
 {
-    if (m == NULL)
-        return;
-    for (int i = 0; i < n; i++)
-        PyMem_Free(m[i].sizes);
     PyMem_Free(m);
 }
 
@@ -87,19 +84,14 @@ node_dealloc(em_Node *self)
 
 /* ------------------------------------------------------------------ building */
 
-static int
-fill_meta(em_OutMeta *m, em_Tensor *t)
+static void
+fill_meta(em_OutMeta *m, em_Tensor *t, Py_ssize_t *sizes)
 {
     m->ndim = t->ndim;
     m->dtype = t->dtype;
     m->meta = em_is_meta(t);
-    m->sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (t->ndim ? t->ndim : 1));
-    if (m->sizes == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    m->sizes = sizes;
     memcpy(m->sizes, t->sizes, sizeof(Py_ssize_t) * t->ndim);
-    return 0;
 }
 
 static em_Edge
@@ -152,31 +144,47 @@ arg_requires_grad(PyObject *a)
     return false;
 }
 
-/* Hangs node on the differentiable outputs; keeps detached aliases of them. */
+/* Hangs node on the differentiable outputs; keeps detached aliases of them when
+ * aliases is true (an op's formula may read its results: unpack_output; a node with
+ * a Python backward reads none, and keeps none). */
 static int
-attach_outputs(em_Node *node, PyObject **outs, int nout)
+attach_outputs(em_Node *node, PyObject **outs, int nout, bool aliases)
 {
     node->nout = nout;
-    node->outmeta = PyMem_Calloc(nout ? nout : 1, sizeof(em_OutMeta));
-    node->saved_outputs = PyTuple_New(nout);
-    if (node->outmeta == NULL || node->saved_outputs == NULL) {
-        PyErr_NoMemory();
+    /* the metadata, then every output's sizes (one at least: no null pointer) */
+    size_t dims = 0;
+    for (int k = 0; k < nout; k++)
+        if (em_Tensor_Check(outs[k]))
+            dims += (size_t)((em_Tensor *)outs[k])->ndim + 1;
+    node->outmeta = PyMem_Calloc(1, sizeof(em_OutMeta) * (size_t)(nout ? nout : 1) +
+                                    sizeof(Py_ssize_t) * dims);
+    Py_ssize_t *sizes = node->outmeta == NULL ? NULL :
+        (Py_ssize_t *)(node->outmeta + (nout ? nout : 1));
+    if (aliases)
+        node->saved_outputs = PyTuple_New(nout);
+    if (node->outmeta == NULL || (aliases && node->saved_outputs == NULL)) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         return -1;
     }
     for (int k = 0; k < nout; k++) {
         if (!em_Tensor_Check(outs[k])) {
-            Py_INCREF(Py_None);
-            PyTuple_SET_ITEM(node->saved_outputs, k, Py_None);
+            if (aliases) {
+                Py_INCREF(Py_None);
+                PyTuple_SET_ITEM(node->saved_outputs, k, Py_None);
+            }
             continue;
         }
         em_Tensor *o = (em_Tensor *)outs[k];
-        if (fill_meta(&node->outmeta[k], o) < 0)
-            return -1;
+        fill_meta(&node->outmeta[k], o, sizes);
+        sizes += o->ndim + 1;
         node->outmeta[k].version = o->storage->version;
-        PyObject *alias = (PyObject *)em_tensor_alias(o);
-        if (alias == NULL)
-            return -1;
-        PyTuple_SET_ITEM(node->saved_outputs, k, alias);
+        if (aliases) {
+            PyObject *alias = (PyObject *)em_tensor_alias(o);
+            if (alias == NULL)
+                return -1;
+            PyTuple_SET_ITEM(node->saved_outputs, k, alias);
+        }
         if (!em_is_inexact(o->dtype))
             continue;
         o->requires_grad = 1;
@@ -253,7 +261,7 @@ em_autograd_record(em_Op *op, PyObject **args, PyObject *result)
         PyTuple_SET_ITEM(node->saved_versions, i, ver);
     }
     node->nedges = e;
-    if (attach_outputs(node, outs, nout) < 0)
+    if (attach_outputs(node, outs, nout, true) < 0)
         goto error;
     Py_DECREF(node);
     return 0;
@@ -265,11 +273,12 @@ error:
 }
 
 /* A node whose backward is fn(*grads), returning one gradient per input, attached
- * to the outputs (tuples). Returns the node (new reference). */
+ * to the outputs: arrays of ni inputs and no outputs (a compiled function's call makes
+ * its node from its vectorcall arguments, no tuple). Returns the node (new reference). */
 PyObject *
-em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name)
+em_make_node_v(PyObject *fn, PyObject *const *inputs, Py_ssize_t ni, PyObject *const *outputs,
+               Py_ssize_t no, PyObject *name)
 {
-    Py_ssize_t ni = PyTuple_GET_SIZE(inputs), no = PyTuple_GET_SIZE(outputs);
     em_Node *node = node_alloc();
     if (node == NULL)
         return NULL;
@@ -284,19 +293,27 @@ em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name)
     }
     node->nedges = (int)ni;
     for (Py_ssize_t i = 0; i < ni; i++) {
-        PyObject *t = PyTuple_GET_ITEM(inputs, i);
+        PyObject *t = inputs[i];
         if (em_Tensor_Check(t)) {
             if (em_view_sync((em_Tensor *)t) < 0)
                 goto error;
             node->edges[i] = edge_to((em_Tensor *)t);
         }
     }
-    if (attach_outputs(node, &PyTuple_GET_ITEM(outputs, 0), (int)no) < 0)
+    if (attach_outputs(node, (PyObject **)outputs, (int)no, false) < 0)
         goto error;
     return (PyObject *)node;
 error:
     Py_DECREF(node);
     return NULL;
+}
+
+/* The same from tuples of inputs and outputs. */
+PyObject *
+em_make_node(PyObject *fn, PyObject *inputs, PyObject *outputs, PyObject *name)
+{
+    return em_make_node_v(fn, &PyTuple_GET_ITEM(inputs, 0), PyTuple_GET_SIZE(inputs),
+                          &PyTuple_GET_ITEM(outputs, 0), PyTuple_GET_SIZE(outputs), name);
 }
 
 /* _make_node(fn, inputs, outputs, name) */

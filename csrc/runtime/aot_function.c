@@ -34,7 +34,7 @@
  * that raises has written nothing. forward_grad=True runs the forward with the
  * caller's grad mode and no node (the eager backend: its ops record their history).
  */
-#include "ember.h"
+#include "runtime/runtime.h"
 #include "kernels/kutil.h"
 
 typedef struct {
@@ -599,22 +599,30 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
         if (r > 0)
             return run_fallback(self, inputs, ninputs);
     }
+    PyObject *res = NULL, *outs = NULL, *saved = NULL, *node = NULL;
+    AOTBackward *bw = NULL;
     if (!self->forward_grad)
         em_tls.grad_enabled = 0;
-    PyObject *res = PyObject_Vectorcall(self->forward, inputs, ninputs, NULL);
+    /* a compiled graph makes the outputs and the saved values as two tuples */
+    int direct = em_compiled_graph_call_split(self->forward, inputs, ninputs, self->noutputs,
+                                              &outs, &saved);
+    if (direct == 1)
+        res = PyObject_Vectorcall(self->forward, inputs, ninputs, NULL);
     em_tls.grad_enabled = grad;
-    PyObject *outs = NULL, *saved = NULL, *diff = NULL, *node = NULL;
-    AOTBackward *bw = NULL;
-    if (res == NULL)
+    if (direct < 0)
         return NULL;
-    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) < self->noutputs) {
-        PyErr_SetString(PyExc_RuntimeError, "compiled forward returned too few values");
-        goto done;
+    if (direct == 1) {
+        if (res == NULL)
+            return NULL;
+        if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) < self->noutputs) {
+            PyErr_SetString(PyExc_RuntimeError, "compiled forward returned too few values");
+            goto done;
+        }
+        outs = PyTuple_GetSlice(res, 0, self->noutputs);
+        saved = PyTuple_GetSlice(res, self->noutputs, PyTuple_GET_SIZE(res));
+        if (outs == NULL || saved == NULL)
+            goto done;
     }
-    outs = PyTuple_GetSlice(res, 0, self->noutputs);
-    saved = PyTuple_GetSlice(res, self->noutputs, PyTuple_GET_SIZE(res));
-    if (outs == NULL || saved == NULL)
-        goto done;
     /* an output that is an input, or repeats another output, gets its own alias so
      * that hanging the node from it leaves the other one alone */
     for (Py_ssize_t i = 0; i < self->noutputs && !self->forward_grad; i++) {
@@ -626,19 +634,24 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
             Py_SETREF(PyTuple_GET_ITEM(outs, i), a);
         }
     }
+    /* the differentiable outputs (borrowed from outs) and the inputs go to the node as
+     * arrays: no tuple made per call */
     Py_ssize_t nd = PyTuple_GET_SIZE(self->diff_outputs);
-    diff = PyTuple_New(nd);
-    if (diff == NULL)
-        goto done;
-    for (Py_ssize_t k = 0; k < nd; k++) {
-        PyObject *o = PyTuple_GET_ITEM(outs, PyLong_AsSsize_t(PyTuple_GET_ITEM(self->diff_outputs, k)));
-        Py_INCREF(o);
-        PyTuple_SET_ITEM(diff, k, o);
-    }
+    PyObject *dsmall[16], **dout = dsmall;
     if (nd > 0 && grad) {
-        bw = PyObject_New(AOTBackward, &AOTBackward_Type);
-        if (bw == NULL)
+        if (nd > 16 && (dout = PyMem_Malloc(sizeof(PyObject *) * nd)) == NULL) {
+            PyErr_NoMemory();
             goto done;
+        }
+        for (Py_ssize_t k = 0; k < nd; k++)
+            dout[k] = PyTuple_GET_ITEM(outs, PyLong_AsSsize_t(
+                PyTuple_GET_ITEM(self->diff_outputs, k)));
+        bw = PyObject_New(AOTBackward, &AOTBackward_Type);
+        if (bw == NULL) {
+            if (dout != dsmall)
+                PyMem_Free(dout);
+            goto done;
+        }
         bw->vectorcall = (vectorcallfunc)backward_vectorcall;
         Py_INCREF(self->backward);
         bw->backward = self->backward;
@@ -651,15 +664,9 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
         Py_INCREF(self->tangent_meta);
         bw->tangent_meta = self->tangent_meta;
         bw->ninputs = ninputs;
-        PyObject *in = PyTuple_New(ninputs);
-        if (in == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < ninputs; i++) {
-            Py_INCREF(inputs[i]);
-            PyTuple_SET_ITEM(in, i, inputs[i]);
-        }
-        node = em_make_node((PyObject *)bw, in, diff, self->name);
-        Py_DECREF(in);
+        node = em_make_node_v((PyObject *)bw, inputs, ninputs, dout, nd, self->name);
+        if (dout != dsmall)
+            PyMem_Free(dout);
         if (node == NULL)
             goto done;
     }
@@ -676,9 +683,8 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
             goto done;
     }
     self->calls++;
-    Py_DECREF(res);
+    Py_XDECREF(res);
     Py_XDECREF(saved);
-    Py_XDECREF(diff);
     Py_XDECREF(node);
     Py_XDECREF(bw);
     return outs;
@@ -686,7 +692,6 @@ done:
     Py_XDECREF(res);
     Py_XDECREF(outs);
     Py_XDECREF(saved);
-    Py_XDECREF(diff);
     Py_XDECREF(node);
     Py_XDECREF(bw);
     return NULL;

@@ -43,6 +43,8 @@
 
 typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
 
+static PyTypeObject CompiledGraph_Type;
+
 /* ------------------------------------------------------------------ the plan */
 
 typedef struct {
@@ -77,6 +79,7 @@ typedef struct {
     ref_t *refs;
     Py_ssize_t outer, chunk;
     bool parallel, may_parallel;     /* may_parallel: as the plan made it (never racy) */
+    bool small;                      /* its refs hold at most SMALL_ELEMENTS in all */
     /* matmul: buffer out = a @ b, split as `how` says (EM_GEMM_*) */
     view_t a, b;
     int out, how;
@@ -202,6 +205,12 @@ decode_views(plan_t *p, PyObject *views, int *n, view_t **out)
     return 0;
 }
 
+/* A kernel step whose refs hold at most this many elements in all, run as one chunk,
+ * is called straight from the calling thread with the GIL held: microseconds of work,
+ * for which releasing the GIL and reading the clock (em_parallel_for) would cost a
+ * good part of a small graph's call. */
+#define SMALL_ELEMENTS (1 << 14)
+
 static int
 decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
 {
@@ -224,9 +233,18 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
         s->nrefs = (int)PyTuple_GET_SIZE(refs);
         if ((s->refs = plan_alloc(p, s->nrefs, sizeof(ref_t))) == NULL)
             return -1;
-        for (int i = 0; i < s->nrefs; i++)
+        Py_ssize_t elements = 0;
+        for (int i = 0; i < s->nrefs; i++) {
             if (decode_ref(p, PyTuple_GET_ITEM(refs, i), &s->refs[i]) < 0)
                 return -1;
+            const dims_t *d = s->refs[i].is_buf ? &p->bufs[s->refs[i].index].dims
+                                                : &p->inputs[s->refs[i].index];
+            Py_ssize_t numel = 1;
+            for (int k = 0; k < d->ndim; k++)
+                numel *= d->sizes[k];
+            elements += numel;
+        }
+        s->small = elements <= SMALL_ELEMENTS;
         return 0;
     }
     if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
@@ -505,8 +523,15 @@ run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
         }
         args[i] = PyArray_DATA(t->array);
     }
-    range_job job = {s->fn, args};
-    int st = em_parallel_for(run_range, &job, s->outer, s->chunk, s->parallel);
+    int st = 0;
+    if (s->small && (s->chunk <= 0 || s->chunk >= s->outer)) {
+        if (s->outer > 0)
+            s->fn(args, 0, s->outer);
+    }
+    else {
+        range_job job = {s->fn, args};
+        st = em_parallel_for(run_range, &job, s->outer, s->chunk, s->parallel);
+    }
     if (args != small)
         PyMem_Free(args);
     return st;
@@ -626,12 +651,15 @@ error:
     return -1;
 }
 
+/* Runs the graph; its outputs [0, split) in a new tuple (the result), and with
+ * rest != NULL the others in *rest (a new tuple): a compiled forward's outputs and
+ * the values it saves, made as two tuples (aot_function.c). */
 static PyObject *
-graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+run_graph(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs, int split,
+          PyObject **rest)
 {
     const plan_t *p = &self->p;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != p->ninputs || kwnames != NULL) {
+    if (nargs != p->ninputs) {
         PyErr_Format(PyExc_TypeError, "compiled graph takes %d tensors, got %zd",
                      p->ninputs, nargs);
         return NULL;
@@ -665,7 +693,10 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
         if (self->step_seconds != NULL)
             self->step_seconds[s] += now_seconds() - t0;
     }
-    result = PyTuple_New(p->noutputs);
+    result = PyTuple_New(split);
+    if (result != NULL && rest != NULL &&
+        (*rest = PyTuple_New(p->noutputs - split)) == NULL)
+        Py_CLEAR(result);
     for (int o = 0; result != NULL && o < p->noutputs; o++) {
         PyObject *t;
         if (p->output_none[o]) {
@@ -675,10 +706,15 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
         }
         else
             t = (PyObject *)view_tensor(&p->outputs[o], inputs, bufs);
-        if (t == NULL)
+        if (t == NULL) {
             Py_CLEAR(result);
-        else
+            if (rest != NULL)
+                Py_CLEAR(*rest);
+        }
+        else if (o < split)
             PyTuple_SET_ITEM(result, o, t);
+        else
+            PyTuple_SET_ITEM(*rest, o - split, t);
     }
     self->calls++;
     for (int i = 0; i < nbuf; i++) {
@@ -698,6 +734,32 @@ done:
     if (bufs != small_buf)
         PyMem_Free(bufs);
     return result;
+}
+
+static PyObject *
+graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "compiled graph takes no keyword arguments");
+        return NULL;
+    }
+    return run_graph(self, args, PyVectorcall_NARGS(nargsf), self->p.noutputs, NULL);
+}
+
+int
+em_compiled_graph_call_split(PyObject *graph, PyObject *const *args, Py_ssize_t nargs,
+                             Py_ssize_t split, PyObject **first, PyObject **rest)
+{
+    if (Py_TYPE(graph) != &CompiledGraph_Type)
+        return 1;
+    CompiledGraph *self = (CompiledGraph *)graph;
+    if (split < 0 || split > self->p.noutputs) {
+        PyErr_SetString(PyExc_RuntimeError, "compiled forward returned too few values");
+        return -1;
+    }
+    *rest = NULL;
+    *first = run_graph(self, args, nargs, (int)split, rest);
+    return *first == NULL ? -1 : 0;
 }
 
 static void

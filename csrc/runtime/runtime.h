@@ -30,4 +30,10 @@ int em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how);
 /* The BLAS library's threads (ember.set_num_threads sets them with the pool's). */
 void em_blas_set_threads(int n);
 
+/* Calls graph when it is a CompiledGraph with *first its outputs [0, split) and *rest
+ * the others (new tuples): 0, or -1 with an exception set; 1 (nothing done) when graph
+ * is another callable. */
+int em_compiled_graph_call_split(PyObject *graph, PyObject *const *args, Py_ssize_t nargs,
+                                 Py_ssize_t split, PyObject **first, PyObject **rest);
+
 #endif /* EMBER_RUNTIME_H */

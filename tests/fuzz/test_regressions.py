@@ -66,3 +66,35 @@ def test_an_input_written_into_is_never_saved_for_backward_as_is():
         return x0, x1
 
     check(f, inputs)
+
+
+# ------------------------------------------------------------------ llvm internal errors
+# classes the fuzzer reported as llvm fallbacks for an internal error (issue 18 item 5)
+
+def test_a_reduction_over_dims_of_size_one():
+    """"reduce in a kernel without reduced dims": sums and means over dims of size 1,
+    and over no dim of a 0-dim tensor."""
+    def f(x, s):
+        return x.sum(1), x.mean((1, 3), keepdim=True), s.sum(), (x * 2).amax(1), s.mean()
+
+    def inputs():
+        rng = np.random.default_rng(3)
+        return (ember.from_numpy(rng.standard_normal((3, 1, 4, 1)).astype(np.float32))
+                .requires_grad_(),
+                ember.from_numpy(np.array(1.5, dtype=np.float32)).requires_grad_())
+
+    check(f, inputs)
+
+
+def test_sort_then_floor_under_grad():
+    """A sort followed by floor under grad (floor's gradient is zero)."""
+    def f(x):
+        v, i = x.sort(-1)
+        return v.floor() + v * 0.5, i
+
+    def inputs():
+        rng = np.random.default_rng(4)
+        return (ember.from_numpy(rng.standard_normal((4, 7)).astype(np.float32) * 3)
+                .requires_grad_(),)
+
+    check(f, inputs)

@@ -23,8 +23,10 @@ fewer), `reps` calls after a warm-up, each step timed by the runtime's profile; 
 step's pick is its candidate of least median time, the plan's own unless another is
 faster by more than MARGIN (ties: the earlier). Steps whose plan schedule takes under
 MIN_SECONDS are not tuned. The picks are then timed again, alternating with the
-plan's schedule (CONFIRM times): a pick that no longer wins by MARGIN is dropped (a
-noisy machine makes no step slower than the default). The timer is injectable (tests): timer(graph, args,
+plan's schedule (CONFIRM times each, in ABBA order): a pick that no longer wins by
+MARGIN is dropped, and the picks kept are dropped too if the whole graph is not at
+least as fast with them (a noisy machine makes no graph slower than the default). The
+timer is injectable (tests): timer(graph, args,
 schedule) -> one call's per-step seconds.
 
 The picks are cached on disk (`config.cache_dir`/autotune/, the kernel cache's rules:
@@ -52,7 +54,7 @@ SUFFIX = ".json"
 MARGIN = 0.03
 MIN_SECONDS = 20e-6
 REPS = 5
-CONFIRM = 3
+CONFIRM = 4
 
 # the pipeline variants a kernel may be built with (name -> new pass manager pipeline)
 PIPELINES = {
@@ -259,22 +261,37 @@ class Tuner:
         return picks
 
     def _confirm(self, graph, args, cands, picks):
-        """The picks measured again, against the plan's own schedule in alternation
-        (CONFIRM times each): a step keeps its pick only if it still wins by MARGIN."""
-        own, new = collections.defaultdict(list), collections.defaultdict(list)
-        for _ in range(CONFIRM):
-            secs = self._measure(graph, args, {})
-            for i in picks:
-                own[i].append(secs[i])
-            for i, c in picks.items():
-                self.apply(graph, i, c)
-            secs = self._measure(graph, args, picks)
-            for i in picks:
-                new[i].append(secs[i])
-            for i in picks:
+        """The picks measured again against the plan's own schedule, in alternation
+        (own, picked, picked, own, ...: CONFIRM of each): a step keeps its pick only if
+        it still wins by MARGIN, and the kept picks together only if the whole graph
+        (every step: a step on one thread lets the pool's workers fall asleep before
+        the next step, say) is then no slower than with the plan's schedule."""
+        def alternate(chosen):
+            own, new = collections.defaultdict(list), collections.defaultdict(list)
+            for rep in range(CONFIRM):
+                for picked in ((False, True) if rep % 2 == 0 else (True, False)):
+                    for i in chosen:
+                        self.apply(graph, i, chosen[i] if picked else cands[i][0])
+                    secs = self._measure(graph, args, chosen if picked else {})
+                    side = new if picked else own
+                    for i in chosen:
+                        side[i].append(secs[i])
+                    side["total"].append(sum(secs))
+            for i in chosen:
                 self.apply(graph, i, cands[i][0])
-        return {i: c for i, c in picks.items()
+            return own, new
+
+        own, new = alternate(picks)
+        kept = {i: c for i, c in picks.items()
                 if statistics.median(new[i]) < statistics.median(own[i]) * (1 - MARGIN)}
+        if not kept:
+            return kept
+        if kept != picks:
+            own, new = alternate(kept)
+        if statistics.median(new["total"]) > statistics.median(own["total"]):
+            stats["whole_graph_rejected"] += 1
+            return {}
+        return kept
 
     def _measure(self, graph, args, schedule):
         """Per step, the median of reps calls' seconds (after a warm-up call)."""
