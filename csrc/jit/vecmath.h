@@ -42,8 +42,8 @@ LLVMValueRef em_vm_fabs(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_floor(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign);
 /* 2^t for a float64 t in [-300, 300]: 2^n exp(f ln2), n = round(t), |f| <= 1/2, by
- * exp's Taylor series to `degree` (Estrin) (at most 15; 11 is float64-accurate to ~2^-43, 7 to
- * ~2^-27) */
+ * exp's Taylor series to `degree` (at most 15; 11 is float64-accurate to ~2^-43, 7 to
+ * ~2^-27), by Estrin's scheme */
 LLVMValueRef em_vm_exp2_f64(em_vm *v, LLVMValueRef t, int degree);
 
 /* Cephes expf.c's polynomial P, exp(r) = 1 + r + r^2 P(r) on |r| <= ln2 / 2, lowest

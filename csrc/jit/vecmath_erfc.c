@@ -38,7 +38,8 @@ em_ir_erfcf(LLVMModuleRef M)
     LLVMValueRef z = LLVMBuildFPExt(B, ax, v.f64, "");
     z = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, z, ZMAX), D(ZMAX), z);
     LLVMValueRef t = LLVMBuildFDiv(B, D(1.0), em_vm_fma(&v, z, D(0.5), D(1.0)), "");
-    LLVMValueRef q = em_vm_fma(&v, t, em_vm_poly_estrin(&v, p, EM_ERFC_FIT_N, t), D(EM_ERFC_FIT_C));
+    LLVMValueRef q = em_vm_fma(&v, t, em_vm_poly_estrin(&v, p, EM_ERFC_FIT_N, t),
+                               D(EM_ERFC_FIT_C));
     LLVMValueRef arg = em_vm_fma(&v, LLVMBuildFNeg(B, z, ""), z, q);   /* >= -112 */
     LLVMValueRef e = LLVMBuildFMul(
         B, t, em_vm_exp2_f64(&v, LLVMBuildFMul(B, arg, D(1.4426950408889634), ""), 7), "");
