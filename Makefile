@@ -66,10 +66,13 @@ fuzz: setup
 	  --minutes $(FUZZ_MINUTES) --jobs $(FUZZ_JOBS) --results fuzz-results/seed$(FUZZ_SEED)
 
 # The JIT's float32 elementary functions against float64 on every one of the 2^32
-# float32 inputs (pow: 3 * 10^7 pairs), at the host's vector width and at SSE width
-# (docs/vecmath.md; hours, not minutes).
+# float32 inputs (pow: 3 * 10^7 pairs), at the host's vector width, at AVX2 width on an
+# AVX-512 host and at SSE width (docs/vecmath.md; hours, not minutes).
 accuracy: setup
 	$(PY) -m ember.compiler.vecmath_accuracy --stride 1
+	if grep -qw avx512f /proc/cpuinfo; then \
+	  EMBER_LLVM_FEATURES=+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+f16c,+bmi,+bmi2 \
+	    $(PY) -m ember.compiler.vecmath_accuracy --stride 1; fi
 	EMBER_LLVM_FEATURES=+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt \
 	  $(PY) -m ember.compiler.vecmath_accuracy --stride 1
 

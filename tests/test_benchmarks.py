@@ -80,6 +80,12 @@ def test_kernels_benchmark_runs_ember_side():
     assert "torch eager" not in out and "ember.compile" in out and "numpy" in out
 
 
+def test_kernels_benchmark_runs_only_the_listed_kernels():
+    out = _run("kernels.py", "--quick", "--no-torch", "--only", "softmax,chain")
+    assert "scaled softmax" in out and "tanh()" in out
+    assert "layer_norm + gelu" not in out and "GEMM" not in out
+
+
 def test_compile_time_benchmark_runs():
     out = _run("compile_time.py", "--quick", "--only", "mlp", "--ember-only")
     assert "MLP training step" in out and "ember.compile" in out

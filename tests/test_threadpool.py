@@ -135,6 +135,29 @@ def test_kernels_run_in_chunks_of_bounded_size():
     assert step.outer // step.chunk == 16
 
 
+@pytest.mark.parametrize("n", [1 << 16, 3 << 15, 1 << 17])
+def test_small_parallel_kernels_have_chunks_for_every_thread(n):
+    """A parallel kernel of one to a few CHUNK_POINTS gets MIN_CHUNKS chunks, so two
+    threads share it evenly (with whole CHUNK_POINTS chunks 1.5 of them split 2:1, one
+    not at all); results stay equal across thread counts."""
+    x = ember.randn(n)
+    f = lambda t: t.exp() * t.tanh()          # noqa: E731
+    cf = ember.compile(f, backend="llvm")
+    before = ember.get_num_threads()
+    try:
+        got = []
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            got.append(cf(x).numpy().copy())
+    finally:
+        ember.set_num_threads(before)
+    from ember.compiler import backend
+    (step,) = [s for s in backend.recent[-1].lowered.steps if isinstance(s, KernelStep)]
+    assert step.parallel and -(-step.outer // step.chunk) >= fusion.MIN_CHUNKS, step.chunk
+    assert step.chunk >= fusion.CHUNK_MIN_POINTS
+    assert np.array_equal(got[0].view(np.uint8), got[1].view(np.uint8))
+
+
 def test_results_are_identical_run_to_run_and_across_thread_counts():
     """Chunk bounds are fixed multiples: each element takes the same (vector or scalar)
     path whatever the thread count and timing, so results agree bit for bit."""

@@ -32,6 +32,9 @@ LLVMValueRef em_vm_call(em_vm *v, LLVMValueRef fn, LLVMValueRef *args, int n);
 LLVMValueRef em_vm_fma(em_vm *v, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c);
 /* c[0] + u * (c[1] + u * (... c[n-1])), in u's type */
 LLVMValueRef em_vm_poly(em_vm *v, const double *c, int n, LLVMValueRef u);
+/* the same polynomial by Estrin's scheme: more operations in parallel, a shorter chain
+ * of dependent ones (the loop's latency, where one iteration's chain is long) */
+LLVMValueRef em_vm_poly_estrin(em_vm *v, const double *c, int n, LLVMValueRef u);
 LLVMValueRef em_vm_const(LLVMValueRef like, double value);   /* of like's type */
 LLVMValueRef em_vm_select(em_vm *v, LLVMValueRef cond, LLVMValueRef a, LLVMValueRef b);
 LLVMValueRef em_vm_fcmp(em_vm *v, LLVMRealPredicate p, LLVMValueRef a, double b);
@@ -40,7 +43,7 @@ LLVMValueRef em_vm_floor(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign);
 /* 2^t for a float64 t in [-300, 300]: 2^n exp(f ln2), n = round(t), |f| <= 1/2, by
  * exp's Taylor series to `degree` (at most 15; 11 is float64-accurate to ~2^-43, 7 to
- * ~2^-27) */
+ * ~2^-27), by Estrin's scheme */
 LLVMValueRef em_vm_exp2_f64(em_vm *v, LLVMValueRef t, int degree);
 
 /* Cephes expf.c's polynomial P, exp(r) = 1 + r + r^2 P(r) on |r| <= ln2 / 2, lowest

@@ -91,6 +91,27 @@ em_vm_poly(em_vm *v, const double *c, int n, LLVMValueRef u)
 }
 
 LLVMValueRef
+em_vm_poly_estrin(em_vm *v, const double *c, int n, LLVMValueRef u)
+{
+    /* level by level: terms c[2i] + c[2i+1] u, then pairs of those with u^2, ... */
+    LLVMValueRef t[32];
+    if (n > 32)
+        n = 32;
+    for (int i = 0; i < n; i++)
+        t[i] = em_vm_const(u, c[i]);
+    LLVMValueRef pw = u;
+    while (n > 1) {
+        int m = 0;
+        for (int i = 0; i < n; i += 2)
+            t[m++] = i + 1 < n ? em_vm_fma(v, t[i + 1], pw, t[i]) : t[i];
+        n = m;
+        if (n > 1)
+            pw = LLVMBuildFMul(v->B, pw, pw, "");
+    }
+    return t[0];
+}
+
+LLVMValueRef
 em_vm_select(em_vm *v, LLVMValueRef cond, LLVMValueRef a, LLVMValueRef b)
 {
     return LLVMBuildSelect(v->B, cond, a, b, "");

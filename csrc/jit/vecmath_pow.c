@@ -56,7 +56,7 @@ em_vm_exp2_f64(em_vm *v, LLVMValueRef t, int degree)
         c[i] = 1.0 / f;
         f *= i + 1;
     }
-    LLVMValueRef p = em_vm_poly(v, c, degree + 1, g);
+    LLVMValueRef p = em_vm_poly_estrin(v, c, degree + 1, g);
     LLVMValueRef scale = LLVMBuildShl(
         B, LLVMBuildAdd(B, LLVMBuildBitCast(B, big, v->i64, ""), L(1023), ""), L(52), "");
     return LLVMBuildFMul(B, p, LLVMBuildBitCast(B, scale, v->f64, ""), "");

@@ -24,7 +24,12 @@ from .values import HALF, PointwiseValue
 INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
 MAX_DEPTH = 64             # pointwise values a chain may inline before it is realized
 PARALLEL_MIN = 1 << 16     # domain points below which a kernel runs on one thread
-CHUNK_POINTS = 1 << 16     # domain points per chunk the runtime hands a thread
+CHUNK_POINTS = 1 << 16     # domain points per chunk the runtime hands a thread, at most
+# a parallel kernel has at least MIN_CHUNKS chunks (of CHUNK_MIN_POINTS or more), so that
+# threads taking chunks off the pool's counter end together: with whole CHUNK_POINTS
+# chunks a kernel of 1.5 of them splits 2:1 over two threads, one of 1 not at all
+MIN_CHUNKS = 8
+CHUNK_MIN_POINTS = 1 << 13
 
 
 class KernelBuilder:
@@ -168,8 +173,9 @@ def worth_storing(value, node, users, must):
 
 def schedule(kernel):
     """(outer, parallel, chunk): the kernel runs over [0, outer) of its dim 0 in chunks
-    of `chunk` indices (about CHUNK_POINTS domain points each), split across threads
-    when parallel."""
+    of `chunk` indices (about CHUNK_POINTS domain points each; a parallel kernel at
+    least MIN_CHUNKS of them, down to CHUNK_MIN_POINTS), split across threads when
+    parallel."""
     split = kernel.nreduce < len(kernel.sizes)
     outer = kernel.sizes[0] if split else 1
     # threads split dim 0; accumulating along it would race
@@ -177,6 +183,9 @@ def schedule(kernel):
     points = math.prod(kernel.sizes)
     parallel = split and outer > 1 and not racy and points >= PARALLEL_MIN
     per_index = points // outer if outer else 0
-    chunk = max(1, -(-CHUNK_POINTS // per_index)) if per_index else outer
+    target = CHUNK_POINTS
+    if parallel:        # from the sizes alone: the bounds never depend on the threads
+        target = max(CHUNK_MIN_POINTS, min(CHUNK_POINTS, points // MIN_CHUNKS))
+    chunk = max(1, -(-target // per_index)) if per_index else outer
     return outer, parallel, min(chunk, outer)
 
