@@ -25,8 +25,9 @@ shrinker keeps and the report groups by.
 from __future__ import annotations
 
 import ast
-import re
 import math
+import os
+import re
 import warnings
 
 import numpy as np
@@ -43,7 +44,10 @@ TOLERANCE = {
     "float32": (1e-4, 1e-5),
     "float16": (1e-2, 1e-3),
 }
-BACKENDS = ("llvm", "aot_eager")
+# backends to compare with eager; "name:dynamic" compiles with dynamic=True (every size
+# symbolic: [dynamic]'s symbolic capture checked on the same inputs). The campaign's
+# workers read EMBER_FUZZ_BACKENDS (a comma list) when it is set.
+BACKENDS = tuple(os.environ.get("EMBER_FUZZ_BACKENDS", "llvm,aot_eager").split(","))
 
 
 # ---------------------------------------------------------------- snapshots
@@ -402,7 +406,8 @@ def run_program(source, backends=BACKENDS, filename="<fuzz>", phase=None):
             ember.compiler.reset()
             before = _counts()
             fn = Loaded(source, filename).f   # a fresh code object per backend
-            cf = ember.compile(fn, backend=be)
+            name, _, option = be.partition(":")
+            cf = ember.compile(fn, backend=name, dynamic=True if option == "dynamic" else None)
             ctx = cf._ember_compile_context
             for k, s in enumerate(seeds):
                 got = call(cf, prog.inputs, s, prog.check)
@@ -499,7 +504,7 @@ def _arrays_of(rec):
 
 def _counts():
     out = {}
-    for group in ("unsupported", "backend_fallback", "llvm_fallback"):
+    for group in ("unsupported", "backend_fallback", "llvm_fallback", "dynamic_fallback"):
         for reason, n in counters[group].items():
             out[f"{group}: {reason}"] = n
     return out

@@ -36,6 +36,34 @@ def test_fuzz_ci_budget(tmp_path):
         pytest.fail(c.summary(), pytrace=False)
 
 
+DYNAMIC_SEED = 5
+DYNAMIC_PROGRAMS = 200
+
+
+def test_fuzz_dynamic_budget(tmp_path, monkeypatch):
+    """[dynamic]: the same programs captured with every size symbolic (dynamic=True,
+    eager and aot_eager backends) equal eager. A symbolic capture that gives up on its
+    sizes (an op that needs plain ints yet: counted in dynamic_fallback, captured again
+    specialised) must stay rare."""
+    backends = ("eager:dynamic", "aot_eager:dynamic")
+    monkeypatch.setenv("EMBER_FUZZ_BACKENDS", ",".join(backends))   # the workers'
+    monkeypatch.setattr(execute, "BACKENDS", backends)              # the shrinker's
+    c = Campaign(DYNAMIC_SEED, str(tmp_path), programs=DYNAMIC_PROGRAMS, minutes=2.0,
+                 jobs=2, shrink_seconds=30.0, per_class=1, log=lambda msg: None)
+    c.run()
+    assert len(c.records) >= 50, f"only {len(c.records)} programs ran"
+    compiled = sum(1 for r in c.records if r["stats"].get("eager:dynamic", {}).get("graphs"))
+    assert compiled >= len(c.records) // 2, f"only {compiled} programs were compiled"
+    gave_up = {r["index"] for r in c.records for be in backends
+               if any("dynamic_fallback" in k for k in
+                      (r["stats"].get(be, {}).get("fallback") or {}))}
+    assert len(gave_up) <= len(c.records) // 20, \
+        f"symbolic capture gave up on programs {sorted(gave_up)}"
+    if c.classes():
+        c.shrink_all()
+        pytest.fail(c.summary(), pytrace=False)
+
+
 # programs of the CI seed the llvm backend once gave up on for an internal error (the
 # verifier rejecting loads of a reduction over an empty dim)
 INTERNAL_ERROR_PROGRAMS = (692, 1131, 1161, 1232)

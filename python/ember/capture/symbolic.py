@@ -704,8 +704,9 @@ class Translator:
         except Unsupported:
             raise
         except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
-            if symbolic:
-                # (it may be the symbolic sizes: capture again with them specialised)
+            if symbolic and isinstance(e, TypeError):
+                # a rule, a decomposition or a kernel that needs plain ints (NotSymbolic
+                # is a TypeError too): capture again with the sizes specialised
                 from .sym_sizes import SymbolicUnsupported
                 raise SymbolicUnsupported(f"{name} on symbolic sizes raised "
                                           f"{type(e).__name__}: {e}") from None
