@@ -261,3 +261,32 @@ def test_softmax2d_and_dropout3d(torch):
     assert ember.nn.Dropout3d(0.5).eval()(x) is x
     with pytest.raises(RuntimeError):
         ember.nn.functional.dropout3d(ember.ones(2, 3), 0.5)
+
+
+def test_inplace_functions_and_methods(torch):
+    """torch.<op>_(t) writes into t as t.<op>_() does; the composites' in-place methods
+    refuse results that cannot be cast back, as PyTorch's."""
+    for name in ("exp_", "sigmoid_", "tanh_", "clamp_", "asinh_", "relu_", "zero_",
+                 "deg2rad_", "sinc_", "logit_"):
+        outs = []
+        for L in (ember, torch):
+            x = L.tensor([[0.25, -0.5], [0.75, 0.1]], dtype=L.float64)
+            args = (0.0, 0.5) if name == "clamp_" else ()
+            r = getattr(L, name)(x, *args)
+            assert r is x
+            outs.append(x.numpy().copy())
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, err_msg=name)
+    for name, args in (("xlogy_", (2.0,)), ("sgn_", ()), ("copysign_", (-1.0,)),
+                       ("hypot_", ("v",)), ("heaviside_", ("v",))):
+        outs = []
+        for L in (ember, torch):
+            x = L.tensor([0.5, -2.0, 0.0, 3.0], dtype=L.float64)
+            a = (L.tensor([7.0, 7.0, 7.0, 7.0], dtype=L.float64),) if args == ("v",) else args
+            assert getattr(x, name)(*a) is x
+            outs.append(x.numpy().copy())
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, err_msg=name)
+    for L in (ember, torch):
+        with pytest.raises(RuntimeError):
+            L.tensor([1, 2]).xlogy_(2.0)         # float result into an int64 tensor
+        with pytest.raises(RuntimeError):
+            L.tensor([1, 2]).deg2rad_()
