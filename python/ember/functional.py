@@ -322,6 +322,65 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=False,
     return res.requires_grad_(True) if requires_grad else res
 
 
+# ------------------------------------------------------------------ windows
+
+
+def _window(name, window_length, periodic, dtype, requires_grad, fn):
+    """fn(n, N - 1) over n = 0 .. window_length - 1 in float64, cast once to dtype; N is
+    window_length + 1 when periodic (the window of a DFT), as PyTorch's."""
+    dt = dtype if dtype is not None else _C.get_default_dtype()
+    if not dt.is_floating_point:
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dt}")
+    if window_length < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got "
+                           f"window_length={window_length}")
+    if window_length <= 1:
+        res = O.ones([window_length], dtype=dt)
+    else:
+        m = float(window_length if periodic else window_length - 1)
+        n = O.arange(0, window_length, 1, dtype=_C.float64)
+        res = O._to_copy(fn(n, m), dtype=dt)
+    return res.requires_grad_(True) if requires_grad else res
+
+
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                pin_memory=False, requires_grad=False):
+    return _window("hann_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(0.5, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), 0.5)))
+
+
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
+                   layout=None, device=None, pin_memory=False, requires_grad=False):
+    return _window("hamming_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(alpha, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), beta)))
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=False, requires_grad=False):
+    def fn(n, m):
+        return O.add(O.sub(0.42, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), 0.5)),
+                     O.mul(O.cos(O.mul(n, 4 * math.pi / m)), 0.08))
+    return _window("blackman_window", window_length, periodic, dtype, requires_grad, fn)
+
+
+def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=False, requires_grad=False):
+    return _window("bartlett_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(1.0, O.abs(O.sub(O.mul(n, 2.0 / m), 1.0))))
+
+
+def detach(input):
+    return input.detach()
+
+
+def adjoint(input):
+    return input.adjoint()
+
+
+def get_device(input):
+    return input.get_device()
+
+
 # ------------------------------------------------------------------ in-place forms
 
 # torch.<name>_(t, ...) is t.<name>_(...) for these in-place methods
@@ -366,7 +425,8 @@ INPLACE_METHODS = ["xlogy", "sinc", "deg2rad", "rad2deg", "logit", "sgn", "copys
 
 NAMES = ["pi", "e", "inf", "nan", "newaxis", "is_complex", "is_floating_point",
          "is_nonzero", "is_same_size", "is_signed", "can_cast", "normal", "randint_like",
-         "empty_strided", "scalar_tensor", "broadcast_shapes", "broadcast_tensors",
+         "empty_strided", "scalar_tensor", "hann_window", "hamming_window",
+         "blackman_window", "bartlett_window", "detach", "adjoint", "get_device", "broadcast_shapes", "broadcast_tensors",
          "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d", "chain_matmul",
          "tensor_split", "hsplit", "vsplit", "dsplit", "column_stack", "dstack", "logspace"]
 TENSOR_METHODS = ["tensor_split", "hsplit", "vsplit", "dsplit"]
