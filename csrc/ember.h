@@ -193,6 +193,8 @@ typedef struct {
 } em_ThreadState;
 
 extern _Thread_local em_ThreadState em_tls;
+/* A symbolic int ([dynamic]) while tracing: bound by int parameters as it is. */
+bool em_is_symint(PyObject *v);
 int em_mode_init(PyObject *module);
 
 /* ------------------------------------------------------------------ ops */

@@ -196,11 +196,12 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
 
 static int
-pool_gemm(gemm_job_t *j, int64_t batch)
+pool_gemm(gemm_job_t *j, int64_t batch, int how)
 {
     int threads = em_pool_threads();
-    if (threads < 2 || blas_set_threads == NULL || blas_threads < 2 ||
-        (double)batch * j->m * j->n * j->k < POOL_GEMM_MIN)
+    if (how == EM_GEMM_ONE_CALL || threads < 2 || blas_set_threads == NULL ||
+        blas_threads < 2 ||
+        (how == EM_GEMM_AUTO && (double)batch * j->m * j->n * j->k < POOL_GEMM_MIN))
         return 1;
     int64_t want = 2 * threads;
     int64_t per = batch >= want ? 1 : (want + batch - 1) / batch;       /* blocks */
@@ -220,6 +221,12 @@ pool_gemm(gemm_job_t *j, int64_t batch)
  * signal handler raised while it ran on the pool. */
 int
 em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
+{
+    return em_blas_matmul_how(a, b, out, EM_GEMM_AUTO);
+}
+
+int
+em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
 {
     if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
         a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
@@ -254,7 +261,7 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
                       lda, ldb, 0, 0, fold};
-    int st = pool_gemm(&job, fold ? 1 : batch);
+    int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;
     if (fold) {

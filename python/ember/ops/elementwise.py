@@ -413,7 +413,7 @@ op("erf(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_varian
    doc="The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to self.")
 
 op("erfc(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_variant=True,
-   lower=libm("erfc"),
+   lower=pointwise("erfc"),
    backward=lambda g, out, self: (-_erf_grad(g, self),),
    doc="1 - erf(self), accurate in the tail (a prim: 1 - erf loses it).")
 
