@@ -372,3 +372,77 @@ add(OpInfo("count_nonzero", lambda d, r: [Sample((make((3, 4), d, r, -1, 2),)),
            lambda a, dim=None: _obj(sum(1 for x in np.asarray(a).reshape(-1) if x != 0))
            if dim is None else np.asarray((np.asarray(a) != 0).sum(axis=tuple(dim)),
                                           dtype=object)))
+
+# ------------------------------------------------------------------ tests, integers, more
+
+
+def _inf_samples(dtype, rng):
+    out = [Sample((make((2, 3), dtype, rng),), desc="values", grad=False)]
+    if dtype in FLOATS:
+        out.append(Sample((ember.from_numpy(np.array([math.inf, -math.inf, math.nan, 0.0, 2.5],
+                                                     dtype=dtype)),), desc="specials",
+                          grad=False))
+    return out
+
+
+add(OpInfo("isposinf", _inf_samples, elementwise(lambda x: x == math.inf, 1)))
+add(OpInfo("isneginf", _inf_samples, elementwise(lambda x: x == -math.inf, 1)))
+add(OpInfo("isreal", _inf_samples, elementwise(lambda x: True, 1)))
+
+
+def _int_pair_samples(dtype, rng):
+    return [Sample((make((2, 3), dtype, rng, -20, 20), make((2, 3), dtype, rng, -20, 20)),
+                   grad=False),
+            Sample((make((4, 1), dtype, rng, 0, 30), make((3,), dtype, rng, 1, 30)),
+                   desc="broadcast", grad=False)]
+
+
+def _ref_gcd(a, b):
+    return math.gcd(int(a), int(b))
+
+
+def _ref_lcm(a, b):
+    a, b = int(a), int(b)
+    return 0 if a == 0 or b == 0 else abs(a * b) // math.gcd(a, b)
+
+
+add(OpInfo("gcd", _int_pair_samples, elementwise(_ref_gcd, 2), dtypes=INTS))
+add(OpInfo("lcm", _int_pair_samples, elementwise(_ref_lcm, 2), dtypes=INTS))
+add(OpInfo("msort", lambda d, r: [Sample((make((4, 3), d, r),), grad=False)],
+           lambda a: np.asarray(np.sort(np.asarray(a, dtype=object), axis=0), dtype=object),
+           dtypes=NO_BOOL))
+add(OpInfo("dist", lambda d, r: [Sample((make((2, 3), d, r), make((3,), d, r))),
+                                  Sample((make((4,), d, r), make((4,), d, r), 1))],
+           lambda a, b, p=2: _obj(sum(abs(float(x)) ** p for x in
+                                      np.asarray(a - b, dtype=object).reshape(-1)) ** (1 / p)),
+           dtypes=FLOATS, reduction=True, composite_grad=True))
+
+
+def _ref_logcumsumexp(a, dim):
+    a = np.asarray(a, dtype=object)
+    out = np.empty(a.shape, dtype=object)
+    moved_in, moved_out = np.moveaxis(a, dim, -1), np.moveaxis(out, dim, -1)
+    for idx in np.ndindex(*moved_in.shape[:-1]):
+        acc = []
+        for k, x in enumerate(moved_in[idx]):
+            acc.append(float(x))
+            m = max(acc)
+            moved_out[idx + (k,)] = m + math.log(math.fsum(math.exp(v - m) for v in acc))
+    return out
+
+
+add(OpInfo("logcumsumexp", lambda d, r: [Sample((make((3, 4), d, r), 1)),
+                                          Sample((make((5,), d, r), 0))],
+           _ref_logcumsumexp, dtypes=FLOATS, reduction=True, composite_grad=True))
+
+
+def _ref_isin(e, t, assume_unique=False, invert=False):
+    vals = set(np.asarray(t, dtype=object).reshape(-1).tolist())
+    return np.asarray(np.frompyfunc(lambda x: (x in vals) != invert, 1, 1)(e), dtype=object)
+
+
+add(OpInfo("isin", lambda d, r: [Sample((make((3, 4), d, r, -3, 3), make((3,), d, r, -3, 3)),
+                                        grad=False),
+                                 Sample((make((5,), d, r, -3, 3), make((2,), d, r, -3, 3)),
+                                        {"invert": True}, grad=False)],
+           _ref_isin, dtypes=NO_BOOL))

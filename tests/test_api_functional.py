@@ -261,3 +261,57 @@ def test_softmax2d_and_dropout3d(torch):
     assert ember.nn.Dropout3d(0.5).eval()(x) is x
     with pytest.raises(RuntimeError):
         ember.nn.functional.dropout3d(ember.ones(2, 3), 0.5)
+
+
+def test_inplace_functions_and_methods(torch):
+    """torch.<op>_(t) writes into t as t.<op>_() does; the composites' in-place methods
+    refuse results that cannot be cast back, as PyTorch's."""
+    for name in ("exp_", "sigmoid_", "tanh_", "clamp_", "asinh_", "relu_", "zero_",
+                 "deg2rad_", "sinc_", "logit_"):
+        outs = []
+        for L in (ember, torch):
+            x = L.tensor([[0.25, -0.5], [0.75, 0.1]], dtype=L.float64)
+            args = (0.0, 0.5) if name == "clamp_" else ()
+            r = getattr(L, name)(x, *args)
+            assert r is x
+            outs.append(x.numpy().copy())
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, err_msg=name)
+    for name, args in (("xlogy_", (2.0,)), ("sgn_", ()), ("copysign_", (-1.0,)),
+                       ("hypot_", ("v",)), ("heaviside_", ("v",))):
+        outs = []
+        for L in (ember, torch):
+            x = L.tensor([0.5, -2.0, 0.0, 3.0], dtype=L.float64)
+            a = (L.tensor([7.0, 7.0, 7.0, 7.0], dtype=L.float64),) if args == ("v",) else args
+            assert getattr(x, name)(*a) is x
+            outs.append(x.numpy().copy())
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, err_msg=name)
+    for L in (ember, torch):
+        with pytest.raises(RuntimeError):
+            L.tensor([1, 2]).xlogy_(2.0)         # float result into an int64 tensor
+        with pytest.raises(RuntimeError):
+            L.tensor([1, 2]).deg2rad_()
+
+
+@pytest.mark.parametrize("name", ["hann_window", "hamming_window", "blackman_window",
+                                  "bartlett_window"])
+def test_windows_match_torch(torch, name):
+    for n in (0, 1, 2, 5, 16):
+        for periodic in (True, False):
+            e = getattr(ember, name)(n, periodic)
+            t = getattr(torch, name)(n, periodic)
+            assert e.dtype is ember.float32 and tuple(e.shape) == tuple(t.shape)
+            np.testing.assert_allclose(e.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
+    e = getattr(ember, name)(7, dtype=ember.float64)
+    np.testing.assert_allclose(e.numpy(), getattr(torch, name)(7, dtype=torch.float64).numpy(),
+                               rtol=1e-12, atol=1e-14)
+    with pytest.raises(RuntimeError):
+        getattr(ember, name)(4, dtype=ember.int64)
+    w = ember.hamming_window(9, True, 0.5, 0.5)
+    np.testing.assert_allclose(w.numpy(), torch.hamming_window(9, True, 0.5, 0.5).numpy(),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_detach_adjoint_get_device(torch):
+    x = ember.ones(2, 3, requires_grad=True)
+    assert not ember.detach(x).requires_grad
+    assert tuple(ember.adjoint(x).shape) == (3, 2) and ember.get_device(x) == -1

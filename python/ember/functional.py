@@ -322,9 +322,111 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=False,
     return res.requires_grad_(True) if requires_grad else res
 
 
+# ------------------------------------------------------------------ windows
+
+
+def _window(name, window_length, periodic, dtype, requires_grad, fn):
+    """fn(n, N - 1) over n = 0 .. window_length - 1 in float64, cast once to dtype; N is
+    window_length + 1 when periodic (the window of a DFT), as PyTorch's."""
+    dt = dtype if dtype is not None else _C.get_default_dtype()
+    if not dt.is_floating_point:
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dt}")
+    if window_length < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got "
+                           f"window_length={window_length}")
+    if window_length <= 1:
+        res = O.ones([window_length], dtype=dt)
+    else:
+        m = float(window_length if periodic else window_length - 1)
+        n = O.arange(0, window_length, 1, dtype=_C.float64)
+        res = O._to_copy(fn(n, m), dtype=dt)
+    return res.requires_grad_(True) if requires_grad else res
+
+
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                pin_memory=False, requires_grad=False):
+    return _window("hann_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(0.5, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), 0.5)))
+
+
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
+                   layout=None, device=None, pin_memory=False, requires_grad=False):
+    return _window("hamming_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(alpha, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), beta)))
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=False, requires_grad=False):
+    def fn(n, m):
+        return O.add(O.sub(0.42, O.mul(O.cos(O.mul(n, 2 * math.pi / m)), 0.5)),
+                     O.mul(O.cos(O.mul(n, 4 * math.pi / m)), 0.08))
+    return _window("blackman_window", window_length, periodic, dtype, requires_grad, fn)
+
+
+def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    pin_memory=False, requires_grad=False):
+    return _window("bartlett_window", window_length, periodic, dtype, requires_grad,
+                   lambda n, m: O.sub(1.0, O.abs(O.sub(O.mul(n, 2.0 / m), 1.0))))
+
+
+def detach(input):
+    return input.detach()
+
+
+def adjoint(input):
+    return input.adjoint()
+
+
+def get_device(input):
+    return input.get_device()
+
+
+# ------------------------------------------------------------------ in-place forms
+
+# torch.<name>_(t, ...) is t.<name>_(...) for these in-place methods
+INPLACE_FUNCTIONS = [
+    "abs_", "acos_", "acosh_", "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_",
+    "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "clamp_", "clamp_max_",
+    "clamp_min_", "clip_", "cos_", "cosh_", "erf_", "erfc_", "exp2_", "exp_", "expm1_",
+    "fill_", "fix_", "floor_", "frac_", "log10_", "log1p_", "log2_", "log_", "nan_to_num_",
+    "neg_", "negative_", "reciprocal_", "relu_", "round_", "rsqrt_", "sigmoid_", "sin_",
+    "sinh_", "sqrt_", "square_", "tan_", "tanh_", "trunc_", "zero_", "index_put_",
+    "deg2rad_", "rad2deg_", "logit_", "sinc_", "xlogy_"]
+
+
+def _inplace_function(name):
+    def fn(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"input.{name}(...): in place."
+    return fn
+
+
+def _inplace_method(name):
+    """Tensor.<name>_ for an op without an in-place kernel: the op's result written back
+    into self, refused (as PyTorch) when its dtype cannot be cast to self's."""
+    def method(self, *args, **kwargs):
+        out = getattr(O, name)(self, *args, **kwargs)
+        if not can_cast(out.dtype, self.dtype):
+            raise RuntimeError(f"result type {out.dtype._torch_name} can't be cast to the "
+                               f"desired output type {self.dtype._torch_name}")
+        if tuple(out.shape) != tuple(self.shape):
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
+                               f"broadcast shape {list(out.shape)}")
+        return self.copy_(out)
+    method.__name__ = method.__qualname__ = name + "_"
+    return method
+
+
+# composites whose in-place method is their result copied back
+INPLACE_METHODS = ["xlogy", "sinc", "deg2rad", "rad2deg", "logit", "sgn", "copysign",
+                   "hypot", "heaviside"]
+
+
 NAMES = ["pi", "e", "inf", "nan", "newaxis", "is_complex", "is_floating_point",
          "is_nonzero", "is_same_size", "is_signed", "can_cast", "normal", "randint_like",
-         "empty_strided", "scalar_tensor", "broadcast_shapes", "broadcast_tensors",
+         "empty_strided", "scalar_tensor", "hann_window", "hamming_window",
+         "blackman_window", "bartlett_window", "detach", "adjoint", "get_device", "broadcast_shapes", "broadcast_tensors",
          "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d", "chain_matmul",
          "tensor_split", "hsplit", "vsplit", "dsplit", "column_stack", "dstack", "logspace"]
 TENSOR_METHODS = ["tensor_split", "hsplit", "vsplit", "dsplit"]
@@ -335,7 +437,10 @@ def install(namespace):
     g = globals()
     for name in NAMES:
         namespace[name] = g[name]
+    for name in INPLACE_FUNCTIONS:
+        namespace.setdefault(name, _inplace_function(name))
     attrs = {name: g[name] for name in TENSOR_METHODS}
+    attrs.update({name + "_": _inplace_method(name) for name in INPLACE_METHODS})
     attrs.update(is_nonzero=is_nonzero, is_same_size=is_same_size, is_signed=is_signed,
                  get_device=_get_device, itemsize=property(_itemsize),
                  nbytes=property(_nbytes), is_cpu=property(lambda self: not self.is_meta),

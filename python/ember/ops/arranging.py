@@ -142,3 +142,59 @@ def _count_nonzero(self, dim=None):
 
 op("count_nonzero(Tensor self, int[]? dim=None) -> Tensor", CUSTOM, "python",
    composite=True, impl=_count_nonzero, doc="The number of non-zero elements (int64).")
+
+
+def _msort(self):
+    return O.sort(self, 0)[0] if self.ndim else O.clone(self)
+
+
+op("msort(Tensor self) -> Tensor", CUSTOM, "python", composite=True, impl=_msort,
+   doc="self sorted along dim 0 (values only).")
+
+
+def _dist(self, other, p=2):
+    from .. import linalg
+    return linalg.vector_norm(O.sub(self, other), p)
+
+
+op("dist(Tensor self, Tensor other, Scalar p=2) -> Tensor", CUSTOM, "python",
+   composite=True, impl=_dist, doc="The p-norm of self - other (broadcast).")
+
+
+def _logcumsumexp(self, dim):
+    if self.dtype.is_complex:
+        raise NotImplementedError("logcumsumexp(): complex tensors are not supported")
+    if not self.dtype.is_floating_point:
+        raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for '
+                                  f"'{self.dtype._torch_name}'")
+    if self.ndim == 0:
+        return O.clone(self)
+    d = M.wrap_dim(dim, self.ndim)
+    m = O.amax(self, [d], True).detach()
+    m = O.where(O.isfinite(m), m, O.zeros_like(m))
+    return O.add(O.log(O.cumsum(O.exp(O.sub(self, m)), d)), m)
+
+
+op("logcumsumexp(Tensor self, int dim) -> Tensor", CUSTOM, "python", composite=True,
+   impl=_logcumsumexp,
+   doc="log(cumsum(exp(self))) along dim, shifted by the line's maximum against overflow.")
+
+
+def _isin(elements, test_elements, assume_unique=False, invert=False):
+    e = elements if isinstance(elements, _C.Tensor) else O.full((), elements,
+                                                                dtype=test_elements.dtype)
+    t = test_elements if isinstance(test_elements, _C.Tensor) else O.full(
+        (), test_elements, dtype=e.dtype)
+    for x in (e, t):
+        if x.dtype is _C.bool or x.dtype.is_complex:
+            raise RuntimeError(f"Unsupported input type encountered for isin(): "
+                               f"{x.dtype._torch_name}")
+    hit = O.any(O.eq(O.unsqueeze(e, -1), O.reshape(t, [-1])), -1) if t.numel() else \
+        O.zeros_like(e, dtype=_C.bool)
+    return O.logical_not(hit) if invert else hit
+
+
+op("isin(Tensor elements, Tensor test_elements, *, bool assume_unique=False, "
+   "bool invert=False) -> Tensor", CUSTOM, "python", composite=True, impl=_isin,
+   numbers=True, method=False,
+   doc="True where an element of elements is in test_elements (False with invert).")

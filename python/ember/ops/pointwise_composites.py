@@ -10,7 +10,7 @@ import math
 
 from .. import _C
 from . import api as O
-from .registry import BINARY, CUSTOM, NOT_BOOL, op
+from .registry import BINARY, CUSTOM, INTEGRAL, NOT_BOOL, op
 from ..compiler.lowerings import extern
 
 
@@ -351,3 +351,39 @@ def _prelu(self, weight):
 
 op("prelu(Tensor self, Tensor weight) -> Tensor", CUSTOM, "python", composite=True,
    impl=_prelu, doc="x where x > 0, else weight * x (weight per channel, dim 1, or one).")
+
+# ------------------------------------------------------------------ tests and integers
+
+
+def _isinf_sign(self, positive):
+    if self.dtype.is_complex:
+        raise RuntimeError(f"{'isposinf' if positive else 'isneginf'} does not support "
+                           "complex inputs.")
+    if not self.dtype.is_floating_point:
+        return O.zeros_like(self, dtype=_C.bool)
+    return O.eq(self, math.inf if positive else -math.inf)
+
+
+op("isposinf(Tensor self) -> Tensor", CUSTOM, "python", composite=True,
+   impl=lambda self: _isinf_sign(self, True), doc="True where self is +inf.")
+op("isneginf(Tensor self) -> Tensor", CUSTOM, "python", composite=True,
+   impl=lambda self: _isinf_sign(self, False), doc="True where self is -inf.")
+
+
+def _isreal(self):
+    if not self.dtype.is_complex:
+        return O.ones_like(self, dtype=_C.bool)
+    return O.eq(O.imag(self), 0)
+
+
+op("isreal(Tensor self) -> Tensor", CUSTOM, "python", composite=True, impl=_isreal,
+   doc="True where the imaginary part is 0 (everywhere for real tensors).")
+
+op("gcd(Tensor self, Tensor other) -> Tensor",
+   BINARY, "ufunc", ufunc="gcd", rule=INTEGRAL | NOT_BOOL, prim=True, lower=extern,
+   inplace_variant=True, numbers=False,
+   doc="The greatest common divisor (non-negative) of integers, elementwise.")
+op("lcm(Tensor self, Tensor other) -> Tensor",
+   BINARY, "ufunc", ufunc="lcm", rule=INTEGRAL | NOT_BOOL, prim=True, lower=extern,
+   inplace_variant=True, numbers=False,
+   doc="The least common multiple (non-negative) of integers, elementwise.")
