@@ -198,8 +198,9 @@ def fact(x, n):
     return x if n <= 1 else x * fact(x, n - 1)
 def fn(x):
     return fact(x, 40)
-""", "T(3,)", 2, 8, r"inlining too deep", torch=(1, 0)),
-    # (each fact frame inlines 32 levels, then breaks at its recursive call)
+""", "T(3,)", 4, 3, r"inlining too deep", torch=(1, 0)),
+    # (each fact frame inlines 32 levels, then breaks at its recursive call; n, an int
+    # argument that changes between fact's frames, is a size symbol from the second)
 ]
 
 

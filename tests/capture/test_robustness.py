@@ -211,7 +211,7 @@ def limited(x, k):
 
 def test_recompile_limit_warns_once_at_the_users_line_then_runs_eagerly():
     assert ember.compiler.config.cache_size_limit == 8
-    compiled = ember.compile(limited, backend="eager")
+    compiled = ember.compile(limited, backend="eager", dynamic=False)   # (k: a recompile each)
     x = T(2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -91,8 +91,8 @@ def test_a_side_effect_eager_lacks_is_caught(monkeypatch):
     from ember.capture import convert
     real = convert.build_program
 
-    def no_effects(ret, side_effects):
-        program, outputs = real(ret, side_effects)
+    def no_effects(ret, side_effects, *rest):
+        program, outputs = real(ret, side_effects, *rest)
         values, effects, result = program
         return (values, (), result), outputs
 

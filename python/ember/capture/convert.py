@@ -615,33 +615,41 @@ def _log_graph(gm, code, out):
 
 def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
-    one warning per (code, reason), unless strict."""
+    one warning per (code, reason), unless strict. A graph with size inputs goes to
+    backends that compile fixed sizes once per size (sym_sizes.specializing), each
+    compilation with the same fallback."""
     example_inputs = [value for _, _, value in out.inputs]
     from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
-    try:
-        backend = split_backend(ctx.backend)
-        if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
-            # (the eager backend runs symbolic graphs as they are, unless AOT's
-            # functionalization must run them)
-            compiled = specializing(gm, backend)
-        else:
-            compiled = backend(gm, example_inputs)
-        if not callable(compiled):
-            raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
-    except Exception as e:   # noqa: BLE001 - any backend failure falls back
-        if ctx.strict():
-            raise
-        reason = f"{type(e).__name__}: {e}"
-        counters["backend_fallback"][reason] += 1
-        _warn_once(code, reason, f"ember.compile: backend {ctx.backend_name!r} failed on "
-                   f"{code.co_name} ({code.co_filename}:{code.co_firstlineno}); running "
-                   f"that graph eagerly instead. {reason}")
-        from ..aot.eager import restoring_inputs, written_inputs
-        # its writes into inputs run in place: a call that raises puts them back, so
-        # the frame's eager rerun writes once
-        compiled = restoring_inputs(gm.forward, written_inputs(gm))
-    _mark_skip(compiled)
-    return compiled
+    backend = split_backend(ctx.backend)
+
+    def compile_one(g, inputs):
+        try:
+            compiled = backend(g, inputs)
+            if not callable(compiled):
+                raise TypeError(f"backend returned {type(compiled).__name__}, not a "
+                                "callable")
+        except Exception as e:   # noqa: BLE001 - any backend failure falls back
+            if ctx.strict():
+                raise
+            reason = f"{type(e).__name__}: {e}"
+            counters["backend_fallback"][reason] += 1
+            _warn_once(code, reason, f"ember.compile: backend {ctx.backend_name!r} failed "
+                       f"on {code.co_name} ({code.co_filename}:{code.co_firstlineno}); "
+                       f"running that graph eagerly instead. {reason}")
+            from ..aot.eager import restoring_inputs, written_inputs
+            # its writes into inputs run in place: a call that raises puts them back,
+            # so the frame's eager rerun writes once
+            compiled = restoring_inputs(g.forward, written_inputs(g))
+        _mark_skip(compiled)
+        return compiled
+
+    if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
+        # (the eager backend runs symbolic graphs as they are, unless AOT's
+        # functionalization must run them)
+        compiled = specializing(gm, compile_one)
+        _mark_skip(compiled)
+        return compiled
+    return compile_one(gm, example_inputs)
 
 
 def _mark_skip(fn):
