@@ -315,10 +315,17 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;
+    /* EM_GEMM_ONE_CALL: one call on one thread (BLAS's own threads would compete with
+     * the pool's spinning workers for the cores) */
+    bool one = how == EM_GEMM_ONE_CALL && blas_set_threads != NULL && blas_threads > 1;
+    if (one)
+        blas_set_threads(1);
     if (fold) {
         Py_BEGIN_ALLOW_THREADS
         gemm(out->dtype, 0, tb, batch * m, n, k, abase, lda, bbase, ldb, cbase, n);
         Py_END_ALLOW_THREADS
+        if (one)
+            blas_set_threads(blas_threads);
         return 0;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -329,6 +336,8 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
              cbase + i * m * n * itemsize, n);
     }
     Py_END_ALLOW_THREADS
+    if (one)
+        blas_set_threads(blas_threads);
     return 0;
 }
 

@@ -12,7 +12,8 @@ and sets it on the runtime graph (_C.CompiledGraph.set_step). Candidates:
 - a kernel step on one thread: the pipelines only;
 - a matrix product, with more than one thread: as the runtime decides, split across
   Ember's pool (one single-threaded BLAS call per block of rows or batch matrix), or
-  one BLAS call on BLAS's own threads.
+  one single-threaded BLAS call (never BLAS's own threads: beside the pool's spinning
+  workers they oversubscribe the cores, which a loaded machine punishes by 10-50x).
 
 No candidate changes a result's values beyond the reassociation of a vectorised
 reduction: steps split dim 0 only, never a reduction (a step accumulating along dim 0
@@ -62,7 +63,7 @@ PIPELINES = {
     "no-interleave": jit.LEAN.replace("loop-vectorize", "loop-vectorize<interleave-forced-only>"),
     "scalar": jit.LEAN.replace("loop-vectorize", "loop-vectorize<vectorize-forced-only>"),
 }
-HOWS = (0, 1, 2)        # matmul: as the runtime decides, over the pool, one BLAS call
+HOWS = (0, 1, 2)        # matmul: as the runtime decides, over the pool, one call on one thread
 
 stats = collections.Counter()
 
