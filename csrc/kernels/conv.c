@@ -5,10 +5,13 @@
  *               output_padding, groups)
  *
  * A 1-d convolution runs as a 2-d one with height 1. The forward convolution gathers
- * every receptive field into columns (im2col: (C*kh*kw, OH*OW) per image) and
- * multiplies them by the weight, group by group, with NumPy's matmul (BLAS); the
- * transposed convolution multiplies the input by the transposed weight and scatters
- * the columns back into the output (col2im). Integer inputs compute in float64 (exact
+ * the receptive fields of a cache-sized block of output positions into columns
+ * (im2col of the block) and multiplies them by the weight, group by group, straight
+ * into the output (float32: conv_loops.c; float64: BLAS), images on the thread pool;
+ * the transposed convolution multiplies the input by the transposed weight and scatters
+ * the columns back into the output (col2im), or, with stride 1, runs as a forward
+ * convolution with the weight flipped (see "blocked loops" below). Without BLAS,
+ * float64 takes the whole-image columns and NumPy's matmul. Integer inputs compute in float64 (exact
  * for the sizes PyTorch's integer kernels are used at), float16 in float32. Meta
  * inputs get the geometry only. The output is contiguous, or channels-last when the
  * input or the weight is (as PyTorch picks).

@@ -812,8 +812,11 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (M == 0 || D == 0)
         return (PyObject *)out;
     emb_ctx c = {PyArray_DATA(g->array), iv, PyArray_DATA(out->array), M, D};
-    /* columns split across the pool: each element still adds its rows in order */
-    int64_t chunk = D >= 32 ? 16 : D;
+    /* columns split across the pool's threads (16-column multiples): each element adds
+     * its rows in index order whatever the split */
+    int threads = em_pool_threads();
+    int64_t chunk = (D + threads - 1) / threads;
+    chunk = (chunk + 15) / 16 * 16;
     int st = run(g->dtype == EM_FLOAT32 ? emb_range32 : emb_range64, &c, D, chunk,
                  g->numel >= PARALLEL_FROM);
     if (st == 0 && pad >= 0 && pad < V)
