@@ -7,6 +7,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PYTEST_ARGS ?=
+comma := ,
+# CI=true also installs the distributed extra (mpi4py and the Open MPI wheel), so the
+# tests in tests/distributed run real multi-process jobs instead of skipping.
+SETUP_EXTRAS := test$(if $(filter true,$(CI)),$(comma)distributed)
 
 .PHONY: setup llvm demo test verify bench fuzz sanitize build clean accuracy
 
@@ -24,7 +28,7 @@ llvm:
 
 setup: $(PY) llvm
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[$(SETUP_EXTRAS)]"
 	@if [ "$$CI" = "true" ]; then $(PIP) install -q "torch==2.13.0"; fi
 
 demo: setup

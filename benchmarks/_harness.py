@@ -24,6 +24,10 @@ def setup(description: str, default_threads: int = 1):
     p.add_argument("--only", default="", help="comma-separated workloads (where offered)")
     p.add_argument("--no-torch", action="store_true",
                    help="leave PyTorch out even when installed (where offered)")
+    p.add_argument("--mode", default="default",
+                   choices=("default", "reduce-overhead", "max-autotune"),
+                   help="also time ember.compile in this mode, side by side with the "
+                        "default mode (where offered)")
     args = p.parse_args()
     if args.runs < 20 and not args.quick:
         p.error("--runs must be at least 20")

@@ -4,10 +4,17 @@ Small tensors (16 elements) measure per-call overhead; large ones (4M elements) 
 throughput. Same thread count, dtype (float32) and inputs on every side; warm-up
 excluded; each figure is the median of >= 20 timed runs.
 
-    python benchmarks/eager_ops.py [--threads 1] [--runs 25]
+    python benchmarks/eager_ops.py [--threads 1] [--runs 25] [--only nn]
 
 Aims ([foundation], [eager]): per-op overhead on 16 elements within 1.5x of PyTorch
 eager's; large elementwise ops and matmul within 1.2x of NumPy.
+
+Aim ([eager-2]): every nn op of the last table (linear, softmax, log_softmax, layer_norm,
+gelu, silu, cross_entropy, conv2d, max_pool2d, embedding, transpose+contiguous,
+attention) within 1.5x of PyTorch eager at throughput sizes, forward and forward +
+backward (the gradient of every floating input), printed as met or MISSED per op at the
+run's thread count (run with --threads 1 and --threads 2). Ember and torch take turns
+run by run, so a change in machine load affects both alike.
 """
 import _harness
 
@@ -114,8 +121,101 @@ def rows_for(label, shape):
     return rows
 
 
+def nn_cases():
+    """(name, ember thunk, torch thunk, backward?) per nn op at throughput sizes; each
+    thunk builds its inputs once and returns (forward, forward + backward) callables."""
+    rng = np.random.default_rng(1)
+    F = ember.nn.functional
+    TF = torch.nn.functional
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    x, w, bias = f32(65536, 64), f32(64, 64), f32(64)
+    tgt = rng.integers(0, 64, 65536)
+    img, kw = f32(16, 32, 32, 32), f32(32, 32, 3, 3)
+    table, tokens = f32(4096, 64), rng.integers(0, 4096, (64, 1024))
+    big = f32(2048, 2048)
+    q, k, v = f32(8, 4, 128, 32), f32(8, 4, 128, 32), f32(8, 4, 128, 32)
+    specs = [
+        ("linear", (x, w, bias), lambda L, a, b, c: L.nn.functional.linear(a, b, c)),
+        ("softmax", (x,), lambda L, a: a.softmax(-1)),
+        ("log_softmax", (x,), lambda L, a: L.nn.functional.log_softmax(a, -1)),
+        ("layer_norm", (x, bias, bias[::-1].copy()),
+         lambda L, a, g, b: L.nn.functional.layer_norm(a, (64,), g, b)),
+        ("gelu", (x,), lambda L, a: L.nn.functional.gelu(a)),
+        ("silu", (x,), lambda L, a: L.nn.functional.silu(a)),
+        ("cross_entropy", (x, tgt), lambda L, a, t: L.nn.functional.cross_entropy(a, t)),
+        ("conv2d 3x3 32->32", (img, kw),
+         lambda L, a, b: L.nn.functional.conv2d(a, b, padding=1)),
+        ("max_pool2d 2x2", (img,), lambda L, a: L.nn.functional.max_pool2d(a, 2)),
+        ("embedding", (tokens, table), lambda L, i, t: L.nn.functional.embedding(i, t)),
+        ("transpose+contiguous", (big,), lambda L, a: a.t().contiguous()),
+        ("attention (causal)", (q, k, v),
+         lambda L, a, b, c: L.nn.functional.scaled_dot_product_attention(
+             a, b, c, is_causal=True)),
+    ]
+    del F, TF
+    out = []
+    for name, arrays, fn in specs:
+        sides = {}
+        for lib in (ember, torch):
+            ins = [lib.from_numpy(a.copy()) for a in arrays]
+            leaves = [t for t in ins if t.dtype == lib.float32]
+            with_grad = [t.requires_grad_() for t in leaves] if name != \
+                "transpose+contiguous" else []
+            seed = fn(lib, *ins)
+            grad = lib.from_numpy(
+                np.random.default_rng(2).standard_normal(tuple(seed.shape))
+                .astype(np.float32))
+
+            def fwd(lib=lib, ins=ins, fn=fn):
+                with lib.no_grad():
+                    return fn(lib, *ins)
+
+            def fwd_bwd(lib=lib, ins=ins, fn=fn, leaves=with_grad, grad=grad):
+                for t in leaves:
+                    t.grad = None
+                fn(lib, *ins).backward(grad)
+            sides[lib.__name__] = (fwd, fwd_bwd if with_grad else None)
+        out.append((name, sides))
+    return out
+
+
+def nn_table():
+    """The [eager-2] table: nn ops forward and forward + backward, ember vs torch."""
+    runs = args.runs if not args.quick else 5
+    print(f"# nn ops at {args.threads} thread(s), ember vs torch eager, median of "
+          f"{runs} interleaved runs, milliseconds per call (load "
+          f"{_harness.load_average()})")
+    print(f"{'op':<24}{'pass':<9}{'ember':>10}{'torch':>10}{'ember/torch':>13}  aim 1.5x")
+    missed = []
+    for name, sides in nn_cases():
+        for pass_, i in (("fwd", 0), ("fwd+bwd", 1)):
+            fe, ft = sides["ember"][i], sides["torch"][i]
+            if fe is None:
+                continue
+            times = _harness.interleaved_medians([("e", fe), ("t", ft)], runs)
+            r = times["e"] / times["t"]
+            ok = r <= 1.5
+            if not ok:
+                missed.append(f"{name} {pass_} {r:.2f}x")
+            print(f"{name:<24}{pass_:<9}{times['e'] * 1e3:10.3f}{times['t'] * 1e3:10.3f}"
+                  f"{r:12.2f}x  {_harness.verdict(ok)}")
+    print(f"# nn ops at {args.threads} thread(s): "
+          + ("all within 1.5x of torch eager: met" if not missed else
+             f"{len(missed)} MISSED: " + ", ".join(missed)))
+    print()
+
+
 def main():
     _harness.print_env(args.threads)
+    import ember as _e
+    _e.set_num_threads(args.threads)
+    if torch is not None:
+        nn_table()
+    if args.only == "nn":
+        return
     print(f"# median of {args.runs} runs, microseconds per call\n")
     head = (f"{'op':<22}{'size':>5} {'ember':>10} {'numpy':>10} {'torch':>10} "
             f"{'ember/torch':>12} {'ember/numpy':>12}")

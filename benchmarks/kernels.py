@@ -5,6 +5,7 @@ after warm-up, the rows' runs taking turns (so a change in machine load affects 
 side alike); the first (compiling) call is reported apart.
 
     python benchmarks/kernels.py [--threads 1] [--runs 25] [--quick]
+                                 [--only gelu,softmax,chain,gemm]
 
 Kernels ([llvm-2]):
   - layer_norm + gelu + residual, 4096 x 768: gelu(layer_norm(x)) + r
@@ -107,7 +108,7 @@ def cases(quick):
     srows, sd = (256, 1024) if quick else (4096, 1024)
     n = (1 << 16) if quick else (1 << 22)
     m, k, nn = (128, 256, 256) if quick else (1024, 256, 1024)
-    return [
+    all_cases = [
         (f"layer_norm + gelu + residual {rows}x{d}", ln_gelu_residual, ln_gelu_residual_np,
          [randn(rows, d), randn(rows, d), randn(d, scale=0.1) + 1, randn(d, scale=0.1)],
          3 * rows * d * 4, "memory"),
@@ -119,6 +120,19 @@ def cases(quick):
         (f"GEMM {m}x{k} @ {k}x{nn}", gemm, gemm_np, [randn(m, k), randn(k, nn)],
          2 * m * k * nn, "gemm"),
     ]
+    # --only: the cases whose key (gelu, softmax, chain, gemm) is listed
+    keys = ["gelu", "softmax", "chain", "gemm"]
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    return [c for key, c in zip(keys, all_cases) if not only or key in only]
+
+
+def mode_line(title, moded, base):
+    """max-autotune's target: never slower than the default mode (5% for noise)."""
+    ratio = base / moded
+    ok = ratio >= 0.95 if args.mode == "max-autotune" else True
+    return (f"{title}: mode={args.mode} at {ratio:.2f}x the default mode's speed"
+            + (" (target: not slower)" if args.mode == "max-autotune" else "")
+            + f": {_harness.verdict(ok)}")
 
 
 def main():
@@ -135,10 +149,17 @@ def main():
         compile_s = {"ember.compile": _harness.first_call(lambda: ec(*e_in))}
         rows = [("ember.compile", lambda: ec(*e_in)), ("ember eager", lambda: ef(*e_in)),
                 ("numpy", lambda: ref_np(*data))]
+        moded = f"mode={args.mode}"
+        if args.mode != "default":
+            em = ember.compile(ef, mode=args.mode)
+            compile_s[moded] = _harness.first_call(lambda: em(*e_in))
+            rows.insert(1, (moded, lambda: em(*e_in)))
         expect = ref_np(*[a.astype(np.float64) for a in data])
         tol = dict(rtol=1e-3, atol=1e-3) if kind == "gemm" else dict(rtol=1e-4, atol=2e-5)
         assert np.allclose(ec(*e_in).numpy(), expect, **tol), title
         assert np.allclose(ef(*e_in).numpy(), expect, **tol), title
+        if args.mode != "default":
+            assert np.allclose(em(*e_in).numpy(), expect, **tol), title
         if torch is not None:
             t_in = [torch.from_numpy(a.copy()) for a in data]
             tf = make(torch)
@@ -161,6 +182,10 @@ def main():
                   f"{times[name] / base:9.2f}x")
         print("  first call: " + ", ".join(f"{k} {v * 1e3:.0f} ms"
                                             for k, v in compile_s.items()))
+        if args.mode != "default":
+            line = mode_line(title, times[moded], base)
+            print("  " + line)
+            targets.append(line)
         if kind == "memory":
             frac = (work / base) / (12 * max(1, work // 12) / times["triad"])
             speedup = times["torch.compile"] / base if "torch.compile" in times else None

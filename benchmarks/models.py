@@ -174,6 +174,9 @@ def value(x):
                       dtype=np.float64)
 
 
+MODE_LINES = []          # --mode: each workload's mode vs default line
+
+
 def run_workload(name, kind, s, runs):
     sd, title = sides(name, s)
     rows, compile_s, values = [], {}, {}
@@ -195,12 +198,21 @@ def run_workload(name, kind, s, runs):
                  (compiled_name, lambda c=ctwin, i=inputs, st=step, lib=lib: st(c, i, lib))]
         values[f"{lib_name} eager"] = value(step(m, inputs, lib))
         values[compiled_name] = value(step(ctwin, inputs, lib))
+        if lib_name == "ember" and args.mode != "default":
+            # the twin again, compiled in the other mode: same weights, same inputs
+            moded = f"mode={args.mode}"
+            cmode = lib.compile(twin, mode=args.mode)
+            compile_s[moded] = (_harness.first_call(lambda: step(cmode, inputs, lib)),
+                                float("nan"))
+            rows.append((moded, lambda c=cmode, i=inputs, st=step, lib=lib: st(c, i, lib)))
+            values[moded] = value(step(cmode, inputs, lib))
     load = _harness.load_average()
     times = _harness.interleaved_medians(rows, runs)
     ref = values.get("torch eager", values["ember eager"])
     print(f"{title}, {kind}  (load {load})")
     base = times["ember.compile"]
-    for side in ("ember eager", "ember.compile", "torch eager", "torch.compile"):
+    for side in ("ember eager", "ember.compile", f"mode={args.mode}", "torch eager",
+                 "torch.compile"):
         if side not in times:
             continue
         ok = np.allclose(values[side], ref, rtol=2e-3, atol=2e-4)
@@ -216,6 +228,14 @@ def run_workload(name, kind, s, runs):
                 f"more): {_harness.verdict(speed >= 1.0)}")
     else:
         line = f"{title}, {kind}: no torch.compile to compare with: MISSED"
+    if f"mode={args.mode}" in times:
+        ratio = base / times[f"mode={args.mode}"]
+        ok = ratio >= 0.95 if args.mode == "max-autotune" else True
+        mline = (f"{title}, {kind}: mode={args.mode} at {ratio:.2f}x the default mode's "
+                 f"speed" + (" (target: not slower)" if args.mode == "max-autotune" else "")
+                 + f": {_harness.verdict(ok)}")
+        print("  " + mline)
+        MODE_LINES.append(mline)
     print("  " + line + "\n")
     return line, times
 
@@ -242,6 +262,10 @@ def main():
         print("  " + line)
     met = sum(line.endswith(": met") for line in lines)
     print(f"# {met} of {len(lines)} model workloads at least as fast as torch.compile")
+    if MODE_LINES:
+        print(f"# mode={args.mode} vs the default mode at {args.threads} thread(s):")
+        for line in MODE_LINES:
+            print("  " + line)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ em_dtype_t em_dtype_from_npy(int npy_type);
 em_dtype_t em_dtype_from_object(PyObject *obj);   /* ember or NumPy dtype; -1 + error */
 const char *em_dtype_torch_name(em_dtype_t t);    /* "Float", "Long" as in PyTorch errors */
 int em_dtype_init(PyObject *module);
+int em_dlpack_init(PyObject *module);   /* tensor/dlpack.c: _dlpack_export/_dlpack_import */
 
 /* ------------------------------------------------------------------ storage */
 
@@ -192,6 +193,8 @@ typedef struct {
 } em_ThreadState;
 
 extern _Thread_local em_ThreadState em_tls;
+/* A symbolic int ([dynamic]) while tracing: bound by int parameters as it is. */
+bool em_is_symint(PyObject *v);
 int em_mode_init(PyObject *module);
 
 /* ------------------------------------------------------------------ ops */

@@ -88,7 +88,8 @@ PyInit__C(void)
     if (m == NULL)
         return NULL;
     if (em_numpy_init() < 0 || PyModule_AddIntConstant(m, "MAX_DIMS", EM_MAX_DIMS) < 0 ||
-        em_dtype_init(m) < 0 || em_tensor_init_type(m) < 0 || em_mode_init(m) < 0 ||
+        em_dtype_init(m) < 0 || em_dlpack_init(m) < 0 || em_tensor_init_type(m) < 0 ||
+        em_mode_init(m) < 0 ||
         em_op_init(m) < 0 || em_node_init_type(m) < 0 || em_engine_init(m) < 0 ||
         em_view_init(m) < 0 || em_reduction_init() < 0 || em_registry_init(m) < 0 ||
         em_capture_init(m) < 0 || em_compiled_frame_init(m) < 0 ||

@@ -593,3 +593,24 @@ def test_instance_norm_with_running_statistics_compiles_whole(backend):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)
         assert g._version == w._version
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_backward_reads_the_value_of_a_written_input_the_forward_read(backend):
+    """x * b after b.mul_(0.5), b a buffer: the gradient of x is b's value after the
+    write, which the forward read. Found: the backward read b itself after the runtime
+    had written the new value back into it again (saved inputs written into are copied
+    in the forward now, partition.py), so x.grad came out halved."""
+    def fn(x, b):
+        b.mul_(0.5)
+        return x * b, b
+
+    x1, b1 = _t([0.5, -1.0, 2.0], requires_grad=True), _t([1.0, 3.0, -4.0])
+    x2, b2 = x1.detach().clone().requires_grad_(), b1.clone()
+    want = fn(x1, b1)
+    got = ember.compile(fn, backend=backend, fullgraph=True)(x2, b2)
+    want[0].sum().backward()
+    got[0].sum().backward()
+    np.testing.assert_array_equal(_arr(got[0]), _arr(want[0]))
+    np.testing.assert_array_equal(b2.numpy(), b1.numpy())
+    np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())

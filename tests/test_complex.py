@@ -212,9 +212,8 @@ def test_ops_without_complex_kernels_refuse_them():
     e = ember.tensor([1j, 2.0])
     for fn in (lambda x: x.cumsum(0), lambda x: x.cumprod(0), lambda x: x.argmax(),
                lambda x: x.argmin(), lambda x: x.sort(), lambda x: x.topk(1),
-               lambda x: x.sqrt(), lambda x: x.sin(), lambda x: x.sign(), lambda x: x.prod(),
-               lambda x: x.var(), lambda x: x.isnan(), lambda x: x ** 2,
-               lambda x: x.sigmoid(), lambda x: x // 2):
+               lambda x: x.sign(), lambda x: x.prod(), lambda x: x.var(), lambda x: x // 2,
+               lambda x: x.erf(), lambda x: x.relu(), lambda x: x.floor()):
         with pytest.raises(RuntimeError):
             fn(e)
 

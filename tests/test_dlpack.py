@@ -11,7 +11,19 @@ import pytest
 import ember
 import ember.utils.dlpack
 
-NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+         "complex64", "complex128"]
+# NumPy's DLPack has no bfloat16: ember's own capsules carry it to and from torch
+TORCH_NAMES = NAMES + ["bfloat16"]
+
+
+def _values(x):
+    """x's values as a NumPy array (torch's numpy() refuses bfloat16)."""
+    if not isinstance(x, ember.Tensor):
+        x = x.float() if str(x.dtype) == "torch.bfloat16" else x
+        return x.numpy()
+    a = x.numpy()
+    return a.astype(np.float32) if x.dtype is ember.bfloat16 else a
 
 
 def _geometries():
@@ -41,7 +53,7 @@ def _same_view(a, b_ptr, b_shape, b_strides):
         assert tuple(a.stride()) == tuple(b_strides)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", TORCH_NAMES)
 @pytest.mark.parametrize("geom", _geometries(), ids=lambda g: g[0])
 def test_ember_to_torch_is_zero_copy(torch, name, geom):
     t = geom[1](_base(name))
@@ -49,7 +61,7 @@ def test_ember_to_torch_is_zero_copy(torch, name, geom):
     assert str(tt.dtype) == f"torch.{name}"
     assert tt.data_ptr() == t.data_ptr() or t.numel() == 0
     assert tuple(tt.shape) == tuple(t.shape) and tt.stride() == t.stride()
-    np.testing.assert_array_equal(tt.numpy(), t.numpy())
+    np.testing.assert_array_equal(_values(tt), _values(t))
     if t.numel():
         index = (0,) * tt.ndim
         old = t.numpy()[index].copy()
@@ -57,10 +69,10 @@ def test_ember_to_torch_is_zero_copy(torch, name, geom):
         assert t.numpy()[index] == tt[index].item()       # a write seen by ember
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", TORCH_NAMES)
 @pytest.mark.parametrize("geom", _geometries(), ids=lambda g: g[0])
 def test_torch_to_ember_is_zero_copy(torch, name, geom):
-    src = torch.from_numpy(_base(name).numpy().copy())
+    src = torch.from_dlpack(_base(name).clone())
     tt = geom[1](src)
     t = ember.from_dlpack(tt)
     assert t.dtype is getattr(ember, name)
@@ -71,7 +83,7 @@ def test_torch_to_ember_is_zero_copy(torch, name, geom):
         index = (0,) * t.ndim
         t[index] = 0 if name != "bool" else True
         assert tt[index].item() == t[index].item()       # a write seen by torch
-    np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    np.testing.assert_array_equal(_values(t), _values(tt))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -148,8 +160,6 @@ def test_errors_as_torch(torch):
     assert ember.from_dlpack(np.ones(2), device="cpu").tolist() == [1, 1]
     with pytest.raises(RuntimeError, match="dtype"):
         ember.from_dlpack(torch.ones(2, dtype=torch.uint16))
-    with pytest.raises(RuntimeError, match="dtype"):
-        ember.from_dlpack(torch.ones(2, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match="__dlpack__"):
         ember.from_dlpack([1, 2])
 
@@ -332,3 +342,61 @@ def test_objects_with_array_protocols():
         ember.tensor(_ArrayMethod(np.array([object()])))
     with pytest.raises(TypeError, match="infer dtype"):
         ember.tensor(object())
+
+
+# ------------------------------------------------------------------ bfloat16 and complex
+
+
+def test_bfloat16_both_ways_with_torch(torch):
+    """NumPy's DLPack refuses bfloat16; ember's own capsules carry it, zero-copy."""
+    x = torch.randn(3, 5).to(torch.bfloat16)[:, 1:]
+    e = ember.from_dlpack(x)
+    assert e.dtype is ember.bfloat16 and e.data_ptr() == x.data_ptr()
+    assert e.stride() == x.stride()
+    np.testing.assert_array_equal(_values(e), x.float().numpy())
+    e.mul_(2)                                  # a write seen by torch
+    np.testing.assert_array_equal(_values(e), x.float().numpy())
+    for make in (ember.tensor, ember.as_tensor):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = make(x)
+        assert got.dtype is ember.bfloat16
+        np.testing.assert_array_equal(_values(got), x.float().numpy())
+    assert ember.as_tensor(x).data_ptr() == x.data_ptr()
+    assert ember.tensor(x).data_ptr() != x.data_ptr()
+    t = ember.linspace(-2, 2, 7).to(ember.bfloat16)
+    back = torch.from_dlpack(t)
+    assert back.dtype is torch.bfloat16 and back.data_ptr() == t.data_ptr()
+    assert torch.equal(back, torch.linspace(-2, 2, 7).to(torch.bfloat16))
+    cap = torch.utils.dlpack.to_dlpack(torch.ones(4, dtype=torch.bfloat16))
+    assert ember.from_dlpack(cap).tolist() == [1.0] * 4
+    with pytest.raises(RuntimeError, match="consumed only once"):
+        ember.from_dlpack(cap)
+
+
+def test_bfloat16_lifetimes(torch):
+    x = torch.arange(100.0).to(torch.bfloat16)
+    e = ember.from_dlpack(x[3:])
+    del x
+    gc.collect()
+    torch.randn(1000)
+    assert e[0].item() == 3.0 and e[-1].item() == 99.0
+    t = ember.arange(50.0).to(ember.bfloat16)
+    tt = torch.from_dlpack(t[2:])
+    del t
+    gc.collect()
+    ember.randn(1000)
+    assert tt[0].item() == 2.0 and tt[-1].item() == 49.0
+
+
+def test_complex_both_ways(torch):
+    x = torch.randn(4, 3, dtype=torch.complex64).t()
+    e = ember.from_dlpack(x)
+    assert e.dtype is ember.complex64 and e.data_ptr() == x.data_ptr()
+    assert e.stride() == x.stride()
+    np.testing.assert_array_equal(e.numpy(), x.numpy())
+    z = ember.tensor([1 + 2j, -1j], dtype=ember.complex128)
+    tz = torch.from_dlpack(z)
+    assert tz.dtype is torch.complex128 and tz.data_ptr() == z.data_ptr()
+    a = np.from_dlpack(z)
+    assert a.dtype == np.complex128 and a.ctypes.data == z.data_ptr()

@@ -5,8 +5,8 @@ losses must agree to 1e-5 (relative) at every one of their steps.
 The scripts fix their weights and data from NumPy, so both runs start from the same
 numbers (ember's random streams are not torch's), and use no dropout.
 
-A further script of this kind waits for ops ember does not have yet: a char-level
-sampler (multinomial). llama_block trains a Llama-style block whose rotary embeddings are
+char_sampler trains a char-level MLP and samples text with multinomial (top-k filtered,
+so every library draws the same characters). llama_block trains a Llama-style block whose rotary embeddings are
 complex numbers (polar, view_as_complex, view_as_real)."""
 import json
 import os
@@ -54,7 +54,7 @@ def _run(script, as_ember, torch_available):
 
 
 NAMES = ["style_transfer", "lstm_cell_sequence", "mnist_adadelta", "packed_gru_classifier",
-         "llama_block"]
+         "llama_block", "char_sampler"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -31,7 +31,7 @@ def test_max_ulp_over_the_float_range(name):
 _VECTOR = {"exp": lambda t: t.exp(), "expm1": lambda t: t.expm1(),
            "log": lambda t: t.log(), "log1p": lambda t: t.log1p(),
            "tanh": lambda t: t.tanh(), "sigmoid": lambda t: t.sigmoid(),
-           "erf": lambda t: t.erf(), "sin": lambda t: t.sin(), "cos": lambda t: t.cos()}
+           "erf": lambda t: t.erf(), "erfc": lambda t: t.erfc(), "sin": lambda t: t.sin(), "cos": lambda t: t.cos()}
 
 
 @pytest.mark.parametrize("name", list(_VECTOR) + ["pow"])
@@ -49,6 +49,52 @@ def test_float32_kernels_are_vector_code():
     fn = lambda t: ((t * t + 1).tanh() * t.sigmoid()).relu() + t.log1p() + t.sin()  # noqa
     g = CompiledLLVMGraph(decompose(trace_joint(fn, [x]).graph), "vec")
     assert "x float>" in g.module.optimized_ir
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_exact_gelu_and_its_backward_are_vector_code(backward):
+    """Exact gelu is x/2 erfc(-x/sqrt 2) and its backward needs erfc and exp: in
+    float32 all IR, so the kernels (forward, and the joint graph's with the backward)
+    are vector code, not a libm call per element."""
+    from ember.aot import decompose, trace_joint
+    from ember.compiler.backend import CompiledLLVMGraph
+    x = ember.from_numpy(np.linspace(-5, 5, 1 << 16, dtype=np.float32))
+    x.requires_grad_(backward)
+    joint = trace_joint(lambda t: ember.nn.functional.gelu(t), [x])
+    g = CompiledLLVMGraph(decompose(joint.graph), "gelu")
+    ir = g.module.optimized_ir
+    assert [line for line in ir.splitlines() if line.startswith("declare") and
+            "@llvm." not in line] == []
+    assert "x float>" in ir and "em_erfcf" in g.module.ir
+    if backward:
+        assert "em_expf" in g.module.ir
+
+
+def test_compiled_gelu_and_backward_match_eager():
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal(200_000) * 4).astype(np.float32)
+    a[:6] = [0.0, -0.0, np.inf, -np.inf, -20.0, 20.0]
+    f = ember.nn.functional.gelu
+    x = ember.from_numpy(a.copy()).requires_grad_(True)
+    xc = ember.from_numpy(a.copy()).requires_grad_(True)
+    want, got = f(x), ember.compile(f, backend="llvm")(xc)
+    want.sum().backward()
+    got.sum().backward()
+    for w, g in ((want.detach().numpy(), got.detach().numpy()),
+                 (x.grad.numpy(), xc.grad.numpy())):
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-37)
+
+
+def test_float64_erfc_keeps_libm():
+    from ember.aot import decompose, trace_joint
+    from ember.compiler.backend import CompiledLLVMGraph
+    x = np.linspace(-30, 30, 2001)
+    g = CompiledLLVMGraph(decompose(trace_joint(lambda t: t.erfc(), [ember.from_numpy(x)])
+                                    .graph), "f64")
+    assert "@erfc(" in g.module.optimized_ir
+    np.testing.assert_array_equal(g(ember.from_numpy(x))[0].numpy(),
+                                  ember.from_numpy(x).erfc().numpy())
 
 
 def test_float64_keeps_libm():
@@ -74,14 +120,28 @@ def test_tanh_chain_matches_eager():
     np.testing.assert_allclose(got, fn(a, b).numpy(), rtol=3e-6, atol=1e-30)
 
 
-@pytest.mark.skipif(os.environ.get("EMBER_LLVM_FEATURES") == _NARROW,
-                    reason="already running with the narrow features")
-def test_same_bounds_with_sse_vectors():
-    """The accuracy tests again, JIT-compiled for SSE4.2 (4 lanes, no FMA)."""
-    env = dict(os.environ, EMBER_LLVM_FEATURES=_NARROW)
+_AVX2 = _NARROW + ",+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
+
+
+def _host_has(feature):
+    return f"+{feature}" in ember._C._jit_target()["features"]
+
+
+@pytest.mark.parametrize("features", [
+    pytest.param(_NARROW, id="sse"),
+    pytest.param(_AVX2, id="avx2", marks=pytest.mark.skipif(
+        not _host_has("avx512f") or not _host_has("avx2"),
+        reason="the host's own width is AVX2 (or it has none)"))])
+def test_same_bounds_with_narrower_vectors(features):
+    """The accuracy tests again, JIT-compiled for SSE4.2 (4 lanes, no FMA) and, on an
+    AVX-512 host, for AVX2 (8 lanes, FMA)."""
+    if os.environ.get("EMBER_LLVM_FEATURES"):
+        pytest.skip("already running with forced features")
+    env = dict(os.environ, EMBER_LLVM_FEATURES=features)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         f"{__file__}::test_max_ulp_over_the_float_range",
                         f"{__file__}::test_float32_kernels_call_no_libm",
+                        f"{__file__}::test_exact_gelu_and_its_backward_are_vector_code",
                         f"{__file__}::test_sin_cos_short_path_alone_below_2_25"],
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

@@ -12,7 +12,8 @@
  * Input getters are the tuples ember.capture.source.Source.getter() makes:
  *     (root_kind, root, ((step_kind, key), ...))
  * root_kind: "local" (slot index), "global" (name), "closure" (cell index),
- * "object" (the object itself); step_kind: "attr", "item", "dict".
+ * "object" (the object itself); step_kind: "attr", "item", "dict", "size" and
+ * "stride" (of a tensor at an int dim: a symbolic size's value, [dynamic]).
  *
  * The program is ember/capture/program.py's (values, effects, result), decoded once
  * here into value_t and effect_t records.
@@ -23,7 +24,7 @@
 #include "capture.h"
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_CLOSURE, ROOT_OBJECT };
-enum { STEP_ATTR, STEP_ITEM, STEP_DICT };
+enum { STEP_ATTR, STEP_ITEM, STEP_DICT, STEP_SIZE, STEP_STRIDE };
 enum { V_OUT, V_CONST, V_SRC, V_TUPLE, V_LIST, V_DICT, V_CALL1 };
 enum { E_LIST_SET, E_DICT_SET, E_SETATTR, E_DELATTR, E_SETITEM, E_DELITEM };
 
@@ -115,6 +116,19 @@ fetch(CompiledFrame *self, const getter_t *g, PyObject *const *args, Py_ssize_t 
         PyObject *next;
         if (g->step_kinds[s] == STEP_ATTR)
             next = PyObject_GetAttr(obj, g->keys[s]);
+        else if (g->step_kinds[s] == STEP_SIZE || g->step_kinds[s] == STEP_STRIDE) {
+            Py_ssize_t d = PyLong_AsSsize_t(g->keys[s]);
+            const em_Tensor *t = (const em_Tensor *)obj;
+            next = NULL;
+            if (!em_Tensor_Check(obj) || d < 0 || d >= t->ndim) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_RuntimeError, "compiled frame: no dim %zd of a "
+                                 "tensor to read a size from", d);
+            }
+            else
+                next = PyLong_FromSsize_t(g->step_kinds[s] == STEP_SIZE ? t->sizes[d]
+                                                                        : t->strides[d]);
+        }
         else if (g->step_kinds[s] == STEP_DICT && PyDict_Check(obj)) {
             next = PyDict_GetItemWithError(obj, g->keys[s]);
             if (next == NULL && !PyErr_Occurred())
@@ -366,6 +380,10 @@ parse_getter(PyObject *tup, getter_t *g)
             g->step_kinds[s] = STEP_ITEM;
         else if (strcmp(kind, "dict") == 0)
             g->step_kinds[s] = STEP_DICT;
+        else if (strcmp(kind, "size") == 0 && PyLong_CheckExact(key))
+            g->step_kinds[s] = STEP_SIZE;
+        else if (strcmp(kind, "stride") == 0 && PyLong_CheckExact(key))
+            g->step_kinds[s] = STEP_STRIDE;
         else
             goto bad;
         g->keys[s] = key;

@@ -22,6 +22,8 @@
  *                             anything else through its __getitem__
  *     ("dict", source, key)   a plain dict lookup (no __getitem__/__missing__);
  *                             fails if source is not a dict
+ *     ("size", source, d)     source.size(d) of a tensor, as an int
+ *     ("stride", source, d)   source.stride(d) of a tensor, as an int
  *
  *     (root_kind, root, ((step_kind, key), ...))   the same as a chain, as
  *     ember/capture/source.py's Source.getter() encodes it, e.g.
@@ -59,6 +61,16 @@
  *                                        object, or to two distinct ones
  *     ("LAMBDA", source, predicate, description)
  *                                        escape hatch: predicate(value) is true
+ *     ("SYM_REL", sources, program, op, description)
+ *                                        a relation between integers read from
+ *                                        sources (sizes and strides, [dynamic]):
+ *                                        the postfix program over them compared
+ *                                        with 0 by op ("==", "!=", "<", "<="); the
+ *                                        program is a flat tuple of (opcode, arg)
+ *                                        pairs: 0 push sources[arg], 1 push arg,
+ *                                        2 add, 3 mul, 4 floordiv, 5 mod, 6 min,
+ *                                        7 max (Python's semantics; an overflow or
+ *                                        a division by zero fails the guard)
  *
  * Guards run in the order given and stop at the first failure; a source is
  * resolved at most once per run, on first use, and nothing is kept between runs.
@@ -73,9 +85,14 @@
 #include <math.h>
 
 enum { SRC_ARG, SRC_GLOBAL, SRC_BUILTIN, SRC_CLOSURE, SRC_CELL, SRC_OBJECT, SRC_ATTR,
-       SRC_ITEM, SRC_DICT };
+       SRC_ITEM, SRC_DICT, SRC_SIZE, SRC_STRIDE };
 enum { G_TENSOR, G_TYPE, G_ID, G_EQUALS, G_LEN, G_DICT_KEYS, G_GRAD, G_CONTEXT,
-       G_LAMBDA, G_ALIAS, G_AUTOCAST };
+       G_LAMBDA, G_ALIAS, G_AUTOCAST, G_SYM_REL };
+/* SYM_REL program opcodes and relations */
+enum { SYM_PUSH_SRC, SYM_PUSH_CONST, SYM_ADD, SYM_MUL, SYM_FLOORDIV, SYM_MOD, SYM_MIN,
+       SYM_MAX, SYM_NOPS };
+enum { REL_EQ, REL_NE, REL_LT, REL_LE };
+#define SYM_STACK 32          /* the deepest a SYM_REL program may push */
 
 #define ANY PY_SSIZE_T_MIN    /* wildcard size, stride or storage offset */
 
@@ -116,6 +133,9 @@ typedef struct {
     Py_ssize_t n;             /* LEN; ALIAS: the other source */
     Py_ssize_t offset;
     Py_ssize_t *geom;         /* TENSOR: sizes[ndim] then strides[ndim] */
+    int nsyms, nprog, relop;  /* SYM_REL: syms[nsyms] source indices, prog[2 * nprog] */
+    int *syms;
+    Py_ssize_t *prog;
 } Guard;
 
 typedef struct {
@@ -289,9 +309,25 @@ add_step(Builder *b, int base, PyObject *tag, PyObject *key)
         if (PyObject_Hash(key) == -1)
             return -1;
     }
+    else if (is_tag(tag, "size") || is_tag(tag, "stride")) {
+        s.kind = is_tag(tag, "size") ? SRC_SIZE : SRC_STRIDE;
+        if (!PyLong_CheckExact(key)) {
+            PyErr_Format(PyExc_TypeError, "guard source %U: the dim must be an int, got %R",
+                         tag, key);
+            return -1;
+        }
+        s.index = PyLong_AsSsize_t(key);
+        if (s.index == -1 && PyErr_Occurred())
+            return -1;
+        if (s.index < 0 || s.index >= EM_MAX_DIMS) {
+            PyErr_Format(PyExc_ValueError, "guard source %U: dim %R out of range", tag, key);
+            return -1;
+        }
+    }
     else {
         PyErr_Format(PyExc_ValueError,
-                     "unknown guard source step %R (expected 'attr', 'item' or 'dict')", tag);
+                     "unknown guard source step %R (expected 'attr', 'item', 'dict', 'size' "
+                     "or 'stride')", tag);
         return -1;
     }
     s.key = Py_NewRef(key);
@@ -299,7 +335,9 @@ add_step(Builder *b, int base, PyObject *tag, PyObject *key)
         PyUnicode_InternInPlace(&s.key);
     PyObject *base_name = b->prog->sources[base].name;
     s.name = s.kind == SRC_ATTR ? PyUnicode_FromFormat("%U.%U", base_name, s.key)
-                                : PyUnicode_FromFormat("%U[%R]", base_name, s.key);
+             : s.kind == SRC_SIZE ? PyUnicode_FromFormat("%U.size(%zd)", base_name, s.index)
+             : s.kind == SRC_STRIDE ? PyUnicode_FromFormat("%U.stride(%zd)", base_name, s.index)
+                                  : PyUnicode_FromFormat("%U[%R]", base_name, s.key);
     if (s.name == NULL) {
         Py_DECREF(s.key);
         return -1;
@@ -324,7 +362,8 @@ add_source(Builder *b, PyObject *src)
         return -1;
     }
     PyObject *tag = PyTuple_GET_ITEM(src, 0);
-    if (is_tag(tag, "attr") || is_tag(tag, "item") || is_tag(tag, "dict")) {
+    if (is_tag(tag, "attr") || is_tag(tag, "item") || is_tag(tag, "dict") ||
+        is_tag(tag, "size") || is_tag(tag, "stride")) {
         if (PyTuple_GET_SIZE(src) != 3) {
             PyErr_Format(PyExc_ValueError, "guard source %R: expected (%U, source, key)", src,
                          tag);
@@ -477,6 +516,85 @@ expect_params(PyObject *spec, Py_ssize_t n, const char *form)
     return 0;
 }
 
+/* ("SYM_REL", sources, program, op, description): see the top of the file. The
+ * program is checked once here (opcodes, source indices, stack depth), so running it
+ * needs no checks but arithmetic ones. */
+static int
+parse_sym_rel(Builder *b, PyObject *spec, Guard *g)
+{
+    static const char *ops[] = {"==", "!=", "<", "<="};
+    if (expect_params(spec, 5, "('SYM_REL', sources, program, op, description)") < 0)
+        return -1;
+    PyObject *srcs = PyTuple_GET_ITEM(spec, 1), *prog = PyTuple_GET_ITEM(spec, 2);
+    PyObject *op = PyTuple_GET_ITEM(spec, 3), *desc = PyTuple_GET_ITEM(spec, 4);
+    g->kind = G_SYM_REL;
+    g->source = -1;
+    if (!PyTuple_Check(srcs) || !PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) % 2 ||
+        PyTuple_GET_SIZE(prog) == 0 || PyTuple_GET_SIZE(srcs) > INT_MAX / 2 ||
+        PyTuple_GET_SIZE(prog) > INT_MAX / 2 || !PyUnicode_Check(op) ||
+        !PyUnicode_Check(desc)) {
+        PyErr_SetString(PyExc_TypeError, "SYM_REL takes a tuple of sources, a non-empty "
+                        "tuple of (opcode, arg) pairs, an op and a str description");
+        return -1;
+    }
+    g->relop = -1;
+    for (int k = 0; k < (int)(sizeof(ops) / sizeof(ops[0])); k++) {
+        if (PyUnicode_CompareWithASCIIString(op, ops[k]) == 0)
+            g->relop = k;
+    }
+    if (g->relop < 0) {
+        PyErr_Format(PyExc_ValueError, "SYM_REL: unknown relation %R", op);
+        return -1;
+    }
+    g->desc = Py_NewRef(desc);
+    g->nsyms = (int)PyTuple_GET_SIZE(srcs);
+    g->nprog = (int)PyTuple_GET_SIZE(prog) / 2;
+    g->syms = PyMem_Malloc((g->nsyms ? g->nsyms : 1) * sizeof(int));
+    g->prog = PyMem_Malloc(2 * g->nprog * sizeof(Py_ssize_t));
+    if (g->syms == NULL || g->prog == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int k = 0; k < g->nsyms; k++) {
+        g->syms[k] = add_source(b, PyTuple_GET_ITEM(srcs, k));
+        if (g->syms[k] < 0)
+            return -1;
+    }
+    int depth = 0;
+    for (int k = 0; k < 2 * g->nprog; k++) {
+        g->prog[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, k));
+        if (g->prog[k] == -1 && PyErr_Occurred())
+            return -1;
+        if (k % 2)
+            continue;
+        Py_ssize_t code = g->prog[k];
+        if (code < 0 || code >= SYM_NOPS) {
+            PyErr_Format(PyExc_ValueError, "SYM_REL: unknown opcode %zd", code);
+            return -1;
+        }
+        if (code == SYM_PUSH_SRC || code == SYM_PUSH_CONST)
+            depth++;
+        else
+            depth--;
+        if (depth < 1 || depth > SYM_STACK) {
+            PyErr_SetString(PyExc_ValueError, "SYM_REL: malformed program (stack)");
+            return -1;
+        }
+    }
+    for (int k = 0; k < g->nprog; k++) {
+        Py_ssize_t arg = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, 2 * k + 1));
+        if (g->prog[2 * k] == SYM_PUSH_SRC && (arg < 0 || arg >= g->nsyms)) {
+            PyErr_Format(PyExc_ValueError, "SYM_REL: source index %zd out of range", arg);
+            return -1;
+        }
+    }
+    if (depth != 1) {
+        PyErr_SetString(PyExc_ValueError, "SYM_REL: malformed program (result)");
+        return -1;
+    }
+    return 0;
+}
+
 static int
 parse_guard(Builder *b, PyObject *spec, Guard *g)
 {
@@ -527,6 +645,8 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
         g->obj = Py_NewRef(PyTuple_GET_ITEM(spec, n - 1));
         return 0;
     }
+    if (PyUnicode_CompareWithASCIIString(kind, "SYM_REL") == 0)
+        return parse_sym_rel(b, spec, g);
     g->source = add_source(b, PyTuple_GET_ITEM(spec, 1));
     if (g->source < 0)
         return -1;
@@ -620,7 +740,7 @@ parse_guard(Builder *b, PyObject *spec, Guard *g)
     }
     PyErr_Format(PyExc_ValueError,
                  "unknown guard kind %R (expected TENSOR_MATCH, TYPE_MATCH, ID_MATCH, "
-                 "EQUALS_MATCH, LEN_MATCH, DICT_KEYS, GRAD_MODE, COMPILE_CONTEXT or "
+                 "EQUALS_MATCH, LEN_MATCH, DICT_KEYS, GRAD_MODE, COMPILE_CONTEXT, SYM_REL or "
                  "LAMBDA)", kind);
     return -1;
 }
@@ -719,6 +839,8 @@ describe_guard(GuardProgram *p, PyObject *spec, const Guard *g)
                                     autocast_name(g->flag));
     case G_LAMBDA:
         return PyUnicode_FromFormat("%U %U", name, g->desc);
+    case G_SYM_REL:
+        return Py_NewRef(g->desc);
     case G_ALIAS:
         return PyUnicode_FromFormat("%U %s %U", name, g->flag ? "is" : "is not",
                                     p->sources[g->n].name);
@@ -738,6 +860,10 @@ program_release(GuardProgram *p)
         Py_CLEAR(p->guards[i].desc);
         PyMem_Free(p->guards[i].geom);
         p->guards[i].geom = NULL;
+        PyMem_Free(p->guards[i].syms);
+        p->guards[i].syms = NULL;
+        PyMem_Free(p->guards[i].prog);
+        p->guards[i].prog = NULL;
     }
     PyMem_Free(p->sources);
     PyMem_Free(p->guards);
@@ -969,6 +1095,21 @@ resolve(Eval *ev, int i, PyObject **out)
         if (v == NULL)
             return fail(ev, "'%U' has no key %R", ev->prog->sources[s->base].name, s->key);
         break;
+    case SRC_SIZE:
+    case SRC_STRIDE: {
+        if (!em_Tensor_Check(base))
+            return fail(ev, "'%U' is no longer a tensor (got %s)",
+                        ev->prog->sources[s->base].name, Py_TYPE(base)->tp_name);
+        const em_Tensor *t = (const em_Tensor *)base;
+        if (s->index >= t->ndim)
+            return fail(ev, "'%U' has %d dims, not %zd", ev->prog->sources[s->base].name,
+                        t->ndim, s->index + 1);
+        v = PyLong_FromSsize_t(s->kind == SRC_SIZE ? t->sizes[s->index]
+                                                   : t->strides[s->index]);
+        if (v == NULL)
+            return -1;
+        break;
+    }
     case SRC_ATTR:
         v = PyObject_GetAttr(base, s->key);
         if (v == NULL) {
@@ -1137,6 +1278,76 @@ weak_target(PyObject *ref)
 #endif
 }
 
+/* Python's floor division and modulo of a and b != 0 (no overflow: b == -1 and
+ * a == PY_SSIZE_T_MIN is refused by the caller). */
+static Py_ssize_t
+floor_div(Py_ssize_t a, Py_ssize_t b)
+{
+    Py_ssize_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+/* A SYM_REL guard: 1 holds, 0 fails (with a reason), -1 error. */
+static int
+run_sym_rel(Eval *ev, const Guard *g)
+{
+    Py_ssize_t stack[SYM_STACK];
+    int sp = 0;
+    for (int k = 0; k < g->nprog; k++) {
+        Py_ssize_t code = g->prog[2 * k], arg = g->prog[2 * k + 1], a, b, r = 0;
+        if (code == SYM_PUSH_SRC) {
+            PyObject *v = NULL;
+            int res = resolve(ev, g->syms[arg], &v);
+            if (res <= 0)
+                return res;
+            if (!PyLong_Check(v))
+                return fail(ev, "'%U' is not an int", ev->prog->sources[g->syms[arg]].name);
+            r = PyLong_AsSsize_t(v);
+            if (r == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return fail(ev, "%U: a value out of range", g->desc);
+            }
+            stack[sp++] = r;   /* depth checked when built */
+            continue;
+        }
+        if (code == SYM_PUSH_CONST) {
+            stack[sp++] = arg;
+            continue;
+        }
+        b = stack[--sp];
+        a = stack[--sp];
+        switch (code) {
+        case SYM_ADD:
+            if (__builtin_add_overflow(a, b, &r))
+                return fail(ev, "%U: overflow", g->desc);
+            break;
+        case SYM_MUL:
+            if (__builtin_mul_overflow(a, b, &r))
+                return fail(ev, "%U: overflow", g->desc);
+            break;
+        case SYM_FLOORDIV:
+        case SYM_MOD:
+            if (b == 0 || (b == -1 && a == PY_SSIZE_T_MIN))
+                return fail(ev, "%U: division by zero or overflow", g->desc);
+            r = floor_div(a, b);
+            if (code == SYM_MOD)
+                r = a - r * b;
+            break;
+        case SYM_MIN:
+            r = a < b ? a : b;
+            break;
+        case SYM_MAX:
+            r = a > b ? a : b;
+            break;
+        }
+        stack[sp++] = r;
+    }
+    Py_ssize_t x = stack[0];
+    int holds = g->relop == REL_EQ ? x == 0 : g->relop == REL_NE ? x != 0
+              : g->relop == REL_LT ? x < 0 : x <= 0;
+    return holds ? 1 : fail(ev, "size guard failed: %U", g->desc);
+}
+
 static int
 run_guard(Eval *ev, const Guard *g)
 {
@@ -1153,6 +1364,8 @@ run_guard(Eval *ev, const Guard *g)
         return fail(ev, "autocast changed: expected %s, got %s", autocast_name(g->flag),
                     autocast_name(em_tls.autocast));
     }
+    if (g->kind == G_SYM_REL)
+        return run_sym_rel(ev, g);
     if (g->kind == G_CONTEXT) {
         if (em_capture_state_is(g->obj))
             return 1;

@@ -77,6 +77,29 @@ set_mode(PyObject *self, PyObject *args)
     return res;
 }
 
+/* The type of symbolic integers ([dynamic]: ember.fx.shape_env.SymInt), set once by
+ * Python: in trace mode, int and int-list parameters bind them as they are, for the
+ * tracer to compute with (em_is_symint). */
+static PyObject *symint_type = NULL;
+
+bool
+em_is_symint(PyObject *v)
+{
+    return symint_type != NULL && em_tls.mode == EM_MODE_TRACE &&
+        PyObject_TypeCheck(v, (PyTypeObject *)symint_type);
+}
+
+static PyObject *
+set_symint_type(PyObject *self, PyObject *type)
+{
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "_set_symint_type needs a type");
+        return NULL;
+    }
+    Py_XSETREF(symint_type, Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 get_mode(PyObject *self, PyObject *noargs)
 {
@@ -94,6 +117,8 @@ static PyMethodDef mode_methods[] = {
     {"_set_mode", set_mode, METH_VARARGS,
      "_set_mode(mode, tracer=None): set this thread's dispatch mode; returns the previous."},
     {"_get_mode", get_mode, METH_NOARGS, NULL},
+    {"_set_symint_type", set_symint_type, METH_O,
+     "_set_symint_type(type): symbolic ints bound as they are in trace mode."},
     {NULL},
 };
 

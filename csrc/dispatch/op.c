@@ -115,8 +115,16 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
             *conv = em_number_from(v);
             return *conv ? 1 : -1;
         }
+        if (p->number_ok && em_is_symint(v)) {
+            *conv = Py_NewRef(v);      /* a size as a Python number: the tracer's */
+            return 1;
+        }
         return 0;
     case EM_ARG_SCALAR:
+        if (em_is_symint(v)) {
+            *conv = Py_NewRef(v);
+            return 1;
+        }
         if (em_is_number(v)) {
             *conv = em_number_from(v);
             return *conv ? 1 : -1;
@@ -127,15 +135,20 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
         }
         return 0;
     case EM_ARG_INT:
+        if (em_is_symint(v)) {
+            *conv = Py_NewRef(v);
+            return 1;
+        }
         if (PyBool_Check(v) || !is_int_like(v, strict))
             return 0;
         *conv = PyNumber_Index(v);
         return *conv ? 1 : -1;
     case EM_ARG_INTLIST: {
-        if (is_int_like(v, strict) && !PyBool_Check(v)) {
+        bool sym = em_is_symint(v);
+        if (sym || (is_int_like(v, strict) && !PyBool_Check(v))) {
             if (!p->int1 && !p->varargs_list)
                 return 0;
-            PyObject *i = PyNumber_Index(v);
+            PyObject *i = sym ? Py_NewRef(v) : PyNumber_Index(v);
             if (i == NULL)
                 return -1;
             *conv = PyTuple_Pack(1, i);
@@ -150,6 +163,10 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *item = PySequence_Fast_GET_ITEM(v, i);
+            if (em_is_symint(item)) {
+                PyTuple_SET_ITEM(t, i, Py_NewRef(item));
+                continue;
+            }
             if (PyBool_Check(item) || !is_int_like(item, strict)) {
                 Py_DECREF(t);
                 return 0;

@@ -5,7 +5,7 @@
  * is in the instruction's domain (loop_ir.h), so every case below is defined.
  * Bools are i1 in registers; float16 and bfloat16 are float32 (codegen_half.c).
  * add of bools is `or` (PyTorch's True + True is True);
- * float max/min propagate NaN; exp, expm1, log, log1p, tanh, sin, cos, erf and pow of
+ * float max/min propagate NaN; exp, expm1, log, log1p, tanh, sin, cos, erf, erfc and pow of
  * float32 are the IR functions of vecmath.h (vectorisable); float64 and the other
  * functions call libm.
  */
@@ -195,6 +195,7 @@ transcendental(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
         {EM_IR_LOG, "log", em_ir_logf},       {EM_IR_TANH, "tanh", em_ir_tanhf},
         {EM_IR_SIN, "sin", em_ir_sinf},       {EM_IR_COS, "cos", em_ir_cosf},
         {EM_IR_EXPM1, "expm1", em_ir_expm1f}, {EM_IR_LOG1P, "log1p", em_ir_log1pf},
+        {EM_IR_ERFC, "erfc", em_ir_erfcf},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         if (fns[i].op != op)
@@ -244,6 +245,7 @@ unary(em_cg *g, em_ir_t op, em_dtype_t t, LLVMValueRef a)
     case EM_IR_COS:
     case EM_IR_EXPM1:
     case EM_IR_LOG1P:
+    case EM_IR_ERFC:
         return transcendental(g, op, t, a);
     default:
         break;

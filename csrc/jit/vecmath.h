@@ -1,5 +1,5 @@
 /* vecmath.h: building blocks of the IR elementary functions (vecmath_ir.c, the
- * builders, and vecmath_{log,expm1,trig,pow}.c, the functions).
+ * builders, and vecmath_{log,expm1,trig,pow,erfc}.c, the functions).
  *
  * Each function is an internal, always-inlined IR function of float32 scalars, built
  * once per module and branch-free (selects, no calls but intrinsics), so after
@@ -38,6 +38,10 @@ LLVMValueRef em_vm_fcmp(em_vm *v, LLVMRealPredicate p, LLVMValueRef a, double b)
 LLVMValueRef em_vm_fabs(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_floor(em_vm *v, LLVMValueRef a);
 LLVMValueRef em_vm_copysign(em_vm *v, LLVMValueRef mag, LLVMValueRef sign);
+/* 2^t for a float64 t in [-300, 300]: 2^n exp(f ln2), n = round(t), |f| <= 1/2, by
+ * exp's Taylor series to `degree` (at most 15; 11 is float64-accurate to ~2^-43, 7 to
+ * ~2^-27) */
+LLVMValueRef em_vm_exp2_f64(em_vm *v, LLVMValueRef t, int degree);
 
 /* Cephes expf.c's polynomial P, exp(r) = 1 + r + r^2 P(r) on |r| <= ln2 / 2, lowest
  * degree first (expf and expm1f) */
@@ -55,5 +59,6 @@ LLVMValueRef em_ir_cosf(LLVMModuleRef M);
 LLVMValueRef em_ir_sinf_small(LLVMModuleRef M);
 LLVMValueRef em_ir_cosf_small(LLVMModuleRef M);
 LLVMValueRef em_ir_powf(LLVMModuleRef M);
+LLVMValueRef em_ir_erfcf(LLVMModuleRef M);
 
 #endif /* EMBER_JIT_VECMATH_H */

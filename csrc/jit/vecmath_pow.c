@@ -40,21 +40,23 @@ log2_f64(em_vm *v, LLVMValueRef a)
     return LLVMBuildFAdd(B, ef, lm, "");
 }
 
-/* 2^t for a float64 t in [-300, 300] */
-static LLVMValueRef
-exp2_f64(em_vm *v, LLVMValueRef t)
+/* 2^t for a float64 t in [-300, 300] (vecmath.h) */
+LLVMValueRef
+em_vm_exp2_f64(em_vm *v, LLVMValueRef t, int degree)
 {
     LLVMBuilderRef B = v->B;
     /* adding 1.5 * 2^52 rounds t to an integer n, left in the low bits */
     LLVMValueRef big = LLVMBuildFAdd(B, t, D(6755399441055744.0), "");
     LLVMValueRef n = LLVMBuildFSub(B, big, D(6755399441055744.0), "");
     LLVMValueRef g = LLVMBuildFMul(B, LLVMBuildFSub(B, t, n, ""), D(0.6931471805599453), "");
-    double c[12], f = 1.0;
-    for (int i = 0; i < 12; i++) {
+    double c[16], f = 1.0;
+    if (degree > 15)
+        degree = 15;
+    for (int i = 0; i <= degree; i++) {
         c[i] = 1.0 / f;
         f *= i + 1;
     }
-    LLVMValueRef p = em_vm_poly(v, c, 12, g);
+    LLVMValueRef p = em_vm_poly(v, c, degree + 1, g);
     LLVMValueRef scale = LLVMBuildShl(
         B, LLVMBuildAdd(B, LLVMBuildBitCast(B, big, v->i64, ""), L(1023), ""), L(52), "");
     return LLVMBuildFMul(B, p, LLVMBuildBitCast(B, scale, v->f64, ""), "");
@@ -84,7 +86,7 @@ em_ir_powf(LLVMModuleRef M)
     LLVMValueRef tc = em_vm_select(v, em_vm_fcmp(v, LLVMRealOLT, t, -300.0), D(-300.0), t);
     tc = em_vm_select(v, em_vm_fcmp(v, LLVMRealOGT, tc, 300.0), D(300.0), tc);
     tc = em_vm_select(v, t_nan, D(0.0), tc);
-    LLVMValueRef r = LLVMBuildFPTrunc(B, exp2_f64(v, tc), v->f32, "");
+    LLVMValueRef r = LLVMBuildFPTrunc(B, em_vm_exp2_f64(v, tc, 11), v->f32, "");
     r = em_vm_select(v, t_nan, F(NAN), r);
     /* y an integer (inf counts: it only matters with the sign rule), odd below 2^24 */
     LLVMValueRef ay = em_vm_fabs(v, y);

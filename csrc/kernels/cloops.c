@@ -104,7 +104,7 @@ gelu_phif(float x)
     float p = em_erfc_tail_p(t);
     float xa = fabsf(x), xc = xa > 14.8f ? 14.8f : xa;  /* erfc(14.8/sqrt(2)) is 0 */
     float xh = em_bits_to_float(em_float_to_bits(xc) & ~(int32_t)0xfff);
-    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) - 1.26551223f + t * p;
+    float a = -0.5f * xh * xh, b = -0.5f * (xc - xh) * (xc + xh) + EM_ERFC_FIT_C + t * p;
     float s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
     /* exp(s) for s in [-112, 0.01] (em_expf's steps without its overflow and NaN
      * cases): 0 below -87.3, where erfc(z) < 1e-38 */
@@ -127,6 +127,25 @@ gelu_phif(float x)
 /* gelu(x) = x Phi(x) (no cancellation for negative x) */
 UNARY32(gelu_f32, v * gelu_phif(v))
 UNARY64(gelu_f64, 0.5 * v * erfc(-v * SQRT1_2))
+
+/* gelu's derivative times g: Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi)
+ * (nn_grad.c's fused gradient; no GIL handling) */
+#define INV_SQRT_2PI 0.39894228040143267794
+EM_CLONES static void
+gelu_grad_f32(const float *restrict g, const float *restrict x, float *restrict y,
+              Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = g[i] * (gelu_phif(v) + v * em_expf(-0.5f * v * v) * (float)INV_SQRT_2PI);
+    }
+}
+
+void
+em_gelu_grad_f32(const float *g, const float *x, float *y, Py_ssize_t n)
+{
+    gelu_grad_f32(g, x, y, n);
+}
 
 /* gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 UNARY32(gelu_tanh_f32,

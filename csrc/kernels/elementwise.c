@@ -173,7 +173,7 @@ k_pow(em_Op *op, PyObject **args)
     em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
     if (out == NULL)
         return NULL;
-    if (!em_is_float(compute) && !em_Tensor_Check(args[1])) {
+    if (!em_is_inexact(compute) && !em_Tensor_Check(args[1])) {
         int neg = any_negative_int(args[1]);
         if (neg != 0) {
             Py_DECREF(out);
@@ -185,7 +185,7 @@ k_pow(em_Op *op, PyObject **args)
     }
     if (done)
         return (PyObject *)out;
-    if (!em_is_float(compute)) {
+    if (!em_is_inexact(compute)) {
         int neg = any_negative_int(args[1]);
         if (neg < 0)
             return em_finish(out, -1);
@@ -311,6 +311,11 @@ static PyObject *
 k_cloop(em_Op *op, PyObject **args)
 {
     double p[EM_MAX_PARAMS];
+    /* complex operands of ops whose rule takes them (sigmoid, rsqrt): no C loop, the
+     * decomposition (complex-capable prims) */
+    if ((op->rule & EM_RULE_COMPLEX) && em_Tensor_Check(args[0]) &&
+        em_is_complex(((em_Tensor *)args[0])->dtype))
+        return em_decomposed_kernel(op, args);
     for (int i = 1; i < op->nparams; i++)
         if ((p[i - 1] = PyFloat_AsDouble(args[i])) == -1.0 && PyErr_Occurred())
             return NULL;

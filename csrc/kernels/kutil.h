@@ -93,4 +93,9 @@ void em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows
  * dtype unless cast (PyTorch's masked_fill case: x[mask] = 0-d tensor). */
 int em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value, bool cast);
 
+/* y = g * gelu'(x) over n contiguous float32 values (no GIL handling). */
+void em_gelu_grad_f32(const float *g, const float *x, float *y, Py_ssize_t n);
+/* nn_grad.c: adds the fused eager gradients (_C._grad_*) to the module. */
+int em_nn_grad_init(PyObject *module);
+
 #endif /* EMBER_KUTIL_H */

@@ -1,5 +1,6 @@
 /* registry.c: finds an eager kernel by the name the op table gives. */
 #include "ember.h"
+#include "kutil.h"
 
 static const em_KernelEntry *families[] = {
     em_elementwise_kernels, em_reduction_kernels, em_view_kernels, em_linalg_kernels,
@@ -44,5 +45,7 @@ static PyMethodDef registry_methods[] = {
 int
 em_registry_init(PyObject *module)
 {
+    if (em_nn_grad_init(module) < 0)
+        return -1;
     return PyModule_AddFunctions(module, registry_methods);
 }

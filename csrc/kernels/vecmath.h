@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/erfc_fit.h"
+
 static inline float
 em_bits_to_float(int32_t bits)
 {
@@ -151,19 +153,20 @@ em_erf_small(float x)
  *     erfc(z) = t exp(-z^2 - 1.26551223 + t P(t)),   t = 1 / (1 + z/2),
  * with exp(-z^2) taken as exp(-zh^2) exp(-(z - zh)(z + zh)), zh = z to 12 bits, so that
  * the rounding of z^2 does not cost relative accuracy in the tail. */
-/* P(t) of that fit (Horner) */
+/* P(t) of that fit (Horner; erfc_fit.h's coefficients, which the JIT shares) */
 static inline float
 em_erfc_tail_p(float t)
 {
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
+    const float *c = em_erfc_fit_p;
+    float p = c[8];
+    p = p * t + c[7];
+    p = p * t + c[6];
+    p = p * t + c[5];
+    p = p * t + c[4];
+    p = p * t + c[3];
+    p = p * t + c[2];
+    p = p * t + c[1];
+    p = p * t + c[0];
     return p;
 }
 
@@ -174,7 +177,7 @@ em_erfc_tail(float z)
     float p = em_erfc_tail_p(t);
     float zc = z > 10.5f ? 10.5f : z;      /* erfc(10.5) underflows float32 anyway */
     float zh = em_bits_to_float(em_float_to_bits(zc) & ~(int32_t)0xfff);
-    float r = t * em_expf(-zh * zh) * em_expf(-(zc - zh) * (zc + zh) - 1.26551223f + t * p);
+    float r = t * em_expf(-zh * zh) * em_expf(-(zc - zh) * (zc + zh) + EM_ERFC_FIT_C + t * p);
     r = z > 10.5f ? 0.0f : r;
     return z != z ? z : r;
 }

@@ -223,9 +223,9 @@ ceil_div(int64_t a, int64_t b)
 }
 
 static int
-pool_gemm(gemm_job_t *j, int64_t batch)
+pool_gemm(gemm_job_t *j, int64_t batch, int how)
 {
-    if (blas_set_threads == NULL)
+    if (how == EM_GEMM_ONE_CALL || blas_set_threads == NULL)
         return 1;
     double macs = (double)j->m * j->n * j->k;
     int64_t per = macs >= (double)GEMM_BLOCK_MACS * MAX_GEMM_BLOCKS
@@ -251,7 +251,8 @@ pool_gemm(gemm_job_t *j, int64_t batch)
     if (j->cols > j->n)
         j->cols = j->n;
     j->blocks = rblocks * ceil_div(j->n, j->cols);
-    bool parallel = em_pool_threads() > 1 && (double)batch * macs >= POOL_GEMM_MIN;
+    bool parallel = em_pool_threads() > 1 &&
+                    (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
     pool_gemm_calls += parallel;
     int threads = blas_threads;
     if (threads == 0 && blas_get_threads != NULL)
@@ -269,6 +270,12 @@ pool_gemm(gemm_job_t *j, int64_t batch)
  * signal handler raised while it ran on the pool. */
 int
 em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
+{
+    return em_blas_matmul_how(a, b, out, EM_GEMM_AUTO);
+}
+
+int
+em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
 {
     if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
         a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
@@ -303,7 +310,7 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
                       lda, ldb, 0, 0, 0, fold};
-    int st = pool_gemm(&job, fold ? 1 : batch);
+    int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;
     if (fold) {

@@ -76,10 +76,10 @@ typedef struct {
     int nrefs;
     ref_t *refs;
     Py_ssize_t outer, chunk;
-    bool parallel;
-    /* matmul: buffer out = a @ b */
+    bool parallel, may_parallel;     /* may_parallel: as the plan made it (never racy) */
+    /* matmul: buffer out = a @ b, split as `how` says (EM_GEMM_*) */
     view_t a, b;
-    int out;
+    int out, how;
     /* extern: call(*views) -> the buffers slots; borrowed from the plan tuple */
     PyObject *call, *name;
     int nviews, nslots;
@@ -220,7 +220,7 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
             check_index(k, nkernels, "a kernel step") < 0)
             return -1;
         s->fn = kernels[k];
-        s->parallel = parallel;
+        s->parallel = s->may_parallel = parallel;
         s->nrefs = (int)PyTuple_GET_SIZE(refs);
         if ((s->refs = plan_alloc(p, s->nrefs, sizeof(ref_t))) == NULL)
             return -1;
@@ -231,6 +231,7 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
     }
     if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
         s->kind = STEP_MATMUL;
+        s->how = EM_GEMM_AUTO;
         if (!PyArg_ParseTuple(t, "OOOi;CompiledGraph: a matmul step is (kind, a, b, out)",
                               &kind, &a, &b, &s->out) ||
             decode_view(p, a, &s->a) < 0 || decode_view(p, b, &s->b) < 0)
@@ -323,6 +324,9 @@ typedef struct {
     PyObject *matmul;        /* numpy.matmul */
     Py_ssize_t calls;
     double *step_seconds;    /* per-step time summed over calls while profiling, or NULL */
+    /* tune(graph, *args), called once, before the first call runs (max-autotune:
+     * compiler/autotune.py); keep: what the schedule set_step gave needs alive */
+    PyObject *tune, *keep;
     /* the NumPy array behind each buffer after the last call; a call reuses it when
      * nothing else holds it any more (refcount 1), so large intermediates are not
      * mapped and page-faulted in afresh on every call */
@@ -516,7 +520,7 @@ run_matmul(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Ten
     int st = -1;
     if (a != NULL && b != NULL) {
         em_Tensor *out = bufs[s->out];
-        st = em_blas_matmul(a, b, out);
+        st = em_blas_matmul_how(a, b, out, s->how);
         if (st == 1) {
             PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
             st = em_ufunc_call(self->matmul, ins, 2, out->array, out->dtype, out->dtype);
@@ -595,6 +599,33 @@ run_step(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Tenso
     }
 }
 
+/* The tune hook, taken off first (its timing calls run the graph as is) */
+static int
+run_tune(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tune = self->tune;
+    self->tune = NULL;
+    PyObject *small[17], **targs = small, *res = NULL;
+    if (nargs + 1 > 17 && (targs = PyMem_Malloc(sizeof(PyObject *) * (nargs + 1))) == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    targs[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        targs[i + 1] = args[i];
+    res = PyObject_Vectorcall(tune, targs, nargs + 1, NULL);
+    if (targs != small)
+        PyMem_Free(targs);
+    if (res == NULL)
+        goto error;
+    Py_DECREF(res);
+    Py_DECREF(tune);
+    return 0;
+error:
+    Py_DECREF(tune);
+    return -1;
+}
+
 static PyObject *
 graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -605,6 +636,8 @@ graph_vectorcall(CompiledGraph *self, PyObject *const *args, size_t nargsf, PyOb
                      p->ninputs, nargs);
         return NULL;
     }
+    if (self->tune != NULL && run_tune(self, args, nargs) < 0)
+        return NULL;
     PyObject *small_in[16], **inputs = small_in;
     em_Tensor *small_buf[32], **bufs = small_buf;
     PyObject *result = NULL;
@@ -679,6 +712,8 @@ graph_dealloc(CompiledGraph *self)
     Py_XDECREF(self->module);
     Py_XDECREF(self->plan);
     Py_XDECREF(self->matmul);
+    Py_XDECREF(self->tune);
+    Py_XDECREF(self->keep);
     PyMem_Free(self->kernels);
     PyMem_Free(self->step_seconds);
     PyObject_Free(self);
@@ -725,6 +760,8 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->calls = 0;
     self->step_seconds = NULL;
     self->pool = NULL;
+    self->tune = NULL;
+    self->keep = NULL;
     int nkernels = (int)PyTuple_GET_SIZE(addresses);
     self->kernels = PyMem_Calloc(nkernels + 1, sizeof(kernel_fn));
     self->matmul = PyObject_GetAttrString(em_numpy, "matmul");
@@ -797,8 +834,83 @@ graph_get_step_seconds(CompiledGraph *self, void *c)
     return out;
 }
 
+static PyObject *
+graph_get_tune(CompiledGraph *self, void *c)
+{
+    return Py_NewRef(self->tune != NULL ? self->tune : Py_None);
+}
+
+static int
+graph_set_tune(CompiledGraph *self, PyObject *value, void *c)
+{
+    if (value != NULL && value != Py_None && !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "CompiledGraph.tune must be callable or None");
+        return -1;
+    }
+    Py_XSETREF(self->tune, value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+/* set_step(i, parallel, chunk, address, how, keep): the schedule of step i. A kernel
+ * step runs in chunks of `chunk` (> 0) indices, on the pool when parallel (only where
+ * the plan made it parallel: a step accumulating along dim 0 never is), with the code
+ * at address when not None (an equivalent kernel; keep holds it alive); a matmul step
+ * splits as how says (0 as the runtime decides, 1 over the pool, 2 one BLAS call). */
+static PyObject *
+graph_set_step(CompiledGraph *self, PyObject *args)
+{
+    Py_ssize_t i, chunk;
+    int parallel, how;
+    PyObject *address, *keep;
+    if (!PyArg_ParseTuple(args, "npnOiO:set_step", &i, &parallel, &chunk, &address, &how,
+                          &keep))
+        return NULL;
+    if (i < 0 || i >= self->p.nsteps) {
+        PyErr_SetString(PyExc_IndexError, "set_step: no such step");
+        return NULL;
+    }
+    step_t *s = &self->p.steps[i];
+    if (s->kind == STEP_KERNEL) {
+        if (chunk <= 0 || (parallel && !s->may_parallel)) {
+            PyErr_SetString(PyExc_ValueError, "set_step: a chunk must be positive, and only "
+                            "a step the plan made parallel may run in parallel");
+            return NULL;
+        }
+        kernel_fn fn = s->fn;
+        if (address != Py_None && (fn = (kernel_fn)PyLong_AsVoidPtr(address)) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "set_step: null kernel address");
+            return NULL;
+        }
+        if (keep != Py_None) {
+            if (self->keep == NULL && (self->keep = PyList_New(0)) == NULL)
+                return NULL;
+            if (PyList_Append(self->keep, keep) < 0)
+                return NULL;
+        }
+        s->fn = fn;
+        s->parallel = parallel;
+        s->chunk = chunk;
+    }
+    else if (s->kind == STEP_MATMUL) {
+        if (how < EM_GEMM_AUTO || how > EM_GEMM_ONE_CALL) {
+            PyErr_SetString(PyExc_ValueError, "set_step: how is 0, 1 or 2");
+            return NULL;
+        }
+        s->how = how;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef graph_methods[] = {
+    {"set_step", (PyCFunction)graph_set_step, METH_VARARGS,
+     "set_step(i, parallel, chunk, address, how, keep): step i's schedule."},
+    {NULL},
+};
+
 static PyGetSetDef graph_getset[] = {
     {"profile", (getter)graph_get_profile, (setter)graph_set_profile, NULL, NULL},
+    {"tune", (getter)graph_get_tune, (setter)graph_set_tune, NULL, NULL},
     {"step_seconds", (getter)graph_get_step_seconds, NULL, NULL, NULL},
     {NULL},
 };
@@ -820,6 +932,7 @@ static PyTypeObject CompiledGraph_Type = {
     .tp_doc = "Runs the kernels and BLAS calls of a compiled graph in one call.",
     .tp_getset = graph_getset,
     .tp_members = graph_members,
+    .tp_methods = graph_methods,
     .tp_new = graph_new,
 };
 

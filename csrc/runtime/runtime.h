@@ -21,6 +21,12 @@ int em_pool_threads(void);
  * numpy.matmul), -1 when a signal handler raised (Ctrl-C) while it ran on the pool. */
 int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
 
+/* The same, split as `how` says: EM_GEMM_AUTO as em_blas_matmul decides (the pool for
+ * large products), EM_GEMM_POOL over the pool whenever it has threads, EM_GEMM_ONE_CALL
+ * never (BLAS's own threads). max-autotune picks one per product by timing. */
+enum { EM_GEMM_AUTO, EM_GEMM_POOL, EM_GEMM_ONE_CALL };
+int em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how);
+
 /* The BLAS library's threads (ember.set_num_threads sets them with the pool's). */
 void em_blas_set_threads(int n);
 

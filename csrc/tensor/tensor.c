@@ -731,7 +731,7 @@ slot_call(int id, PyObject *a, PyObject *b)
     if (op == NULL)
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *other = em_Tensor_Check(a) ? b : a;
-    if (!em_Tensor_Check(other) && !em_is_number(other))
+    if (!em_Tensor_Check(other) && !em_is_number(other) && !em_is_symint(other))
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *args[2] = {a, b};
     return em_op_call(op, args, 2);

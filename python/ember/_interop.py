@@ -1,10 +1,13 @@
 """Interop with other array libraries: DLPack both ways, and array-likes as tensors.
 
-DLPack goes through NumPy's implementation of the protocol (NumPy 2): an ember tensor's
-data is a NumPy array (its view of the storage, with the tensor's own strides), so
-`Tensor.__dlpack__` exports that array's capsule and `from_dlpack` wraps the array NumPy
-imports. Both are zero-copy: the capsule keeps the array, hence the storage, alive, and
-an imported tensor's storage is the producer's memory. As in PyTorch, a tensor that
+DLPack capsules are ember's own (csrc/tensor/dlpack.c), not NumPy's, whose exporter and
+importer refuse dtypes without a NumPy DLPack code (bfloat16): an ember tensor's data is
+a NumPy array (its view of the storage, with the tensor's own strides), which
+`Tensor.__dlpack__` wraps in a capsule, and `from_dlpack` wraps the array C builds over
+the producer's memory (every ember dtype: bool, integers, float16, bfloat16, float32,
+float64, complex64, complex128). Both are zero-copy: the capsule keeps the array, hence
+the storage, alive, and an imported tensor's storage is the producer's memory, released
+through the producer's deleter when the last view dies. As in PyTorch, a tensor that
 requires grad is refused (BufferError); read-only data stays read-only (exported with
 DLPack 1.0's read-only flag, imported as a read-only tensor); an imported tensor with
 strides ember cannot hold (negative ones) is copied unless copy=False.
@@ -74,14 +77,13 @@ def tensor_dlpack(self, *, stream=-1, max_version=None, dl_device=None, copy=Non
         raise BufferError(f"ember tensors are on the CPU; cannot export to DLPack device "
                           f"{tuple(dl_device)}")
     arr = _export_array(self)
-    if max_version is None or max_version[0] < 1:
-        if copy:
-            arr = arr.copy()
-        if not arr.flags.writeable:
-            raise BufferError("Can't export a read-only tensor as a legacy DLPack capsule "
-                              "(it has no read-only flag); ask for max_version=(1, 0)")
-        return arr.__dlpack__()
-    return arr.__dlpack__(max_version=(1, 0), copy=copy)
+    if copy:
+        arr = arr.copy()
+    versioned = max_version is not None and max_version[0] >= 1
+    if not versioned and not arr.flags.writeable:
+        raise BufferError("Can't export a read-only tensor as a legacy DLPack capsule "
+                          "(it has no read-only flag); ask for max_version=(1, 0)")
+    return _C._dlpack_export(arr, versioned, bool(copy))
 
 
 def tensor_dlpack_device(self):
@@ -89,20 +91,6 @@ def tensor_dlpack_device(self):
     if self.is_meta:
         raise ValueError("Unknown device type meta for Dlpack")
     return _CPU
-
-
-class _CapsuleHolder:
-    """Gives a bare DLPack capsule the protocol's methods, for NumPy's importer (which
-    checks the capsule's own device and name)."""
-
-    def __init__(self, capsule):
-        self.capsule = capsule
-
-    def __dlpack__(self, **kwargs):
-        return self.capsule
-
-    def __dlpack_device__(self):
-        return _CPU
 
 
 def _check_device(device):
@@ -114,14 +102,8 @@ def _check_device(device):
 
 
 def _wrap(arr, copy, what):
-    """An ember tensor over arr (a NumPy array imported through DLPack)."""
-    from ._tensor_new import dtype_from_numpy
-    try:
-        dtype_from_numpy(arr.dtype)
-    except TypeError:
-        raise RuntimeError(f"{what}: unsupported dtype {arr.dtype} in DLTensor (ember has "
-                           "bool, uint8, int8, int16, int32, int64, float16, float32 and "
-                           "float64)") from None
+    """An ember tensor over arr (a NumPy array of an ember dtype, imported through
+    DLPack)."""
     if any(s < 0 for s in arr.strides):
         if copy is False:
             raise BufferError(f"{what}: the tensor has negative strides, which ember "
@@ -140,7 +122,13 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
         if dev[0] not in _HOST:
             raise BufferError(f"ember.from_dlpack: ember runs on the CPU only; the tensor is "
                               f"on DLPack device {tuple(dev)}")
-        arr = np.from_dlpack(ext_tensor, copy=copy)
+        try:     # the versioned protocol (DLPack 1.0), else the legacy one
+            capsule = ext_tensor.__dlpack__(max_version=(1, 0), copy=copy)
+        except TypeError:
+            capsule = ext_tensor.__dlpack__()
+        arr, copied, _ = _C._dlpack_import(capsule)
+        if copy and not copied:
+            arr = arr.copy()
     else:
         if copy is not None:
             raise AssertionError("device and copy kwargs not supported when ext_tensor is "
@@ -149,7 +137,7 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
             raise TypeError(f"ember.from_dlpack: expected an object with __dlpack__ or a "
                             f"DLPack capsule, got {type(ext_tensor).__name__}")
         try:
-            arr = np.from_dlpack(_CapsuleHolder(ext_tensor))
+            arr = _C._dlpack_import(ext_tensor)[0]
         except ValueError:
             raise RuntimeError("from_dlpack received an invalid capsule. Note that DLTensor "
                                "capsules can be consumed only once, so you might have "

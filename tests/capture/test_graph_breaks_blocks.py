@@ -109,8 +109,10 @@ def fn(x):
         z = helper(y)
         w = z * y
     return w + x, w.requires_grad
-""", "T(3).requires_grad_()", 4, 2, r"print\(\)", torch=(4, 3)),
-    # (fn breaks at the call, helper at its print; torch counts the inner break twice)
+""", "T(3).requires_grad_()", 3, 1, r"print\(\)", torch=(4, 3)),
+    # (helper breaks at its print inside fn's block, and resumes there: helper's rest,
+    # then fn's, each in the mode its frame had; torch breaks fn at the call, then
+    # helper at its print, counting the inner break twice)
     # ------------------------------------------------------------ try blocks
     Case("try_except_not_raised", """
 def fn(x):
@@ -377,9 +379,10 @@ def fn(x):
     y = x * 2
     z = helper(y)
     return z * 3
-""", "T(3)", 2, 2, r"print\(\)", torch=(2, 1)),
-    # (fn breaks at the call, helper's frame at its loop: torch skips helper's frame,
-    # uncounted)
+""", "T(3)", 2, 1, r"print\(\)", torch=(2, 1)),
+    # (one break, in helper's loop: the first graph holds x * 2, a loop function runs
+    # helper's loop in CPython, then fn's resume function gets its result; torch breaks
+    # fn at the call and skips helper's frame, uncounted)
     Case("loop_over_a_module_list", """
 class Block(nn.Module):
     def forward(self, x):

@@ -7,7 +7,8 @@
 Each case's source text runs with `torch` bound to PyTorch, and
 torch._dynamo.explain(fn)(*args, **kwargs).graph_count is its count; the counts come from
 PyTorch only, never from Ember. A case whose explain reports graph breaks (or raises) is
-listed and makes the script exit 1: the catalogue holds whole-graph captures only.
+listed and makes the script exit 1, unless the case is marked torch_breaks (a construct
+torch breaks on too): its entry is then [graph_count, graph_break_count].
 """
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ def torch_count(torch, case):
     """(graph_count, break reasons) of torch._dynamo.explain on the case."""
     torch._dynamo.reset()
     ns, args, kwargs = make_namespace(torch, case)
-    out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
+    mode = torch.is_grad_enabled()
+    try:
+        out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
+    finally:
+        torch.set_grad_enabled(mode)
     return out.graph_count, [str(r.reason) for r in out.break_reasons]
 
 
@@ -50,12 +55,16 @@ def main(argv=None):
         except Exception as e:   # noqa: BLE001 - reported, not stored
             bad[case.name] = f"raised {type(e).__name__}: {e}"[:300]
             continue
-        if reasons:
+        if reasons and not case.torch_breaks:
             bad[case.name] = f"{n} graphs, breaks: {reasons}"[:300]
             continue
-        counts[case.name] = n
-        mark = "" if stored.get(case.name) == n else f"   (stored {stored.get(case.name)})"
-        print(f"{case.name}: {n}{mark}")
+        if case.torch_breaks and not reasons:
+            bad[case.name] = "marked torch_breaks, but torch captures it whole"
+            continue
+        counts[case.name] = [n, len(reasons)] if case.torch_breaks else n
+        mark = "" if stored.get(case.name) == counts[case.name] else \
+            f"   (stored {stored.get(case.name)})"
+        print(f"{case.name}: {counts[case.name]}{mark}")
     torch._dynamo.reset()
     for name, why in bad.items():
         print(f"NOT WHOLE {name}: {why}")

@@ -13,6 +13,10 @@ forward outputs, written back into the inputs by the runtime after each call
 (mutation.py; the eager backend's graphs that write into inputs take the same path,
 eager.py).
 
+A graph may change grad mode inside (no_grad / enable_grad regions): the joint trace
+runs through the mode-setting calls, so each region's ops record autograd as eager's
+do there (grad_mode.py).
+
 Backend "aot_eager" compiles both graphs with eager ops. counters["aot_saved_bytes"]
 [graph name] adds up the bytes each compiled forward saves for its backward.
 """
@@ -25,6 +29,7 @@ from .. import fx
 from ..capture.backends import register_backend
 from ..capture.exc import counters
 from .decompose import PrimVerificationError, decompose, verify_prims
+from .grad_mode import turns_grad_on, with_grad_on
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, log_mutations, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
@@ -51,7 +56,9 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     def run(*args):
         return gm(*args)
 
-    joint = trace_joint(run, example_inputs)
+    # a graph entered with grad off whose region turns it on (grad_mode.py)
+    grad_inside = not _C.is_grad_enabled() and turns_grad_on(gm)
+    joint = trace_joint(run, example_inputs, grad_inside=grad_inside)
     if record is not None:
         record["joint"] = joint
     fallback = _aliased_inputs_fallback(gm, name) if joint.mutations else None
@@ -87,9 +94,10 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
         if joint.num_tangents > 1 else None
-    return compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
-                             bw_compiler(bw, f"{name}_backward"), name, variants,
-                             fallback=fallback)
+    compiled = compiled_function(prim_joint, fw_compiler(fw, f"{name}_forward"),
+                                 bw_compiler(bw, f"{name}_backward"), name, variants,
+                                 fallback=fallback)
+    return with_grad_on(compiled) if grad_inside else compiled
 
 
 def backward_variants(gm, example_inputs, bw_compiler, name="graph"):

@@ -8,8 +8,10 @@ history as eager's do, and the runtime writes the new values back into the input
 the call (csrc/runtime/aot_function.c, forward_grad=True). So a graph that raises has
 written nothing, and the frame can run again eagerly from the state eager started from.
 
-Not when the graph calls an autograd.Function: its op-level trace holds the forward's
-ops, whose eager autograd is not the class's backward. That graph runs as captured, its
+Not when the graph calls an autograd.Function (its op-level trace holds the forward's
+ops, whose eager autograd is not the class's backward), nor when it changes grad mode
+inside (grad_mode.py: the op-level trace holds no mode changes, and run under one mode
+its ops would record history where eager's record none). That graph runs as captured, its
 writes into inputs in place as eager's, under `restoring_inputs`: a call that raises
 puts the memory and version counter of every input it may have written back as they
 were, so the frame runs again eagerly from eager's starting state and writes once.
@@ -17,6 +19,7 @@ were, so the frame runs again eagerly from eager's starting state and writes onc
 from __future__ import annotations
 
 from .. import fx
+from .grad_mode import sets_grad_mode
 from .joint import trace_joint
 from .runtime import compiled_function
 
@@ -25,7 +28,7 @@ def writes_into_inputs(gm) -> bool:
     """Whether a captured graph writes into an input (or a view of one)."""
     for n in gm.graph.nodes:
         fake = n.meta.get("example_value") if n.op == "placeholder" else None
-        if fake is not None and fake._version > 0:
+        if fake is not None and getattr(fake, "_version", 0) > 0:
             return True
     return False
 
@@ -71,7 +74,7 @@ def calls_autograd_functions(gm) -> bool:
 def eager_graph(gm, example_inputs):
     if not writes_into_inputs(gm):
         return gm.forward
-    if calls_autograd_functions(gm):
+    if calls_autograd_functions(gm) or sets_grad_mode(gm):
         return restoring_inputs(gm.forward, written_inputs(gm))
     from . import _aliased_inputs_fallback
     code = getattr(gm, "meta", {}).get("code")

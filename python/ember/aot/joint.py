@@ -57,21 +57,25 @@ def _flat_outputs(out):
     raise TypeError(f"AOT autograd: graph returned {type(out).__name__}")
 
 
-def trace_joint(fn, example_inputs, *, with_backward=True) -> JointGraph:
+def trace_joint(fn, example_inputs, *, with_backward=True, grad_inside=False) -> JointGraph:
     """Traces fn(*inputs) (and its backward when an input requires grad). With
     with_backward=False the forward alone is traced, with autograd as at run time when
     an input requires grad (so the trace knows which writes into inputs autograd
-    follows), and no tangent is made."""
+    follows), and no tangent is made. The trace starts in the caller's grad mode; fn may
+    change it in regions (grad_mode.py): grad_inside says a region turns it on, so a
+    trace started with grad off may still record autograd there."""
     tracer = OpTracer()
     needs_grad = [i for i, x in enumerate(example_inputs) if x.requires_grad]
-    grad_on = bool(needs_grad) and _C.is_grad_enabled()
+    entry_grad = bool(needs_grad) and _C.is_grad_enabled()
+    # whether autograd may record anywhere in fn (at entry, or in a region)
+    grad_on = bool(needs_grad) and (_C.is_grad_enabled() or grad_inside)
     primals, leaves = [], []
     for i, x in enumerate(example_inputs):
         p, leaf = _primal(tracer, f"primals_{i + 1}", x, grad_on)
         primals.append(p)
         leaves.append(leaf)
     grad_fns = [p.grad_fn for p in primals]
-    prev_grad = _C._set_grad_enabled(grad_on)
+    prev_grad = _C._set_grad_enabled(entry_grad)
     try:
         with tracer.tracing():
             outs, _ = _flat_outputs(fn(*primals))

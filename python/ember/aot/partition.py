@@ -83,7 +83,13 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     for n in nodes:
         if n in fw_set and n.op == "call_function":
             env[n] = fw.node_copy(n, lambda a: env[a])
-    fw.output(tuple(env[o] for o in fw_outs) + tuple(env[s] for s in saved))
+    # an input the program writes into is written after the forward (the runtime
+    # writes the new values back): saved as is, the backward would read the new value.
+    # The forward saves a copy of it instead (the min cut may prefer it to the values
+    # eager saves, which are computed from it before the write)
+    written = {primals[m.index] for m in joint.mutations}
+    fw.output(tuple(env[o] for o in fw_outs) +
+              tuple(_copy_of(fw, env[s]) if s in written else env[s] for s in saved))
     fw.eliminate_dead_code()
     fw.lint()
 
@@ -99,6 +105,16 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     bw.eliminate_dead_code()
     bw.lint()
     return fw, bw, saved
+
+
+def _copy_of(fw, node):
+    """A copy, made in the forward, of an input the program writes into that the
+    backward reads: the runtime writes the input's new value into its memory after the
+    forward (mutation.py), and the backward must see the value the forward read."""
+    from ..ops import api as O
+    copy = fw.call_function(O.clone, (node,), {})
+    copy.meta.update(node.meta)
+    return copy
 
 
 def _reads_of_backward(nodes, primals, fw_required, bw_roots, from_tangents, also):

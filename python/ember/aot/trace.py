@@ -16,6 +16,7 @@ import contextlib
 
 from .. import _C
 from .. import fx
+from ..fx.sym_meta import dispatch_mode as _mode
 from ..ops import meta as M
 from .functionalize import Functionalizer
 
@@ -133,17 +134,5 @@ class OpTracer:
 
     @contextlib.contextmanager
     def tracing(self):
-        prev = _C._set_mode(_C.MODE_TRACE, self)
-        try:
+        with _mode(_C.MODE_TRACE, self):
             yield self
-        finally:
-            _C._set_mode(*prev)
-
-
-@contextlib.contextmanager
-def _mode(mode):
-    prev = _C._set_mode(mode)
-    try:
-        yield
-    finally:
-        _C._set_mode(*prev)

@@ -5,6 +5,7 @@ from . import _hook
 from .api import compile
 from .backends import list_backends, lookup as lookup_backend, register_backend
 from .config import config
+from .dynamic import mark_dynamic, mark_static, maybe_mark_dynamic
 from .exc import CaptureError, SelfCheckError, Unsupported, counters
 from .explain import explain
 
@@ -13,7 +14,9 @@ def reset():
     """Forgets every compiled entry (torch._dynamo.reset)."""
     from .convert import forget_graphs, reset_warnings
     from .symbolic import _DECODED
+    from . import dynamic
     _hook.reset_all()
+    dynamic.forget()
     _DECODED.clear()
     forget_graphs()
     _hook.reset_counters()
@@ -23,4 +26,4 @@ def reset():
 
 __all__ = ["compile", "reset", "explain", "counters", "config", "list_backends",
            "register_backend", "lookup_backend", "CaptureError", "SelfCheckError",
-           "Unsupported"]
+           "Unsupported", "mark_dynamic", "maybe_mark_dynamic", "mark_static"]

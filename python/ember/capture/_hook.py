@@ -236,15 +236,17 @@ def hook_info():
     return _c.hook_info()
 
 
-def tensor_match(source, tensor, *, dynamic_dims=(), check_strides=True):
+def tensor_match(source, tensor, *, dynamic_dims=(), check_strides=True, open_strides=None):
     """A TENSOR_MATCH guard tuple for ``tensor`` read from ``source``: exact type, dtype,
     ndim, sizes (dims in ``dynamic_dims`` match any size), strides (unless
-    ``check_strides`` is False or the dim is dynamic), storage offset, requires_grad and
-    device (cpu or meta)."""
+    ``check_strides`` is False or the dim is in ``open_strides``, by default
+    ``dynamic_dims``), storage offset, requires_grad and device (cpu or meta)."""
     dynamic = {d % tensor.ndim for d in dynamic_dims} if tensor.ndim else set()
+    open_ = dynamic if open_strides is None else \
+        ({d % tensor.ndim for d in open_strides} if tensor.ndim else set())
     sizes = tuple(None if d in dynamic else s for d, s in enumerate(tensor.shape))
     strides = None
     if check_strides:
-        strides = tuple(None if d in dynamic else s for d, s in enumerate(tensor.stride()))
+        strides = tuple(None if d in open_ else s for d, s in enumerate(tensor.stride()))
     return ("TENSOR_MATCH", source, type(tensor), tensor.dtype, sizes, strides,
             tensor.storage_offset(), tensor.requires_grad, tensor.is_meta)

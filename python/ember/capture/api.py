@@ -28,9 +28,14 @@ _SUPPORTED = "CPython 3.11 (3.11.4 or later)"
 _warned_modes = set()
 
 # torch.compile's mode names; "reduce-overhead" gives a function the leanest call path
-# (_hook.FastCall); the others behave as "default" here for now
+# (_hook.FastCall); "max-autotune" (and its -no-cudagraphs twin: there are no CUDA
+# graphs here) times each graph's schedules on its first call (compiler/autotune.py);
+# "lite" behaves as "default"
 MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-_EFFECTIVE = {"default": ("function", "module"), "reduce-overhead": ("function",)}
+AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+_EFFECTIVE = {"default": ("function", "module"), "reduce-overhead": ("function",),
+              "max-autotune": ("function", "module"),
+              "max-autotune-no-cudagraphs": ("function", "module")}
 # options= keys: Ember's own, and TorchInductor's that model code commonly passes
 # (accepted so that code runs unchanged; they change nothing here, said once)
 OPTIONS = {"check": "self-check mode: the first calls also run eagerly and compare"}
@@ -90,16 +95,24 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
     from ..nn import Module
     _check_mode_and_options(mode, options, "module" if isinstance(model, Module) else
                             "function")
-    if dynamic:
-        raise NotImplementedError("ember.compile(dynamic=True): dynamic shapes are not "
-                                  "supported yet; every shape is specialised (use "
-                                  "dynamic=None or False)")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"ember.compile: dynamic must be None, True or False, got "
+                        f"{dynamic!r}")
     if disable:
         return model
     _check_python()
     name, fn = backends.lookup(backend if backend is not None else
                                backends.default_backend())
-    ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options))
+    if mode in AUTOTUNE_MODES:
+        # the backend's autotuning form ("llvm": autotune.py); others have none
+        if hasattr(fn, "autotuned"):
+            fn = fn.autotuned
+        elif (mode, name) not in _warned_modes:
+            _warned_modes.add((mode, name))
+            warnings.warn(f"ember.compile: mode={mode!r} is accepted but behaves as "
+                          f"'default' with backend {name!r}", UserWarning, stacklevel=2)
+    ctx = CompileContext(name, fn, fullgraph, check=self_check.enabled(options),
+                         dynamic=dynamic)
     callback = make_callback(ctx)
     if isinstance(model, Module):
         return optimized_module_class()(model, callback, ctx)

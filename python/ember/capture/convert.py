@@ -22,8 +22,11 @@ from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
+from . import dynamic
+from .sym_sizes import SymbolicUnsupported, has_symbols, specializing
+from ..aot.eager import writes_into_inputs
 from .source import AttrSource, CellSource, ClosureSource, LocalSource
-from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, Translator
+from .symbolic import SIMPLE_BREAK_OPS, OutputGraph, StopTrace, Translator
 from .variables import BoundMethodVar, CellVar, ConstVar, DictVar, FunctionVar, ListVar, \
     NullVar, ObjectVar, TensorMethodVar, TensorVar, TupleVar, VariableTracker
 
@@ -39,8 +42,9 @@ _COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>"})
 class CompileContext:
     """The options of one ember.compile() call: what its callback uses."""
 
-    def __init__(self, backend_name, backend, fullgraph, check=False):
+    def __init__(self, backend_name, backend, fullgraph, check=False, dynamic=None):
         self.backend_name = backend_name
+        self.dynamic = dynamic    # ember.compile(dynamic=...): capture/dynamic.py
         self.backend = backend
         self.fullgraph = fullgraph
         self.check = check        # self-check mode: first calls also run eagerly
@@ -98,7 +102,13 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
     counters["stats"]["calls_captured"] += 1
     t0 = time.perf_counter()
     try:
-        out, ret = trace_frame(frame_info)
+        try:
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
+        except SymbolicUnsupported as e:
+            # what symbolic sizes cannot do yet: this code is captured specialised
+            counters["dynamic_fallback"][e.reason] += 1
+            dynamic.static_codes.add(code)
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
         gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         if ctx.strict():
@@ -198,26 +208,72 @@ def suggestion(reason):
 def compile_break(frame_info, e, ctx, t0):
     """The cache entry for a frame that stops at instruction e.break_at: traces again up
     to it, compiles that graph (the prefix) and returns (guards, entry function) that
-    runs the prefix, the instruction in CPython and a resume function (resume.py)."""
+    runs the prefix, the instruction in CPython and a resume function (resume.py).
+
+    A break inside calls the frame inlines (e.chain: a function, a method, a module's
+    forward, called by a CALL and returning the call's result) stops there: the prefix
+    holds the caller's ops before the call and the callee's before the break, and
+    after the instruction the callee's rest runs as a resume function whose result
+    goes to the caller's resume function. Where that cannot be built, the break moves
+    out to the call in the frame around it (at last the frame's own instruction, whose
+    call then runs in CPython, its frame converted on its own)."""
     code = frame_info.code
-    offset = e.break_at
     resume.check_resumable(code)
-    base, shift = resume.original(code)
-    loop = resume.enclosing_loop(base, offset - shift)
-    if loop is not None:
-        # inside a loop: the graph ends before the loop, which a loop function runs in
-        # CPython, and capture resumes where the loop exits (resume.py)
-        offset = loop[0] + shift
+    if e.chain:
+        path = list(reversed(e.chain))
+    else:
+        path = [(code, e.break_at)]
+    path, loop = _cut_at_loop(path)
+    error = None
+    for n in range(len(path), 0, -1):
+        try:
+            return _compile_break_at(frame_info, path[:n],
+                                     loop if n == len(path) else None, ctx, t0)
+        except Unsupported as why:
+            error = why
+    raise error
+
+
+def _cut_at_loop(path):
+    """The break path cut at the outermost frame whose instruction is inside a loop:
+    there the break moves to before the loop, which a loop function runs in CPython,
+    capture resuming where the loop exits (resume.py). Returns (path, the loop's
+    exits and locals stored or deleted, or None)."""
+    for i, (code, offset) in enumerate(path):
+        base, shift = resume.original(code)
+        try:
+            loop = resume.enclosing_loop(base, offset - shift)
+        except Unsupported:
+            if i == 0:
+                raise
+            return path[:i], None      # (a comprehension's loop: break at its call)
+        if loop is not None:
+            return path[:i] + [(code, loop[0] + shift)], loop[1:]
+    return path, None
+
+
+def _compile_break_at(frame_info, path, loop, ctx, t0):
+    """compile_break for one break path: [(code, offset)], outermost first."""
+    code = frame_info.code
     root = []
-    out, _ = trace_frame(frame_info, stop_at=offset, keep=root)
-    tx = root[0]
-    ins = tx.stopped
-    if ins is None or ins.offset != offset:
+    out, _ = trace_frame(frame_info, stop_path=path, keep=root, dynamic=ctx.dynamic)
+    tx = root[-1] if len(root) == 2 else None
+    if tx is None or tx.depth != len(path) - 1 or tx.stopped.offset != path[-1][1]:
         raise Unsupported("tracing again did not reach the break")
-    following = tx.instructions[tx.index_of[offset] + 1].offset
+    frames = []
+    t = tx
+    while t is not None:
+        frames.append(t)
+        t = t.parent
+    frames.reverse()
+    last = len(frames) - 1
+    if last:
+        resume.check_resumable(tx.code)
+    ins = tx.stopped
+    following = tx.instructions[tx.index_of[ins.offset] + 1].offset
     if loop is not None:
         n_in, outputs, instruction = 0, 0, ("LOOP", None)
-        offsets = [offset]
+        offsets = [ins.offset]
     elif ins.opname == "CALL":
         n_in, outputs, instruction = ins.arg + 2, 1, ("CALL", ins.arg)
         offsets = [following]
@@ -233,7 +289,6 @@ def compile_break(frame_info, e, ctx, t0):
     stack = list(tx.stack)
     if len(stack) < n_in:
         raise Unsupported("the stack at the break is shorter than the instruction needs")
-    lower, inputs = stack[:len(stack) - n_in], stack[len(stack) - n_in:]
     values, index = [], {}
 
     def value_index(vt):
@@ -244,37 +299,64 @@ def compile_break(frame_info, e, ctx, t0):
             values.append(vt)
         return index[id(vt)]
 
-    input_idx = [value_index(v) for v in inputs]
-    lower_idx = [value_index(v) for v in lower]
-    def locals_at(off):
-        """Value indices of the locals live at off; a cell variable's is its cell."""
-        live = resume.live_locals(code, off)
-        local_values = [value_index(tx.locals[n]) if n in live and n in tx.locals
-                        else None for n in code.co_varnames]
-        for i, n in enumerate(base.co_varnames):
-            if n in base.co_cellvars:
-                local_values[i] = value_index(tx.cells[n])
-        return local_values
+    input_idx = [value_index(v) for v in stack[len(stack) - n_in:]]
+    # the grad mode each frame was entered with, and its mode at its instruction
+    entered = [_C.is_grad_enabled()] + [f.entry_grad for f in frames[1:]]   # (guarded)
+    at = entered[1:] + [out.exit_grad_mode]
+    levels = []
+    for depth, f in enumerate(frames):
+        fcode = f.code
+        base, _ = resume.original(fcode)
+        offset = path[depth][1]
+        if depth < last:
+            # inside the CALL at offset: its inputs are popped; the callee's return
+            # value is the continuation's output
+            lower = list(f.stack)
+            n_out = 1
+            after = [f.instructions[f.index_of[offset] + 1].offset]
+        else:
+            lower = stack[:len(stack) - n_in]
+            n_out = outputs
+            after = offsets
+        lower_idx = [value_index(v) for v in lower]
 
-    cells = [value_index(tx.cells[n]) for n in resume.own_cells(base)]
-    continuations = []
-    for off in offsets:
-        continuations.append(resume.Continuation(code, off, locals_at(off), lower_idx,
-                                                 outputs, cells=cells))
-    if loop is not None:
-        if any(v is None for v in lower_idx):
-            raise Unsupported("a NULL on the stack below a loop")
-        continuations[0].loop = loop[1:]
-    handler = None
-    caught = resume.handler_at(code, offset) if loop is None else None
-    if caught is not None:
-        # inside a try or with block: an exception the instruction raises goes to the
-        # block's handler, in a resume function with the stack the handler expects
-        target, depth, lasti = caught
-        if depth > len(lower):
-            raise Unsupported("the handler's stack reaches into the instruction's inputs")
-        handler = resume.Continuation(code, target, locals_at(target), lower_idx[:depth],
-                                      1 + bool(lasti), lasti=bool(lasti), cells=cells)
+        def locals_at(off, f=f, fcode=fcode, base=base):
+            """Value indices of the locals live at off; a cell variable's is its cell."""
+            live = resume.live_locals(fcode, off)
+            local_values = [value_index(f.locals[n]) if n in live and n in f.locals
+                            else None for n in fcode.co_varnames]
+            for i, n in enumerate(base.co_varnames):
+                if n in base.co_cellvars:
+                    local_values[i] = value_index(f.cells[n])
+            return local_values
+
+        cell_names = resume.own_cells(base)
+        if resume.frees_are_params(fcode, depth > 0):
+            cell_names += base.co_freevars
+        cells = [value_index(f.cells[n]) for n in cell_names]
+        continuations = [resume.Continuation(fcode, off, locals_at(off), lower_idx,
+                                             n_out, cells=cells) for off in after]
+        if depth == last and loop is not None:
+            if any(v is None for v in lower_idx):
+                raise Unsupported("a NULL on the stack below a loop")
+            continuations[0].loop = loop
+        handler = None
+        caught = resume.handler_at(fcode, offset) \
+            if not (depth == last and loop is not None) else None
+        if caught is not None:
+            # inside a try or with block: an exception the instruction raises goes to
+            # the block's handler, in a resume function with the stack the handler
+            # expects
+            target, hdepth, lasti = caught
+            if hdepth > len(lower):
+                raise Unsupported("the handler's stack reaches into the instruction's "
+                                  "inputs")
+            handler = resume.Continuation(fcode, target, locals_at(target),
+                                          lower_idx[:hdepth], 1 + bool(lasti),
+                                          lasti=bool(lasti), cells=cells)
+        levels.append(resume.Level(fcode, continuations, handler, offset,
+                                   entered[depth] if at[depth] != entered[depth]
+                                   else None, f.f_globals if depth else None))
     _check_no_aliases_cross(values, out)
     if frame_info.closure:
         for i, cell in enumerate(frame_info.closure):
@@ -290,12 +372,8 @@ def compile_break(frame_info, e, ctx, t0):
                               _eager_rerun(code, frame_info.globals, frame_info.closure,
                                            ctx, flagged=True),
                               code.co_name, guards)
-    entry_mode = _C.is_grad_enabled()        # (guarded; the trace restored it)
     entry = resume.entry_function(code, frame_info.func, prefix, len(values), input_idx,
-                                  instruction, tx.kw_names, continuations, tx.lineno,
-                                  handler=handler, offset=offset,
-                                  entry_mode=entry_mode
-                                  if out.exit_grad_mode != entry_mode else None)
+                                  instruction, tx.kw_names, levels, frames[0].lineno)
     if _has_ops(gm):
         counters["stats"]["unique_graphs"] += 1
         ctx.graphs.append(gm)
@@ -380,15 +458,16 @@ def retry_if_fallen_back(code):
         _hook.reset_code(code)
 
 
-def trace_frame(frame_info, stop_at=None, keep=None):
+def trace_frame(frame_info, stop_path=None, keep=None, dynamic=False):
     """Interprets the frame's code with its argument values; returns (OutputGraph, VT).
-    With stop_at, stops before the frame's instruction at that offset (a graph break);
-    `keep` (a list) then receives the frame's Translator, holding the stack and locals."""
+    With stop_path ([(code, offset)], outermost first: the frame's instruction, then
+    those of the frames each inlines), stops before the last (a graph break):
+    `keep` (a list) receives the frame's Translator and the one that stopped, each
+    holding its stack and locals."""
     code = frame_info.code
     out = OutputGraph(code)
-    # AOT autograd decides a graph's autograd by the grad mode it is entered with: a
-    # region turning grad on inside a graph entered with it off breaks (stdlib.py)
-    out.entry_grad_mode = _C.is_grad_enabled()
+    out.dynamic_mode = dynamic
+    out.stop_path = stop_path
     nargs = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     names = code.co_varnames[:nargs]
@@ -430,10 +509,16 @@ def trace_frame(frame_info, stop_at=None, keep=None):
         cell.frame_index = i       # a write is guarded on this cell's identity
         cells[name] = cell
     tx = Translator(code, frame_info.globals, builtins_, locals_, cells, out)
-    tx.stop_at = stop_at
+    if stop_path and len(stop_path) == 1:
+        tx.stop_at = stop_path[0][1]
     if keep is not None:
         keep.append(tx)
-    ret = tx.run()
+    try:
+        ret = tx.run()
+    except StopTrace as stop:
+        ret = None
+        if keep is not None:
+            keep.append(stop.frame)
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
     out.guards.add("AUTOCAST", None, _C._get_autocast())
     return out, ret
@@ -467,7 +552,7 @@ def _is_empty_cell(cell):
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     """Adds the output node; returns (GraphModule, input getters, frame program)."""
-    program, outputs = build_program(ret, out.side_effects)
+    program, outputs = build_program(ret, out.side_effects, out.sym)
     _guard_mutated_objects(out)
     graph = out.graph
     graph.output(tuple(outputs))
@@ -522,8 +607,15 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
     one warning per (code, reason), unless strict."""
     example_inputs = [value for _, _, value in out.inputs]
+    from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     try:
-        compiled = ctx.backend(gm, example_inputs)
+        backend = split_backend(ctx.backend)
+        if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
+            # (the eager backend runs symbolic graphs as they are, unless AOT's
+            # functionalization must run them)
+            compiled = specializing(gm, backend)
+        else:
+            compiled = backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend returned {type(compiled).__name__}, not a callable")
     except Exception as e:   # noqa: BLE001 - any backend failure falls back
@@ -558,6 +650,7 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
     another backend or options compiles its own entry instead of reusing this one.
     Last, so that a miss reported by check_verbose names a changed input first."""
     tuples = []
+    sym = getattr(guards, "sym", None)
     for g in guards:
         if g.kind == "GRAD_MODE":
             tuples.append(("GRAD_MODE", bool(g.value)))
@@ -567,7 +660,9 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             continue
         src = g.source.getter()
         if g.kind == "TENSOR_MATCH":
-            tuples.append(_hook.tensor_match(src, g.value))
+            sizes, strides = sym.open_dims(g.source) if sym is not None else ((), ())
+            tuples.append(_hook.tensor_match(src, g.value, dynamic_dims=sizes,
+                                             open_strides=strides))
         elif g.kind == "EQUALS_MATCH":
             tuples.append(_equals_guard(src, g.value))
         elif g.kind == "LAMBDA":
@@ -577,6 +672,8 @@ def build_guard_program(guards: GuardSet, frame_info, ctx: CompileContext = None
             tuples.append(("ALIAS", src, other.getter(), same))
         else:
             tuples.append((g.kind, src, g.value))
+    if sym is not None:
+        tuples.extend(sym.guard_tuples())
     if ctx is not None and ctx.callback is not None:
         tuples.append(("COMPILE_CONTEXT", ctx.callback))
     code = frame_info.code

@@ -16,6 +16,12 @@ class Unsupported(Exception):
         self.location = location
         self.break_at = None     # offset of the frame's own instruction to break at
         self.break_op = None
+        # [(code, offset)], innermost first: the frames a break can stop in (a break
+        # inside inlined calls resumes there: convert.compile_break), and the id of
+        # the Translator whose CALL inlined the innermost as its whole body
+        self.chain = None
+        self.chain_caller = None
+        self.no_nest = False     # break at the outermost call instead
         # (filename, lineno, function) of the interpreted frames, innermost first
         self.user_stack = None
 

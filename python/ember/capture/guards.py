@@ -16,6 +16,9 @@ Kinds:
     AUTOCAST      ember.autocast's dtype, or None when off (added to every program)
     COMPILE_CONTEXT  the ember.compile call running is the one that compiled the
                   entry (added last to every program by convert.build_guard_program)
+    SYM_REL       a relation between sizes read from sources ([dynamic]); made from the
+                  capture's ShapeEnv by sym_sizes.SymbolicInputs.guard_tuples, not
+                  recorded here
 """
 from __future__ import annotations
 

@@ -32,8 +32,9 @@ import types
 
 from .exc import Unsupported
 from .side_effects import DELETED
-from .variables import (BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
-                        DictVar, FunctionVar, ListVar, ModuleVar, ObjectVar, OpVar,
+from .variables import (SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
+                        DictVar, FunctionVar, ListVar, ModuleVar, NewObjectVar, ObjectVar,
+                        OpVar,
                         TensorMethodVar, TensorVar, TupleVar)
 
 
@@ -62,7 +63,8 @@ def _method_getter(name):
 
 
 class ProgramBuilder:
-    def __init__(self):
+    def __init__(self, sym=None):
+        self.sym = sym            # sym_sizes.SymbolicInputs of a symbolic capture
         self.values = []
         self.memo = {}            # id(VT) -> value index
         self.outputs = []         # graph output nodes
@@ -98,6 +100,12 @@ class ProgramBuilder:
             return self._add(("out", self.output(vt.node)), vt)
         if isinstance(vt, ConstVar):
             return self._add(("const", vt.value), vt)
+        if isinstance(vt, SymVar) and self.sym is not None:
+            # a size returned or crossing a graph break: an int the graph computes
+            node = self.sym.node(vt.sym)
+            if isinstance(node, int):
+                return self._add(("const", node), vt)
+            return self._add(("out", self.output(node)), vt)
         source = getattr(vt, "source", None)
         if isinstance(vt, (TupleVar, ListVar, DictVar)):
             if source is not None:
@@ -112,6 +120,10 @@ class ProgramBuilder:
             return self._cell(vt)
         if isinstance(vt, FunctionVar) and vt.closure is not None and source is None:
             return self._function(vt)
+        if isinstance(vt, NewObjectVar):
+            # an object the frame made: a new instance per call (its attributes are
+            # set by the effects)
+            return self._add(("call1", object.__new__, self.const(type(vt.value))), vt)
         if getattr(vt, "made_by_frame", False):
             raise Unsupported("returning or storing a module the compiled code built")
         if isinstance(vt, (ModuleVar, ObjectVar, FunctionVar, OpVar, BuiltinVar)):
@@ -207,11 +219,14 @@ class ProgramBuilder:
                 (side_effects.attrs, self.target, "delattr", "setattr"),
                 (side_effects.globals_, self.const, "delitem", "setitem")):
             for obj, name, value, recreate in table.values():
+                if isinstance(obj, NewObjectVar):
+                    continue            # below, if the object leaves the frame
                 t = target(obj)
                 if value is DELETED or recreate:
                     out.append((delete, t, name))
                 if value is not DELETED:
                     out.append((store, t, name, self.value(value)))
+        out += self._new_object_attrs(side_effects)
         for cell in side_effects.cells:
             # (a resume function's cell parameter: the cell its slot holds)
             t = self.target(cell) if getattr(cell, "source", None) is not None else \
@@ -220,9 +235,30 @@ class ProgramBuilder:
         return out
 
 
-def build_program(ret, side_effects):
+    def _new_object_attrs(self, side_effects):
+        """The attributes of the objects the frame made that leave it (have a value in
+        the program: the result, another effect, or such an object's attribute reach
+        them), in the order the frame wrote them; the others are garbage at the end of
+        the frame, and nothing of theirs is computed."""
+        pending = [e for e in side_effects.attrs.values() if isinstance(e[0], NewObjectVar)]
+        out, done = [], set()
+        while True:
+            reached = [i for i, e in enumerate(pending)
+                       if i not in done and id(e[0]) in self.memo]
+            if not reached:
+                return out
+            for i in reached:
+                obj, name, value, _ = pending[i]
+                done.add(i)
+                if value is not DELETED:
+                    out.append(("setattr", self.memo[id(obj)], name, self.value(value)))
+                else:
+                    out.append(("delattr", self.memo[id(obj)], name))
+
+
+def build_program(ret, side_effects, sym=None):
     """(program, graph output nodes) for a frame returning VT ret."""
-    b = ProgramBuilder()
+    b = ProgramBuilder(sym)
     result = b.value(ret)
     effects = b.effects(side_effects)
     return (tuple(b.values), tuple(effects), result), b.outputs

@@ -226,7 +226,8 @@ def check_resumable(code):
         raise Unsupported("graph break in a generator")
 
 
-def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False):
+def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, grad=False,
+                free_params=False):
     """The resume function's code for `code` at `offset`.
 
     stack_nulls: for each stack slot at the offset, bottom first, True where it holds
@@ -239,8 +240,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     grad: it takes the grad mode to run in as a parameter (after the stack values) and
     its prologue sets it, keeping the caller's in a local: the caller enters it with
     its own mode, so the graph starts in the mode of the frame that broke (AOT traces
-    autograd by the mode a graph starts in) and changes it inside, as that frame did."""
-    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad)
+    autograd by the mode a graph starts in) and changes it inside, as that frame did.
+    free_params: the code's free variables are parameters holding the cells too (after
+    its own cells), not a closure: for a function the frame inlined (a break inside
+    it), whose cells may be new at each call (a closure the frame made)."""
+    key = (offset, tuple(stack_nulls), tuple(sorted(delete)), handler, loop, grad,
+           free_params)
     per_code = _resume_cache.setdefault(code, {})
     hit = per_code.get(key)
     if hit is not None:
@@ -254,17 +259,19 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     # after the stack values, so every cell and free variable moves by nvalues
     g = int(bool(grad))
     cells = own_cells(code)
-    varnames = code.co_varnames + stack_names + ("___grad",) * g + cells + \
+    frees = code.co_freevars if free_params else ()
+    varnames = code.co_varnames + stack_names + ("___grad",) * g + cells + frees + \
         ("___entry_grad",) * g
     nparams = len(varnames) - g
-    body = _shift_free_opargs(code.co_code, nlocals, len(cells), nvalues + g, g)
+    body = _shift_free_opargs(code.co_code, nlocals, len(cells), nvalues + g,
+                              0 if free_params else g)
     consts = list(code.co_consts)
     if grad:
         consts.append(_C._set_grad_enabled)
 
     def prologue():
         asm = Asm()
-        if code.co_freevars:
+        if code.co_freevars and not free_params:
             asm("COPY_FREE_VARS", len(code.co_freevars))
         asm("RESUME", 0)
         if grad:
@@ -303,9 +310,12 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     tail, stacksize = b"", 0
     if loop is not None:
         body, tail, stacksize = _loop_exits(code, body, units, loop, delete, nvalues,
-                                            consts, g)
+                                            consts, g, free_params)
         qualname = f"{code.co_qualname}.<loop at {offset}>"
+    frees_as_cells = dict(co_cellvars=code.co_cellvars + frees, co_freevars=()) \
+        if free_params else {}
     new = code.replace(
+        **frees_as_cells,
         co_code=head + body + tail, co_consts=tuple(consts),
         co_argcount=nparams, co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames,
@@ -320,7 +330,7 @@ def resume_code(code, offset, stack_nulls, delete, handler=False, loop=None, gra
     return new
 
 
-def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
+def _loop_exits(code, body, units, loop, delete, nvalues, consts, g, free_params=False):
     """A loop function's body with a jump at each exit to a stub after the code that
     calls the resume function there with the live locals (bound before the loop:
     those the prologue does not delete), the stack values and the cells, and returns
@@ -332,7 +342,8 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
     targets |= {2 * t for _, _, t, _, _ in parse_exception_table(code.co_exceptiontable)}
     starts = [ins.offset for ins in instructions]
     nlocals = len(code.co_varnames)
-    cells = own_cells(code)
+    cells = own_cells(code) + (code.co_freevars if free_params else ())
+    closure = code.co_freevars and not free_params
 
     def const(obj):
         for i, c in enumerate(consts):
@@ -352,16 +363,17 @@ def _loop_exits(code, body, units, loop, delete, nvalues, consts, g):
             raise Unsupported("a local read after the loop may be unbound there")
         dead = {n for n in code.co_varnames if n not in code.co_cellvars and
                 (n not in live or n in unbound)}
-        rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g))
+        rcode = resume_code(code, target, [False] * depth, dead, grad=bool(g),
+                            free_params=free_params)
         asm = Asm()
         asm("PUSH_NULL")
-        if code.co_freevars:
+        if closure:
             base = nlocals + nvalues + 2 * g + len(cells)
             for j in range(len(code.co_freevars)):
                 asm("LOAD_CLOSURE", base + j)
             asm("BUILD_TUPLE", len(code.co_freevars))
         asm("LOAD_CONST", const(rcode))
-        asm("MAKE_FUNCTION", 8 if code.co_freevars else 0)
+        asm("MAKE_FUNCTION", 8 if closure else 0)
         for i, name in enumerate(code.co_varnames):
             if name in dead:
                 asm("LOAD_CONST", none)
@@ -468,26 +480,71 @@ class Continuation:
         self.loop = None                     # a loop's exits: resume with a loop function
 
 
-def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
-                   continuations, line, handler=None, offset=None, entry_mode=None):
+class Level:
+    """One frame of a graph break's chain, outermost first: the frame the hook
+    converts, then each frame the CALL of the one before it inlines (a function, a
+    method, a module's forward), the last stopped before the instruction that breaks.
+    continuations: the last frame's (one, or two for a conditional jump); the others'
+    one, at the instruction after their CALL, whose output is the callee's return.
+    handler: the Continuation an exception raised at the frame's instruction (for
+    the others: by the frames inside) goes to, or None. offset: the instruction's.
+    entry_mode: the grad mode the frame was entered with, where its mode at the
+    instruction differs (its resume function takes the mode as a parameter and is
+    called in this one). globals_: an inlined frame's function's globals.
+
+    An inlined frame's resume functions take its free variables' cells as parameters
+    (resume_code's free_params; its continuations' cells: its own cells, then those),
+    as do those of a frame running such a resume function."""
+
+    def __init__(self, code, continuations, handler=None, offset=None, entry_mode=None,
+                 globals_=None):
+        self.code = code
+        self.continuations = continuations
+        self.handler = handler
+        self.offset = offset
+        self.entry_mode = entry_mode
+        self.globals = globals_
+
+
+def frees_are_params(code, inlined):
+    """Whether the resume functions of a frame running `code` take its free variables'
+    cells as parameters (Level): an inlined frame's, or a resume function's that
+    does."""
+    base, _ = original(code)
+    return bool(base.co_freevars) and (inlined or not code.co_freevars)
+
+
+def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names, levels,
+                   line):
     """The function a frame with a break runs instead of its code (see module doc).
 
     inputs: the stopped instruction's operands, [value index | None (NULL)], bottom
     first; instruction: (opname, arg) for CALL, CALL_FUNCTION_EX and the simple
     instructions of symbolic.SIMPLE_BREAK_OPS (attribute and item access, operators),
-    or a conditional jump (continuations[0] falls through, [1] is the jump's).
-    handler: the Continuation an exception raised by the instruction goes to (the
-    break is inside a try or with block), or None. offset: the instruction's (for
-    the handler's lasti). entry_mode: the frame's grad mode where the mode at the
-    break differs (a grad-mode block, cut): the resume functions take the mode as a
-    parameter (resume_code's grad) and are called in this one."""
+    a conditional jump (the last level's continuations[0] falls through, [1] is the
+    jump's), or ("LOOP", None) (a loop function runs the last frame's loop).
+
+    levels (Level, outermost first): with one, the frame breaks at its own
+    instruction. With more (a break inside inlined calls), the instruction is the
+    last frame's, and the call nests as the frames did: the last frame's resume
+    function gets the instruction's result, and each resume function's return value
+    goes to the resume function of the frame before, the outermost's returned:
+
+        return resume_0(<frame 0's live values>, resume_1(..., resume_k(..., INSTR)))
+
+    An exception the instruction raises goes to the handler of the innermost frame
+    around it whose instruction is inside a try or with block (one raised by a
+    resume function, to the frames before it): a handler resume function (skipped by
+    the hook) continues that frame in CPython, its return value going on outwards."""
     nslots = code.co_argcount + code.co_kwonlyargcount + \
         bool(code.co_flags & inspect.CO_VARARGS) + \
         bool(code.co_flags & inspect.CO_VARKEYWORDS)
     params = code.co_varnames[:nslots]
     temps = tuple(f"___value{j}" for j in range(nvalues))
-    varnames = params + temps + (("___exception",) if handler is not None else ())
+    handled = any(lv.handler is not None for lv in levels)
+    varnames = params + temps + (("___exception",) if handled else ())
     consts = [None, prefix, 0, 1]
+    names = list(code.co_names)
 
     def const(obj):
         for i, c in enumerate(consts):
@@ -496,38 +553,60 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         consts.append(obj)
         return len(consts) - 1
 
-    resumes = []
-    base, shift = original(code)
-    nbase = len(base.co_varnames)       # a resume code's extra locals come last
-    everyone = continuations + ([handler] if handler is not None else [])
-    for c in everyone:
-        if any(v is not None for v in c.local_values[nbase:]):
-            raise Unsupported("a value of the resume prologue is live after it")
-        c.local_values = c.local_values[:nbase]
-        delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
-        nulls = [v is None for v in c.lower] + [False] * c.outputs
-        rcode = resume_code(base, c.offset - shift, nulls, delete,
-                            handler=c.lasti is not None, loop=c.loop,
-                            grad=entry_mode is not None and c.lasti is None)
-        if c.loop is not None:
-            _skip_code(rcode)         # the loop runs in CPython
-        resumes.append(rcode)
-    if handler is not None:
-        # the handler and what follows it run in CPython: an exception is rare, and
-        # the exception object would be guarded by identity
-        _skip_code(resumes[-1])
-        # the offset RERAISE restores, in units: the break's, in the handler's code
-        lasti_value = (offset - shift + _origin[resumes[-1]][1]) // 2
-    if any(r.co_freevars for r in resumes):
-        freevars = code.co_freevars
-    else:
-        freevars = ()
-        funcs = [types.FunctionType(r, func.__globals__, r.co_name) for r in resumes]
+    freevars = ()
+    for depth, lv in enumerate(levels):
+        base, shift = original(lv.code)
+        nbase = len(base.co_varnames)       # a resume code's extra locals come last
+        everyone = lv.continuations + ([lv.handler] if lv.handler is not None else [])
+        lv.resumes = []
+        for c in everyone:
+            if any(v is not None for v in c.local_values[nbase:]):
+                raise Unsupported("a value of the resume prologue is live after it")
+            c.local_values = c.local_values[:nbase]
+            delete = {n for n, v in zip(base.co_varnames, c.local_values) if v is None}
+            nulls = [v is None for v in c.lower] + [False] * c.outputs
+            rcode = resume_code(base, c.offset - shift, nulls, delete,
+                                handler=c.lasti is not None, loop=c.loop,
+                                grad=lv.entry_mode is not None and c.lasti is None,
+                                free_params=frees_are_params(lv.code, depth > 0))
+            if c.loop is not None:
+                _skip_code(rcode)         # the loop runs in CPython
+            lv.resumes.append(rcode)
+        if lv.handler is not None:
+            # the handler and what follows it run in CPython: an exception is rare,
+            # and the exception object would be guarded by identity
+            _skip_code(lv.resumes[-1])
+            # the offset RERAISE restores, in units: the instruction's, in the
+            # handler's code
+            lv.lasti_value = (lv.offset - shift + _origin[lv.resumes[-1]][1]) // 2
+        lv.funcs = None
+        if depth == 0:
+            if any(r.co_freevars for r in lv.resumes):
+                freevars = code.co_freevars
+            else:
+                lv.funcs = [types.FunctionType(r, func.__globals__, r.co_name)
+                            for r in lv.resumes]
+        else:
+            lv.funcs = [types.FunctionType(r, lv.globals, r.co_name) for r in lv.resumes]
+    if instruction[0] in ("LOAD_ATTR", "STORE_ATTR"):
+        # (the name is the last frame's: the entry function's co_names has it too)
+        name = levels[-1].code.co_names[instruction[1]]
+        if name not in names:
+            names.append(name)
+        instruction = (instruction[0], names.index(name))
 
     asm = Asm()
+    regions = []          # (Label, level): instructions from it on are that level's
+
+    def region(level):
+        label = Label()
+        asm.mark(label)
+        regions.append((label, level))
+
     if freevars:
         asm("COPY_FREE_VARS", len(freevars))
     asm("RESUME", 0)
+    region(-1)
     asm("PUSH_NULL")
     asm("LOAD_CONST", 1)
     for i in range(nslots):
@@ -550,18 +629,22 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
         else:
             asm("LOAD_FAST", nslots + v)
 
-    def push_resume(k):
+    def push_resume(depth, k):
+        lv = levels[depth]
         asm("PUSH_NULL")
-        if freevars:
+        if lv.funcs is not None:
+            asm("LOAD_CONST", const(lv.funcs[k]))
+        else:
             for i in range(len(freevars)):
                 asm("LOAD_CLOSURE", len(varnames) + i)
             asm("BUILD_TUPLE", len(freevars))
-            asm("LOAD_CONST", const(resumes[k]))
+            asm("LOAD_CONST", const(lv.resumes[k]))
             asm("MAKE_FUNCTION", 8)
-        else:
-            asm("LOAD_CONST", const(funcs[k]))
 
-    def push_arguments(c):
+    def open_(depth, c, k):
+        """Pushes the resume function of continuation c (k: its index) and its
+        arguments before its outputs; returns their count."""
+        push_resume(depth, k)
         for v in c.local_values:
             if v is None:
                 asm("LOAD_CONST", 0)
@@ -572,29 +655,19 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
                 push(v)
         return len(c.local_values) + sum(1 for v in c.lower if v is not None)
 
-    def push_cells(c):
-        for v in c.cells:
-            push(v)
-        return len(c.cells)
-
-    covered = []        # (start, end) labels of the instruction, for the handler
-
-    def call_resume(k, run_instruction):
-        c = continuations[k]
-        push_resume(k)
-        n = push_arguments(c) + c.outputs
-        start, end = Label(), Label()
-        asm.mark(start)
-        run_instruction()
-        asm.mark(end)
-        covered.append((start, end))
-        if entry_mode is not None:        # the mode to run in, then the caller's
+    def close(depth, c, n):
+        """The rest of continuation c's call, its outputs on the stack."""
+        entry_mode = levels[depth].entry_mode
+        n += c.outputs
+        if entry_mode is not None:        # the mode to run in, then the frame's own
             asm("PUSH_NULL")
             asm("LOAD_CONST", const(_C.is_grad_enabled))
             asm("PRECALL", 0)
             asm("CALL", 0)
             n += 1
-        n += push_cells(c)
+        for v in c.cells:
+            push(v)
+        n += len(c.cells)
         if entry_mode is not None:
             asm("PUSH_NULL")
             asm("LOAD_CONST", const(_C._set_grad_enabled))
@@ -604,69 +677,114 @@ def entry_function(code, func, prefix, nvalues, inputs, instruction, kw_names,
             asm("POP_TOP")
         asm("PRECALL", n)
         asm("CALL", n)
+
+    def open_outer(upto):
+        counts = []
+        for depth in range(upto):
+            counts.append(open_(depth, levels[depth].continuations[0], 0))
+            region(depth)
+        return counts
+
+    def close_outer(counts):
+        for depth in range(len(counts) - 1, -1, -1):
+            region(depth - 1)         # (the resume function's exceptions: the frame
+            close(depth, levels[depth].continuations[0], counts[depth])   # before's)
         asm("RETURN_VALUE")
 
+    last = len(levels) - 1
+    inner = levels[last]
+    counts = open_outer(last)
     if instruction[0] == "LOOP":
-        call_resume(0, lambda: None)
-        covered.pop()
+        c = inner.continuations[0]
+        close(last, c, open_(last, c, 0))
+        close_outer(counts)
     elif not instruction[0].startswith("POP_JUMP"):
-        def run_call():
-            for v in inputs:
-                push(v)
-            if instruction[0] == "CALL":
-                if kw_names:
-                    asm("KW_NAMES", const(kw_names))
-                asm("PRECALL", instruction[1])
-                asm("CALL", instruction[1])
-            else:        # CALL_FUNCTION_EX, or a simple instruction (names: co_names)
-                asm(instruction[0], instruction[1] or 0)
-        call_resume(0, run_call)
+        c = inner.continuations[0]
+        n = open_(last, c, 0)
+        region(last)
+        for v in inputs:
+            push(v)
+        if instruction[0] == "CALL":
+            if kw_names:
+                asm("KW_NAMES", const(kw_names))
+            asm("PRECALL", instruction[1])
+            asm("CALL", instruction[1])
+        else:        # CALL_FUNCTION_EX, or a simple instruction (names: co_names)
+            asm(instruction[0], instruction[1] or 0)
+        region(last - 1)
+        close(last, c, n)
+        close_outer(counts)
     else:
         jumped = Label()
         (v,) = inputs
-        kind = instruction[0].replace("BACKWARD", "FORWARD")
-
-        def run_jump():
-            push(v)
-            asm(kind, jumped)
-        call_resume(0, run_jump)
-        asm.mark(jumped)
-        call_resume(1, lambda: None)
-        covered.pop()
-    caught = Label()
-    if handler is not None:
-        # the instruction raised: the stack is cut to nothing and the exception
-        # pushed; the handler's resume function gets the stack the frame's handler
-        # expects (the values below its depth, the offset, the exception)
-        asm.mark(caught)
+        region(last)
+        push(v)
+        asm(instruction[0].replace("BACKWARD", "FORWARD"), jumped)
+        region(last - 1)
+        for k, c in enumerate(inner.continuations):
+            if k:
+                asm.mark(jumped)
+                region(last - 1)
+            close(last, c, open_(last, c, k))
+            close_outer(counts)
+    stubs = {}
+    for depth, lv in enumerate(levels):
+        if lv.handler is None:
+            continue
+        # an exception reached the frame's handler: the stack is cut to nothing and
+        # the exception pushed; the handler's resume function gets the stack the
+        # frame's handler expects (the values below its depth, the offset, the
+        # exception), its result going on outwards
+        h = lv.handler
+        stubs[depth] = Label()
+        asm.mark(stubs[depth])
+        region(-1)
         asm("STORE_FAST", len(varnames) - 1)
-        push_resume(len(resumes) - 1)
-        n = push_arguments(handler)
-        if handler.lasti:
-            asm("LOAD_CONST", const(lasti_value))
+        counts = open_outer(depth)
+        n = open_(depth, h, len(lv.resumes) - 1)
+        if h.lasti:
+            asm("LOAD_CONST", const(lv.lasti_value))
             n += 1
         asm("LOAD_FAST", len(varnames) - 1)
-        n += 1 + push_cells(handler)
+        n += 1
+        for v in h.cells:
+            push(v)
+        n += len(h.cells)
+        region(depth - 1)
         asm("PRECALL", n)
         asm("CALL", n)
-        asm("RETURN_VALUE")
+        close_outer(counts)
     asm.mark(eager)
+    region(-1)
     asm("LOAD_CONST", 3)
     asm("BINARY_SUBSCR")
     asm("RETURN_VALUE")
     co_code = asm.assemble()
     units = len(co_code) // 2
+    table = []
+    for i, (label, level) in enumerate(regions):
+        end = regions[i + 1][0].unit if i + 1 < len(regions) else units
+        while level >= 0 and levels[level].handler is None:
+            level -= 1
+        if level < 0 or end <= label.unit:
+            continue
+        target = stubs[level].unit
+        if table and table[-1][1] == label.unit and table[-1][2] == target:
+            table[-1] = (table[-1][0], end, target, 0, False)
+        else:
+            table.append((label.unit, end, target, 0, False))
+    stacksize = nslots + 2 * nvalues + len(inputs) + 12 + sum(
+        len(lv.code.co_varnames) + len(lv.code.co_cellvars) + 12 +
+        max(len(c.lower) for c in lv.continuations) for lv in levels)
     new = code.replace(
-        co_code=co_code, co_consts=tuple(consts), co_names=code.co_names,
+        co_code=co_code, co_consts=tuple(consts), co_names=tuple(names),
         co_argcount=nslots, co_posonlyargcount=0, co_kwonlyargcount=0,
         co_nlocals=len(varnames), co_varnames=varnames, co_cellvars=(),
         co_freevars=freevars,
         co_flags=(code.co_flags & ~_FLATTEN) | (0 if freevars else inspect.CO_NOFREE),
-        co_stacksize=2 * nvalues + nslots + len(code.co_varnames) + len(freevars) + 8,
+        co_stacksize=stacksize,
         co_linetable=one_line(units, line - code.co_firstlineno),
-        co_exceptiontable=encode_exception_table(
-            [(a.unit, b.unit, caught.unit, 0, False) for a, b in covered]
-            if handler is not None else []),
+        co_exceptiontable=encode_exception_table(table),
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>")
     closure = func.__closure__ if freevars else None
     return types.FunctionType(new, func.__globals__, code.co_name, None, closure)

@@ -9,7 +9,8 @@ for the C side:
 
 with root_kind "local" (slot index), "global" (name in the frame's globals), "closure"
 (cell index of the frame's function) or "object" (a fixed object, held), and step
-kinds "attr" (getattr), "item" (obj[key]) or "dict" (dict lookup, no __getitem__ call).
+kinds "attr" (getattr), "item" (obj[key]), "dict" (dict lookup, no __getitem__ call),
+"size" and "stride" (a tensor's size or stride at a dim: symbolic sizes' values).
 """
 from __future__ import annotations
 
@@ -111,6 +112,22 @@ class AttrSource(Source):
     def _chain(self):
         root, steps = self.base._chain()
         return root, steps + [("attr", self.attr)]
+
+
+@dataclass(frozen=True)
+class SizeSource(Source):
+    """base.size(dim) (or base.stride(dim)) of a tensor: the value of a symbolic size
+    ([dynamic]), a graph input and what size guards read."""
+    base: Source
+    dim: int
+    stride: bool = False
+
+    def name(self):
+        return f"{self.base.name()}.{'stride' if self.stride else 'size'}({self.dim})"
+
+    def _chain(self):
+        root, steps = self.base._chain()
+        return root, steps + [("stride" if self.stride else "size", self.dim)]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ Anything else raises Unsupported, so the frame runs eagerly.
 """
 from __future__ import annotations
 
+import abc
 import functools
 import itertools
 import operator
@@ -28,7 +29,8 @@ from .exc import Unsupported
 from .source import AttrSource
 from .variables import (BoundMethodVar, BuiltinVar, ConstVar, DictVar, FunctionVar,
                         IteratorVar, ListVar, ModuleVar, ObjectVar, OpVar, PythonModuleVar,
-                        SequenceVar, TensorVar, TupleVar, VariableTracker, is_constant)
+                        SequenceVar, TensorVar, TupleVar, VariableTracker, _MISSING,
+                        is_constant)
 
 NOT_HANDLED = object()
 
@@ -683,6 +685,50 @@ class SequentialSliceVar(VariableTracker):
         return x
 
 
+# ------------------------------------------------------------------ max() / min()
+
+def min_max_of_tensors(tx, fn, args):
+    """Builtin max(a, b, ...) / min(...) or max(iterable) whose items are one-element
+    tensors (a tensor's rows included): CPython keeps the first item and takes each
+    later one that compares greater (less), so the result is a chain of
+    where(b > current, b, current): the value, the dtype and the shape are those of the
+    item eager returns, in the graph (TorchDynamo makes a graph op too). Items of other
+    sizes (eager's comparison raises), mixed with Python numbers (the result's type
+    would depend on the data), of other dtypes or shapes, or requiring grad under grad
+    mode (eager's gradient reaches the item taken alone: which inputs get a .grad would
+    depend on the data) break, counted, and CPython runs its own max."""
+    items = list(args) if len(args) > 1 else args[0].unpack(tx)
+    if not any(isinstance(i, TensorVar) for i in items):
+        if len(args) == 1 and all(i.is_constant() for i in items):
+            return tx.call_builtin(fn, [ListVar(items)], {})
+        raise Unsupported(f"{fn.__name__}() over items that are not constants")
+    name = f"{fn.__name__}() of a tensor"
+    if not items or not all(isinstance(i, TensorVar) for i in items):
+        raise Unsupported(f"{name} and Python values (its result's type depends on the "
+                          "data)")
+    first = items[0].fake
+    for i in items:
+        f = i.fake
+        if f.numel() != 1:
+            raise Unsupported(f"{name} of {f.numel()} elements (needs its data)")
+        if f.dtype != first.dtype or tuple(f.shape) != tuple(first.shape) or \
+                f.requires_grad != first.requires_grad:
+            raise Unsupported(f"{name} over tensors of other dtypes, shapes or "
+                              "requires_grad (needs its data)")
+    if first.requires_grad and _C.is_grad_enabled():
+        # eager's backward reaches the item taken alone: the others' .grad stays None,
+        # where a graph op would give them zeros
+        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
+                          "depends on the data)")
+    from ..ops import api as O
+    compare = operator.gt if fn is max else operator.lt
+    current = items[0]
+    for item in items[1:]:
+        taken = tx.call_op(compare, [item, current], {})
+        current = tx.call_op(O.where, [taken, item, current], {})
+    return current
+
+
 # ------------------------------------------------------------------ grad mode, `with`
 
 fx.node.has_side_effect(_C._set_grad_enabled)
@@ -690,12 +736,9 @@ fx.node.has_side_effect(_C._set_grad_enabled)
 
 def _record_grad_mode(tx, mode):
     """A node setting grad mode (kept by dead-code elimination), and the same change on
-    the capture's own mode, so the fake results of the region's ops are eager's. Turning
-    grad on in a graph entered with it off is a break: AOT autograd gives a graph
-    autograd by its entry mode, so the region's results would lose their history."""
-    if mode and not getattr(tx.output, "entry_grad_mode", True):
-        raise Unsupported("grad mode turned on inside a graph entered with it off (the "
-                          "rest runs in a graph entered with it on)")
+    the capture's own mode, so the fake results of the region's ops are eager's. AOT
+    autograd traces through these nodes (aot/grad_mode.py), so a region turning grad on
+    in a graph entered with it off stays in the graph."""
     prev = _C._set_grad_enabled(mode)
     node = tx.output.graph.call_function(_C._set_grad_enabled, (mode,), {})
     node.meta["stack"] = tx.user_stack()
@@ -795,6 +838,61 @@ class _CutBlock:
 def exit_of_cut_block(exit_obj):
     """The VT of a GradModeExit read by a resume frame."""
     return _ExitVar(_CutBlock(exit_obj.prev))
+
+
+_HEAPTYPE = 1 << 9     # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+def construct_object(tx, cls_var, args, kwargs):
+    """An instance of a plain Python class made by the frame: a class statement's class
+    (dataclasses included) over object alone, with object's __new__ and __setattr__, no
+    __slots__ and no __del__; its __init__ (a Python function, or none) is inlined on a
+    NewObjectVar. Anything else is not handled here."""
+    from .variables import NewObjectVar, _class_attr
+    cls = cls_var.value
+    mro = cls.__mro__
+    if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None) \
+            or mro[-1] is not object or \
+            not all(k.__flags__ & _HEAPTYPE for k in mro[:-1]):
+        return NOT_HANDLED
+    if _class_attr(cls, "__new__") is not object.__dict__["__new__"] or \
+            _class_attr(cls, "__setattr__") is not object.__dict__["__setattr__"] or \
+            _class_attr(cls, "__getattribute__") is not object.__dict__["__getattribute__"] \
+            or any(vars(k).get("__slots__", ()) for k in mro[:-1]) or \
+            _class_attr(cls, "__del__") is not _MISSING or \
+            _class_attr(cls, "__getattr__") is not _MISSING:
+        return NOT_HANDLED
+    init = _class_attr(cls, "__init__")
+    if init is object.__dict__["__init__"]:
+        if args or kwargs:
+            raise Unsupported(f"constructing {cls.__name__} with arguments it does not "
+                              "take")
+    elif not isinstance(init, types.FunctionType):
+        return NOT_HANDLED
+    obj = object.__new__(cls)
+    vt = tx.output.side_effects.track(obj, NewObjectVar(obj, cls_var))
+    if init is not object.__dict__["__init__"]:
+        ret = BoundMethodVar(init, vt).call(tx, list(args), dict(kwargs))
+        if not (ret.is_constant() and ret.as_constant() is None):
+            raise Unsupported(f"{cls.__name__}.__init__ returned a value")
+    return vt
+
+
+def construct_value_object(tx, cls, args, kwargs):
+    """ember.finfo(dtype), ember.iinfo(dtype), ember.device(...) made by the frame from
+    constants: made here, a constant of the graph (its attributes are constants; a
+    device passes to factories and .to() as the tensor's own device does). One that
+    eager would refuse falls back, so eager raises its error."""
+    from .._type_info import finfo, iinfo
+    from ..device import device
+    if cls not in (finfo, iinfo, device):
+        return NOT_HANDLED
+    cargs = _consts(list(args) + list(kwargs.values()), f"constructing {cls.__name__}")
+    try:
+        value = cls(*cargs[:len(args)], **dict(zip(kwargs, cargs[len(args):])))
+    except Exception as e:   # noqa: BLE001 - eager raises it: run eager
+        raise Unsupported(f"constructing {cls.__name__} raised {e!r}") from None
+    return ConstVar(value)
 
 
 def construct_grad_mode(tx, cls, args, kwargs):

@@ -23,11 +23,12 @@ from .. import _C
 from .. import fx
 from . import skip, stdlib
 from .exc import Unsupported
+from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
 from .side_effects import DELETED, SideEffects
 from .source import AttrSource, DictSource, GlobalSource, ItemSource, LocalSource, \
     ClosureSource, ObjectSource, TensorKey, TensorKeyDictSource
-from .variables import (PURE_BUILTINS, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
+from .variables import (PURE_BUILTINS, SliceVar, SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar,
                         CellVar, ConstVar, DictVar, FunctionVar, IteratorVar, ListVar,
                         ModuleVar, NullVar, ObjectVar, OpVar, PythonModuleVar, SequenceVar,
                         TensorMethodVar, TensorVar, TupleVar, ValueVar, VariableTracker,
@@ -46,6 +47,8 @@ BREAK_OPS = frozenset({"CALL", "CALL_FUNCTION_EX", "POP_JUMP_FORWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE"}) | frozenset(SIMPLE_BREAK_OPS)
 # tensor methods whose call is a graph break (bound methods until then, so the break
 # is at the CALL, with the bound method on the stack)
+# instructions that call: a break inside the frame they inline can resume there
+CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 _BREAK_METHODS = ("item", "tolist", "numpy", "backward", "data_ptr", "register_hook",
                   "retain_grad", "requires_grad_")
 
@@ -69,6 +72,7 @@ _INPLACE_TO_PURE = {
     operator.irshift: operator.rshift, operator.isub: operator.sub,
     operator.itruediv: operator.truediv, operator.ixor: operator.xor,
 }
+_SYM_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod}
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
             ">": operator.gt, ">=": operator.ge}
 
@@ -86,6 +90,11 @@ _UNSUPPORTED_METHODS = {
     "data_ptr": "Tensor.data_ptr()", "register_hook": "Tensor.register_hook()",
     "retain_grad": "Tensor.retain_grad()", "requires_grad_": "Tensor.requires_grad_()",
 }
+
+
+def _symbolic_mode():
+    from ..fx.sym_meta import symbolic_meta_mode
+    return symbolic_meta_mode()
 
 
 def _entry_of(target, method):
@@ -134,6 +143,9 @@ class OutputGraph:
         self.keepalive = []           # real input objects, so ids stay unique
         self.nodes_by_line = {}
         self._first_op = None
+        self.dynamic_mode = False     # ember.compile(dynamic=...) (capture/dynamic.py)
+        self.sym = None               # sym_sizes.SymbolicInputs once a size is symbolic
+        self.stop_path = None         # [(code, offset)], outermost first: stop there
 
     def add_input(self, value, source) -> TensorVar:
         known = self.tensor_vars.get(id(value))
@@ -153,7 +165,10 @@ class OutputGraph:
                 node = self.graph.placeholder(name)
         else:
             node = self.graph.placeholder(name)
-        fake = _fake_of(value)
+        self.inputs.append((source, node, value))
+        fake = self._sym_fake(value, source, node)     # (size inputs follow the tensor)
+        if fake is None:
+            fake = _fake_of(value)
         node.meta["example_value"] = fake
         node.meta["source"] = source.name()
         tv = TensorVar(node, fake, source, from_input=True)
@@ -162,9 +177,54 @@ class OutputGraph:
         storage = fake.untyped_storage()
         self.input_storages[id(storage)] = storage
         self.tensor_vars[id(value)] = tv
-        self.inputs.append((source, node, value))
         self.keepalive.append(value)
         return tv
+
+    def _sym_fake(self, value, source, node):
+        """A SymFake for an argument of the frame whose dims are symbolic, else None
+        (parameters, buffers and other inputs read through attributes stay static)."""
+        if not isinstance(source, LocalSource) or isinstance(value, _parameter_type()):
+            return None
+        if self.dynamic_mode is False and not _marked(value):
+            return None
+        from . import dynamic
+        dims = dynamic.dynamic_dims(self.dynamic_mode, self.code, source.name(), value)
+        if not dims:
+            return None
+        if self.sym is None:
+            from .sym_sizes import SymbolicInputs
+            self.sym = SymbolicInputs(self)
+            self.guards.sym = self.sym
+        return self.sym.fake(value, source, dims, node)
+
+    def sym_int(self, value, source):
+        """A SymVar for an int argument of the frame that automatic dynamic (or
+        dynamic=True) makes symbolic (a size passed in, or to a resume function), else
+        None."""
+        if self.dynamic_mode is False or value in (0, 1):
+            return None
+        from . import dynamic
+        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value):
+            return None
+        if self.sym is None:
+            from .sym_sizes import SymbolicInputs
+            self.sym = SymbolicInputs(self)
+            self.guards.sym = self.sym
+        return self.sym.int_input(value, source)
+
+    def symbolic(self):
+        """True when ops must run on symbolic sizes."""
+        return self.sym is not None and bool(self.sym.placeholders)
+
+
+def _marked(t):
+    return bool(getattr(t, "_dynamo_dynamic_indices", None) or
+                getattr(t, "_dynamo_weak_dynamic_indices", None))
+
+
+def _parameter_type():
+    from ..nn.parameter import Parameter
+    return Parameter
 
 
 def _complex_reason(what, dtype) -> str:
@@ -274,8 +334,15 @@ class Translator:
         self.result = None
         self.yields = None      # values a generator expression yielded
         self.lazy = False       # a generator function's frame, run by its consumer
-        self.stop_at = None     # root only: offset to stop before (a graph break)
+        self.stop_at = None     # offset to stop before (a graph break; see StopTrace)
         self.stopped = None     # the instruction it stopped before
+        self.offset = None      # the instruction being run (a stop path's check)
+        # nested graph breaks: the code whose frame the CALL being run inlines as its
+        # whole body (its return value is the call's result), that frame's flag, and
+        # the grad mode the frame was entered with
+        self.direct_code = None
+        self.direct = False
+        self.entry_grad = None
 
     # ------------------------------------------------------------ running
 
@@ -309,10 +376,11 @@ class Translator:
                 steps += 1
                 if steps > MAX_INSTRUCTIONS:
                     raise Unsupported("the frame runs too many instructions to capture")
-                if ins.offset == self.stop_at:
+                self.offset = ins.offset
+                if ins.offset == self.stop_at and self._on_stop_path():
                     self.stopped = ins
                     self.output.exit_grad_mode = _C.is_grad_enabled()  # at the break
-                    return None
+                    raise StopTrace(self)
                 handler = getattr(self, ins.opname, None)
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
@@ -324,22 +392,17 @@ class Translator:
                 try:
                     jump = handler(ins)
                 except PyException as e:
-                    if self.parent is None and ins.opname in BREAK_OPS and \
-                            self._leaves_with_block(ins):
+                    if ins.opname in BREAK_OPS and self._leaves_with_block(ins):
                         # __exit__ with an exception is not interpreted: the frame
                         # breaks here and CPython runs the instruction and the handler
                         why = Unsupported(f"{e.reason}, leaving a `with` block",
                                           self.location())
-                        why.break_at, why.break_op = ins.offset, ins.opname
+                        why.user_stack = self.user_stack()
+                        self._note_break(why, ins)
                         raise why from None
                     jump = self._handle(ins, e)
                 except Unsupported as e:
-                    if self.parent is None and e.break_at is None and \
-                            ins.opname in BREAK_OPS:
-                        # the frame can stop before this instruction, run it in
-                        # CPython and resume after it (convert.py, resume.py)
-                        e.break_at = ins.offset
-                        e.break_op = ins.opname
+                    self._note_break(e, ins)
                     raise
                 if ins.opname == "RETURN_VALUE":
                     if self.parent is None:
@@ -364,6 +427,41 @@ class Translator:
         finally:
             if self.parent is None:
                 _C._set_grad_enabled(grad_mode)
+
+    def _note_break(self, e, ins):
+        """Where the frame chain can break for e, raised by ins (e.chain: [(code,
+        offset)], innermost first; at the root, e.break_at). A break inside a frame
+        this CALL inlines as its whole body (self.direct_code) stays there, this call
+        added to the chain (a nested break: convert.compile_break); else the frame
+        breaks at ins itself, if it can; else the chain is dropped."""
+        if e.break_at is not None:
+            return
+        chain = e.chain
+        if chain and ins.opname in CALL_OPS and e.chain_caller == id(self):
+            chain.append((self.code, ins.offset))
+        elif ins.opname in BREAK_OPS and not (self.parent is not None and e.no_nest):
+            e.chain = [(self.code, ins.offset)]
+        else:
+            e.chain = None
+        # (by id: the exception must not keep the frames' values alive)
+        e.chain_caller = id(self.parent) if self.direct else None
+        if self.parent is None and e.chain:
+            # the frame can stop before this instruction, run it in CPython and
+            # resume after it (convert.py, resume.py)
+            e.break_at = ins.offset
+            e.break_op = ins.opname
+
+    def _on_stop_path(self):
+        """Whether this frame and the frames it runs inside are at the stop path's
+        offsets (out.stop_path: [(code, offset)], outermost first)."""
+        path = self.output.stop_path
+        tx, depth = self.parent, self.depth - 1
+        while tx is not None:
+            code, offset = path[depth]
+            if tx.code is not code or tx.offset != offset:
+                return False
+            tx, depth = tx.parent, depth - 1
+        return True
 
     def _leaves_with_block(self, ins):
         """Whether an exception raised at ins goes to a `with` block's cleanup."""
@@ -422,6 +520,11 @@ class Translator:
                                   "(no source)")
             self.guard("TENSOR_MATCH", source, value)
             return self.output.add_input(value, source)
+        if type(value) is int and isinstance(source, LocalSource):
+            sym = self.output.sym_int(value, source)
+            if sym is not None:
+                self.guard("TYPE_MATCH", source, int)
+                return sym
         if is_constant(value):
             self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
                        source, value)
@@ -519,6 +622,13 @@ class Translator:
     def wrap_constant_result(self, value):
         if is_constant(value):
             return ConstVar(value)
+        if isinstance(value, SymInt):
+            return SymVar(value)
+        if isinstance(value, SymBool):
+            return ConstVar(bool(value))         # guarded
+        if isinstance(value, tuple) and any(isinstance(v, SymInt) for v in value):
+            return TupleVar([self.wrap_constant_result(v) for v in value],
+                            tuple_type=type(value))
         if type(value) is list and all(is_constant(v) for v in value):
             return ListVar([ConstVar(v) for v in value])    # sorted(), str.split()
         raise Unsupported(f"a {type(value).__name__} computed from constants")
@@ -536,6 +646,10 @@ class Translator:
         themselves, containers of those; constant `objects` VTs as their values."""
         if isinstance(v, TensorVar):
             return getattr(v, tensor_attr)
+        if isinstance(v, SymVar):
+            return v.sym if tensor_attr == "fake" else self.output.sym.node(v.sym)
+        if isinstance(v, SliceVar):
+            return slice(*[self._operand(p, tensor_attr, objects) for p in v.parts])
         if isinstance(v, ConstVar):
             return v.value
         if isinstance(v, TupleVar):
@@ -579,8 +693,9 @@ class Translator:
             fake_args = [a for a in fake_args if not _is_cpu(a)]
             if _is_cpu(fake_kwargs.get("device")):
                 del fake_kwargs["device"]
+        symbolic = self.output.symbolic()
         try:
-            with _MetaMode():
+            with (_symbolic_mode() if symbolic else _MetaMode()):
                 if method:
                     result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
@@ -588,6 +703,11 @@ class Translator:
         except Unsupported:
             raise
         except Exception as e:   # noqa: BLE001 - eager raises this too; let eager run
+            if symbolic:
+                # (it may be the symbolic sizes: capture again with them specialised)
+                from .sym_sizes import SymbolicUnsupported
+                raise SymbolicUnsupported(f"{name} on symbolic sizes raised "
+                                          f"{type(e).__name__}: {e}") from None
             raise Unsupported(f"{name} raised {type(e).__name__} on its inputs: {e}") \
                 from None
         complex_dtype = _complex_result(result)
@@ -636,6 +756,8 @@ class Translator:
                             tuple_type=type(value))
         if value is None or is_constant(value):
             return ConstVar(value)
+        if isinstance(value, SymInt):
+            return SymVar(value)
         raise Unsupported(f"an operation returned a {type(value).__name__}")
 
     def tensor_getattr(self, tv, name):
@@ -644,7 +766,7 @@ class Translator:
         if name in _UNSUPPORTED_METHODS:
             raise Unsupported(_UNSUPPORTED_METHODS[name])
         if name in _META_ATTRS:
-            return ConstVar(getattr(tv.fake, name))
+            return self.wrap_constant_result(getattr(tv.fake, name))
         if name == "device":
             from ..device import device
             return ConstVar(device("cpu"))
@@ -703,7 +825,9 @@ class Translator:
                                  inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling generator or coroutine function {fn.__qualname__}")
         if self.depth >= MAX_INLINE_DEPTH:
-            raise Unsupported("inlining too deep (recursion?)")
+            e = Unsupported("inlining too deep (recursion?)")
+            e.no_nest = True        # (a nested break there would resume 32 frames)
+            raise e
         try:
             # the code's own parameters, not those of a functools.wraps'd function
             sig = inspect.signature(fn, follow_wrapped=False)
@@ -759,6 +883,13 @@ class Translator:
             if fn.__globals__ is not self.output_frame_globals() else None
         child = Translator(code, fn.__globals__, self.f_builtins, locals_, cells, self.output,
                            parent=self, globals_source_root=groot)
+        if self.direct_code is code and not generator:
+            child.direct = True         # this frame's return is the CALL's result
+            self.direct_code = None
+        child.entry_grad = _C.is_grad_enabled()
+        path = self.output.stop_path
+        if path and child.depth == len(path) - 1 and path[-1][0] is code:
+            child.stop_at = path[-1][1]
         if generator:
             child.lazy = True
             return stdlib.LazyIteratorVar(child.execute(), frame=child)
@@ -833,6 +964,16 @@ class Translator:
                 for key, hook in table.items()]
 
     def call_builtin(self, fn, args, kwargs):
+        if any(isinstance(a, SymVar) for a in args) and not kwargs and len(args) == 2:
+            # min/max and operator functions of sizes stay symbolic
+            sized = all(isinstance(a, SymVar) or isinstance(a, ConstVar) and
+                        type(a.value) is int for a in args)
+            if fn in (min, max) and sized:
+                a, b = (v.sym if isinstance(v, SymVar) else v.value for v in args)
+                return self.wrap_constant_result((sym_min if fn is min else sym_max)(a, b))
+            r = self.sym_binary(fn, *args)
+            if r is not None:
+                return r
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
@@ -845,7 +986,7 @@ class Translator:
             if isinstance(a, TensorVar):
                 if a.fake.ndim == 0:
                     raise Unsupported("len() of a 0-d tensor")
-                return ConstVar(a.fake.shape[0])
+                return self.wrap_constant_result(a.fake.shape[0])
             if isinstance(a, (SequenceVar, DictVar)):
                 return ConstVar(len(a.items))
             if isinstance(a, ModuleVar):
@@ -929,6 +1070,9 @@ class Translator:
             for item in args[0].unpack(self):
                 total = self.binary(operator.add, total, item)
             return total
+        if fn in (min, max) and not kwargs and args and (
+                any(isinstance(a, TensorVar) for a in args) or len(args) == 1):
+            return stdlib.min_max_of_tensors(self, fn, args)
         if any(isinstance(a, TensorVar) for a in args):
             if fn in (abs,) or getattr(fn, "__module__", None) in ("_operator", "operator"):
                 return self.call_op(fn, args, kwargs)
@@ -1099,7 +1243,16 @@ class Translator:
             # (resume.resume_code's grad)
             self.push(ConstVar(stdlib._record_grad_mode(self, bool(args[0].as_constant()))))
             return
-        self.push(fn.call(self, args, kwargs))
+        self.push(self._call(fn, args, kwargs))
+
+    def _call(self, fn, args, kwargs):
+        """fn(*args, **kwargs) for CALL and CALL_FUNCTION_EX, noting the code of the
+        frame it inlines as its whole body (a break there can resume there)."""
+        self.direct_code = _direct_code(fn)
+        try:
+            return fn.call(self, args, kwargs)
+        finally:
+            self.direct_code = None
 
     def CALL_FUNCTION_EX(self, ins):
         kwargs = self.pop() if ins.arg & 1 else DictVar({})
@@ -1110,7 +1263,7 @@ class Translator:
             raise Unsupported("CALL_FUNCTION_EX on a method")
         if not isinstance(kwargs, DictVar):
             raise Unsupported("**kwargs that are not a dict")
-        self.push(fn.call(self, args.unpack(self), dict(kwargs.items)))
+        self.push(self._call(fn, args.unpack(self), dict(kwargs.items)))
 
     def MAKE_FUNCTION(self, ins):
         code = self.pop().as_constant()
@@ -1197,6 +1350,10 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, SymVar) or isinstance(b, SymVar):
+            r = self.sym_binary(fn, a, b)
+            if r is not None:
+                return r
         if isinstance(a, stdlib.SetVar) or isinstance(b, stdlib.SetVar):
             return stdlib.set_binary(self, fn, a, b)
         if fn in (operator.add, operator.iadd) and (
@@ -1239,6 +1396,22 @@ class Translator:
                 fn in (operator.mul, operator.imul):
             return type(a)(a.items * b.as_constant())
         raise Unsupported(f"{fn.__name__} of {a} and {b}")
+
+    def sym_binary(self, fn, a, b):
+        """Integer arithmetic with a symbolic size: a symbolic result (None: not an
+        integer operation; the caller specialises)."""
+        fn = _INPLACE_TO_PURE.get(fn, fn)
+        if fn not in _SYM_BINARY or isinstance(a, TensorVar) or isinstance(b, TensorVar):
+            return None
+        ops = []
+        for v in (a, b):
+            if isinstance(v, SymVar):
+                ops.append(v.sym)
+            elif isinstance(v, ConstVar) and type(v.value) is int:
+                ops.append(v.value)
+            else:
+                return None
+        return self.wrap_constant_result(fn(*ops))
 
     def BINARY_SUBSCR(self, ins):
         key = self.pop()
@@ -1312,6 +1485,9 @@ class Translator:
 
     def BUILD_SLICE(self, ins):
         parts = self.popn(ins.arg)
+        if any(isinstance(p, SymVar) for p in parts):
+            self.push(SliceVar(parts))
+            return
         if not all(p.is_constant() for p in parts):
             raise Unsupported("a slice with non-constant bounds")
         self.push(ConstVar(slice(*[p.as_constant() for p in parts])))
@@ -1326,6 +1502,8 @@ class Translator:
         self.push(self.unary(operator.invert, self.pop()))
 
     def unary(self, fn, a):
+        if isinstance(a, SymVar) and fn in (operator.neg, operator.pos):
+            return self.wrap_constant_result(fn(a.sym))
         if a.is_constant():
             return self.wrap_constant_result(fn(a.as_constant()))
         if isinstance(a, TensorVar):
@@ -1339,7 +1517,14 @@ class Translator:
         b = self.pop()
         a = self.pop()
         fn = _COMPARE[ins.argval]
-        if a.is_constant() and b.is_constant():
+        if (isinstance(a, SymVar) or isinstance(b, SymVar)) and \
+                all(isinstance(v, SymVar) or isinstance(v, ConstVar) and
+                    type(v.value) is int for v in (a, b)):
+            # a relation between sizes: its truth at the captured sizes, guarded
+            pa = a.sym if isinstance(a, SymVar) else a.value
+            pb = b.sym if isinstance(b, SymVar) else b.value
+            self.push(ConstVar(bool(fn(pa, pb))))
+        elif a.is_constant() and b.is_constant():
             self.push(self.wrap_constant_result(fn(a.as_constant(), b.as_constant())))
         elif isinstance(a, TensorVar) or isinstance(b, TensorVar):
             self.push(self.call_op(fn, [a, b], {}))
@@ -1596,6 +1781,35 @@ class Translator:
         what = repr(value) if isinstance(value, BaseException) else \
             getattr(value, "__name__", None) if isinstance(value, type) else None
         raise Unsupported("raise statement reached" + (f": raise {what}" if what else ""))
+
+
+class StopTrace(BaseException):
+    """Raised where a trace stops before a graph break (out.stop_path), through every
+    frame it runs inside (which keep their stacks and locals): not an Exception, so no
+    handler of the interpreter's own catches it. frame: the Translator that stopped."""
+
+    def __init__(self, frame):
+        super().__init__()
+        self.frame = frame
+
+
+def _direct_code(fn):
+    """The code of the frame a call of fn inlines as its whole body (a function, a
+    method, a module's forward without hooks), or None."""
+    if type(fn) in (FunctionVar, _LocalFunctionVar, BoundMethodVar) and \
+            isinstance(fn.value, types.FunctionType):
+        return fn.value.__code__
+    if type(fn) is ModuleVar:
+        m = fn.value
+        from . import api
+        if api._OPTIMIZED is not None and type(m) is api._OPTIMIZED:
+            return None
+        d = object.__getattribute__(m, "__dict__")
+        if d.get("_forward_pre_hooks") or d.get("_forward_hooks") or "forward" in d:
+            return None
+        forward = inspect.getattr_static(type(m), "forward", None)
+        return forward.__code__ if isinstance(forward, types.FunctionType) else None
+    return None
 
 
 def _unsupported(reason, e):

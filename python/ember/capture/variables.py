@@ -100,6 +100,50 @@ class ConstVar(ValueVar):
         return bool(self.value)
 
 
+class SymVar(VariableTracker):
+    """A symbolic size ([dynamic]): a SymInt (fx/shape_env.py) that the graph computes
+    from its size inputs (capture/sym_sizes.py). Arithmetic and comparisons keep it
+    symbolic (a comparison's truth is guarded); wherever a plain constant is needed it
+    is specialised: its value is its hint, guarded equal from then on."""
+
+    def __init__(self, sym):
+        self.sym = sym
+
+    def python_type(self):
+        return int
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return int(self.sym)
+
+    def truth(self, tx):
+        return bool(self.sym)
+
+    def __repr__(self):
+        return f"SymVar({self.sym})"
+
+
+class SliceVar(VariableTracker):
+    """A slice with a symbolic bound; as a constant, specialised."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def python_type(self):
+        return slice
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return slice(*[p.as_constant() for p in self.parts])
+
+    def __repr__(self):
+        return f"SliceVar({self.parts})"
+
+
 class TensorVar(VariableTracker):
     """A tensor value: an FX node (graph input or op result) and its fake tensor."""
 
@@ -293,14 +337,21 @@ class ObjectVar(ValueVar):
             return tx.call_builtin(self.value, args, kwargs)
         if isinstance(self.value, type):
             from .stdlib import (NOT_HANDLED, construct_grad_mode, construct_module,
-                                 construct_namedtuple)
+                                 construct_namedtuple, construct_object,
+                                 construct_value_object)
             made = construct_grad_mode(tx, self.value, args, kwargs)
+            if made is not NOT_HANDLED:
+                return made
+            made = construct_value_object(tx, self.value, args, kwargs)
             if made is not NOT_HANDLED:
                 return made
             made = construct_namedtuple(tx, self.value, args, kwargs)
             if made is not NOT_HANDLED:
                 return made
             made = construct_module(tx, self.value, args, kwargs)
+            if made is not NOT_HANDLED:
+                return made
+            made = construct_object(tx, self, args, kwargs)
             if made is not NOT_HANDLED:
                 return made
             raise Unsupported(f"constructing {self.value.__name__} objects")
@@ -311,6 +362,47 @@ class ObjectVar(ValueVar):
 
     def truth(self, tx):
         return bool(self.value)
+
+
+class NewObjectVar(ObjectVar):
+    """An instance of a plain Python class made by the frame (a dataclass, a context
+    manager, a small record; stdlib.construct_object). `value` is a bare instance made
+    at capture (object.__new__, never initialised) that stands for its identity and
+    class; its attributes are the frame's writes (side_effects.attrs), and class
+    attributes resolve statically (methods and property getters inlined with this
+    object as self). The frame program makes a new instance per call and sets those
+    attributes on it, when the object leaves the frame (returned, stored, passed to a
+    resume function: program.py)."""
+
+    def __init__(self, value, cls_var):
+        super().__init__(value, None)
+        self.cls_var = cls_var
+        self.written = True           # never a constant
+
+    def getattr(self, tx, name):
+        pending = tx.output.side_effects.read_attr(self, name)
+        if pending is not None:
+            return pending
+        if name == "__class__":
+            return self.cls_var
+        if name == "__dict__":
+            raise Unsupported("the __dict__ of an object the compiled code made")
+        attr = _class_attr(type(self.value), name)
+        if attr is _MISSING:
+            raise Unsupported(f"attribute error: {type(self.value).__name__!r} object "
+                              f"has no attribute {name!r}")
+        if isinstance(attr, types.FunctionType):
+            return BoundMethodVar(attr, self)
+        if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+            return BoundMethodVar(attr.fget, self).call(tx, [], {})
+        if isinstance(attr, staticmethod) and isinstance(attr.__func__, types.FunctionType):
+            return FunctionVar(attr.__func__)
+        if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+            return BoundMethodVar(attr.__func__, self.cls_var)
+        if _is_data_descriptor(attr) or hasattr(type(attr), "__get__"):
+            raise Unsupported(f"attribute {name!r} of {type(self.value).__name__}, a "
+                              f"{type(attr).__name__}")
+        return self.cls_var.getattr(tx, name)     # a class attribute, through the class
 
 
 class PythonModuleVar(ObjectVar):

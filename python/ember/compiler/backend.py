@@ -8,6 +8,7 @@ support, an LLVM failure) runs under "aot_eager" instead, with one warning per
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import warnings
 
@@ -17,7 +18,7 @@ from ..capture.backends import register_backend
 from ..capture import logs
 from ..capture.config import config
 from ..capture.exc import counters
-from . import graph_cache
+from . import autotune, graph_cache
 from .jit import JitModule
 from .lowering import lower
 
@@ -39,12 +40,15 @@ recent = collections.deque(maxlen=32)
 class CompiledLLVMGraph:
     """A graph compiled by the LLVM backend: the loop IR, the JIT module, the plan."""
 
-    def __init__(self, graph, name):
+    def __init__(self, graph, name, tune=False):
         self.lowered = lower(graph, name)
         specs = tuple(k.spec() for k in self.lowered.kernels)
         self.module = JitModule(specs, name) if specs else None
         addresses = self.module.addresses if self.module is not None else ()
-        self.run = _C.CompiledGraph(self.module, addresses, self.lowered.plan())
+        plan = self.lowered.plan()
+        self.run = _C.CompiledGraph(self.module, addresses, plan)
+        if tune:            # mode="max-autotune": the first call times the schedules
+            autotune.install(self.run, self.module, plan, name)
         self.name = name
         if logs.enabled("output_code"):
             logs.log("output_code", self.describe(llvm=True))
@@ -79,11 +83,11 @@ class CompiledLLVMGraph:
         return "\n".join(lines)
 
 
-def llvm_compiler(graph, name, made=None):
+def llvm_compiler(graph, name, made=None, tune=False):
     """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot. made, a
-    list, gets the CompiledLLVMGraph (None when it fell back)."""
+    list, gets the CompiledLLVMGraph (None when it fell back); tune: max-autotune."""
     try:
-        compiled = CompiledLLVMGraph(graph, name)
+        compiled = CompiledLLVMGraph(graph, name, tune)
         recent.append(compiled)
         if made is not None:
             made.append(compiled)
@@ -106,21 +110,24 @@ def llvm_compiler(graph, name, made=None):
 
 
 @register_backend("llvm")
-def llvm(gm, example_inputs):
+def llvm(gm, example_inputs, tune=False):
     """AOT autograd with both graphs lowered to LLVM kernels; a graph an earlier process
-    compiled comes from the graph cache (graph_cache.py) instead."""
+    compiled comes from the graph cache (graph_cache.py) instead. tune: mode
+    "max-autotune" (autotune.py), the same graphs with their schedules timed on their
+    first calls."""
     code = getattr(gm, "meta", {}).get("code")
     name = code.co_name if code else "graph"
     key = graph_cache.key(gm, example_inputs, name)
+    later = functools.partial(llvm_compiler, tune=tune)      # backward variants
     if key is not None:
-        cached = graph_cache.load(key, gm, example_inputs, name, llvm_compiler)
+        cached = graph_cache.load(key, gm, example_inputs, name, later, tune=tune)
         if cached is not None:
             return cached
     made = []
     recording = [True]
 
     def compiler(graph, gname):       # the graphs aot_compile makes (not later variants)
-        return llvm_compiler(graph, gname, made if recording[0] else None)
+        return llvm_compiler(graph, gname, made if recording[0] else None, tune)
 
     record = {} if key is not None else None
     fn = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
@@ -132,3 +139,11 @@ def llvm(gm, example_inputs):
 
 
 register_backend("inductor", llvm)      # torch's name for its default backend
+
+
+def llvm_autotuned(gm, example_inputs):
+    """Backend "llvm" under mode="max-autotune"."""
+    return llvm(gm, example_inputs, tune=True)
+
+
+llvm.autotuned = llvm_autotuned         # what ember.compile(mode="max-autotune") uses

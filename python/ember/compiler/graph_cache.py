@@ -359,8 +359,9 @@ def _step_of(v):
     raise ValueError(f"a step of kind {kind!r}")
 
 
-def _compiled_graph(g):
-    """(the runtime graph, its JitModule) from an entry's graph record."""
+def _compiled_graph(g, tune=False):
+    """(the runtime graph, its JitModule) from an entry's graph record; tune: install
+    max-autotune's tuner (autotune.py) on it."""
     specs = g["specs"]
     keys = tuple(str(k) for k in g["keys"])
     if len(keys) != len(specs):
@@ -371,7 +372,11 @@ def _compiled_graph(g):
             tuple(_view_of(o) for o in g["outputs"]))
     module = JitModule(specs, str(g["name"]), keys=keys, spec_of=_spec) if specs else None
     addresses = module.addresses if module is not None else ()
-    return _C.CompiledGraph(module, addresses, plan), module
+    run = _C.CompiledGraph(module, addresses, plan)
+    if tune:
+        from . import autotune
+        autotune.install(run, module, plan, str(g["name"]))
+    return run, module
 
 
 def _spec(s, key):
@@ -399,14 +404,15 @@ def _read(k):
         return None
 
 
-def load(k, gm, example_inputs, name, bw_compiler):
-    """The compiled function for key k from the disk cache, or None (no sound entry)."""
+def load(k, gm, example_inputs, name, bw_compiler, tune=False):
+    """The compiled function for key k from the disk cache, or None (no sound entry);
+    tune: its graphs tune their schedules on their first calls (max-autotune)."""
     entry = _read(k)
     if entry is None:
         stats["misses"] += 1
         return None
     try:
-        fn = _build(entry, gm, example_inputs, name, bw_compiler)
+        fn = _build(entry, gm, example_inputs, name, bw_compiler, tune)
     except Exception as e:    # noqa: BLE001 - any entry that does not rebuild: compile
         stats["rejected"] += 1
         logs.log("recompiles", f"graph cache: entry {k} rejected ({type(e).__name__}: {e})")
@@ -415,19 +421,19 @@ def load(k, gm, example_inputs, name, bw_compiler):
     return fn
 
 
-def _build(entry, gm, example_inputs, name, bw_compiler):
+def _build(entry, gm, example_inputs, name, bw_compiler, tune=False):
     graphs = entry["graphs"]
     training = entry["training"] is True
     if len(graphs) != (2 if training else 1):
         raise ValueError("an entry with the wrong number of graphs")
     mutations = tuple((int(i), int(w), bool(d)) for i, w, d in entry["mutations"])
-    fw, _ = _compiled_graph(graphs[0])
+    fw, _ = _compiled_graph(graphs[0], tune)
     if not training and not mutations:
         if entry["without_grad"]:
             from ..aot import _without_grad
             return _without_grad(fw)
         return fw
-    bw = _compiled_graph(graphs[1])[0] if training else None
+    bw = _compiled_graph(graphs[1], tune)[0] if training else None
     nout = int(entry["num_forward_outputs"])
     tangent_meta = tuple((_dims(s), M.DTYPES[d]) for s, d in entry["tangent_meta"])
     variants = None

@@ -114,6 +114,7 @@ class Op(enum.StrEnum):
     ERF = "erf", Form.UNARY, Domain.FLOAT
     EXPM1 = "expm1", Form.UNARY, Domain.FLOAT
     LOG1P = "log1p", Form.UNARY, Domain.FLOAT
+    ERFC = "erfc", Form.UNARY, Domain.FLOAT
     ADD = "add", Form.BINARY                 # of bools: or (True + True is True)
     SUB = "sub", Form.BINARY, Domain.NOT_BOOL
     MUL = "mul", Form.BINARY

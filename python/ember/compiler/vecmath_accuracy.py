@@ -28,12 +28,17 @@ import ember
 
 # max ulp allowed (the bounds: exp and log 2, the others 5)
 BOUNDS = {"exp": 2.0, "log": 2.0, "expm1": 5.0, "log1p": 5.0, "log2": 5.0, "tanh": 5.0,
-          "sigmoid": 5.0, "erf": 5.0, "sin": 5.0, "cos": 5.0, "pow": 5.0}
+          "sigmoid": 5.0, "erf": 5.0, "erfc": 5.0, "sin": 5.0, "cos": 5.0, "pow": 5.0}
 
 
 def _erf64(x):
     # eager float64 erf (C libm's erf)
     return ember.from_numpy(np.ascontiguousarray(x)).erf().numpy()
+
+
+def _erfc64(x):
+    # eager float64 erfc (C libm's erfc)
+    return ember.from_numpy(np.ascontiguousarray(x)).erfc().numpy()
 
 
 def _sigmoid64(x):
@@ -55,6 +60,8 @@ UNARY = {
                 lambda x: _sigmoid64(x.astype(np.float64)).astype(np.float32)),
     "erf": (lambda t: t.erf(), _erf64,
             lambda x: _erf64(x.astype(np.float64)).astype(np.float32)),
+    "erfc": (lambda t: t.erfc(), _erfc64,
+             lambda x: _erfc64(x.astype(np.float64)).astype(np.float32)),
     "sin": (lambda t: t.sin(), np.sin, np.sin),
     "cos": (lambda t: t.cos(), np.cos, np.cos),
 }
@@ -64,7 +71,8 @@ SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 2.0
                      1e-45, -1e-45, 1.1754942e-38, -1.1754942e-38, 1.17549435e-38,
                      3.4028235e38, -3.4028235e38, 88.72283, 88.72284, -87.33654,
                      -103.97208, -104.0, 1e-30, -1e-30, 9.1, -9.1, 1.5707964, 3.1415927,
-                     -1.0000001, 0.99999994, 16777216.0, 1e10, 8388608.5], np.float32)
+                     -1.0000001, 0.99999994, 16777216.0, 1e10, 8388608.5,
+                     0.47693628, -0.75, 10.0, 10.0546, -10.5, 26.5, -26.5], np.float32)
 
 
 def sweep(stride, count=None):

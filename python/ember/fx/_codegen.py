@@ -170,6 +170,9 @@ class _Emitter:
         return expr
 
     def annotation(self, node: Node) -> str:
+        sym = getattr(node.type, "sym_annotation", None)
+        if sym is not None:                 # a size input ([dynamic]): s0: "Sym(s0)"
+            return f': "{sym}"'
         meta = node.meta.get("tensor_meta")
         if not self.verbose or meta is None:
             return ""

@@ -1,5 +1,5 @@
 """ember.nn: modules, parameters, initialisers and functional layers, as torch.nn."""
-from . import functional, init, utils  # noqa: F401
+from . import functional, init, parallel, utils  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Parameter

@@ -33,6 +33,9 @@ def _gelu_meta(entry, args):
 
 
 def _gelu_backward(g, out, self, approximate):
+    fused = _C._grad_pointwise(2 if approximate == "tanh" else 1, g, self)
+    if fused is not None:          # one C pass (nn_grad.c) in a backward without create_graph
+        return (fused,)
     if approximate == "tanh":
         x2 = self * self
         inner = (self + x2 * self * _KAPPA) * _SQRT_2_OVER_PI
@@ -70,6 +73,9 @@ def _sigmoid_p(x):
 
 
 def _silu_backward(g, out, self):
+    fused = _C._grad_pointwise(0, g, self)
+    if fused is not None:          # one C pass (nn_grad.c) in a backward without create_graph
+        return (fused,)
     s = self.sigmoid()
     return (g * s * (self * (1 - s) + 1),)
 

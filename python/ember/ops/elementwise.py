@@ -115,20 +115,22 @@ op("reciprocal(Tensor self) -> Tensor",
 
 
 def _pow_backward(g, out, self, exponent):
+    """Complex operands take the conjugate derivatives (grad * conj(d out / d x))."""
     gs = ge = None
     if _is_tensor(self):
-        d = exponent * self ** (exponent - 1)
+        d = _cj(exponent * self ** (exponent - 1))
         gs = g * O.where(exponent == 0, 0, d) if _is_tensor(exponent) else (
             g * 0 if exponent == 0 else g * d)
     if _is_tensor(exponent):
         base = self if _is_tensor(self) else O.full((), self, dtype=exponent.dtype)
-        safe = O.where((base == 0) & (exponent >= 0), 0, out * base.log())
+        nonneg = O.real(exponent) >= 0 if exponent.dtype.is_complex else exponent >= 0
+        safe = O.where((base == 0) & nonneg, 0, _cj(out * base.log()))
         ge = g * safe
     return gs, ge
 
 
 op("pow(Tensor self, Tensor exponent) -> Tensor",
-   BINARY, "pow", ufunc="power", rule=NOT_BOOL, prim=True, checks_values=True,
+   BINARY, "pow", ufunc="power", rule=NOT_BOOL | COMPLEX, prim=True, checks_values=True,
    recompute=RECOMPUTE_CHEAP,
    meta=M.pow_, lower=lower_pow,
    inplace_variant=True,
@@ -285,53 +287,56 @@ op("exp2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="exp2", inplace_va
    decompose=lambda self: P.pow(2.0, self),
    doc="2 ** self.")
 
-op("expm1(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="expm1", prim=True,
-   lower=pointwise("expm1"),
+op("expm1(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="expm1", rule=COMPLEX,
+   prim=True, lower=pointwise("expm1"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g * (out + 1),),
+   backward=lambda g, out, self: (g * (_cj(out) + 1),),
    doc="exp(self) - 1, accurate near 0.")
 
-op("log(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log", prim=True,
+op("log(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log", rule=COMPLEX, prim=True,
    lower=pointwise("log"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g / self,))
+   backward=lambda g, out, self: (g / _cj(self),))
 
-op("log2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log2", inplace_variant=True,
-   backward=lambda g, out, self: (g / (self * _LN2),),
+op("log2(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log2", rule=COMPLEX,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g / (_cj(self) * _LN2),),
    decompose=lambda self: P.mul(P.log(self), 1.0 / _LN2))
 
-op("log10(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log10", inplace_variant=True,
-   backward=lambda g, out, self: (g / (self * _LN10),),
+op("log10(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log10", rule=COMPLEX,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g / (_cj(self) * _LN10),),
    decompose=lambda self: P.mul(P.log(self), 1.0 / _LN10))
 
-op("log1p(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log1p", prim=True,
-   lower=pointwise("log1p"),
+op("log1p(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="log1p", rule=COMPLEX,
+   prim=True, lower=pointwise("log1p"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g / (self + 1),),
+   backward=lambda g, out, self: (g / (_cj(self) + 1),),
    doc="log(1 + self), accurate near 0.")
 
-op("sqrt(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sqrt", prim=True,
-   lower=pointwise("sqrt"),
+op("sqrt(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sqrt", rule=COMPLEX,
+   prim=True, lower=pointwise("sqrt"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g / (out * 2),))
+   backward=lambda g, out, self: (g / (_cj(out) * 2),))
 
-op("rsqrt(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", inplace_variant=True,
-   backward=lambda g, out, self: (g * out * out * out * -0.5,),
+op("rsqrt(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", rule=COMPLEX, inplace_variant=True,
+   backward=lambda g, out, self: (g * _cj(out * out * out) * -0.5,),
    decompose=lambda self: P.reciprocal(P.sqrt(self)),
    doc="1 / sqrt(self).")
 
-op("sin(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sin", prim=True,
-   lower=pointwise("sin"),
+op("sin(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sin", rule=COMPLEX,
+   prim=True, lower=pointwise("sin"),
    inplace_variant=True,
-   backward=lambda g, out, self: (g * self.cos(),))
+   backward=lambda g, out, self: (g * _cj(self.cos()),))
 
-op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", prim=True,
-   lower=pointwise("cos"),
+op("cos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cos", rule=COMPLEX,
+   prim=True, lower=pointwise("cos"),
    inplace_variant=True,
-   backward=lambda g, out, self: (-g * self.sin(),))
+   backward=lambda g, out, self: (-g * _cj(self.sin()),))
 
-op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", inplace_variant=True,
-   backward=lambda g, out, self: (g * (out * out + 1),),
+op("tan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tan", rule=COMPLEX,
+   inplace_variant=True,
+   backward=lambda g, out, self: (g * _cj(out * out + 1),),
    decompose=lambda self: P.div(P.sin(self), P.cos(self)))
 
 op("atan2(Tensor self, Tensor other) -> Tensor", BINARY_FLOAT, "ufunc", ufunc="arctan2",
@@ -341,19 +346,58 @@ op("atan2(Tensor self, Tensor other) -> Tensor", BINARY_FLOAT, "ufunc", ufunc="a
    doc="The angle of the point (other, self) in (-pi, pi]: atan(self / other) with the "
        "quadrant from both signs.")
 
-op("atan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arctan", prim=True,
-   lower=libm("atan"),
+op("atan(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arctan", rule=COMPLEX,
+   prim=True, lower=libm("atan"), aliases=("arctan",),
    inplace_variant=True,
-   backward=lambda g, out, self: (g / (self * self + 1),),
+   backward=lambda g, out, self: (g / _cj(self * self + 1),),
    doc="The arctangent, in (-pi/2, pi/2).")
 
-op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", prim=True,
-   lower=pointwise("tanh"),
-   inplace_variant=True,
-   backward=lambda g, out, self: (g * (1 - out * out),))
+# the other inverse and hyperbolic functions: NumPy's loops (complex ones too, on the
+# principal branches PyTorch uses), the C library's functions when compiled; gradients
+# are grad * conj(f'(z))
+op("sinh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="sinh", rule=COMPLEX,
+   prim=True, lower=libm("sinh"), inplace_variant=True,
+   backward=lambda g, out, self: (g * _cj(self.cosh()),),
+   doc="The hyperbolic sine.")
 
-op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "cloop",
-   backward=lambda g, out, self: (g * out * (1 - out),),
+op("cosh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="cosh", rule=COMPLEX,
+   prim=True, lower=libm("cosh"), inplace_variant=True,
+   backward=lambda g, out, self: (g * _cj(self.sinh()),),
+   doc="The hyperbolic cosine.")
+
+op("asin(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arcsin", rule=COMPLEX,
+   prim=True, lower=libm("asin"), aliases=("arcsin",), inplace_variant=True,
+   backward=lambda g, out, self: (g / _cj((1 - self * self).sqrt()),),
+   doc="The arcsine, in [-pi/2, pi/2] (NaN outside [-1, 1] for real tensors).")
+
+op("acos(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arccos", rule=COMPLEX,
+   prim=True, lower=libm("acos"), aliases=("arccos",), inplace_variant=True,
+   backward=lambda g, out, self: (-g / _cj((1 - self * self).sqrt()),),
+   doc="The arccosine, in [0, pi] (NaN outside [-1, 1] for real tensors).")
+
+op("asinh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arcsinh", rule=COMPLEX,
+   prim=True, lower=libm("asinh"), aliases=("arcsinh",), inplace_variant=True,
+   backward=lambda g, out, self: (g / _cj((self * self + 1).sqrt()),),
+   doc="The inverse hyperbolic sine.")
+
+op("acosh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arccosh", rule=COMPLEX,
+   prim=True, lower=libm("acosh"), aliases=("arccosh",), inplace_variant=True,
+   backward=lambda g, out, self: (g / _cj((self - 1).sqrt() * (self + 1).sqrt()),),
+   doc="The inverse hyperbolic cosine (NaN below 1 for real tensors).")
+
+op("atanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="arctanh", rule=COMPLEX,
+   prim=True, lower=libm("atanh"), aliases=("arctanh",), inplace_variant=True,
+   backward=lambda g, out, self: (g / _cj(1 - self * self),),
+   doc="The inverse hyperbolic tangent (NaN outside [-1, 1], +-inf at +-1 for real "
+       "tensors).")
+
+op("tanh(Tensor self) -> Tensor", UNARY_FLOAT, "ufunc", ufunc="tanh", rule=COMPLEX,
+   prim=True, lower=pointwise("tanh"),
+   inplace_variant=True,
+   backward=lambda g, out, self: (g * _cj(1 - out * out),))
+
+op("sigmoid(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", rule=COMPLEX,
+   backward=lambda g, out, self: (g * _cj(out * (1 - out)),),
    inplace_variant=True,
    decompose=lambda self: P.reciprocal(P.add(P.exp(P.neg(self)), 1)),
    doc="1 / (1 + exp(-self)).")
@@ -369,7 +413,7 @@ op("erf(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_varian
    doc="The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to self.")
 
 op("erfc(Tensor self) -> Tensor", UNARY_FLOAT, "cloop", prim=True, inplace_variant=True,
-   lower=libm("erfc"),
+   lower=pointwise("erfc"),
    backward=lambda g, out, self: (-_erf_grad(g, self),),
    doc="1 - erf(self), accurate in the tail (a prim: 1 - erf loses it).")
 
@@ -420,13 +464,14 @@ op("ge(Tensor self, Tensor other) -> Tensor", COMPARE, "ufunc", ufunc="greater_e
    aliases=("greater_equal",), inplace_variant=True,
    decompose=lambda self, other: P.le(other, self))
 
-op("isnan(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isnan", numbers=False,
+op("isnan(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isnan", numbers=False, rule=COMPLEX,
    decompose=lambda self: P.ne(self, self),
    doc="True where self is NaN.")
-op("isinf(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isinf", numbers=False,
+op("isinf(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isinf", numbers=False, rule=COMPLEX,
    decompose=lambda self: P.bitwise_or(P.eq(self, math.inf), P.eq(self, -math.inf)),
    doc="True where self is +inf or -inf.")
 op("isfinite(Tensor self) -> Tensor", COMPARE, "ufunc", ufunc="isfinite", numbers=False,
+   rule=COMPLEX,
    decompose=lambda self: P.eq(P.add(self, P.neg(self)), 0) if self.dtype.is_floating_point
    else P.eq(self, self),
    doc="True where self is neither NaN nor infinite.")

@@ -154,8 +154,10 @@ def elementwise_strides(operands, shape):
     output's shape; else dimensions ordered by the inputs' strides."""
     tensors = [o for o in operands if isinstance(o, _C.Tensor)]
     nd = len(shape)
-    if nd <= 1 or 0 in shape or all(tuple(t.shape) == tuple(shape) and is_contiguous(t)
-                                     for t in tensors):
+    # (ranks first: tuples of different lengths would still compare their leading
+    # sizes, a guard on symbolic sizes for nothing)
+    if nd <= 1 or 0 in shape or all(t.ndim == nd and tuple(t.shape) == tuple(shape) and
+                                     is_contiguous(t) for t in tensors):
         return contiguous_strides(shape)
     strides = []
     for t in tensors:
@@ -325,7 +327,7 @@ def div(entry, args):
 def pow_(entry, args):
     """pow's rule: integers to negative integer powers are refused."""
     out = elementwise(entry, args)
-    if not is_float(out.dtype) and isinstance(args[1], int) and args[1] < 0:
+    if not is_inexact(out.dtype) and isinstance(args[1], int) and args[1] < 0:
         raise RuntimeError("pow(): Integers to negative integer powers are not allowed.")
     return out
 
@@ -678,7 +680,12 @@ def arange(entry, args):
         raise RuntimeError("arange(): step must be nonzero")
     if (step > 0 and end < start) or (step < 0 and end > start):
         raise RuntimeError("arange(): upper bound and larger bound inconsistent with step sign")
-    n = max(0, math.ceil((end - start) / step))
+    if floaty:
+        n = max(0, math.ceil((end - start) / step))
+    else:
+        # integers (sizes, symbolic ones too): exact ceiling division; the bounds
+        # were checked consistent with the step, so n >= 0
+        n = (end - start + step - 1) // step if step > 0 else (start - end - step - 1) // -step
     dt = _factory_dtype(args, names, _C.get_default_dtype() if floaty else _C.int64)
     return meta_tensor((n,), dt)
 

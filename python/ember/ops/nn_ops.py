@@ -1102,6 +1102,12 @@ def _layer_norm_decompose(input, normalized_shape, weight, bias, eps, cudnn_enab
 
 def _layer_norm_backward(g, out, input, normalized_shape, weight, bias, eps, cudnn_enable):
     dims = _layer_norm_check(input, normalized_shape, weight, bias)
+    # contiguous float rows in a backward without create_graph: one C pass (nn_grad.c)
+    fused = _C._grad_layer_norm(g, input, len(dims), weight, eps, input.requires_grad,
+                                weight is not None and weight.requires_grad,
+                                bias is not None and bias.requires_grad)
+    if fused is not None and (bias is None or bias.dtype is input.dtype):
+        return fused[0], None, fused[1], fused[2], None, None
     x, gc = _as_cdt(input), _as_cdt(g)
     xhat, rstd = _normalize_o(x, dims, eps)
     lead = list(range(input.ndim - len(dims)))
@@ -1398,6 +1404,11 @@ def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq
     with accumulate); padding_idx's row gets none; scale_grad_by_freq divides each row by
     how often its index occurs."""
     V, D = weight.shape
+    if not scale_grad_by_freq:     # rows added in order by one C loop (nn_grad.c)
+        fused = _C._grad_embedding(g, indices, V, padding_idx if padding_idx is not None
+                                   else -1)
+        if fused is not None:
+            return fused, None, None, None, None
     flat = indices.reshape(-1)
     g2 = g.reshape(flat.shape[0], D)        # not -1: ambiguous when D is 0
     gw = O.zeros((V, D), dtype=g.dtype).index_put((flat,), g2, accumulate=True)
@@ -2265,6 +2276,11 @@ def _ce_decompose(self, target, weight, reduction, ignore_index, label_smoothing
 
 
 def _ce_backward(g, out, self, target, weight, reduction, ignore_index, label_smoothing):
+    if weight is None and label_smoothing == 0.0 and not target.dtype.is_floating_point:
+        # (N, C) logits and class indices: softmax minus one-hot in one C pass (nn_grad.c)
+        fused = _C._grad_cross_entropy(g, self, target, reduction, ignore_index)
+        if fused is not None:
+            return fused, None, None, None, None, None
     cd = 1 if self.ndim >= 2 else 0
     prob = _ce_is_prob(self, target)
     cdt = _compute_dtype(out.dtype)

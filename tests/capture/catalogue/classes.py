@@ -385,4 +385,89 @@ class Outer(torch.nn.Module):
         return 1
 fn = Outer()
 """, "T(3, 2)"),
+    # ------------------------------------------------------------ objects made inside
+    Case("dataclass_constructed_and_used", """
+import dataclasses
+@dataclasses.dataclass
+class Out:
+    value: object
+    scale: float = 1.0
+def fn(x):
+    o = Out(x * 2, scale=0.5)
+    return o.value * o.scale, o.scale
+""", "T(3)"),
+    Case("dataclass_constructed_and_returned", """
+import dataclasses
+@dataclasses.dataclass
+class Result:
+    logits: object
+    loss: object
+    n: int = 0
+def fn(x):
+    logits = x.softmax(-1)
+    return Result(logits, logits.sum(), n=len(x))
+""", "T(2, 3)"),
+    Case("namedtuple_constructed_and_returned", """
+import collections
+Pair = collections.namedtuple("Pair", ["a", "b"])
+def fn(x):
+    p = Pair(x + 1, x - 1)
+    return Pair(p.b, p.a), p._fields
+""", "T(3)"),
+    Case("plain_object_with_method_and_property", """
+class Acc:
+    def __init__(self, start):
+        self.total = start
+        self.count = 0
+    def add(self, v):
+        self.total = self.total + v
+        self.count += 1
+        return self
+    @property
+    def mean(self):
+        return self.total / self.count
+def fn(x, y):
+    a = Acc(x * 0).add(x).add(y)
+    return a.mean, a.count
+""", "T(3), T(3)"),
+    Case("object_made_inside_stored_in_an_input_list", """
+class Record:
+    def __init__(self, t, tag):
+        self.t = t
+        self.tag = tag
+def fn(x, out):
+    out.append(Record(x.exp(), "exp"))
+    return x + 1
+""", "T(3), []"),
+    Case("classmethod_factory_and_staticmethod", """
+class Cfg:
+    scale = 3.0
+    def __init__(self, k):
+        self.k = k
+    @classmethod
+    def make(cls, k):
+        return cls(k * cls.scale)
+    @staticmethod
+    def twice(v):
+        return v * 2
+def fn(x):
+    c = Cfg.make(2)
+    return x * c.k + Cfg.twice(x), c.k, isinstance(c, Cfg)
+""", "T(3)"),
+    Case("subclass_object_with_super_init", """
+class Base:
+    def __init__(self, w):
+        self.w = w
+    def apply(self, x):
+        return x * self.w
+class Shifted(Base):
+    def __init__(self, w, b):
+        super().__init__(w)
+        self.b = b
+    def apply(self, x):
+        return super().apply(x) + self.b
+def fn(x):
+    m = Shifted(2.0, x.mean())
+    return m.apply(x), type(m).__name__
+""", "T(3)"),
 ]

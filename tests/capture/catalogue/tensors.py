@@ -197,4 +197,143 @@ def fn(x):
 def fn(x):
     return x * x.element_size(), x.dtype.itemsize
 """, "T(3,)"),
+    # ------------------------------------------------------------ finfo, iinfo
+    Case("finfo_eps_min_max", """
+def fn(x):
+    fi = torch.finfo(x.dtype)
+    return x.clamp(min=fi.min, max=fi.max) + fi.eps, fi.bits, fi.tiny > 0
+""", "T(3)"),
+    Case("finfo_masked_fill_min_softmax", """
+def fn(x):
+    mask = x > 0
+    return x.masked_fill(mask, torch.finfo(x.dtype).min).softmax(-1)
+""", "T(2, 4)"),
+    Case("finfo_of_named_dtypes", """
+def fn(x):
+    e32 = torch.finfo(torch.float32).eps
+    e64 = torch.finfo(torch.float64).eps
+    return x * (e32 / e64), torch.finfo(torch.float16).max, torch.finfo(x.dtype).resolution
+""", "T(3)"),
+    Case("iinfo_bounds", """
+def fn(x):
+    ii = torch.iinfo(torch.int32)
+    return x.clamp(ii.min, ii.max) + ii.bits, torch.iinfo(torch.int64).max // 2
+""", "T(3)"),
+    Case("iinfo_of_int_tensor_dtype", """
+def fn(x):
+    i = (x * 10).to(torch.int64)
+    return i.clamp(max=torch.iinfo(i.dtype).max - 1) + 1, torch.iinfo(torch.uint8).max
+""", "T(4)"),
+    Case("finfo_iinfo_chosen_by_dtype", """
+def fn(x, dtype):
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    return x.to(dtype).clamp(max=info.max), info.bits
+""", "T(3), torch.float64"),
+    # ------------------------------------------------------------ device constants
+    Case("device_constant_cpu", """
+def fn(x):
+    d = torch.device("cpu")
+    return torch.ones(3, device=d) + x, d.type, d == x.device
+""", "T(3)"),
+    Case("device_constant_global", """
+DEV = torch.device("cpu")
+def fn(x):
+    return x.to(DEV) * 2, str(DEV), x.device == DEV, DEV.index
+""", "T(3)"),
+    Case("device_from_string_with_index", """
+def fn(x):
+    d = torch.device("cpu:0")
+    return x.to(d.type) + 1, d.index, d.type
+""", "T(3)"),
+    Case("device_strings_in_factories", """
+def fn(x):
+    a = torch.zeros(3, device="cpu")
+    b = torch.arange(3, device=torch.device("cpu"), dtype=x.dtype)
+    return x + a + b, torch.full((3,), 2.0, device=x.device.type)
+""", "T(3)"),
+    # ------------------------------------------------------------ max() / min() of tensors
+    Case("builtin_max_min_of_two_tensors", """
+def fn(x, y):
+    return max(x, y), min(x, y)
+""", "T(1), T(1)"),
+    Case("builtin_max_of_reductions", """
+def fn(x, y):
+    return max(x.sum(), y.sum()) * 2
+""", "T(3), T(3)"),
+    Case("builtin_max_over_tensor_rows", """
+def fn(x):
+    return max(x), min(x)
+""", "T(4)"),
+    Case("builtin_min_over_a_list_of_losses", """
+def fn(x, y, z):
+    losses = [x.pow(2).mean(), y.abs().mean(), z.mean()]
+    return min(losses) + max(*losses)
+""", "T(3), T(3), T(3)"),
+    # ------------------------------------------------------------ more grad-mode blocks
+    Case("set_grad_enabled_true_inside_no_grad", """
+def fn(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.set_grad_enabled(True):
+            b = a * x
+    return b, a, b.requires_grad, a.requires_grad
+""", "T(3).requires_grad_()"),
+    Case("no_grad_decorated_helper", """
+@torch.no_grad()
+def helper(x):
+    return x * 3
+def fn(x):
+    y = helper(x)
+    return y + x, y.requires_grad
+""", "T(3).requires_grad_()"),
+    Case("enable_grad_decorated_helper_under_no_grad", """
+@torch.enable_grad()
+def helper(x):
+    return x.sin()
+def fn(x):
+    with torch.no_grad():
+        y = helper(x)
+        z = x.cos()
+    return y, z, y.requires_grad, z.requires_grad
+""", "T(3).requires_grad_()"),
+    # ------------------------------------------------------------ `with` over Python objects
+    Case("user_context_manager_class", """
+LOG = []
+class Tag:
+    def __init__(self, name):
+        self.name = name
+    def __enter__(self):
+        LOG.append(("enter", self.name))
+        return self
+    def __exit__(self, *exc):
+        LOG.append(("exit", self.name))
+        return False
+def fn(x):
+    with Tag("a") as t:
+        y = x * 2
+    return y, t.name, len(LOG)
+""", "T(3)"),
+    Case("contextlib_nullcontext", """
+import contextlib
+def fn(x):
+    with contextlib.nullcontext(5) as v:
+        y = x + v
+    return y
+""", "T(3)"),
+    Case("nested_user_context_managers", """
+LOG = []
+class Step:
+    def __init__(self, n):
+        self.n = n
+    def __enter__(self):
+        LOG.append(self.n)
+    def __exit__(self, *exc):
+        LOG.append(-self.n)
+def fn(x):
+    with Step(1), Step(2):
+        y = x + 1
+    with torch.no_grad(), Step(3):
+        z = y * 2
+    return y, z, list(LOG)
+""", "T(3)"),
 ]
