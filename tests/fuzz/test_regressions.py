@@ -98,3 +98,21 @@ def test_sort_then_floor_under_grad():
                 .requires_grad_(),)
 
     check(f, inputs)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
+def test_a_break_inside_an_inlined_call_whose_frame_made_a_recursive_closure(backend):
+    """seed 5 #141: ember.tensor([-1]) inside an index breaks (NumPy's array) three frames
+    down, in a frame that made a function over its own cell; building the program went
+    round that cycle until RecursionError (an internal error, the frame run in CPython).
+    The cycle is refused and the break moves out a frame."""
+    def f(x1):
+        v0 = x1 * 1
+        v0[ember.tensor([-1]), 1:] = 0
+        return v0
+
+    x = ember.randn(2, 3, 4, dtype=ember.float64)
+    assert ember.equal(ember.compile(f, backend=backend)(x), f(x))
+    assert not any("internal error" in r for r in counters["unsupported"]), \
+        dict(counters["unsupported"])
+    assert counters["graph_break"]["calling builtin array"] == 1

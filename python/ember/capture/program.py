@@ -70,6 +70,7 @@ class ProgramBuilder:
         self.outputs = []         # graph output nodes
         self._out_of = {}         # node -> output index
         self._keep = []           # VTs memoised by id
+        self._making = set()      # ids of cells whose contents are being built
 
     def _add(self, entry, vt=None):
         self.values.append(entry)
@@ -160,7 +161,15 @@ class ProgramBuilder:
             return self._add(("src", source.getter()), vt)
         if vt.real is not None:
             return self._add(("const", vt.real), vt)
-        contents = () if vt.content is None else (self.value(vt.content),)
+        if id(vt) in self._making:
+            # a cell holding a function over itself (a recursive closure): the program
+            # builds values in order, so it cannot make the pair
+            raise Unsupported("a recursive closure made in the frame crosses a graph break")
+        self._making.add(id(vt))
+        try:
+            contents = () if vt.content is None else (self.value(vt.content),)
+        finally:
+            self._making.discard(id(vt))
         return self._add(("call1", _new_cell, self._add(("tuple", contents))), vt)
 
     def _function(self, vt):
