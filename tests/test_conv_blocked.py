@@ -147,3 +147,26 @@ def test_identical_at_one_and_two_threads():
         ember.set_num_threads(before)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("features, level", [("+sse4.2,+avx,+avx2,+fma", 1),
+                                             ("+sse4.2", 0)])
+def test_narrower_loops_match_torch(features, level):
+    """The AVX2 and generic register tiles (conv_loops.c), reached on any host through
+    EMBER_LLVM_FEATURES (the switch that narrows the JIT's vectors): this module's value
+    and gradient tests run in a process on that path."""
+    import os
+    import subprocess
+    import sys
+    if _C._conv_loops_level() < level:
+        pytest.skip("the host has not even this path")
+    env = dict(os.environ, EMBER_LLVM_FEATURES=features)
+    probe = subprocess.run([sys.executable, "-c",
+                            "from ember import _C; print(_C._conv_loops_level())"],
+                           env=env, capture_output=True, text=True, check=True)
+    assert int(probe.stdout) == level
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        __file__, "-k", "match_torch and not narrower"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout

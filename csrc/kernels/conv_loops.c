@@ -19,6 +19,10 @@
 #endif
 #include "kutil.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
@@ -151,18 +155,44 @@ DOT_FN(dot_v3, __attribute__((target("arch=x86-64-v3"))))
 GEMM_FN(gemm_generic, , v8f, 8, 4)
 DOT_FN(dot_generic, )
 
-/* 2: AVX-512 (x86-64-v4), 1: AVX2 and FMA (x86-64-v3), 0: neither */
+/* Whether EMBER_LLVM_FEATURES, when set, enables feature (e.g. "avx2"): the one switch
+ * that narrows the JIT's vectors narrows these loops too, so tests reach every path on
+ * any host. */
 static int
-cpu_level(void)
+env_enables(const char *env, const char *feature)
+{
+    char want[32];
+    if (env == NULL)
+        return 1;
+    if (snprintf(want, sizeof(want), "+%s", feature) >= (int)sizeof(want))
+        return 0;
+    const char *p = strstr(env, want);
+    size_t n = strlen(want);
+    /* "+avx512f" must not match inside "+avx512fp16" */
+    while (p != NULL && p[n] != '\0' && p[n] != ',')
+        p = strstr(p + 1, want);
+    return p != NULL;
+}
+
+/* 2: AVX-512 (x86-64-v4), 1: AVX2 and FMA (x86-64-v3), 0: neither; the host's, no
+ * more than EMBER_LLVM_FEATURES enables */
+int
+em_conv_cpu_level(void)
 {
 #ifdef HAVE_V4
     static int level = -1;
     if (level < 0) {
+        const char *env = getenv("EMBER_LLVM_FEATURES");
+        if (env != NULL && env[0] == '\0')
+            env = NULL;
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+            env_enables(env, "avx512f") && env_enables(env, "avx512bw") &&
+            env_enables(env, "avx512dq") && env_enables(env, "avx512vl"))
             level = 2;
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 env_enables(env, "avx2") && env_enables(env, "fma"))
             level = 1;
         else
             level = 0;
@@ -178,7 +208,7 @@ em_conv_gemm_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars, i
                  const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
 {
 #ifdef HAVE_V4
-    int level = cpu_level();
+    int level = em_conv_cpu_level();
     if (level == 2) {
         gemm_v4(m, n, k, A, ars, acs, B, ldb, C, ldc, acc);
         return;
@@ -196,7 +226,7 @@ em_conv_dot_f32(int64_t m, int64_t n, int64_t P, const float *G, int64_t ldg, co
                 int64_t ldx, float *C, int64_t ldc, int acc)
 {
 #ifdef HAVE_V4
-    int level = cpu_level();
+    int level = em_conv_cpu_level();
     if (level == 2) {
         dot_v4(m, n, P, G, ldg, X, ldx, C, ldc, acc);
         return;

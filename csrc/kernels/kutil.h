@@ -107,6 +107,9 @@ int em_blas_single(void);
 void em_blas_restore(int threads);
 /* conv_loops.c: C (m x n) = A B (+ C when acc), A's element (i, p) at A[i ars + p acs],
  * B's rows contiguous (ldb); and C[i, j] (+)= sum_p G[i, p] X[j, p], rows contiguous. */
+/* the eager convolution loops' path (conv_loops.c): 2 AVX-512, 1 AVX2 and FMA, 0
+ * generic; the host's, narrowed by EMBER_LLVM_FEATURES */
+int em_conv_cpu_level(void);
 void em_conv_gemm_f32(int64_t m, int64_t n, int64_t k, const float *A, int64_t ars,
                       int64_t acs, const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
 void em_conv_dot_f32(int64_t m, int64_t n, int64_t P, const float *G, int64_t ldg,

@@ -1013,6 +1013,12 @@ error:
     return NULL;
 }
 
+static PyObject *
+conv_loops_level(PyObject *mod, PyObject *noargs)
+{
+    return PyLong_FromLong(em_conv_cpu_level());
+}
+
 static PyMethodDef nn_grad_methods[] = {
     {"_grad_pointwise", (PyCFunction)(void (*)(void))grad_pointwise, METH_FASTCALL,
      "_grad_pointwise(kind, grad, self): silu (0), gelu (1), gelu tanh (2) gradients."},
@@ -1030,6 +1036,9 @@ static PyMethodDef nn_grad_methods[] = {
     {"_grad_conv_weight", (PyCFunction)(void (*)(void))em_grad_conv_weight, METH_FASTCALL,
      "_grad_conv_weight(input, grad_output, kh, kw, stride, padding, dilation, groups): "
      "a 2-d convolution's weight gradient (conv.c)."},
+    {"_conv_loops_level", (PyCFunction)(void (*)(void))conv_loops_level, METH_NOARGS,
+     "_conv_loops_level(): the eager convolution loops' path: 2 AVX-512, 1 AVX2+FMA, 0 "
+     "generic (the host's, narrowed by EMBER_LLVM_FEATURES)."},
     {NULL},
 };
 
