@@ -8,7 +8,10 @@ history as eager's do, and the runtime writes the new values back into the input
 the call (csrc/runtime/aot_function.c, forward_grad=True). So a graph that raises has
 written nothing, and the frame can run again eagerly from the state eager started from.
 
-Not when the graph calls an autograd.Function (its op-level trace holds the forward's
+Not when an input requires grad (under grad mode): the graph's ops then record history,
+and only the ops as captured record eager's (a value the graph writes into after an op
+saved it must make the backward raise, as eager's does). Nor when the graph calls an
+autograd.Function (its op-level trace holds the forward's
 ops, whose eager autograd is not the class's backward), nor when it changes grad mode
 inside (grad_mode.py: the op-level trace holds no mode changes, and run under one mode
 its ops would record history where eager's record none). That graph runs as captured, its
@@ -71,10 +74,20 @@ def calls_autograd_functions(gm) -> bool:
                for n in gm.graph.nodes)
 
 
+def _records_autograd(example_inputs):
+    """Whether the graph's ops record autograd history: then they run as captured, so
+    their backward is eager's own, version checks included (the functional trace has
+    no in-place ops, so a backward through a value the graph later writes into would
+    not raise as eager's does: fuzz seed 5 #66)."""
+    from .. import _C
+    return _C.is_grad_enabled() and any(
+        getattr(x, "requires_grad", False) for x in example_inputs)
+
+
 def eager_graph(gm, example_inputs):
     if not writes_into_inputs(gm):
         return gm.forward
-    if calls_autograd_functions(gm) or sets_grad_mode(gm):
+    if calls_autograd_functions(gm) or sets_grad_mode(gm) or _records_autograd(example_inputs):
         return restoring_inputs(gm.forward, written_inputs(gm))
     from . import _aliased_inputs_fallback
     code = getattr(gm, "meta", {}).get("code")
