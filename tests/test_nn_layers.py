@@ -102,7 +102,13 @@ def check_layer(torch, tmod, emod, inputs, call=None, rtol=1e-4, atol=1e-5, grad
         tp = tparams[name]
         assert (tp.grad is None) == (p.grad is None), f"{name}: grad presence"
         if tp.grad is not None:
-            np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=rtol, atol=atol,
+            # a weight gradient sums products over the batch and the positions: in float32
+            # an element that cancels to a small fraction of the largest carries the
+            # rounding of the largest terms (summation order differs by BLAS and blocks)
+            want = tp.grad.numpy()
+            scale = float(np.abs(want).max()) if want.dtype == np.float32 and want.size else 0
+            np.testing.assert_allclose(p.grad.numpy(), want, rtol=rtol,
+                                       atol=max(atol, 1e-6 * scale),
                                        err_msg=f"grad of {name}")
 
 
