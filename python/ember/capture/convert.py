@@ -16,6 +16,7 @@ import weakref
 from .. import _C
 from .. import fx
 from . import _hook, resume, skip
+from .bytecode import parse_exception_table
 from .config import config
 from . import logs
 from .exc import BreakReason, CaptureError, Unsupported, counters
@@ -529,9 +530,27 @@ def trace_frame(frame_info, stop_path=None, keep=None, dynamic=False):
         ret = None
         if keep is not None:
             keep.append(stop.frame)
+    check_generators_finished(out)
     out.guards.add("GRAD_MODE", None, _C.is_grad_enabled())
     out.guards.add("AUTOCAST", None, _C._get_autocast())
     return out, ret
+
+
+def check_generators_finished(out):
+    """A generator function with try or with blocks (a contextlib.contextmanager's,
+    say) that the trace left suspended at a yield inside one of them would, in eager,
+    run its finally blocks or __exit__ when collected: the interpreter does not model
+    that, so such a frame breaks or falls back (counted). One run to its end, or
+    suspended outside its blocks, is exact."""
+    for frame in getattr(out, "guarded_generators", ()):
+        at = getattr(frame, "suspended_at", None)
+        if at is None:
+            continue
+        if any(2 * start <= at < 2 * end for start, end, *_ in
+               parse_exception_table(frame.code.co_exceptiontable)):
+            raise Unsupported(f"generator function {frame.code.co_qualname} left "
+                              "suspended inside try or with (its finally blocks would "
+                              "run when it is collected)")
 
 
 def _cell_parameter(root, out, cell, i, name):

@@ -62,6 +62,23 @@ def _method_getter(name):
     return g
 
 
+class RawAttributes:
+    """The target of the replayed attribute writes of an object the frame made whose
+    class has its own __setattr__ (a frozen dataclass's, a user's): the frame ran that
+    __setattr__ interpreted, so the writes go past it, as object.__setattr__."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        object.__setattr__(self, "obj", obj)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self.obj, name, value)
+
+    def __delattr__(self, name):
+        object.__delattr__(self.obj, name)
+
+
 class ProgramBuilder:
     def __init__(self, sym=None):
         self.sym = sym            # sym_sizes.SymbolicInputs of a symbolic capture
@@ -259,10 +276,15 @@ class ProgramBuilder:
             for i in reached:
                 obj, name, value, _ = pending[i]
                 done.add(i)
+                t = self.memo[id(obj)]
+                if type(obj.value).__setattr__ is not object.__setattr__:
+                    # its class's __setattr__ ran interpreted: the writes go past it
+                    t = self.memo.setdefault(("raw", id(obj)),
+                                             self._add(("call1", RawAttributes, t)))
                 if value is not DELETED:
-                    out.append(("setattr", self.memo[id(obj)], name, self.value(value)))
+                    out.append(("setattr", t, name, self.value(value)))
                 else:
-                    out.append(("delattr", self.memo[id(obj)], name))
+                    out.append(("delattr", t, name))
 
 
 def build_program(ret, side_effects, sym=None):

@@ -78,10 +78,14 @@ class SideEffects:
         """The frame's own last write of vt.name (a VT), or None when it wrote none."""
         return _read(self.attrs, (id(vt), name), "attribute")
 
-    def write_attr(self, vt, name, value):
-        """vt.name = value (value DELETED: del vt.name), for a plain object or a module."""
+    def write_attr(self, vt, name, value, raw=False):
+        """vt.name = value (value DELETED: del vt.name), for a plain object or a module.
+        raw: object.__setattr__ on an object the frame made (its class's own __setattr__
+        ran interpreted, or is bypassed as the code asked); replayed the same way
+        (program.py), as is a write into a slot of such an object."""
         obj = vt.value
         cls = type(obj)
+        made = getattr(vt, "made_by_frame_object", False)
         if getattr(vt, "made_by_frame_object", False) and value is DELETED:
             # an object the frame made: deleting what it set leaves nothing to replay
             old = self.attrs.get((id(vt), name))
@@ -94,18 +98,20 @@ class SideEffects:
         if isinstance(obj, types.ModuleType):
             raise Unsupported("module attributes are written through their globals")
         descr = _class_attr(cls, name)
-        if descr is not _MISSING and _is_data_descriptor(descr):
+        slot = made and type(descr) is types.MemberDescriptorType and \
+            vars(descr.__objclass__).get(name) is descr
+        if descr is not _MISSING and _is_data_descriptor(descr) and not slot:
             raise Unsupported(f"assigning {cls.__name__}.{name}, a "
                               f"{type(descr).__name__} (data descriptor)")
         from ..nn import Module
         if isinstance(obj, Module):
             _check_module_write(obj, name, value)
         else:
-            if cls.__setattr__ is not object.__setattr__ or \
+            if not raw and cls.__setattr__ is not object.__setattr__ or \
                     (value is DELETED and cls.__delattr__ is not object.__delattr__):
                 raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__}, "
                                   "which defines __setattr__")
-            if not hasattr(obj, "__dict__"):
+            if not slot and not hasattr(obj, "__dict__"):
                 raise Unsupported(f"assigning attribute {name!r} of a {cls.__name__} "
                                   "without a __dict__")
         _record_write(self.attrs, (id(vt), name), vt, name, value, _has_attr(obj, name),

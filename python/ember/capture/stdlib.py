@@ -25,6 +25,7 @@ import operator
 import types
 
 from .. import _C, fx
+from . import tensor_data
 from .exc import Unsupported
 from .source import AttrSource
 from .variables import (BoundMethodVar, BuiltinVar, ConstVar, DictVar, FunctionVar,
@@ -342,6 +343,8 @@ _OPERATOR_BINARY = {operator.add, operator.mul, operator.sub, operator.truediv,
 
 def call(tx, fn, args, kwargs):
     """The result VT of builtin `fn`, or NOT_HANDLED (the caller's rules apply)."""
+    if any(fn is f for f in tensor_data.functions()):
+        return tensor_data.call(tx, fn, args, kwargs)
     if fn is iter and len(args) == 1 and not kwargs:
         return make_iter(tx, args[0])
     if fn is next and 1 <= len(args) <= 2 and not kwargs:
@@ -397,6 +400,8 @@ def call(tx, fn, args, kwargs):
         return ListVar([items[k] for k in order])
     if fn is operator.getitem and len(args) == 2 and not kwargs:
         return tx.subscript(args[0], args[1])
+    if fn is object.__setattr__ and len(args) == 3 and not kwargs:
+        return object_setattr(tx, args)
     if fn is callable and len(args) == 1 and not kwargs:
         return ConstVar(_is_callable(args[0]))
     if fn is len and len(args) == 1 and isinstance(args[0], SetVar):
@@ -474,12 +479,14 @@ def _itertools(tx, fn, args, kwargs):
 
 _HANDLED_TYPES = (functools.partial, itertools.chain, itertools.islice, itertools.product,
                   itertools.accumulate, itertools.zip_longest, itertools.repeat,
-                  operator.itemgetter, operator.attrgetter, map, filter, set, frozenset)
+                  operator.itemgetter, operator.attrgetter, map, filter, set, frozenset,
+                  object.__setattr__)
 
 
 def handled(value) -> bool:
     """Whether wrap() should give `value` a BuiltinVar (its calls come here)."""
-    return any(value is t for t in _HANDLED_TYPES) or value is functools.reduce
+    return any(value is t for t in _HANDLED_TYPES) or value is functools.reduce or \
+        any(value is f for f in tensor_data.functions())
 
 
 # ------------------------------------------------------------------ classes
@@ -703,9 +710,8 @@ def min_max_of_tensors(tx, fn, args):
             return tx.call_builtin(fn, [ListVar(items)], {})
         raise Unsupported(f"{fn.__name__}() over items that are not constants")
     name = f"{fn.__name__}() of a tensor"
-    if not items or not all(isinstance(i, TensorVar) for i in items):
-        raise Unsupported(f"{name} and Python values (its result's type depends on the "
-                          "data)")
+    if items and not all(isinstance(i, TensorVar) for i in items):
+        return _min_max_with_numbers(tx, fn, items, name)
     first = items[0].fake
     for i in items:
         f = i.fake
@@ -724,6 +730,72 @@ def min_max_of_tensors(tx, fn, args):
     compare = operator.gt if fn is max else operator.lt
     current = items[0]
     for item in items[1:]:
+        taken = tx.call_op(compare, [item, current], {})
+        current = tx.call_op(O.where, [taken, item, current], {})
+    return current
+
+
+# BINARY_OP args whose result is the same for a number and a 0-d tensor of its value
+# (a dimensioned floating tensor on the other side): + - * / and their in-place forms
+_NUMBER_BLIND_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
+
+
+def _number_blind_partner(tx, items):
+    """The dimensioned floating tensor the result of max()/min() over `items` (tensors
+    and Python numbers) goes straight into + - * / with, when the call's next
+    instructions are `<partner> OP result` or `result OP <partner>` (a local), and the
+    result of that op is then the same tensor whichever item is taken: a 0-d tensor or a
+    Python number of the same category does not change its dtype, a one-element tensor
+    of the partner's dtype and no more dimensions does not change it nor its shape.
+    Else None."""
+    code_ins = tx.instructions
+    at = tx.index_of.get(tx.offset)
+    if at is None or at + 2 >= len(code_ins):
+        return None
+    nxt, after = code_ins[at + 1], code_ins[at + 2]
+    partner = None
+    if nxt.opname == "BINARY_OP" and nxt.arg in _NUMBER_BLIND_OPS and tx.stack:
+        partner = tx.stack[-1]
+    elif nxt.opname == "LOAD_FAST" and after.opname == "BINARY_OP" and \
+            after.arg in _NUMBER_BLIND_OPS:
+        partner = tx.locals.get(nxt.argval)
+    if not isinstance(partner, TensorVar):
+        return None
+    p = partner.fake
+    if p.ndim == 0 or not p.dtype.is_floating_point:
+        return None
+    for i in items:
+        if isinstance(i, TensorVar):
+            f = i.fake
+            if not f.dtype.is_floating_point or f.numel() != 1 or f.ndim > p.ndim or \
+                    f.ndim and f.dtype is not p.dtype:
+                return None
+        elif not (i.is_constant() and type(i.as_constant()) in (int, float)):
+            return None
+    return partner
+
+
+def _min_max_with_numbers(tx, fn, items, name):
+    """max()/min() of one-element tensors and Python numbers: CPython's result is the
+    item taken, a tensor or a number depending on the data. Only where that cannot
+    show, the result going straight into + - * / with a dimensioned floating tensor
+    (_number_blind_partner), is it a where() chain in the graph, as TorchDynamo makes
+    it; elsewhere, as when an item requires grad under grad mode, it breaks."""
+    if _number_blind_partner(tx, items) is None:
+        raise Unsupported(f"{name} and Python values (its result's type depends on the "
+                          "data)")
+    tensors = [i for i in items if isinstance(i, TensorVar)]
+    if any(t.fake.requires_grad for t in tensors) and _C.is_grad_enabled():
+        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
+                          "depends on the data)")
+    from ..ops import api as O
+    compare = operator.gt if fn is max else operator.lt
+    current = items[0]
+    for item in items[1:]:
+        if not isinstance(item, TensorVar) and not isinstance(current, TensorVar):
+            if compare(item.as_constant(), current.as_constant()):
+                current = item
+            continue
         taken = tx.call_op(compare, [item, current], {})
         current = tx.call_op(O.where, [taken, item, current], {})
     return current
@@ -843,11 +915,39 @@ def exit_of_cut_block(exit_obj):
 _HEAPTYPE = 1 << 9     # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
 
+def own_setattr(obj, value):
+    """The class's own Python __setattr__ (a BoundMethodVar) for a write into an object
+    the frame made (a frozen dataclass's, a user's), or None."""
+    if not getattr(obj, "made_by_frame_object", False) or value is _DELETED():
+        return None
+    from .variables import _class_attr
+    f = _class_attr(type(obj.value), "__setattr__")
+    return BoundMethodVar(f, obj) if isinstance(f, types.FunctionType) else None
+
+
+def _DELETED():
+    from .side_effects import DELETED
+    return DELETED
+
+
+def object_setattr(tx, args):
+    """object.__setattr__(obj, name, value) on an object the frame made: the write
+    itself, past the class's own __setattr__ (a frozen dataclass's __init__ does this)."""
+    obj, name, value = args
+    if not getattr(obj, "made_by_frame_object", False) or not name.is_constant() or \
+            type(name.as_constant()) is not str:
+        raise Unsupported("object.__setattr__ on an object the compiled code did not make")
+    tx.output.side_effects.write_attr(obj, name.as_constant(), value, raw=True)
+    return ConstVar(None)
+
+
 def construct_object(tx, cls_var, args, kwargs):
     """An instance of a plain Python class made by the frame: a class statement's class
-    (dataclasses included) over object alone, with object's __new__ and __setattr__, no
-    __slots__ and no __del__; its __init__ (a Python function, or none) is inlined on a
-    NewObjectVar. Anything else is not handled here."""
+    (dataclasses, frozen ones included) over object alone, with object's __new__ and
+    __getattribute__ and no __del__ or __getattr__; __slots__ and a Python __setattr__
+    are allowed (a write runs that __setattr__ inlined; object.__setattr__ and a slot's
+    descriptor store the value). Its __init__ (a Python function, or none) is inlined on
+    a NewObjectVar. Anything else is not handled here."""
     from .variables import NewObjectVar, _class_attr
     cls = cls_var.value
     mro = cls.__mro__
@@ -855,11 +955,12 @@ def construct_object(tx, cls_var, args, kwargs):
             or mro[-1] is not object or \
             not all(k.__flags__ & _HEAPTYPE for k in mro[:-1]):
         return NOT_HANDLED
+    setattr_ = _class_attr(cls, "__setattr__")
     if _class_attr(cls, "__new__") is not object.__dict__["__new__"] or \
-            _class_attr(cls, "__setattr__") is not object.__dict__["__setattr__"] or \
+            setattr_ is not object.__dict__["__setattr__"] and \
+            not isinstance(setattr_, types.FunctionType) or \
             _class_attr(cls, "__getattribute__") is not object.__dict__["__getattribute__"] \
-            or any(vars(k).get("__slots__", ()) for k in mro[:-1]) or \
-            _class_attr(cls, "__del__") is not _MISSING or \
+            or _class_attr(cls, "__del__") is not _MISSING or \
             _class_attr(cls, "__getattr__") is not _MISSING:
         return NOT_HANDLED
     init = _class_attr(cls, "__init__")
@@ -907,6 +1008,30 @@ def construct_grad_mode(tx, cls, args, kwargs):
             raise Unsupported("set_grad_enabled with other than one argument")
         return GradModeVar(cls, bool(mode[0]), tx)
     return NOT_HANDLED
+
+
+class TracebackVar(VariableTracker):
+    """The traceback of an exception raised inside the captured frame, which the
+    interpreter does not make: `tb is None` is False, as in eager; any other use of it
+    is unsupported (a break or a fallback, counted)."""
+
+    def __repr__(self):
+        return "TracebackVar()"
+
+
+def exit_interpreted(exit_):
+    """Whether a `with` block's __exit__ runs interpreted when the block raises (a
+    user class's Python __exit__, contextlib.contextmanager's included)."""
+    return isinstance(exit_, BoundMethodVar)
+
+
+def exit_with_exception(tx, exit_, exc):
+    """WITH_EXCEPT_START: __exit__(type, value, traceback) of the block a Python
+    exception leaves; a true result swallows it, as in eager."""
+    if not exit_interpreted(exit_) or not isinstance(exc, ObjectVar) or \
+            not isinstance(exc.value, BaseException):
+        raise Unsupported("leaving a `with` block by an exception")
+    return exit_.call(tx, [ObjectVar(type(exc.value)), exc, TracebackVar()], {})
 
 
 def before_with(tx, cm):

@@ -386,7 +386,9 @@ class Translator:
                 if handler is None:
                     raise Unsupported(f"bytecode {ins.opname}")
                 if self.lazy and ins.opname == "YIELD_VALUE":
+                    self.suspended_at = ins.offset
                     yield self.pop()
+                    self.suspended_at = None
                     self.push(ConstVar(None))       # what send() sent: next() sends None
                     ip += 1
                     continue
@@ -470,7 +472,8 @@ class Translator:
             if entry.start <= ins.offset < entry.end:
                 i = self.index_of[entry.target]
                 return [x.opname for x in self.instructions[i:i + 2]] == \
-                    ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]
+                    ["PUSH_EXC_INFO", "WITH_EXCEPT_START"] and \
+                    not stdlib.exit_interpreted(self.stack[entry.depth - 1])
         return False
 
     def _handle(self, ins, e):
@@ -586,6 +589,8 @@ class Translator:
                                if source is not None else None)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", source, value)
+            if stdlib.handled(value):       # ember.tensor, ember.as_tensor
+                return BuiltinVar(value, source)
             orig = getattr(value, "_orig_fn", None)
             if isinstance(orig, types.FunctionType) and \
                     hasattr(value, "_ember_compile_context"):
@@ -818,10 +823,10 @@ class Translator:
         generator = not genexpr and code.co_flags & inspect.CO_GENERATOR and \
             not code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR |
                                  inspect.CO_ITERABLE_COROUTINE)
-        if generator and code.co_exceptiontable:
-            # try/with in a generator: a generator left unfinished runs its finally
-            # blocks when collected, which the interpreter does not model
-            raise Unsupported(f"generator function {fn.__qualname__} with try or with")
+        # try/with in a generator: one left suspended inside them runs its finally
+        # blocks when collected, which the interpreter does not model (checked where
+        # the trace ends: convert.check_generators_finished)
+        guarded = generator and bool(code.co_exceptiontable)
         if not genexpr and not generator and \
                 code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
                                  inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE):
@@ -894,6 +899,8 @@ class Translator:
             child.stop_at = path[-1][1]
         if generator:
             child.lazy = True
+            if guarded:
+                self.output.__dict__.setdefault("guarded_generators", []).append(child)
             return stdlib.LazyIteratorVar(child.execute(), frame=child)
         return child.run()
 
@@ -1203,6 +1210,10 @@ class Translator:
     def store_attr(self, obj, name, value):
         """obj.name = value (DELETED: del obj.name), recorded for replay."""
         effects = self.output.side_effects
+        if stdlib.own_setattr(obj, value) is not None:
+            # an object the frame made whose class has a Python __setattr__: inlined
+            stdlib.own_setattr(obj, value).call(self, [ConstVar(name), value], {})
+            return
         if isinstance(obj, PythonModuleVar):
             d = obj.value.__dict__
             if value is DELETED and effects.read_global(d, name) is None:
@@ -1323,6 +1334,10 @@ class Translator:
         self.push(ConstVar(None))     # the exception being handled before (unread)
         self.push(v)
 
+    def WITH_EXCEPT_START(self, ins):
+        # [exit, lasti, previous exception, exception]: exit(type, value, traceback)
+        self.push(stdlib.exit_with_exception(self, self.stack[-4], self.stack[-1]))
+
     def POP_EXCEPT(self, ins):
         self.pop()
 
@@ -1386,6 +1401,9 @@ class Translator:
             except Unsupported:
                 raise
             except Exception as e:   # noqa: BLE001
+                if isinstance(e, (ZeroDivisionError, OverflowError)) and \
+                        all(type(v.as_constant()) in (int, float, bool) for v in (a, b)):
+                    raise PyException.of(e) from None    # (1 / 0: eager's error)
                 raise Unsupported(f"{pure.__name__} raised {e!r}") from None
         if isinstance(a, TensorVar) or isinstance(b, TensorVar):
             return self.call_op(fn, [a, b], {})

@@ -831,7 +831,8 @@ class BuiltinVar(ValueVar):
 
     def getattr(self, tx, name):
         import itertools
-        if (self.value, name) in ((dict, "fromkeys"), (itertools.chain, "from_iterable")):
+        if (self.value, name) in ((dict, "fromkeys"), (itertools.chain, "from_iterable"),
+                                  (object, "__setattr__")):
             return BuiltinVar(getattr(self.value, name))
         raise Unsupported(f"attribute {name!r} of {self.value!r}")
 

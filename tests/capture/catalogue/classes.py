@@ -470,4 +470,68 @@ def fn(x):
     m = Shifted(2.0, x.mean())
     return m.apply(x), type(m).__name__
 """, "T(3)"),
+    # ------------------------------------------------- frozen dataclasses, __setattr__, __slots__
+    Case("frozen_dataclass_constructed_in_forward", """
+import dataclasses
+@dataclasses.dataclass(frozen=True)
+class Out:
+    value: torch.Tensor
+    scale: float = 1.0
+def fn(x):
+    o = Out(x * 2, 0.5)
+    return o.value * o.scale + 1, o.scale
+""", "T(3)"),
+    Case("frozen_dataclass_returned", """
+import dataclasses
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    a: torch.Tensor
+    b: torch.Tensor
+def fn(x):
+    p = Pair(x.sin(), x.cos())
+    q = dataclasses.replace(p, b=p.b * 2) if False else Pair(p.a, p.b * 2)
+    return q, p.a + q.b
+""", "T(3)"),
+    Case("own_setattr_logs_writes", """
+class Recorder:
+    def __init__(self):
+        object.__setattr__(self, "names", [])
+    def __setattr__(self, name, value):
+        self.names.append(name)
+        object.__setattr__(self, name, value)
+def fn(x):
+    r = Recorder()
+    r.a = x + 1
+    r.b = 2
+    r.a = r.a * r.b
+    return r.a, list(r.names)
+""", "T(3)"),
+    Case("slots_object_made_and_mutated", """
+class Acc:
+    __slots__ = ("total", "n")
+    def __init__(self):
+        self.total = 0
+        self.n = 0
+    def add(self, v):
+        self.total = self.total + v
+        self.n += 1
+def fn(x):
+    acc = Acc()
+    for row in x:
+        acc.add(row)
+    return acc.total / acc.n, acc.n
+""", "T(4, 3)"),
+    Case("object_made_mutated_and_stored", """
+class Box:
+    def __init__(self, v):
+        self.v = v
+        self.hits = 0
+def fn(x, store):
+    b = Box(x * 2)
+    b.hits += 1
+    b.v = b.v + 1
+    b.extra = b.hits * 3
+    store.append(b)
+    return b.v.sum(), len(store)
+""", "T(3), []"),
 ]

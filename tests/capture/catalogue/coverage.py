@@ -66,7 +66,10 @@ CLASSES = {
     "objects of Python classes made inside the frame": [
         "dataclass_constructed_and_returned", "plain_object_with_method_and_property",
         "object_made_inside_stored_in_an_input_list", "classmethod_factory_and_staticmethod",
-        "user_context_manager_class"],
+        "user_context_manager_class", "object_made_mutated_and_stored"],
+    "frozen dataclasses, own __setattr__, __slots__ made inside the frame": [
+        "frozen_dataclass_constructed_in_forward", "frozen_dataclass_returned",
+        "own_setattr_logs_writes", "slots_object_made_and_mutated"],
     "nn.Module construction inside forward": [
         "module_constructed_in_forward", "module_constructed_in_module_forward",
         "functional_module_chain_built_inline"],
@@ -97,7 +100,15 @@ CLASSES = {
                            "view_with_computed_heads", "shape_arithmetic"],
     "max()/min() of a tensor": [
         "builtin_max_min_of_two_tensors", "builtin_max_of_reductions",
-        "builtin_max_over_tensor_rows", "builtin_min_over_a_list_of_losses"],
+        "builtin_max_over_tensor_rows", "builtin_min_over_a_list_of_losses",
+        "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
+        "builtin_max_norm_floor"],
+    "max()/min() of a tensor and a Python number": [
+        "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
+        "builtin_max_norm_floor"],
+    "ember.tensor / ember.as_tensor of Python numbers, sizes and nested lists": [
+        "tensor_of_python_numbers", "tensor_of_sizes", "tensor_of_nested_lists",
+        "as_tensor_of_values_and_of_a_tensor"],
     "no_grad()/enable_grad()/set_grad_enabled() blocks": [
         "no_grad_block", "enable_grad_inside_no_grad", "set_grad_enabled_false_block",
         "set_grad_enabled_from_flag", "nested_with_grad_blocks",
@@ -108,7 +119,14 @@ CLASSES = {
         "nested_user_context_managers", "with_blocks_in_sequence"],
     "contextlib.contextmanager blocks": [
         "contextlib_contextmanager", "contextmanager_yielding_a_tensor",
-        "contextmanagers_nested_and_in_sequence"],
+        "contextmanagers_nested_and_in_sequence", "contextmanager_try_finally",
+        "contextmanager_with_block_inside", "contextmanager_try_except_nested"],
+    "contextlib.contextmanager generators with try/finally or a `with` inside": [
+        "contextmanager_try_finally", "contextmanager_with_block_inside",
+        "contextmanager_try_except_nested"],
+    "__exit__ swallowing the block's exception": [
+        "exit_returning_true_swallows_raise", "exit_swallows_keyerror_of_a_lookup",
+        "contextlib_suppress_python_error"],
     # closures, generators, recursion, exceptions
     "closures and cells written and read": [
         "closure_cell_written_by_inner", "closure_reads_later_assignment",

@@ -374,4 +374,136 @@ def fn(x):
         y = y.sin()
     return y, len(LOG)
 """, "T(3)"),
+    # ------------------------------------------------- max() / min() of a tensor and numbers
+    Case("builtin_max_tensor_and_number_scales", """
+def fn(x):
+    s = x.sum()
+    return x * max(s, 0.5), min(1.0, s) + x
+""", "T(4)"),
+    Case("builtin_min_max_numbers_in_place", """
+def fn(x):
+    y = x.clone()
+    y -= min(x.max(), 0)
+    y /= max(1, x.abs().sum(), 2.5)
+    return y
+""", "T(5)"),
+    Case("builtin_max_norm_floor", """
+def fn(x):
+    n = x.norm()
+    return x / max(n, 1e-6), x / max(1e-6, n.detach())
+""", "T(2, 3)"),
+    # ------------------------------------------------- ember.tensor / as_tensor of Python data
+    Case("tensor_of_python_numbers", """
+def fn(x):
+    return x + torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2), torch.tensor(True), \\
+        torch.tensor([])
+""", "T(3)"),
+    Case("tensor_of_sizes", """
+def fn(x):
+    n = x.shape[0]
+    w = torch.tensor([n, 2 * n, x.shape[1]], dtype=torch.float32)
+    return x * w, torch.tensor(x.shape), torch.tensor(n) * 2
+""", "T(2, 3)"),
+    Case("tensor_of_nested_lists", """
+def fn(x):
+    m = torch.tensor([[1, 2, 0], [3, 4, 1], [0, 1, 1]], dtype=x.dtype)
+    b = torch.tensor(((0.5,), (1.5,), (2.5,)))
+    return m @ x + b, torch.tensor([[True, False], [False, True]])
+""", "T(3, 2)"),
+    Case("as_tensor_of_values_and_of_a_tensor", """
+def fn(x):
+    a = torch.as_tensor([1, 2, 3], dtype=torch.float64)
+    b = torch.as_tensor(x)
+    c = torch.as_tensor(x, dtype=torch.float64)
+    return a * 2, b is x, c + a, torch.as_tensor([x.shape[0], 7])
+""", "T(3)"),
+    # ------------------------------------------------- contextmanager with try / with inside
+    Case("contextmanager_try_finally", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def scope(n):
+    LOG.append(("enter", n))
+    try:
+        yield n * 2
+    finally:
+        LOG.append(("exit", n))
+def fn(x):
+    with scope(3) as k:
+        y = x * k
+    return y, len(LOG)
+""", "T(3)"),
+    Case("contextmanager_with_block_inside", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def frozen():
+    with torch.no_grad():
+        LOG.append("no grad")
+        yield torch.is_grad_enabled()
+    LOG.append("grad again")
+def fn(x):
+    with frozen() as mode:
+        y = x * 2
+    return y, x * 3, mode, y.requires_grad
+""", "T(3)"),
+    Case("contextmanager_try_except_nested", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def guarded(tag):
+    try:
+        LOG.append(tag)
+        yield tag.upper()
+    except KeyError:
+        LOG.append("caught")
+    else:
+        LOG.append("clean " + tag)
+def fn(x):
+    with guarded("a") as a:
+        with guarded("b") as b:
+            y = x + len(a + b)
+    return y, a + b
+""", "T(3)"),
+    # ------------------------------------------------- __exit__ swallowing the block's exception
+    Case("exit_returning_true_swallows_raise", """
+LOG = []
+class Quiet:
+    def __enter__(self):
+        return self
+    def __exit__(self, typ, value, tb):
+        LOG.append((typ.__name__, str(value), tb is not None))
+        return True
+def fn(x):
+    with Quiet():
+        y = x + 1
+        raise ValueError("stop")
+    return y * 2
+""", "T(3)"),
+    Case("exit_swallows_keyerror_of_a_lookup", """
+class Ignore:
+    def __init__(self, *types):
+        self.types = types
+    def __enter__(self):
+        return None
+    def __exit__(self, typ, value, tb):
+        return typ is not None and issubclass(typ, self.types)
+def fn(x, d):
+    y = x * 2
+    with Ignore(KeyError):
+        y = y + d["bias"]
+    with Ignore(KeyError, IndexError):
+        y = y + d["scale"]
+    return y
+""", "T(3), {'scale': 1.5}"),
+    Case("contextlib_suppress_python_error", """
+import contextlib
+def fn(x, items):
+    out = x
+    with contextlib.suppress(IndexError):
+        out = out + items[5]
+    with contextlib.suppress(ValueError, ZeroDivisionError):
+        out = out * (1 / 0)
+    return out + items[0]
+""", "T(3), [1.0, 2.0]"),
 ]

@@ -1,0 +1,117 @@
+"""ember.tensor(data) / ember.as_tensor(data) called inside a captured frame, of Python
+numbers, sizes (x.shape[0], symbolic ones included) and nested lists or tuples of them:
+a graph op, as TorchDynamo makes one, so the frame does not break there.
+
+The result is built in the graph from its elements: one full((), v, dtype) per element
+and a stack, reshaped to the data's shape (an empty data is one full of its shape), so
+each call makes a new tensor, as eager does. The dtype, the shape and the values are
+eager's: the data, its sizes at their captured values, goes through eager's own
+ember.tensor once at capture time (so a ragged list or a value out of the dtype's range
+raises there and the call breaks, eager then raising it), and each element of the graph
+is the value eager stored (already converted to the dtype), except a symbolic size,
+which the graph computes when the dtype is int64, float32 or float64 (which store any
+size exactly; in other dtypes the size is specialised, guarded).
+
+What it does not do (the call breaks, counted): data holding tensors (eager reads their
+values), requires_grad=True (a leaf made per call), pin_memory, data of more than
+MAX_ELEMENTS elements (a node per element), a device other than the CPU.
+"""
+from __future__ import annotations
+
+from .. import _C
+from .exc import Unsupported
+from .variables import ConstVar, ListVar, SymVar, TensorVar, TupleVar
+
+MAX_ELEMENTS = 256
+
+_NUMBER = (bool, int, float)
+
+
+def functions():
+    """The functions this module captures: ember.tensor and ember.as_tensor."""
+    from .. import _tensor_new
+    return (_tensor_new.tensor, _tensor_new.as_tensor)
+
+
+def _plain(v, leaves):
+    """v's data as Python values (a symbolic size at its hint, unguarded), appending
+    the leaf VTs in row-major order."""
+    if isinstance(v, SymVar):
+        leaves.append(v)
+        return v.sym.hint
+    if isinstance(v, ConstVar):
+        value = v.value
+        if type(value) in _NUMBER:
+            leaves.append(v)
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(_plain(ConstVar(i), leaves) for i in value)
+        raise Unsupported(f"ember.tensor of a {type(value).__name__} constant")
+    if isinstance(v, (TupleVar, ListVar)):
+        return [_plain(i, leaves) for i in v.items]
+    if isinstance(v, TensorVar):
+        raise Unsupported("ember.tensor of data holding tensors (needs their values)")
+    raise Unsupported(f"ember.tensor of {type(v).__name__}")
+
+
+def call(tx, fn, args, kwargs):
+    from .. import _tensor_new
+    from ..ops import api as O  # noqa: F401 - (the ops module loads the op table)
+    import ember
+    names = ("data", "dtype", "device", "requires_grad", "pin_memory") \
+        if fn is _tensor_new.tensor else ("data", "dtype", "device")
+    if len(args) > len(names) or set(kwargs) - set(names):
+        raise Unsupported(f"{fn.__name__}() with these arguments")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in bound:
+            raise Unsupported(f"{fn.__name__}() given {k} twice")
+        bound[k] = v
+    if "data" not in bound:
+        raise Unsupported(f"{fn.__name__}() without data")
+    options = {}
+    for k in names[1:]:
+        if k in bound:
+            if not bound[k].is_constant():
+                raise Unsupported(f"{fn.__name__}({k}=...) not a constant")
+            options[k] = bound[k].as_constant()
+    if options.get("requires_grad") or options.get("pin_memory"):
+        raise Unsupported(f"{fn.__name__}(requires_grad=True or pin_memory=True) inside "
+                          "a compiled function")
+    data = bound["data"]
+    dtype = options.get("dtype")
+    if isinstance(data, TensorVar) and fn is _tensor_new.as_tensor:
+        _tensor_new._check_device(options.get("device"))
+        if dtype is None or dtype is data.fake.dtype:
+            return data
+        return tx.call_op("to", [data, ConstVar(dtype)], {}, method=True)
+    leaves = []
+    plain = _plain(data, leaves)
+    if len(leaves) > MAX_ELEMENTS:
+        raise Unsupported(f"{fn.__name__}() of more than {MAX_ELEMENTS} elements")
+    try:
+        real = fn(plain, **options)
+    except Exception as e:   # noqa: BLE001 - eager raises it too: break, eager runs it
+        raise Unsupported(f"{fn.__name__}() raised {type(e).__name__}: {e}") from None
+    dtype = real.dtype
+    shape = tuple(real.shape)
+    if not leaves:
+        fill = False if dtype is _C.bool else 0
+        return tx.call_op(ember.full, [ConstVar(shape), ConstVar(fill)],
+                          {"dtype": ConstVar(dtype)})
+    values = real.reshape(-1).tolist() if shape else [real.item()]
+    elements = []
+    for leaf, value in zip(leaves, values):
+        if isinstance(leaf, SymVar) and dtype in (_C.int64, _C.float32, _C.float64):
+            v = leaf            # (any size fits these exactly)
+        else:
+            if isinstance(leaf, SymVar):
+                leaf.as_constant()          # specialised: guarded equal to its hint
+            v = ConstVar(value)
+        elements.append(tx.call_op(ember.full, [ConstVar(()), v], {"dtype": ConstVar(dtype)}))
+    if not shape:
+        return elements[0]
+    out = tx.call_op(ember.stack, [ListVar(elements)], {})
+    if len(shape) > 1:
+        out = tx.call_op("reshape", [out, ConstVar(shape)], {}, method=True)
+    return out
