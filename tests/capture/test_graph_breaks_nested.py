@@ -307,6 +307,79 @@ def fn(x):
         z = helper(y)
     return z + y, z.requires_grad
 """, "T(3).requires_grad_()", 3, 1, r"Tensor\.item\(\)"),
+    # breaks in a hook, a property getter, a callback given to a helper: the hook runs
+    # from the module call (no CALL of the frame's to resume in), so the break moves out
+    # to the submodule's call, whose frames (the hook's) convert on their own; a getter
+    # and a callback resume where they broke
+    Case("forward_pre_hook_prints", """
+LOG = []
+def pre(mod, args):
+    LOG.append("pre")
+    print("pre hook")
+    return (args[0] * 2,)
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.lin.register_forward_pre_hook(pre)
+    def forward(self, x):
+        return self.lin(x).relu()
+torch.manual_seed(0)
+model = M()
+def fn(x):
+    return model(x)
+""", "T(2, 3)", 3, 2, r"print\(\)"),
+    Case("forward_hook_item", """
+def post(mod, args, out):
+    s = out.sum().item()
+    return out * s
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.lin.register_forward_hook(post)
+    def forward(self, x):
+        return self.lin(x + 1).tanh()
+torch.manual_seed(0)
+model = M()
+def fn(x):
+    return model(x)
+""", "T(2, 3)", 5, 2, r"Tensor\.item\(\)"),
+    Case("property_getter_prints", """
+LOG = []
+class Scaled:
+    def __init__(self, t):
+        self.t = t
+    @property
+    def doubled(self):
+        v = self.t * 2
+        print("getter")
+        LOG.append("got")
+        return v + 1
+def fn(x):
+    s = Scaled(x.sin())
+    return s.doubled * 3
+""", "T(3)", 4, 2, r"print\(\)", torch=(0, -1)),
+    Case("callback_passed_to_a_helper_prints", """
+LOG = []
+def apply(f, v):
+    a = v + 1
+    b = f(a)
+    LOG.append("applied")
+    return b * 2
+def cb(t):
+    u = t.sin()
+    print("cb")
+    return u.cos()
+def fn(x):
+    return apply(cb, x) - 1
+""", "T(3)", 4, 1, r"print\(\)", torch=(5, 4)),
+    Case("lambda_callback_reads_item", """
+def apply(f, v):
+    return f(v * 2) + 1
+def fn(x):
+    return apply(lambda t: t * t.sum().item(), x) * 3
+""", "T(3)", 4, 1, r"Tensor\.item\(\)"),
 ]
 
 

@@ -81,7 +81,7 @@ def test_exception_leaving_the_frame_falls_back_with_eagers_exception():
     assert _fell_back("KeyError")
 
 
-def test_generator_function_with_try_falls_back():
+def test_generator_function_with_try_run_to_its_end_is_captured():
     def gen(x):
         try:
             yield x
@@ -91,7 +91,21 @@ def test_generator_function_with_try_falls_back():
     def fn(x):
         return list(gen(x))[0] * 2
     out, whole = _captured(fn, ember.ones(2))
-    assert not whole and _fell_back("with try or with")
+    assert whole
+
+
+def test_generator_function_left_suspended_in_try_falls_back():
+    def gen(x):
+        try:
+            yield x
+            yield x
+        finally:
+            pass
+
+    def fn(x):
+        return next(iter(gen(x))) * 2
+    out, whole = _captured(fn, ember.ones(2))
+    assert not whole and _fell_back("left suspended inside try or with")
 
 
 def test_set_of_tensors_falls_back():

@@ -437,7 +437,7 @@ class Translator:
         this CALL inlines as its whole body (self.direct_code) stays there, this call
         added to the chain (a nested break: convert.compile_break); else the frame
         breaks at ins itself, if it can; else the chain is dropped."""
-        if e.break_at is not None:
+        if e.break_at is not None or getattr(e, "noted_in", None) == id(self):
             return
         chain = e.chain
         if chain and ins.opname in CALL_OPS and e.chain_caller == id(self):
@@ -1336,7 +1336,18 @@ class Translator:
 
     def WITH_EXCEPT_START(self, ins):
         # [exit, lasti, previous exception, exception]: exit(type, value, traceback)
-        self.push(stdlib.exit_with_exception(self, self.stack[-4], self.stack[-1]))
+        res = stdlib.exit_with_exception(self, self.stack[-4], self.stack[-1])
+        raised_at = self.instructions[self.index_of[self.stack[-3].as_constant()]]
+        if res.is_constant() and not res.as_constant() and raised_at.opname in BREAK_OPS:
+            # the exception goes on: better CPython raises it at its instruction (a
+            # graph break there), running __exit__ and the handlers itself
+            why = Unsupported(f"{self.stack[-1].value!r} leaving a `with` block",
+                              self.location())
+            why.user_stack = self.user_stack()
+            self._note_break(why, raised_at)
+            why.noted_in = id(self)
+            raise why
+        self.push(res)
 
     def POP_EXCEPT(self, ins):
         self.pop()
