@@ -16,7 +16,8 @@ with backend="eager" (the graph runs op by op: what is measured is the capture l
 2. Capture time: the first call of a 12-layer GPT forward (ember.models.GPT and its
    PyTorch twin in tests/torch_models.py, 64 wide, 4 heads, 32 tokens, batch 2),
    median of 3 captures (the caches reset in between; 1 with --quick), after one
-   warm-up capture of a small function on each side.
+   warm-up capture of a small function on each side; wall and CPU (process) time, the
+   CPU time being the figure to read on a loaded machine.
 3. Graph and break counts (explain) for the zoo's forwards (python/ember/models) and
    for a function with one print in the middle.
 
@@ -200,15 +201,16 @@ def capture_times(quick):
         warm = (ember.compile if lib is ember else torch.compile)(
             lambda t: (t * 2).sum(), backend="eager")
         warm(lib.ones(3))
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
             reset()
             compiled = (ember.compile if lib is ember else torch.compile)(model,
                                                                           backend="eager")
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             compiled(x)
             times.append(time.perf_counter() - t0)
-        out[name] = (statistics.median(times), times)
+            cpu.append(time.process_time() - c0)
+        out[name] = (statistics.median(times), times, statistics.median(cpu))
         reset()
     return out
 
@@ -278,9 +280,14 @@ def main():
     captured = capture_times(args.quick)
     print("\n# capture time (first call) of a 12-layer GPT forward (64 wide, 32 tokens, "
           "batch 2), backend='eager'")
-    for name, (seconds, each) in captured.items():
+    for name, (seconds, each, cpu) in captured.items():
         runs_ms = ", ".join(f"{t * 1e3:.0f}" for t in each)
-        print(f"{name + '.compile':<16}{seconds * 1e3:10.1f} ms   (each capture: {runs_ms} ms)")
+        print(f"{name + '.compile':<16}{seconds * 1e3:10.1f} ms wall, {cpu * 1e3:8.1f} ms CPU"
+              f"   (each capture, wall: {runs_ms} ms)")
+    if len(captured) == 2:
+        print(f"ember / torch capture time: {captured['ember'][0] / captured['torch'][0]:.3f} "
+              f"wall, {captured['ember'][2] / captured['torch'][2]:.3f} CPU")
+    print(f"# load average {os.getloadavg()[0]:.2f} (1 minute)")
 
     rows = counts()
     print("\n# graphs, breaks (explain) of forwards under no_grad")
