@@ -1336,12 +1336,23 @@ class Translator:
 
     def WITH_EXCEPT_START(self, ins):
         # [exit, lasti, previous exception, exception]: exit(type, value, traceback)
-        res = stdlib.exit_with_exception(self, self.stack[-4], self.stack[-1])
-        raised_at = self.instructions[self.index_of[self.stack[-3].as_constant()]]
-        if res.is_constant() and not res.as_constant() and raised_at.opname in BREAK_OPS:
-            # the exception goes on: better CPython raises it at its instruction (a
-            # graph break there), running __exit__ and the handlers itself
-            why = Unsupported(f"{self.stack[-1].value!r} leaving a `with` block",
+        lasti = self.stack[-3]
+        raised_at = self.instructions[self.index_of[lasti.value]] \
+            if isinstance(lasti, ConstVar) and lasti.value in self.index_of else ins
+        try:
+            res = stdlib.exit_with_exception(self, self.stack[-4], self.stack[-1])
+        except Unsupported as e:
+            if raised_at.opname not in BREAK_OPS:
+                raise
+            res, why = None, f" (__exit__: {e.reason})"
+        else:
+            why = ""
+        if (res is None or res.is_constant() and not res.as_constant()) and \
+                raised_at.opname in BREAK_OPS:
+            # the exception goes on (or __exit__ cannot be interpreted): CPython raises
+            # it at its instruction (a graph break there), running __exit__ and the
+            # handlers itself
+            why = Unsupported(f"{self.stack[-1].value!r} leaving a `with` block{why}",
                               self.location())
             why.user_stack = self.user_stack()
             self._note_break(why, raised_at)
