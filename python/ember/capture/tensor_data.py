@@ -27,10 +27,16 @@ MAX_ELEMENTS = 256
 _NUMBER = (bool, int, float)
 
 
+_FUNCTIONS = ()
+
+
 def functions():
     """The functions this module captures: ember.tensor and ember.as_tensor."""
-    from .. import _tensor_new
-    return (_tensor_new.tensor, _tensor_new.as_tensor)
+    global _FUNCTIONS
+    if not _FUNCTIONS:
+        from .. import _tensor_new
+        _FUNCTIONS = (_tensor_new.tensor, _tensor_new.as_tensor)
+    return _FUNCTIONS
 
 
 def _plain(v, leaves):
