@@ -121,13 +121,13 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
         }
         return 0;
     case EM_ARG_SCALAR:
-        if (em_is_symint(v)) {
-            *conv = Py_NewRef(v);
-            return 1;
-        }
         if (em_is_number(v)) {
             *conv = em_number_from(v);
             return *conv ? 1 : -1;
+        }
+        if (em_is_symint(v)) {
+            *conv = Py_NewRef(v);
+            return 1;
         }
         if (em_Tensor_Check(v) && ((em_Tensor *)v)->numel == 1 && !em_is_meta((em_Tensor *)v)) {
             *conv = PyObject_CallMethod(v, "item", NULL);
@@ -135,6 +135,10 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
         }
         return 0;
     case EM_ARG_INT:
+        if (PyLong_CheckExact(v)) {    /* the common case, before the tracer's sizes */
+            *conv = Py_NewRef(v);
+            return 1;
+        }
         if (em_is_symint(v)) {
             *conv = Py_NewRef(v);
             return 1;
@@ -163,7 +167,7 @@ convert_arg(const em_Param *p, PyObject *v, PyObject **conv, bool strict)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *item = PySequence_Fast_GET_ITEM(v, i);
-            if (em_is_symint(item)) {
+            if (PyLong_CheckExact(item) || em_is_symint(item)) {
                 PyTuple_SET_ITEM(t, i, Py_NewRef(item));
                 continue;
             }

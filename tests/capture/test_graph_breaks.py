@@ -6,7 +6,6 @@ Each case runs compiled under three backends and must equal eager: result, print
 output and side effects (LOG, a list the function writes). Its graph and break counts
 are those torch._dynamo.explain reports for the same source (computed here when torch
 is installed)."""
-import dataclasses
 import re
 
 import pytest
@@ -14,24 +13,11 @@ import pytest
 import ember
 from ember.capture import CaptureError, _hook, counters
 
+from break_cases import (Case, check_explain_counts, check_matches_eager,  # noqa: F401
+                         check_second_call, fresh, torch_counts)
 from test_catalogue import assert_same, make_namespace
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
-
-
-@dataclasses.dataclass
-class Case:
-    name: str
-    src: str
-    args: str
-    graphs: int              # ember's graph count == torch 2.13's explain graph_count
-    breaks: int              # ... graph_break_count
-    reason: str = ""         # a regex the (first) break reason matches
-    kwargs: str = "{}"
-    torch: tuple = None      # torch's (graph_count, graph_break_count) where it differs
-
-    def __str__(self):
-        return self.name
 
 
 CASES = [
@@ -204,75 +190,27 @@ def fn(x):
 ]
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    counters.clear()
-    yield
-    ember.compiler.reset()
-
-
-def run_case(lib, case, capsys, compile=None):
-    ns, args, kwargs = make_namespace(lib, case)
-    fn = ns["fn"] if compile is None else compile(ns["fn"])
-    capsys.readouterr()
-    result = fn(*args, **kwargs)
-    printed = capsys.readouterr().out
-    return result, printed, list(ns.get("LOG", []))
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_break_matches_eager(case, backend, capsys):
-    want = run_case(ember, case, capsys)
-    ctx = {}
-
-    def comp(fn):
-        c = ember.compile(fn, backend=backend)
-        ctx["c"] = c
-        return c
-    got = run_case(ember, case, capsys, comp)
-    assert_same(got[0], want[0])
-    assert got[1] == want[1]
-    assert got[2] == want[2]
-    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
-    assert counters["stats"]["graph_breaks"] == case.breaks
-    assert any(re.search(case.reason, r) for r in counters["graph_break"])
+    check_matches_eager(case, backend, capsys)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_second_call_hits_the_cache(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    compiled = ember.compile(ns["fn"], backend="eager")
-    first = compiled(*args, **kwargs)
-    breaks = counters["stats"]["graph_breaks"]
-    _, args, kwargs = make_namespace(ember, case)       # the same values again
-    second = compiled(*args, **kwargs)
-    assert_same(second, first)
-    if "LOG" not in ns:      # (len(LOG) is guarded: a longer LOG recompiles)
-        assert counters["stats"]["graph_breaks"] == breaks   # nothing converted again
+    check_second_call(case, capsys)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_explain_counts(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    out = ember.capture.explain(ns["fn"])(*args, **kwargs)
-    assert (out.graph_count, out.graph_break_count) == (case.graphs, case.breaks), out
-    assert re.search(case.reason, out.break_reasons[0])
+    check_explain_counts(case)
 
 
 def test_torch_counts(torch, capsys):
-    import torch._dynamo
-    wrong = {}
-    for case in CASES:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        got = (out.graph_count, out.graph_break_count)
-        if got != (case.torch or (case.graphs, case.breaks)):
-            wrong[case.name] = got
-    torch._dynamo.reset()
-    assert wrong == {}
+    """torch 2.13's explain of the same sources gives the counts recorded."""
+    got = torch_counts(torch, CASES)
+    assert {c.name: got[c.name] for c in CASES
+            if got[c.name] != (c.torch or (c.graphs, c.breaks))} == {}
 
 
 def test_both_edges_of_a_tensor_branch(capsys):

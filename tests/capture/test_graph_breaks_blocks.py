@@ -20,8 +20,9 @@ import pytest
 import ember
 from ember.capture import CaptureError, _hook, counters
 
-from test_catalogue import assert_same, flatten, make_namespace
-from test_graph_breaks import Case, run_case
+from break_cases import (Case, check_explain_counts, check_matches_eager,  # noqa: F401
+                         check_second_call, fresh, torch_counts)
+from test_catalogue import assert_same, make_namespace
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -399,84 +400,31 @@ def fn(x):
 CASES += LOOP_CASES
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    counters.clear()
-    yield
-    ember.compiler.reset()
-
-
-def _grad_flags(result):
-    return [(t.requires_grad, t.grad_fn is not None) for t in flatten(result)
-            if isinstance(t, ember.Tensor)]
-
-
-def _run(lib, case, capsys, compile=None):
-    mode = lib.is_grad_enabled()
-    try:
-        got = run_case(lib, case, capsys, compile)
-        return got + (lib.is_grad_enabled(),)
-    finally:
-        lib.set_grad_enabled(mode)
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_break_in_block_matches_eager(case, backend, capsys):
-    want = _run(ember, case, capsys)
-    got = _run(ember, case, capsys, lambda fn: ember.compile(fn, backend=backend))
-    assert_same(got[0], want[0])
-    assert _grad_flags(got[0]) == _grad_flags(want[0])     # autograd as eager's
-    assert got[1:] == want[1:]
-    assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
-    assert counters["stats"]["graph_breaks"] == case.breaks, dict(counters["graph_break"])
-    assert any(re.search(case.reason, r) for r in counters["graph_break"])
+    check_matches_eager(case, backend, capsys)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_second_call_hits_the_cache(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    compiled = ember.compile(ns["fn"], backend="eager")
-    first = compiled(*args, **kwargs)
-    breaks = counters["stats"]["graph_breaks"]
-    _, args, kwargs = make_namespace(ember, case)
-    second = compiled(*args, **kwargs)
-    assert_same(second, first)
-    if "LOG" not in ns:
-        assert counters["stats"]["graph_breaks"] == breaks
-        assert not counters["recompiles"], dict(counters["recompiles"])
+    check_second_call(case, capsys)
     assert counters["stats"]["frames_fallback"] == 0, dict(counters["unsupported"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_explain_counts(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    out = ember.capture.explain(ns["fn"])(*args, **kwargs)
-    assert (out.graph_count, out.graph_break_count) == (case.graphs, case.breaks), out
-    assert re.search(case.reason, out.break_reasons[0])
+    check_explain_counts(case)
 
 
 def test_torch_counts(torch, capsys):
     """torch 2.13's counts are those recorded; ember's are no more (where torch
     skips the frame, ember resumes instead: more graphs, none of them a fallback)."""
-    import torch._dynamo
-    wrong = {}
-    for case in CASES:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        mode = torch.is_grad_enabled()
-        try:
-            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        finally:
-            torch.set_grad_enabled(mode)
-        got = (out.graph_count, out.graph_break_count)
-        if got != (case.torch or (case.graphs, case.breaks)):
-            wrong[case.name] = got
-        if case.torch is None:
-            assert case.graphs <= got[0] and case.breaks <= got[1], case.name
-    torch._dynamo.reset()
-    assert wrong == {}
+    got = torch_counts(torch, CASES)
+    assert {c.name: got[c.name] for c in CASES
+            if got[c.name] != (c.torch or (c.graphs, c.breaks))} == {}
+    assert [c.name for c in CASES if c.torch is None and
+            (c.graphs > got[c.name][0] or c.breaks > got[c.name][1])] == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

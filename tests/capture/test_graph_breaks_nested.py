@@ -22,8 +22,9 @@ import pytest
 import ember
 from ember.capture import _hook, counters
 
-from test_catalogue import assert_same, flatten, make_namespace
-from test_graph_breaks import Case, run_case
+from break_cases import (Case, check_explain_counts, check_matches_eager,  # noqa: F401
+                         check_second_call, fresh, torch_counts)
+from test_catalogue import assert_same, make_namespace
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -390,69 +391,20 @@ FALLBACKS = {"exception_after_the_break_caught_by_the_caller": 1}
 NEW_EACH_CALL = {"helper_reads_an_attribute_it_cannot_trace"}   # (the grad_fn node)
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    counters.clear()
-    yield
-    ember.compiler.reset()
-
-
-def _grad_flags(result):
-    return [(t.requires_grad, t.grad_fn is not None) for t in flatten(result)
-            if isinstance(t, ember.Tensor)]
-
-
-def _run(lib, case, capsys, compile=None):
-    mode = lib.is_grad_enabled()
-    try:
-        got = run_case(lib, case, capsys, compile)
-        return got + (lib.is_grad_enabled(),)
-    finally:
-        lib.set_grad_enabled(mode)
-
-
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "llvm"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_nested_break_matches_eager(case, backend, capsys):
-    want = _run(ember, case, capsys)
-    got = _run(ember, case, capsys, lambda fn: ember.compile(fn, backend=backend))
-    assert_same(got[0], want[0])
-    assert _grad_flags(got[0]) == _grad_flags(want[0])     # autograd as eager's
-    assert got[1:] == want[1:]                             # printed, LOG, grad mode
-    assert counters["stats"]["frames_fallback"] == FALLBACKS.get(case.name, 0), \
-        dict(counters["unsupported"])
-    assert counters["stats"]["graph_breaks"] == case.breaks - FALLBACKS.get(case.name, 0), \
-        dict(counters["graph_break"])
-    assert any(re.search(case.reason, r) for r in counters["graph_break"])
+    check_matches_eager(case, backend, capsys, fallbacks=FALLBACKS.get(case.name, 0))
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_second_call_hits_the_cache(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    compiled = ember.compile(ns["fn"], backend="eager")
-    first = compiled(*args, **kwargs)
-    breaks = counters["stats"]["graph_breaks"]
-    recompiles = dict(counters["recompiles"])   # (one resume function run twice in a
-    _, args, kwargs = make_namespace(ember, case)       # call on other values: one each)
-    second = compiled(*args, **kwargs)
-    assert_same(second, first)
-    if "LOG" not in ns and case.name not in NEW_EACH_CALL:
-        # (len(LOG) is guarded: a longer LOG recompiles)
-        assert counters["stats"]["graph_breaks"] == breaks
-        assert dict(counters["recompiles"]) == recompiles
+    check_second_call(case, capsys, converts_again=case.name in NEW_EACH_CALL)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_explain_counts(case, capsys):
-    ns, args, kwargs = make_namespace(ember, case)
-    mode = ember.is_grad_enabled()
-    try:
-        out = ember.capture.explain(ns["fn"])(*args, **kwargs)
-    finally:
-        ember.set_grad_enabled(mode)
-    assert (out.graph_count, out.graph_break_count) == (case.graphs, case.breaks), out
-    assert re.search(case.reason, out.break_reasons[0])
+    check_explain_counts(case)
 
 
 def test_counts_are_no_more_than_torchs(torch, capsys):
@@ -462,24 +414,11 @@ def test_counts_are_no_more_than_torchs(torch, capsys):
     it skips a frame (a break inside a loop, a try block or a Python context manager's
     block: no graph), which ember resumes instead (checked, so a change in torch
     shows)."""
-    import torch._dynamo
-    worse, differs = {}, {}
-    for case in CASES:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        mode = torch.is_grad_enabled()
-        try:
-            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        finally:
-            torch.set_grad_enabled(mode)
-        got = (out.graph_count, out.graph_break_count)
-        if case.torch is None and (case.graphs > got[0] or case.breaks > got[1]):
-            worse[case.name] = (got, (case.graphs, case.breaks))
-        if case.torch is not None and got != case.torch:
-            differs[case.name] = got
-    torch._dynamo.reset()
-    assert worse == {}
-    assert differs == {}
+    got = torch_counts(torch, CASES)
+    assert {c.name: (got[c.name], (c.graphs, c.breaks)) for c in CASES if c.torch is None
+            and (c.graphs > got[c.name][0] or c.breaks > got[c.name][1])} == {}
+    assert {c.name: got[c.name] for c in CASES
+            if c.torch is not None and got[c.name] != c.torch} == {}
 
 
 def test_the_first_graph_holds_the_callers_and_the_callees_ops(capsys):

@@ -117,6 +117,8 @@ class ProgramBuilder:
                 return self._add(("src", vt.source.getter()), vt)   # the input itself
             return self._add(("out", self.output(vt.node)), vt)
         if isinstance(vt, ConstVar):
+            if vt.unread() and vt.source is not None:
+                return self._add(("src", vt.source.getter()), vt)   # only moved: fetched
             return self._add(("const", vt.value), vt)
         if isinstance(vt, SymVar) and self.sym is not None:
             # a size returned or crossing a graph break: an int the graph computes

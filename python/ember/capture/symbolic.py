@@ -314,6 +314,15 @@ def _decoded(code):
     return d
 
 
+def _always_there(source):
+    """Whether a value read from source can be fetched again on any call the entry's
+    guards admit: a local (a resume function's argument too), or an item of a list or
+    tuple read from one (wrap guards their type and length)."""
+    while isinstance(source, ItemSource) and isinstance(source.key, int):
+        source = source.base
+    return isinstance(source, LocalSource)
+
+
 class Translator:
     """Interprets one code object (the frame's, or an inlined function's)."""
 
@@ -530,8 +539,11 @@ class Translator:
                 self.guard("TYPE_MATCH", source, int)
                 return sym
         if is_constant(value):
-            self.guard("EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH",
-                       source, value)
+            kind = "EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH"
+            if _always_there(source):
+                # guarded when read (ValueVar): a value only moved needs no guard
+                return ConstVar(value, source, (self.output.guards, (kind, source, value)))
+            self.guard(kind, source, value)
             return ConstVar(value, source)
         effects = self.output.side_effects
         known = effects.known(value)
@@ -539,7 +551,9 @@ class Translator:
             # one VT per mutable object: a second path to it sees the same state, and
             # the guard checks that both paths still reach one object
             if source is not None and known.source is not None and \
-                    source != known.source and not isinstance(known, ObjectVar):
+                    source != known.source:
+                if isinstance(known, ObjectVar):
+                    known.value       # (its identity guard, from now on)
                 self.guard("ALIAS", source, (known.source, True))
             return known
         if isinstance(value, _module_type()):
@@ -622,6 +636,11 @@ class Translator:
                 value in _pure_builtin_ids() or stdlib.handled(value):
             self.guard("ID_MATCH", source, value)
             return BuiltinVar(value, source)
+        if _always_there(source):
+            # guarded when read (ValueVar): an object only moved needs no guard
+            return effects.track(value, ObjectVar(value, source, (self.output.guards,
+                                                                  ("ID_MATCH", source,
+                                                                   value))))
         self.guard("ID_MATCH", source, value)
         return effects.track(value, ObjectVar(value, source))
 

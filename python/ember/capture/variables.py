@@ -65,11 +65,37 @@ class NullVar(VariableTracker):
 
 
 class ValueVar(VariableTracker):
-    """A Python value known while tracing (self.value): a constant of the graph."""
+    """A Python value known while tracing (self.value): a constant of the graph.
 
-    def __init__(self, value, source=None):
-        self.value = value
+    A value read from a source may carry its guard unadded (`pending`: the guard set
+    and the guard): the first read of .value adds it. A value the frame only moves
+    (stores, passes to what runs in CPython at a break, returns) is never read and is
+    fetched again from its source (program.py), so it needs no guard: the value
+    returned by .item() or .numpy() at a break does not make the resume function
+    compile again for each value. Every use of the value reads .value, so none goes
+    unguarded."""
+
+    def __init__(self, value, source=None, pending=None):
+        self._value = value
         self.source = source
+        self._pending = pending
+
+    @property
+    def value(self):
+        if self._pending is not None:
+            guards, guard = self._pending
+            self._pending = None
+            guards.add(*guard)
+        return self._value
+
+    @value.setter
+    def value(self, value):
+        self._pending = None
+        self._value = value
+
+    def unread(self):
+        """Whether the value was only moved so far (its guard still pending)."""
+        return self._pending is not None
 
     def is_constant(self):
         return True
