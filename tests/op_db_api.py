@@ -449,3 +449,4 @@ add(OpInfo("isin", lambda d, r: [Sample((make((3, 4), d, r, -3, 3), make((3,), d
 
 
 import op_db_special  # noqa: E402,F401  (the special functions)
+import op_db_fft  # noqa: E402,F401  (the DFT prims)

@@ -29,6 +29,9 @@ def _polygamma(n, self):
         raise RuntimeError("polygamma(n, x) does not support negative n.")
     if n == 0:
         return O.digamma(self)
+    if self.dtype.is_complex:
+        kernel = "trigamma" if n == 1 else "polygamma"
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{self.dtype._torch_name}\'')
     x = self if self.dtype.is_floating_point else O._to_copy(self,
                                                              dtype=_C.get_default_dtype())
     half = x.dtype in (_C.float16, _C.bfloat16)     # computed in float32, as PyTorch
