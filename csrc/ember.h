@@ -347,6 +347,7 @@ em_Tensor *em_tensor_meta_like(em_Tensor *t);
 #define EM_RULE_FLOATING 32     /* gelu, lerp: no integer or bool kernel (NotImplementedError) */
 #define EM_RULE_COMPLEX 64      /* add, mul, exp: takes complex operands (others refuse them) */
 #define EM_RULE_COMPLEX_TO_REAL 128  /* abs: a complex operand gives its parts' dtype */
+#define EM_RULE_NO_HALF 256     /* ndtri, zeta: no float16/bfloat16 kernel (NotImplementedError) */
 
 /* ------------------------------------------------------------------ kernels */
 

@@ -446,3 +446,7 @@ add(OpInfo("isin", lambda d, r: [Sample((make((3, 4), d, r, -3, 3), make((3,), d
                                  Sample((make((5,), d, r, -3, 3), make((2,), d, r, -3, 3)),
                                         {"invert": True}, grad=False)],
            _ref_isin, dtypes=NO_BOOL))
+
+
+import op_db_special  # noqa: E402,F401  (the special functions)
+import op_db_fft  # noqa: E402,F401  (the DFT prims)

@@ -326,6 +326,11 @@ em_elementwise_geom(em_Op *op, PyObject **operands, int n, em_Geom *g, em_dtype_
         PyErr_Format(PyExc_SystemError, "%s: not an elementwise kind", name);
         return -1;
     }
+    if ((op->rule & EM_RULE_NO_HALF) && (g->dtype == EM_FLOAT16 || g->dtype == EM_BFLOAT16)) {
+        PyErr_Format(PyExc_NotImplementedError, "%s(): \"%s\" not implemented for '%s'", name,
+                     name, em_dtype_torch_name(g->dtype));
+        return -1;
+    }
     em_elementwise_strides(operands, n, g);
     return 0;
 }

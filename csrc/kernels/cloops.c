@@ -20,6 +20,7 @@
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
 #endif
 #include "kernels/vecmath.h"
+#include "kernels/special.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
 #define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -319,6 +320,51 @@ lerp_scalar_f64(const double *const *in, double *restrict y, Py_ssize_t n, const
         y[i] = LERP(s[i], e[i], w);
 }
 
+/* The special functions (special.c, float64 scalar functions): float32 computes in
+ * float64 and rounds once. */
+#define SPECIAL1(fname, FN)                                                           \
+    static void fname##_f32(const float *const *in, float *restrict y, Py_ssize_t n,  \
+                            const double *p)                                          \
+    {                                                                                 \
+        (void)p;                                                                      \
+        for (Py_ssize_t i = 0; i < n; i++)                                            \
+            y[i] = (float)FN((double)in[0][i]);                                       \
+    }                                                                                 \
+    static void fname##_f64(const double *const *in, double *restrict y, Py_ssize_t n, \
+                            const double *p)                                          \
+    {                                                                                 \
+        (void)p;                                                                      \
+        for (Py_ssize_t i = 0; i < n; i++)                                            \
+            y[i] = FN(in[0][i]);                                                      \
+    }
+
+SPECIAL1(lgamma, lgamma)
+SPECIAL1(digamma, em_digamma)
+SPECIAL1(erfinv, em_erfinv)
+SPECIAL1(erfcx, em_erfcx)
+SPECIAL1(ndtri, em_ndtri)
+SPECIAL1(i0, em_i0)
+SPECIAL1(i0e, em_i0e)
+SPECIAL1(i1, em_i1)
+SPECIAL1(i1e, em_i1e)
+
+/* zeta(x, q), the Hurwitz zeta function: two inputs laid out like the output */
+static void
+zeta_f32(const float *const *in, float *restrict y, Py_ssize_t n, const double *p)
+{
+    (void)p;
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = (float)em_zeta((double)in[0][i], (double)in[1][i]);
+}
+
+static void
+zeta_f64(const double *const *in, double *restrict y, Py_ssize_t n, const double *p)
+{
+    (void)p;
+    for (Py_ssize_t i = 0; i < n; i++)
+        y[i] = em_zeta(in[0][i], in[1][i]);
+}
+
 typedef struct {
     const char *name;
     int nin;
@@ -344,6 +390,16 @@ static const loop_entry loops[] = {
     {"clamp", 1, clamp_f32, clamp_f64},
     {"lerp", 3, lerp_f32, lerp_f64},
     {"lerp_scalar", 2, lerp_scalar_f32, lerp_scalar_f64},
+    {"lgamma", 1, lgamma_f32, lgamma_f64},
+    {"digamma", 1, digamma_f32, digamma_f64},
+    {"erfinv", 1, erfinv_f32, erfinv_f64},
+    {"special_erfcx", 1, erfcx_f32, erfcx_f64},
+    {"special_ndtri", 1, ndtri_f32, ndtri_f64},
+    {"i0", 1, i0_f32, i0_f64},
+    {"special_i0e", 1, i0e_f32, i0e_f64},
+    {"special_i1", 1, i1_f32, i1_f64},
+    {"special_i1e", 1, i1e_f32, i1e_f64},
+    {"special_zeta", 2, zeta_f32, zeta_f64},
     {NULL, 0, NULL, NULL},
 };
 

@@ -322,6 +322,19 @@ k_cloop(em_Op *op, PyObject **args)
     return unary_cloop(op, args, NULL, p);
 }
 
+/* A binary op computed by the C loop named after it (special_zeta): both operands are
+ * tensors (the op takes no numbers), broadcast and converted by em_cloop. */
+static PyObject *
+k_cloop_binary(em_Op *op, PyObject **args)
+{
+    em_dtype_t compute;
+    bool done;
+    em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
+    if (done)
+        return (PyObject *)out;
+    return run_cloop(out, PyUnicode_AsUTF8(op->name), args, 2, NULL);
+}
+
 /* relu(x) = maximum(x, 0), NaN-propagating: a C loop for floats, the ufunc for integers. */
 static PyObject *
 k_relu(em_Op *op, PyObject **args)
@@ -767,6 +780,7 @@ const em_KernelEntry em_elementwise_kernels[] = {
     {"pow", k_pow},
     {"div", k_div},
     {"cloop", k_cloop},
+    {"cloop_binary", k_cloop_binary},
     {"relu", k_relu},
     {"sign", k_sign},
     {"rounding", k_rounding},

@@ -30,6 +30,9 @@ from . import linalg  # noqa: E402
 linalg.install(globals())     # ember.inverse, det, svd, ...; norm(p='nuc')
 from . import functional  # noqa: E402
 functional.install(globals())  # meshgrid, broadcast_tensors, atleast_*, tensor_split, ...
+from . import special  # noqa: E402
+special.install(globals())     # Tensor.polygamma, mvlgamma_
+from . import fft  # noqa: E402,F401
 from . import _settings  # noqa: E402
 _settings.install(globals())    # set_float32_matmul_precision, use_deterministic_algorithms
 

@@ -305,6 +305,8 @@ def elementwise(entry, args):
         rt = _C.bool
     if entry.rule & R.COMPLEX_TO_REAL:
         rt = complex_value_type(rt)
+    if entry.rule & R.NO_HALF and rt in (_C.float16, _C.bfloat16):
+        raise NotImplementedError(f"{entry.name}(): \"{entry.name}\" not implemented for {rt}")
     return meta_tensor(shape, rt, elementwise_strides(ops, shape))
 
 

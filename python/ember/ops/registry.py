@@ -58,6 +58,7 @@ NOT_BOOL = 16      # pow: no bool kernel (NotImplementedError)
 FLOATING = 32      # gelu, lerp: no integer or bool kernel (NotImplementedError)
 COMPLEX = 64       # add, mul, exp: takes complex operands (the others refuse them)
 COMPLEX_TO_REAL = 128   # abs: a complex operand gives a real result (its parts' dtype)
+NO_HALF = 256      # ndtri, zeta: no float16/bfloat16 kernel (NotImplementedError)
 
 _NUMBER_KINDS = (BINARY, BINARY_FLOAT, COMPARE)
 
