@@ -10,15 +10,15 @@
  * buffer laid out like the output. float16 results are computed in float32 and
  * rounded once at the end, as PyTorch computes half ops in float.
  */
-#include "kutil.h"
-
 /* These loops are the point of the file: let the compiler vectorise them fully
- * (before vecmath.h, so its inline functions get the same options and inline), and
- * fuse a * b + c into FMAs where the clone has them (-std=c11 alone forbids it; the
- * polynomials only gain accuracy, and no function here relies on a rounded product). */
+ * (before kutil.h and vecmath.h, so their inline functions get the same options and
+ * inline), and fuse a * b + c into FMAs where the clone has them (-std=c11 alone
+ * forbids it; the polynomials only gain accuracy, and no function here relies on a
+ * rounded product). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
 #endif
+#include "kutil.h"
 #include "kernels/vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
@@ -434,11 +434,8 @@ done:
  * exp(x - max) (stored in y), its sum, and a scale (or x - max - log(sum)). The max
  * and the sum keep 16 partial lanes so that the compiler vectorises them without
  * reassociating anything itself. */
-#define EM_LANES 16
-/* 16 float lanes as GCC vectors: every clone gets full-width operations whatever the
- * vectoriser makes of a loop (it leaves lane-array max loops scalar) */
-typedef float em_v16f __attribute__((vector_size(64)));
-typedef int32_t em_v16i __attribute__((vector_size(64)));
+/* (kutil.h's em_v16f lanes: every clone gets full-width operations whatever the
+ * vectoriser makes of a loop; it leaves lane-array max loops scalar) */
 /* The maximum of n floats, NaN when any is NaN (a NaN makes a softmax row NaN, as
  * exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf): two
  * branch-free vector accumulators, a select by mask for the max and a NaN mask. */
@@ -507,36 +504,6 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
 
 /* ------------------------------------------------------------------ layer_norm rows */
 
-/* The sum of x[i] - c (sq: of (x[i] - c)^2) over n floats: 16 float lanes (a GCC
- * vector, so every clone gets full-width adds) over chunks of EM_LN_CHUNK elements,
- * each chunk's lanes added into a double total, so a long row loses no more than a
- * short one. */
-#define EM_LN_CHUNK 1024
-static inline double
-lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
-{
-    double total = 0.0;
-    em_v16f cv = {0};
-    cv += c;
-    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LN_CHUNK) {
-        Py_ssize_t i1 = i0 + EM_LN_CHUNK < n ? i0 + EM_LN_CHUNK : n, i = i0;
-        em_v16f l = {0};
-        for (; i + EM_LANES <= i1; i += EM_LANES) {
-            em_v16f v;
-            memcpy(&v, x + i, sizeof v);
-            v -= cv;
-            l += sq ? v * v : v;
-        }
-        for (; i < i1; i++) {
-            float d = x[i] - c;
-            total += sq ? d * d : d;
-        }
-        for (int j = 0; j < EM_LANES; j++)
-            total += l[j];
-    }
-    return total;
-}
-
 /* layer_norm of each length-n float32 row of x into y: the mean and the biased variance
  * (two passes, lane sums into double), then (x - mean) * rstd * w + b in float32, as
  * PyTorch computes float32 rows. w and b may be NULL. */
@@ -547,9 +514,8 @@ layer_norm_rows_f32(const float *restrict x, const float *restrict w, const floa
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *restrict xr = x + r * n;
         float *restrict yr = y + r * n;
-        float mean = (float)(lane_sum_f32(xr, n, 0.0f, 0) / (double)n);
-        double var = lane_sum_f32(xr, n, mean, 1) / (double)n;
-        float rstd = (float)(1.0 / sqrt(var + eps));
+        float mean, rstd;
+        em_row_moments_f32(xr, n, eps, &mean, &rstd);
         if (w != NULL && b != NULL)
             for (Py_ssize_t i = 0; i < n; i++)
                 yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
@@ -578,7 +544,7 @@ EM_CLONES static void
 sum_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n)
 {
     for (Py_ssize_t r = 0; r < rows; r++)
-        y[r] = (float)lane_sum_f32(x + r * n, n, 0.0f, 0);
+        y[r] = (float)em_lane_sum_f32(x + r * n, n, 0.0f, 0);
 }
 
 void
@@ -606,11 +572,11 @@ lse_rows_f32(const float *restrict x, double *restrict lse, double *restrict tot
             Py_ssize_t k = n - i0 < EM_LSE_BUF ? n - i0 : EM_LSE_BUF;
             for (Py_ssize_t i = 0; i < k; i++)
                 buf[i] = em_expf(xr[i0 + i] - m);
-            s += lane_sum_f32(buf, k, 0.0f, 0);
+            s += em_lane_sum_f32(buf, k, 0.0f, 0);
         }
         lse[r] = (double)m + log(s);
         if (total != NULL)
-            total[r] = lane_sum_f32(xr, n, 0.0f, 0);
+            total[r] = em_lane_sum_f32(xr, n, 0.0f, 0);
     }
 }
 

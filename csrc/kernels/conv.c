@@ -513,19 +513,49 @@ conv_pointwise(const conv_params *p)
     return p->kh * p->kw == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
 }
 
+/* The sizes a block job's images share, and its scratch buffer. */
+typedef struct {
+    Py_ssize_t G, Cig, Cog, K;     /* groups, in/out channels per group, kernel taps */
+    Py_ssize_t hw, ohw, sz;        /* input and output positions per channel, item size */
+    char *scratch;                 /* rows x P items, or NULL for no rows */
+} block_setup;
+
+/* The common start of the block loops: b filled from job j and a scratch of `rows`
+ * rows of P items (none when rows is 0); false (j->failed set) when it cannot be
+ * allocated. */
+static bool
+block_begin(blocked_job *j, Py_ssize_t rows, block_setup *b)
+{
+    const conv_params *p = j->p;
+    b->G = p->G;
+    b->Cig = p->C / p->G;
+    b->Cog = p->Cout / p->G;
+    b->K = p->kh * p->kw;
+    b->hw = p->H * p->W;
+    b->ohw = p->OH * p->OW;
+    b->sz = j->itemsize;
+    b->scratch = NULL;
+    if (rows == 0)
+        return true;
+    b->scratch = malloc((size_t)(rows * j->P * b->sz));
+    if (b->scratch == NULL) {
+        atomic_store(&j->failed, 1);
+        return false;
+    }
+    return true;
+}
+
 static void
 forward_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
     bool pw = conv_pointwise(p);
-    char *scratch = pw ? NULL : malloc((size_t)(Cig * K * j->P * sz));
-    if (!pw && scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (!block_begin(j, pw ? 0 : p->C / p->G * p->kh * p->kw, &b))
         return;
-    }
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, K = b.K, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -555,13 +585,11 @@ transposed_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
-    char *scratch = malloc((size_t)(Cog * K * j->P * sz));
-    if (scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (!block_begin(j, p->Cout / p->G * p->kh * p->kw, &b))
         return;
-    }
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, K = b.K, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -587,17 +615,16 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize, CK = Cig * K;
     bool pw = conv_pointwise(p), f32 = j->t == EM_FLOAT32;
+    Py_ssize_t CK = p->C / p->G * p->kh * p->kw;
     /* float32: the product is taken transposed, columns (CK, P) @ gout^T (P, Cog) into
      * a (CK, Cog) sum per image (conv_loops.c's loops want the right operand's rows
      * contiguous; gout's block is the small one to transpose) */
-    char *scratch = malloc((size_t)((CK + (f32 ? Cog : 0)) * j->P * sz));
-    if (scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (!block_begin(j, CK + (f32 ? p->Cout / p->G : 0), &b))
         return;
-    }
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
     float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
@@ -633,14 +660,19 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
     free(scratch);
 }
 
-/* Runs fn over the images of job j on the pool (BLAS single-threaded meanwhile): 0,
- * or -1 with an exception. */
+/* Runs fn over the images of the block job of p in dtype t (operands x and w into out,
+ * blocks of `rows` rows of columns of the `positions` positions; macs multiply-adds in
+ * all) on the pool (BLAS single-threaded meanwhile): 0, or -1 with an exception. */
 static int
-run_images(em_range_fn fn, blocked_job *j, double macs)
+run_images(em_range_fn fn, const conv_params *p, em_dtype_t t, const void *x, const void *w,
+           void *out, Py_ssize_t rows, Py_ssize_t positions, double macs)
 {
-    bool parallel = j->p->N > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
+    int sz = t == EM_FLOAT32 ? 4 : 8;
+    blocked_job job = {p, t, sz, x, w, out, block_positions(rows, positions, sz), 0};
+    blocked_job *j = &job;
+    bool parallel = p->N > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
     int restore = parallel ? em_blas_single() : 0;
-    int st = em_parallel_for(fn, j, j->p->N, 1, parallel);
+    int st = em_parallel_for(fn, j, p->N, 1, parallel);
     em_blas_restore(restore);
     if (st == 0 && atomic_load(&j->failed)) {
         PyErr_NoMemory();
@@ -691,12 +723,9 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t ohw = p->OH * p->OW;
-    if (blocked_ok(compute)) {
-        int sz = npy == NPY_FLOAT ? 4 : 8;
-        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
-                         block_positions(Cig * K, ohw, sz), 0};
-        return run_images(forward_images, &j, (double)p->N * p->Cout * Cig * K * ohw);
-    }
+    if (blocked_ok(compute))
+        return run_images(forward_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
+                          PyArray_DATA(out), Cig * K, ohw, (double)p->N * p->Cout * Cig * K * ohw);
     PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
     int st = -1;
     bool pointwise = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
@@ -764,9 +793,8 @@ transposed_as_forward(const conv_params *p, PyArrayObject *x, PyArrayObject *w,
     q.transposed = false;
     q.ph = p->dh * (kh - 1) - p->ph;
     q.pw = p->dw * (kw - 1) - p->pw;
-    blocked_job j = {&q, compute, (int)sz, PyArray_DATA(x), wf, PyArray_DATA(out),
-                     block_positions(Cig * K, q.OH * q.OW, (int)sz), 0};
-    int st = run_images(forward_images, &j, (double)q.N * q.Cout * Cig * K * q.OH * q.OW);
+    int st = run_images(forward_images, &q, compute, PyArray_DATA(x), wf, PyArray_DATA(out),
+                        Cig * K, q.OH * q.OW, (double)q.N * q.Cout * Cig * K * q.OH * q.OW);
     free(wf);
     return st;
 }
@@ -781,12 +809,9 @@ conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArra
     if (blocked_ok(compute) && p->sh == 1 && p->sw == 1 && p->oph == 0 && p->opw == 0 &&
         p->ph <= p->dh * (p->kh - 1) && p->pw <= p->dw * (p->kw - 1))
         return transposed_as_forward(p, x, w, out, npy, compute);
-    if (blocked_ok(compute)) {
-        int sz = npy == NPY_FLOAT ? 4 : 8;
-        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
-                         block_positions(Cog * K, hw, sz), 0};
-        return run_images(transposed_images, &j, (double)p->N * p->C * Cog * K * hw);
-    }
+    if (blocked_ok(compute))
+        return run_images(transposed_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
+                          PyArray_DATA(out), Cog * K, hw, (double)p->N * p->C * Cog * K * hw);
     PyArrayObject *w3 = NULL, *wt = NULL, *x4 = NULL, *cols = NULL;
     int st = -1;
     npy_intp w3d[3] = {G, Cig, Cog * K}, x4d[4] = {p->N, G, Cig, hw},
@@ -1032,9 +1057,8 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
-    blocked_job j = {&p, x->dtype, sz, PyArray_DATA(x->array), PyArray_DATA(go->array), part,
-                     block_positions(Cig * K, p.OH * p.OW, sz), 0};
-    if (run_images(wgrad_images, &j, (double)p.N * R * p.OH * p.OW) < 0) {
+    if (run_images(wgrad_images, &p, x->dtype, PyArray_DATA(x->array), PyArray_DATA(go->array),
+                   part, Cig * K, p.OH * p.OW, (double)p.N * R * p.OH * p.OW) < 0) {
         free(part);
         Py_DECREF(out);
         return NULL;
