@@ -378,19 +378,21 @@ ADD_BIAS(double)
  * one partial sum per image, then adds the images' sums in order. */
 #define BLOCK_BYTES (256 * 1024)
 #define POOL_CONV_MIN (1 << 18)       /* multiply-adds from which images go to the pool */
+#define WGRAD_UNIT_POSITIONS 256     /* positions of a weight gradient's unit of images */
+#define WGRAD_MIN_UNITS 4
 
 /* rows (c, ki, kj) of the columns of output positions [p0, p0 + P) of channels
- * [0, C) of one image x (C, H, W): cols (C*kh*kw, P) */
+ * [0, C) of one image x (C, H, W): cols (C*kh*kw, P), rows ld apart */
 #define IM2COL_BLOCK(T)                                                                  \
 static void                                                                              \
 im2col_block_##T(const T *x, T *cols, Py_ssize_t C, Py_ssize_t p0, Py_ssize_t P,         \
-                 const conv_params *p)                                                   \
+                 Py_ssize_t ld, const conv_params *p)                                    \
 {                                                                                        \
     Py_ssize_t hw = p->H * p->W;                                                         \
     for (Py_ssize_t c = 0; c < C; c++)                                                   \
         for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
             for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
-                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * P;                     \
+                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * ld;                    \
                 Py_ssize_t off = kj * p->dw - p->pw;                                     \
                 Py_ssize_t lo = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;               \
                 Py_ssize_t hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1;   \
@@ -475,6 +477,7 @@ typedef struct {
     char *out;                     /* output (N, Cout, OH*OW); or (wgrad) per-image sums */
     Py_ssize_t P;                  /* positions per block */
     atomic_int failed;             /* a scratch allocation failed */
+    Py_ssize_t imgs;               /* images per unit of work (wgrad; others 1) */
 } blocked_job;
 
 /* c = op(a) @ b (+ c) for one block: float32 by conv_loops.c's register-tiled loops,
@@ -569,9 +572,10 @@ forward_images(void *ctx, int64_t n0, int64_t n1)
                     continue;
                 }
                 if (j->t == EM_FLOAT32)
-                    im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                    im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, np, p);
                 else
-                    im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, p);
+                    im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, np,
+                                        p);
                 block_gemm(j->t, 0, Cog, np, Cig * K, wg, Cig * K, scratch, np, false,
                            og + p0 * sz, ohw);
             }
@@ -608,6 +612,35 @@ transposed_images(void *ctx, int64_t n0, int64_t n1)
     free(scratch);
 }
 
+/* float32 weight gradient units of j->imgs whole images each (images smaller than a
+ * block): unit u's sum (its images' columns side by side, one product of depth imgs *
+ * OH*OW per group) into part u */
+static void
+wgrad_units_f32(blocked_job *j, const block_setup *b, Py_ssize_t CK, float *goT, int64_t u0,
+                int64_t u1)
+{
+    const conv_params *p = j->p;
+    Py_ssize_t Cig = b->Cig, Cog = b->Cog, hw = b->hw, ohw = b->ohw;
+    float *cols = (float *)b->scratch;
+    for (int64_t u = u0; u < u1; u++) {
+        Py_ssize_t i0 = u * j->imgs, i1 = i0 + j->imgs < p->N ? i0 + j->imgs : p->N;
+        Py_ssize_t npos = (i1 - i0) * ohw;
+        for (Py_ssize_t g = 0; g < b->G; g++) {
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                const float *xg = (const float *)j->x + (i * p->C + g * Cig) * hw;
+                const float *gb = (const float *)j->w + (i * p->Cout + g * Cog) * ohw;
+                Py_ssize_t at = (i - i0) * ohw;
+                im2col_block_float(xg, cols + at, Cig, 0, ohw, npos, p);
+                for (Py_ssize_t co = 0; co < Cog; co++)
+                    for (Py_ssize_t q = 0; q < ohw; q++)
+                        goT[(at + q) * Cog + co] = gb[co * ohw + q];
+            }
+            float *og = (float *)j->out + (u * p->Cout + g * Cog) * CK;
+            em_conv_gemm_f32(CK, Cog, npos, cols, npos, 1, goT, Cog, og, Cog, 0);
+        }
+    }
+}
+
 /* weight gradient of the forward convolution p of x giving gout: per image n,
  * out[n] (Cout, Cig*K) = sum over blocks of gout[n] (Cog, P) @ columns(x[n])^T */
 static void
@@ -626,6 +659,11 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
     Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, hw = b.hw, ohw = b.ohw, sz = b.sz;
     char *scratch = b.scratch;
     float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
+    if (j->imgs > 1) {
+        wgrad_units_f32(j, &b, CK, goT, n0, n1);
+        free(scratch);
+        return;
+    }
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -637,10 +675,10 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
                 Py_ssize_t ldc = hw;
                 if (!pw) {
                     if (f32)
-                        im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                        im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, np, p);
                     else
                         im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np,
-                                            p);
+                                            np, p);
                     cols = scratch;
                     ldc = np;
                 }
@@ -662,17 +700,21 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
 
 /* Runs fn over the images of the block job of p in dtype t (operands x and w into out,
  * blocks of `rows` rows of columns of the `positions` positions; macs multiply-adds in
- * all) on the pool (BLAS single-threaded meanwhile): 0, or -1 with an exception. */
+ * all; units of `imgs` images) on the pool (BLAS single-threaded meanwhile): 0, or -1
+ * with an exception. */
 static int
 run_images(em_range_fn fn, const conv_params *p, em_dtype_t t, const void *x, const void *w,
-           void *out, Py_ssize_t rows, Py_ssize_t positions, double macs)
+           void *out, Py_ssize_t rows, Py_ssize_t positions, double macs, Py_ssize_t imgs)
 {
     int sz = t == EM_FLOAT32 ? 4 : 8;
-    blocked_job job = {p, t, sz, x, w, out, block_positions(rows, positions, sz), 0};
+    /* units of several images take their whole positions in one block */
+    Py_ssize_t P = imgs > 1 ? positions : block_positions(rows, positions, sz);
+    blocked_job job = {p, t, sz, x, w, out, P, 0, imgs};
     blocked_job *j = &job;
-    bool parallel = p->N > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
+    Py_ssize_t units = (p->N + imgs - 1) / imgs;
+    bool parallel = units > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
     int restore = parallel ? em_blas_single() : 0;
-    int st = em_parallel_for(fn, j, p->N, 1, parallel);
+    int st = em_parallel_for(fn, j, units, 1, parallel);
     em_blas_restore(restore);
     if (st == 0 && atomic_load(&j->failed)) {
         PyErr_NoMemory();
@@ -725,7 +767,8 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
     Py_ssize_t ohw = p->OH * p->OW;
     if (blocked_ok(compute))
         return run_images(forward_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
-                          PyArray_DATA(out), Cig * K, ohw, (double)p->N * p->Cout * Cig * K * ohw);
+                          PyArray_DATA(out), Cig * K, ohw, (double)p->N * p->Cout * Cig * K * ohw,
+                          1);
     PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
     int st = -1;
     bool pointwise = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
@@ -794,7 +837,7 @@ transposed_as_forward(const conv_params *p, PyArrayObject *x, PyArrayObject *w,
     q.ph = p->dh * (kh - 1) - p->ph;
     q.pw = p->dw * (kw - 1) - p->pw;
     int st = run_images(forward_images, &q, compute, PyArray_DATA(x), wf, PyArray_DATA(out),
-                        Cig * K, q.OH * q.OW, (double)q.N * q.Cout * Cig * K * q.OH * q.OW);
+                        Cig * K, q.OH * q.OW, (double)q.N * q.Cout * Cig * K * q.OH * q.OW, 1);
     free(wf);
     return st;
 }
@@ -811,7 +854,7 @@ conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArra
         return transposed_as_forward(p, x, w, out, npy, compute);
     if (blocked_ok(compute))
         return run_images(transposed_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
-                          PyArray_DATA(out), Cog * K, hw, (double)p->N * p->C * Cog * K * hw);
+                          PyArray_DATA(out), Cog * K, hw, (double)p->N * p->C * Cog * K * hw, 1);
     PyArrayObject *w3 = NULL, *wt = NULL, *x4 = NULL, *cols = NULL;
     int st = -1;
     npy_intp w3d[3] = {G, Cig, Cog * K}, x4d[4] = {p->N, G, Cig, hw},
@@ -1052,24 +1095,36 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         memset(PyArray_DATA(out->array), 0, (size_t)(R * sz));
         return (PyObject *)out;
     }
-    char *part = malloc((size_t)(p.N * R * sz));
+    /* float32 images smaller than WGRAD_UNIT_POSITIONS / 2 positions go
+     * WGRAD_UNIT_POSITIONS / (OH*OW) to a unit of work (one product per group, as deep as
+     * their positions, instead of one shallow product and one partial sum per image),
+     * leaving at least WGRAD_MIN_UNITS units (when there are as many images); the
+     * grouping depends on the sizes alone */
+    Py_ssize_t ohw = p.OH * p.OW, imgs = 1;
+    if (sz == 4 && ohw < WGRAD_UNIT_POSITIONS / 2) {
+        Py_ssize_t most = (p.N + WGRAD_MIN_UNITS - 1) / WGRAD_MIN_UNITS;
+        imgs = WGRAD_UNIT_POSITIONS / ohw < most ? WGRAD_UNIT_POSITIONS / ohw : most;
+        imgs = imgs > 1 ? imgs : 1;
+    }
+    Py_ssize_t units = (p.N + imgs - 1) / imgs;
+    char *part = malloc((size_t)(units * R * sz));
     if (part == NULL) {
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
     if (run_images(wgrad_images, &p, x->dtype, PyArray_DATA(x->array), PyArray_DATA(go->array),
-                   part, Cig * K, p.OH * p.OW, (double)p.N * R * p.OH * p.OW) < 0) {
+                   part, Cig * K, imgs * ohw, (double)p.N * R * ohw, imgs) < 0) {
         free(part);
         Py_DECREF(out);
         return NULL;
     }
-    /* the images' sums added in order (float32's are (CK, Cout/G) per group:
+    /* the units' sums added in order (float32's are (CK, Cout/G) per group:
      * transposed on the way) */
     char *od = PyArray_DATA(out->array);
     if (sz == 4) {
         Py_ssize_t Cog = p.Cout / groups, CK = Cig * K;
         float *o = (float *)od;
-        for (Py_ssize_t n = 0; n < p.N; n++)
+        for (Py_ssize_t n = 0; n < units; n++)
             for (Py_ssize_t g = 0; g < groups; g++) {
                 const float *q = (const float *)part + n * R + g * Cog * CK;
                 float *og = o + g * Cog * CK;
