@@ -378,8 +378,8 @@ ADD_BIAS(double)
  * one partial sum per image, then adds the images' sums in order. */
 #define BLOCK_BYTES (256 * 1024)
 #define POOL_CONV_MIN (1 << 18)       /* multiply-adds from which images go to the pool */
-#define WGRAD_UNIT_POSITIONS 256     /* positions of a weight gradient's unit of images */
-#define WGRAD_MIN_UNITS 4
+#define UNIT_POSITIONS 256           /* positions of a unit of several small images */
+#define MIN_UNITS 4
 
 /* rows (c, ki, kj) of the columns of output positions [p0, p0 + P) of channels
  * [0, C) of one image x (C, H, W): cols (C*kh*kw, P), rows ld apart */
@@ -548,6 +548,47 @@ block_begin(blocked_job *j, Py_ssize_t rows, block_setup *b)
     return true;
 }
 
+/* Images per unit of work of a float32 product over small images (fewer than
+ * UNIT_POSITIONS / 2 output positions): UNIT_POSITIONS / positions of them, their
+ * columns side by side in one deeper block, leaving at least MIN_UNITS units (when there
+ * are as many images); 1 otherwise. The grouping depends on the sizes alone. */
+static Py_ssize_t
+images_per_unit(em_dtype_t t, Py_ssize_t N, Py_ssize_t positions)
+{
+    if (t != EM_FLOAT32 || positions <= 0 || positions >= UNIT_POSITIONS / 2)
+        return 1;
+    Py_ssize_t most = (N + MIN_UNITS - 1) / MIN_UNITS, imgs = UNIT_POSITIONS / positions;
+    imgs = imgs < most ? imgs : most;
+    return imgs > 1 ? imgs : 1;
+}
+
+/* float32 forward units of j->imgs whole images: their columns side by side (CK, npos),
+ * one product per group into a (Cog, npos) scratch, then each image's part into out */
+static void
+forward_units_f32(blocked_job *j, const block_setup *b, int64_t u0, int64_t u1)
+{
+    const conv_params *p = j->p;
+    Py_ssize_t Cig = b->Cig, Cog = b->Cog, CK = b->Cig * b->K, hw = b->hw, ohw = b->ohw;
+    float *cols = (float *)b->scratch, *prod = cols + CK * j->P;
+    for (int64_t u = u0; u < u1; u++) {
+        Py_ssize_t i0 = u * j->imgs, i1 = i0 + j->imgs < p->N ? i0 + j->imgs : p->N;
+        Py_ssize_t npos = (i1 - i0) * ohw;
+        for (Py_ssize_t g = 0; g < b->G; g++) {
+            for (Py_ssize_t i = i0; i < i1; i++)
+                im2col_block_float((const float *)j->x + (i * p->C + g * Cig) * hw,
+                                   cols + (i - i0) * ohw, Cig, 0, ohw, npos, p);
+            em_conv_gemm_f32(Cog, npos, CK, (const float *)j->w + g * Cog * CK, CK, 1, cols,
+                             npos, prod, npos, 0);
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                float *og = (float *)j->out + (i * p->Cout + g * Cog) * ohw;
+                for (Py_ssize_t co = 0; co < Cog; co++)
+                    memcpy(og + co * ohw, prod + co * npos + (i - i0) * ohw,
+                           sizeof(float) * (size_t)ohw);
+            }
+        }
+    }
+}
+
 static void
 forward_images(void *ctx, int64_t n0, int64_t n1)
 {
@@ -555,6 +596,13 @@ forward_images(void *ctx, int64_t n0, int64_t n1)
     const conv_params *p = j->p;
     bool pw = conv_pointwise(p);
     block_setup b;
+    if (j->imgs > 1) {
+        if (!block_begin(j, p->C / p->G * p->kh * p->kw + p->Cout / p->G, &b))
+            return;
+        forward_units_f32(j, &b, n0, n1);
+        free(b.scratch);
+        return;
+    }
     if (!block_begin(j, pw ? 0 : p->C / p->G * p->kh * p->kw, &b))
         return;
     Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, K = b.K, hw = b.hw, ohw = b.ohw, sz = b.sz;
@@ -765,10 +813,12 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
 {
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t ohw = p->OH * p->OW;
-    if (blocked_ok(compute))
+    if (blocked_ok(compute)) {
+        Py_ssize_t imgs = images_per_unit(compute, p->N, ohw);
         return run_images(forward_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
-                          PyArray_DATA(out), Cig * K, ohw, (double)p->N * p->Cout * Cig * K * ohw,
-                          1);
+                          PyArray_DATA(out), Cig * K, imgs * ohw,
+                          (double)p->N * p->Cout * Cig * K * ohw, imgs);
+    }
     PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
     int st = -1;
     bool pointwise = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
@@ -836,8 +886,10 @@ transposed_as_forward(const conv_params *p, PyArrayObject *x, PyArrayObject *w,
     q.transposed = false;
     q.ph = p->dh * (kh - 1) - p->ph;
     q.pw = p->dw * (kw - 1) - p->pw;
+    Py_ssize_t imgs = images_per_unit(compute, q.N, q.OH * q.OW);
     int st = run_images(forward_images, &q, compute, PyArray_DATA(x), wf, PyArray_DATA(out),
-                        Cig * K, q.OH * q.OW, (double)q.N * q.Cout * Cig * K * q.OH * q.OW, 1);
+                        Cig * K, imgs * q.OH * q.OW,
+                        (double)q.N * q.Cout * Cig * K * q.OH * q.OW, imgs);
     free(wf);
     return st;
 }
@@ -1095,17 +1147,10 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         memset(PyArray_DATA(out->array), 0, (size_t)(R * sz));
         return (PyObject *)out;
     }
-    /* float32 images smaller than WGRAD_UNIT_POSITIONS / 2 positions go
-     * WGRAD_UNIT_POSITIONS / (OH*OW) to a unit of work (one product per group, as deep as
-     * their positions, instead of one shallow product and one partial sum per image),
-     * leaving at least WGRAD_MIN_UNITS units (when there are as many images); the
-     * grouping depends on the sizes alone */
-    Py_ssize_t ohw = p.OH * p.OW, imgs = 1;
-    if (sz == 4 && ohw < WGRAD_UNIT_POSITIONS / 2) {
-        Py_ssize_t most = (p.N + WGRAD_MIN_UNITS - 1) / WGRAD_MIN_UNITS;
-        imgs = WGRAD_UNIT_POSITIONS / ohw < most ? WGRAD_UNIT_POSITIONS / ohw : most;
-        imgs = imgs > 1 ? imgs : 1;
-    }
+    /* small float32 images go several to a unit of work (images_per_unit: one product
+     * per group, as deep as their positions, instead of one shallow product and one
+     * partial sum per image) */
+    Py_ssize_t ohw = p.OH * p.OW, imgs = images_per_unit(x->dtype, p.N, ohw);
     Py_ssize_t units = (p.N + imgs - 1) / imgs;
     char *part = malloc((size_t)(units * R * sz));
     if (part == NULL) {
