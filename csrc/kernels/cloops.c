@@ -19,6 +19,7 @@
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
 #endif
 #include "kutil.h"
+#include "runtime/runtime.h"
 #include "kernels/vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
@@ -363,6 +364,35 @@ same_layout(const em_Tensor *t, const em_Tensor *out)
 #define EM_CLOOP_MAX_IN 3
 #define EM_CLOOP_NOGIL 32768    /* elements from which the loop runs without the GIL */
 
+#define EM_CLOOP_CHUNK 32768    /* elements per pool chunk */
+#define EM_CLOOP_POOL 131072    /* elements from which the chunks go to the pool */
+
+/* A loop's elements [a, b) (every operand laid out alike: an element's offset is the
+ * same in each), one pool chunk. */
+typedef struct {
+    const loop_entry *e;
+    const void *const *ptrs;
+    int nin;
+    void *dst;
+    const double *params;
+    bool f32;
+} cloop_job;
+
+static void
+cloop_range(void *ctx, int64_t a, int64_t b)
+{
+    cloop_job *j = ctx;
+    size_t isz = j->f32 ? sizeof(float) : sizeof(double);
+    const void *in[EM_CLOOP_MAX_IN];
+    for (int i = 0; i < j->nin; i++)
+        in[i] = (const char *)j->ptrs[i] + a * isz;
+    void *y = (char *)j->dst + a * isz;
+    if (j->f32)
+        j->e->f32((const float *const *)in, y, b - a, j->params);
+    else
+        j->e->f64((const double *const *)in, y, b - a, j->params);
+}
+
 /* Runs the named loop over the tensors ins (broadcast to out's shape) into out, a
  * freshly allocated dense tensor of a floating dtype; params are the op's numbers.
  * Returns 1 when done, 0 when there is no such loop or out is not floating point
@@ -409,14 +439,20 @@ em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double
             goto done;
     }
     {
+        /* elementwise: the chunks (fixed multiples of EM_CLOOP_CHUNK) give the same
+         * results on any number of threads */
         Py_ssize_t n = out->numel;
-        PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-        if (compute == EM_FLOAT32)
-            e->f32((const float *const *)ptrs, PyArray_DATA(dst), n, params);
-        else
-            e->f64((const double *const *)ptrs, PyArray_DATA(dst), n, params);
-        if (ts != NULL)
-            PyEval_RestoreThread(ts);
+        cloop_job job = {e, ptrs, nin, PyArray_DATA(dst), params, compute == EM_FLOAT32};
+        if (n >= EM_CLOOP_POOL && em_pool_threads() > 1) {
+            if (em_parallel_for(cloop_range, &job, n, EM_CLOOP_CHUNK, 1) < 0)
+                goto done;
+        }
+        else {
+            PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
+            cloop_range(&job, 0, n);
+            if (ts != NULL)
+                PyEval_RestoreThread(ts);
+        }
     }
     if (dst != out->array && PyArray_CopyInto(out->array, dst) < 0)
         goto done;
