@@ -651,9 +651,32 @@ softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, 
     }
 }
 
+typedef struct {
+    const void *x;
+    void *y;
+    Py_ssize_t n;
+    int log_out;
+    bool f32;
+} softmax_job;
+
+static void
+softmax_range(void *ctx, int64_t a, int64_t b)
+{
+    softmax_job *j = ctx;
+    if (j->f32)
+        softmax_rows_f32((const float *)j->x + a * j->n, (float *)j->y + a * j->n, b - a,
+                         j->n, j->log_out);
+    else
+        softmax_rows_f64((const double *)j->x + a * j->n, (double *)j->y + a * j->n, b - a,
+                         j->n, j->log_out);
+}
+
 /* softmax / log_softmax of a contiguous float32 or float64 tensor along its last dim
- * into out (same dtype, contiguous). Returns 1 when done, 0 when the case is not this
- * one (the caller computes another way). */
+ * into out (same dtype, contiguous); rows on the pool (chunks of whole rows, about
+ * EM_CLOOP_CHUNK elements, each row computed alone: the same results at any thread
+ * count) from EM_CLOOP_POOL elements. Returns 1 when done, 0 when the case is not this
+ * one (the caller computes another way), -1 with an exception (a signal handler
+ * raised while the rows ran on the pool). */
 int
 em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
 {
@@ -662,11 +685,14 @@ em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
         !PyArray_IS_C_CONTIGUOUS(out->array) || x->numel == 0)
         return 0;
     Py_ssize_t n = x->sizes[x->ndim - 1], rows = x->numel / n;
+    softmax_job job = {PyArray_DATA(x->array), PyArray_DATA(out->array), n, log_out,
+                       x->dtype == EM_FLOAT32};
+    if (x->numel >= EM_CLOOP_POOL && em_pool_threads() > 1) {
+        int64_t chunk = EM_CLOOP_CHUNK / n > 0 ? EM_CLOOP_CHUNK / n : 1;
+        return em_parallel_for(softmax_range, &job, rows, chunk, 1) < 0 ? -1 : 1;
+    }
     PyThreadState *ts = x->numel >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-    if (x->dtype == EM_FLOAT32)
-        softmax_rows_f32(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
-    else
-        softmax_rows_f64(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
+    softmax_range(&job, 0, rows);
     if (ts != NULL)
         PyEval_RestoreThread(ts);
     return 1;

@@ -75,7 +75,7 @@ PyObject *em_clone_contiguous(PyObject *t);
  * 0 when no loop fits (the caller computes otherwise), -1 with an exception. */
 int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
 /* softmax (log_out: log_softmax) of contiguous float rows along the last dim into out;
- * 1 when it ran, 0 when it does not apply. */
+ * 1 when it ran, 0 when it does not apply, -1 with an exception. */
 int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);
 /* layer_norm of rows x rows of n contiguous float32 values into y (w, b: n values or
  * NULL); the caller releases the GIL. */
