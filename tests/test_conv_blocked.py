@@ -170,3 +170,60 @@ def test_narrower_loops_match_torch(features, level):
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 4, 4), (7, 8, 5, 3), (3, 16, 2, 9)])
+def test_weight_gradient_of_small_images_in_units_of_several(shape):
+    """Images of fewer than 128 output positions go several to a unit of work (one deeper
+    product per group): the weight gradient agrees with torch's and is identical at 1 and
+    2 threads."""
+    N, C, H, W = shape
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((24, C // 2, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((N, 24, H, W)).astype(np.float32)
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            with ember.no_grad():
+                outs.append(_C._grad_conv_weight(ember.from_numpy(x), ember.from_numpy(g),
+                                                 3, 3, (1, 1), (1, 1), (1, 1), 2).numpy())
+    finally:
+        ember.set_num_threads(before)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    tx = torch.from_numpy(x).requires_grad_()
+    tw = torch.from_numpy(w).requires_grad_()
+    torch.nn.functional.conv2d(tx, tw, padding=1, groups=2).backward(torch.from_numpy(g))
+    np.testing.assert_allclose(outs[0], tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 4, 4), (9, 8, 6, 5)])
+def test_forward_and_input_gradient_of_small_images_in_units_of_several(shape):
+    """The forward convolution (and the stride-1 input gradient, a forward convolution
+    with the weight flipped) of small float32 images in units of several images: equal
+    to torch's, identical at 1 and 2 threads."""
+    N, C, H, W = shape
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((12, C, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((N, 12, H, W)).astype(np.float32)
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            ex = ember.from_numpy(x).requires_grad_()
+            y = ember.nn.functional.conv2d(ex, ember.from_numpy(w), padding=1)
+            y.backward(ember.from_numpy(g))
+            outs.append((y.detach().numpy(), ex.grad.numpy()))
+    finally:
+        ember.set_num_threads(before)
+    for u, v in zip(*outs):
+        np.testing.assert_array_equal(u, v)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch.nn.functional.conv2d(tx, torch.from_numpy(w), padding=1)
+    ty.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(outs[0][0], ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[0][1], tx.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -27,3 +27,23 @@ def test_special_values():
     got = ember.nn.functional.gelu(ember.from_numpy(sp)).numpy()
     assert np.isnan(got[0]) and got[1] == np.inf and got[5] == 200.0
     assert got[2] == 0 and got[3] == 0 and np.signbit(got[3]) and got[4] == 0
+
+
+def test_large_c_loops_run_on_the_pool_identically_at_one_and_two_threads():
+    """cloops.c's loops over at least 131072 elements go to the pool in fixed chunks of
+    32768: the results are the same at 1 and 2 threads, and equal one call's."""
+    import ember
+    x = ember.from_numpy(np.random.default_rng(9).standard_normal(300001).astype(np.float32))
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            outs.append([f(x).numpy() for f in (ember.nn.functional.gelu,
+                                                ember.nn.functional.silu, ember.sigmoid)])
+    finally:
+        ember.set_num_threads(before)
+    for u, v in zip(*outs):
+        np.testing.assert_array_equal(u, v)
+    small = ember.nn.functional.gelu(x[:1000]).numpy()      # one call, no pool
+    np.testing.assert_array_equal(outs[1][0][:1000], small)

@@ -23,3 +23,22 @@ def test_rows_with_specials_match_torch(fn, n):
     np.testing.assert_array_equal(np.isnan(e), np.isnan(t))
     keep = ~np.isnan(t)
     np.testing.assert_allclose(e[keep], t[keep], rtol=1e-5, atol=1e-6)
+
+
+def test_large_softmax_rows_on_the_pool_identical_at_one_and_two_threads():
+    """From 131072 elements the rows go to the pool in chunks of whole rows: softmax and
+    log_softmax give the same bits at 1 and 2 threads."""
+    import ember
+    x = ember.from_numpy(np.random.default_rng(3).standard_normal((3001, 77))
+                         .astype(np.float32))
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            outs.append([x.softmax(-1).numpy(), x.log_softmax(-1).numpy(),
+                         x.double().softmax(-1).numpy()])
+    finally:
+        ember.set_num_threads(before)
+    for u, v in zip(*outs):
+        np.testing.assert_array_equal(u, v)

@@ -10,15 +10,16 @@
  * buffer laid out like the output. float16 results are computed in float32 and
  * rounded once at the end, as PyTorch computes half ops in float.
  */
-#include "kutil.h"
-
 /* These loops are the point of the file: let the compiler vectorise them fully
- * (before vecmath.h, so its inline functions get the same options and inline), and
- * fuse a * b + c into FMAs where the clone has them (-std=c11 alone forbids it; the
- * polynomials only gain accuracy, and no function here relies on a rounded product). */
+ * (before kutil.h and vecmath.h, so their inline functions get the same options and
+ * inline), and fuse a * b + c into FMAs where the clone has them (-std=c11 alone
+ * forbids it; the polynomials only gain accuracy, and no function here relies on a
+ * rounded product). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
 #endif
+#include "kutil.h"
+#include "runtime/runtime.h"
 #include "kernels/vecmath.h"
 #include "kernels/special.h"
 
@@ -419,6 +420,35 @@ same_layout(const em_Tensor *t, const em_Tensor *out)
 #define EM_CLOOP_MAX_IN 3
 #define EM_CLOOP_NOGIL 32768    /* elements from which the loop runs without the GIL */
 
+#define EM_CLOOP_CHUNK 32768    /* elements per pool chunk */
+#define EM_CLOOP_POOL 131072    /* elements from which the chunks go to the pool */
+
+/* A loop's elements [a, b) (every operand laid out alike: an element's offset is the
+ * same in each), one pool chunk. */
+typedef struct {
+    const loop_entry *e;
+    const void *const *ptrs;
+    int nin;
+    void *dst;
+    const double *params;
+    bool f32;
+} cloop_job;
+
+static void
+cloop_range(void *ctx, int64_t a, int64_t b)
+{
+    cloop_job *j = ctx;
+    size_t isz = j->f32 ? sizeof(float) : sizeof(double);
+    const void *in[EM_CLOOP_MAX_IN];
+    for (int i = 0; i < j->nin; i++)
+        in[i] = (const char *)j->ptrs[i] + a * isz;
+    void *y = (char *)j->dst + a * isz;
+    if (j->f32)
+        j->e->f32((const float *const *)in, y, b - a, j->params);
+    else
+        j->e->f64((const double *const *)in, y, b - a, j->params);
+}
+
 /* Runs the named loop over the tensors ins (broadcast to out's shape) into out, a
  * freshly allocated dense tensor of a floating dtype; params are the op's numbers.
  * Returns 1 when done, 0 when there is no such loop or out is not floating point
@@ -465,14 +495,20 @@ em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double
             goto done;
     }
     {
+        /* elementwise: the chunks (fixed multiples of EM_CLOOP_CHUNK) give the same
+         * results on any number of threads */
         Py_ssize_t n = out->numel;
-        PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-        if (compute == EM_FLOAT32)
-            e->f32((const float *const *)ptrs, PyArray_DATA(dst), n, params);
-        else
-            e->f64((const double *const *)ptrs, PyArray_DATA(dst), n, params);
-        if (ts != NULL)
-            PyEval_RestoreThread(ts);
+        cloop_job job = {e, ptrs, nin, PyArray_DATA(dst), params, compute == EM_FLOAT32};
+        if (n >= EM_CLOOP_POOL && em_pool_threads() > 1) {
+            if (em_parallel_for(cloop_range, &job, n, EM_CLOOP_CHUNK, 1) < 0)
+                goto done;
+        }
+        else {
+            PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
+            cloop_range(&job, 0, n);
+            if (ts != NULL)
+                PyEval_RestoreThread(ts);
+        }
     }
     if (dst != out->array && PyArray_CopyInto(out->array, dst) < 0)
         goto done;
@@ -490,11 +526,8 @@ done:
  * exp(x - max) (stored in y), its sum, and a scale (or x - max - log(sum)). The max
  * and the sum keep 16 partial lanes so that the compiler vectorises them without
  * reassociating anything itself. */
-#define EM_LANES 16
-/* 16 float lanes as GCC vectors: every clone gets full-width operations whatever the
- * vectoriser makes of a loop (it leaves lane-array max loops scalar) */
-typedef float em_v16f __attribute__((vector_size(64)));
-typedef int32_t em_v16i __attribute__((vector_size(64)));
+/* (kutil.h's em_v16f lanes: every clone gets full-width operations whatever the
+ * vectoriser makes of a loop; it leaves lane-array max loops scalar) */
 /* The maximum of n floats, NaN when any is NaN (a NaN makes a softmax row NaN, as
  * exp(x - max) does; an all -inf row gives NaN too, through -inf - -inf): two
  * branch-free vector accumulators, a select by mask for the max and a NaN mask. */
@@ -563,36 +596,6 @@ softmax_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py
 
 /* ------------------------------------------------------------------ layer_norm rows */
 
-/* The sum of x[i] - c (sq: of (x[i] - c)^2) over n floats: 16 float lanes (a GCC
- * vector, so every clone gets full-width adds) over chunks of EM_LN_CHUNK elements,
- * each chunk's lanes added into a double total, so a long row loses no more than a
- * short one. */
-#define EM_LN_CHUNK 1024
-static inline double
-lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
-{
-    double total = 0.0;
-    em_v16f cv = {0};
-    cv += c;
-    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LN_CHUNK) {
-        Py_ssize_t i1 = i0 + EM_LN_CHUNK < n ? i0 + EM_LN_CHUNK : n, i = i0;
-        em_v16f l = {0};
-        for (; i + EM_LANES <= i1; i += EM_LANES) {
-            em_v16f v;
-            memcpy(&v, x + i, sizeof v);
-            v -= cv;
-            l += sq ? v * v : v;
-        }
-        for (; i < i1; i++) {
-            float d = x[i] - c;
-            total += sq ? d * d : d;
-        }
-        for (int j = 0; j < EM_LANES; j++)
-            total += l[j];
-    }
-    return total;
-}
-
 /* layer_norm of each length-n float32 row of x into y: the mean and the biased variance
  * (two passes, lane sums into double), then (x - mean) * rstd * w + b in float32, as
  * PyTorch computes float32 rows. w and b may be NULL. */
@@ -603,9 +606,8 @@ layer_norm_rows_f32(const float *restrict x, const float *restrict w, const floa
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *restrict xr = x + r * n;
         float *restrict yr = y + r * n;
-        float mean = (float)(lane_sum_f32(xr, n, 0.0f, 0) / (double)n);
-        double var = lane_sum_f32(xr, n, mean, 1) / (double)n;
-        float rstd = (float)(1.0 / sqrt(var + eps));
+        float mean, rstd;
+        em_row_moments_f32(xr, n, eps, &mean, &rstd);
         if (w != NULL && b != NULL)
             for (Py_ssize_t i = 0; i < n; i++)
                 yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
@@ -634,7 +636,7 @@ EM_CLONES static void
 sum_rows_f32(const float *restrict x, float *restrict y, Py_ssize_t rows, Py_ssize_t n)
 {
     for (Py_ssize_t r = 0; r < rows; r++)
-        y[r] = (float)lane_sum_f32(x + r * n, n, 0.0f, 0);
+        y[r] = (float)em_lane_sum_f32(x + r * n, n, 0.0f, 0);
 }
 
 void
@@ -662,11 +664,11 @@ lse_rows_f32(const float *restrict x, double *restrict lse, double *restrict tot
             Py_ssize_t k = n - i0 < EM_LSE_BUF ? n - i0 : EM_LSE_BUF;
             for (Py_ssize_t i = 0; i < k; i++)
                 buf[i] = em_expf(xr[i0 + i] - m);
-            s += lane_sum_f32(buf, k, 0.0f, 0);
+            s += em_lane_sum_f32(buf, k, 0.0f, 0);
         }
         lse[r] = (double)m + log(s);
         if (total != NULL)
-            total[r] = lane_sum_f32(xr, n, 0.0f, 0);
+            total[r] = em_lane_sum_f32(xr, n, 0.0f, 0);
     }
 }
 
@@ -705,9 +707,32 @@ softmax_rows_f64(const double *restrict x, double *restrict y, Py_ssize_t rows, 
     }
 }
 
+typedef struct {
+    const void *x;
+    void *y;
+    Py_ssize_t n;
+    int log_out;
+    bool f32;
+} softmax_job;
+
+static void
+softmax_range(void *ctx, int64_t a, int64_t b)
+{
+    softmax_job *j = ctx;
+    if (j->f32)
+        softmax_rows_f32((const float *)j->x + a * j->n, (float *)j->y + a * j->n, b - a,
+                         j->n, j->log_out);
+    else
+        softmax_rows_f64((const double *)j->x + a * j->n, (double *)j->y + a * j->n, b - a,
+                         j->n, j->log_out);
+}
+
 /* softmax / log_softmax of a contiguous float32 or float64 tensor along its last dim
- * into out (same dtype, contiguous). Returns 1 when done, 0 when the case is not this
- * one (the caller computes another way). */
+ * into out (same dtype, contiguous); rows on the pool (chunks of whole rows, about
+ * EM_CLOOP_CHUNK elements, each row computed alone: the same results at any thread
+ * count) from EM_CLOOP_POOL elements. Returns 1 when done, 0 when the case is not this
+ * one (the caller computes another way), -1 with an exception (a signal handler
+ * raised while the rows ran on the pool). */
 int
 em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
 {
@@ -716,11 +741,14 @@ em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
         !PyArray_IS_C_CONTIGUOUS(out->array) || x->numel == 0)
         return 0;
     Py_ssize_t n = x->sizes[x->ndim - 1], rows = x->numel / n;
+    softmax_job job = {PyArray_DATA(x->array), PyArray_DATA(out->array), n, log_out,
+                       x->dtype == EM_FLOAT32};
+    if (x->numel >= EM_CLOOP_POOL && em_pool_threads() > 1) {
+        int64_t chunk = EM_CLOOP_CHUNK / n > 0 ? EM_CLOOP_CHUNK / n : 1;
+        return em_parallel_for(softmax_range, &job, rows, chunk, 1) < 0 ? -1 : 1;
+    }
     PyThreadState *ts = x->numel >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-    if (x->dtype == EM_FLOAT32)
-        softmax_rows_f32(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
-    else
-        softmax_rows_f64(PyArray_DATA(x->array), PyArray_DATA(out->array), rows, n, log_out);
+    softmax_range(&job, 0, rows);
     if (ts != NULL)
         PyEval_RestoreThread(ts);
     return 1;

@@ -378,19 +378,21 @@ ADD_BIAS(double)
  * one partial sum per image, then adds the images' sums in order. */
 #define BLOCK_BYTES (256 * 1024)
 #define POOL_CONV_MIN (1 << 18)       /* multiply-adds from which images go to the pool */
+#define UNIT_POSITIONS 256           /* positions of a unit of several small images */
+#define MIN_UNITS 4
 
 /* rows (c, ki, kj) of the columns of output positions [p0, p0 + P) of channels
- * [0, C) of one image x (C, H, W): cols (C*kh*kw, P) */
+ * [0, C) of one image x (C, H, W): cols (C*kh*kw, P), rows ld apart */
 #define IM2COL_BLOCK(T)                                                                  \
 static void                                                                              \
 im2col_block_##T(const T *x, T *cols, Py_ssize_t C, Py_ssize_t p0, Py_ssize_t P,         \
-                 const conv_params *p)                                                   \
+                 Py_ssize_t ld, const conv_params *p)                                    \
 {                                                                                        \
     Py_ssize_t hw = p->H * p->W;                                                         \
     for (Py_ssize_t c = 0; c < C; c++)                                                   \
         for (Py_ssize_t ki = 0; ki < p->kh; ki++)                                        \
             for (Py_ssize_t kj = 0; kj < p->kw; kj++) {                                  \
-                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * P;                     \
+                T *row = cols + ((c * p->kh + ki) * p->kw + kj) * ld;                    \
                 Py_ssize_t off = kj * p->dw - p->pw;                                     \
                 Py_ssize_t lo = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;               \
                 Py_ssize_t hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / p->sw + 1;   \
@@ -475,6 +477,7 @@ typedef struct {
     char *out;                     /* output (N, Cout, OH*OW); or (wgrad) per-image sums */
     Py_ssize_t P;                  /* positions per block */
     atomic_int failed;             /* a scratch allocation failed */
+    Py_ssize_t imgs;               /* images per unit of work (wgrad; others 1) */
 } blocked_job;
 
 /* c = op(a) @ b (+ c) for one block: float32 by conv_loops.c's register-tiled loops,
@@ -513,19 +516,97 @@ conv_pointwise(const conv_params *p)
     return p->kh * p->kw == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
 }
 
+/* The sizes a block job's images share, and its scratch buffer. */
+typedef struct {
+    Py_ssize_t G, Cig, Cog, K;     /* groups, in/out channels per group, kernel taps */
+    Py_ssize_t hw, ohw, sz;        /* input and output positions per channel, item size */
+    char *scratch;                 /* rows x P items, or NULL for no rows */
+} block_setup;
+
+/* The common start of the block loops: b filled from job j and a scratch of `rows`
+ * rows of P items (none when rows is 0); false (j->failed set) when it cannot be
+ * allocated. */
+static bool
+block_begin(blocked_job *j, Py_ssize_t rows, block_setup *b)
+{
+    const conv_params *p = j->p;
+    b->G = p->G;
+    b->Cig = p->C / p->G;
+    b->Cog = p->Cout / p->G;
+    b->K = p->kh * p->kw;
+    b->hw = p->H * p->W;
+    b->ohw = p->OH * p->OW;
+    b->sz = j->itemsize;
+    b->scratch = NULL;
+    if (rows == 0)
+        return true;
+    b->scratch = malloc((size_t)(rows * j->P * b->sz));
+    if (b->scratch == NULL) {
+        atomic_store(&j->failed, 1);
+        return false;
+    }
+    return true;
+}
+
+/* Images per unit of work of a float32 product over small images (fewer than
+ * UNIT_POSITIONS / 2 output positions): UNIT_POSITIONS / positions of them, their
+ * columns side by side in one deeper block, leaving at least MIN_UNITS units (when there
+ * are as many images); 1 otherwise. The grouping depends on the sizes alone. */
+static Py_ssize_t
+images_per_unit(em_dtype_t t, Py_ssize_t N, Py_ssize_t positions)
+{
+    if (t != EM_FLOAT32 || positions <= 0 || positions >= UNIT_POSITIONS / 2)
+        return 1;
+    Py_ssize_t most = (N + MIN_UNITS - 1) / MIN_UNITS, imgs = UNIT_POSITIONS / positions;
+    imgs = imgs < most ? imgs : most;
+    return imgs > 1 ? imgs : 1;
+}
+
+/* float32 forward units of j->imgs whole images: their columns side by side (CK, npos),
+ * one product per group into a (Cog, npos) scratch, then each image's part into out */
+static void
+forward_units_f32(blocked_job *j, const block_setup *b, int64_t u0, int64_t u1)
+{
+    const conv_params *p = j->p;
+    Py_ssize_t Cig = b->Cig, Cog = b->Cog, CK = b->Cig * b->K, hw = b->hw, ohw = b->ohw;
+    float *cols = (float *)b->scratch, *prod = cols + CK * j->P;
+    for (int64_t u = u0; u < u1; u++) {
+        Py_ssize_t i0 = u * j->imgs, i1 = i0 + j->imgs < p->N ? i0 + j->imgs : p->N;
+        Py_ssize_t npos = (i1 - i0) * ohw;
+        for (Py_ssize_t g = 0; g < b->G; g++) {
+            for (Py_ssize_t i = i0; i < i1; i++)
+                im2col_block_float((const float *)j->x + (i * p->C + g * Cig) * hw,
+                                   cols + (i - i0) * ohw, Cig, 0, ohw, npos, p);
+            em_conv_gemm_f32(Cog, npos, CK, (const float *)j->w + g * Cog * CK, CK, 1, cols,
+                             npos, prod, npos, 0);
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                float *og = (float *)j->out + (i * p->Cout + g * Cog) * ohw;
+                for (Py_ssize_t co = 0; co < Cog; co++)
+                    memcpy(og + co * ohw, prod + co * npos + (i - i0) * ohw,
+                           sizeof(float) * (size_t)ohw);
+            }
+        }
+    }
+}
+
 static void
 forward_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
     bool pw = conv_pointwise(p);
-    char *scratch = pw ? NULL : malloc((size_t)(Cig * K * j->P * sz));
-    if (!pw && scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (j->imgs > 1) {
+        if (!block_begin(j, p->C / p->G * p->kh * p->kw + p->Cout / p->G, &b))
+            return;
+        forward_units_f32(j, &b, n0, n1);
+        free(b.scratch);
         return;
     }
+    if (!block_begin(j, pw ? 0 : p->C / p->G * p->kh * p->kw, &b))
+        return;
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, K = b.K, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -539,9 +620,10 @@ forward_images(void *ctx, int64_t n0, int64_t n1)
                     continue;
                 }
                 if (j->t == EM_FLOAT32)
-                    im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                    im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, np, p);
                 else
-                    im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, p);
+                    im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np, np,
+                                        p);
                 block_gemm(j->t, 0, Cog, np, Cig * K, wg, Cig * K, scratch, np, false,
                            og + p0 * sz, ohw);
             }
@@ -555,13 +637,11 @@ transposed_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize;
-    char *scratch = malloc((size_t)(Cog * K * j->P * sz));
-    if (scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (!block_begin(j, p->Cout / p->G * p->kh * p->kw, &b))
         return;
-    }
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, K = b.K, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -580,6 +660,35 @@ transposed_images(void *ctx, int64_t n0, int64_t n1)
     free(scratch);
 }
 
+/* float32 weight gradient units of j->imgs whole images each (images smaller than a
+ * block): unit u's sum (its images' columns side by side, one product of depth imgs *
+ * OH*OW per group) into part u */
+static void
+wgrad_units_f32(blocked_job *j, const block_setup *b, Py_ssize_t CK, float *goT, int64_t u0,
+                int64_t u1)
+{
+    const conv_params *p = j->p;
+    Py_ssize_t Cig = b->Cig, Cog = b->Cog, hw = b->hw, ohw = b->ohw;
+    float *cols = (float *)b->scratch;
+    for (int64_t u = u0; u < u1; u++) {
+        Py_ssize_t i0 = u * j->imgs, i1 = i0 + j->imgs < p->N ? i0 + j->imgs : p->N;
+        Py_ssize_t npos = (i1 - i0) * ohw;
+        for (Py_ssize_t g = 0; g < b->G; g++) {
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                const float *xg = (const float *)j->x + (i * p->C + g * Cig) * hw;
+                const float *gb = (const float *)j->w + (i * p->Cout + g * Cog) * ohw;
+                Py_ssize_t at = (i - i0) * ohw;
+                im2col_block_float(xg, cols + at, Cig, 0, ohw, npos, p);
+                for (Py_ssize_t co = 0; co < Cog; co++)
+                    for (Py_ssize_t q = 0; q < ohw; q++)
+                        goT[(at + q) * Cog + co] = gb[co * ohw + q];
+            }
+            float *og = (float *)j->out + (u * p->Cout + g * Cog) * CK;
+            em_conv_gemm_f32(CK, Cog, npos, cols, npos, 1, goT, Cog, og, Cog, 0);
+        }
+    }
+}
+
 /* weight gradient of the forward convolution p of x giving gout: per image n,
  * out[n] (Cout, Cig*K) = sum over blocks of gout[n] (Cog, P) @ columns(x[n])^T */
 static void
@@ -587,18 +696,22 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
 {
     blocked_job *j = ctx;
     const conv_params *p = j->p;
-    Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
-    Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW, sz = j->itemsize, CK = Cig * K;
     bool pw = conv_pointwise(p), f32 = j->t == EM_FLOAT32;
+    Py_ssize_t CK = p->C / p->G * p->kh * p->kw;
     /* float32: the product is taken transposed, columns (CK, P) @ gout^T (P, Cog) into
      * a (CK, Cog) sum per image (conv_loops.c's loops want the right operand's rows
      * contiguous; gout's block is the small one to transpose) */
-    char *scratch = malloc((size_t)((CK + (f32 ? Cog : 0)) * j->P * sz));
-    if (scratch == NULL) {
-        atomic_store(&j->failed, 1);
+    block_setup b;
+    if (!block_begin(j, CK + (f32 ? p->Cout / p->G : 0), &b))
+        return;
+    Py_ssize_t G = b.G, Cig = b.Cig, Cog = b.Cog, hw = b.hw, ohw = b.ohw, sz = b.sz;
+    char *scratch = b.scratch;
+    float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
+    if (j->imgs > 1) {
+        wgrad_units_f32(j, &b, CK, goT, n0, n1);
+        free(scratch);
         return;
     }
-    float *goT = f32 ? (float *)(scratch + CK * j->P * sz) : NULL;
     for (int64_t n = n0; n < n1; n++)
         for (Py_ssize_t g = 0; g < G; g++) {
             const char *xg = j->x + (n * p->C + g * Cig) * hw * sz;
@@ -610,10 +723,10 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
                 Py_ssize_t ldc = hw;
                 if (!pw) {
                     if (f32)
-                        im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, p);
+                        im2col_block_float((const float *)xg, (float *)scratch, Cig, p0, np, np, p);
                     else
                         im2col_block_double((const double *)xg, (double *)scratch, Cig, p0, np,
-                                            p);
+                                            np, p);
                     cols = scratch;
                     ldc = np;
                 }
@@ -633,14 +746,23 @@ wgrad_images(void *ctx, int64_t n0, int64_t n1)
     free(scratch);
 }
 
-/* Runs fn over the images of job j on the pool (BLAS single-threaded meanwhile): 0,
- * or -1 with an exception. */
+/* Runs fn over the images of the block job of p in dtype t (operands x and w into out,
+ * blocks of `rows` rows of columns of the `positions` positions; macs multiply-adds in
+ * all; units of `imgs` images) on the pool (BLAS single-threaded meanwhile): 0, or -1
+ * with an exception. */
 static int
-run_images(em_range_fn fn, blocked_job *j, double macs)
+run_images(em_range_fn fn, const conv_params *p, em_dtype_t t, const void *x, const void *w,
+           void *out, Py_ssize_t rows, Py_ssize_t positions, double macs, Py_ssize_t imgs)
 {
-    bool parallel = j->p->N > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
+    int sz = t == EM_FLOAT32 ? 4 : 8;
+    /* units of several images take their whole positions in one block */
+    Py_ssize_t P = imgs > 1 ? positions : block_positions(rows, positions, sz);
+    blocked_job job = {p, t, sz, x, w, out, P, 0, imgs};
+    blocked_job *j = &job;
+    Py_ssize_t units = (p->N + imgs - 1) / imgs;
+    bool parallel = units > 1 && em_pool_threads() > 1 && macs >= POOL_CONV_MIN;
     int restore = parallel ? em_blas_single() : 0;
-    int st = em_parallel_for(fn, j, j->p->N, 1, parallel);
+    int st = em_parallel_for(fn, j, units, 1, parallel);
     em_blas_restore(restore);
     if (st == 0 && atomic_load(&j->failed)) {
         PyErr_NoMemory();
@@ -692,10 +814,10 @@ conv_forward(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArrayOb
     Py_ssize_t G = p->G, Cig = p->C / G, Cog = p->Cout / G, K = p->kh * p->kw;
     Py_ssize_t ohw = p->OH * p->OW;
     if (blocked_ok(compute)) {
-        int sz = npy == NPY_FLOAT ? 4 : 8;
-        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
-                         block_positions(Cig * K, ohw, sz), 0};
-        return run_images(forward_images, &j, (double)p->N * p->Cout * Cig * K * ohw);
+        Py_ssize_t imgs = images_per_unit(compute, p->N, ohw);
+        return run_images(forward_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
+                          PyArray_DATA(out), Cig * K, imgs * ohw,
+                          (double)p->N * p->Cout * Cig * K * ohw, imgs);
     }
     PyArrayObject *cols = NULL, *cols4 = NULL, *w3 = NULL, *out4 = NULL;
     int st = -1;
@@ -764,9 +886,10 @@ transposed_as_forward(const conv_params *p, PyArrayObject *x, PyArrayObject *w,
     q.transposed = false;
     q.ph = p->dh * (kh - 1) - p->ph;
     q.pw = p->dw * (kw - 1) - p->pw;
-    blocked_job j = {&q, compute, (int)sz, PyArray_DATA(x), wf, PyArray_DATA(out),
-                     block_positions(Cig * K, q.OH * q.OW, (int)sz), 0};
-    int st = run_images(forward_images, &j, (double)q.N * q.Cout * Cig * K * q.OH * q.OW);
+    Py_ssize_t imgs = images_per_unit(compute, q.N, q.OH * q.OW);
+    int st = run_images(forward_images, &q, compute, PyArray_DATA(x), wf, PyArray_DATA(out),
+                        Cig * K, imgs * q.OH * q.OW,
+                        (double)q.N * q.Cout * Cig * K * q.OH * q.OW, imgs);
     free(wf);
     return st;
 }
@@ -781,12 +904,9 @@ conv_transposed(PyObject *matmul, const conv_params *p, PyArrayObject *x, PyArra
     if (blocked_ok(compute) && p->sh == 1 && p->sw == 1 && p->oph == 0 && p->opw == 0 &&
         p->ph <= p->dh * (p->kh - 1) && p->pw <= p->dw * (p->kw - 1))
         return transposed_as_forward(p, x, w, out, npy, compute);
-    if (blocked_ok(compute)) {
-        int sz = npy == NPY_FLOAT ? 4 : 8;
-        blocked_job j = {p, compute, sz, PyArray_DATA(x), PyArray_DATA(w), PyArray_DATA(out),
-                         block_positions(Cog * K, hw, sz), 0};
-        return run_images(transposed_images, &j, (double)p->N * p->C * Cog * K * hw);
-    }
+    if (blocked_ok(compute))
+        return run_images(transposed_images, p, compute, PyArray_DATA(x), PyArray_DATA(w),
+                          PyArray_DATA(out), Cog * K, hw, (double)p->N * p->C * Cog * K * hw, 1);
     PyArrayObject *w3 = NULL, *wt = NULL, *x4 = NULL, *cols = NULL;
     int st = -1;
     npy_intp w3d[3] = {G, Cig, Cog * K}, x4d[4] = {p->N, G, Cig, hw},
@@ -1027,25 +1147,29 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         memset(PyArray_DATA(out->array), 0, (size_t)(R * sz));
         return (PyObject *)out;
     }
-    char *part = malloc((size_t)(p.N * R * sz));
+    /* small float32 images go several to a unit of work (images_per_unit: one product
+     * per group, as deep as their positions, instead of one shallow product and one
+     * partial sum per image) */
+    Py_ssize_t ohw = p.OH * p.OW, imgs = images_per_unit(x->dtype, p.N, ohw);
+    Py_ssize_t units = (p.N + imgs - 1) / imgs;
+    char *part = malloc((size_t)(units * R * sz));
     if (part == NULL) {
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
-    blocked_job j = {&p, x->dtype, sz, PyArray_DATA(x->array), PyArray_DATA(go->array), part,
-                     block_positions(Cig * K, p.OH * p.OW, sz), 0};
-    if (run_images(wgrad_images, &j, (double)p.N * R * p.OH * p.OW) < 0) {
+    if (run_images(wgrad_images, &p, x->dtype, PyArray_DATA(x->array), PyArray_DATA(go->array),
+                   part, Cig * K, imgs * ohw, (double)p.N * R * ohw, imgs) < 0) {
         free(part);
         Py_DECREF(out);
         return NULL;
     }
-    /* the images' sums added in order (float32's are (CK, Cout/G) per group:
+    /* the units' sums added in order (float32's are (CK, Cout/G) per group:
      * transposed on the way) */
     char *od = PyArray_DATA(out->array);
     if (sz == 4) {
         Py_ssize_t Cog = p.Cout / groups, CK = Cig * K;
         float *o = (float *)od;
-        for (Py_ssize_t n = 0; n < p.N; n++)
+        for (Py_ssize_t n = 0; n < units; n++)
             for (Py_ssize_t g = 0; g < groups; g++) {
                 const float *q = (const float *)part + n * R + g * Cog * CK;
                 float *og = o + g * Cog * CK;

@@ -23,10 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-
+/* vectors of 16, 8 and 4 floats: kutil.h's em_v16f, em_v8f, em_v4f */
 #define LOAD(v, p) memcpy(&(v), (p), sizeof(v))
 #define STORE(p, v) memcpy((p), &(v), sizeof(v))
 
@@ -87,23 +84,9 @@ typedef float v4f __attribute__((vector_size(16)));
         }                                                                                \
     }
 
-/* The lanes of a dot's accumulator added as a tree (halves, quarters, 4 scalars). */
-static inline float
-total16(v16f l)
-{
-    v8f a, b;
-    memcpy(&a, &l, sizeof a);
-    memcpy(&b, (char *)&l + sizeof a, sizeof b);
-    a += b;
-    v4f c, d;
-    memcpy(&c, &a, sizeof c);
-    memcpy(&d, (char *)&a + sizeof c, sizeof d);
-    c += d;
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-/* C[i, j] (+)= sum_p G[i, p] X[j, p] in 4 x 4 tiles of 16-float lane sums (rows and
- * columns past the edge repeat the last, never stored), the P tail added in order. */
+/* C[i, j] (+)= sum_p G[i, p] X[j, p] in 4 x 4 tiles of 16-float lane sums, each added
+ * as a tree (em_lanes_total; rows and columns past the edge repeat the last, never
+ * stored), the P tail added in order. */
 #define DOT_FN(NAME, ATTR)                                                               \
     ATTR static void NAME(int64_t m, int64_t n, int64_t P, const float *G, int64_t ldg,  \
                           const float *X, int64_t ldx, float *C, int64_t ldc, int acc)   \
@@ -112,19 +95,19 @@ total16(v16f l)
             int mi = m - i0 < 4 ? (int)(m - i0) : 4;                                     \
             const float *g[4];                                                           \
             for (int a = 0; a < 4; a++)                                                  \
-                g[a] = G + (i0 + (a < mi ? a : mi - 1)) * ldg;                            \
+                g[a] = G + (i0 + (a < mi ? a : mi - 1)) * ldg;                           \
             for (int64_t j0 = 0; j0 < n; j0 += 4) {                                      \
                 int nj = n - j0 < 4 ? (int)(n - j0) : 4;                                 \
                 const float *x[4];                                                       \
                 for (int b = 0; b < 4; b++)                                              \
-                    x[b] = X + (j0 + (b < nj ? b : nj - 1)) * ldx;                        \
-                v16f s[4][4];                                                            \
+                    x[b] = X + (j0 + (b < nj ? b : nj - 1)) * ldx;                       \
+                em_v16f s[4][4];                                                         \
                 for (int a = 0; a < 4; a++)                                              \
                     for (int b = 0; b < 4; b++)                                          \
-                        s[a][b] = (v16f){0};                                             \
+                        s[a][b] = (em_v16f){0};                                          \
                 int64_t p = 0;                                                           \
                 for (; p + 16 <= P; p += 16) {                                           \
-                    v16f gv[4], xv[4];                                                   \
+                    em_v16f gv[4], xv[4];                                                \
                     for (int a = 0; a < 4; a++)                                          \
                         LOAD(gv[a], g[a] + p);                                           \
                     for (int b = 0; b < 4; b++)                                          \
@@ -135,7 +118,7 @@ total16(v16f l)
                 }                                                                        \
                 for (int a = 0; a < mi; a++)                                             \
                     for (int b = 0; b < nj; b++) {                                       \
-                        float t = total16(s[a][b]);                                      \
+                        float t = em_lanes_total(s[a][b]);                               \
                         for (int64_t q = p; q < P; q++)                                  \
                             t += g[a][q] * x[b][q];                                      \
                         float *dst = C + (i0 + a) * ldc + j0 + b;                        \
@@ -147,12 +130,12 @@ total16(v16f l)
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
 #define HAVE_V4 1
-GEMM_FN(gemm_v4, __attribute__((target("arch=x86-64-v4"))), v16f, 16, 8)
+GEMM_FN(gemm_v4, __attribute__((target("arch=x86-64-v4"))), em_v16f, 16, 8)
 DOT_FN(dot_v4, __attribute__((target("arch=x86-64-v4"))))
-GEMM_FN(gemm_v3, __attribute__((target("arch=x86-64-v3"))), v8f, 8, 4)
+GEMM_FN(gemm_v3, __attribute__((target("arch=x86-64-v3"))), em_v8f, 8, 4)
 DOT_FN(dot_v3, __attribute__((target("arch=x86-64-v3"))))
 #endif
-GEMM_FN(gemm_generic, , v8f, 8, 4)
+GEMM_FN(gemm_generic, , em_v8f, 8, 4)
 DOT_FN(dot_generic, )
 
 /* Whether EMBER_LLVM_FEATURES, when set, enables feature (e.g. "avx2"): the one switch

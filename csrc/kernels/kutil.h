@@ -75,7 +75,7 @@ PyObject *em_clone_contiguous(PyObject *t);
  * 0 when no loop fits (the caller computes otherwise), -1 with an exception. */
 int em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double *params);
 /* softmax (log_out: log_softmax) of contiguous float rows along the last dim into out;
- * 1 when it ran, 0 when it does not apply. */
+ * 1 when it ran, 0 when it does not apply, -1 with an exception. */
 int em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out);
 /* layer_norm of rows x rows of n contiguous float32 values into y (w, b: n values or
  * NULL); the caller releases the GIL. */
@@ -92,6 +92,74 @@ void em_lse_rows_f32(const float *x, double *lse, double *total, Py_ssize_t rows
  * without autograd (indexing.c): __setitem__'s path. A tensor value must have self's
  * dtype unless cast (PyTorch's masked_fill case: x[mask] = 0-d tensor). */
 int em_index_put_inplace(em_Tensor *self, PyObject *indices, PyObject *value, bool cast);
+
+/* Float lane sums shared by the row kernels (cloops.c, nn_grad.c, conv_loops.c):
+ * 16 float lanes as GCC vectors, so every target clone gets full-width operations and
+ * the order of the additions is fixed by the code, not by the compiler. The files
+ * including these define their optimisation pragma first, and the helpers inline into
+ * their (cloned) callers. */
+typedef float em_v16f __attribute__((vector_size(64)));
+typedef int32_t em_v16i __attribute__((vector_size(64)));
+typedef float em_v8f __attribute__((vector_size(32)));
+typedef float em_v4f __attribute__((vector_size(16)));
+#define EM_LANES 16
+#define EM_LANE_CHUNK 1024
+
+/* The 16 lanes of l added as a tree (halves, quarters, then 4 scalars): short rows
+ * pay little for their reductions. */
+static inline float
+em_lanes_total(em_v16f l)
+{
+    em_v8f a, b;
+    memcpy(&a, &l, sizeof a);
+    memcpy(&b, (char *)&l + sizeof a, sizeof b);
+    a += b;
+    em_v4f c, d;
+    memcpy(&c, &a, sizeof c);
+    memcpy(&d, (char *)&a + sizeof c, sizeof d);
+    c += d;
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* The sum of x[i] - c (sq: of (x[i] - c)^2) over n floats: 16 float lanes over chunks
+ * of EM_LANE_CHUNK elements, each chunk's lanes added in order into a double total, so
+ * a long row loses no more than a short one. */
+static inline double
+em_lane_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
+{
+    double total = 0.0;
+    em_v16f cv = {0};
+    cv += c;
+    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_LANE_CHUNK) {
+        Py_ssize_t i1 = i0 + EM_LANE_CHUNK < n ? i0 + EM_LANE_CHUNK : n, i = i0;
+        em_v16f l = {0};
+        for (; i + EM_LANES <= i1; i += EM_LANES) {
+            em_v16f v;
+            memcpy(&v, x + i, sizeof v);
+            v -= cv;
+            l += sq ? v * v : v;
+        }
+        for (; i < i1; i++) {
+            float d = x[i] - c;
+            total += sq ? d * d : d;
+        }
+        for (int j = 0; j < EM_LANES; j++)
+            total += l[j];
+    }
+    return total;
+}
+
+/* A float32 row's mean and 1 / sqrt(biased variance + eps), as layer_norm's forward
+ * and backward kernels both compute them (two passes, lane sums into double). */
+static inline void
+em_row_moments_f32(const float *restrict x, Py_ssize_t n, double eps, float *mean,
+                   float *rstd)
+{
+    float m = (float)(em_lane_sum_f32(x, n, 0.0f, 0) / (double)n);
+    double var = em_lane_sum_f32(x, n, m, 1) / (double)n;
+    *mean = m;
+    *rstd = (float)(1.0 / sqrt(var + eps));
+}
 
 /* y = g * gelu'(x) over n contiguous float32 values (no GIL handling). */
 void em_gelu_grad_f32(const float *g, const float *x, float *y, Py_ssize_t n);
@@ -116,6 +184,8 @@ void em_conv_dot_f32(int64_t m, int64_t n, int64_t P, const float *G, int64_t ld
                      const float *X, int64_t ldx, float *C, int64_t ldc, int acc);
 /* conv.c: _C._grad_conv_weight (registered with nn_grad.c's functions) */
 PyObject *em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+/* nn_grad.c: batch_norm's forward (_native_batch_norm_legit_functional's kernel) */
+PyObject *em_batch_norm_kernel(em_Op *op, PyObject **args);
 /* nn_grad.c: adds the fused eager gradients (_C._grad_*) to the module. */
 int em_nn_grad_init(PyObject *module);
 

@@ -1,5 +1,10 @@
-/* linalg.c: matmul, with NumPy's matmul (BLAS for float32/float64) doing the work. */
+/* linalg.c: matmul. float32/float64 products BLAS can read go to the runtime's
+ * em_blas_matmul, as compiled graphs' do: single-threaded BLAS calls over blocks fixed
+ * by the shape, spread over Ember's pool (BLAS's own threads stay at 1 meanwhile, so two
+ * pools never fight over the cores, and results do not depend on the thread count);
+ * anything else NumPy's matmul computes. */
 #include "ember.h"
+#include "runtime/runtime.h"
 
 /* C type names as PyTorch prints them in dtype mismatch errors. */
 static const char *
@@ -99,6 +104,11 @@ k_matmul(em_Op *op, PyObject **args)
             goto error;
         return (PyObject *)out;
     }
+    int st = em_blas_matmul(a, b, out);
+    if (st < 0)
+        goto error;
+    if (st == 0)
+        return (PyObject *)out;
     PyObject *in[2] = {(PyObject *)a, (PyObject *)b};
     /* bfloat16 (NumPy has no loop for it) computes in float32, rounded once */
     em_dtype_t compute = g.dtype == EM_BFLOAT16 ? EM_FLOAT32 : g.dtype;

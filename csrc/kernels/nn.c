@@ -6,8 +6,11 @@
  * records. One source of truth for eager, meta and compiled results: in meta mode the
  * prims it calls produce meta tensors, so the same function is the op's C rule.
  *
- * "linear": input @ weight^T + bias straight through NumPy's matmul (the hot path of
- * every Linear layer), with the decomposition's checks and result.
+ * "linear": input @ weight^T + bias (the hot path of every Linear layer), the product
+ * by the runtime's blocked BLAS calls on the pool (em_blas_matmul, as linalg.c's
+ * matmul) or NumPy's matmul, with the decomposition's checks and result.
+ *
+ * "batch_norm_functional": nn_grad.c's em_batch_norm_kernel.
  *
  * "embedding": the rows of the weight picked by the indices (NumPy's take).
  *
@@ -17,6 +20,7 @@
  * normalisation in float32); the other cases take the decomposition.
  */
 #include "kutil.h"
+#include "runtime/runtime.h"
 #include <math.h>
 
 PyObject *
@@ -31,6 +35,16 @@ em_decomposed_kernel(em_Op *op, PyObject **args)
     PyObject *r = PyObject_Vectorcall(op->decompose, args, op->nparams, NULL);
     em_tls.grad_enabled = grad;
     return r;
+}
+
+/* out += b (NULL: nothing) */
+static int
+add_bias(em_Tensor *out, em_Tensor *b)
+{
+    if (b == NULL)
+        return 0;
+    PyObject *ins[2] = {(PyObject *)out, (PyObject *)b};
+    return em_ufunc_call(em_np.add, ins, 2, out->array, out->dtype, out->dtype);
 }
 
 /* linear(input, weight, bias=None) for a 2-d weight and an input of >= 1 dims with the
@@ -55,6 +69,19 @@ k_linear(em_Op *op, PyObject **args)
     em_Tensor *out = em_tensor_empty(&g, false);
     if (out == NULL || out->numel == 0)
         return (PyObject *)out;
+    if (x->dtype == EM_FLOAT32 || x->dtype == EM_FLOAT64) {
+        /* the runtime's blocked product over the pool (see linalg.c), w^T a view */
+        Py_ssize_t ts[2] = {w->sizes[1], w->sizes[0]}, tst[2] = {w->strides[1], w->strides[0]};
+        em_Tensor *wv = em_tensor_view(w, 2, ts, tst, w->offset);
+        if (wv == NULL)
+            goto error;
+        int st = em_blas_matmul(x, wv, out);
+        Py_DECREF(wv);
+        if (st < 0)
+            goto error;
+        if (st == 0)
+            return add_bias(out, b) < 0 ? em_finish(out, -1) : (PyObject *)out;
+    }
     PyObject *wt = PyArray_Transpose(w->array, NULL);
     if (wt == NULL)
         goto error;
@@ -81,14 +108,8 @@ k_linear(em_Op *op, PyObject **args)
     Py_DECREF(wt);
     Py_XDECREF(x2);
     Py_XDECREF(o2);
-    if (st < 0)
+    if (st < 0 || add_bias(out, b) < 0)
         goto error;
-    if (b != NULL) {
-        PyObject *ins2[2] = {(PyObject *)out, (PyObject *)b};
-        st = em_ufunc_call(em_np.add, ins2, 2, out->array, x->dtype, x->dtype);
-        if (st < 0)
-            goto error;
-    }
     return (PyObject *)out;
 error:
     Py_DECREF(out);
@@ -375,5 +396,6 @@ const em_KernelEntry em_nn_kernels[] = {
     {"embedding", k_embedding},
     {"layer_norm", k_layer_norm},
     {"cross_entropy_loss", k_cross_entropy},
+    {"batch_norm_functional", em_batch_norm_kernel},
     {NULL, NULL},
 };

@@ -10,6 +10,9 @@
  * dtype. Large inputs run on the thread pool in chunks whose bounds depend only on the
  * sizes, and every reduction adds in a fixed order, so results are identical at every
  * thread count.
+ *
+ * batch_norm's eager forward (em_batch_norm_kernel) lives here too, beside its backward,
+ * whose per-channel statistics it shares.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
@@ -77,41 +80,70 @@ run(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, bool big)
     return em_parallel_for(fn, ctx, n, chunk, big && em_pool_threads() > 1);
 }
 
-/* Row reductions with 16 float lanes (GCC vectors: every clone gets full-width
- * operations, and the order of the additions is fixed by the code, not the compiler):
- * sum(a * b) (b NULL: sum(a)), sum((a - c)^2) gathered in double per EM_CHUNK elements,
- * and the maximum. */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-#define LANES 16
-#define EM_CHUNK 1024
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-
-/* the 16 lanes added as a tree (halves, quarters, then 4 scalars): short rows pay
- * little for their reductions */
-static inline float
-lanes_total(v16f l)
+/* The common prologue of the fused gradients: x and its gradient g, both plain of x's
+ * dtype and of one shape, in eager mode with grad mode off; x when the case applies,
+ * NULL when it does not (no exception). */
+static em_Tensor *
+fused_operands(PyObject *g, PyObject *x)
 {
-    v8f a, b;
-    memcpy(&a, &l, sizeof a);
-    memcpy(&b, (char *)&l + sizeof a, sizeof b);
-    a += b;
-    v4f c, d;
-    memcpy(&c, &a, sizeof c);
-    memcpy(&d, (char *)&a + sizeof c, sizeof d);
-    c += d;
-    return (c[0] + c[2]) + (c[1] + c[3]);
+    if (!fused_mode() || !em_Tensor_Check(x))
+        return NULL;
+    em_Tensor *t = (em_Tensor *)x;
+    if (!plain(g, t->dtype) || !plain(x, t->dtype) || !same_shape((em_Tensor *)g, t))
+        return NULL;
+    return t;
 }
 
+/* A new contiguous tensor like `like` (its data's address stored at *slot, inside the
+ * job's context) filled by fn32 or fn64 (by like's dtype) over n work items in chunks
+ * of `chunk`, on the pool from PARALLEL_FROM elements; NULL with an exception. */
+static PyObject *
+run_into_new(em_Tensor *like, void **slot, em_range_fn fn32, em_range_fn fn64, void *ctx,
+             int64_t n, int64_t chunk)
+{
+    em_Tensor *out = empty_like_c(like);
+    if (out == NULL || like->numel == 0)
+        return (PyObject *)out;
+    *slot = PyArray_DATA(out->array);
+    int st = run(like->dtype == EM_FLOAT32 ? fn32 : fn64, ctx, n, chunk,
+                 like->numel >= PARALLEL_FROM);
+    return em_finish(out, st);
+}
+
+/* The three flags want_input, want_weight, want_bias from args[0..2]: 0, or -1 with an
+ * exception. */
+static int
+wanted(PyObject *const *args, int want[3])
+{
+    for (int i = 0; i < 3; i++)
+        if ((want[i] = PyObject_IsTrue(args[i])) < 0)
+            return -1;
+    return 0;
+}
+
+/* (gx, gw, gb) as a tuple, None for those NULL; the references are stolen (and
+ * released when the tuple cannot be built). */
+static PyObject *
+grads_tuple(em_Tensor *gx, em_Tensor *gw, em_Tensor *gb)
+{
+    PyObject *r = PyTuple_Pack(3, gx ? (PyObject *)gx : Py_None, gw ? (PyObject *)gw : Py_None,
+                               gb ? (PyObject *)gb : Py_None);
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return r;
+}
+
+/* Row reductions over kutil.h's 16 float lanes (em_v16f: the order of the additions
+ * is fixed by the code, not the compiler): sum(a * b) (b NULL: sum(a)) and the
+ * maximum; centred sums are em_lane_sum_f32's, as the forward kernels take them. */
 static inline float
 dot_f32(const float *restrict a, const float *restrict b, Py_ssize_t n)
 {
-    v16f l = {0};
+    em_v16f l = {0};
     Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        v16f u, v;
+    for (; i + EM_LANES <= n; i += EM_LANES) {
+        em_v16f u, v;
         memcpy(&u, a + i, sizeof u);
         if (b != NULL) {
             memcpy(&v, b + i, sizeof v);
@@ -119,52 +151,28 @@ dot_f32(const float *restrict a, const float *restrict b, Py_ssize_t n)
         }
         l += u;
     }
-    float s = lanes_total(l);
+    float s = em_lanes_total(l);
     for (; i < n; i++)
         s += b != NULL ? a[i] * b[i] : a[i];
     return s;
 }
 
-static inline double
-centered_sum_f32(const float *restrict x, Py_ssize_t n, float c, int sq)
-{
-    double total = 0.0;
-    v16f cv = {0};
-    cv += c;
-    for (Py_ssize_t i0 = 0; i0 < n; i0 += EM_CHUNK) {
-        Py_ssize_t i1 = i0 + EM_CHUNK < n ? i0 + EM_CHUNK : n, i = i0;
-        v16f l = {0};
-        for (; i + LANES <= i1; i += LANES) {
-            v16f v;
-            memcpy(&v, x + i, sizeof v);
-            v -= cv;
-            l += sq ? v * v : v;
-        }
-        for (; i < i1; i++) {
-            float d = x[i] - c;
-            total += sq ? d * d : d;
-        }
-        total += lanes_total(l);
-    }
-    return total;
-}
-
 static inline float
 max_f32(const float *restrict x, Py_ssize_t n)
 {
-    v16f l = {0};
+    em_v16f l = {0};
     l -= INFINITY;
     Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        v16f v;
+    for (; i + EM_LANES <= n; i += EM_LANES) {
+        em_v16f v;
         memcpy(&v, x + i, sizeof v);
-        v16i gt = v > l;
-        l = (v16f)((gt & (v16i)v) | (~gt & (v16i)l));
+        em_v16i gt = v > l;
+        l = (em_v16f)((gt & (em_v16i)v) | (~gt & (em_v16i)l));
     }
     float m = -INFINITY;
     for (; i < n; i++)
         m = x[i] > m ? x[i] : m;
-    for (int j = 0; j < LANES; j++)
+    for (int j = 0; j < EM_LANES; j++)
         m = l[j] > m ? l[j] : m;
     return m;
 }
@@ -250,20 +258,12 @@ grad_pointwise(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     int kind = (int)PyLong_AsLong(args[0]);
     if (kind == -1 && PyErr_Occurred())
         return NULL;
-    if (!fused_mode() || kind < 0 || kind > 2 || !em_Tensor_Check(args[2]))
+    em_Tensor *x = fused_operands(args[1], args[2]);
+    if (x == NULL || kind < 0 || kind > 2)
         Py_RETURN_NONE;
-    em_Tensor *x = (em_Tensor *)args[2];
-    if (!plain(args[1], x->dtype) || !plain(args[2], x->dtype) ||
-        !same_shape((em_Tensor *)args[1], x))
-        Py_RETURN_NONE;
-    em_Tensor *out = empty_like_c(x);
-    if (out == NULL || x->numel == 0)
-        return (PyObject *)out;
-    pw_ctx c = {PyArray_DATA(((em_Tensor *)args[1])->array), PyArray_DATA(x->array),
-                PyArray_DATA(out->array), kind};
-    int st = run(x->dtype == EM_FLOAT32 ? pw_range32 : pw_range64, &c, x->numel,
-                 ELEMS_PER_CHUNK, x->numel >= PARALLEL_FROM);
-    return em_finish(out, st);
+    pw_ctx c = {PyArray_DATA(((em_Tensor *)args[1])->array), PyArray_DATA(x->array), NULL,
+                kind};
+    return run_into_new(x, &c.y, pw_range32, pw_range64, &c, x->numel, ELEMS_PER_CHUNK);
 }
 
 /* ------------------------------------------------------------------ rows */
@@ -344,21 +344,14 @@ grad_softmax(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     int log = PyObject_IsTrue(args[2]);
     if (log < 0)
         return NULL;
-    if (!fused_mode() || !em_Tensor_Check(args[1]))
+    em_Tensor *y = fused_operands(args[0], args[1]);
+    if (y == NULL || y->ndim == 0)
         Py_RETURN_NONE;
-    em_Tensor *g = (em_Tensor *)args[0], *y = (em_Tensor *)args[1];
-    if (!plain(args[0], y->dtype) || !plain(args[1], y->dtype) || !same_shape(g, y) ||
-        y->ndim == 0)
-        Py_RETURN_NONE;
-    em_Tensor *out = empty_like_c(y);
-    if (out == NULL || y->numel == 0)
-        return (PyObject *)out;
     Py_ssize_t n = y->sizes[y->ndim - 1];
-    sm_ctx c = {PyArray_DATA(g->array), PyArray_DATA(y->array), PyArray_DATA(out->array),
+    sm_ctx c = {PyArray_DATA(((em_Tensor *)args[0])->array), PyArray_DATA(y->array), NULL,
                 n, log};
-    int st = run(y->dtype == EM_FLOAT32 ? sm_range32 : sm_range64, &c, y->numel / n,
-                 rows_per_chunk(n), y->numel >= PARALLEL_FROM);
-    return em_finish(out, st);
+    return run_into_new(y, &c.out, sm_range32, sm_range64, &c, n ? y->numel / n : 0,
+                        rows_per_chunk(n));
 }
 
 /* ------------------------------------------------------------------ layer_norm */
@@ -388,13 +381,12 @@ ln_rows_f32(const float *restrict g, const float *restrict x, const float *restr
 {
     for (int64_t r = r0; r < r1; r++) {
         const float *restrict gr = g + r * n, *restrict xr = x + r * n;
-        float mean = (float)(centered_sum_f32(xr, n, 0.0f, 0) / (double)n);
-        double var = centered_sum_f32(xr, n, mean, 1) / (double)n;
-        float rstd = (float)(1.0 / sqrt(var + eps));
-        v16f l1 = {0}, l2 = {0};
+        float mean, rstd;
+        em_row_moments_f32(xr, n, eps, &mean, &rstd);
+        em_v16f l1 = {0}, l2 = {0};
         Py_ssize_t i = 0;
-        for (; i + LANES <= n; i += LANES) {
-            v16f gv, xv, wv;
+        for (; i + EM_LANES <= n; i += EM_LANES) {
+            em_v16f gv, xv, wv;
             memcpy(&gv, gr + i, sizeof gv);
             memcpy(&xv, xr + i, sizeof xv);
             xv = (xv - mean) * rstd;
@@ -405,7 +397,7 @@ ln_rows_f32(const float *restrict g, const float *restrict x, const float *restr
             l1 += gv;
             l2 += gv * xv;
         }
-        float a1 = lanes_total(l1), a2 = lanes_total(l2);
+        float a1 = em_lanes_total(l1), a2 = em_lanes_total(l2);
         for (; i < n; i++) {
             float gh = w ? gr[i] * w[i] : gr[i], xh = (xr[i] - mean) * rstd;
             a1 += gh;
@@ -525,20 +517,14 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8)
         return PyErr_Format(PyExc_TypeError, "_grad_layer_norm takes 8 arguments");
-    if (!fused_mode() || !em_Tensor_Check(args[1]))
-        Py_RETURN_NONE;
-    em_Tensor *g = (em_Tensor *)args[0], *x = (em_Tensor *)args[1];
-    em_Tensor *w = args[3] == Py_None ? NULL : (em_Tensor *)args[3];
     long k = PyLong_AsLong(args[2]);
     double eps = PyFloat_AsDouble(args[4]);
     int want[3];
-    for (int i = 0; i < 3; i++)
-        if ((want[i] = PyObject_IsTrue(args[5 + i])) < 0)
-            return NULL;
-    if (PyErr_Occurred())
+    if (wanted(args + 5, want) < 0 || PyErr_Occurred())
         return NULL;
-    if (!plain(args[0], x->dtype) || !plain(args[1], x->dtype) || !same_shape(g, x) ||
-        (w != NULL && !plain(args[3], x->dtype)) || k < 1 || k > x->ndim)
+    em_Tensor *g = (em_Tensor *)args[0], *x = fused_operands(args[0], args[1]);
+    em_Tensor *w = args[3] == Py_None ? NULL : (em_Tensor *)args[3];
+    if (x == NULL || (w != NULL && !plain(args[3], x->dtype)) || k < 1 || k > x->ndim)
         Py_RETURN_NONE;
     Py_ssize_t n = 1;
     for (int d = x->ndim - (int)k; d < x->ndim; d++)
@@ -583,12 +569,7 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             goto error;
     }
     free(part);
-    PyObject *r = PyTuple_Pack(3, gx ? (PyObject *)gx : Py_None, gw ? (PyObject *)gw : Py_None,
-                               gb ? (PyObject *)gb : Py_None);
-    Py_XDECREF(gx);
-    Py_XDECREF(gw);
-    Py_XDECREF(gb);
-    return r;
+    return grads_tuple(gx, gw, gb);
 error:
     free(part);
     Py_XDECREF(gx);
@@ -724,16 +705,9 @@ grad_cross_entropy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         else if (x->dtype == EM_FLOAT32)
             c.s = (float)c.s;
     }
-    em_Tensor *out = empty_like_c(x);
-    if (out == NULL) {
-        free(scale);
-        return NULL;
-    }
-    c.out = PyArray_DATA(out->array);
-    int st = run(x->dtype == EM_FLOAT32 ? ce_range32 : ce_range64, &c, N, rows_per_chunk(C),
-                 x->numel >= PARALLEL_FROM);
+    PyObject *out = run_into_new(x, &c.out, ce_range32, ce_range64, &c, N, rows_per_chunk(C));
     free(scale);
-    return em_finish(out, st);
+    return out;
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -839,32 +813,43 @@ typedef struct {
     double eps;
 } bn_ctx;
 
-/* channel c's mean and rstd (sums in double) */
+/* channel c's mean, biased variance and rstd (sums in double; float32 runs in
+ * em_lane_sum_f32's lanes) of the contiguous (N, C, S) x: what the forward kernel
+ * saves and the backward recomputes */
 static void
-bn_stats(const bn_ctx *p, Py_ssize_t c, bool f32, double *mean, double *rstd)
+bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize_t c, bool f32,
+            double eps, double *mean, double *var, double *rstd)
 {
-    double s = 0.0, q = 0.0, cnt = (double)(p->N * p->S);
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
+    double s = 0.0, q = 0.0, cnt = (double)(N * S);
+    for (Py_ssize_t n = 0; n < N; n++) {
+        Py_ssize_t off = (n * C + c) * S;
         if (f32)
-            s += centered_sum_f32((const float *)p->x + off, p->S, 0.0f, 0);
+            s += em_lane_sum_f32((const float *)x + off, S, 0.0f, 0);
         else
-            for (Py_ssize_t i = 0; i < p->S; i++)
-                s += ((const double *)p->x)[off + i];
+            for (Py_ssize_t i = 0; i < S; i++)
+                s += ((const double *)x)[off + i];
     }
     double m = s / cnt;
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
+    for (Py_ssize_t n = 0; n < N; n++) {
+        Py_ssize_t off = (n * C + c) * S;
         if (f32)
-            q += centered_sum_f32((const float *)p->x + off, p->S, (float)m, 1);
+            q += em_lane_sum_f32((const float *)x + off, S, (float)m, 1);
         else
-            for (Py_ssize_t i = 0; i < p->S; i++) {
-                double d = ((const double *)p->x)[off + i] - m;
+            for (Py_ssize_t i = 0; i < S; i++) {
+                double d = ((const double *)x)[off + i] - m;
                 q += d * d;
             }
     }
     *mean = m;
-    *rstd = 1.0 / sqrt(q / cnt + p->eps);
+    *var = q / cnt;
+    *rstd = 1.0 / sqrt(q / cnt + eps);
+}
+
+static void
+bn_stats(const bn_ctx *p, Py_ssize_t c, bool f32, double *mean, double *rstd)
+{
+    double var;
+    bn_stats_of(p->x, p->N, p->C, p->S, c, f32, p->eps, mean, &var, rstd);
 }
 
 EM_CLONES static void
@@ -878,16 +863,16 @@ bn_channel_f32(const bn_ctx *p, Py_ssize_t c)
     for (Py_ssize_t n = 0; n < p->N; n++) {
         Py_ssize_t off = (n * p->C + c) * p->S;
         const float *restrict x = (const float *)p->x + off, *restrict g = (const float *)p->g + off;
-        v16f l1 = {0}, l2 = {0};
+        em_v16f l1 = {0}, l2 = {0};
         Py_ssize_t i = 0;
-        for (; i + LANES <= p->S; i += LANES) {
-            v16f gv, xv;
+        for (; i + EM_LANES <= p->S; i += EM_LANES) {
+            em_v16f gv, xv;
             memcpy(&gv, g + i, sizeof gv);
             memcpy(&xv, x + i, sizeof xv);
             l1 += gv;
             l2 += gv * ((xv - mean) * rstd);
         }
-        float a1 = lanes_total(l1), a2 = lanes_total(l2);
+        float a1 = em_lanes_total(l1), a2 = em_lanes_total(l2);
         for (; i < p->S; i++) {
             a1 += g[i];
             a2 += g[i] * ((x[i] - mean) * rstd);
@@ -976,16 +961,10 @@ grad_batch_norm_train(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return PyErr_Format(PyExc_TypeError, "_grad_batch_norm_train takes 7 arguments");
     double eps = PyFloat_AsDouble(args[3]);
     int want[3];
-    for (int i = 0; i < 3; i++)
-        if ((want[i] = PyObject_IsTrue(args[4 + i])) < 0)
-            return NULL;
-    if (PyErr_Occurred())
+    if (wanted(args + 4, want) < 0 || PyErr_Occurred())
         return NULL;
-    if (!fused_mode() || !em_Tensor_Check(args[1]))
-        Py_RETURN_NONE;
-    em_Tensor *g = (em_Tensor *)args[0], *x = (em_Tensor *)args[1];
-    if (!plain(args[0], x->dtype) || !plain(args[1], x->dtype) || !same_shape(g, x) ||
-        x->ndim < 2 || x->numel == 0 || !bn_vector(args[2], x))
+    em_Tensor *g = (em_Tensor *)args[0], *x = fused_operands(args[0], args[1]);
+    if (x == NULL || x->ndim < 2 || x->numel == 0 || !bn_vector(args[2], x))
         Py_RETURN_NONE;
     Py_ssize_t N = x->sizes[0], C = x->sizes[1], S = x->numel / (N * C);
     em_Tensor *gx = NULL, *gw = NULL, *gb = NULL;
@@ -1000,16 +979,199 @@ grad_batch_norm_train(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (run(x->dtype == EM_FLOAT32 ? bn_range32 : bn_range64, &c, C, 1,
             x->numel >= PARALLEL_FROM) < 0)
         goto error;
-    PyObject *r = PyTuple_Pack(3, gx ? (PyObject *)gx : Py_None, gw ? (PyObject *)gw : Py_None,
-                               gb ? (PyObject *)gb : Py_None);
-    Py_XDECREF(gx);
-    Py_XDECREF(gw);
-    Py_XDECREF(gb);
-    return r;
+    return grads_tuple(gx, gw, gb);
 error:
     Py_XDECREF(gx);
     Py_XDECREF(gw);
     Py_XDECREF(gb);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ batch_norm (forward) */
+
+/* The forward of _native_batch_norm_legit_functional (batch_norm's op) for contiguous
+ * float32/float64 (N, C, *) inputs whose weight, bias and running statistics (each
+ * optional) are contiguous (C,) tensors of the input's dtype, when it writes no running
+ * statistics: evaluation (the running statistics normalise) and training without them
+ * (the batch's mean and rstd, as the fused backward recomputes them: sums in double in a
+ * fixed order). y = ((x - mean) rstd) w + b. Channels are the units of work, each
+ * computed alone, so results are identical at every thread count and run to run. */
+typedef struct {
+    const void *x, *w, *b, *rm, *rv;
+    void *y;
+    double *mean, *var, *rstd;     /* per channel (training: computed; eval: given) */
+    Py_ssize_t N, C, S;
+    double eps;
+    bool training;
+} bnf_ctx;
+
+EM_CLONES static void
+bnf_channel_f32(const bnf_ctx *p, Py_ssize_t c)
+{
+    float mean, rstd;
+    if (p->training) {
+        bn_stats_of(p->x, p->N, p->C, p->S, c, true, p->eps, &p->mean[c], &p->var[c],
+                    &p->rstd[c]);
+        mean = (float)p->mean[c];
+        rstd = (float)p->rstd[c];
+    }
+    else {
+        mean = ((const float *)p->rm)[c];
+        rstd = (float)(1.0 / sqrt((double)((const float *)p->rv)[c] + p->eps));
+    }
+    float w = p->w ? ((const float *)p->w)[c] : 1.0f, b = p->b ? ((const float *)p->b)[c] : 0.0f;
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        const float *restrict x = (const float *)p->x + off;
+        float *restrict y = (float *)p->y + off;
+        for (Py_ssize_t i = 0; i < p->S; i++)
+            y[i] = (x[i] - mean) * rstd * w + b;
+    }
+    p->mean[c] = mean;
+    p->rstd[c] = rstd;
+}
+
+static void
+bnf_channel_f64(const bnf_ctx *p, Py_ssize_t c)
+{
+    double mean, rstd;
+    if (p->training)
+        bn_stats_of(p->x, p->N, p->C, p->S, c, false, p->eps, &mean, &p->var[c], &rstd);
+    else {
+        mean = ((const double *)p->rm)[c];
+        rstd = 1.0 / sqrt(((const double *)p->rv)[c] + p->eps);
+    }
+    double w = p->w ? ((const double *)p->w)[c] : 1.0, b = p->b ? ((const double *)p->b)[c] : 0.0;
+    for (Py_ssize_t n = 0; n < p->N; n++) {
+        Py_ssize_t off = (n * p->C + c) * p->S;
+        const double *restrict x = (const double *)p->x + off;
+        double *restrict y = (double *)p->y + off;
+        for (Py_ssize_t i = 0; i < p->S; i++)
+            y[i] = (x[i] - mean) * rstd * w + b;
+    }
+    p->mean[c] = mean;
+    p->rstd[c] = rstd;
+}
+
+static void
+bnf_range32(void *c, int64_t a, int64_t b)
+{
+    for (int64_t k = a; k < b; k++)
+        bnf_channel_f32(c, k);
+}
+
+static void
+bnf_range64(void *c, int64_t a, int64_t b)
+{
+    for (int64_t k = a; k < b; k++)
+        bnf_channel_f64(c, k);
+}
+
+/* a (C,) vector of x's dtype (or None) for the forward: its data, or NULL; *ok false
+ * when o does not fit */
+static const void *
+bnf_vector(PyObject *o, em_Tensor *x, bool *ok)
+{
+    if (o == Py_None)
+        return NULL;
+    if (!em_Tensor_Check(o) || em_is_meta((em_Tensor *)o) || !bn_vector(o, x)) {
+        *ok = false;
+        return NULL;
+    }
+    return PyArray_DATA(((em_Tensor *)o)->array);
+}
+
+/* A new (C,) tensor of dtype dt holding the C doubles v (src not NULL: a copy of src's
+ * C values of dtype dt). */
+static em_Tensor *
+bnf_channels(Py_ssize_t C, em_dtype_t dt, const double *v, const void *src)
+{
+    em_Tensor *t = em_empty(1, &C, dt, false);
+    if (t == NULL)
+        return NULL;
+    void *d = PyArray_DATA(t->array);
+    if (src != NULL)
+        memcpy(d, src, (size_t)C * (dt == EM_FLOAT32 ? sizeof(float) : sizeof(double)));
+    else
+        for (Py_ssize_t c = 0; c < C; c++) {
+            if (dt == EM_FLOAT32)
+                ((float *)d)[c] = (float)v[c];
+            else
+                ((double *)d)[c] = v[c];
+        }
+    return t;
+}
+
+/* _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
+ * training, momentum, eps) -> (output, mean, rstd, new_running_mean, new_running_var):
+ * the cases above here, the decomposition otherwise (errors included). */
+PyObject *
+em_batch_norm_kernel(em_Op *op, PyObject **args)
+{
+    em_Tensor *x = (em_Tensor *)args[0];
+    int training = PyObject_IsTrue(args[5]);
+    double eps = PyFloat_AsDouble(args[7]);
+    if (training < 0 || PyErr_Occurred())
+        return NULL;
+    bool ok = em_tls.mode != EM_MODE_META && em_Tensor_Check(args[0]) &&
+              plain(args[0], x->dtype) && x->ndim >= 2 && x->numel > 0;
+    const void *w = NULL, *b = NULL, *rm = NULL, *rv = NULL;
+    if (ok) {
+        w = bnf_vector(args[1], x, &ok);
+        b = bnf_vector(args[2], x, &ok);
+        rm = bnf_vector(args[3], x, &ok);
+        rv = bnf_vector(args[4], x, &ok);
+    }
+    Py_ssize_t N = ok ? x->sizes[0] : 0, C = ok ? x->sizes[1] : 0;
+    Py_ssize_t S = ok ? x->numel / (N * C) : 0;
+    /* the decomposition raises for missing running statistics in evaluation; running
+     * statistics come in pairs. Training that updates running statistics takes the
+     * decomposition too: the statistics it writes must round exactly as a compiled
+     * graph's (aot_eager runs the decomposition's prims) that updates the same buffers. */
+    if (!ok || (rm == NULL) != (rv == NULL) || (training ? N * S <= 1 || rm != NULL
+                                                          : rm == NULL))
+        return em_decomposed_kernel(op, args);
+    em_Tensor *y = NULL, *tm = NULL, *tr = NULL, *nm = NULL, *nv = NULL;
+    double *st = malloc(sizeof(double) * 3 * (size_t)C);
+    if (st == NULL)
+        return PyErr_NoMemory();
+    bnf_ctx c = {PyArray_DATA(x->array), w, b, rm, rv, NULL, st, st + C, st + 2 * C, N, C, S,
+                 eps, training != 0};
+    if ((y = empty_like_c(x)) == NULL)
+        goto error;
+    c.y = PyArray_DATA(y->array);
+    if (run(x->dtype == EM_FLOAT32 ? bnf_range32 : bnf_range64, &c, C, 1,
+            x->numel >= PARALLEL_FROM) < 0)
+        goto error;
+    if ((tm = bnf_channels(C, x->dtype, c.mean, NULL)) == NULL ||
+        (tr = bnf_channels(C, x->dtype, c.rstd, NULL)) == NULL)
+        goto error;
+    if (!training) {
+        nm = bnf_channels(C, x->dtype, NULL, rm);
+        nv = nm ? bnf_channels(C, x->dtype, NULL, rv) : NULL;
+    }
+    else {
+        Py_ssize_t zero = 0;
+        nm = em_empty(1, &zero, x->dtype, false);
+        nv = nm ? em_empty(1, &zero, x->dtype, false) : NULL;
+    }
+    if (nv == NULL)
+        goto error;
+    free(st);
+    PyObject *r = PyTuple_Pack(5, y, tm, tr, nm, nv);
+    Py_DECREF(y);
+    Py_DECREF(tm);
+    Py_DECREF(tr);
+    Py_DECREF(nm);
+    Py_DECREF(nv);
+    return r;
+error:
+    free(st);
+    Py_XDECREF(y);
+    Py_XDECREF(tm);
+    Py_XDECREF(tr);
+    Py_XDECREF(nm);
+    Py_XDECREF(nv);
     return NULL;
 }
 

@@ -727,9 +727,11 @@ k_softmax(em_Op *op, PyObject **args)
     if (out == NULL || meta || out->numel == 0)
         return (PyObject *)out;
     /* the common case, a contiguous float tensor along its last dim: one C pass per row */
-    if (self->ndim > 0 && d == self->ndim - 1 &&
-        em_softmax_lastdim(self, out, op->ufunc != NULL) == 1)
-        return (PyObject *)out;
+    if (self->ndim > 0 && d == self->ndim - 1) {
+        int st = em_softmax_lastdim(self, out, op->ufunc != NULL);
+        if (st != 0)
+            return em_finish(out, st);
+    }
     bool mask[EM_MAX_DIMS] = {false};
     if (self->ndim > 0)
         mask[d] = true;

@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <stdlib.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
@@ -148,6 +149,8 @@ typedef struct {
     int ta, tb, itemsize;
     int64_t m, n, k, lda, ldb, rows, cols, blocks;
     bool fold;
+    int64_t kc;                    /* k split in chunks of kc (0: not split) */
+    char *part;                    /* the chunks' (m x n) partial products */
 } gemm_job_t;
 
 /* Element offsets of batch entry i in a and b (batch dims aligned from the right, size
@@ -167,6 +170,22 @@ batch_offsets(em_Tensor *a, em_Tensor *b, em_Tensor *out, Py_ssize_t i, Py_ssize
             *ao += idx * a->strides[da];
         if (db >= 0 && b->sizes[db] != 1)
             *bo += idx * b->strides[db];
+    }
+}
+
+/* unit u: the product of chunk u of the contraction, [u kc, u kc + kc), into partial
+ * u (one matrix: the k-split runs on unbatched products only) */
+static void
+gemm_kchunks(void *ctx, int64_t lo, int64_t hi)
+{
+    gemm_job_t *j = ctx;
+    const char *abase = PyArray_BYTES(j->a->array), *bbase = PyArray_BYTES(j->b->array);
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t k0 = u * j->kc, kk = j->k - k0 < j->kc ? j->k - k0 : j->kc;
+        /* column k0 of a row-major a, row k0 of a transposed one; row k0 of b likewise */
+        int64_t ao = j->ta ? k0 * j->lda : k0, bo = j->tb ? k0 : k0 * j->ldb;
+        gemm(j->t, j->ta, j->tb, j->m, j->n, kk, abase + ao * j->itemsize, j->lda,
+             bbase + bo * j->itemsize, j->ldb, j->part + u * j->m * j->n * j->itemsize, j->n);
     }
 }
 
@@ -222,6 +241,61 @@ ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
+/* A product whose output is too small to cut in enough blocks (at most KSPLIT_OUT
+ * elements) but whose contraction is long (a Linear's weight gradient, g^T x over a
+ * batch of rows: 64 x 65536 x 64) is split along k instead, in at most KSPLIT_MAX
+ * chunks of a multiple of KSPLIT_ALIGN fixed by the shape: each chunk's product into
+ * its own partial, the partials then added in chunk order. Cutting rows would pack the
+ * long operand once per block. */
+#define KSPLIT_OUT (1 << 16)
+#define KSPLIT_MAX 16
+#define KSPLIT_ALIGN 256
+
+static int
+pool_gemm_ksplit(gemm_job_t *j, int how)
+{
+    double macs = (double)j->m * j->n * j->k;
+    int64_t chunks = (int64_t)(macs / GEMM_BLOCK_MACS);
+    if (chunks > KSPLIT_MAX)
+        chunks = KSPLIT_MAX;
+    j->kc = ceil_div(ceil_div(j->k, chunks), KSPLIT_ALIGN) * KSPLIT_ALIGN;
+    chunks = ceil_div(j->k, j->kc);
+    size_t mn = (size_t)(j->m * j->n), isz = (size_t)j->itemsize;
+    j->part = malloc(mn * isz * (size_t)chunks);
+    if (j->part == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    bool parallel = em_pool_threads() > 1 && (how == EM_GEMM_POOL || macs >= POOL_GEMM_MIN);
+    pool_gemm_calls += parallel;
+    int st = em_parallel_for(gemm_kchunks, j, chunks, 1, parallel);
+    if (st == 0) {
+        char *c = PyArray_BYTES(j->out->array);
+        if (j->t == EM_FLOAT32) {
+            float *o = (float *)c;
+            const float *p = (const float *)j->part;
+            for (size_t i = 0; i < mn; i++) {
+                float v = p[i];
+                for (int64_t u = 1; u < chunks; u++)
+                    v += p[u * mn + i];
+                o[i] = v;
+            }
+        }
+        else {
+            double *o = (double *)c;
+            const double *p = (const double *)j->part;
+            for (size_t i = 0; i < mn; i++) {
+                double v = p[i];
+                for (int64_t u = 1; u < chunks; u++)
+                    v += p[u * mn + i];
+                o[i] = v;
+            }
+        }
+    }
+    free(j->part);
+    return st;
+}
+
 static int
 pool_gemm(gemm_job_t *j, int64_t batch, int how)
 {
@@ -253,6 +327,18 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     if (j->cols > j->n)
         j->cols = j->n;
     j->blocks = rblocks * ceil_div(j->n, j->cols);
+    if (batch == 1 && !j->fold && j->blocks < per && (double)j->m * j->n <= KSPLIT_OUT &&
+        j->k >= 2 * KSPLIT_ALIGN && macs >= 2.0 * GEMM_BLOCK_MACS) {
+        int threads = blas_threads;
+        if (threads == 0 && blas_get_threads != NULL)
+            threads = blas_get_threads();
+        if (threads != 1)
+            blas_set_threads(1);
+        int st = pool_gemm_ksplit(j, how);
+        if (threads != 1)
+            blas_set_threads(threads > 0 ? threads : 1);
+        return st;
+    }
     bool parallel = em_pool_threads() > 1 &&
                     (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
     pool_gemm_calls += parallel;
@@ -311,7 +397,7 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
         }
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
-                      lda, ldb, 0, 0, 0, fold};
+                      lda, ldb, 0, 0, 0, fold, 0, NULL};
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;

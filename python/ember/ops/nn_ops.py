@@ -1227,7 +1227,10 @@ def _bn_functional_decompose(input, weight, bias, running_mean, running_var, tra
         y, mean, rstd = _normalize_p(x, red, eps)
         mean, rstd = P.view(mean, [C]), P.view(rstd, [C])
         n = input.numel() // C if C else 0
-        if running_mean is not None:
+        if running_mean is not None and isinstance(n, int) and n == 0:
+            # an empty batch leaves the running statistics as they were (PyTorch's)
+            new_mean, new_var = P.clone(running_mean), P.clone(running_var)
+        elif running_mean is not None:
             var = P.add(P.pow(rstd, -2.0), -eps)
             unbiased = P.mul(var, n / (n - 1) if n > 1 else math.inf)
             new_mean = P.add(P.mul(stat(running_mean), 1 - momentum), P.mul(mean, momentum))
@@ -1333,7 +1336,8 @@ _decomposed("_native_batch_norm_legit_functional(Tensor input, Tensor? weight, T
             _bn_functional_decompose, _bn_functional_backward,
             "Batch normalisation without side effects: (output, mean, rstd, new_running_mean, "
             "new_running_var); batch statistics in training (the running ones updated with "
-            "momentum and the unbiased variance), running statistics in evaluation.")
+            "momentum and the unbiased variance), running statistics in evaluation.",
+            kernel="batch_norm_functional")
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,

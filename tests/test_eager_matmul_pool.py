@@ -1,0 +1,87 @@
+"""Eager matmul and linear run the runtime's blocked BLAS products on Ember's pool (BLAS's
+own threads at 1 meanwhile, as compiled graphs' products): identical at 1 and 2 threads,
+equal to float64 references, a long contraction with a small output (a Linear's weight
+gradient) split along k in fixed chunks, and the other layouts left to NumPy."""
+import numpy as np
+import pytest
+
+import ember
+from ember import _C
+
+
+def _threads(n, fn):
+    before = ember.get_num_threads()
+    try:
+        ember.set_num_threads(n)
+        return fn()
+    finally:
+        ember.set_num_threads(before)
+
+
+CASES = {
+    "rows": ((4096, 64), (64, 96), False),
+    "k-split (g^T x)": ((64, 40000), (40000, 48), True),
+    "k-split, odd k": ((3, 9001), (9001, 5), False),
+    "batched": ((6, 300, 64), (6, 64, 80), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_agree_with_float64_and_across_thread_counts(case, dtype):
+    sa, sb, transposed = CASES[case]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(sa[::-1] if transposed else sa).astype(dtype)
+    b = rng.standard_normal(sb).astype(dtype)
+
+    def run():
+        ea = ember.from_numpy(a)
+        ea = ea.t() if transposed else ea
+        return ea.matmul(ember.from_numpy(b)).numpy()
+    one = _threads(1, run)
+    calls = _C._blas_pool_calls()
+    two = [_threads(2, run) for _ in range(2)]
+    pooled = _C._blas_pool_calls() - calls
+    want = (a.T if transposed else a).astype(np.float64) @ b
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(one, want, rtol=tol, atol=tol * np.abs(want).max())
+    for t in two:
+        np.testing.assert_array_equal(one, t)
+    big = np.prod(sa) * sb[-1] >= (1 << 18)        # POOL_GEMM_MIN multiply-adds
+    if _C._blas_info() is not None:                 # on the pool at 2 threads
+        assert pooled == (2 if big else 0)
+
+
+def test_linear_forward_and_backward_identical_at_one_and_two_threads():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((20000, 64)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    g = rng.standard_normal((20000, 32)).astype(np.float32)
+
+    def run():
+        X, W, B = (ember.from_numpy(v.copy()).requires_grad_() for v in (x, w, b))
+        y = ember.nn.functional.linear(X, W, B)
+        y.backward(ember.from_numpy(g))
+        return [y.detach().numpy(), X.grad.numpy(), W.grad.numpy(), B.grad.numpy()]
+    one, two = _threads(1, run), _threads(2, run)
+    for u, v in zip(one, two):
+        np.testing.assert_array_equal(u, v)
+    x64, w64, g64 = (v.astype(np.float64) for v in (x, w, g))
+    want = [x64 @ w64.T + b, g64 @ w64, g64.T @ x64, g64.sum(0)]
+    for u, v in zip(one, want):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-3)
+
+
+def test_other_layouts_and_dtypes_take_numpy():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 7)).astype(np.float32)
+    v = rng.standard_normal(7).astype(np.float32)
+    np.testing.assert_allclose(ember.from_numpy(a).matmul(ember.from_numpy(v)).numpy(),
+                               a @ v, rtol=1e-5, atol=1e-6)
+    neg = ember.from_numpy(a).flip(0)            # a negative stride BLAS cannot read
+    np.testing.assert_allclose(neg.matmul(ember.from_numpy(a.T.copy())).numpy(),
+                               a[::-1] @ a.T, rtol=1e-5, atol=1e-5)
+    ia = rng.integers(-5, 5, (6, 4))
+    np.testing.assert_array_equal(
+        ember.from_numpy(ia).matmul(ember.from_numpy(ia.T.copy())).numpy(), ia @ ia.T)
