@@ -254,3 +254,33 @@ def test_same_results_with_avx2_vectors():
                         f"{__file__}::test_a_phased_kernel_prints_verifies_and_runs"],
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_layer_norm_backward_rows_step_over_the_column_sums():
+    """The joint graph of layer_norm + gelu + residual: the statistics, the forward and
+    the input's gradient are one row kernel; the weight and bias gradients (column sums)
+    and the loss's full sum are stepped over and run after it."""
+    text = _lowered(lambda x, r, w, b: _ln_gelu(x, r, w, b).sum(), _ln_inputs(256, 64),
+                    grad=True)
+    heads = [line for line in text.splitlines() if line.startswith("kernel ")]
+    assert sum("[256, 64] reduce 1 " in h for h in heads) == 1, text
+    assert "_rows" in heads[0] and not any("pointwise" in h and "[256, 64]" in h
+                                           for h in heads), text
+
+
+def test_stepping_over_keeps_dependencies():
+    """A kernel that reads what a stepped-over kernel writes is not moved before it."""
+    p = [Param(("in", 0), f32, 128), Param(("buf", 0), f32, 8), Param(("buf", 1), f32, 128),
+         Param(("buf", 2), f32, 128)]
+    row, kept = Affine((16, 1)), Affine((1, 0))
+    a = Kernel("a", (8, 16), 1, [p[0], p[1]], [Stmt("load", 0, f32, param=0, index=row),
+                                              Stmt("reduce", None, None, (0,), param=1,
+                                                   index=kept, value="sum")])
+    b = Kernel("b", (8, 16), 0, [p[0], p[2]], [Stmt("load", 0, f32, param=0, index=row),
+                                              Stmt("store", None, None, (0,), param=1,
+                                                   index=row)])
+    c = Kernel("c", (8, 16), 0, [p[2], p[3]], [Stmt("load", 0, f32, param=0, index=row),
+                                              Stmt("store", None, None, (0,), param=1,
+                                                   index=row)])
+    assert not rows._independent(c, [type("S", (), {"ir": b})()])
+    assert rows._independent(a, [type("S", (), {"ir": b})()])

@@ -34,6 +34,7 @@ from .plan import KernelStep, StepKind
 
 ROW_MAX_POINTS = 1 << 16      # a row of float32 in 256 KB: it stays in L2 between phases
 MIN_ROWS = 8
+LOOKAHEAD = 16              # kernel steps a run may step over
 ENABLED = True                # tests turn it off to compare
 
 # instructions worth storing a value rather than computing it again
@@ -220,8 +221,28 @@ def _live(phase):
     return keep[::-1]
 
 
+def _reads_writes(k):
+    reads = {k.params[s.param].ref for s in k.stmts if s.op is Op.LOAD}
+    return reads, set(_writes(k))
+
+
+def _independent(k, between):
+    """Whether kernel k may run before the kernel steps `between` (which ran before it):
+    it reads nothing they write and writes nothing they read or write."""
+    reads, writes = _reads_writes(k)
+    for st in between:
+        r, w = _reads_writes(st.ir)
+        if reads & w or writes & (r | w):
+            return False
+    return True
+
+
 def merge(lowered):
-    """Joins runs of consecutive kernel steps into row kernels (in place)."""
+    """Joins runs of kernel steps into row kernels (in place). A run takes the kernel
+    steps that follow it and can join it; a kernel step that cannot is stepped over
+    (up to LOOKAHEAD of them) when a later one can join and is independent of it (the
+    stepped-over kernels then run after the row kernel, in their order: the column sums
+    of a layer_norm's backward between its row kernels)."""
     if not ENABLED:
         return lowered
     steps, kernels = [], []
@@ -232,14 +253,19 @@ def merge(lowered):
             _keep(steps, kernels, s)
             i += 1
             continue
-        run, nreduce, j = [s.ir], s.ir.nreduce, i + 1
-        while j < len(old) and old[j].kind == StepKind.KERNEL and _joins(run, nreduce,
-                                                                          old[j].ir):
-            run.append(old[j].ir)
-            nreduce = nreduce or old[j].ir.nreduce
+        run, nreduce, skipped, j = [s.ir], s.ir.nreduce, [], i + 1
+        while j < len(old) and old[j].kind == StepKind.KERNEL and len(skipped) <= LOOKAHEAD:
+            k = old[j].ir
+            if _joins(run, nreduce, k) and _independent(k, skipped):
+                run.append(k)
+                nreduce = nreduce or k.nreduce
+            else:
+                skipped.append(old[j])
             j += 1
-        # only as far as the last kernel that reduces is worth it: a run of pointwise
-        # kernels after the reductions joins too, one before them too
+        # stepped-over kernels at the end of the scan run where they were
+        while skipped and skipped[-1] is old[j - 1]:
+            skipped.pop()
+            j -= 1
         if not _worth(run, nreduce):
             _keep(steps, kernels, s)
             i += 1
@@ -249,6 +275,8 @@ def merge(lowered):
         steps.append(KernelStep(StepKind.KERNEL, len(kernels), tuple(p.ref for p in k.params),
                                 outer, parallel, k, chunk))
         kernels.append(k)
+        for st in skipped:
+            _keep(steps, kernels, st)
         i = j
     lowered.steps, lowered.kernels = steps, kernels
     return lowered
