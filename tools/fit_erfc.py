@@ -8,8 +8,8 @@ em_ir_erfcf's FMA variant) and reports the error of a float32 evaluation of them
 (the structure of Numerical Recipes' erfcc, refitted on the range used:
 t in [1/(1 + 10.1/2), 1/(1 + 0.5/2)]); c0 is kept as two floats (hi + lo), P's
 coefficients are fitted one by one after rounding the lower ones to float32 (least
-squares on Chebyshev nodes). Below z = 0.5, erfc = 1 - erf(z) with erf's Taylor series
-(exact coefficients 2/sqrt(pi) (-1)^k / (k! (2k + 1)), no fit).
+squares on Chebyshev nodes). Below z = 0.5, erfc = 1 - erf(z), erf(z) = z E(z^2), E
+a least-squares fit (relative error) of erf(z)/z on [0, 0.5].
 
     python tools/fit_erfc.py
 """
@@ -60,8 +60,15 @@ def two_sum(a, b):
 
 EXP_P = [5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3,
          1.3981999507e-3, 1.9875691500e-4]      # Cephes expf.c, as vecmath_ir.c
-TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1))
-          for k in range(9)]
+DEG_E = 5
+
+
+def fit_small():
+    z = nodes(1e-6, SPLIT)
+    y = np.vectorize(math.erf)(z) / z
+    v = np.vander(z * z, DEG_E, increasing=True)
+    c, *_ = np.linalg.lstsq(v / y[:, None], np.ones_like(y), rcond=None)
+    return [f32(x) for x in c]
 
 
 def horner(c, u):
@@ -71,7 +78,7 @@ def horner(c, u):
     return acc
 
 
-def erfc32(x, hi_c, lo_c, p):
+def erfc32(x, hi_c, lo_c, p, e_c):
     x = x.astype(f32)
     z = np.abs(x)
     zc = np.minimum(z, f32(10.5))
@@ -80,12 +87,11 @@ def erfc32(x, hi_c, lo_c, p):
     th = f32(f32(1) / d)
     ct = f32(fma(-th, d, f32(1)) - f32(th * dl))      # t = th (1 + ct)
     u = f32(th - f32(0.5))
-    qv = f32(u * horner(p, u))
+    q = fma(u, horner(p, u), hi_c)
     hi = f32(zc * zc)
     lo = fma(zc, zc, -hi)
-    s1, e1 = two_sum(-hi, hi_c)
-    s, e2 = two_sum(s1, qv)
-    corr = f32(f32(f32(e1 + e2) + f32(lo_c - lo)) + ct)
+    s, e1 = two_sum(-hi, q)
+    corr = f32(f32(e1 + f32(lo_c - lo)) + ct)
     n = np.floor(fma(s, f32(1.44269504088896341), f32(0.5)))
     r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), s))
     e = f32(fma(horner(EXP_P, r), f32(r * r), r) + f32(1))
@@ -96,7 +102,7 @@ def erfc32(x, hi_c, lo_c, p):
     y = f32(y * np.ldexp(f32(1), n1).astype(f32))
     y = f32(y * np.ldexp(f32(1), ni - n1).astype(f32))
     y = np.where(z > f32(10.5), f32(0), y)
-    small = f32(f32(1) - f32(z * horner(TAYLOR, f32(z * z))))
+    small = f32(f32(1) - f32(z * horner(e_c, f32(z * z))))
     pos = np.where(z < f32(SPLIT), small, y)
     return np.where(x < 0, f32(f32(2) - pos), pos)
 
@@ -106,10 +112,12 @@ def main():
     print(f"c0 = {float(hi)!r} + {float(lo)!r}")
     print("P =", [float(c) for c in p])
     print(f"fit error {err:.2e} (absolute, in the exponent)")
+    e_c = fit_small()
+    print("E =", [float(c) for c in e_c])
     x = np.concatenate([np.linspace(-11, 11, 2_000_001), np.geomspace(1e-6, 10.1, 1_000_000),
                         np.linspace(9, 10.1, 1_000_000)]).astype(f32)
     with np.errstate(all="ignore"):
-        got = erfc32(x, hi, lo, p).astype(f64)
+        got = erfc32(x, hi, lo, p, e_c).astype(f64)
     want = erfc(x.astype(f64))
     ulp = np.spacing(want.astype(f32)).astype(f64)
     e = np.abs(got - want) / ulp

@@ -68,14 +68,14 @@ em_ir_erfcf(LLVMModuleRef M)
  * (Numerical Recipes' form, refitted by tools/fit_erfc.py on the range used: the fit's
  * error is 3e-9 in the exponent). Float32 keeps the relative accuracy of the tail by
  * carrying what each rounding loses: z^2 = hi + lo (an exact FMA product), the sum
- * -hi + c0 + uP(u) by two TwoSums (c0 as two floats), t by its residual
- * (1 + z/2 as a TwoSum, 1 - t d by FMA), all folded into one relative correction
- * applied after exp of the rounded sum (Cephes expf's reduction and polynomial, scaled
- * by 2^n in two factors so a subnormal result rounds once). Below SPLIT,
- * erfc = 1 - erf(z), erf by its Taylor series to z^17 (exact coefficients). Negative x:
+ * -hi + q by a TwoSum (q rounded once, |q| < 1.4; c0's low part added back), t by its
+ * residual (1 + z/2 as a TwoSum, 1 - t d by FMA), all folded into one relative
+ * correction applied after exp of the rounded sum (Cephes expf's reduction and
+ * polynomial, scaled by 2^n in two factors so a subnormal result rounds once). Below
+ * SPLIT, erfc = 1 - erf(z), erf(z) = z E(z^2) (a fit, tools/fit_erfc.py). Negative x:
  * 2 - erfc(|x|). Within 3.2 ulp (tools/fit_erfc.py's model; measured on the JIT by
- * ember.compiler.vecmath_accuracy, docs/vecmath.md). Cost: ~60 float32 operations per
- * element at the full vector width. Special values as libm's (see above). */
+ * ember.compiler.vecmath_accuracy, docs/vecmath.md). Cost: ~75 float32 vector
+ * operations per 16 (AVX-512) or 8 (AVX2) elements. Special values as libm's. */
 
 #define SPLIT 0.5
 #define FIT_N 9
@@ -85,6 +85,11 @@ static const double fit_p[FIT_N] = {
     1.3452863693237305, 0.1893734633922577, -0.37515416741371155, -0.157987579703331,
     0.2819156050682068, 0.1134476363658905, -0.29057577252388, -0.05105883255600929,
     0.25331926345825195};
+/* erf(z) / z on [0, SPLIT], in z^2 (a least-squares fit of the relative error) */
+#define FIT_E_N 5
+static const double fit_e[FIT_E_N] = {
+    1.128379225730896, -0.37612614035606384, 0.11282918602228165, -0.02676265873014927,
+    0.004728139843791723};
 
 static LLVMValueRef
 exact_fma(em_vm *v, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
@@ -112,7 +117,7 @@ erfc_float32(LLVMModuleRef M)
     if (em_vm_begin(&v, M, "em_erfcf32", 1))
         return v.fn;
     LLVMBuilderRef B = v.B;
-    LLVMValueRef x = LLVMGetParam(v.fn, 0), e1, e2, dl;
+    LLVMValueRef x = LLVMGetParam(v.fn, 0), e1, dl;
 #define F(c) LLVMConstReal(v.f32, (c))
 #define K32(c) LLVMConstInt(v.i32, (unsigned long long)(c), 1)
     LLVMValueRef z = em_vm_fabs(&v, x);
@@ -123,14 +128,12 @@ erfc_float32(LLVMModuleRef M)
     LLVMValueRef ct = LLVMBuildFSub(B, exact_fma(&v, LLVMBuildFNeg(B, th, ""), d, F(1.0)),
                                     LLVMBuildFMul(B, th, dl, ""), "");
     LLVMValueRef u = LLVMBuildFSub(B, th, F(0.5), "");
-    LLVMValueRef qv = LLVMBuildFMul(B, u, em_vm_poly(&v, fit_p, FIT_N, u), "");
+    LLVMValueRef q = em_vm_fma(&v, u, em_vm_poly(&v, fit_p, FIT_N, u), F(fit_c0_hi));
     LLVMValueRef hi = LLVMBuildFMul(B, zc, zc, "");
     LLVMValueRef lo = exact_fma(&v, zc, zc, LLVMBuildFNeg(B, hi, ""));
-    LLVMValueRef s = two_sum(&v, LLVMBuildFNeg(B, hi, ""), F(fit_c0_hi), &e1);
-    s = two_sum(&v, s, qv, &e2);                                      /* >= -112 */
+    LLVMValueRef s = two_sum(&v, LLVMBuildFNeg(B, hi, ""), q, &e1);    /* >= -112 */
     LLVMValueRef corr = LLVMBuildFAdd(
-        B, LLVMBuildFAdd(B, LLVMBuildFAdd(B, e1, e2, ""),
-                         LLVMBuildFSub(B, F(fit_c0_lo), lo, ""), ""), ct, "");
+        B, LLVMBuildFAdd(B, e1, LLVMBuildFSub(B, F(fit_c0_lo), lo, ""), ""), ct, "");
     /* exp(s) = 2^n e, Cephes expf's reduction and polynomial (vecmath_ir.c) */
     LLVMValueRef n = em_vm_floor(&v, em_vm_fma(&v, s, F(1.44269504088896341), F(0.5)));
     LLVMValueRef r = em_vm_fma(&v, n, F(-0.693359375), s);
@@ -149,16 +152,9 @@ erfc_float32(LLVMModuleRef M)
         y = LLVMBuildFMul(B, y, LLVMBuildBitCast(B, bits, v.f32, ""), "");
     }
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, z, ZMAX), F(0.0), y);
-    /* below SPLIT: 1 - erf(z) */
-    double taylor[9];
-    double fact = 1.0;
-    for (int k = 0; k < 9; k++) {
-        if (k > 0)
-            fact *= k;
-        taylor[k] = 1.1283791670955126 /* 2 / sqrt(pi) */ * (k % 2 ? -1.0 : 1.0) / (fact * (2 * k + 1));
-    }
+    /* below SPLIT: 1 - erf(z), erf(z) = z E(z^2) */
     LLVMValueRef erf = LLVMBuildFMul(
-        B, z, em_vm_poly(&v, taylor, 9, LLVMBuildFMul(B, z, z, "")), "");
+        B, z, em_vm_poly(&v, fit_e, FIT_E_N, LLVMBuildFMul(B, z, z, "")), "");
     LLVMValueRef small = LLVMBuildFSub(B, F(1.0), erf, "");
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, z, SPLIT), small, y);
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, 0.0), LLVMBuildFSub(B, F(2.0), y, ""), y);
