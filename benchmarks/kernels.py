@@ -20,6 +20,10 @@ GB/s counts the bytes a kernel must move (each input read once, the output writt
 once); the fraction is of a STREAM triad a = b + 3 * c of the same footprint (12 bytes
 per element), compiled by Ember's JIT and measured in the same run, in the same turns.
 
+The JIT's vector width is printed (16 float32 lanes with AVX-512, 8 with AVX2); set
+EMBER_LLVM_FEATURES to the AVX2 features (python -m ember.verify lists them) to time the
+narrower path on an AVX-512 host.
+
 Targets, at the given --threads: a memory-bound kernel at least 1.3x torch.compile's
 speed or at 85% or more of the triad's bandwidth; the GEMM at least 0.9x the best BLAS
 on the machine (NumPy's OpenBLAS, PyTorch's). Each is printed as met or MISSED. The BLAS
@@ -129,6 +133,22 @@ def cases(quick):
     return [c for key, c in zip(keys, all_cases) if not only or key in only]
 
 
+def cpu_medians(rows, runs):
+    """Median CPU seconds (all threads of the process) per call of each (name, fn) row,
+    in turns as interleaved_medians: on a loaded machine, where wall-clock time measures
+    the other processes too, CPU time is what a kernel costs (a side waiting for a core
+    spends none)."""
+    import statistics
+    import time
+    samples = {name: [] for name, _ in rows}
+    for _ in range(runs):
+        for name, fn in rows:
+            t0 = time.process_time()
+            fn()
+            samples[name].append(time.process_time() - t0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def mode_line(title, moded, base):
     """max-autotune's target: never slower than the default mode (5% for noise)."""
     ratio = base / moded
@@ -138,8 +158,18 @@ def mode_line(title, moded, base):
             + f": {_harness.verdict(ok)}")
 
 
+def vector_width():
+    """The float32 lanes of the JIT's target (EMBER_LLVM_FEATURES overrides the host's)."""
+    import os
+    feats = ember._C._jit_target()["features"]
+    lanes = 16 if "+avx512f" in feats else 8 if "+avx2" in feats else 4
+    forced = os.environ.get("EMBER_LLVM_FEATURES")
+    return f"{lanes} float32 lanes" + (" (EMBER_LLVM_FEATURES forced)" if forced else "")
+
+
 def main():
     _harness.print_env(args.threads, torch is not None)
+    print(f"# Ember JIT: {vector_width()}")
     ember.set_num_threads(args.threads)
     runs = args.runs if not args.quick else 3
     print(f"# median of {runs} interleaved runs; load average at start "
@@ -189,13 +219,23 @@ def main():
             line = mode_line(title, times[moded], base)
             print("  " + line)
             targets.append(line)
+        cpu = None
+        if kind == "memory" and "torch.compile" in times:
+            cpu = cpu_medians([r for r in rows if r[0] in ("ember.compile", "torch.compile")],
+                              runs)
+            print(f"  CPU time per call: ember.compile {cpu['ember.compile'] * 1e3:.3f} ms, "
+                  f"torch.compile {cpu['torch.compile'] * 1e3:.3f} ms "
+                  f"({cpu['torch.compile'] / cpu['ember.compile']:.2f}x)")
         if kind == "memory":
             frac = (work / base) / (12 * max(1, work // 12) / times["triad"])
             speedup = times["torch.compile"] / base if "torch.compile" in times else None
             ok = frac >= 0.85 or (speedup is not None and speedup >= 1.3)
             sp = "-" if speedup is None else f"{speedup:.2f}x"
-            line = (f"{title}: {sp} torch.compile's speed, {frac * 100:.0f}% of the triad "
-                    f"(target: 1.3x or 85%): {_harness.verdict(ok)}")
+            line = (f"{title}: {work / base / 1e9:.1f} GB/s, {sp} torch.compile's speed, "
+                    f"{frac * 100:.0f}% of the triad's {12 * max(1, work // 12) / times['triad'] / 1e9:.1f} GB/s "
+                    f"(target: 1.3x or 85%): {_harness.verdict(ok)}"
+                    + ("" if cpu is None else
+                       f" [CPU time: {cpu['torch.compile'] / cpu['ember.compile']:.2f}x]"))
         else:
             blas = {k: times[k] for k in ("numpy", "torch eager") if k in times}
             best = min(blas, key=blas.get)

@@ -65,6 +65,11 @@ typedef struct {
     bool trig_split;
     bool trig_small;
     LLVMValueRef trig_big;
+    /* a row kernel's phases (loop_ir.py): the instructions [lo, hi) the reduced dims'
+     * loops run now (all of them when the kernel has one phase) */
+    Py_ssize_t phase_lo, phase_hi;
+    int *rphase;             /* per register: the phase defining it (decoding) */
+    int phase;               /* the phase being decoded */
     bool f16_native;         /* the target has F16C and AVX512F (vcvtph2ps zmm, ...) */
     bool bf16_native;        /* the target has AVX512_BF16 and AVX512VL (vcvtneps2bf16) */
 } em_cg;

@@ -27,6 +27,9 @@
  *              up when decoded, of 1 or 2 operands
  *     random   (name, dst, dtype, seed, offset, index)   int64 operands; a Philox
  *              draw (codegen_random.c)
+ *     phase    (name,)   a row kernel's next phase: at each point of the kept dims the
+ *              reduced dims' loops run once per phase, in order, each with its own
+ *              instructions and reductions; a register lives in its phase
  *
  * The spec is decoded into em_instr records first, and checked: registers defined
  * before use, every operand of the dtype its instruction computes in (cast is the only
@@ -149,7 +152,7 @@ check_operand(em_cg *g, const em_instr *ins, int k)
      * the result is stored) */
     if (em_ir_info[ins->op].form == EM_FORM_FOLD && em_is_half(want))
         want = EM_FLOAT32;
-    if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED) {
+    if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED || g->rphase[r] != g->phase) {
         PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
         return -1;
     }
@@ -222,6 +225,15 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         ok = PyArg_ParseTuple(tup, "Oiii;ember JIT: malformed iota", &name, &ins->dst, &dtype,
                               &ins->dim);
         break;
+    case EM_FORM_PHASE:
+        if (PyTuple_GET_SIZE(tup) != 1 || g->nreduce == 0) {
+            PyErr_SetString(PyExc_ValueError, "ember JIT: a phase takes no operands, in a "
+                                              "kernel with reduced dims");
+            return -1;
+        }
+        g->phase++;
+        ins->nargs = 0;
+        return 0;
     case EM_FORM_CALL:
         nargs = (int)PyTuple_GET_SIZE(tup) - 4;
         ok = nargs >= 1 && nargs <= 2 &&
@@ -296,6 +308,7 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         return -1;
     }
     g->rtype[ins->dst] = info->form == EM_FORM_COMPARE ? EM_BOOL : ins->dtype;
+    g->rphase[ins->dst] = g->phase;
     return 0;
 }
 
@@ -332,10 +345,11 @@ decode_spec(em_cg *g, PyObject *spec)
     g->instrs = PyMem_Calloc(g->ninstrs + 1, sizeof(em_instr));
     g->reg = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->rtype = PyMem_Calloc(g->nregs, sizeof(em_dtype_t));
+    g->rphase = PyMem_Calloc(g->nregs, sizeof(int));
     g->half_bits = PyMem_Calloc(g->nregs, sizeof(LLVMValueRef));
     g->acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
     g->nan_acc = PyMem_Calloc(g->ninstrs + 1, sizeof(LLVMValueRef));
-    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->half_bits ||
+    if (!g->ptr || !g->ptype || !g->instrs || !g->reg || !g->rtype || !g->rphase || !g->half_bits ||
         !g->acc || !g->nan_acc) {
         PyErr_NoMemory();
         return -1;
@@ -450,7 +464,7 @@ alloc_accumulators(em_cg *g)
 static int
 init_accumulators(em_cg *g)
 {
-    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+    for (Py_ssize_t k = g->phase_lo; k < g->phase_hi; k++) {
         const em_instr *ins = &g->instrs[k];
         if (ins->op != EM_IR_REDUCE)
             continue;
@@ -470,7 +484,7 @@ init_accumulators(em_cg *g)
 static void
 store_accumulators(em_cg *g)
 {
-    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+    for (Py_ssize_t k = g->phase_lo; k < g->phase_hi; k++) {
         const em_instr *ins = &g->instrs[k];
         if (ins->op != EM_IR_REDUCE)
             continue;
@@ -523,7 +537,7 @@ emit_reduce(em_cg *g, Py_ssize_t k, const em_instr *ins, LLVMValueRef v)
 static int
 emit_body(em_cg *g)
 {
-    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+    for (Py_ssize_t k = g->phase_lo; k < g->phase_hi; k++) {
         const em_instr *ins = &g->instrs[k];
         LLVMValueRef v, addr, cur;
         switch (em_ir_info[ins->op].form) {
@@ -635,11 +649,33 @@ emit_loop(em_cg *g, int d)
     return 0;
 }
 
+static int emit_dim(em_cg *g, int d);
+
+/* The loops from dim d inwards; at the first reduced dim, once per phase. */
 static int
 emit_nest(em_cg *g, int d)
 {
     if (d == g->ndim)
         return emit_body(g);
+    if (g->nreduce == 0 || d != g->ndim - g->nreduce)
+        return emit_dim(g, d);
+    g->phase_lo = 0;
+    while (g->phase_lo < g->ninstrs) {
+        g->phase_hi = g->phase_lo;
+        while (g->phase_hi < g->ninstrs && g->instrs[g->phase_hi].op != EM_IR_PHASE)
+            g->phase_hi++;
+        if (emit_dim(g, d) < 0)
+            return -1;
+        g->phase_lo = g->phase_hi + 1;
+    }
+    g->phase_lo = 0;
+    g->phase_hi = g->ninstrs;
+    return 0;
+}
+
+static int
+emit_dim(em_cg *g, int d)
+{
     bool first_reduced = g->nreduce > 0 && d == g->ndim - g->nreduce;
     if (first_reduced && init_accumulators(g) < 0)
         return -1;
@@ -786,6 +822,8 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     if (decode_spec(&g, spec) < 0)
         goto done;
     g.split = g.nreduce < g.ndim;
+    g.phase_lo = 0;
+    g.phase_hi = g.ninstrs;
     g.trig_split = wants_trig_split(&g);
     g.B = LLVMCreateBuilderInContext(g.C);
     if (build_functions(&g, name) < 0)
@@ -803,6 +841,7 @@ done:
     PyMem_Free(g.instrs);
     PyMem_Free(g.reg);
     PyMem_Free(g.rtype);
+    PyMem_Free(g.rphase);
     PyMem_Free(g.half_bits);
     PyMem_Free(g.acc);
     PyMem_Free(g.nan_acc);

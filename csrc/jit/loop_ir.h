@@ -17,6 +17,7 @@ typedef enum {
     EM_FORM_SELECT = 8,
     EM_FORM_CALL = 9,
     EM_FORM_RANDOM = 10,
+    EM_FORM_PHASE = 11,
     EM_NFORMS
 } em_form_t;
 
@@ -72,6 +73,7 @@ typedef enum {
     EM_IR_CALL = 40,
     EM_IR_RAND = 41,
     EM_IR_RANDN = 42,
+    EM_IR_PHASE = 43,
     EM_IR_NOPS
 } em_ir_t;
 
@@ -91,7 +93,7 @@ typedef struct {
 
 /* the registers an instruction of each form reads */
 static const int em_form_operands[EM_NFORMS] = {
-    0, 1, 1, 0, 0, 1, 2, 2, 3, -1, 3,
+    0, 1, 1, 0, 0, 1, 2, 2, 3, -1, 3, 0,
 };
 
 static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
@@ -138,6 +140,7 @@ static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
     {"call", EM_FORM_CALL, EM_DOMAIN_FLOAT},
     {"rand", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
     {"randn", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
+    {"phase", EM_FORM_PHASE, EM_DOMAIN_ANY},
 };
 
 static const char *const em_reduction_names[EM_NREDUCTIONS] = {

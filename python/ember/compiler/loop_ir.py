@@ -27,6 +27,21 @@ and computes in float32, so only a cast computes in them (it rounds to nearest e
 a store of one takes a register of its dtype, and a fold into one takes float32 values
 (the result is rounded once, when stored).
 
+A row kernel (`rows.py` merges consecutive kernels of one domain into one) runs its
+reduced dims' loops once per *phase*, in order, at each point of the kept dims; `phase`
+separates the phases' instructions. A register lives in its phase; a later phase reads
+what an earlier one reduced, or stored, where that phase wrote it (at this kept point),
+so the row is read from memory once and again from cache:
+
+    kernel k2 [64, 1024] reduce 1 (p0: float32 in0, p1: float32 buf0, p2: float32 buf1)
+      %0 = load p0[1024*i0 + i1]
+      reduce max p1[i0] += %0
+      phase
+      %1 = load p0[1024*i0 + i1]
+      %2 = load p1[i0]
+      %3 = sub float32 %1, %2
+      store p2[1024*i0 + i1] = %3
+
 The instruction set is closed: `Op` lists every instruction once, with its form (which
 operands it has, hence its text and its spec tuple) and the dtypes it computes in.
 csrc/jit/loop_ir.h is generated from it (loop_ir_header.py). Every kernel prints as
@@ -59,12 +74,13 @@ class Form(enum.Enum):
     SELECT = "select"          # %d = select dtype %c, %a, %b   (%c bool)
     CALL = "call"              # %d = call dtype fn(%a[, %b])   (fn: one of LIBM)
     RANDOM = "random"          # %d = op dtype %seed, %offset, %index   (all int64)
+    PHASE = "phase"            # phase   (the reduced dims' loops run again from here)
 
 
 # the registers an instruction of each form reads (a call: its function's arity)
 OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
             Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3,
-            Form.CALL: -1, Form.RANDOM: 3}
+            Form.CALL: -1, Form.RANDOM: 3, Form.PHASE: 0}
 
 # The C math library's functions a `call` may name, with their arity: in float64 it
 # calls `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). The
@@ -137,6 +153,8 @@ class Op(enum.StrEnum):
     # rand its U[0, 1) value, randn its N(0, 1) value (Box-Muller)
     RAND = "rand", Form.RANDOM, Domain.FLOAT
     RANDN = "randn", Form.RANDOM, Domain.FLOAT
+    # a row kernel's next phase: its reduced dims' loops run again (see the module text)
+    PHASE = "phase", Form.PHASE
 
     def allows(self, dtype):
         """Whether the instruction computes in dtype."""
@@ -245,6 +263,8 @@ class Stmt:
             return f"{d}iota {dt} i{self.value}"
         if form is Form.CALL:
             return f"{d}call {dt} {self.value}({regs})"
+        if form is Form.PHASE:
+            return "phase"
         return f"{d}{self.op} {dt} {regs}"
 
     def spec(self):
@@ -256,8 +276,11 @@ class Stmt:
             unary    dst, dtype, a               binary, compare  dst, dtype, a, b
             select   dst, dtype, c, a, b         call   dst, dtype, fn, a[, b]
             random   dst, dtype, seed, offset, index
+            phase    (no fields)
         (dtypes as their codes)."""
         form, name = self.op.form, self.op.value
+        if form is Form.PHASE:
+            return (name,)
         if form is Form.LOAD:
             return (name, self.dst, self.param, self.index.coeffs, self.index.offset)
         if form is Form.STORE:
@@ -329,6 +352,8 @@ def _check_dtypes(kernel, s, defined):
             fail(f"loads {s.dtype._name} from a {kernel.params[s.param].dtype._name} "
                  "buffer")
         return
+    if form is Form.PHASE:
+        return
     if s.dtype is None:
         fail("has no dtype")
     if s.op is Op.CAST:
@@ -399,19 +424,33 @@ def _check_written_loads(kernel, s, written):
 
 
 def verify(kernel: Kernel):
-    """Raises LoopIRError unless the kernel is well formed: registers defined before use,
-    indices of the domain's rank and inside their buffers, reductions over the reduced
-    dims only, every operand of the dtype its instruction computes in, and a buffer the
-    kernel writes read only where the same point wrote it before."""
+    """Raises LoopIRError unless the kernel is well formed: registers defined before use
+    (in their phase), indices of the domain's rank and inside their buffers, reductions
+    over the reduced dims only, every operand of the dtype its instruction computes in,
+    and a buffer the kernel writes read only where the same point wrote it before (a
+    reduction's result: in a later phase, at its own index)."""
     nd = len(kernel.sizes)
     if not 0 <= kernel.nreduce <= nd:
         raise LoopIRError(f"{kernel.name}: nreduce {kernel.nreduce} outside 0..{nd}")
     defined = {}
+    ever = set()            # every register defined so far, in any phase
     # buffers the kernel writes -> the indices stored so far (a folded one: none)
     written = {s.param: set() for s in kernel.stmts if s.op.form in (Form.STORE, Form.FOLD)}
     folded = {s.param for s in kernel.stmts if s.op.form is Form.FOLD}
     for s in kernel.stmts:
         form = s.op.form
+        if form is Form.PHASE:
+            if kernel.nreduce == 0:
+                raise LoopIRError(f"{kernel.name}: a phase in a kernel without reduced dims")
+            if s.dst is not None or s.args:
+                raise LoopIRError(f"{kernel.name}: `phase` takes no operands")
+            defined = {}        # registers live in their phase
+            for r in kernel.stmts:   # what earlier phases reduced is readable at its index
+                if r is s:
+                    break
+                if r.op is Op.REDUCE:
+                    written[r.param].add(r.index)
+            continue
         if form is Form.CALL and s.value not in LIBM:
             raise LoopIRError(f"{kernel.name}: `{s}` calls a function not in LIBM")
         n = LIBM[s.value] if form is Form.CALL else OPERANDS[form]
@@ -426,8 +465,10 @@ def verify(kernel: Kernel):
         if (s.dst is not None) != (form in _DEFINES):
             raise LoopIRError(f"{kernel.name}: `{s}` " + (
                 "defines no register" if form in _DEFINES else "defines a register"))
-        if s.dst in defined:
+        if s.dst in ever:
             raise LoopIRError(f"{kernel.name}: %{s.dst} defined twice")
+        if s.dst is not None:
+            ever.add(s.dst)
         _check_dtypes(kernel, s, defined)
         if form is Form.LOAD:
             _check_written_loads(kernel, s, written)
