@@ -53,12 +53,22 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     inputs after each call (mutation.py); a call whose inputs share memory with an input
     written into runs gm eagerly instead (counted). record, a dict, gets the joint
     graph's facts the result is made from (compiler/graph_cache.py stores them)."""
+    symbolic = symbolic_inputs(gm)
+    if symbolic is not None:
+        return _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler,
+                                 name, record)
+    return _compile(gm, example_inputs, None, fw_compiler, bw_compiler, name, record)
+
+
+def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, record):
     def run(*args):
+        if symbolic is not None:
+            return _SymbolicRun(gm).run(*args)
         return gm(*args)
 
     # a graph entered with grad off whose region turns it on (grad_mode.py)
     grad_inside = not _C.is_grad_enabled() and turns_grad_on(gm)
-    joint = trace_joint(run, example_inputs, grad_inside=grad_inside)
+    joint = trace_joint(run, example_inputs, grad_inside=grad_inside, symbolic=symbolic)
     if record is not None:
         record["joint"] = joint
     fallback = _aliased_inputs_fallback(gm, name) if joint.mutations else None
@@ -98,6 +108,69 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
                                  bw_compiler(bw, f"{name}_backward"), name, variants,
                                  fallback=fallback)
     return with_grad_on(compiled) if grad_inside else compiled
+
+
+class SymbolicAOTUnsupported(RuntimeError):
+    """A graph with size inputs that AOT autograd cannot trace symbolically: the caller
+    compiles it once per size instead (capture/sym_sizes.specializing)."""
+
+
+def symbolic_inputs(gm):
+    """Per placeholder of a captured graph with size inputs (capture/sym_sizes.py), what
+    the joint trace takes for it: the SymFake of a tensor with symbolic sizes, the
+    SymInt of a size input, None for the others; None for a graph without sizes."""
+    from ..capture.sym_sizes import has_symbols
+    from ..fx.shape_env import SymInt
+    from ..fx.sym_fake import SymFake
+    if not hasattr(gm, "graph") or not has_symbols(gm):
+        return None
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("example_value")
+        out.append(v if isinstance(v, (SymFake, SymInt)) else None)
+    return out
+
+
+class _SymbolicRun(fx.Interpreter):
+    """Runs a captured graph for the joint trace with min and max of sizes as
+    expressions (shape_env.sym_min/sym_max), as the capture computed them: Python's
+    would compare the operands, a guard."""
+
+    def call_function(self, target, args, kwargs):
+        if target is min or target is max:
+            from ..fx.shape_env import SymInt, sym_max, sym_min
+            if len(args) == 2 and not kwargs and any(isinstance(a, SymInt) for a in args):
+                return (sym_min if target is min else sym_max)(*args)
+        return target(*args, **kwargs)
+
+
+def _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
+                      record):
+    """AOT autograd over symbolic sizes: one forward and one backward serving every
+    size the capture's guards admit. The backward formulas and decompositions read
+    sizes through the SymFakes, so they compute with the symbols; a branch they take
+    on a size is a guard of the capture's ShapeEnv (built into the frame's guards after
+    the backend ran), counted in counters["aot_dynamic_guards"]. What cannot be traced
+    symbolically raises SymbolicAOTUnsupported."""
+    env = next(v.env if hasattr(v, "env") else next(
+        d.env for d in v._sym_shape if hasattr(d, "env")) for v in symbolic if v is not None)
+    known = len(env.guards), len(env.replacements)
+    try:
+        compiled = _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
+                            record)
+    except Exception as e:   # noqa: BLE001 - any failure: compiled per size instead
+        # the per-size compilations need none of the guards this trace took
+        del env.guards[known[0]:]
+        for s in list(env.replacements)[known[1]:]:
+            del env.replacements[s]
+        raise SymbolicAOTUnsupported(f"{type(e).__name__}: {e}") from e
+    for g in env.guards[known[0]:]:
+        counters["aot_dynamic_guards"][f"{name}: {g}"] += 1
+    for s, rep in list(env.replacements.items())[known[1]:]:
+        counters["aot_dynamic_guards"][f"{name}: {s} == {rep}"] += 1
+    return compiled
 
 
 def backward_variants(gm, example_inputs, bw_compiler, name="graph"):
@@ -186,5 +259,5 @@ def aot_eager(gm, example_inputs):
     return aot_compile(gm, example_inputs, name=code.co_name if code else "graph")
 
 
-__all__ = ["aot_compile", "aot_eager", "trace_joint", "decompose", "verify_prims",
+__all__ = ["aot_compile", "SymbolicAOTUnsupported", "symbolic_inputs", "aot_eager", "trace_joint", "decompose", "verify_prims",
            "partition", "saved_bytes", "PrimVerificationError", "CompiledFunction"]

@@ -635,14 +635,19 @@ op("topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True)
 
 # ------------------------------------------------------------------ autograd helper
 
+from ..fx.sym_fake import same_size as _same_size, \
+    symbolic_target as _symbolic_target   # noqa: E402
+
 
 def _sum_to_size(self, size):
-    size = tuple(size)
+    # the engine's targets are C ints: a SymFake's hints become its sizes ([dynamic])
+    size = tuple(_symbolic_target(self, size))
     shape = tuple(self.shape)
-    if shape == size:
+    if len(shape) == len(size) and all(map(_same_size, shape, size)):
         return self
     lead = len(shape) - len(size)
-    if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(size)):
+    if lead < 0 or any(s != 1 and not _same_size(s, shape[lead + i])
+                       for i, s in enumerate(size)):
         raise RuntimeError(f"sum_to_size(): size {list(size)} is not expandable to size "
                            f"{list(shape)}")
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
