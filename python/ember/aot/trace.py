@@ -38,6 +38,7 @@ class OpTracer:
         self.decompose = decompose
         self.functional = Functionalizer(self)
         self.sym = SymNodes(self.graph)
+        self.symbolic = False      # a symbolic trace: see _dressed
 
     # ------------------------------------------------------------ values
 
@@ -48,6 +49,7 @@ class OpTracer:
         node = self.graph.placeholder(name, type_expr=SymTypeExpr(str(value.expr)))
         node.meta["val"] = value
         self.sym.known[value.expr] = node
+        self.symbolic = True
         return value
 
     def placeholder(self, name, example, like=None):
@@ -82,6 +84,8 @@ class OpTracer:
 
     def __call__(self, op, args):
         entry = op.entry
+        if self.symbolic:
+            args = _dressed(args)
         if entry.composite:
             # its C kernel, or its symbolic form (sym_meta.py): the ops either calls
             # come back here
@@ -234,3 +238,44 @@ class SymNodes:
 def _val(a):
     return a.meta["val"] if isinstance(a, fx.Node) else a
 
+
+
+def _dressed(args):
+    """args with each plain fake whose graph value is symbolic (a SymFake) dressed in
+    that value's symbolic geometry. The autograd engine hands formulas C aliases of the
+    outputs it saved (csrc/autograd/node.c), which keep their graph value but not the
+    SymFake's sizes; read at their hints they would guard every size."""
+    if not any(_plain_symbolic(a) or isinstance(a, (list, tuple)) for a in args):
+        return args
+    out = []
+    for a in args:
+        if isinstance(a, (list, tuple)) and any(_plain_symbolic(x) for x in a):
+            a = type(a)(_dress(x) for x in a)
+        elif _plain_symbolic(a):
+            a = _dress(a)
+        out.append(a)
+    return tuple(out)
+
+
+def _plain_symbolic(t):
+    if not isinstance(t, _C.Tensor) or isinstance(t, SymFake):
+        return False
+    node = t._trace
+    if node is None:
+        return False
+    val = node.meta.get("val")
+    return isinstance(val, SymFake) and val.hint_geometry()[0] == tuple(t.shape)
+
+
+def _dress(t):
+    if not _plain_symbolic(t):
+        return t
+    val = t._trace.meta["val"]
+    d = _C.Tensor._make_subclass(SymFake, t, t.requires_grad)
+    d._sym_shape = val._sym_shape
+    d._sym_strides = val._sym_strides if tuple(t.stride()) == val.hint_geometry()[1] \
+        else M.contiguous_strides(val._sym_shape) if t.is_contiguous() else None
+    if d._sym_strides is None:
+        return t
+    d._trace = t._trace
+    return d

@@ -210,15 +210,22 @@ def _getitem(self, indices):
     if not isinstance(indices, tuple):
         indices = (indices,)
     for i in indices:
-        if not (i is None or i is Ellipsis or isinstance(i, (int, slice, SymInt))) or \
+        if isinstance(i, _C.Tensor):
+            if i.dtype.is_floating_point or i.dtype.is_complex or str(i.dtype) in (
+                    "ember.bool", "ember.uint8"):
+                raise NotSymbolic("__getitem__ with a mask or a float tensor index")
+        elif not (i is None or i is Ellipsis or isinstance(i, (int, slice, SymInt))) or \
                 isinstance(i, bool):
-            raise NotSymbolic("__getitem__ with a tensor, list or bool index")
+            raise NotSymbolic("__getitem__ with a list or bool index")
     real = sum(1 for i in indices if i is not None and i is not Ellipsis)
     if real > self.ndim:
         raise NotSymbolic("__getitem__: too many indices")
-    out, dim = self, 0
+    out, dim, adv = self, 0, {}
     for i in indices:
-        if i is Ellipsis:
+        if isinstance(i, _C.Tensor):
+            adv[dim] = i          # advanced indexing: index() after the views
+            dim += 1
+        elif i is Ellipsis:
             dim += self.ndim - real
         elif i is None:
             out = O.unsqueeze(out, dim)
@@ -229,6 +236,8 @@ def _getitem(self, indices):
             dim += 1
         else:
             out = O.select(out, dim, i)
+    if adv:
+        return O.index(out, [adv.get(d) for d in range(max(adv) + 1)])
     return out
 
 

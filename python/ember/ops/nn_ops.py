@@ -1420,7 +1420,8 @@ def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq
     with accumulate); padding_idx's row gets none; scale_grad_by_freq divides each row by
     how often its index occurs."""
     V, D = weight.shape
-    if not scale_grad_by_freq:     # rows added in order by one C loop (nn_grad.c)
+    # rows added in order by one C loop (nn_grad.c); a symbolic V ([dynamic]) is traced
+    if not scale_grad_by_freq and isinstance(V, int):
         fused = _C._grad_embedding(g, indices, V, padding_idx if padding_idx is not None
                                    else -1)
         if fused is not None:
