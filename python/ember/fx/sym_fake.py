@@ -94,6 +94,16 @@ def symbolic_target(t, size):
 def same_size(a, b):
     """Whether sizes a and b are the same without a guard: equal ints, or SymInts of one
     expression. (Sizes that are equal only under a guard count as different.)"""
+    a, b = _simplified(a), _simplified(b)
     if isinstance(a, SymInt) or isinstance(b, SymInt):
         return isinstance(a, SymInt) and isinstance(b, SymInt) and a.expr == b.expr
     return a == b
+
+
+def _simplified(n):
+    """n with the ShapeEnv's replacements (a symbol guarded equal to an expression or
+    a constant) applied: an int when it comes to a constant."""
+    if not isinstance(n, SymInt) or not n.env.replacements:
+        return n
+    e = n.env.simplify(n.expr)
+    return e.value if e.is_const() else SymInt(n.env, e)

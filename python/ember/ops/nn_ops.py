@@ -1785,6 +1785,8 @@ def _reduce_p(loss, reduction):
     if reduction == 2:
         return s
     n = loss.numel()
+    if not isinstance(n, int):     # a symbolic count ([dynamic]): divided in the graph
+        return P.div(s, n)
     return P.mul(s, 1.0 / n if n else math.nan)
 
 
@@ -1794,7 +1796,7 @@ def _unreduce(g, reduction, shape):
         return g
     n = math.prod(shape)
     if reduction == 1:
-        g = g * (1.0 / n if n else math.nan)
+        g = g / n if not isinstance(n, int) else g * (1.0 / n if n else math.nan)
     return g.expand(list(shape))
 
 
