@@ -173,57 +173,107 @@ def test_gpt_training_step_with_varying_batch_and_length():
     assert not counters["aot_dynamic_fallback"], dict(counters["aot_dynamic_fallback"])
 
 
-def test_graphs_print_with_sym_placeholders_and_verify(capsys):
+def _recording_aot(monkeypatch):
+    """aot_eager's graphs kept: {"joint", "fw", "bw"} of its last compilation."""
+    from ember import aot
+    captured = {}
+    real = aot.aot_compile
+
+    def fw(g, name):
+        captured["fw"] = g
+        return aot.eager_compiler(g, name)
+
+    def bw(g, name):
+        captured["bw"] = g
+        return aot.eager_compiler(g, name)
+
+    def recording(gm, example_inputs, name="graph", **kw):
+        record = {}
+        fn = real(gm, example_inputs, fw_compiler=fw, bw_compiler=bw, name=name,
+                  record=record)
+        captured["joint"] = record["joint"]
+        return fn
+    monkeypatch.setattr(aot, "aot_compile", recording)
+    return captured
+
+
+def test_graphs_print_with_sym_placeholders_and_verify(monkeypatch):
     """The joint, forward and backward graphs take the sizes as Sym placeholders; the
     backward reads the sizes it needs as saved symbols; all pass the graph verifier."""
     from ember import aot
     from ember.fx.graph_module import GraphModule
 
-    captured = {}
-
-    def backend(gm, example_inputs):
-        record = {}
-        captured["joint_fn"] = aot.aot_compile(
-            gm, example_inputs, record=record,
-            fw_compiler=lambda g, name: captured.setdefault("fw", g) and
-            aot.eager_compiler(g, name),
-            bw_compiler=lambda g, name: captured.setdefault("bw", g) and
-            aot.eager_compiler(g, name))
-        captured["joint"] = record["joint"]
-        return captured["joint_fn"]
+    captured = _recording_aot(monkeypatch)
 
     def f(x, w):
         return (x.view(-1, 4) @ w).softmax(-1)
 
-    cf = ember.compile(f, backend=backend, dynamic=True)
+    cf = ember.compile(f, backend="aot_eager", dynamic=True)
     x, w = ember.randn(6, 8, requires_grad=True), ember.randn(4, 3, requires_grad=True)
     cf(x, w).sum().backward()
     joint, fw, bw = captured["joint"].graph, captured["fw"], captured["bw"]
     for g in (joint, fw, bw):
         g.lint()
-        aot.verify_prims(g)
         GraphModule({}, g)      # generates valid Python
-    assert 's0: "Sym(s0)"' in GraphModule({}, fw).code
+    aot.verify_prims(fw)
+    aot.verify_prims(bw)
+    for g in (joint, fw):
+        assert 's0: "Sym(s0)"' in GraphModule({}, g).code
     bw_code = GraphModule({}, bw).code
     assert 'Sym(s0)' in bw_code, bw_code
-    # the backward's view of the gradient uses the symbol, not the captured size
-    assert "(6, " not in bw_code and "12" not in bw_code, bw_code
+    # the backward's view of the gradient uses the symbols, not the captured sizes
+    assert "(6, 8)" not in bw_code and "(12, 4)" not in bw_code, bw_code
+    assert counters["stats"]["size_specializations"] == 0
 
 
-def test_a_backward_that_cannot_run_symbolically_falls_back_per_size():
-    """An op whose symbolic form is missing makes aot_eager compile the graph per size
-    (sym_sizes.specializing), counted, with results still equal to eager's."""
+def test_a_backward_that_cannot_run_symbolically_falls_back_per_size(monkeypatch):
+    """A backward formula calling a composite without a symbolic form (here reshape,
+    whose form is taken away; Linear's backward reshapes) makes aot_eager compile that
+    graph per size (sym_sizes.specializing), counted, with results equal to eager's."""
+    from ember.fx import sym_meta
+    monkeypatch.delitem(sym_meta._COMPOSITES, "reshape")
+    ember.manual_seed(0)
+    lin = nn.Linear(4, 3)
+    cf = ember.compile(lin, backend="aot_eager", dynamic=True)
+    for n in (3, 4, 5, 4):
+        x = ember.randn(n, 4)
+        lin.zero_grad()
+        cf(x).sum().backward()
+        got = [p.grad.clone() for p in lin.parameters()]
+        lin.zero_grad()
+        lin(x).sum().backward()
+        for a, b in zip(got, [p.grad for p in lin.parameters()]):
+            _close(a, b, n)
+    assert _graphs(cf) == 1
+    assert any("reshape" in r for r in counters["aot_dynamic_fallback"]), \
+        dict(counters["aot_dynamic_fallback"])
+    assert counters["stats"]["size_specializations"] == 3
+    assert not counters["backend_fallback"]
+
+
+def test_a_size_read_at_the_captured_value_is_refused(monkeypatch):
+    """The joint graph runs again at other sizes the guards admit (aot/sym_check.py): a
+    size that is a constant where the graph should compute it from the symbols (a
+    formula that read a C int at the hints) is caught, and the graph refused."""
+    from ember.aot.sym_check import SymbolicSizeMismatch, check_other_sizes
+    from ember.fx.shape_env import SymInt
+
+    captured = _recording_aot(monkeypatch)
+
     def f(x):
-        return ember.tile(x, (2, 1)) * 3
+        return (x.view(-1, 4) * 2).softmax(0)
 
     cf = ember.compile(f, backend="aot_eager", dynamic=True)
-    for n in (3, 4, 5):
-        x = ember.randn(n, 2, requires_grad=True)
-        y = cf(x)
-        y.sum().backward()
-        x2 = x.detach().requires_grad_(True)
-        f(x2).sum().backward()
-        _close(y, f(x2), n)
-        _close(x.grad, x2.grad, n)
-    assert counters["aot_dynamic_fallback"]
-    assert counters["stats"]["size_specializations"] == 3
+    cf(ember.randn(6, 8, requires_grad=True)).sum().backward()
+    graph = captured["joint"].graph
+    env = next(n.meta["val"].env for n in graph.nodes
+               if isinstance(n.meta.get("val"), SymInt))
+    check_other_sizes(graph, env)            # as traced: right at other sizes
+    # the view's size at the captured value instead of its expression
+    view = next(n for n in graph.nodes if n.op == "call_function" and
+                getattr(n.target, "__name__", "") == "view" and
+                any(isinstance(a, type(n)) for a in n.args[1]))
+    view.args = (view.args[0], tuple(a.meta["val"].hint if isinstance(a, type(view)) else a
+                                     for a in view.args[1]))
+    with pytest.raises(SymbolicSizeMismatch, match="at sizes"):
+        check_other_sizes(graph, env)

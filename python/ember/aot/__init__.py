@@ -33,6 +33,7 @@ from .grad_mode import turns_grad_on, with_grad_on
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, log_mutations, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
+from .sym_check import check_other_sizes
 from .variants import BackwardVariants
 
 
@@ -76,6 +77,8 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
         # nothing needs a gradient: the forward alone (its ops record no autograd
         # history, as no input requires grad or grad mode is off)
         graph = decompose(joint.graph)
+        if symbolic is not None:
+            check_other_sizes(graph, _env_of(symbolic))
         _strip_grads(graph, joint.num_forward_outputs)
         log_mutations(joint, name)
         fw = fw_compiler(graph, f"{name}_inference")
@@ -91,10 +94,16 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
         return fw
     prim_values = {}
     prim_joint = dataclasses.replace(joint, graph=decompose(joint.graph, prim_values))
+    if symbolic is not None:
+        # no size of the graph is a constant read at the captured sizes
+        check_other_sizes(prim_joint.graph, _env_of(symbolic))
     # a call whose outputs get only some gradients runs a backward traced for those
     # (variants.py), whose formulas read forward values the full backward's prims may
     # not: every forward value an op-level formula reads is saved too
     also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
+    if also and symbolic is not None:
+        # the sizes too: a variant's formulas may read one the full backward does not
+        also = list(also) + _size_inputs(prim_joint.graph)
     fw, bw, saved = partition(prim_joint, also_save=also, min_cut=_min_cut())
     if record is not None:
         record["num_saved"] = len(saved)
@@ -146,6 +155,17 @@ class _SymbolicRun(fx.Interpreter):
         return target(*args, **kwargs)
 
 
+def _env_of(symbolic):
+    """The ShapeEnv of a capture's symbolic inputs."""
+    for v in symbolic:
+        if hasattr(v, "env"):
+            return v.env
+        for d in getattr(v, "_sym_shape", ()):
+            if hasattr(d, "env"):
+                return d.env
+    raise ValueError("no symbolic input")
+
+
 def _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
                       record):
     """AOT autograd over symbolic sizes: one forward and one backward serving every
@@ -154,8 +174,7 @@ def _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, na
     on a size is a guard of the capture's ShapeEnv (built into the frame's guards after
     the backend ran), counted in counters["aot_dynamic_guards"]. What cannot be traced
     symbolically raises SymbolicAOTUnsupported."""
-    env = next(v.env if hasattr(v, "env") else next(
-        d.env for d in v._sym_shape if hasattr(d, "env")) for v in symbolic if v is not None)
+    env = _env_of(symbolic)
     known = len(env.guards), len(env.replacements)
     try:
         compiled = _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
@@ -234,6 +253,12 @@ def _formula_reads(joint, prim_values):
             if node is not None:
                 reads.append(node)
     return reads
+
+
+def _size_inputs(graph):
+    from ..fx.shape_env import SymInt
+    return [n for n in graph.nodes
+            if n.op == "placeholder" and isinstance(n.meta.get("val"), SymInt)]
 
 
 def _without_grad(fn):

@@ -194,6 +194,7 @@ class SymNodes:
     def __init__(self, graph):
         self.graph = graph
         self.known = {}        # Expr -> node
+        self.missing = None    # symbol -> node, for a symbol with no placeholder yet
 
     def node(self, value):
         env = value.env
@@ -223,6 +224,8 @@ class SymNodes:
     def _atom(self, env, atom):
         if isinstance(atom, se.Symbol):
             node = self.known.get(se.Expr.atom(atom))
+            if node is None and self.missing is not None:
+                node = self.missing(atom)
             if node is None:
                 raise TraceError(f"size symbol {atom} is no input of the traced graph")
             return node
