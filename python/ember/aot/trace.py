@@ -274,7 +274,7 @@ def _dress(t):
     if not _plain_symbolic(t):
         return t
     val = t._trace.meta["val"]
-    d = _C.Tensor._make_subclass(SymFake, t, t.requires_grad)
+    d = _C.Tensor._make_subclass(SymFake, t, t.requires_grad, keep_view=True)
     d._sym_shape = val._sym_shape
     d._sym_strides = val._sym_strides if tuple(t.stride()) == val.hint_geometry()[1] \
         else M.contiguous_strides(val._sym_shape) if t.is_contiguous() else None

@@ -52,7 +52,7 @@ def _dress(view, like):
     """view (a meta tensor at hint sizes) as a SymFake with like's symbolic geometry."""
     if not isinstance(like, SymFake):
         return view
-    t = _C.Tensor._make_subclass(SymFake, view, view.requires_grad)
+    t = _C.Tensor._make_subclass(SymFake, view, view.requires_grad, keep_view=True)
     t._sym_shape = like._sym_shape
     t._sym_strides = like._sym_strides
     return t
@@ -152,8 +152,10 @@ def run_composite(op, entry, args):
     if form is not None:
         return form(*args)
     if name in _STATIC_DIM and not any(isinstance(a, SymInt) for a in args[1:]) and \
-            isinstance(args[0], SymFake) and not is_symbolic(
-                (args[0]._sym_shape[args[_STATIC_DIM[name]] % max(args[0].ndim, 1)],)):
+            isinstance(args[0], SymFake):
+        # how many pieces depends on the dim's size: a symbolic one is specialised
+        # (guarded equal to its value), as PyTorch's; the kernel then reads it exactly
+        int(args[0]._sym_shape[args[_STATIC_DIM[name]] % max(args[0].ndim, 1)])
         return op._kernel(args)
     if name in _GEOMETRY_FREE and not any(is_symbolic(a) for a in args[1:]):
         return op._kernel(args)
@@ -241,6 +243,26 @@ def _getitem(self, indices):
     return out
 
 
+def _setitem(self, indices, value):
+    """self[indices] = value with basic indices: a copy into the view."""
+    for i in (indices if isinstance(indices, tuple) else (indices,)):
+        if isinstance(i, _C.Tensor):
+            raise NotSymbolic("__setitem__ with a tensor index")
+    view = _getitem(self, indices)
+    if view is self:
+        view = _O().alias(self)
+    if isinstance(value, _C.Tensor):
+        view.copy_(value)
+    else:
+        view.fill_(value)
+
+
+def _unflatten(self, dim, sizes):
+    shape = tuple(self.shape)
+    d = dim % max(len(shape), 1)
+    return _O().view(self, shape[:d] + tuple(sizes) + shape[d + 1:])
+
+
 _COMPOSITES = {
     "reshape": _reshape,
     "flatten": _flatten,
@@ -250,9 +272,11 @@ _COMPOSITES = {
     "stack": _stack,
     "narrow": _narrow,
     "__getitem__": _getitem,
+    "__setitem__": _setitem,
+    "unflatten": _unflatten,
 }
 # composites whose C kernel reads the sizes of one dim only (the argument at this
-# position): exact when that dim is a constant
+# position): exact once that dim is a constant
 _STATIC_DIM = {"split": 2, "split_with_sizes": 2, "chunk": 2, "unbind": 1}
 # composites whose C kernel reads no sizes (dims and strides at the hints only)
 _GEOMETRY_FREE = {"contiguous", "mT", "numpy_T", "movedim"}
