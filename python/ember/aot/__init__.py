@@ -284,5 +284,6 @@ def aot_eager(gm, example_inputs):
     return aot_compile(gm, example_inputs, name=code.co_name if code else "graph")
 
 
-__all__ = ["aot_compile", "SymbolicAOTUnsupported", "symbolic_inputs", "aot_eager", "trace_joint", "decompose", "verify_prims",
+__all__ = ["aot_compile", "SymbolicAOTUnsupported", "symbolic_inputs", "aot_eager",
+           "trace_joint", "decompose", "verify_prims",
            "partition", "saved_bytes", "PrimVerificationError", "CompiledFunction"]

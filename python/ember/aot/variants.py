@@ -99,8 +99,11 @@ class BackwardVariants:
         tangent_nodes = {t._trace: k for k, t in enumerate(bt.tangents)}
         tracer = _VariantTracer(self.joint.graph)
         # (a symbolic joint graph: the formulas' plain fakes read its symbolic sizes)
-        tracer.symbolic = any(isinstance(n.meta.get("val"), SymInt)
-                              for n in self.joint.graph.nodes if n.op == "placeholder")
+        sizes = [n.meta["val"] for n in self.joint.graph.nodes
+                 if n.op == "placeholder" and isinstance(n.meta.get("val"), SymInt)]
+        tracer.symbolic = bool(sizes)
+        env = sizes[0].env if sizes else None
+        known = (len(env.guards), len(env.replacements)) if env is not None else None
         prev = _C._set_grad_enabled(False)
         try:
             with tracer.tracing():
@@ -146,6 +149,8 @@ class BackwardVariants:
         tangent_idx = tuple(i for (kind, i), _ in order if kind == 1)
         label = "".join("1" if p else "0" for p in present)
         compiled = self.compiler(prim, f"{self.name}_backward_{label}")
+        if env is not None:
+            compiled = _sized(compiled, prim, env, known, self.name)
         return compiled, saved_idx, tangent_idx
 
     def _saved_index(self, node, present):
@@ -164,3 +169,43 @@ class BackwardVariants:
                 "value the compiled forward does not save (the full backward does not "
                 "read it)")
         return i
+
+
+def _sized(compiled, prim, env, known, name):
+    """A backward variant of a symbolic graph, built after the frame's guards were:
+    a branch its formulas took on a size cannot join them. Such relations are taken
+    out of the ShapeEnv and checked here on each call from the sizes the variant is
+    given (a call they do not hold for raises rather than compute at wrong sizes); the
+    graph is also run again at other sizes (sym_check.py)."""
+    from .sym_check import check_other_sizes
+    rels = [g.rel for g in env.guards[known[0]:]]
+    rels += [se.Rel("==", se.Expr.atom(s) - rep)
+             for s, rep in list(env.replacements.items())[known[1]:]]
+    del env.guards[known[0]:]
+    for s in list(env.replacements)[known[1]:]:
+        del env.replacements[s]
+    check_other_sizes(prim, env)
+    if not rels:
+        return compiled
+    from ..capture.exc import counters
+    for r in rels:
+        counters["aot_dynamic_guards"][f"{name} (backward variant, checked per call): "
+                                       f"{r}"] += 1
+    slots = [(i, str(n.meta["val"].expr)) for i, n in enumerate(
+        n for n in prim.nodes if n.op == "placeholder")
+        if isinstance(n.meta.get("val"), SymInt)]
+    given = {name_ for _, name_ in slots}
+    if any(sym.name not in given for r in rels for sym in r.expr.symbols()):
+        raise RuntimeError(f"compiled backward of {name}: the backward of only some "
+                           f"outputs assumed {rels} of sizes it does not read")
+
+    def run(*args):
+        values = {name_: args[i] for i, name_ in slots}
+        for r in rels:
+            if not r.evaluate(values):
+                raise RuntimeError(
+                    f"compiled backward of {name}: the backward of only some outputs "
+                    f"assumed {r}, which does not hold at these sizes ({values}); "
+                    "compile with dynamic=False, or let every output get a gradient")
+        return compiled(*args)
+    return run
