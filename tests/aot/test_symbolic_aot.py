@@ -109,6 +109,11 @@ FAMILIES = {
     "cat": (lambda x, y: (ember.cat([x, y], 0) * ember.cat([y, x], 0)).sum(0) +
             ember.cat([x, y], 1).sum(0)[:4],
             lambda n: (_p(n, 4), _p(n, 4))),
+    # flip's decomposition and cumsum's backward index with arange over a symbolic
+    # length (its length in integers: no specialization)
+    "scan_flip_prod": (lambda x: x.flip(0).cumsum(0) * x + x.prod(1, keepdim=True) +
+                       ember.arange(x.shape[0]).unsqueeze(1) * x,
+                       lambda n: (_p(n, 3),)),
     "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx) +
                  x.gather(1, idx.unsqueeze(1).remainder(4)),
                  lambda n: (_p(n, 4), ember.randint(0, n, (n,)))),
