@@ -310,3 +310,30 @@ def test_writes_through_symbolic_views_are_functionalized():
     assert _graphs(cf) == 1, _reasons(cf)
     assert counters["stats"]["size_specializations"] == 0
     assert not counters["aot_dynamic_fallback"], dict(counters["aot_dynamic_fallback"])
+
+
+def test_a_backward_variant_checks_the_size_relations_it_assumed():
+    """A backward variant (for calls where only some outputs get a gradient) is traced
+    after the frame's guards were built, so a relation its formulas branch on cannot
+    join them: it is taken out of the ShapeEnv and checked on every call of the variant
+    from the sizes it is given, which raises rather than compute at sizes it does not
+    hold for (aot/variants.py _sized)."""
+    from ember import fx
+    from ember.aot.variants import _sized
+    from ember.fx.shape_env import ShapeEnv
+
+    env = ShapeEnv()
+    s0 = env.create_symbol(5, "x.size(0)")
+    known = (len(env.guards), len(env.replacements))
+    assert s0 > 3                  # a branch a formula took: a guard
+    assert len(env.guards) == 1
+    g = fx.Graph()
+    ph = g.placeholder("s0")
+    ph.meta["val"] = s0
+    g.output((ph,))
+    run = _sized(lambda *args: args, g, env, known, "f")
+    assert env.guards == []        # out of the frame's ShapeEnv
+    assert run(7) == (7,)
+    with pytest.raises(RuntimeError, match="s0"):
+        run(3)
+    assert counters["aot_dynamic_guards"]
