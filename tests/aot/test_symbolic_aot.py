@@ -337,3 +337,21 @@ def test_a_backward_variant_checks_the_size_relations_it_assumed():
     with pytest.raises(RuntimeError, match="s0"):
         run(3)
     assert counters["aot_dynamic_guards"]
+
+
+def test_the_check_at_other_sizes_respects_the_guards():
+    """The sizes the joint graph runs again at satisfy every guard (a length at its
+    bound moves down) and differ from the captured ones; none when the guards pin
+    them."""
+    from ember.aot.sym_check import other_sizes
+    from ember.fx.shape_env import ShapeEnv
+
+    env = ShapeEnv()
+    t, b = env.create_symbol(64, "t"), env.create_symbol(5, "b")
+    assert t <= 64
+    values = other_sizes(env)
+    assert values["s0"] != 64 and values["s0"] <= 64 and values["s1"] != 5
+    pinned = ShapeEnv()
+    n = pinned.create_symbol(7, "n")
+    assert int(n) == 7           # specialised: s0 == 7
+    assert other_sizes(pinned) is None

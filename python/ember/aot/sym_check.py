@@ -22,9 +22,9 @@ class SymbolicSizeMismatch(RuntimeError):
     pass
 
 
-def other_sizes(env, tries=(1, 3, 7, 2)):
+def other_sizes(env, tries=(1, 3, 7, 2, -1, -2)):
     """{symbol name: value} other than the hints for which every guard of env holds
-    (each symbol moved by the same offset, or doubled), or None."""
+    (each symbol moved by the same offset, up or down, or doubled), or None."""
     hints = {s: info.hint for s, info in env.symbols.items()}
     candidates = [{s: h + k for s, h in hints.items()} for k in tries]
     candidates.append({s: 2 * h + 1 for s, h in hints.items()})
@@ -34,7 +34,8 @@ def other_sizes(env, tries=(1, 3, 7, 2)):
             values[s.name] = se.evaluate(rep, values)
         ok = all(lo <= values[s.name] <= (hi if hi != se.INF else values[s.name])
                  for s, (lo, hi) in ((s, i.range) for s, i in env.symbols.items()))
-        if ok and all(g.rel.evaluate(values) for g in env.guards):
+        moved = any(values[s.name] != h for s, h in hints.items())
+        if ok and moved and all(g.rel.evaluate(values) for g in env.guards):
             return values
     return None
 
