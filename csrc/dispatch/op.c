@@ -647,7 +647,10 @@ call_bound(em_Op *op, PyObject **args)
     PyObject *result;
     bool tracing = em_tls.mode == EM_MODE_TRACE && em_tls.tracer != NULL;
     if (op->composite || (op->inplace && op->functional != NULL)) {
-        result = op->composite ? op->kernel(op, args) : em_inplace_call(op, args);
+        /* a composite's C kernel reads sizes as C ints: while tracing, the tracer runs
+         * it (symbolic sizes take its Python rule: fx/sym_meta.py) */
+        result = op->composite ? (tracing ? em_call_tracer(op, args) : op->kernel(op, args))
+                               : em_inplace_call(op, args);
         if (result == NULL && !tracing)
             name_error(op);
         return result;

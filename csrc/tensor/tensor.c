@@ -630,13 +630,13 @@ tensor_retain_grad(em_Tensor *self, PyObject *noargs)
 static PyObject *
 tensor_make_subclass(PyObject *unused, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"cls", "data", "require_grad", NULL};
+    static char *kwlist[] = {"cls", "data", "require_grad", "keep_view", NULL};
     PyTypeObject *cls;
     PyObject *data;
-    int require_grad = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!|p:_make_subclass", kwlist,
+    int require_grad = 0, keep_view = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!|pp:_make_subclass", kwlist,
                                      &PyType_Type, &cls, &em_Tensor_Type, &data,
-                                     &require_grad))
+                                     &require_grad, &keep_view))
         return NULL;
     if (!PyType_IsSubtype(cls, &em_Tensor_Type)) {
         PyErr_SetString(PyExc_TypeError, "cls must be a subclass of Tensor");
@@ -660,6 +660,13 @@ tensor_make_subclass(PyObject *unused, PyObject *args, PyObject *kwargs)
     t->storage = src->storage;
     Py_XINCREF(src->trace);
     t->trace = src->trace;
+    if (keep_view && src->base != NULL) {
+        /* the same view of the same base (a symbolic tracer's view: [dynamic]) */
+        t->base = Py_NewRef(src->base);
+        t->view_steps = Py_XNewRef(src->view_steps);
+        t->view_version = src->view_version;
+        t->view_kind = src->view_kind;
+    }
     if (require_grad && set_requires_grad(t, 1) < 0) {
         Py_DECREF(t);
         return NULL;

@@ -33,6 +33,7 @@ from .grad_mode import turns_grad_on, with_grad_on
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, log_mutations, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
+from .sym_check import check_other_sizes
 from .variants import BackwardVariants
 
 
@@ -53,12 +54,22 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
     inputs after each call (mutation.py); a call whose inputs share memory with an input
     written into runs gm eagerly instead (counted). record, a dict, gets the joint
     graph's facts the result is made from (compiler/graph_cache.py stores them)."""
+    symbolic = symbolic_inputs(gm)
+    if symbolic is not None:
+        return _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler,
+                                 name, record)
+    return _compile(gm, example_inputs, None, fw_compiler, bw_compiler, name, record)
+
+
+def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, record):
     def run(*args):
+        if symbolic is not None:
+            return _SymbolicRun(gm).run(*args)
         return gm(*args)
 
     # a graph entered with grad off whose region turns it on (grad_mode.py)
     grad_inside = not _C.is_grad_enabled() and turns_grad_on(gm)
-    joint = trace_joint(run, example_inputs, grad_inside=grad_inside)
+    joint = trace_joint(run, example_inputs, grad_inside=grad_inside, symbolic=symbolic)
     if record is not None:
         record["joint"] = joint
     fallback = _aliased_inputs_fallback(gm, name) if joint.mutations else None
@@ -66,6 +77,8 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
         # nothing needs a gradient: the forward alone (its ops record no autograd
         # history, as no input requires grad or grad mode is off)
         graph = decompose(joint.graph)
+        if symbolic is not None:
+            check_other_sizes(graph, _env_of(symbolic))
         _strip_grads(graph, joint.num_forward_outputs)
         log_mutations(joint, name)
         fw = fw_compiler(graph, f"{name}_inference")
@@ -81,10 +94,16 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
         return fw
     prim_values = {}
     prim_joint = dataclasses.replace(joint, graph=decompose(joint.graph, prim_values))
+    if symbolic is not None:
+        # no size of the graph is a constant read at the captured sizes
+        check_other_sizes(prim_joint.graph, _env_of(symbolic))
     # a call whose outputs get only some gradients runs a backward traced for those
     # (variants.py), whose formulas read forward values the full backward's prims may
     # not: every forward value an op-level formula reads is saved too
     also = _formula_reads(joint, prim_values) if joint.num_tangents > 1 else ()
+    if also and symbolic is not None:
+        # the sizes too: a variant's formulas may read one the full backward does not
+        also = list(also) + _size_inputs(prim_joint.graph)
     fw, bw, saved = partition(prim_joint, also_save=also, min_cut=_min_cut())
     if record is not None:
         record["num_saved"] = len(saved)
@@ -98,6 +117,79 @@ def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eage
                                  bw_compiler(bw, f"{name}_backward"), name, variants,
                                  fallback=fallback)
     return with_grad_on(compiled) if grad_inside else compiled
+
+
+class SymbolicAOTUnsupported(RuntimeError):
+    """A graph with size inputs that AOT autograd cannot trace symbolically: the caller
+    compiles it once per size instead (capture/sym_sizes.specializing)."""
+
+
+def symbolic_inputs(gm):
+    """Per placeholder of a captured graph with size inputs (capture/sym_sizes.py), what
+    the joint trace takes for it: the SymFake of a tensor with symbolic sizes, the
+    SymInt of a size input, None for the others; None for a graph without sizes."""
+    from ..capture.sym_sizes import has_symbols
+    from ..fx.shape_env import SymInt
+    from ..fx.sym_fake import SymFake
+    if not hasattr(gm, "graph") or not has_symbols(gm):
+        return None
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("example_value")
+        out.append(v if isinstance(v, (SymFake, SymInt)) else None)
+    return out
+
+
+class _SymbolicRun(fx.Interpreter):
+    """Runs a captured graph for the joint trace with min and max of sizes as
+    expressions (shape_env.sym_min/sym_max), as the capture computed them: Python's
+    would compare the operands, a guard."""
+
+    def call_function(self, target, args, kwargs):
+        if target is min or target is max:
+            from ..fx.shape_env import SymInt, sym_max, sym_min
+            if len(args) == 2 and not kwargs and any(isinstance(a, SymInt) for a in args):
+                return (sym_min if target is min else sym_max)(*args)
+        return target(*args, **kwargs)
+
+
+def _env_of(symbolic):
+    """The ShapeEnv of a capture's symbolic inputs."""
+    for v in symbolic:
+        if hasattr(v, "env"):
+            return v.env
+        for d in getattr(v, "_sym_shape", ()):
+            if hasattr(d, "env"):
+                return d.env
+    raise ValueError("no symbolic input")
+
+
+def _symbolic_compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
+                      record):
+    """AOT autograd over symbolic sizes: one forward and one backward serving every
+    size the capture's guards admit. The backward formulas and decompositions read
+    sizes through the SymFakes, so they compute with the symbols; a branch they take
+    on a size is a guard of the capture's ShapeEnv (built into the frame's guards after
+    the backend ran), counted in counters["aot_dynamic_guards"]. What cannot be traced
+    symbolically raises SymbolicAOTUnsupported."""
+    env = _env_of(symbolic)
+    known = len(env.guards), len(env.replacements)
+    try:
+        compiled = _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name,
+                            record)
+    except Exception as e:   # noqa: BLE001 - any failure: compiled per size instead
+        # the per-size compilations need none of the guards this trace took
+        del env.guards[known[0]:]
+        for s in list(env.replacements)[known[1]:]:
+            del env.replacements[s]
+        raise SymbolicAOTUnsupported(f"{type(e).__name__}: {e}") from e
+    for g in env.guards[known[0]:]:
+        counters["aot_dynamic_guards"][f"{name}: {g}"] += 1
+    for s, rep in list(env.replacements.items())[known[1]:]:
+        counters["aot_dynamic_guards"][f"{name}: {s} == {rep}"] += 1
+    return compiled
 
 
 def backward_variants(gm, example_inputs, bw_compiler, name="graph"):
@@ -163,6 +255,12 @@ def _formula_reads(joint, prim_values):
     return reads
 
 
+def _size_inputs(graph):
+    from ..fx.shape_env import SymInt
+    return [n for n in graph.nodes
+            if n.op == "placeholder" and isinstance(n.meta.get("val"), SymInt)]
+
+
 def _without_grad(fn):
     def run(*args):
         prev = _C._set_grad_enabled(False)
@@ -186,5 +284,6 @@ def aot_eager(gm, example_inputs):
     return aot_compile(gm, example_inputs, name=code.co_name if code else "graph")
 
 
-__all__ = ["aot_compile", "aot_eager", "trace_joint", "decompose", "verify_prims",
+__all__ = ["aot_compile", "SymbolicAOTUnsupported", "symbolic_inputs", "aot_eager",
+           "trace_joint", "decompose", "verify_prims",
            "partition", "saved_bytes", "PrimVerificationError", "CompiledFunction"]

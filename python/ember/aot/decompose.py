@@ -6,7 +6,11 @@ import operator
 
 from .. import _C
 from .. import fx
-from .trace import OpTracer
+from ..fx.shape_env import SymInt
+from .trace import OpTracer, SymNodes
+
+
+SIZE_OPS = frozenset(SymNodes.CALLS) | {operator.add, operator.mul}
 
 
 class PrimVerificationError(RuntimeError):
@@ -35,6 +39,11 @@ def decompose(graph, values=None) -> "fx.Graph":
                 env[node] = tracer.placeholder(node.name, node.meta["val"])
             elif node.op == "call_function":
                 args, kwargs = value(node.args), value(node.kwargs)
+                val = node.meta.get("val")
+                if isinstance(val, SymInt):
+                    # size arithmetic: its expression, made again where an op takes it
+                    env[node] = val
+                    continue
                 if node.target is operator.getitem:
                     env[node] = args[0][args[1]]
                     continue
@@ -71,6 +80,8 @@ def verify_prims(graph):
         t = node.target
         if t is operator.getitem:
             continue
+        if t in SIZE_OPS and isinstance(node.meta.get("val"), SymInt):
+            continue     # arithmetic of sizes (a symbolic graph's)
         if not isinstance(t, _C.Op) or not t.entry.prim:
             raise PrimVerificationError(f"node {node.name} calls "
                                         f"{getattr(t, 'schema', t)}, which is not a prim")

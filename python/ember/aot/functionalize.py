@@ -116,7 +116,8 @@ class Functionalizer:
     def _fake(node):
         """A fresh fake standing for node's value (its own storage: nothing aliases it)."""
         val = node.meta["val"]
-        fake = _C._meta_tensor(tuple(val.shape), val.dtype, tuple(val.stride()))
+        from .trace import fresh_fake
+        fake = fresh_fake(val)
         fake._trace = node
         return fake
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from .. import _C
 from .. import autograd
 from .mutation import input_mutations, split_aliases
-from .trace import OpTracer
+from ..fx.shape_env import SymInt
+from .trace import OpTracer, fresh_fake
 
 
 @dataclass
@@ -57,24 +58,29 @@ def _flat_outputs(out):
     raise TypeError(f"AOT autograd: graph returned {type(out).__name__}")
 
 
-def trace_joint(fn, example_inputs, *, with_backward=True, grad_inside=False) -> JointGraph:
+def trace_joint(fn, example_inputs, *, with_backward=True, grad_inside=False,
+                symbolic=None) -> JointGraph:
     """Traces fn(*inputs) (and its backward when an input requires grad). With
     with_backward=False the forward alone is traced, with autograd as at run time when
     an input requires grad (so the trace knows which writes into inputs autograd
     follows), and no tangent is made. The trace starts in the caller's grad mode; fn may
     change it in regions (grad_mode.py): grad_inside says a region turns it on, so a
-    trace started with grad off may still record autograd there."""
+    trace started with grad off may still record autograd there. symbolic: per input,
+    None or what the trace takes instead of the example's sizes (a SymFake, or for a
+    size input its SymInt): the graphs are then symbolic ([dynamic])."""
     tracer = OpTracer()
-    needs_grad = [i for i, x in enumerate(example_inputs) if x.requires_grad]
+    needs_grad = [i for i, x in enumerate(example_inputs)
+                  if getattr(x, "requires_grad", False)]
     entry_grad = bool(needs_grad) and _C.is_grad_enabled()
     # whether autograd may record anywhere in fn (at entry, or in a region)
     grad_on = bool(needs_grad) and (_C.is_grad_enabled() or grad_inside)
     primals, leaves = [], []
     for i, x in enumerate(example_inputs):
-        p, leaf = _primal(tracer, f"primals_{i + 1}", x, grad_on)
+        like = symbolic[i] if symbolic is not None else None
+        p, leaf = _primal(tracer, f"primals_{i + 1}", x, grad_on, like)
         primals.append(p)
         leaves.append(leaf)
-    grad_fns = [p.grad_fn for p in primals]
+    grad_fns = [getattr(p, "grad_fn", None) for p in primals]
     prev_grad = _C._set_grad_enabled(entry_grad)
     try:
         with tracer.tracing():
@@ -117,14 +123,18 @@ def trace_joint(fn, example_inputs, *, with_backward=True, grad_inside=False) ->
                       forward_nodes, tuple(mutations), tuple(aliases))
 
 
-def _primal(tracer, name, example, grad_on):
+def _primal(tracer, name, example, grad_on, like=None):
     """(the fake input fn is called with, the leaf fake gradients are taken for). An
     input with a history (not a leaf, requiring grad) hangs from a pass-through node
     over a leaf, so in-place writes into it are traced as eager runs them."""
-    fake = tracer.placeholder(name, example)
+    if isinstance(like, SymInt):
+        # a size input of a symbolic graph: its SymInt, a graph value of its own
+        value = tracer.sym_placeholder(str(like.expr), like)
+        return value, value
+    fake = tracer.placeholder(name, example, like)
     if not (grad_on and example.requires_grad and example.grad_fn is not None):
         return fake, fake
-    inner = _C._meta_tensor(tuple(example.shape), example.dtype, example.stride())
+    inner = fresh_fake(fake)
     inner._trace = fake._trace
     _C._make_node(_pass_through, (fake,), (inner,), "InputBackward")
     return inner, fake
@@ -146,7 +156,7 @@ class BackwardTrace:
 def _detached(t):
     """A tangent: shaped like the output, contiguous (gradients arrive in any layout;
     compiled graphs copy them into this one)."""
-    return _C._meta_tensor(tuple(t.shape), t.dtype)
+    return fresh_fake(t, contiguous=True)
 
 
 def _hoist_placeholders(graph):

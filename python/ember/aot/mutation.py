@@ -27,6 +27,8 @@ the view's steps from the input, replayed by ember.ops.view_replay).
 """
 from __future__ import annotations
 
+from .. import _C
+
 import functools
 from dataclasses import dataclass
 
@@ -60,6 +62,8 @@ def input_mutations(functional, primals, grad_fns, grad_on):
     the program ran; grad_on: whether the trace ran with autograd."""
     out = []
     for i, p in enumerate(primals):
+        if not isinstance(p, _C.Tensor):
+            continue      # a size input
         writes = functional.writes(p)
         if writes:
             followed = grad_on and p.requires_grad and p.grad_fn is not grad_fns[i]

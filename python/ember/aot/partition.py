@@ -15,6 +15,7 @@ from .. import _C
 from .. import fx
 from ..capture import logs
 from ..ops.registry import RECOMPUTE_CHEAP, RECOMPUTE_REDUCTION
+from ..fx.shape_env import SymInt
 from .joint import JointGraph
 from .maxflow import INFINITE, FlowNetwork
 
@@ -78,7 +79,7 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     fw = fx.Graph()
     env = {}
     for p in primals:
-        env[p] = fw.placeholder(p.name)
+        env[p] = fw.placeholder(p.name, type_expr=p.type)
         env[p].meta.update(p.meta)
     for n in nodes:
         if n in fw_set and n.op == "call_function":
@@ -96,7 +97,7 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     bw = fx.Graph()
     benv = {}
     for s in list(saved) + tangents:
-        benv[s] = bw.placeholder(s.name)
+        benv[s] = bw.placeholder(s.name, type_expr=_sym_type(s))
         benv[s].meta.update(s.meta)
     for n in bw_nodes:
         benv[n] = bw.node_copy(n, lambda a: benv[a])
@@ -105,6 +106,15 @@ def partition(joint: JointGraph, also_save=(), min_cut=True):
     bw.eliminate_dead_code()
     bw.lint()
     return fw, bw, saved
+
+
+def _sym_type(node):
+    """A saved size prints as Sym(expression) in the backward's placeholders."""
+    v = node.meta.get("val")
+    if isinstance(v, SymInt) and node.type is None:
+        from ..capture.sym_sizes import SymTypeExpr
+        return SymTypeExpr(str(v.expr))
+    return node.type
 
 
 def _copy_of(fw, node):
@@ -146,9 +156,13 @@ def _backward_nodes(nodes, bw_roots, saved_set):
 
 
 def _nbytes(node):
+    """The bytes of node's value (at the hints when its sizes are symbolic); a size
+    (SymInt) counts as one int64."""
     v = node.meta.get("val")
     if isinstance(v, _C.Tensor):
-        return v.numel() * v.element_size()
+        return _C.Tensor.numel(v) * v.element_size()
+    if isinstance(v, SymInt):
+        return 8
     return None
 
 
@@ -225,8 +239,11 @@ def saved_bytes(saved) -> list:
     rows = []
     for n in saved:
         v = n.meta.get("val")
+        if isinstance(v, SymInt):      # a size the backward reads
+            rows.append((n.name, (), None, 8))
+            continue
         shape = tuple(v.shape) if v is not None else ()
-        nbytes = v.numel() * v.element_size() if v is not None else 0
+        nbytes = _C.Tensor.numel(v) * v.element_size() if v is not None else 0
         rows.append((n.name, shape, v.dtype if v is not None else None, nbytes))
     return rows
 

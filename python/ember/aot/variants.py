@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from .. import _C
 from .. import autograd
+from ..fx import sym_expr as se
+from ..fx.shape_env import SymInt
 from .decompose import decompose
 from .joint import JointGraph, _hoist_placeholders
 from .trace import OpTracer
@@ -31,6 +33,7 @@ class _VariantTracer(OpTracer):
         super().__init__()
         self.outer_graph = outer_graph
         self.outer = {}         # joint node -> placeholder
+        self.sym.missing = self._symbol_placeholder
 
     def node_of(self, value):
         if isinstance(value, _C.Tensor):
@@ -38,6 +41,19 @@ class _VariantTracer(OpTracer):
             if node is not None and node.graph is not self.graph:
                 return self._placeholder_for(node, value)
         return super().node_of(value)
+
+    def _symbol_placeholder(self, symbol):
+        """A size the backward reads: a placeholder for the joint graph's size input
+        (the forward saves it: aot_compile)."""
+        for node in self.outer_graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            if isinstance(val, SymInt) and val.expr == se.Expr.atom(symbol):
+                ph = self.graph.placeholder(f"outer_{node.name}", type_expr=node.type)
+                ph.meta["val"] = val
+                self.outer[node] = ph
+                self.sym.known[val.expr] = ph
+                return ph
+        return None
 
     def _placeholder_for(self, node, value):
         # (a node the joint graph's dead code elimination erased is fine until the prim
@@ -61,6 +77,8 @@ class BackwardVariants:
         self.joint = joint
         self.prim_values = prim_values      # joint node -> its fake in the prim graph
         self.saved_index = {n: i for i, n in enumerate(saved)}
+        self.saved_sizes = {n.meta["val"].expr: i for i, n in enumerate(saved)
+                            if isinstance(n.meta.get("val"), SymInt)}
         self.compiler = compiler
         self.name = name
         self.cache = {}
@@ -80,6 +98,12 @@ class BackwardVariants:
         ks = [k for k, p in enumerate(present) if p]
         tangent_nodes = {t._trace: k for k, t in enumerate(bt.tangents)}
         tracer = _VariantTracer(self.joint.graph)
+        # (a symbolic joint graph: the formulas' plain fakes read its symbolic sizes)
+        sizes = [n.meta["val"] for n in self.joint.graph.nodes
+                 if n.op == "placeholder" and isinstance(n.meta.get("val"), SymInt)]
+        tracer.symbolic = bool(sizes)
+        env = sizes[0].env if sizes else None
+        known = (len(env.guards), len(env.replacements)) if env is not None else None
         prev = _C._set_grad_enabled(False)
         try:
             with tracer.tracing():
@@ -107,7 +131,9 @@ class BackwardVariants:
         # does not use is dropped
         order = []
         for node, ph in tracer.outer.items():
-            pph = values[ph]._trace
+            v = values[ph]
+            pph = v._trace if isinstance(v, _C.Tensor) else \
+                next(n for n in prim.nodes if n.op == "placeholder" and n.name == ph.name)
             if not pph.users:
                 prim.erase_node(pph)
             elif node in tangent_nodes:
@@ -123,13 +149,19 @@ class BackwardVariants:
         tangent_idx = tuple(i for (kind, i), _ in order if kind == 1)
         label = "".join("1" if p else "0" for p in present)
         compiled = self.compiler(prim, f"{self.name}_backward_{label}")
+        if env is not None:
+            compiled = _sized(compiled, prim, env, known, self.name)
         return compiled, saved_idx, tangent_idx
 
     def _saved_index(self, node, present):
         """The index among the forward's saved values of the joint node's value."""
         fake = self.prim_values.get(node)
-        prim_node = getattr(fake, "_trace", None) if isinstance(fake, _C.Tensor) else None
-        i = self.saved_index.get(prim_node)
+        if isinstance(fake, SymInt):      # a size input, saved by the forward
+            i = self.saved_sizes.get(fake.expr)
+        else:
+            prim_node = getattr(fake, "_trace", None) if isinstance(fake, _C.Tensor) \
+                else None
+            i = self.saved_index.get(prim_node)
         if i is None:
             raise RuntimeError(
                 f"compiled backward of {self.name}: the gradient of only outputs "
@@ -137,3 +169,43 @@ class BackwardVariants:
                 "value the compiled forward does not save (the full backward does not "
                 "read it)")
         return i
+
+
+def _sized(compiled, prim, env, known, name):
+    """A backward variant of a symbolic graph, built after the frame's guards were:
+    a branch its formulas took on a size cannot join them. Such relations are taken
+    out of the ShapeEnv and checked here on each call from the sizes the variant is
+    given (a call they do not hold for raises rather than compute at wrong sizes); the
+    graph is also run again at other sizes (sym_check.py)."""
+    from .sym_check import check_other_sizes
+    rels = [g.rel for g in env.guards[known[0]:]]
+    rels += [se.Rel("==", se.Expr.atom(s) - rep)
+             for s, rep in list(env.replacements.items())[known[1]:]]
+    del env.guards[known[0]:]
+    for s in list(env.replacements)[known[1]:]:
+        del env.replacements[s]
+    check_other_sizes(prim, env)
+    if not rels:
+        return compiled
+    from ..capture.exc import counters
+    for r in rels:
+        counters["aot_dynamic_guards"][f"{name} (backward variant, checked per call): "
+                                       f"{r}"] += 1
+    slots = [(i, str(n.meta["val"].expr)) for i, n in enumerate(
+        n for n in prim.nodes if n.op == "placeholder")
+        if isinstance(n.meta.get("val"), SymInt)]
+    given = {name_ for _, name_ in slots}
+    if any(sym.name not in given for r in rels for sym in r.expr.symbols()):
+        raise RuntimeError(f"compiled backward of {name}: the backward of only some "
+                           f"outputs assumed {rels} of sizes it does not read")
+
+    def run(*args):
+        values = {name_: args[i] for i, name_ in slots}
+        for r in rels:
+            if not r.evaluate(values):
+                raise RuntimeError(
+                    f"compiled backward of {name}: the backward of only some outputs "
+                    f"assumed {r}, which does not hold at these sizes ({values}); "
+                    "compile with dynamic=False, or let every output get a gradient")
+        return compiled(*args)
+    return run

@@ -636,7 +636,9 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     """Runs the backend; a failing backend falls back to running the graph eagerly, with
     one warning per (code, reason), unless strict. A graph with size inputs goes to
     backends that compile fixed sizes once per size (sym_sizes.specializing), each
-    compilation with the same fallback."""
+    compilation with the same fallback; aot_eager traces it symbolically (one graph
+    for every size), and compiles it per size only where it cannot (counted in
+    counters["aot_dynamic_fallback"])."""
     example_inputs = [value for _, _, value in out.inputs]
     from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     backend = split_backend(ctx.backend)
@@ -662,6 +664,17 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
         _mark_skip(compiled)
         return compiled
 
+    if has_symbols(gm) and ctx.backend_name == "aot_eager" and backend is ctx.backend:
+        # AOT autograd traces the symbolic graph: one forward and one backward for
+        # every size; what it cannot trace symbolically is compiled per size, counted
+        from ..aot import SymbolicAOTUnsupported
+        try:
+            compiled = backend(gm, example_inputs)
+        except SymbolicAOTUnsupported as e:
+            counters["aot_dynamic_fallback"][str(e)] += 1
+        else:
+            _mark_skip(compiled)
+            return compiled
     if has_symbols(gm) and (ctx.backend_name != "eager" or writes_into_inputs(gm)):
         # (the eager backend runs symbolic graphs as they are, unless AOT's
         # functionalization must run them)

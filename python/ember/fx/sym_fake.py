@@ -69,3 +69,41 @@ def _wrap(d, n):
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-max(n, 1)}, {max(n, 1) - 1}], but got {d})")
     return d % max(n, 1)
+
+
+def symbolic_target(t, size):
+    """A size t is reduced to (sum_to_size), with t's symbolic sizes where it has their
+    hints: the autograd engine sums a broadcast input's gradient back to the input's
+    shape, which it reads as C ints (csrc/autograd/engine.c conform()). A target dim
+    that is not 1 is the gradient's aligned dim (broadcasting guarded them equal);
+    1 stays 1. Plain tensors and symbolic targets come back as they are."""
+    if not isinstance(t, SymFake):
+        return size
+    size = tuple(size)
+    shape = t._sym_shape
+    off = len(shape) - len(size)
+    if off < 0 or is_symbolic(size):
+        return size
+    out = []
+    for i, n in enumerate(size):
+        d = shape[off + i]
+        out.append(d if n != 1 and isinstance(d, SymInt) and d.hint == n else n)
+    return tuple(out)
+
+
+def same_size(a, b):
+    """Whether sizes a and b are the same without a guard: equal ints, or SymInts of one
+    expression. (Sizes that are equal only under a guard count as different.)"""
+    a, b = _simplified(a), _simplified(b)
+    if isinstance(a, SymInt) or isinstance(b, SymInt):
+        return isinstance(a, SymInt) and isinstance(b, SymInt) and a.expr == b.expr
+    return a == b
+
+
+def _simplified(n):
+    """n with the ShapeEnv's replacements (a symbol guarded equal to an expression or
+    a constant) applied: an int when it comes to a constant."""
+    if not isinstance(n, SymInt) or not n.env.replacements:
+        return n
+    e = n.env.simplify(n.expr)
+    return e.value if e.is_const() else SymInt(n.env, e)

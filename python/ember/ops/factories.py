@@ -44,7 +44,18 @@ op(f"arange(Scalar end, *, {_OPTS}) -> Tensor", FACTORY, "arange", prim=True, me
 op(f"arange.start(Scalar start, Scalar end, Scalar step=1, *, {_OPTS}) -> Tensor", FACTORY,
    "arange", method=False, meta=M.arange,
    decompose=lambda start, end, step, dtype, device, requires_grad: P.add(
-       P.mul(P.arange(math.ceil((end - start) / step), dtype=dtype), step), start))
+       P.mul(P.arange(_arange_length(start, end, step), dtype=dtype), step), start))
+
+
+def _arange_length(start, end, step):
+    """ceil((end - start) / step); in integers when a bound is a symbolic size
+    ([dynamic]: true division would specialise it)."""
+    if any(type(v).__name__ == "SymInt" for v in (start, end, step)) and \
+            not any(isinstance(v, float) for v in (start, end, step)):
+        if isinstance(step, int) and step < 0:      # divided by a positive step
+            return -((end - start) // -step)
+        return -((start - end) // step)
+    return math.ceil((end - start) / step)
 
 _LIKE = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 for _name, _kernel, _fill in (("zeros_like", "zeros", 0), ("ones_like", "ones", 1),

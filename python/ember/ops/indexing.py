@@ -140,7 +140,7 @@ def _check_values(entry, values, shape):
     ok = all(n == 1 for n in vs[:max(lead, 0)])
     for i, n in enumerate(vs[max(lead, 0):]):
         j = len(shape) - (len(vs) - max(lead, 0)) + i
-        ok &= n == 1 or n == shape[j]
+        ok &= bool(n == 1 or n == shape[j])     # (a SymBool guards: [dynamic])
     if not ok:
         raise RuntimeError(f"{entry.name}(): shape mismatch: value tensor of shape "
                            f"{M.shape_str(vs)} cannot be broadcast to indexing result of shape "

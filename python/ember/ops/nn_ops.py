@@ -1044,13 +1044,27 @@ def _contiguous_p(x):
     return x if M.is_contiguous(x) else P.clone(x, memory_format="contiguous_format")
 
 
+def _per_count_p(t, n):
+    """t times 1 / n (a count of elements), in prims; a symbolic count ([dynamic])
+    divides in the graph (1 / n as a Python float would specialise it)."""
+    if not isinstance(n, int):
+        return P.div(t, n)
+    return P.mul(t, 1.0 / n if n else math.nan)
+
+
+def _per_count_o(t, n):
+    """The same with ops."""
+    if not isinstance(n, int):
+        return t / n
+    return t * (1.0 / n if n else math.nan)
+
+
 def _normalize_p(x, dims, eps):
     """(x - mean) * rstd over dims, with the mean and rstd (keepdim), in prims."""
     n = math.prod(x.shape[d] for d in dims)
-    inv = 1.0 / n if n else math.nan
-    mean = P.mul(P.sum(x, list(dims), True), inv)
+    mean = _per_count_p(P.sum(x, list(dims), True), n)
     xc = P.add(x, P.neg(mean))
-    var = P.mul(P.sum(P.mul(xc, xc), list(dims), True), inv)
+    var = _per_count_p(P.sum(P.mul(xc, xc), list(dims), True), n)
     rstd = P.pow(P.add(var, eps), -0.5)
     return P.mul(xc, rstd), mean, rstd
 
@@ -1058,9 +1072,9 @@ def _normalize_p(x, dims, eps):
 def _normalize_o(x, dims, eps):
     """The same with ops (backward formulas: differentiable again)."""
     n = math.prod(x.shape[d] for d in dims)
-    mean = x.sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
+    mean = _per_count_o(x.sum(list(dims), keepdim=True), n)
     xc = x - mean
-    var = (xc * xc).sum(list(dims), keepdim=True) * (1.0 / n if n else math.nan)
+    var = _per_count_o((xc * xc).sum(list(dims), keepdim=True), n)
     rstd = (var + eps) ** -0.5
     return xc * rstd, rstd
 
@@ -1068,9 +1082,9 @@ def _normalize_o(x, dims, eps):
 def _norm_input_grad(gxhat, xhat, rstd, dims):
     """d/dx of xhat = (x - mean(x)) * rstd(x) over dims, given d/dxhat."""
     n = math.prod(gxhat.shape[d] for d in dims)
-    inv = 1.0 / n if n else math.nan      # n == 0: the gradient is empty anyway
-    gm = gxhat.sum(list(dims), keepdim=True) * inv
-    gxm = (gxhat * xhat).sum(list(dims), keepdim=True) * inv
+    # (n == 0: the gradient is empty anyway)
+    gm = _per_count_o(gxhat.sum(list(dims), keepdim=True), n)
+    gxm = _per_count_o((gxhat * xhat).sum(list(dims), keepdim=True), n)
     return rstd * (gxhat - gm - xhat * gxm)
 
 
@@ -1232,7 +1246,8 @@ def _bn_functional_decompose(input, weight, bias, running_mean, running_var, tra
             new_mean, new_var = P.clone(running_mean), P.clone(running_var)
         elif running_mean is not None:
             var = P.add(P.pow(rstd, -2.0), -eps)
-            unbiased = P.mul(var, n / (n - 1) if n > 1 else math.inf)
+            unbiased = P.div(P.mul(var, n), n - 1) if not isinstance(n, int) else \
+                P.mul(var, n / (n - 1) if n > 1 else math.inf)     # (symbolic n: [dynamic])
             new_mean = P.add(P.mul(stat(running_mean), 1 - momentum), P.mul(mean, momentum))
             new_var = P.add(P.mul(stat(running_var), 1 - momentum), P.mul(unbiased, momentum))
             new_mean = P._to_copy(new_mean, dtype=running_mean.dtype)
@@ -1304,15 +1319,18 @@ def _bn_functional_backward(grads, outs, input, weight, bias, running_mean, runn
     if training:
         xc = xhat / rstd                                      # x - mean
         if g_mean is not None:
-            gx = add(gx, (g_mean.to(cdt) * (1.0 / n)).reshape(cs).expand(list(x.shape)))
+            gx = add(gx, _per_count_o(g_mean.to(cdt), n).reshape(cs).expand(list(x.shape)))
         if g_rstd is not None:                                # d rstd = -rstd^3 dvar / 2
-            gx = add(gx, (g_rstd.to(cdt).reshape(cs) * -(rstd ** 3)) * xc * (1.0 / n))
+            gx = add(gx, _per_count_o((g_rstd.to(cdt).reshape(cs) * -(rstd ** 3)) * xc, n))
         if g_nm is not None and stats:
             grm = add(grm, g_nm.to(cdt) * (1 - momentum))
-            gx = add(gx, (g_nm.to(cdt) * (momentum / n)).reshape(cs).expand(list(x.shape)))
+            gx = add(gx, (_per_count_o(g_nm.to(cdt) * momentum, n) if not isinstance(n, int)
+                          else g_nm.to(cdt) * (momentum / n)).reshape(cs).expand(list(x.shape)))
         if g_nv is not None and stats:
             grv = add(grv, g_nv.to(cdt) * (1 - momentum))
-            gx = add(gx, g_nv.to(cdt).reshape(cs) * (momentum / (n - 1) * 2.0) * xc)
+            gx = add(gx, g_nv.to(cdt).reshape(cs) * (momentum / (n - 1) * 2.0) * xc
+                     if isinstance(n, int) else
+                     g_nv.to(cdt).reshape(cs) * (momentum * 2.0) * xc / (n - 1))
     else:
         if g_mean is not None:
             grm = add(grm, g_mean.to(cdt))
@@ -1424,7 +1442,8 @@ def _embedding_backward(g, out, weight, indices, padding_idx, scale_grad_by_freq
     with accumulate); padding_idx's row gets none; scale_grad_by_freq divides each row by
     how often its index occurs."""
     V, D = weight.shape
-    if not scale_grad_by_freq:     # rows added in order by one C loop (nn_grad.c)
+    # rows added in order by one C loop (nn_grad.c); a symbolic V ([dynamic]) is traced
+    if not scale_grad_by_freq and isinstance(V, int):
         fused = _C._grad_embedding(g, indices, V, padding_idx if padding_idx is not None
                                    else -1)
         if fused is not None:
@@ -1788,6 +1807,8 @@ def _reduce_p(loss, reduction):
     if reduction == 2:
         return s
     n = loss.numel()
+    if not isinstance(n, int):     # a symbolic count ([dynamic]): divided in the graph
+        return P.div(s, n)
     return P.mul(s, 1.0 / n if n else math.nan)
 
 
@@ -1797,7 +1818,7 @@ def _unreduce(g, reduction, shape):
         return g
     n = math.prod(shape)
     if reduction == 1:
-        g = g * (1.0 / n if n else math.nan)
+        g = g / n if not isinstance(n, int) else g * (1.0 / n if n else math.nan)
     return g.expand(list(shape))
 
 

@@ -79,7 +79,14 @@ def _mean_decompose(self, dim, keepdim, dtype):
     n = _count(self, dim)
     # the sum divided by n, as eager divides it (times 1 / n rounds twice: the mean of
     # 49 ones would be below 1); n = 0 gives 0 / 0, NaN
-    return P.div(P.sum(self, dim, keepdim, dtype=dtype), float(n))
+    # (a symbolic count divides as itself: [dynamic])
+    return P.div(P.sum(self, dim, keepdim, dtype=dtype), _count_value(n))
+
+
+def _count_value(n):
+    """A count as a divisor: a float, or a symbolic size as it is (the graph divides by
+    the size it is given at run time)."""
+    return float(n) if isinstance(n, int) else n
 
 
 op("mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
@@ -251,9 +258,9 @@ def _var_decompose(self, dim, unbiased, keepdim, correction, std=False):
     n = _count(self, dim)
     dof = n - _correction(unbiased, correction)
     # divisions, as eager divides (not products with 1 / n, which round twice)
-    mean = P.div(P.sum(self, dim, True), float(n))
+    mean = P.div(P.sum(self, dim, True), _count_value(n))
     d = P.add(self, P.neg(mean))
-    var = P.div(P.sum(P.mul(d, d), dim, keepdim), float(dof) if dof > 0 else 0.0)
+    var = P.div(P.sum(P.mul(d, d), dim, keepdim), _count_value(dof) if dof > 0 else 0.0)
     return P.pow(var, 0.5) if std else var
 
 
@@ -261,6 +268,8 @@ def _var_grad(g, self, dim, unbiased, keepdim, correction):
     """d var / d self, scaled by g (reduced)."""
     dof = _count(self, dim) - _correction(unbiased, correction)
     mean = self.mean(_as_dims(dim), keepdim=True)
+    if not isinstance(dof, int):     # a symbolic count ([dynamic]): divided in the graph
+        return _unreduce(g, self, dim, keepdim) * (self - mean) * 2.0 / dof
     return _unreduce(g, self, dim, keepdim) * (self - mean) * (2.0 / dof if dof > 0 else _INF)
 
 
@@ -635,14 +644,19 @@ op("topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True)
 
 # ------------------------------------------------------------------ autograd helper
 
+from ..fx.sym_fake import same_size as _same_size, \
+    symbolic_target as _symbolic_target   # noqa: E402
+
 
 def _sum_to_size(self, size):
-    size = tuple(size)
+    # the engine's targets are C ints: a SymFake's hints become its sizes ([dynamic])
+    size = tuple(_symbolic_target(self, size))
     shape = tuple(self.shape)
-    if shape == size:
+    if len(shape) == len(size) and all(map(_same_size, shape, size)):
         return self
     lead = len(shape) - len(size)
-    if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(size)):
+    if lead < 0 or any(s != 1 and not _same_size(s, shape[lead + i])
+                       for i, s in enumerate(size)):
         raise RuntimeError(f"sum_to_size(): size {list(size)} is not expandable to size "
                            f"{list(shape)}")
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size)
