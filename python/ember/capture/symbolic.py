@@ -202,10 +202,13 @@ class OutputGraph:
         """A SymVar for an int argument of the frame that automatic dynamic (or
         dynamic=True) makes symbolic (a size passed in, or to a resume function), else
         None."""
-        if self.dynamic_mode is False or value in (0, 1):
+        if self.dynamic_mode is False:
             return None
         from . import dynamic
-        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value):
+        # (0 and 1 stay constants, but are recorded: a position 0, then 5, then 6
+        # makes the second capture symbolic, as a tensor dim going 1 -> 5 would)
+        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value) \
+                or value in (0, 1):
             return None
         if self.sym is None:
             from .sym_sizes import SymbolicInputs
