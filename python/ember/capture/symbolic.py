@@ -670,6 +670,12 @@ class Translator:
         """Records target(*args, **kwargs) (or args[0].<target>(...)) as a node, with its
         result computed on fake tensors."""
         name = target if method else getattr(target, "__name__", str(target))
+        if self.output.symbolic():
+            # a symbolic position in x[p], x[p] = v, narrow: as slices (sym_indexing.py)
+            from . import sym_indexing
+            done = sym_indexing.call(self, name, target, args, kwargs)
+            if done is not sym_indexing.NOT_HANDLED:
+                return done
         entry = _entry_of(target, method)
         if entry is not None and not entry.traceable:
             raise Unsupported(f"{name} (its value depends on the storage layout, which "
