@@ -42,10 +42,15 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("v_cache", None, persistent=False)
 
     def setup_cache(self, batch, block_size, dtype):
-        """Preallocates the key and value caches: (batch, n_head, block_size, head size)."""
+        """Preallocates the key and value caches: (batch, n_head, block_size, head size),
+        or clears the ones there are if of that shape and dtype."""
         shape = (batch, self.n_head, block_size, self.n_embd // self.n_head)
-        self.k_cache = zeros(shape, dtype=dtype)
-        self.v_cache = zeros(shape, dtype=dtype)
+        for name in ("k_cache", "v_cache"):
+            cache = getattr(self, name)
+            if cache is not None and tuple(cache.shape) == shape and cache.dtype is dtype:
+                cache.zero_()           # (the same buffers: compiled code keeps them)
+            else:
+                setattr(self, name, zeros(shape, dtype=dtype))
 
     def forward(self, x, pos=None):
         """pos=None: attention over x's own tokens. pos=p: x holds the tokens at positions
