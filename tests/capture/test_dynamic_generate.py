@@ -94,6 +94,8 @@ def test_cached_generate_past_block_size_continues_uncached():
 
 def test_the_cache_is_not_state_dict():
     m = _model()
+    with pytest.raises(RuntimeError, match="setup_cache"):
+        m(_prompt(2, 2), pos=0)
     m.setup_cache(2)
     assert not any("cache" in k for k in m.state_dict())
     with pytest.raises(ValueError, match="block size"):

@@ -64,6 +64,9 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
         mask, causal = None, True
         if pos is not None:
+            if self.k_cache is None:
+                raise RuntimeError("forward(idx, pos=p) runs over the KV cache: call "
+                                   "setup_cache(batch) first")
             end = pos + T
             self.k_cache[:, :, pos:end] = k
             self.v_cache[:, :, pos:end] = v
