@@ -246,3 +246,21 @@ def _compiled_narrow():
     m = _Cache("narrow")
     m.compile(backend="eager")
     return m
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_gradients_through_a_symbolic_select_and_narrow(backend):
+    def f(x, p):
+        return (x[:, p] * 3).sum() + x.narrow(1, p, 2).pow(2).sum()
+
+    cf = ember.compile(f, backend=backend)
+    for p in (0, 3, 4, 6):
+        x1 = ember.randn(3, 9, requires_grad=True)
+        x2 = x1.detach().clone().requires_grad_(True)
+        a, b = f(x1, p), cf(x2, p)
+        a.backward()
+        b.backward()
+        assert ember.allclose(a, b, atol=1e-5)
+        assert ember.allclose(x1.grad, x2.grad, atol=1e-6)
+    assert _graphs() == 2
+    _clean()
