@@ -202,10 +202,13 @@ class OutputGraph:
         """A SymVar for an int argument of the frame that automatic dynamic (or
         dynamic=True) makes symbolic (a size passed in, or to a resume function), else
         None."""
-        if self.dynamic_mode is False or value in (0, 1):
+        if self.dynamic_mode is False:
             return None
         from . import dynamic
-        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value):
+        # (0 and 1 stay constants, but are recorded: a position 0, then 5, then 6
+        # makes the second capture symbolic, as a tensor dim going 1 -> 5 would)
+        if not dynamic.dynamic_int(self.dynamic_mode, self.code, source.name(), value) \
+                or value in (0, 1):
             return None
         if self.sym is None:
             from .sym_sizes import SymbolicInputs
@@ -691,6 +694,12 @@ class Translator:
         """Records target(*args, **kwargs) (or args[0].<target>(...)) as a node, with its
         result computed on fake tensors."""
         name = target if method else getattr(target, "__name__", str(target))
+        if self.output.symbolic():
+            # a symbolic position in x[p], x[p] = v, narrow: as slices (sym_indexing.py)
+            from . import sym_indexing
+            done = sym_indexing.call(self, name, target, args, kwargs)
+            if done is not sym_indexing.NOT_HANDLED:
+                return done
         entry = _entry_of(target, method)
         if entry is not None and not entry.traceable:
             raise Unsupported(f"{name} (its value depends on the storage layout, which "

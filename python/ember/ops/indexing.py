@@ -137,10 +137,11 @@ def _index_put_meta(entry, args):
 def _check_values(entry, values, shape):
     vs = tuple(values.shape)
     lead = len(vs) - len(shape)
-    ok = all(n == 1 for n in vs[:max(lead, 0)])
+    # (bool() of a symbolic size comparison guards it: values of a symbolic length)
+    ok = all(bool(n == 1) for n in vs[:max(lead, 0)])
     for i, n in enumerate(vs[max(lead, 0):]):
         j = len(shape) - (len(vs) - max(lead, 0)) + i
-        ok &= bool(n == 1 or n == shape[j])     # (a SymBool guards: [dynamic])
+        ok = ok and bool(n == 1 or n == shape[j])     # (a SymBool guards: [dynamic])
     if not ok:
         raise RuntimeError(f"{entry.name}(): shape mismatch: value tensor of shape "
                            f"{M.shape_str(vs)} cannot be broadcast to indexing result of shape "

@@ -149,6 +149,31 @@ def is_contiguous(t):
     return True
 
 
+def _known_contiguous(t):
+    """is_contiguous(t), False where only a guard on symbolic sizes could tell (a slice
+    of a buffer, x[:, :n], is contiguous only when n is the buffer's length): the
+    caller's general path gives the same layout without that guard."""
+    expected = 1
+    if _decided(t.numel() == 0):
+        return True
+    for n, s in zip(reversed(t.shape), reversed(t.stride())):
+        if _decided(n == 1):
+            continue
+        if not _decided(s == expected):
+            return False
+        expected *= n
+    return True
+
+
+def _decided(b):
+    """A size comparison's truth if no guard is needed to tell (else False)."""
+    if isinstance(b, bool):
+        return b
+    from ..fx.sym_expr import Rel
+    return bool(b.env.evaluate(b.rel)) if Rel(b.rel.op, b.env.simplify(b.rel.expr)) \
+        .static_value(b.env.ranges()) is not None else False
+
+
 def elementwise_strides(operands, shape):
     """TensorIterator's output layout: contiguous if all inputs are contiguous and of the
     output's shape; else dimensions ordered by the inputs' strides."""
@@ -157,7 +182,7 @@ def elementwise_strides(operands, shape):
     # (ranks first: tuples of different lengths would still compare their leading
     # sizes, a guard on symbolic sizes for nothing)
     if nd <= 1 or 0 in shape or all(t.ndim == nd and tuple(t.shape) == tuple(shape) and
-                                     is_contiguous(t) for t in tensors):
+                                     _known_contiguous(t) for t in tensors):
         return contiguous_strides(shape)
     strides = []
     for t in tensors:
