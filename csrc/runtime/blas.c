@@ -148,6 +148,7 @@ typedef struct {
     int ta, tb, itemsize;
     int64_t m, n, k, lda, ldb, rows, cols, blocks;
     bool fold;
+    em_epilogue_t *ep;       /* run on each block of whole rows, or NULL */
 } gemm_job_t;
 
 /* Element offsets of batch entry i in a and b (batch dims aligned from the right, size
@@ -192,6 +193,14 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
         gemm(j->t, j->ta, j->tb, r, c, j->k, abase + ao * j->itemsize, j->lda,
              bbase + bo * j->itemsize, j->ldb,
              cbase + (((int64_t)i * j->m + r0) * j->n + c0) * j->itemsize, j->n);
+        if (j->ep != NULL) {
+            /* rows [g0, g1) of the product are made (blocks span whole rows, in
+             * multiples of every band): its epilogues' outer indices over them, while
+             * they are in cache */
+            int64_t g0 = (int64_t)i * j->m + r0, g1 = g0 + r;
+            for (int e = 0; e < j->ep->n; e++)
+                j->ep->fn[e](j->ep->args[e], g0 / j->ep->band[e], g1 / j->ep->band[e]);
+        }
     }
 }
 
@@ -213,13 +222,45 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 #define MAX_GEMM_BLOCKS 64
 #define ROW_ALIGN 16
 #define COL_ALIGN 64
+/* A product with epilogues is cut into blocks of whole rows (see gemm_units) of at
+ * most about this much output, which its epilogues then read from cache. */
+#define EPILOGUE_BLOCK_BYTES (1 << 18)
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
+static Py_ssize_t epilogue_gemm_calls;  /* products that ran their epilogues by blocks */
 
 static int64_t
 ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;
+}
+
+static int64_t
+gcd(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The rows a block of a product with epilogues is a multiple of (ROW_ALIGN and every
+ * epilogue's band), or 0 when blocks of whole bands cannot be cut: a batch of
+ * matrices whose rows a band crosses. At least m means one block per matrix. */
+static int64_t
+epilogue_align(const gemm_job_t *j, int64_t batch)
+{
+    int64_t align = ROW_ALIGN;
+    for (int e = 0; e < j->ep->n; e++) {
+        int64_t band = j->ep->band[e];
+        if (band <= 0 || (batch > 1 && j->m % band != 0) || (batch * j->m) % band != 0)
+            return 0;
+    }
+    for (int e = 0; e < j->ep->n && align < j->m; e++)
+        align = align / gcd(align, j->ep->band[e]) * j->ep->band[e];
+    return align < j->m ? align : j->m;
 }
 
 static int
@@ -247,11 +288,29 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
         cblocks = cmax;
         rblocks = ceil_div(per, cblocks) < rmax ? ceil_div(per, cblocks) : rmax;
     }
-    j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
-    rblocks = ceil_div(j->m, j->rows);
-    j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
-    if (j->cols > j->n)
+    int64_t align = ROW_ALIGN;
+    if (j->ep != NULL && (align = epilogue_align(j, batch)) == 0)
+        j->ep = NULL;           /* the caller runs the epilogues after the product */
+    if (j->ep != NULL) {
+        /* epilogues run on whole rows: blocks of rows only, as many as the product's
+         * size asks for and at most about EPILOGUE_BLOCK_BYTES of output each (what
+         * the epilogues read back from cache) */
+        int64_t bytes = (int64_t)j->itemsize * j->m * j->n;
+        int64_t want = per > ceil_div(bytes, EPILOGUE_BLOCK_BYTES)
+                           ? per : ceil_div(bytes, EPILOGUE_BLOCK_BYTES);
+        rblocks = want < rmax ? want : rmax;
+        j->rows = ceil_div(ceil_div(j->m, rblocks), align) * align;
+        if (j->rows > j->m)
+            j->rows = j->m;
         j->cols = j->n;
+    }
+    else {
+        j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
+        j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
+        if (j->cols > j->n)
+            j->cols = j->n;
+    }
+    rblocks = ceil_div(j->m, j->rows);
     j->blocks = rblocks * ceil_div(j->n, j->cols);
     bool parallel = em_pool_threads() > 1 &&
                     (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
@@ -264,6 +323,10 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, parallel);
     if (threads != 1)
         blas_set_threads(threads > 0 ? threads : 1);
+    if (j->ep != NULL) {
+        j->ep->done = true;
+        epilogue_gemm_calls++;
+    }
     return st;
 }
 
@@ -279,6 +342,16 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
 int
 em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
 {
+    return em_blas_matmul_ep(a, b, out, how, NULL);
+}
+
+int
+em_blas_matmul_ep(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how, em_epilogue_t *ep)
+{
+    if (ep != NULL)
+        ep->done = false;
+    if (ep != NULL && (ep->n <= 0 || ep->n > EM_MAX_EPILOGUES))
+        ep = NULL;
     if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
         a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
         out->ndim != (a->ndim > b->ndim ? a->ndim : b->ndim) || out->numel == 0)
@@ -311,7 +384,7 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
         }
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
-                      lda, ldb, 0, 0, 0, fold};
+                      lda, ldb, 0, 0, 0, fold, ep};
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;
@@ -347,11 +420,19 @@ blas_pool_calls(PyObject *self, PyObject *noargs)
     return PyLong_FromSsize_t(pool_gemm_calls);
 }
 
+static PyObject *
+blas_epilogue_calls(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromSsize_t(epilogue_gemm_calls);
+}
+
 static PyMethodDef blas_methods[] = {
     {"_set_blas", set_blas, METH_O, "_set_blas(path): use this library's cblas_?gemm."},
     {"_blas_info", blas_info, METH_NOARGS, "The gemm symbol compiled graphs call, or None."},
     {"_blas_pool_calls", blas_pool_calls, METH_NOARGS,
      "How many products of compiled graphs ran split across Ember's pool."},
+    {"_blas_epilogue_calls", blas_epilogue_calls, METH_NOARGS,
+     "How many products of compiled graphs ran their epilogues on each block of rows."},
     {NULL},
 };
 

@@ -15,7 +15,7 @@ import operator
 from .. import _C
 from .. import fx
 from ..ops import meta as M
-from . import fusion, plan
+from . import epilogue, fusion, plan
 from .buffers import BufferPlan
 from .conv_fold import fold_conv_affine
 from .fusion import KernelBuilder
@@ -169,7 +169,7 @@ class GraphLowering:
                 self.lower_output(node)
             else:
                 raise LoweringError(f"node {node.format_node()}")
-        return plan.verify(self.out)
+        return plan.verify(epilogue.fuse(self.out))
 
     def lower_output(self, node):
         """The graph's outputs, each laid out as eager lays it out (the strides traced
