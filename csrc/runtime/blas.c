@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <stdatomic.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
@@ -148,7 +149,10 @@ typedef struct {
     int ta, tb, itemsize;
     int64_t m, n, k, lda, ldb, rows, cols, blocks;
     bool fold;
-    em_epilogue_t *ep;       /* run on each block of whole rows, or NULL */
+    /* epilogues (or NULL), run on each panel of rows (a row of blocks) by the thread
+     * that completes its last block: panel_done counts the blocks done per panel */
+    em_epilogue_t *ep;
+    atomic_int *panel_done;
 } gemm_job_t;
 
 /* Element offsets of batch entry i in a and b (batch dims aligned from the right, size
@@ -178,9 +182,14 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
     const char *abase = PyArray_BYTES(j->a->array), *bbase = PyArray_BYTES(j->b->array);
     char *cbase = PyArray_BYTES(j->out->array);
     int64_t rblocks = (j->m + j->rows - 1) / j->rows;
+    int64_t cblocks = j->blocks / rblocks;
     for (int64_t u = lo; u < hi; u++) {
         int64_t i = u / j->blocks, blk = u % j->blocks;
-        int64_t r0 = (blk % rblocks) * j->rows, c0 = (blk / rblocks) * j->cols;
+        /* with epilogues, the blocks of a panel of rows are consecutive units, so that
+         * panels complete in order; else those of a column of blocks */
+        int64_t row = j->ep != NULL ? blk / cblocks : blk % rblocks;
+        int64_t col = j->ep != NULL ? blk % cblocks : blk / rblocks;
+        int64_t r0 = row * j->rows, c0 = col * j->cols;
         int64_t r = j->m - r0 < j->rows ? j->m - r0 : j->rows;
         int64_t c = j->n - c0 < j->cols ? j->n - c0 : j->cols;
         Py_ssize_t ao = 0, bo = 0;
@@ -193,10 +202,12 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
         gemm(j->t, j->ta, j->tb, r, c, j->k, abase + ao * j->itemsize, j->lda,
              bbase + bo * j->itemsize, j->ldb,
              cbase + (((int64_t)i * j->m + r0) * j->n + c0) * j->itemsize, j->n);
-        if (j->ep != NULL) {
-            /* rows [g0, g1) of the product are made (blocks span whole rows, in
-             * multiples of every band): its epilogues' outer indices over them, while
-             * they are in cache */
+        if (j->ep != NULL &&
+            atomic_fetch_add(&j->panel_done[i * rblocks + row], 1) + 1 == cblocks) {
+            /* the last block of rows [g0, g1) of the product is made (and the others'
+             * writes are seen: the counter orders them): its epilogues' outer indices
+             * over those rows (panels are multiples of every band), while they are in
+             * cache */
             int64_t g0 = (int64_t)i * j->m + r0, g1 = g0 + r;
             for (int e = 0; e < j->ep->n; e++)
                 j->ep->fn[e](j->ep->args[e], g0 / j->ep->band[e], g1 / j->ep->band[e]);
@@ -222,9 +233,6 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 #define MAX_GEMM_BLOCKS 64
 #define ROW_ALIGN 16
 #define COL_ALIGN 64
-/* A product with epilogues is cut into blocks of whole rows (see gemm_units) of at
- * most about this much output, which its epilogues then read from cache. */
-#define EPILOGUE_BLOCK_BYTES (1 << 18)
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
 static Py_ssize_t epilogue_gemm_calls;  /* products that ran their epilogues by blocks */
@@ -289,29 +297,26 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
         rblocks = ceil_div(per, cblocks) < rmax ? ceil_div(per, cblocks) : rmax;
     }
     int64_t align = ROW_ALIGN;
-    if (j->ep != NULL && (align = epilogue_align(j, batch)) == 0)
+    if (j->ep != NULL && (align = epilogue_align(j, batch)) == 0) {
         j->ep = NULL;           /* the caller runs the epilogues after the product */
-    if (j->ep != NULL) {
-        /* epilogues run on whole rows: blocks of rows only, as many as the product's
-         * size asks for and at most about EPILOGUE_BLOCK_BYTES of output each (what
-         * the epilogues read back from cache) */
-        int64_t bytes = (int64_t)j->itemsize * j->m * j->n;
-        int64_t want = per > ceil_div(bytes, EPILOGUE_BLOCK_BYTES)
-                           ? per : ceil_div(bytes, EPILOGUE_BLOCK_BYTES);
-        rblocks = want < rmax ? want : rmax;
-        j->rows = ceil_div(ceil_div(j->m, rblocks), align) * align;
-        if (j->rows > j->m)
-            j->rows = j->m;
+        align = ROW_ALIGN;
+    }
+    /* with epilogues, rows in multiples of every band (the grid otherwise as without:
+     * no block packs more than it would) */
+    j->rows = ceil_div(ceil_div(j->m, rblocks), align) * align;
+    if (j->rows > j->m)
+        j->rows = j->m;
+    j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
+    if (j->cols > j->n)
         j->cols = j->n;
-    }
-    else {
-        j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
-        j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
-        if (j->cols > j->n)
-            j->cols = j->n;
-    }
     rblocks = ceil_div(j->m, j->rows);
     j->blocks = rblocks * ceil_div(j->n, j->cols);
+    j->panel_done = NULL;
+    if (j->ep != NULL &&
+        (j->panel_done = PyMem_RawCalloc((size_t)(batch * rblocks), sizeof(atomic_int))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     bool parallel = em_pool_threads() > 1 &&
                     (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
     pool_gemm_calls += parallel;
@@ -324,6 +329,7 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     if (threads != 1)
         blas_set_threads(threads > 0 ? threads : 1);
     if (j->ep != NULL) {
+        PyMem_RawFree(j->panel_done);
         j->ep->done = true;
         epilogue_gemm_calls++;
     }
@@ -384,7 +390,7 @@ em_blas_matmul_ep(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how, em_epilog
         }
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
-                      lda, ldb, 0, 0, 0, fold, ep};
+                      lda, ldb, 0, 0, 0, fold, ep, NULL};
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;

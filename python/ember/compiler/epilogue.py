@@ -30,6 +30,9 @@ from .loop_ir import Affine, Form, Kernel, Op, verify
 from .plan import ExternStep, KernelStep, MatmulStep, Ref, block_rows, product_rows
 
 stats = collections.Counter()
+# False: no epilogues (graphs compiled meanwhile run each consumer as a step of its own;
+# for measuring what they buy, benchmarks/epilogue_cpu.py)
+enabled = True
 
 
 def reads_writes(step):
@@ -142,6 +145,8 @@ def _with_epilogues(lowered, steps, i, moved):
 def fuse(lowered):
     """Moves the kernels that can be epilogues into their products' steps, then numbers
     the kernels in the order they run. Returns lowered."""
+    if not enabled:
+        return lowered
     steps = list(lowered.steps)
     moved = set()
     out = []
