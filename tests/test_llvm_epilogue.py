@@ -36,8 +36,20 @@ def _check(fn, *args, dtype=ember.float32, fused=1, blocks=True):
     by blocks when `blocks`."""
     g = _graph(fn, *args)
     assert len(_epilogues(g)) >= fused, str(g.lowered)
-    before = _C._blas_epilogue_calls()
-    got = g(*args)
+    threads = ember.get_num_threads()
+    try:
+        # one thread: every product with epilogues runs them by panels of rows (on more
+        # threads, one with few panels runs them after it, across the pool)
+        ember.set_num_threads(1)
+        before = _C._blas_epilogue_calls()
+        got = g(*args)
+        by_blocks = _C._blas_epilogue_calls() > before
+        ember.set_num_threads(2)
+        again = g(*args)
+    finally:
+        ember.set_num_threads(threads)
+    for a, b in zip(got, again):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     want = fn(*args)
     want = want if isinstance(want, tuple) else (want,)
     assert len(got) == len(want)
@@ -46,7 +58,7 @@ def _check(fn, *args, dtype=ember.float32, fused=1, blocks=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(),
                                    **TOL[dtype if b.dtype == ember.float64 else b.dtype])
     if fused and blocks:
-        assert _C._blas_epilogue_calls() > before
+        assert by_blocks
     return g
 
 
@@ -91,7 +103,10 @@ def test_large_product_on_the_pool_is_identical_at_one_and_two_threads():
         outs = []
         for t in (1, 2):
             ember.set_num_threads(t)
+            calls = _C._blas_epilogue_calls()
             outs.append(g(x, w, b, r)[0].numpy())
+            # 8 panels of 128 rows: by panels on 1 thread and on 2
+            assert _C._blas_epilogue_calls() == calls + 1
     finally:
         ember.set_num_threads(before)
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -119,9 +134,14 @@ def test_batched_epilogue_whose_band_crosses_matrices_runs_after_the_product():
     fn = lambda a, b: (a @ b).exp().sum((1, 2, 3))       # noqa: E731
     g = _graph(fn, a, b)
     assert _epilogues(g), str(g.lowered)
-    before = _C._blas_epilogue_calls()
-    np.testing.assert_allclose(g(a, b)[0].numpy(), fn(a, b).numpy(), rtol=1e-5)
-    assert _C._blas_epilogue_calls() == before
+    threads = ember.get_num_threads()
+    try:
+        ember.set_num_threads(1)
+        before = _C._blas_epilogue_calls()
+        np.testing.assert_allclose(g(a, b)[0].numpy(), fn(a, b).numpy(), rtol=1e-5)
+        assert _C._blas_epilogue_calls() == before
+    finally:
+        ember.set_num_threads(threads)
 
 
 def test_non_contiguous_inputs():

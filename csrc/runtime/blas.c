@@ -233,6 +233,7 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 #define MAX_GEMM_BLOCKS 64
 #define ROW_ALIGN 16
 #define COL_ALIGN 64
+#define EPILOGUE_PANELS 4
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
 static Py_ssize_t epilogue_gemm_calls;  /* products that ran their epilogues by blocks */
@@ -311,14 +312,20 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
         j->cols = j->n;
     rblocks = ceil_div(j->m, j->rows);
     j->blocks = rblocks * ceil_div(j->n, j->cols);
+    bool parallel = em_pool_threads() > 1 &&
+                    (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
+    /* a panel's epilogues run on the one thread that finishes it: with fewer panels than
+     * EPILOGUE_PANELS per thread, the last ones would run alone while the other threads
+     * wait, so the epilogues run after the product instead, split across the pool (the
+     * grid stays as cut above: results do not depend on where the epilogues run) */
+    if (j->ep != NULL && parallel && batch * rblocks < EPILOGUE_PANELS * em_pool_threads())
+        j->ep = NULL;
     j->panel_done = NULL;
     if (j->ep != NULL &&
         (j->panel_done = PyMem_RawCalloc((size_t)(batch * rblocks), sizeof(atomic_int))) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    bool parallel = em_pool_threads() > 1 &&
-                    (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
     pool_gemm_calls += parallel;
     int threads = blas_threads;
     if (threads == 0 && blas_get_threads != NULL)
