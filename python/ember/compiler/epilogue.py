@@ -1,5 +1,5 @@
-"""GEMM epilogues: the kernels consuming a matrix product run on each block of its rows
-right after BLAS has computed that block, while it is in cache.
+"""GEMM epilogues: the kernels consuming a matrix product run on each panel of its rows
+right after BLAS has computed that panel, while it is in cache.
 
 A plan made by lowering computes a product (a MatmulStep into buf `out`) and, some
 steps later, the kernels reading it: a Linear's bias and activation, a residual add, a
@@ -10,11 +10,12 @@ one band of rows per outer index (plan.block_rows: R rows of the product per ind
 its dim 0, which it runs independently) into the product's step as an epilogue,
 when nothing between the two steps makes what it reads or reads or writes what it
 writes, and it writes nothing the product reads. The runtime (csrc/runtime/blas.c)
-cuts such a product into blocks of whole rows (multiples of every epilogue's band)
-and runs each epilogue on each block's outer indices right after that block's BLAS
-call, on the same thread; a product it cannot run that way (numpy.matmul's, a batch
-of matrices whose rows the bands cross) runs its epilogues after the whole product,
-as the separate steps they were.
+cuts such a product into its grid of blocks with rows in multiples of every epilogue's
+band, and the thread finishing a panel of rows runs each epilogue on that panel's outer
+indices right away, while it is in cache; a product it cannot run that way
+(numpy.matmul's, a batch of matrices whose rows the bands cross, too few panels for
+the threads) runs its epilogues after the whole product, as the separate steps they
+were.
 
 The product itself is still written whole (a graph output, or read by another kernel
 that is not an epilogue, sees all of it); the epilogues' own results are written once.

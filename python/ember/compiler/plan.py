@@ -95,10 +95,10 @@ class KernelStep(NamedTuple):
 class MatmulStep(NamedTuple):
     """buf[out] = a @ b, by BLAS (or numpy.matmul), then its epilogues: kernel steps
     each of whose outer indices reads the product in one band of rows only
-    (block_rows), run on every block of rows right after BLAS has made it, while it is
-    in cache (the runtime cuts such a product in whole rows, in multiples of every
-    epilogue's band), or over their whole outer dim after the product where it cannot
-    (numpy.matmul, a layout BLAS cannot read)."""
+    (block_rows), run on every panel of rows right after BLAS has made it, while it is
+    in cache (the runtime cuts such a product in panels of rows, multiples of every
+    epilogue's band), or over their whole outer dim after the product where it does
+    not (numpy.matmul, a layout BLAS cannot read, too few panels for the threads)."""
     kind: str
     a: View
     b: View
