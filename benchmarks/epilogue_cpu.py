@@ -4,7 +4,9 @@ mostly measure the other processes): ember.compile with epilogues, the same with
 side by side in one run, same weights, inputs, dtype (float32) and threads. Each figure
 is the median over >= 20 interleaved runs of the process CPU time (all threads: at 2
 threads it is the work done, not the latency) per call, after warm-up; the load average
-is printed beside it.
+is printed beside it. At more than one thread, torch's OpenMP workers keep spinning after
+its call and their CPU time lands on the row after it (ember.compile): compare the two
+ember rows with --no-torch there.
 
     python benchmarks/epilogue_cpu.py [--threads 1] [--runs 25] [--only mlp,gpt,linear]
 

@@ -313,11 +313,9 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     j->blocks = rblocks * ceil_div(j->n, j->cols);
     bool parallel = em_pool_threads() > 1 &&
                     (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
-    /* a panel's epilogues run on the one thread that finishes it: spread over the pool,
-     * the product's epilogues measured slower that way (CPU time 0.7x-0.9x on the MLP
-     * and GPT steps at 2 threads: the last panels' epilogues run alone, and panels are
-     * split between cores' caches), so there they run after it, split across the pool
-     * (the grid stays as cut above: results do not depend on where they run) */
+    /* on the pool, the epilogues run after the product, split across the pool: by
+     * panels, the last panels' epilogues would run alone on one thread (not measured
+     * reliably yet, so not done; the grid stays as cut above either way) */
     if (j->ep != NULL && parallel)
         j->ep = NULL;
     j->panel_done = NULL;
