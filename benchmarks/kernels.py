@@ -5,7 +5,7 @@ after warm-up, the rows' runs taking turns (so a change in machine load affects 
 side alike); the first (compiling) call is reported apart.
 
     python benchmarks/kernels.py [--threads 1] [--runs 25] [--quick] [--mode max-autotune]
-                                 [--only gelu,softmax,chain,gemm]
+                                 [--only gelu,softmax,chain,gemm,epilogue]
 
 --mode M also times ember.compile(mode=M) beside the default mode, with a line per
 kernel (max-autotune's target: not slower than the default).
@@ -15,6 +15,9 @@ Kernels ([llvm-2]):
   - scaled softmax, 4096 x 1024: softmax(x * 0.125, -1)
   - ((a * b + 1).tanh() * a.sigmoid()).relu() over 4M floats
   - GEMM 1024 x 256 @ 256 x 1024 (the 6-layer, 256-wide GPT's MLP product)
+  - linear + bias + gelu, 1024 x 256 by a 1024 x 256 weight: gelu(F.linear(x, w, b)), a
+    GEMM with an epilogue (compiled, the bias and gelu run on each block of the
+    product's rows right after its BLAS call)
 
 GB/s counts the bytes a kernel must move (each input read once, the output written
 once); the fraction is of a STREAM triad a = b + 3 * c of the same footprint (12 bytes
@@ -26,7 +29,8 @@ narrower path on an AVX-512 host.
 
 Targets, at the given --threads: a memory-bound kernel at least 1.3x torch.compile's
 speed or at 85% or more of the triad's bandwidth; the GEMM at least 0.9x the best BLAS
-on the machine (NumPy's OpenBLAS, PyTorch's). Each is printed as met or MISSED. The BLAS
+on the machine (NumPy's OpenBLAS, PyTorch's); the GEMM with an epilogue at least as fast
+as torch.compile. Each is printed as met or MISSED. The BLAS
 line names the kernel OpenBLAS runs (OPENBLAS_CORETYPE forces one; `make bench` unsets
 it and OPENBLAS_L2_SIZE for its own commands).
 """
@@ -106,6 +110,19 @@ def gemm_np(a, b):
     return a @ b
 
 
+def linear_gelu(lib):
+    F = lib.nn.functional
+
+    def f(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+    return f
+
+
+def linear_gelu_np(x, w, b):
+    y = x @ w.T + b
+    return 0.5 * y * (1 + _erf_np(y * SQRT1_2))
+
+
 def cases(quick):
     g = np.random.default_rng(0)
 
@@ -126,9 +143,12 @@ def cases(quick):
          [randn(n), randn(n, scale=0.5)], 3 * n * 4, "memory"),
         (f"GEMM {m}x{k} @ {k}x{nn}", gemm, gemm_np, [randn(m, k), randn(k, nn)],
          2 * m * k * nn, "gemm"),
+        (f"linear + bias + gelu {m}x{k} @ ({nn}x{k})^T", linear_gelu, linear_gelu_np,
+         [randn(m, k), randn(nn, k, scale=k ** -0.5), randn(nn, scale=0.1)],
+         2 * m * k * nn, "epilogue"),
     ]
-    # --only: the cases whose key (gelu, softmax, chain, gemm) is listed
-    keys = ["gelu", "softmax", "chain", "gemm"]
+    # --only: the cases whose key (gelu, softmax, chain, gemm, epilogue) is listed
+    keys = ["gelu", "softmax", "chain", "gemm", "epilogue"]
     only = [w.strip() for w in args.only.split(",") if w.strip()]
     return [c for key, c in zip(keys, all_cases) if not only or key in only]
 
@@ -188,7 +208,7 @@ def main():
             compile_s[moded] = _harness.first_call(lambda: em(*e_in))
             rows.insert(1, (moded, lambda: em(*e_in)))
         expect = ref_np(*[a.astype(np.float64) for a in data])
-        tol = dict(rtol=1e-3, atol=1e-3) if kind == "gemm" else dict(rtol=1e-4, atol=2e-5)
+        tol = dict(rtol=1e-3, atol=1e-3) if kind != "memory" else dict(rtol=1e-4, atol=2e-5)
         assert np.allclose(ec(*e_in).numpy(), expect, **tol), title
         assert np.allclose(ef(*e_in).numpy(), expect, **tol), title
         if args.mode != "default":
@@ -206,7 +226,7 @@ def main():
         load = _harness.load_average()
         times = _harness.interleaved_medians(rows, runs)
         base = times["ember.compile"]
-        unit = "GFLOP/s" if kind == "gemm" else "GB/s"
+        unit = "GB/s" if kind == "memory" else "GFLOP/s"
         print(f"{title}  (load {load})")
         print(f"  {'':<16}{'ms':>10}{unit:>10}{'vs ember':>10}")
         for name, _ in rows:
@@ -236,6 +256,11 @@ def main():
                     f"(target: 1.3x or 85%): {_harness.verdict(ok)}"
                     + ("" if cpu is None else
                        f" [CPU time: {cpu['torch.compile'] / cpu['ember.compile']:.2f}x]"))
+        elif kind == "epilogue":
+            speedup = times["torch.compile"] / base if "torch.compile" in times else None
+            sp = "-" if speedup is None else f"{speedup:.2f}x"
+            line = (f"{title}: {sp} torch.compile's speed (target: 1.0x or more): "
+                    f"{_harness.verdict(speedup is not None and speedup >= 1.0)}")
         else:
             blas = {k: times[k] for k in ("numpy", "torch eager") if k in times}
             best = min(blas, key=blas.get)

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
@@ -151,6 +152,10 @@ typedef struct {
     bool fold;
     int64_t kc;                    /* k split in chunks of kc (0: not split) */
     char *part;                    /* the chunks' (m x n) partial products */
+    /* epilogues (or NULL), run on each panel of rows (a row of blocks) by the thread
+     * that completes its last block: panel_done counts the blocks done per panel */
+    em_epilogue_t *ep;
+    atomic_int *panel_done;
 } gemm_job_t;
 
 /* Element offsets of batch entry i in a and b (batch dims aligned from the right, size
@@ -196,9 +201,14 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
     const char *abase = PyArray_BYTES(j->a->array), *bbase = PyArray_BYTES(j->b->array);
     char *cbase = PyArray_BYTES(j->out->array);
     int64_t rblocks = (j->m + j->rows - 1) / j->rows;
+    int64_t cblocks = j->blocks / rblocks;
     for (int64_t u = lo; u < hi; u++) {
         int64_t i = u / j->blocks, blk = u % j->blocks;
-        int64_t r0 = (blk % rblocks) * j->rows, c0 = (blk / rblocks) * j->cols;
+        /* with epilogues, the blocks of a panel of rows are consecutive units, so that
+         * panels complete in order; else those of a column of blocks */
+        int64_t row = j->ep != NULL ? blk / cblocks : blk % rblocks;
+        int64_t col = j->ep != NULL ? blk % cblocks : blk / rblocks;
+        int64_t r0 = row * j->rows, c0 = col * j->cols;
         int64_t r = j->m - r0 < j->rows ? j->m - r0 : j->rows;
         int64_t c = j->n - c0 < j->cols ? j->n - c0 : j->cols;
         Py_ssize_t ao = 0, bo = 0;
@@ -211,6 +221,16 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
         gemm(j->t, j->ta, j->tb, r, c, j->k, abase + ao * j->itemsize, j->lda,
              bbase + bo * j->itemsize, j->ldb,
              cbase + (((int64_t)i * j->m + r0) * j->n + c0) * j->itemsize, j->n);
+        if (j->ep != NULL &&
+            atomic_fetch_add(&j->panel_done[i * rblocks + row], 1) + 1 == cblocks) {
+            /* the last block of rows [g0, g1) of the product is made (and the others'
+             * writes are seen: the counter orders them): its epilogues' outer indices
+             * over those rows (panels are multiples of every band), while they are in
+             * cache */
+            int64_t g0 = (int64_t)i * j->m + r0, g1 = g0 + r;
+            for (int e = 0; e < j->ep->n; e++)
+                j->ep->fn[e](j->ep->args[e], g0 / j->ep->band[e], g1 / j->ep->band[e]);
+        }
     }
 }
 
@@ -234,6 +254,7 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 #define COL_ALIGN 64
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
+static Py_ssize_t epilogue_gemm_calls;  /* products that ran their epilogues by blocks */
 
 static int64_t
 ceil_div(int64_t a, int64_t b)
@@ -296,6 +317,34 @@ pool_gemm_ksplit(gemm_job_t *j, int how)
     return st;
 }
 
+static int64_t
+gcd(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The rows a block of a product with epilogues is a multiple of (ROW_ALIGN and every
+ * epilogue's band), or 0 when blocks of whole bands cannot be cut: a batch of
+ * matrices whose rows a band crosses. At least m means one block per matrix. */
+static int64_t
+epilogue_align(const gemm_job_t *j, int64_t batch)
+{
+    int64_t align = ROW_ALIGN;
+    for (int e = 0; e < j->ep->n; e++) {
+        int64_t band = j->ep->band[e];
+        if (band <= 0 || (batch > 1 && j->m % band != 0) || (batch * j->m) % band != 0)
+            return 0;
+    }
+    for (int e = 0; e < j->ep->n && align < j->m; e++)
+        align = align / gcd(align, j->ep->band[e]) * j->ep->band[e];
+    return align < j->m ? align : j->m;
+}
+
 static int
 pool_gemm(gemm_job_t *j, int64_t batch, int how)
 {
@@ -321,11 +370,20 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
         cblocks = cmax;
         rblocks = ceil_div(per, cblocks) < rmax ? ceil_div(per, cblocks) : rmax;
     }
-    j->rows = ceil_div(ceil_div(j->m, rblocks), ROW_ALIGN) * ROW_ALIGN;
-    rblocks = ceil_div(j->m, j->rows);
+    int64_t align = ROW_ALIGN;
+    if (j->ep != NULL && (align = epilogue_align(j, batch)) == 0) {
+        j->ep = NULL;           /* the caller runs the epilogues after the product */
+        align = ROW_ALIGN;
+    }
+    /* with epilogues, rows in multiples of every band (the grid otherwise as without:
+     * no block packs more than it would) */
+    j->rows = ceil_div(ceil_div(j->m, rblocks), align) * align;
+    if (j->rows > j->m)
+        j->rows = j->m;
     j->cols = ceil_div(ceil_div(j->n, cblocks), COL_ALIGN) * COL_ALIGN;
     if (j->cols > j->n)
         j->cols = j->n;
+    rblocks = ceil_div(j->m, j->rows);
     j->blocks = rblocks * ceil_div(j->n, j->cols);
     if (batch == 1 && !j->fold && j->blocks < per && (double)j->m * j->n <= KSPLIT_OUT &&
         j->k >= 2 * KSPLIT_ALIGN && macs >= 2.0 * GEMM_BLOCK_MACS) {
@@ -341,6 +399,17 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     }
     bool parallel = em_pool_threads() > 1 &&
                     (how == EM_GEMM_POOL || (double)batch * macs >= POOL_GEMM_MIN);
+    /* on the pool, the epilogues run after the product, split across the pool: by
+     * panels, the last panels' epilogues would run alone on one thread (not measured
+     * reliably yet, so not done; the grid stays as cut above either way) */
+    if (j->ep != NULL && parallel)
+        j->ep = NULL;
+    j->panel_done = NULL;
+    if (j->ep != NULL &&
+        (j->panel_done = PyMem_RawCalloc((size_t)(batch * rblocks), sizeof(atomic_int))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     pool_gemm_calls += parallel;
     int threads = blas_threads;
     if (threads == 0 && blas_get_threads != NULL)
@@ -350,6 +419,11 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, parallel);
     if (threads != 1)
         blas_set_threads(threads > 0 ? threads : 1);
+    if (j->ep != NULL) {
+        PyMem_RawFree(j->panel_done);
+        j->ep->done = true;
+        epilogue_gemm_calls++;
+    }
     return st;
 }
 
@@ -365,6 +439,16 @@ em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out)
 int
 em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
 {
+    return em_blas_matmul_ep(a, b, out, how, NULL);
+}
+
+int
+em_blas_matmul_ep(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how, em_epilogue_t *ep)
+{
+    if (ep != NULL)
+        ep->done = false;
+    if (ep != NULL && (ep->n <= 0 || ep->n > EM_MAX_EPILOGUES))
+        ep = NULL;
     if (sgemm == NULL || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
         a->dtype != out->dtype || b->dtype != out->dtype || a->ndim < 2 || b->ndim < 2 ||
         out->ndim != (a->ndim > b->ndim ? a->ndim : b->ndim) || out->numel == 0)
@@ -397,7 +481,7 @@ em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how)
         }
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
-                      lda, ldb, 0, 0, 0, fold, 0, NULL};
+                      lda, ldb, 0, 0, 0, fold, 0, NULL, ep, NULL};
     int st = pool_gemm(&job, fold ? 1 : batch, how);
     if (st != 1)
         return st;
@@ -433,11 +517,19 @@ blas_pool_calls(PyObject *self, PyObject *noargs)
     return PyLong_FromSsize_t(pool_gemm_calls);
 }
 
+static PyObject *
+blas_epilogue_calls(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromSsize_t(epilogue_gemm_calls);
+}
+
 static PyMethodDef blas_methods[] = {
     {"_set_blas", set_blas, METH_O, "_set_blas(path): use this library's cblas_?gemm."},
     {"_blas_info", blas_info, METH_NOARGS, "The gemm symbol compiled graphs call, or None."},
     {"_blas_pool_calls", blas_pool_calls, METH_NOARGS,
      "How many products of compiled graphs ran split across Ember's pool."},
+    {"_blas_epilogue_calls", blas_epilogue_calls, METH_NOARGS,
+     "How many products of compiled graphs ran their epilogues on each block of rows."},
     {NULL},
 };
 

@@ -18,8 +18,13 @@
  *                                     (0: one), spread over the thread pool when
  *                                     parallel; signal handlers run between chunks
  *                                     (Ctrl-C stops the call with KeyboardInterrupt)
- *          MatmulStep ("matmul", a, b, buffer)
- *                                     BLAS (else numpy.matmul) from views a and b
+ *          MatmulStep ("matmul", a, b, buffer[, epilogues])
+ *                                     BLAS (else numpy.matmul) from views a and b; then
+ *                                     its epilogues, kernel steps whose outer index i
+ *                                     reads rows [i * band, (i + 1) * band) of the
+ *                                     product only (band: its rows / their outer), run
+ *                                     on each block of rows BLAS makes (blas.c), or
+ *                                     after the product where it cannot be cut so
  *          ExternStep ("extern", fn, views, slots, name)
  *                                     fn(*tensors of views) -> tuple of tensors, stored
  *                                     (made contiguous) in the buffer slots; kind
@@ -41,7 +46,7 @@
 #include <malloc.h>
 #endif
 
-typedef void (*kernel_fn)(void **args, int64_t start, int64_t end);
+typedef em_jit_fn kernel_fn;
 
 static PyTypeObject CompiledGraph_Type;
 
@@ -71,7 +76,7 @@ typedef struct {
 
 typedef enum { STEP_KERNEL, STEP_MATMUL, STEP_EXTERN } step_kind_t;
 
-typedef struct {
+typedef struct step {
     step_kind_t kind;
     /* kernel */
     kernel_fn fn;
@@ -80,9 +85,12 @@ typedef struct {
     Py_ssize_t outer, chunk;
     bool parallel, may_parallel;     /* may_parallel: as the plan made it (never racy) */
     bool small;                      /* its refs hold at most SMALL_ELEMENTS in all */
-    /* matmul: buffer out = a @ b, split as `how` says (EM_GEMM_*) */
+    /* matmul: buffer out = a @ b, split as `how` says (EM_GEMM_*), then its nep
+     * epilogues (kernel steps, each reading `band` rows of the product per outer index) */
     view_t a, b;
-    int out, how;
+    int out, how, nep;
+    struct step *eps;
+    int64_t band;
     /* extern: call(*views) -> the buffers slots; borrowed from the plan tuple */
     PyObject *call, *name;
     int nviews, nslots;
@@ -248,13 +256,33 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
         return 0;
     }
     if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
+        PyObject *eps = NULL;
         s->kind = STEP_MATMUL;
         s->how = EM_GEMM_AUTO;
-        if (!PyArg_ParseTuple(t, "OOOi;CompiledGraph: a matmul step is (kind, a, b, out)",
-                              &kind, &a, &b, &s->out) ||
-            decode_view(p, a, &s->a) < 0 || decode_view(p, b, &s->b) < 0)
+        if (!PyArg_ParseTuple(t, "OOOi|O!;CompiledGraph: a matmul step is (kind, a, b, out, "
+                              "epilogues)", &kind, &a, &b, &s->out, &PyTuple_Type, &eps) ||
+            decode_view(p, a, &s->a) < 0 || decode_view(p, b, &s->b) < 0 ||
+            check_index(s->out, p->nbufs, "a matmul step") < 0)
             return -1;
-        return check_index(s->out, p->nbufs, "a matmul step");
+        s->nep = eps != NULL ? (int)PyTuple_GET_SIZE(eps) : 0;
+        if (s->nep == 0)
+            return 0;
+        /* the product as (rows, n): each epilogue's outer index covers `band` rows */
+        const dims_t *d = &p->bufs[s->out].dims;
+        Py_ssize_t rows = 1;
+        for (int k = 0; k + 1 < d->ndim; k++)
+            rows *= d->sizes[k];
+        if ((s->eps = plan_alloc(p, s->nep, sizeof(step_t))) == NULL)
+            return -1;
+        for (int e = 0; e < s->nep; e++) {
+            step_t *ep = &s->eps[e];
+            if (decode_step(p, PyTuple_GET_ITEM(eps, e), kernels, nkernels, ep) < 0)
+                return -1;
+            if (ep->kind != STEP_KERNEL || ep->outer <= 0 || rows % ep->outer != 0)
+                return bad_plan("an epilogue");
+            ep->band = rows / ep->outer;
+        }
+        return 0;
     }
     /* a seed step (a compiled graph's Philox seed, drawn per call) runs as an extern */
     if (PyUnicode_CompareWithASCIIString(kind, "extern") == 0 ||
@@ -506,23 +534,33 @@ run_range(void *ctx, int64_t start, int64_t end)
     job->fn(job->args, start, end);
 }
 
-static int
-run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
+/* The data pointers of a kernel step's refs, into small (16) or a new array. */
+static void **
+kernel_args(const step_t *s, PyObject *const *inputs, em_Tensor **bufs, void **small)
 {
-    void *small[16], **args = small;
+    void **args = small;
     if (s->nrefs > 16 && (args = PyMem_Malloc(sizeof(void *) * s->nrefs)) == NULL) {
         PyErr_NoMemory();
-        return -1;
+        return NULL;
     }
     for (int i = 0; i < s->nrefs; i++) {
         em_Tensor *t = ref_tensor(s->refs[i], inputs, bufs);
         if (t == NULL) {
             if (args != small)
                 PyMem_Free(args);
-            return -1;
+            return NULL;
         }
         args[i] = PyArray_DATA(t->array);
     }
+    return args;
+}
+
+static int
+run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
+{
+    void *small[16], **args = kernel_args(s, inputs, bufs, small);
+    if (args == NULL)
+        return -1;
     int st = 0;
     if (s->small && (s->chunk <= 0 || s->chunk >= s->outer)) {
         if (s->outer > 0)
@@ -537,20 +575,41 @@ run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
     return st;
 }
 
+/* The product, its epilogues on each block of rows as BLAS makes it when it can (else
+ * after the whole product, as the kernel steps they are). */
 static int
 run_matmul(CompiledGraph *self, const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
 {
     em_Tensor *a = view_tensor(&s->a, inputs, bufs);
     em_Tensor *b = a ? view_tensor(&s->b, inputs, bufs) : NULL;
+    em_epilogue_t ep;
+    void *small[EM_MAX_EPILOGUES][16];
     int st = -1;
-    if (a != NULL && b != NULL) {
-        em_Tensor *out = bufs[s->out];
-        st = em_blas_matmul_how(a, b, out, s->how);
-        if (st == 1) {
-            PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
-            st = em_ufunc_call(self->matmul, ins, 2, out->array, out->dtype, out->dtype);
+    ep.n = 0;
+    ep.done = false;
+    if (a == NULL || b == NULL)
+        goto done;
+    if (s->nep <= EM_MAX_EPILOGUES) {
+        for (; ep.n < s->nep; ep.n++) {
+            const step_t *e = &s->eps[ep.n];
+            if ((ep.args[ep.n] = kernel_args(e, inputs, bufs, small[ep.n])) == NULL)
+                goto done;
+            ep.fn[ep.n] = e->fn;
+            ep.band[ep.n] = e->band;
         }
     }
+    em_Tensor *out = bufs[s->out];
+    st = em_blas_matmul_ep(a, b, out, s->how, ep.n > 0 ? &ep : NULL);
+    if (st == 1) {
+        PyObject *ins[2] = {(PyObject *)a, (PyObject *)b};
+        st = em_ufunc_call(self->matmul, ins, 2, out->array, out->dtype, out->dtype);
+    }
+    for (int e = 0; st == 0 && !ep.done && e < s->nep; e++)
+        st = run_kernel(&s->eps[e], inputs, bufs);
+done:
+    for (int e = 0; e < ep.n; e++)
+        if (ep.args[e] != small[e])
+            PyMem_Free(ep.args[e]);
     Py_XDECREF(a);
     Py_XDECREF(b);
     return st;

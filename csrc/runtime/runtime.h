@@ -27,6 +27,26 @@ int em_blas_matmul(em_Tensor *a, em_Tensor *b, em_Tensor *out);
 enum { EM_GEMM_AUTO, EM_GEMM_POOL, EM_GEMM_ONE_CALL };
 int em_blas_matmul_how(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how);
 
+/* A compiled kernel: runs outer indices [start, end) of its domain on pointers args. */
+typedef void (*em_jit_fn)(void **args, int64_t start, int64_t end);
+
+/* The epilogues of a product (plan.MatmulStep): kernel k runs outer indices
+ * [g0 / band[k], g1 / band[k]) right after BLAS has made rows [g0, g1) of the product
+ * seen as (rows, n). */
+#define EM_MAX_EPILOGUES 16
+typedef struct {
+    int n;
+    em_jit_fn fn[EM_MAX_EPILOGUES];
+    void **args[EM_MAX_EPILOGUES];
+    int64_t band[EM_MAX_EPILOGUES];
+    bool done;          /* set when they ran on the product's blocks */
+} em_epilogue_t;
+
+/* em_blas_matmul_how, running ep's kernels (when not NULL) on each block of rows as
+ * it is made; ep->done tells whether they ran (else the caller runs them after). */
+int em_blas_matmul_ep(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how,
+                      em_epilogue_t *ep);
+
 /* The BLAS library's threads (ember.set_num_threads sets them with the pool's). */
 void em_blas_set_threads(int n);
 

@@ -137,7 +137,10 @@ class Tuner:
             if isinstance(s, KernelStep):
                 rows.append(["k", kkeys[s.kernel], s.outer, bool(s.parallel), s.chunk])
             elif isinstance(s, MatmulStep):
-                rows.append(["m", str(s), buffers[s.out].dtype._name])
+                # epilogues by their kernels' keys (a plan from the graph cache has
+                # no loop IR to print)
+                rows.append(["m", str(s._replace(epilogues=())), buffers[s.out].dtype._name,
+                             [kkeys[e.kernel] for e in s.epilogues]])
             else:
                 rows.append(["e", s.kind, s.name])
         text = json.dumps([FORMAT.decode(), _threads(), [[list(i.sizes), list(i.strides)]

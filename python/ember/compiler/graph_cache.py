@@ -257,7 +257,7 @@ def _step(s):
         return ["kernel", s.kernel, [_ref(r) for r in s.refs], s.outer, bool(s.parallel),
                 s.chunk]
     if isinstance(s, MatmulStep):
-        return ["matmul", _view(s.a), _view(s.b), s.out]
+        return ["matmul", _view(s.a), _view(s.b), s.out, [_step(e) for e in s.epilogues]]
     if isinstance(s, ExternStep):
         fn = s.fn
         if type(fn) is not ExternCall or not isinstance(fn.op, _C.Op):
@@ -349,8 +349,11 @@ def _step_of(v):
         return KernelStep(StepKind.KERNEL, int(k), tuple(_ref_of(r) for r in refs),
                           int(outer), bool(parallel), None, int(chunk))
     if kind == "matmul":
-        _, a, b, out = v
-        return MatmulStep(StepKind.MATMUL, _view_of(a), _view_of(b), int(out))
+        _, a, b, out, epilogues = v
+        epilogues = tuple(_step_of(e) for e in epilogues)
+        if any(not isinstance(e, KernelStep) for e in epilogues):
+            raise ValueError("an epilogue that is not a kernel step")
+        return MatmulStep(StepKind.MATMUL, _view_of(a), _view_of(b), int(out), epilogues)
     if kind == "extern":
         _, op, args, kwargs, multi, views, slots, name = v
         fn = ExternCall(_op(op), _value(args), _value(kwargs), bool(multi))

@@ -15,7 +15,7 @@ import operator
 from .. import _C
 from .. import fx
 from ..ops import meta as M
-from . import fusion, plan, rows
+from . import epilogue, fusion, plan, rows
 from .buffers import BufferPlan
 from .conv_fold import fold_conv_affine
 from .fusion import KernelBuilder
@@ -169,7 +169,7 @@ class GraphLowering:
                 self.lower_output(node)
             else:
                 raise LoweringError(f"node {node.format_node()}")
-        return plan.verify(rows.merge(self.out))
+        return plan.verify(epilogue.fuse(rows.merge(self.out)))
 
     def lower_output(self, node):
         """The graph's outputs, each laid out as eager lays it out (the strides traced
