@@ -250,3 +250,44 @@ def test_integer_inplace_raises_as_eager():
             forward(ember.ones(2, dtype=ember.int64), s)
         with pytest.raises(RuntimeError):
             compiled(ember.ones(2, dtype=ember.int64), s)
+
+
+def derived(x, a, b):
+    c = a * 0.5 + b - 3
+    return x * c + (a - b) / 4, x / (a * 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_arithmetic_on_dynamic_floats_stays_dynamic(backend):
+    compiled = ember.compile(derived, backend=backend)
+    x = ember.arange(4, dtype=ember.float32) + 1
+    for i in range(10):
+        a, b = 0.1 * i + 0.3, 1.7 - 0.13 * i
+        identical(compiled(x, a, b), derived(x, a, b))
+    assert recompiles() == 1
+
+
+def divides_by_the_float(x, s):
+    return x * (1.0 / s)
+
+
+def test_division_by_a_dynamic_float_specialises():
+    # Python raises ZeroDivisionError where a tensor division gives inf
+    compiled = ember.compile(divides_by_the_float, backend="eager")
+    x = ember.ones(2)
+    for s in (0.5, 0.25, 2.0):
+        identical(compiled(x, s), divides_by_the_float(x, s))
+    with pytest.raises(ZeroDivisionError):
+        compiled(x, 0.0)
+
+
+def derived_returned(x, s):
+    t = s * 3
+    return x + t, t
+
+
+def test_a_derived_value_read_specialises():
+    compiled = ember.compile(derived_returned, backend="eager")
+    x = ember.ones(2)
+    for s in (0.5, 0.25, 2.0, 0.75):
+        identical(compiled(x, s), derived_returned(x, s))

@@ -32,18 +32,49 @@ _ARITH = {operator.add, operator.sub, operator.mul, operator.truediv, operator.p
 
 class FloatVar(ConstVar):
     """A float local made dynamic: a constant whose value is guarded when read, and a
-    graph input where a tensor operator uses it."""
+    graph input where a tensor operator uses it. A derived one (`parts`: fn and its
+    operands, FloatVars or Python numbers) is arithmetic on such floats: a 0-d float64
+    graph value (IEEE double, as Python computes it); reading its value specialises
+    every dynamic float it was made from."""
 
-    def __init__(self, value, source, pending):
+    def __init__(self, value, source, pending, parts=None):
         super().__init__(value, source, pending)
         self._input = None
+        self._parts = parts
+        self._read = False
+
+    @property
+    def value(self):
+        if self._parts is not None and not self._read:
+            self._read = True
+            for p in self._parts[1]:
+                if isinstance(p, FloatVar):
+                    p.value
+        return ConstVar.value.fget(self)
+
+    @value.setter
+    def value(self, value):
+        self._parts = None
+        ConstVar.value.fset(self, value)
+
+    def unread(self):
+        if self._parts is not None:
+            return not self._read
+        return super().unread()
 
     def graph_input(self, tx):
-        """The 0-d float64 TensorVar fetched from the float on each call."""
+        """The 0-d float64 TensorVar: fetched from the float on each call, or computed
+        from the floats a derived one was made from."""
         if self._input is None:
             from .._tensor_new import tensor
-            real = tensor(self._value, dtype=_C.float64)
-            self._input = tx.output.add_input(real, ScalarSource(self.source))
+            if self._parts is None:
+                real = tensor(self._value, dtype=_C.float64)
+                self._input = tx.output.add_input(real, ScalarSource(self.source))
+            else:
+                fn, operands = self._parts
+                args = [p.graph_input(tx) if isinstance(p, FloatVar) else ConstVar(p)
+                        for p in operands]
+                self._input = tx.call_op(fn, args, {})
         return self._input
 
     def __repr__(self):
@@ -64,12 +95,51 @@ def wrap_float(tx, value, source):
     return FloatVar(value, source, (out.guards, ("EQUALS_MATCH", source, value)))
 
 
+_EXACT = 2 ** 53
+
+
+def _python_number(v):
+    """The value of a plain float or int operand (an exact double), else None."""
+    if isinstance(v, FloatVar) or not isinstance(v, ConstVar):
+        return None
+    x = v.value
+    if type(x) is float or type(x) is int and -_EXACT <= x <= _EXACT:
+        return x
+    return None
+
+
+def _float_arith(fn, a, b):
+    """a fn b for a dynamic float and a float, int or another dynamic one: a derived
+    FloatVar (+ - *: a 0-d float64 op gives Python's double; / only by a constant
+    nonzero divisor, as Python raises ZeroDivisionError where the tensor gives inf),
+    or None (specialised)."""
+    if fn not in (operator.add, operator.sub, operator.mul, operator.truediv):
+        return None
+    operands = []
+    for v in (a, b):
+        if isinstance(v, FloatVar):
+            if not v.unread():
+                return None
+            operands.append(v)
+        else:
+            x = _python_number(v)
+            if x is None:
+                return None
+            operands.append(x)
+    if fn is operator.truediv and (isinstance(operands[1], FloatVar) or operands[1] == 0):
+        return None
+    values = [p._value if isinstance(p, FloatVar) else p for p in operands]
+    return FloatVar(fn(*values), None, None, (fn, operands))
+
+
 def binary(tx, fn, a, b):
     """fn(a, b) with a dynamic float and a tensor as a graph op, or None (the caller
     treats the float as a constant: specialised)."""
     pure = _PURE.get(fn, fn)
     if pure not in _ARITH:
         return None
+    if not isinstance(a, TensorVar) and not isinstance(b, TensorVar):
+        return _float_arith(pure, a, b)
     f, t = (a, b) if isinstance(a, FloatVar) else (b, a)
     if not isinstance(f, FloatVar) or not isinstance(t, TensorVar) or not f.unread():
         return None

@@ -22,7 +22,8 @@ from collections import defaultdict
 
 from .. import _C
 from .. import fx
-from . import resume, skip, stdlib
+from . import resume, skip, stdlib, sym_floats
+from .sym_floats import FloatVar
 from .exc import Unsupported
 from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
@@ -1376,8 +1377,7 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
-        if isinstance(a, TensorVar) or isinstance(b, TensorVar):
-            from . import sym_floats
+        if isinstance(a, (TensorVar, FloatVar)) or isinstance(b, (TensorVar, FloatVar)):
             r = sym_floats.binary(self, fn, a, b)
             if r is not None:
                 return r
