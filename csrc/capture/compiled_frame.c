@@ -13,7 +13,9 @@
  *     (root_kind, root, ((step_kind, key), ...))
  * root_kind: "local" (slot index), "global" (name), "closure" (cell index),
  * "object" (the object itself); step_kind: "attr", "item", "dict", "size" and
- * "stride" (of a tensor at an int dim: a symbolic size's value, [dynamic]).
+ * "stride" (of a tensor at an int dim: a symbolic size's value, [dynamic]) and
+ * "scalar" (a float as a new 0-d float64 tensor: a dynamic float's graph input,
+ * ember/capture/sym_floats.py).
  *
  * The program is ember/capture/program.py's (values, effects, result), decoded once
  * here into value_t and effect_t records.
@@ -24,7 +26,7 @@
 #include "capture.h"
 
 enum { ROOT_LOCAL, ROOT_GLOBAL, ROOT_CLOSURE, ROOT_OBJECT };
-enum { STEP_ATTR, STEP_ITEM, STEP_DICT, STEP_SIZE, STEP_STRIDE };
+enum { STEP_ATTR, STEP_ITEM, STEP_DICT, STEP_SIZE, STEP_STRIDE, STEP_SCALAR };
 enum { V_OUT, V_CONST, V_SRC, V_TUPLE, V_LIST, V_DICT, V_CALL1 };
 enum { E_LIST_SET, E_DICT_SET, E_SETATTR, E_DELATTR, E_SETITEM, E_DELITEM };
 
@@ -72,6 +74,26 @@ typedef struct {
     Py_ssize_t nouts;      /* the largest output index + 1 */
     Py_ssize_t calls;
 } CompiledFrame;
+
+/* A new 0-d float64 tensor holding float obj (a dynamic float input). */
+static PyObject *
+scalar_tensor(PyObject *obj)
+{
+    em_Geom geom = {.ndim = 0, .dtype = EM_FLOAT64};
+    em_Tensor *t;
+    double v;
+    if (!PyFloat_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "compiled frame: a dynamic float input is %.100s, "
+                     "not float", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    v = PyFloat_AS_DOUBLE(obj);
+    t = em_tensor_empty(&geom, false);
+    if (t == NULL)
+        return NULL;
+    *(double *)PyArray_DATA(t->array) = v;
+    return (PyObject *)t;
+}
 
 static PyObject *
 fetch(CompiledFrame *self, const getter_t *g, PyObject *const *args, Py_ssize_t nargs)
@@ -129,6 +151,8 @@ fetch(CompiledFrame *self, const getter_t *g, PyObject *const *args, Py_ssize_t 
                 next = PyLong_FromSsize_t(g->step_kinds[s] == STEP_SIZE ? t->sizes[d]
                                                                         : t->strides[d]);
         }
+        else if (g->step_kinds[s] == STEP_SCALAR)
+            next = scalar_tensor(obj);
         else if (g->step_kinds[s] == STEP_DICT && PyDict_Check(obj)) {
             next = PyDict_GetItemWithError(obj, g->keys[s]);
             if (next == NULL && !PyErr_Occurred())
@@ -384,6 +408,8 @@ parse_getter(PyObject *tup, getter_t *g)
             g->step_kinds[s] = STEP_SIZE;
         else if (strcmp(kind, "stride") == 0 && PyLong_CheckExact(key))
             g->step_kinds[s] = STEP_STRIDE;
+        else if (strcmp(kind, "scalar") == 0)
+            g->step_kinds[s] = STEP_SCALAR;
         else
             goto bad;
         g->keys[s] = key;

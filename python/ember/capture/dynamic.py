@@ -106,3 +106,22 @@ def dynamic_int(mode, code, source_name, value):
     if code in static_codes or mode is False:
         return False
     return mode is True or changed
+
+
+def dynamic_float(mode, code, source_name, value):
+    """Whether float argument `value` (read from source_name in a capture of code)
+    becomes a graph input (capture/sym_floats.py): under dynamic=True, or under
+    automatic dynamic once a capture of the same code saw another value there.
+    Records the value."""
+    seen = _seen.setdefault(code, {})
+    key = ("float", source_name)
+    before = seen.get(key)
+    changed = before is not None and (before[1] or not _same_float(before[0], value))
+    seen[key] = (value, changed)
+    if code in static_codes or mode is False:
+        return False
+    return mode is True or changed
+
+
+def _same_float(a, b):
+    return a == b or (a != a and b != b)

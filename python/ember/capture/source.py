@@ -10,7 +10,8 @@ for the C side:
 with root_kind "local" (slot index), "global" (name in the frame's globals), "closure"
 (cell index of the frame's function) or "object" (a fixed object, held), and step
 kinds "attr" (getattr), "item" (obj[key]), "dict" (dict lookup, no __getitem__ call),
-"size" and "stride" (a tensor's size or stride at a dim: symbolic sizes' values).
+"size" and "stride" (a tensor's size or stride at a dim: symbolic sizes' values) and
+"scalar" (a float as a new 0-d float64 tensor: a dynamic float's graph input).
 """
 from __future__ import annotations
 
@@ -131,6 +132,20 @@ class SizeSource(Source):
 
 
 @dataclass(frozen=True)
+class ScalarSource(Source):
+    """The float at base as a new 0-d float64 tensor: the graph input of a dynamic
+    float (capture/sym_floats.py), made by the compiled frame on each call."""
+    base: Source
+
+    def name(self):
+        return f"{self.base.name()}.as_tensor"
+
+    def _chain(self):
+        root, steps = self.base._chain()
+        return root, steps + [("scalar", None)]
+
+
+@dataclass(frozen=True)
 class ItemSource(Source):
     """obj[key] through the object's own __getitem__ (lists, tuples)."""
     base: Source
@@ -208,6 +223,12 @@ def fetch(source: Source, frame_args, f_globals, closure):
             obj = getattr(obj, key)
         elif step == "item":
             obj = obj[key]
+        elif step == "scalar":
+            from .. import _C
+            from .._tensor_new import tensor
+            if type(obj) is not float:
+                raise TypeError(f"a dynamic float input is {type(obj).__name__}")
+            obj = tensor(obj, dtype=_C.float64)
         else:
             obj = obj[key]
     return obj

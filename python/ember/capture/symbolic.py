@@ -22,7 +22,8 @@ from collections import defaultdict
 
 from .. import _C
 from .. import fx
-from . import resume, skip, stdlib
+from . import resume, skip, stdlib, sym_floats
+from .sym_floats import FloatVar
 from .exc import Unsupported
 from ..fx.shape_env import SymBool, SymInt, sym_max, sym_min
 from .guards import GuardSet
@@ -541,6 +542,11 @@ class Translator:
             if sym is not None:
                 self.guard("TYPE_MATCH", source, int)
                 return sym
+        if type(value) is float and isinstance(source, LocalSource):
+            from .sym_floats import wrap_float
+            fv = wrap_float(self, value, source)     # (a dynamic float: sym_floats.py)
+            if fv is not None:
+                return fv
         if is_constant(value):
             kind = "EQUALS_MATCH" if not isinstance(value, _C.dtype) else "ID_MATCH"
             if _always_there(source):
@@ -1417,6 +1423,10 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, (TensorVar, FloatVar)) or isinstance(b, (TensorVar, FloatVar)):
+            r = sym_floats.binary(self, fn, a, b)
+            if r is not None:
+                return r
         if isinstance(a, SymVar) or isinstance(b, SymVar):
             r = self.sym_binary(fn, a, b)
             if r is not None:

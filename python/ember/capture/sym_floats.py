@@ -1,0 +1,159 @@
+"""Dynamic floats ([capture-2]): a Python float argument that changes between calls
+becomes a graph input instead of a guarded constant.
+
+Automatic dynamic as for int arguments (dynamic.py): the first capture of a code
+specialises a float local (an argument, or a resume function's argument: the value of
+`.item()` at a break); once a capture of that code sees another value at that local
+(dynamic=None), or from the start under dynamic=True, the local is a `FloatVar`: its
+type is guarded (TYPE_MATCH float), not its value. In a binary operator (+ - * / **,
+reflected and in-place forms) with a floating or integer tensor it is the graph input
+`ScalarSource(local)` (a 0-d float64 tensor the compiled frame makes from the float on
+each call, `compiled_frame.c`'s "scalar" step) cast to the dtype eager computes in:
+eager converts a Python float to the op's result dtype (the tensor's floating dtype, or
+the default dtype for an integer tensor), and the op on that 0-d tensor gives eager's
+bits (tests/capture/test_dynamic_floats.py checks every dtype). Every other use (a
+branch, a comparison, int(), an op's non-tensor argument, arithmetic on Python values,
+a return) reads `.value`, which adds the value's EQUALS guard: specialised, as before.
+A value the frame only moves is fetched again and needs no guard at all (ValueVar).
+"""
+from __future__ import annotations
+
+import operator
+
+from .. import _C
+from .source import LocalSource, ScalarSource
+from .variables import ConstVar, TensorVar
+
+_PURE = {operator.iadd: operator.add, operator.isub: operator.sub,
+         operator.imul: operator.mul, operator.itruediv: operator.truediv,
+         operator.ipow: operator.pow}
+_ARITH = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow}
+
+
+class FloatVar(ConstVar):
+    """A float local made dynamic: a constant whose value is guarded when read, and a
+    graph input where a tensor operator uses it. A derived one (`parts`: fn and its
+    operands, FloatVars or Python numbers) is arithmetic on such floats: a 0-d float64
+    graph value (IEEE double, as Python computes it); reading its value specialises
+    every dynamic float it was made from."""
+
+    def __init__(self, value, source, pending, parts=None):
+        super().__init__(value, source, pending)
+        self._input = None
+        self._parts = parts
+        self._read = False
+
+    @property
+    def value(self):
+        if self._parts is not None and not self._read:
+            self._read = True
+            for p in self._parts[1]:
+                if isinstance(p, FloatVar):
+                    p.value
+        return ConstVar.value.fget(self)
+
+    @value.setter
+    def value(self, value):
+        self._parts = None
+        ConstVar.value.fset(self, value)
+
+    def unread(self):
+        if self._parts is not None:
+            return not self._read
+        return super().unread()
+
+    def graph_input(self, tx):
+        """The 0-d float64 TensorVar: fetched from the float on each call, or computed
+        from the floats a derived one was made from."""
+        if self._input is None:
+            from .._tensor_new import tensor
+            if self._parts is None:
+                real = tensor(self._value, dtype=_C.float64)
+                self._input = tx.output.add_input(real, ScalarSource(self.source))
+            else:
+                fn, operands = self._parts
+                args = [p.graph_input(tx) if isinstance(p, FloatVar) else ConstVar(p)
+                        for p in operands]
+                self._input = tx.call_op(fn, args, {})
+        return self._input
+
+    def __repr__(self):
+        return f"FloatVar({self._value!r} from {self.source.name()})"
+
+
+def wrap_float(tx, value, source):
+    """A FloatVar for float `value` read from local `source` when automatic dynamic
+    (or dynamic=True) makes it dynamic, else None (a constant, as before). Records the
+    value for later captures."""
+    from . import dynamic
+    out = tx.output
+    if not isinstance(source, LocalSource):
+        return None
+    if not dynamic.dynamic_float(out.dynamic_mode, out.code, source.name(), value):
+        return None
+    tx.guard("TYPE_MATCH", source, float)
+    return FloatVar(value, source, (out.guards, ("EQUALS_MATCH", source, value)))
+
+
+_EXACT = 2 ** 53
+
+
+def _python_number(v):
+    """The value of a plain float or int operand (an exact double), else None."""
+    if isinstance(v, FloatVar) or not isinstance(v, ConstVar):
+        return None
+    x = v.value
+    if type(x) is float or type(x) is int and -_EXACT <= x <= _EXACT:
+        return x
+    return None
+
+
+def _float_arith(fn, a, b):
+    """a fn b for a dynamic float and a float, int or another dynamic one: a derived
+    FloatVar (+ - *: a 0-d float64 op gives Python's double; / only by a constant
+    nonzero divisor, as Python raises ZeroDivisionError where the tensor gives inf),
+    or None (specialised)."""
+    if fn not in (operator.add, operator.sub, operator.mul, operator.truediv):
+        return None
+    operands = []
+    for v in (a, b):
+        if isinstance(v, FloatVar):
+            if not v.unread():
+                return None
+            operands.append(v)
+        else:
+            x = _python_number(v)
+            if x is None:
+                return None
+            operands.append(x)
+    if fn is operator.truediv and (isinstance(operands[1], FloatVar) or operands[1] == 0):
+        return None
+    values = [p._value if isinstance(p, FloatVar) else p for p in operands]
+    return FloatVar(fn(*values), None, None, (fn, operands))
+
+
+def binary(tx, fn, a, b):
+    """fn(a, b) with a dynamic float and a tensor as a graph op, or None (the caller
+    treats the float as a constant: specialised)."""
+    pure = _PURE.get(fn, fn)
+    if pure not in _ARITH:
+        return None
+    if not isinstance(a, TensorVar) and not isinstance(b, TensorVar):
+        return _float_arith(pure, a, b)
+    f, t = (a, b) if isinstance(a, FloatVar) else (b, a)
+    if not isinstance(f, FloatVar) or not isinstance(t, TensorVar) or not f.unread():
+        return None
+    dtype = t.fake.dtype
+    if dtype.is_floating_point:
+        compute = dtype
+    elif dtype.is_complex or dtype == _C.bool or fn is not pure:
+        return None                     # (in-place on an integer tensor: eager raises)
+    else:
+        compute = _C.get_default_dtype()
+    if f is a:
+        fn = pure                       # float += tensor: float.__iadd__ is add
+    scalar = f.graph_input(tx)
+    if compute != _C.float64:
+        scalar = tx.call_op("to", [scalar, ConstVar(compute)], {}, method=True)
+    args = [scalar, t] if f is a else [t, scalar]
+    return tx.call_op(fn, args, {})
