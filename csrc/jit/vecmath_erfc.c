@@ -63,33 +63,30 @@ em_ir_erfcf(LLVMModuleRef M)
 
 /* ------------------------------------------------------------------ float32, FMA */
 
-/* The float32 variant, for z = |x| >= SPLIT:
+/* The float32 variant, for all z = |x| (one formula, no blend of sub-ranges):
  *     erfc(z) = t exp(-z^2 + q(t)),   t = 1 / (1 + z/2),   q = c0 + u P(u), u = t - 1/2
- * (Numerical Recipes' form, refitted by tools/fit_erfc.py on the range used: the fit's
- * error is 3e-9 in the exponent). Float32 keeps the relative accuracy of the tail by
- * carrying what each rounding loses: z^2 = hi + lo (an exact FMA product), the sum
- * -hi + q by a TwoSum (q rounded once, |q| < 1.4; c0's low part added back), t by its
- * residual (1 + z/2 as a TwoSum, 1 - t d by FMA), all folded into one relative
+ * (Numerical Recipes' form, refitted by tools/fit_erfc.py on t in [1/(1 + 10.1/2), 1]:
+ * the fit's error is 7e-9 in the exponent). Float32 keeps the relative accuracy of the
+ * tail by carrying what each rounding loses: z^2 = hi + lo (an exact FMA product), the
+ * sum -hi + q by a TwoSum (q rounded once, |q| < 1.4; c0's low part added back), t by
+ * its residual (1 + z/2 as a TwoSum, 1 - t d by FMA), all folded into one relative
  * correction applied after exp of the rounded sum (Cephes expf's reduction and
- * polynomial, scaled by 2^n in two factors so a subnormal result rounds once). Below
- * SPLIT, erfc = 1 - erf(z), erf(z) = z E(z^2) (a fit, tools/fit_erfc.py). Negative x:
- * 2 - erfc(|x|). Within 3.2 ulp (tools/fit_erfc.py's model; measured on the JIT by
- * ember.compiler.vecmath_accuracy, docs/vecmath.md). Cost: ~75 float32 vector
- * operations per 16 (AVX-512) or 8 (AVX2) elements. Special values as libm's. */
+ * polynomial, scaled by 2^n in two factors so a subnormal result rounds once).
+ * Negative x: 2 - erfc(|x|). Within 3.6 ulp (tools/fit_erfc.py's model; measured on the
+ * JIT by ember.compiler.vecmath_accuracy, docs/vecmath.md).
+ * Speed: the loop is bound by one element's dependency chain (~100 cycles of latency
+ * against ~60 vector operations), so the polynomials are evaluated as short chains:
+ * P as A(u) + u^5 B(u), two Horner chains of 5, and exp's polynomial by Estrin's scheme
+ * (P wholly by Estrin's scheme would lose an ulp to cancellation near t = 1, where q
+ * is near 0). Special values as libm's. */
 
-#define SPLIT 0.5
-#define FIT_N 9
+#define FIT_N 10
 
-static const double fit_c0_hi = -0.671794056892395, fit_c0_lo = -2.7387351053675957e-08;
+static const double fit_c0_hi = -0.671794056892395, fit_c0_lo = -2.1362847490991044e-08;
 static const double fit_p[FIT_N] = {
-    1.3452863693237305, 0.1893734633922577, -0.37515416741371155, -0.157987579703331,
-    0.2819156050682068, 0.1134476363658905, -0.29057577252388, -0.05105883255600929,
-    0.25331926345825195};
-/* erf(z) / z on [0, SPLIT], in z^2 (a least-squares fit of the relative error) */
-#define FIT_E_N 5
-static const double fit_e[FIT_E_N] = {
-    1.128379225730896, -0.37612614035606384, 0.11282918602228165, -0.02676265873014927,
-    0.004728139843791723};
+    1.34528648853302, 0.1893710047006607, -0.375166118144989, -0.15782234072685242,
+    0.2822566032409668, 0.10945329815149307, -0.2941754162311554, -0.01072610355913639,
+    0.26573386788368225, -0.14525213837623596};
 
 static LLVMValueRef
 exact_fma(em_vm *v, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c)
@@ -128,7 +125,13 @@ erfc_float32(LLVMModuleRef M)
     LLVMValueRef ct = LLVMBuildFSub(B, exact_fma(&v, LLVMBuildFNeg(B, th, ""), d, F(1.0)),
                                     LLVMBuildFMul(B, th, dl, ""), "");
     LLVMValueRef u = LLVMBuildFSub(B, th, F(0.5), "");
-    LLVMValueRef q = em_vm_fma(&v, u, em_vm_poly(&v, fit_p, FIT_N, u), F(fit_c0_hi));
+    /* P(u) = A(u) + u^5 B(u): two Horner chains of 5 (all of P by Estrin's scheme
+     * would lose an ulp to cancellation near t = 1) */
+    LLVMValueRef u2 = LLVMBuildFMul(B, u, u, "");
+    LLVMValueRef u5 = LLVMBuildFMul(B, LLVMBuildFMul(B, u2, u2, ""), u, "");
+    LLVMValueRef pu = em_vm_fma(&v, em_vm_poly(&v, fit_p + 5, FIT_N - 5, u), u5,
+                                em_vm_poly(&v, fit_p, 5, u));
+    LLVMValueRef q = em_vm_fma(&v, u, pu, F(fit_c0_hi));
     LLVMValueRef hi = LLVMBuildFMul(B, zc, zc, "");
     LLVMValueRef lo = exact_fma(&v, zc, zc, LLVMBuildFNeg(B, hi, ""));
     LLVMValueRef s = two_sum(&v, LLVMBuildFNeg(B, hi, ""), q, &e1);    /* >= -112 */
@@ -138,7 +141,7 @@ erfc_float32(LLVMModuleRef M)
     LLVMValueRef n = em_vm_floor(&v, em_vm_fma(&v, s, F(1.44269504088896341), F(0.5)));
     LLVMValueRef r = em_vm_fma(&v, n, F(-0.693359375), s);
     r = em_vm_fma(&v, n, F(2.12194440e-4), r);
-    LLVMValueRef e = em_vm_fma(&v, em_vm_poly(&v, em_vm_exp_poly, EM_VM_EXP_POLY_N, r),
+    LLVMValueRef e = em_vm_fma(&v, em_vm_poly_estrin(&v, em_vm_exp_poly, EM_VM_EXP_POLY_N, r),
                                LLVMBuildFMul(B, r, r, ""), r);
     e = LLVMBuildFAdd(B, e, F(1.0), "");
     LLVMValueRef y = LLVMBuildFMul(B, e, th, "");
@@ -152,11 +155,6 @@ erfc_float32(LLVMModuleRef M)
         y = LLVMBuildFMul(B, y, LLVMBuildBitCast(B, bits, v.f32, ""), "");
     }
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, z, ZMAX), F(0.0), y);
-    /* below SPLIT: 1 - erf(z), erf(z) = z E(z^2) */
-    LLVMValueRef erf = LLVMBuildFMul(
-        B, z, em_vm_poly(&v, fit_e, FIT_E_N, LLVMBuildFMul(B, z, z, "")), "");
-    LLVMValueRef small = LLVMBuildFSub(B, F(1.0), erf, "");
-    y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, z, SPLIT), small, y);
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, 0.0), LLVMBuildFSub(B, F(2.0), y, ""), y);
     y = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealUNO, x, 0.0), x, y);
 #undef F
