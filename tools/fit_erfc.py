@@ -99,9 +99,9 @@ def erfc32(x, hi_c, lo_c, p):
     corr = f32(f32(e1 + f32(lo_c - lo)) + ct)
     n = np.floor(fma(s, f32(1.44269504088896341), f32(0.5)))
     r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), s))
-    e = f32(fma(estrin(EXP_P, r), f32(r * r), r) + f32(1))
-    y = f32(e * th)
-    y = fma(y, corr, y)
+    e = fma(estrin(EXP_P, r), f32(r * r), r)            # exp(r) - 1
+    tc = fma(th, corr, th)
+    y = fma(tc, e, tc)
     ni = n.astype(np.int32)
     n1 = ni >> 1
     y = f32(y * np.ldexp(f32(1), n1).astype(f32))

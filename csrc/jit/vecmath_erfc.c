@@ -142,10 +142,10 @@ erfc_float32(LLVMModuleRef M)
     LLVMValueRef r = em_vm_fma(&v, n, F(-0.693359375), s);
     r = em_vm_fma(&v, n, F(2.12194440e-4), r);
     LLVMValueRef e = em_vm_fma(&v, em_vm_poly_estrin(&v, em_vm_exp_poly, EM_VM_EXP_POLY_N, r),
-                               LLVMBuildFMul(B, r, r, ""), r);
-    e = LLVMBuildFAdd(B, e, F(1.0), "");
-    LLVMValueRef y = LLVMBuildFMul(B, e, th, "");
-    y = em_vm_fma(&v, y, corr, y);
+                               LLVMBuildFMul(B, r, r, ""), r);          /* exp(r) - 1 */
+    /* t (1 + corr), formed beside the polynomial, times 1 + e in one FMA */
+    LLVMValueRef tc = em_vm_fma(&v, th, corr, th);
+    LLVMValueRef y = em_vm_fma(&v, tc, e, tc);
     /* times 2^n, n in [-161, 0], as 2^n1 2^n2: exact, then one rounding */
     LLVMValueRef ni = LLVMBuildFPToSI(B, n, v.i32, "");
     LLVMValueRef n1 = LLVMBuildAShr(B, ni, K32(1), "");
