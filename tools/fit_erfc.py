@@ -2,14 +2,14 @@
 em_ir_erfcf's FMA variant) and reports the error of a float32 evaluation of them
 (NumPy, FMA emulated in float64).
 
-    erfc(z) = t exp(-z^2 + q(t)),   t = 1 / (1 + z/2),  z >= 0
-    q(t)    = c0 + u P(u),          u = t - 1/2          (q = log(erfc(z) / t) + z^2)
+    erfc(z) = t S(t) exp(-z^2),   t = 1 / (1 + z/2),  z >= 0,  S a polynomial in u = t - 1/2
 
-(the structure of Numerical Recipes' erfcc, refitted on the range used:
-t in [1/(1 + 10.1/2), 1], one formula down to z = 0); c0 is kept as two floats
-(hi + lo), P's coefficients are fitted one by one after rounding the lower ones to
-float32 (least squares on Chebyshev nodes). The model evaluates P and exp's polynomial
-in the JIT's order (two_halves, estrin), so its error is the JIT's.
+(Numerical Recipes' t, with S = erfc(z) exp(z^2) / t fitted on t in [1/(1 + 10.1/2), 1],
+one formula down to z = 0). S's coefficients are fitted one by one (relative least
+squares on Chebyshev nodes) after rounding the lower ones to float32. exp(-z^2) is
+exp(-hi) (1 - lo) with z^2 = hi + lo exactly, so exp(-hi) runs beside the division and
+S. The model evaluates S and exp's polynomial in the JIT's order (two halves, estrin),
+so its error is the JIT's.
 
     python tools/fit_erfc.py
 """
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-ZMAX, DEG = 10.1, 10
+ZMAX, DEG = 10.1, 12
 f32, f64 = np.float32, np.float64
 erfc = np.vectorize(math.erfc)
 
@@ -27,24 +27,17 @@ def nodes(a, b, n=4000):
     return (a + b) / 2 + (b - a) / 2 * np.cos((2 * k + 1) * np.pi / (2 * n))
 
 
-def target(t):
-    z = 2 * (1 / t - 1)
-    return np.log(erfc(z)) + z * z - np.log(t)
-
-
 def fit():
     t = nodes(1 / (1 + ZMAX / 2), 1.0)
-    y = target(t)
-    v = np.vander(t - 0.5, DEG + 1, increasing=True)
-    c, *_ = np.linalg.lstsq(v, y, rcond=None)
-    hi = f32(c[0])
-    lo = f32(c[0] - f64(hi))
-    resid, p = y - (f64(hi) + f64(lo)), []
-    for k in range(1, DEG + 1):
-        ck, *_ = np.linalg.lstsq(v[:, k:], resid, rcond=None)
-        p.append(f32(ck[0]))
-        resid = resid - f64(p[-1]) * (t - 0.5) ** k
-    return hi, lo, p, np.abs(resid).max()
+    z = 2 * (1 / t - 1)
+    y = erfc(z) * np.exp(z * z) / t
+    v = np.vander(t - 0.5, DEG, increasing=True)
+    r, c = y.copy(), []
+    for k in range(DEG):
+        ck, *_ = np.linalg.lstsq(v[:, k:] / y[:, None], r / y, rcond=None)
+        c.append(f32(ck[0]))
+        r = r - f64(c[-1]) * (t - 0.5) ** k
+    return c, np.abs(r / y).max()
 
 
 def fma(a, b, c):
@@ -77,13 +70,12 @@ def estrin(c, u):
 
 
 def two_halves(c, u):
-    """P(u) = A(u) + u^5 B(u), A and B by Horner: two shorter dependency chains (Estrin
-    over all of P loses 1 ulp to cancellation near t = 1)"""
+    """S(u) = A(u) + u^6 B(u), A and B by Horner: two shorter dependency chains"""
     u2 = f32(u * u)
-    return fma(horner(c[5:], u), f32(f32(u2 * u2) * u), horner(c[:5], u))
+    return fma(horner(c[6:], u), f32(f32(u2 * u2) * u2), horner(c[:6], u))
 
 
-def erfc32(x, hi_c, lo_c, p):
+def erfc32(x, s):
     x = x.astype(f32)
     z = np.abs(x)
     zc = np.minimum(z, f32(10.5))
@@ -91,17 +83,15 @@ def erfc32(x, hi_c, lo_c, p):
     dl = f32(f64(1) + f64(zc) * 0.5 - f64(d))
     th = f32(f32(1) / d)
     ct = f32(fma(-th, d, f32(1)) - f32(th * dl))      # t = th (1 + ct)
-    u = f32(th - f32(0.5))
-    q = fma(u, two_halves(p, u), hi_c)
+    sp = two_halves(s, f32(th - f32(0.5)))
     hi = f32(zc * zc)
     lo = fma(zc, zc, -hi)
-    s, e1 = two_sum(-hi, q)
-    corr = f32(f32(e1 + f32(lo_c - lo)) + ct)
-    n = np.floor(fma(s, f32(1.44269504088896341), f32(0.5)))
-    r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), s))
+    n = np.floor(fma(-hi, f32(1.44269504088896341), f32(0.5)))
+    r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), -hi))
     e = fma(estrin(EXP_P, r), f32(r * r), r)            # exp(r) - 1
-    tc = fma(th, corr, th)
-    y = fma(tc, e, tc)
+    tc = fma(th, f32(ct - lo), th)
+    ts = f32(tc * sp)
+    y = fma(ts, e, ts)
     ni = n.astype(np.int32)
     n1 = ni >> 1
     y = f32(y * np.ldexp(f32(1), n1).astype(f32))
@@ -111,14 +101,13 @@ def erfc32(x, hi_c, lo_c, p):
 
 
 def main():
-    hi, lo, p, err = fit()
-    print(f"c0 = {float(hi)!r} + {float(lo)!r}")
-    print("P =", [float(c) for c in p])
-    print(f"fit error {err:.2e} (absolute, in the exponent)")
+    s, err = fit()
+    print("S =", [float(c) for c in s])
+    print(f"fit error {err:.2e} (relative)")
     x = np.concatenate([np.linspace(-11, 11, 2_000_001), np.geomspace(1e-9, 10.1, 1_000_000),
                         np.linspace(9, 10.1, 1_000_000)]).astype(f32)
     with np.errstate(all="ignore"):
-        got = erfc32(x, hi, lo, p).astype(f64)
+        got = erfc32(x, s).astype(f64)
     want = erfc(x.astype(f64))
     ulp = np.spacing(want.astype(f32)).astype(f64)
     e = np.abs(got - want) / ulp
