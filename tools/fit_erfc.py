@@ -2,14 +2,14 @@
 em_ir_erfcf's FMA variant) and reports the error of a float32 evaluation of them
 (NumPy, FMA emulated in float64).
 
-    erfc(z) = t exp(-z^2 + q(t)),   t = 1 / (1 + z/2),  z >= 0.5
-    q(t)    = c0 + u P(u),          u = t - 1/2          (q = log(erfc(z) / t) + z^2)
+    erfc(z) = t S(t) exp(-z^2),   t = 1 / (1 + z/2),  z >= 0,  S a polynomial in u = t - 1/2
 
-(the structure of Numerical Recipes' erfcc, refitted on the range used:
-t in [1/(1 + 10.1/2), 1/(1 + 0.5/2)]); c0 is kept as two floats (hi + lo), P's
-coefficients are fitted one by one after rounding the lower ones to float32 (least
-squares on Chebyshev nodes). Below z = 0.5, erfc = 1 - erf(z), erf(z) = z E(z^2), E
-a least-squares fit (relative error) of erf(z)/z on [0, 0.5].
+(Numerical Recipes' t, with S = erfc(z) exp(z^2) / t fitted on t in [1/(1 + 10.1/2), 1],
+one formula down to z = 0). S's coefficients are fitted one by one (relative least
+squares on Chebyshev nodes) after rounding the lower ones to float32. exp(-z^2) is
+exp(-hi) (1 - lo) with z^2 = hi + lo exactly, so exp(-hi) runs beside the division and
+S. The model evaluates S and exp's polynomial in the JIT's order (two halves, estrin),
+so its error is the JIT's.
 
     python tools/fit_erfc.py
 """
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-SPLIT, ZMAX, DEG = 0.5, 10.1, 9
+ZMAX, DEG = 10.1, 12
 f32, f64 = np.float32, np.float64
 erfc = np.vectorize(math.erfc)
 
@@ -27,24 +27,17 @@ def nodes(a, b, n=4000):
     return (a + b) / 2 + (b - a) / 2 * np.cos((2 * k + 1) * np.pi / (2 * n))
 
 
-def target(t):
-    z = 2 * (1 / t - 1)
-    return np.log(erfc(z)) + z * z - np.log(t)
-
-
 def fit():
-    t = nodes(1 / (1 + ZMAX / 2), 1 / (1 + SPLIT / 2))
-    y = target(t)
-    v = np.vander(t - 0.5, DEG + 1, increasing=True)
-    c, *_ = np.linalg.lstsq(v, y, rcond=None)
-    hi = f32(c[0])
-    lo = f32(c[0] - f64(hi))
-    resid, p = y - (f64(hi) + f64(lo)), []
-    for k in range(1, DEG + 1):
-        ck, *_ = np.linalg.lstsq(v[:, k:], resid, rcond=None)
-        p.append(f32(ck[0]))
-        resid = resid - f64(p[-1]) * (t - 0.5) ** k
-    return hi, lo, p, np.abs(resid).max()
+    t = nodes(1 / (1 + ZMAX / 2), 1.0)
+    z = 2 * (1 / t - 1)
+    y = erfc(z) * np.exp(z * z) / t
+    v = np.vander(t - 0.5, DEG, increasing=True)
+    r, c = y.copy(), []
+    for k in range(DEG):
+        ck, *_ = np.linalg.lstsq(v[:, k:] / y[:, None], r / y, rcond=None)
+        c.append(f32(ck[0]))
+        r = r - f64(c[-1]) * (t - 0.5) ** k
+    return c, np.abs(r / y).max()
 
 
 def fma(a, b, c):
@@ -60,17 +53,6 @@ def two_sum(a, b):
 
 EXP_P = [5.0000001201e-1, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3,
          1.3981999507e-3, 1.9875691500e-4]      # Cephes expf.c, as vecmath_ir.c
-DEG_E = 5
-
-
-def fit_small():
-    z = nodes(1e-6, SPLIT)
-    y = np.vectorize(math.erf)(z) / z
-    v = np.vander(z * z, DEG_E, increasing=True)
-    c, *_ = np.linalg.lstsq(v / y[:, None], np.ones_like(y), rcond=None)
-    return [f32(x) for x in c]
-
-
 def horner(c, u):
     acc = np.full_like(u, f32(c[-1]))
     for ci in c[-2::-1]:
@@ -78,7 +60,22 @@ def horner(c, u):
     return acc
 
 
-def erfc32(x, hi_c, lo_c, p, e_c):
+def estrin(c, u):
+    """as em_vm_poly_estrin: c[2i] + c[2i+1] u, then pairs with u^2, u^4, ..."""
+    t, pw = [np.full_like(u, f32(ci)) for ci in c], u
+    while len(t) > 1:
+        t = [fma(t[i + 1], pw, t[i]) if i + 1 < len(t) else t[i] for i in range(0, len(t), 2)]
+        pw = f32(pw * pw)
+    return t[0]
+
+
+def two_halves(c, u):
+    """S(u) = A(u) + u^6 B(u), A and B by Horner: two shorter dependency chains"""
+    u2 = f32(u * u)
+    return fma(horner(c[6:], u), f32(f32(u2 * u2) * u2), horner(c[:6], u))
+
+
+def erfc32(x, s):
     x = x.astype(f32)
     z = np.abs(x)
     zc = np.minimum(z, f32(10.5))
@@ -86,38 +83,31 @@ def erfc32(x, hi_c, lo_c, p, e_c):
     dl = f32(f64(1) + f64(zc) * 0.5 - f64(d))
     th = f32(f32(1) / d)
     ct = f32(fma(-th, d, f32(1)) - f32(th * dl))      # t = th (1 + ct)
-    u = f32(th - f32(0.5))
-    q = fma(u, horner(p, u), hi_c)
+    sp = two_halves(s, f32(th - f32(0.5)))
     hi = f32(zc * zc)
     lo = fma(zc, zc, -hi)
-    s, e1 = two_sum(-hi, q)
-    corr = f32(f32(e1 + f32(lo_c - lo)) + ct)
-    n = np.floor(fma(s, f32(1.44269504088896341), f32(0.5)))
-    r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), s))
-    e = f32(fma(horner(EXP_P, r), f32(r * r), r) + f32(1))
-    y = f32(e * th)
-    y = fma(y, corr, y)
+    n = np.floor(fma(-hi, f32(1.44269504088896341), f32(0.5)))
+    r = fma(n, f32(2.12194440e-4), fma(n, f32(-0.693359375), -hi))
+    e = fma(estrin(EXP_P, r), f32(r * r), r)            # exp(r) - 1
+    tc = fma(th, f32(ct - lo), th)
+    ts = f32(tc * sp)
+    y = fma(ts, e, ts)
     ni = n.astype(np.int32)
     n1 = ni >> 1
     y = f32(y * np.ldexp(f32(1), n1).astype(f32))
     y = f32(y * np.ldexp(f32(1), ni - n1).astype(f32))
     y = np.where(z > f32(10.5), f32(0), y)
-    small = f32(f32(1) - f32(z * horner(e_c, f32(z * z))))
-    pos = np.where(z < f32(SPLIT), small, y)
-    return np.where(x < 0, f32(f32(2) - pos), pos)
+    return np.where(x < 0, f32(f32(2) - y), y)
 
 
 def main():
-    hi, lo, p, err = fit()
-    print(f"c0 = {float(hi)!r} + {float(lo)!r}")
-    print("P =", [float(c) for c in p])
-    print(f"fit error {err:.2e} (absolute, in the exponent)")
-    e_c = fit_small()
-    print("E =", [float(c) for c in e_c])
-    x = np.concatenate([np.linspace(-11, 11, 2_000_001), np.geomspace(1e-6, 10.1, 1_000_000),
+    s, err = fit()
+    print("S =", [float(c) for c in s])
+    print(f"fit error {err:.2e} (relative)")
+    x = np.concatenate([np.linspace(-11, 11, 2_000_001), np.geomspace(1e-9, 10.1, 1_000_000),
                         np.linspace(9, 10.1, 1_000_000)]).astype(f32)
     with np.errstate(all="ignore"):
-        got = erfc32(x, hi, lo, p, e_c).astype(f64)
+        got = erfc32(x, s).astype(f64)
     want = erfc(x.astype(f64))
     ulp = np.spacing(want.astype(f32)).astype(f64)
     e = np.abs(got - want) / ulp
