@@ -121,3 +121,31 @@ def test_max_pool2d_keeps_the_sign_of_a_first_zero_tied_with_zero():
         np.testing.assert_array_equal(got_i.numpy(), want_i.numpy())
         ember.compiler.reset()
     assert not counters["llvm_fallback"], dict(counters["llvm_fallback"])
+
+
+def test_large_max_pool2d_on_the_pool_identical_at_one_and_two_threads():
+    """From 131072 input elements the forward runs on the pool in fixed chunks of whole
+    planes: values and indices (NaNs and ties included) are the same at 1 and 2 threads
+    and equal those of a call small enough to run on one thread."""
+    import ember
+    g = np.random.default_rng(21)
+    a = g.standard_normal((4, 32, 40, 40)).astype(np.float32)
+    a[0, 3, 5, 7] = np.nan
+    a[2, 9, :4, :4] = 1.0
+    x = ember.from_numpy(a)
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            v, i = ember.nn.functional.max_pool2d(x, 3, 2, 1, return_indices=True)
+            outs.append((v.numpy(), i.numpy()))
+    finally:
+        ember.set_num_threads(before)
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    sv, si = ember.nn.functional.max_pool2d(ember.from_numpy(a[2:3].copy()), 3, 2, 1,
+                                            return_indices=True)
+    np.testing.assert_array_equal(outs[1][0][2:3], sv.numpy())
+    np.testing.assert_array_equal(outs[1][1][2:3], si.numpy())
+    assert np.isnan(outs[1][0][0, 3]).any()

@@ -10,13 +10,15 @@
  * window), ties go to the first maximum. The backward adds each gradient at its index.
  * Loops run on contiguous planes in float, double or int64 (float16 and the narrower
  * integers are widened; values are selected, never combined, so nothing rounds).
- * Channels-last inputs give channels-last results, as PyTorch's.
+ * Channels-last inputs give channels-last results, as PyTorch's. The forward runs on the
+ * thread pool in fixed chunks of whole planes (the same result at any thread count).
  *
  * Average and adaptive pooling are not prims: they decompose into matrix products
  * (python/ember/ops/nn_ops.py).
  */
 #include "ember.h"
 #include "kutil.h"
+#include "runtime/runtime.h"
 #include <math.h>
 
 typedef struct {
@@ -197,9 +199,10 @@ out_geom(em_Tensor *self, const pool_params *p, em_dtype_t dtype, bool cl, em_Ge
 
 #define MAXPOOL(T, ISNAN)                                                                \
 static void                                                                              \
-maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p)                        \
+maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p, int64_t pl0,           \
+            int64_t pl1)                                                                 \
 {                                                                                        \
-    for (Py_ssize_t pl = 0; pl < p->P; pl++) {                                           \
+    for (Py_ssize_t pl = pl0; pl < pl1; pl++) {                                          \
         const T *xp = x + pl * p->H * p->W;                                              \
         T *yp = y + pl * p->OH * p->OW;                                                  \
         int64_t *ip = idx + pl * p->OH * p->OW;                                          \
@@ -240,6 +243,32 @@ maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p)               
 MAXPOOL(float, isnan)
 MAXPOOL(double, isnan)
 MAXPOOL(int64_t, NO_NAN)
+
+/* The forward runs on the thread pool from POOL_FROM input elements, in fixed chunks of
+ * whole planes (about CHUNK_ELEMS input elements): planes are independent, so the
+ * result is the same at any thread count. */
+#define POOL_FROM 131072
+#define CHUNK_ELEMS 32768
+
+typedef struct {
+    const void *x;
+    void *y;
+    int64_t *idx;
+    const pool_params *p;
+    int npy;
+} maxpool_job;
+
+static void
+maxpool_range(void *c, int64_t a, int64_t b)
+{
+    maxpool_job *j = c;
+    if (j->npy == NPY_FLOAT)
+        maxpool_float(j->x, j->y, j->idx, j->p, a, b);
+    else if (j->npy == NPY_DOUBLE)
+        maxpool_double(j->x, j->y, j->idx, j->p, a, b);
+    else
+        maxpool_int64_t(j->x, j->y, j->idx, j->p, a, b);
+}
 
 static PyArrayObject *
 as_type(em_Tensor *t, int npy)
@@ -319,14 +348,12 @@ k_max_pool2d(em_Op *op, PyObject **args)
         const void *xd = PyArray_DATA(x);
         void *yd = PyArray_DATA(y);
         int64_t *id = PyArray_DATA(ix);
-        Py_BEGIN_ALLOW_THREADS
-        if (npy == NPY_FLOAT)
-            maxpool_float(xd, yd, id, &p);
-        else if (npy == NPY_DOUBLE)
-            maxpool_double(xd, yd, id, &p);
-        else
-            maxpool_int64_t(xd, yd, id, &p);
-        Py_END_ALLOW_THREADS
+        maxpool_job job = {xd, yd, id, &p, npy};
+        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
+        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
+        if (em_parallel_for(maxpool_range, &job, p.P, chunk,
+                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+            goto error;
         if (store(values, y) < 0 || store(indices, ix) < 0)
             goto error;
     }
