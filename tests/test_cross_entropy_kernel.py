@@ -61,6 +61,9 @@ def test_large_float32_cross_entropy_on_the_pool_identical_at_one_and_two_thread
     try:
         for threads in (1, 2):
             ember.set_num_threads(threads)
+            jobs = ember._C._pool_jobs()
+            F.cross_entropy(x, t)
+            assert ember._C._pool_jobs() - jobs == threads - 1      # on the pool at 2
             outs.append([F.cross_entropy(x, t, reduction=r, label_smoothing=s).numpy()
                          for r in ("none", "mean", "sum") for s in (0.0, 0.1)])
     finally:

@@ -196,6 +196,32 @@ dense_array(PyObject *t)
 /* layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): float32/float64
  * inputs whose weight and bias (if any) share their dtype and have the normalized shape;
  * everything else (errors, meta, float16) takes the decomposition. */
+/* The rows of layer_norm's kernel go to the thread pool from LN_POOL_FROM elements, in
+ * fixed chunks of whole rows (about LN_CHUNK elements): each row is normalised alone, so
+ * the result is the same at any thread count. */
+#define LN_POOL_FROM 131072
+#define LN_CHUNK 32768
+
+typedef struct {
+    const void *x, *w, *b;
+    void *y;
+    Py_ssize_t n;
+    double eps;
+    bool f32;
+} ln_job;
+
+static void
+ln_range(void *c, int64_t a, int64_t b)
+{
+    ln_job *j = c;
+    if (j->f32)
+        em_layer_norm_f32((const float *)j->x + a * j->n, j->w, j->b,
+                          (float *)j->y + a * j->n, b - a, j->n, j->eps);
+    else
+        layer_norm_double((const double *)j->x + a * j->n, j->w, j->b,
+                          (double *)j->y + a * j->n, b - a, j->n, j->eps);
+}
+
 static PyObject *
 k_layer_norm(em_Op *op, PyObject **args)
 {
@@ -238,17 +264,17 @@ k_layer_norm(em_Op *op, PyObject **args)
         return NULL;
     }
     Py_ssize_t rows = x->numel / n;
-    void *xd = PyArray_DATA(xa), *yd = PyArray_DATA(out->array);
-    void *wd = wa ? PyArray_DATA(wa) : NULL, *bd = ba ? PyArray_DATA(ba) : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (x->dtype == EM_FLOAT32)
-        em_layer_norm_f32(xd, wd, bd, yd, rows, n, eps);
-    else
-        layer_norm_double(xd, wd, bd, yd, rows, n, eps);
-    Py_END_ALLOW_THREADS
+    ln_job job = {PyArray_DATA(xa), wa ? PyArray_DATA(wa) : NULL,
+                  ba ? PyArray_DATA(ba) : NULL, PyArray_DATA(out->array), n, eps,
+                  x->dtype == EM_FLOAT32};
+    int64_t chunk = LN_CHUNK / n > 0 ? LN_CHUNK / n : 1;
+    int st = em_parallel_for(ln_range, &job, rows, chunk,
+                             x->numel >= LN_POOL_FROM && em_pool_threads() > 1);
     Py_DECREF(xa);
     Py_XDECREF(wa);
     Py_XDECREF(ba);
+    if (st < 0)
+        Py_CLEAR(out);
     return (PyObject *)out;
 }
 

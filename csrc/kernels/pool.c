@@ -11,7 +11,8 @@
  * Loops run on contiguous planes in float, double or int64 (float16 and the narrower
  * integers are widened; values are selected, never combined, so nothing rounds).
  * Channels-last inputs give channels-last results, as PyTorch's. The forward runs on the
- * thread pool in fixed chunks of whole planes (the same result at any thread count).
+ * thread pool in fixed chunks of whole planes, and so does the backward (the same result
+ * at any thread count).
  *
  * Average and adaptive pooling are not prims: they decompose into matrix products
  * (python/ember/ops/nn_ops.py).
@@ -20,6 +21,7 @@
 #include "kutil.h"
 #include "runtime/runtime.h"
 #include <math.h>
+#include <string.h>
 
 typedef struct {
     Py_ssize_t kh, kw, sh, sw, ph, pw, dh, dw;
@@ -375,10 +377,12 @@ error:
 
 #define MAXPOOL_BACKWARD(T)                                                              \
 static void                                                                              \
-maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p)        \
+maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p,        \
+                     int64_t pl0, int64_t pl1)                                           \
 {                                                                                        \
     Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW;                                    \
-    for (Py_ssize_t pl = 0; pl < p->P; pl++)                                             \
+    memset(gi + pl0 * hw, 0, sizeof(T) * (size_t)((pl1 - pl0) * hw));                   \
+    for (Py_ssize_t pl = pl0; pl < pl1; pl++)                                            \
         for (Py_ssize_t o = 0; o < ohw; o++) {                                           \
             int64_t i = idx[pl * ohw + o];                                               \
             if (i >= 0 && i < hw)                                                        \
@@ -388,6 +392,26 @@ maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p
 
 MAXPOOL_BACKWARD(float)
 MAXPOOL_BACKWARD(double)
+
+/* The backward's planes (zeroed, then each gradient added at its index, in order) go to
+ * the pool as the forward's do. */
+typedef struct {
+    const void *g;
+    const int64_t *idx;
+    void *gi;
+    const pool_params *p;
+    int npy;
+} maxpool_bwd_job;
+
+static void
+maxpool_bwd_range(void *c, int64_t a, int64_t b)
+{
+    maxpool_bwd_job *j = c;
+    if (j->npy == NPY_FLOAT)
+        maxpool_backward_float(j->g, j->idx, j->gi, j->p, a, b);
+    else
+        maxpool_backward_double(j->g, j->idx, j->gi, j->p, a, b);
+}
 
 /* Checks that t has self's pooled shape (PyTorch's check_dim_size messages). */
 static int
@@ -465,20 +489,16 @@ k_max_pool2d_backward(em_Op *op, PyObject **args)
     if (direct) {
         r = out->array;
         Py_INCREF(r);
-        PyArray_FILLWBYTE(r, 0);
     }
-    else if ((r = (PyArrayObject *)PyArray_ZEROS(3, dims, npy, 0)) == NULL)
+    else if ((r = (PyArrayObject *)PyArray_EMPTY(3, dims, npy, 0)) == NULL)
         goto error;
     {
-        const void *gd = PyArray_DATA(ga);
-        const int64_t *id = PyArray_DATA(ia);
-        void *rd = PyArray_DATA(r);
-        Py_BEGIN_ALLOW_THREADS
-        if (npy == NPY_FLOAT)
-            maxpool_backward_float(gd, id, rd, &p);
-        else
-            maxpool_backward_double(gd, id, rd, &p);
-        Py_END_ALLOW_THREADS
+        maxpool_bwd_job job = {PyArray_DATA(ga), PyArray_DATA(ia), PyArray_DATA(r), &p, npy};
+        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
+        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
+        if (em_parallel_for(maxpool_bwd_range, &job, p.P, chunk,
+                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+            goto error;
     }
     if (store(out, r) < 0)
         goto error;
