@@ -34,7 +34,11 @@ library, one after the other; each builds the same inputs (same seeds, dtype, th
 count), times the same rows (warm-up excluded, median of >= 20 runs) with no other
 library's threads around, and the parent prints both libraries' figures and their
 ratios side by side. The workers run in turn, not together, so a change in machine load
-between them shows in the ratios: say the load (printed) with the figures.
+between them shows in the ratios: say the load (printed) with the figures. On a loaded
+machine (another process holding a core) torch's 2-thread figures come out in multiples
+of about 8 ms (its OpenMP split waits for its second thread's time slice) while Ember's
+pool lets the caller take a late thread's chunks: such ratios flatter Ember; compare
+2-thread figures from an unloaded machine.
 """
 import json  # noqa: E402
 import os  # noqa: E402
