@@ -23,15 +23,52 @@ with what else runs), wall time otherwise: at 2 threads one process's CPU time a
 counts the other library's idle pool threads spinning after its own turn (torch's
 OpenMP workers, Ember's pool), which says little about either. --only nn runs these
 tables alone.
+
+Separate processes (--separate; the default at 2 threads, --interleaved to turn it off):
+in one process, after each torch call torch's OpenMP workers keep spinning for a while
+and take the second core from Ember's pool during Ember's next call (and Ember's pool
+threads spin after Ember's calls likewise), so at 2 threads interleaved figures measure
+each library with one core contested by the other (gelu forward, unloaded: Ember alone
+1.48 ms, interleaved 2.53). With --separate the script starts one worker process per
+library, one after the other; each builds the same inputs (same seeds, dtype, thread
+count), times the same rows (warm-up excluded, median of >= 20 runs) with no other
+library's threads around, and the parent prints both libraries' figures and their
+ratios side by side. The workers run in turn, not together, so a change in machine load
+between them shows in the ratios: say the load (printed) with the figures. On a loaded
+machine (another process holding a core) torch's 2-thread figures come out in multiples
+of about 8 ms (its OpenMP split waits for its second thread's time slice) while Ember's
+pool lets the caller take a late thread's chunks: such ratios flatter Ember; compare
+2-thread figures from an unloaded machine.
 """
-import _harness
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+# --separate / --interleaved / --worker LIB are this script's own flags: they travel in
+# the environment (so they survive _harness.setup's re-execution to pin the threads).
+for _flag, _value in (("--separate", "separate"), ("--interleaved", "interleaved")):
+    if _flag in sys.argv:
+        sys.argv.remove(_flag)
+        os.environ["EAGER_OPS_MODE"] = _value
+if "--worker" in sys.argv:
+    _i = sys.argv.index("--worker")
+    os.environ["EAGER_OPS_WORKER"] = sys.argv[_i + 1]
+    del sys.argv[_i:_i + 2]
+
+import _harness  # noqa: E402
 
 args = _harness.setup(__doc__)
+WORKER = os.environ.get("EAGER_OPS_WORKER", "")
+SEPARATE = not WORKER and os.environ.get(
+    "EAGER_OPS_MODE", "separate" if args.threads > 1 else "interleaved") == "separate"
 
 import numpy as np  # noqa: E402
 
 import ember  # noqa: E402
 
+# Ember's worker imports torch too (the zoo's ember models take torch's weights) but
+# runs none of its kernels while timing.
 torch = _harness.try_torch()
 
 
@@ -129,12 +166,11 @@ def rows_for(label, shape):
     return rows
 
 
-def nn_cases():
-    """(name, ember thunk, torch thunk, backward?) per nn op at throughput sizes; each
-    thunk builds its inputs once and returns (forward, forward + backward) callables."""
+def nn_cases(libs=None):
+    """(name, {library name: (forward, forward + backward or None)}) per nn op at
+    throughput sizes, for the libraries `libs` (default ember and torch); each side's
+    inputs are built once, from the same seeded arrays whichever libraries are asked."""
     rng = np.random.default_rng(1)
-    F = ember.nn.functional
-    TF = torch.nn.functional
 
     def f32(*shape):
         return rng.standard_normal(shape).astype(np.float32)
@@ -166,11 +202,10 @@ def nn_cases():
          lambda L, a, g, b: L.nn.functional.batch_norm(
              a, None, None, g, b, training=True)),
     ]
-    del F, TF
     out = []
     for name, arrays, fn in specs:
         sides = {}
-        for lib in (ember, torch):
+        for lib in libs or (ember, torch):
             ins = [lib.from_numpy(a.copy()) for a in arrays]
             leaves = [t for t in ins if t.dtype == lib.float32]
             with_grad = [t.requires_grad_() for t in leaves] if name != \
@@ -213,11 +248,12 @@ def cpu_and_wall_medians(rows, runs, warmup=2):
             for name, _ in rows}
 
 
-def aim_table(title, cases, runs):
-    """Prints ember vs torch per (name, pass, ember fn, torch fn) case; the missed."""
-    print(f"# {title} at {args.threads} thread(s), ember vs torch eager, median of {runs} "
-          f"interleaved runs, milliseconds per call (load {_harness.load_average()})")
-    import os
+def print_table(title, times, how):
+    """Prints ember vs torch per (name, pass, (ember cpu, wall), (torch cpu, wall)) row
+    of times with the verdicts; returns the missed."""
+    print(f"# {title} at {args.threads} thread(s), ember vs torch eager, median of "
+          f"{runs_wanted()} {how}, milliseconds per call (load "
+          f"{_harness.load_average()})")
     try:
         loaded = os.getloadavg()[0] >= 0.75 * (os.cpu_count() or 1)
     except OSError:
@@ -226,9 +262,7 @@ def aim_table(title, cases, runs):
     print(f"{'case':<24}{'pass':<9}{'ember cpu':>10}{'torch cpu':>10}{'ratio':>8}"
           f"{'ember wall':>11}{'torch wall':>11}{'ratio':>8}  aim 1.5x ({clock})")
     missed = []
-    for name, pass_, fe, ft in cases:
-        times = cpu_and_wall_medians([("e", fe), ("t", ft)], runs)
-        (ce, we), (ct, wt) = times["e"], times["t"]
+    for name, pass_, (ce, we), (ct, wt) in times:
         r = ce / max(ct, 1e-9) if loaded else we / max(wt, 1e-9)
         ok = r <= 1.5
         if not ok:
@@ -239,16 +273,83 @@ def aim_table(title, cases, runs):
     return missed
 
 
-def nn_table():
-    """The [eager-2] table: nn ops forward and forward + backward, ember vs torch."""
-    runs = args.runs if not args.quick else 5
+def runs_wanted():
+    return args.runs if not args.quick else 5
+
+
+def aim_table(title, cases):
+    """Times ember and torch per (name, pass, ember fn, torch fn) case, taking turns run
+    by run in this process, and prints them; returns the missed."""
+    times = []
+    for name, pass_, fe, ft in cases:
+        t = cpu_and_wall_medians([("e", fe), ("t", ft)], runs_wanted())
+        times.append((name, pass_, t["e"], t["t"]))
+    return print_table(title, times, "interleaved runs (both libraries in this "
+                       "process)")
+
+
+def nn_case_list(libs=None):
+    """(name, pass, ember fn, torch fn) per nn op and pass (None for a library not
+    built)."""
     cases = []
-    for name, sides in nn_cases():
+    for name, sides in nn_cases(libs):
         for pass_, i in (("fwd", 0), ("fwd+bwd", 1)):
-            fe, ft = sides["ember"][i], sides["torch"][i]
-            if fe is not None:
+            fe = sides["ember"][i] if "ember" in sides else None
+            ft = sides["torch"][i] if "torch" in sides else None
+            if (fe or ft) is not None:
                 cases.append((name, pass_, fe, ft))
-    missed = aim_table("nn ops", cases, runs)
+    return cases
+
+
+def worker_main():
+    """--worker ember|torch: times one library's side of the tables alone in this
+    process and prints {table: [[name, pass, cpu, wall], ...]} as JSON."""
+    lib = ember if WORKER == "ember" else torch
+    lib.set_num_threads(args.threads)
+    result = {}
+    for table in tables():
+        cases = nn_case_list((lib,)) if table == "nn" else zoo_cases()
+        rows = []
+        for name, pass_, fe, ft in cases:
+            fn = fe if lib is ember else ft
+            t = cpu_and_wall_medians([("x", fn)], runs_wanted())["x"]
+            rows.append([name, pass_, t[0], t[1]])
+        result[table] = rows
+    print(json.dumps(result))
+
+
+def tables():
+    return ("nn", "zoo")
+
+
+def separate_tables():
+    """Runs one worker process per library, one after the other, and prints their
+    figures side by side; returns {table: missed}."""
+    got = {}
+    for lib in ("ember", "torch"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(args.threads),
+               "--runs", str(args.runs), "--worker", lib]
+        if args.quick:
+            cmd.append("--quick")
+        if args.only:
+            cmd += ["--only", args.only]
+        env = {k: v for k, v in os.environ.items() if k != "EAGER_OPS_MODE"}
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        got[lib] = json.loads(done.stdout.strip().splitlines()[-1])
+    missed = {}
+    for table in tables():
+        times = [(name, pass_, (ce, we), (ct, wt)) for (name, pass_, ce, we), (_, _, ct, wt)
+                 in zip(got["ember"][table], got["torch"][table])]
+        title = "nn ops" if table == "nn" else "zoo training steps"
+        missed[table] = print_table(title, times, "runs (one worker process per "
+                                    "library, in turn)")
+    return missed
+
+
+def nn_table(missed=None):
+    """The [eager-2] table: nn ops forward and forward + backward, ember vs torch."""
+    if missed is None:
+        missed = aim_table("nn ops", nn_case_list())
     print(f"# nn ops at {args.threads} thread(s): "
           + ("all within 1.5x of torch eager: met" if not missed else
              f"{len(missed)} MISSED: " + ", ".join(missed)))
@@ -305,9 +406,9 @@ def zoo_cases():
     return out
 
 
-def zoo_table():
-    runs = args.runs if not args.quick else 5
-    missed = aim_table("zoo training steps", zoo_cases(), runs)
+def zoo_table(missed=None):
+    if missed is None:
+        missed = aim_table("zoo training steps", zoo_cases())
     print(f"# zoo eager training steps at {args.threads} thread(s): "
           + ("within 1.5x of torch eager: met" if not missed else
              f"{len(missed)} MISSED: " + ", ".join(missed)))
@@ -318,7 +419,11 @@ def main():
     _harness.print_env(args.threads)
     import ember as _e
     _e.set_num_threads(args.threads)
-    if torch is not None:
+    if torch is not None and SEPARATE:
+        missed = separate_tables()
+        nn_table(missed["nn"])
+        zoo_table(missed["zoo"])
+    elif torch is not None:
         nn_table()
         zoo_table()
     if args.only == "nn":
@@ -357,4 +462,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if WORKER:
+        worker_main()
+    else:
+        main()

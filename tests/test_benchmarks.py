@@ -27,6 +27,27 @@ def test_eager_ops_benchmark_runs():
     assert "large elementwise and matmul, ember/numpy" in out
 
 
+def test_eager_ops_separate_processes_at_two_threads():
+    """At 2 threads the nn and zoo tables come from one worker process per library (the
+    default there); every row has both libraries' figures and a verdict."""
+    pytest.importorskip("torch")
+    out = _run("eager_ops.py", "--quick", "--threads", "2", "--only", "nn")
+    assert "one worker process per library" in out
+    assert "interleaved" not in out
+    for row in ("softmax", "gelu", "cross_entropy", "max_pool2d 2x2", "GPT", "ResNet"):
+        lines = [ln for ln in out.splitlines() if ln.startswith(row)]
+        assert lines and all(ln.rstrip().endswith(("met", "MISSED")) for ln in lines), row
+    assert "# nn ops at 2 thread(s):" in out
+
+
+def test_eager_ops_interleaved_flag_keeps_one_process():
+    pytest.importorskip("torch")
+    out = _run("eager_ops.py", "--quick", "--threads", "2", "--only", "nn",
+               "--interleaved")
+    assert "interleaved runs (both libraries in this process)" in out
+    assert "one worker process" not in out
+
+
 def test_overhead_benchmark_runs():
     out = _run("overhead.py", "--quick")
     assert "triad" in out.lower() and "ember" in out

@@ -44,3 +44,31 @@ def test_out_of_range_target():
     with pytest.raises(IndexError):
         F.cross_entropy(x, ember.tensor([1, 20, 2]))
     F.cross_entropy(x, ember.tensor([1, -100, 2]))
+
+
+def test_large_float32_cross_entropy_on_the_pool_identical_at_one_and_two_threads():
+    """From 131072 logits the float32 rows' logsumexp runs on the pool in fixed chunks
+    of whole rows (the mean adds the rows in order afterwards): every reduction and
+    label smoothing give the same bits at 1 and 2 threads, and a row's loss equals a
+    small (one-thread) call's."""
+    import ember
+    g = np.random.default_rng(22)
+    x = ember.from_numpy(g.standard_normal((4099, 100)).astype(np.float32))
+    t = ember.from_numpy(g.integers(0, 100, 4099))
+    F = ember.nn.functional
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            jobs = ember._C._pool_jobs()
+            F.cross_entropy(x, t)
+            assert ember._C._pool_jobs() - jobs == threads - 1      # on the pool at 2
+            outs.append([F.cross_entropy(x, t, reduction=r, label_smoothing=s).numpy()
+                         for r in ("none", "mean", "sum") for s in (0.0, 0.1)])
+    finally:
+        ember.set_num_threads(before)
+    for u, v in zip(*outs):
+        np.testing.assert_array_equal(u, v)
+    small = F.cross_entropy(x[:1000], t[:1000], reduction="none").numpy()
+    np.testing.assert_array_equal(outs[1][0][:1000], small)

@@ -54,3 +54,28 @@ def test_non_contiguous_input():
     e = F.layer_norm(ember.from_numpy(a).t(), (64,))
     t = torch.nn.functional.layer_norm(torch.from_numpy(a).t(), (64,))
     np.testing.assert_allclose(e.numpy(), t.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_large_layer_norm_on_the_pool_identical_at_one_and_two_threads():
+    """From 131072 elements the forward kernel's rows go to the pool in fixed chunks of
+    whole rows: float32 and float64 give the same bits at 1 and 2 threads, and a row
+    equals a small (one-thread) call's."""
+    import ember
+    g = np.random.default_rng(24)
+    before = ember.get_num_threads()
+    for dt in (np.float32, np.float64):
+        x = ember.from_numpy(g.standard_normal((3001, 96)).astype(dt))
+        w = ember.from_numpy(g.standard_normal(96).astype(dt))
+        b = ember.from_numpy(g.standard_normal(96).astype(dt))
+        outs = []
+        try:
+            for threads in (1, 2):
+                ember.set_num_threads(threads)
+                jobs = ember._C._pool_jobs()
+                outs.append(ember.nn.functional.layer_norm(x, (96,), w, b).numpy())
+                assert ember._C._pool_jobs() - jobs == threads - 1
+        finally:
+            ember.set_num_threads(before)
+        np.testing.assert_array_equal(outs[0], outs[1])
+        small = ember.nn.functional.layer_norm(x[:100], (96,), w, b).numpy()
+        np.testing.assert_array_equal(outs[1][:100], small)

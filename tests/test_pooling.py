@@ -121,3 +121,56 @@ def test_max_pool2d_keeps_the_sign_of_a_first_zero_tied_with_zero():
         np.testing.assert_array_equal(got_i.numpy(), want_i.numpy())
         ember.compiler.reset()
     assert not counters["llvm_fallback"], dict(counters["llvm_fallback"])
+
+
+def test_large_max_pool2d_on_the_pool_identical_at_one_and_two_threads():
+    """From 131072 input elements the forward runs on the pool in fixed chunks of whole
+    planes: values and indices (NaNs and ties included) are the same at 1 and 2 threads
+    and equal those of a call small enough to run on one thread."""
+    import ember
+    g = np.random.default_rng(21)
+    a = g.standard_normal((4, 32, 40, 40)).astype(np.float32)
+    a[0, 3, 5, 7] = np.nan
+    a[2, 9, :4, :4] = 1.0
+    x = ember.from_numpy(a)
+    before = ember.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            jobs = ember._C._pool_jobs()
+            v, i = ember.nn.functional.max_pool2d(x, 3, 2, 1, return_indices=True)
+            assert ember._C._pool_jobs() - jobs == (threads - 1)   # on the pool at 2
+            outs.append((v.numpy(), i.numpy()))
+    finally:
+        ember.set_num_threads(before)
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    sv, si = ember.nn.functional.max_pool2d(ember.from_numpy(a[2:3].copy()), 3, 2, 1,
+                                            return_indices=True)
+    np.testing.assert_array_equal(outs[1][0][2:3], sv.numpy())
+    np.testing.assert_array_equal(outs[1][1][2:3], si.numpy())
+    assert np.isnan(outs[1][0][0, 3]).any()
+
+
+def test_large_max_pool2d_backward_on_the_pool_identical_at_one_and_two_threads():
+    import ember
+    g = np.random.default_rng(23)
+    a = g.standard_normal((4, 32, 40, 40)).astype(np.float32)
+    a[1, 2, :3, :3] = 0.5                                      # ties: overlapping windows
+    go = g.standard_normal((4, 32, 20, 20)).astype(np.float32)
+    before = ember.get_num_threads()
+    grads = []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            x = ember.from_numpy(a.copy()).requires_grad_()
+            ember.nn.functional.max_pool2d(x, 3, 2, 1).backward(ember.from_numpy(go))
+            grads.append(x.grad.numpy())
+    finally:
+        ember.set_num_threads(before)
+    np.testing.assert_array_equal(grads[0], grads[1])
+    torch = pytest.importorskip("torch")
+    tx = torch.from_numpy(a.copy()).requires_grad_()
+    torch.nn.functional.max_pool2d(tx, 3, 2, 1).backward(torch.from_numpy(go))
+    np.testing.assert_allclose(grads[1], tx.grad.numpy(), rtol=1e-6, atol=1e-6)

@@ -196,6 +196,32 @@ dense_array(PyObject *t)
 /* layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): float32/float64
  * inputs whose weight and bias (if any) share their dtype and have the normalized shape;
  * everything else (errors, meta, float16) takes the decomposition. */
+/* The rows of layer_norm's kernel go to the thread pool from LN_POOL_FROM elements, in
+ * fixed chunks of whole rows (about LN_CHUNK elements): each row is normalised alone, so
+ * the result is the same at any thread count. */
+#define LN_POOL_FROM 131072
+#define LN_CHUNK 32768
+
+typedef struct {
+    const void *x, *w, *b;
+    void *y;
+    Py_ssize_t n;
+    double eps;
+    bool f32;
+} ln_job;
+
+static void
+ln_range(void *c, int64_t a, int64_t b)
+{
+    ln_job *j = c;
+    if (j->f32)
+        em_layer_norm_f32((const float *)j->x + a * j->n, j->w, j->b,
+                          (float *)j->y + a * j->n, b - a, j->n, j->eps);
+    else
+        layer_norm_double((const double *)j->x + a * j->n, j->w, j->b,
+                          (double *)j->y + a * j->n, b - a, j->n, j->eps);
+}
+
 static PyObject *
 k_layer_norm(em_Op *op, PyObject **args)
 {
@@ -238,17 +264,17 @@ k_layer_norm(em_Op *op, PyObject **args)
         return NULL;
     }
     Py_ssize_t rows = x->numel / n;
-    void *xd = PyArray_DATA(xa), *yd = PyArray_DATA(out->array);
-    void *wd = wa ? PyArray_DATA(wa) : NULL, *bd = ba ? PyArray_DATA(ba) : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (x->dtype == EM_FLOAT32)
-        em_layer_norm_f32(xd, wd, bd, yd, rows, n, eps);
-    else
-        layer_norm_double(xd, wd, bd, yd, rows, n, eps);
-    Py_END_ALLOW_THREADS
+    ln_job job = {PyArray_DATA(xa), wa ? PyArray_DATA(wa) : NULL,
+                  ba ? PyArray_DATA(ba) : NULL, PyArray_DATA(out->array), n, eps,
+                  x->dtype == EM_FLOAT32};
+    int64_t chunk = LN_CHUNK / n > 0 ? LN_CHUNK / n : 1;
+    int st = em_parallel_for(ln_range, &job, rows, chunk,
+                             x->numel >= LN_POOL_FROM && em_pool_threads() > 1);
     Py_DECREF(xa);
     Py_XDECREF(wa);
     Py_XDECREF(ba);
+    if (st < 0)
+        Py_CLEAR(out);
     return (PyObject *)out;
 }
 
@@ -291,7 +317,27 @@ cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_s
 CROSS_ENTROPY(double)
 
 /* The float32 case of the same: the rows' logsumexp and sum from cloops.c's vectorised
- * loop (into loss and a scratch row), then the per-sample formula above. */
+ * loop (into loss and a scratch row; on the pool from CE_POOL_FROM elements, in fixed
+ * chunks of whole rows: each row's figures are the same at any thread count), then the
+ * per-sample formula above. Called with the GIL held: the row of the first target out
+ * of range (no exception), -1 done, -2 with an exception (a signal handler raised). */
+#define CE_POOL_FROM 131072     /* logits from which the rows go to the pool */
+#define CE_CHUNK 32768          /* logits per pool chunk (whole rows) */
+
+typedef struct {
+    const float *x;
+    double *loss, *total;
+    Py_ssize_t C;
+} ce_ctx;
+
+static void
+ce_lse_range(void *c, int64_t a, int64_t b)
+{
+    ce_ctx *p = c;
+    em_lse_rows_f32(p->x + a * p->C, p->loss + a, p->total ? p->total + a : NULL, b - a,
+                    p->C);
+}
+
 static Py_ssize_t
 cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N,
                     Py_ssize_t C, int64_t ignore, double smoothing, Py_ssize_t *valid,
@@ -301,7 +347,11 @@ cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N
     for (Py_ssize_t r = 0; r < N; r++)
         if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
             return r;
-    em_lse_rows_f32(x, loss, smoothing > 0 ? total : NULL, N, C);
+    ce_ctx job = {x, loss, smoothing > 0 ? total : NULL, C};
+    int64_t chunk = CE_CHUNK / C > 0 ? CE_CHUNK / C : 1;
+    if (em_parallel_for(ce_lse_range, &job, N, chunk,
+                        N * C >= CE_POOL_FROM && em_pool_threads() > 1) < 0)
+        return -2;
     for (Py_ssize_t r = 0; r < N; r++) {
         int64_t c = t[r];
         if (c == ignore) {
@@ -350,12 +400,17 @@ k_cross_entropy(em_Op *op, PyObject **args)
     Py_ssize_t valid, bad;
     const void *xd = PyArray_DATA(xa);
     const int64_t *td = PyArray_DATA(ta);
-    Py_BEGIN_ALLOW_THREADS
-    bad = x->dtype == EM_FLOAT32
-              ? cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid, loss + N)
-              : cross_entropy_double(xd, td, loss, N, C, ignore, smoothing, &valid);
-    Py_END_ALLOW_THREADS
+    if (x->dtype == EM_FLOAT32) {
+        bad = cross_entropy_float(xd, td, loss, N, C, ignore, smoothing, &valid, loss + N);
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        bad = cross_entropy_double(xd, td, loss, N, C, ignore, smoothing, &valid);
+        Py_END_ALLOW_THREADS
+    }
     em_Tensor *out = NULL;
+    if (bad == -2)
+        goto done;
     if (bad >= 0) {
         PyErr_Format(PyExc_IndexError, "Target %lld is out of bounds.", (long long)td[bad]);
         goto done;

@@ -10,14 +10,18 @@
  * window), ties go to the first maximum. The backward adds each gradient at its index.
  * Loops run on contiguous planes in float, double or int64 (float16 and the narrower
  * integers are widened; values are selected, never combined, so nothing rounds).
- * Channels-last inputs give channels-last results, as PyTorch's.
+ * Channels-last inputs give channels-last results, as PyTorch's. The forward runs on the
+ * thread pool in fixed chunks of whole planes, and so does the backward (the same result
+ * at any thread count).
  *
  * Average and adaptive pooling are not prims: they decompose into matrix products
  * (python/ember/ops/nn_ops.py).
  */
 #include "ember.h"
 #include "kutil.h"
+#include "runtime/runtime.h"
 #include <math.h>
+#include <string.h>
 
 typedef struct {
     Py_ssize_t kh, kw, sh, sw, ph, pw, dh, dw;
@@ -197,9 +201,10 @@ out_geom(em_Tensor *self, const pool_params *p, em_dtype_t dtype, bool cl, em_Ge
 
 #define MAXPOOL(T, ISNAN)                                                                \
 static void                                                                              \
-maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p)                        \
+maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p, int64_t pl0,           \
+            int64_t pl1)                                                                 \
 {                                                                                        \
-    for (Py_ssize_t pl = 0; pl < p->P; pl++) {                                           \
+    for (Py_ssize_t pl = pl0; pl < pl1; pl++) {                                          \
         const T *xp = x + pl * p->H * p->W;                                              \
         T *yp = y + pl * p->OH * p->OW;                                                  \
         int64_t *ip = idx + pl * p->OH * p->OW;                                          \
@@ -240,6 +245,32 @@ maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p)               
 MAXPOOL(float, isnan)
 MAXPOOL(double, isnan)
 MAXPOOL(int64_t, NO_NAN)
+
+/* The forward runs on the thread pool from POOL_FROM input elements, in fixed chunks of
+ * whole planes (about CHUNK_ELEMS input elements): planes are independent, so the
+ * result is the same at any thread count. */
+#define POOL_FROM 131072
+#define CHUNK_ELEMS 32768
+
+typedef struct {
+    const void *x;
+    void *y;
+    int64_t *idx;
+    const pool_params *p;
+    int npy;
+} maxpool_job;
+
+static void
+maxpool_range(void *c, int64_t a, int64_t b)
+{
+    maxpool_job *j = c;
+    if (j->npy == NPY_FLOAT)
+        maxpool_float(j->x, j->y, j->idx, j->p, a, b);
+    else if (j->npy == NPY_DOUBLE)
+        maxpool_double(j->x, j->y, j->idx, j->p, a, b);
+    else
+        maxpool_int64_t(j->x, j->y, j->idx, j->p, a, b);
+}
 
 static PyArrayObject *
 as_type(em_Tensor *t, int npy)
@@ -319,14 +350,12 @@ k_max_pool2d(em_Op *op, PyObject **args)
         const void *xd = PyArray_DATA(x);
         void *yd = PyArray_DATA(y);
         int64_t *id = PyArray_DATA(ix);
-        Py_BEGIN_ALLOW_THREADS
-        if (npy == NPY_FLOAT)
-            maxpool_float(xd, yd, id, &p);
-        else if (npy == NPY_DOUBLE)
-            maxpool_double(xd, yd, id, &p);
-        else
-            maxpool_int64_t(xd, yd, id, &p);
-        Py_END_ALLOW_THREADS
+        maxpool_job job = {xd, yd, id, &p, npy};
+        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
+        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
+        if (em_parallel_for(maxpool_range, &job, p.P, chunk,
+                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+            goto error;
         if (store(values, y) < 0 || store(indices, ix) < 0)
             goto error;
     }
@@ -348,10 +377,12 @@ error:
 
 #define MAXPOOL_BACKWARD(T)                                                              \
 static void                                                                              \
-maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p)        \
+maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p,        \
+                     int64_t pl0, int64_t pl1)                                           \
 {                                                                                        \
     Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW;                                    \
-    for (Py_ssize_t pl = 0; pl < p->P; pl++)                                             \
+    memset(gi + pl0 * hw, 0, sizeof(T) * (size_t)((pl1 - pl0) * hw));                   \
+    for (Py_ssize_t pl = pl0; pl < pl1; pl++)                                            \
         for (Py_ssize_t o = 0; o < ohw; o++) {                                           \
             int64_t i = idx[pl * ohw + o];                                               \
             if (i >= 0 && i < hw)                                                        \
@@ -361,6 +392,26 @@ maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p
 
 MAXPOOL_BACKWARD(float)
 MAXPOOL_BACKWARD(double)
+
+/* The backward's planes (zeroed, then each gradient added at its index, in order) go to
+ * the pool as the forward's do. */
+typedef struct {
+    const void *g;
+    const int64_t *idx;
+    void *gi;
+    const pool_params *p;
+    int npy;
+} maxpool_bwd_job;
+
+static void
+maxpool_bwd_range(void *c, int64_t a, int64_t b)
+{
+    maxpool_bwd_job *j = c;
+    if (j->npy == NPY_FLOAT)
+        maxpool_backward_float(j->g, j->idx, j->gi, j->p, a, b);
+    else
+        maxpool_backward_double(j->g, j->idx, j->gi, j->p, a, b);
+}
 
 /* Checks that t has self's pooled shape (PyTorch's check_dim_size messages). */
 static int
@@ -438,20 +489,16 @@ k_max_pool2d_backward(em_Op *op, PyObject **args)
     if (direct) {
         r = out->array;
         Py_INCREF(r);
-        PyArray_FILLWBYTE(r, 0);
     }
-    else if ((r = (PyArrayObject *)PyArray_ZEROS(3, dims, npy, 0)) == NULL)
+    else if ((r = (PyArrayObject *)PyArray_EMPTY(3, dims, npy, 0)) == NULL)
         goto error;
     {
-        const void *gd = PyArray_DATA(ga);
-        const int64_t *id = PyArray_DATA(ia);
-        void *rd = PyArray_DATA(r);
-        Py_BEGIN_ALLOW_THREADS
-        if (npy == NPY_FLOAT)
-            maxpool_backward_float(gd, id, rd, &p);
-        else
-            maxpool_backward_double(gd, id, rd, &p);
-        Py_END_ALLOW_THREADS
+        maxpool_bwd_job job = {PyArray_DATA(ga), PyArray_DATA(ia), PyArray_DATA(r), &p, npy};
+        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
+        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
+        if (em_parallel_for(maxpool_bwd_range, &job, p.P, chunk,
+                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+            goto error;
     }
     if (store(out, r) < 0)
         goto error;

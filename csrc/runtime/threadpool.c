@@ -68,6 +68,9 @@ static struct {
 };
 
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time */
+/* Jobs handed to the pool's threads since the module loaded (read by _pool_jobs(): tests
+ * check that a kernel does spread its chunks; written under job_lock). */
+static unsigned long long pool_jobs;
 
 /* One round of a spin-wait: a pause, and every YIELD_EVERY rounds the core to another
  * runnable thread. The cores may be busy with BLAS's own threads (a matrix product
@@ -233,6 +236,7 @@ em_parallel_for(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, int paralle
         return st;
     }
     start_workers(want);
+    pool_jobs++;
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
@@ -291,7 +295,15 @@ get_num_threads(PyObject *self, PyObject *noargs)
     return PyLong_FromLong(pool.nthreads);
 }
 
+static PyObject *
+pool_jobs_count(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromUnsignedLongLong(pool_jobs);
+}
+
 static PyMethodDef pool_methods[] = {
+    {"_pool_jobs", pool_jobs_count, METH_NOARGS,
+     "_pool_jobs(): jobs handed to the pool's threads so far (for tests)."},
     {"set_num_threads", set_num_threads, METH_O,
      "set_num_threads(n): threads compiled kernels and BLAS products use (the caller "
      "included)."},
