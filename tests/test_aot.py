@@ -273,3 +273,31 @@ def test_non_differentiable_outputs_of_inputs_that_require_grad(backend):
     got = ember.compile(f, backend=backend)(x, i, src)
     assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [False] * 2
     assert all(t.grad_fn is None for t in got)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_an_input_detached_and_returned_is_a_new_tensor_requiring_no_grad(backend):
+    """x.detach() of a graph input has no node of its own in the trace, so the graph
+    returned the input itself (requiring grad, the same object): a training step
+    returning loss.detach() after loss.backward() (a break) gave a loss requiring
+    grad. The runtime now detaches the input (mutation.DetachedInput), as eager."""
+    import ember.nn as enn
+    for fn in (lambda x: x.detach(), lambda x: (x.detach(), x * 2),
+               lambda x: (x.detach(), x.detach())):
+        x = ember.randn(3, requires_grad=True) * 1
+        want = fn(x)
+        got = ember.compile(fn, backend=backend)(x)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert [g.requires_grad for g in got] == [w.requires_grad for w in want]
+        assert not any(g is x for g in got)
+        got[0].add_(1)                       # a detached tensor: writable, x sees it
+        assert ember.equal(x.detach(), got[0])
+    lin = enn.Linear(3, 1)
+
+    def step(x, y):
+        loss = ((lin(x) - y) ** 2).mean()
+        loss.backward()
+        return loss.detach()
+    out = ember.compile(step, backend=backend)(ember.randn(4, 3), ember.randn(4, 1))
+    assert not out.requires_grad and out.grad_fn is None

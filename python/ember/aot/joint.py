@@ -88,7 +88,7 @@ def trace_joint(fn, example_inputs, *, with_backward=True, grad_inside=False,
     finally:
         _C._set_grad_enabled(prev_grad)
     mutations = input_mutations(tracer.functional, primals, grad_fns, grad_on)
-    outs, aliases = split_aliases(outs, primals, mutations)
+    outs, aliases = split_aliases(outs, primals, mutations, tracer.node_of)
     num_outputs = len(outs)
     outs = outs + [primals[m.index] for m in mutations]
     out_nodes = [tracer.node_of(o) for o in outs]

@@ -71,14 +71,37 @@ def input_mutations(functional, primals, grad_fns, grad_on):
     return out
 
 
-def split_aliases(outs, primals, mutations):
+@dataclass(frozen=True)
+class DetachedInput:
+    """An output that is input `index` detached (a new tensor over the input's memory,
+    requiring no grad): made from the input at run time, as eager makes it, not
+    returned by the graph (whose trace has no node for a detach: it would return the
+    input itself)."""
+    position: int
+    index: int
+    steps = ()
+
+    def spec(self):
+        return (self.position, self.index, _detach)
+
+
+def _detach(t):
+    return t.detach()
+
+
+def split_aliases(outs, primals, mutations, node_of=None):
     """(outputs the graph returns, OutputAlias of each output that is a view of an
-    input written into)."""
+    input written into, and DetachedInput of each that is an input detached (by
+    node_of, the tracer's node of a fake))."""
     written = {id(primals[m.index].untyped_storage()): m.index for m in mutations}
-    if not written:
-        return list(outs), []
+    inputs = {} if node_of is None else {id(node_of(p)): i for i, p in enumerate(primals)}
+    ids = {id(p) for p in primals}
     kept, aliases = [], []
     for pos, o in enumerate(outs):
+        j = inputs.get(id(node_of(o))) if inputs else None
+        if j is not None and id(o) not in ids and not o.requires_grad:
+            aliases.append(DetachedInput(pos, j))
+            continue
         i = written.get(id(o.untyped_storage()))
         if i is None:
             kept.append(o)
@@ -96,7 +119,9 @@ def describe(mutations, aliases):
     """Readable lines (EMBER_LOGS=aot_graphs)."""
     lines = [f"  input {m.index}: {m.writes} write(s)"
              f"{', differentiable' if m.differentiable else ''}" for m in mutations]
-    lines += [f"  output {a.position}: a view of input {a.index} "
+    lines += [f"  output {a.position}: input {a.index} detached"
+              if isinstance(a, DetachedInput) else
+              f"  output {a.position}: a view of input {a.index} "
               f"({', '.join(s[0].entry.name for s in a.steps) or 'the input itself'})"
               for a in aliases]
     return lines
