@@ -124,9 +124,10 @@ class Functionalizer:
     @contextlib.contextmanager
     def _tracing(self):
         """Dispatch under this tracer, without autograd: functional values only."""
-        prev_mode = _C._set_mode(_C.MODE_TRACE, self.tracer)
-        prev_grad = _C._set_grad_enabled(False)
-        try:
+        prev_mode, prev_grad = _C._get_mode(), _C.is_grad_enabled()
+        try:                  # (set inside: an interrupt after a set still restores)
+            _C._set_mode(_C.MODE_TRACE, self.tracer)
+            _C._set_grad_enabled(False)
             yield
         finally:
             _C._set_grad_enabled(prev_grad)

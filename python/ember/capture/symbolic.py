@@ -289,7 +289,12 @@ class _MetaMode:
     """Runs ops on fake tensors: meta mode, grad mode as the caller's."""
 
     def __enter__(self):
-        self._prev = _C._set_mode(_C.MODE_META)
+        self._prev = _C._get_mode()
+        try:
+            _C._set_mode(_C.MODE_META)
+        except BaseException:     # (a KeyboardInterrupt right after the set)
+            _C._set_mode(*self._prev)
+            raise
 
     def __exit__(self, *exc):
         _C._set_mode(*self._prev)

@@ -126,8 +126,12 @@ def symbolic_meta_mode():
 @contextlib.contextmanager
 def dispatch_mode(mode, tracer=None):
     """This thread's dispatch mode (eager, meta, or trace with a tracer) inside."""
-    prev = _C._set_mode(mode) if tracer is None else _C._set_mode(mode, tracer)
-    try:
+    prev = _C._get_mode()     # (read first: a KeyboardInterrupt right after the set
+    try:                      # is inside the try, so the mode is always put back)
+        if tracer is None:
+            _C._set_mode(mode)
+        else:
+            _C._set_mode(mode, tracer)
         yield
     finally:
         _C._set_mode(*prev)

@@ -10,9 +10,10 @@ def run_decomposition(entry, args):
     if any(type(a).__name__ == "SymFake" for a in args):
         raise TypeError(f"{entry.name}(): no symbolic-size rule yet (its decomposition "
                         "computes at the captured sizes)")
-    prev_mode = _C._set_mode(_C.MODE_META)
-    prev_grad = _C._set_grad_enabled(False)
-    try:
+    prev_mode, prev_grad = _C._get_mode(), _C.is_grad_enabled()
+    try:                      # (set inside: an interrupt after a set still restores)
+        _C._set_mode(_C.MODE_META)
+        _C._set_grad_enabled(False)
         return entry.decompose(*args)
     finally:
         _C._set_grad_enabled(prev_grad)
