@@ -140,3 +140,14 @@ def test_launcher_command_as_root_and_oversubscribed():
         assert "--allow-run-as-root" in cmd and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
     else:
         assert "--allow-run-as-root" not in cmd
+
+
+def test_a_dropped_operation_never_writes_into_freed_memory(tmp_path):
+    """A Work holds its buffers until MPI is done with them: a dropped async all_reduce
+    and DDP's used-flags all-reduce after a forward with no backward (freed, they took
+    the late message into whatever NumPy allocated next: the heap corruption that aborted
+    DDP jobs at exit)."""
+    res = launch("worker_dropped.py", 2, tmp_path)
+    assert bool(res[0]["sentinels_intact"])
+    np.testing.assert_array_equal(res[1]["sum"], [3.0, 3.0, 3.0])
+    assert int(res[0]["pending_after_drain"]) == 0 and int(res[1]["pending_after_drain"]) == 0

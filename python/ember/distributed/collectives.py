@@ -90,12 +90,15 @@ def _chain(*fns):
     return run
 
 
-def _finish(async_op, request_or_none, finish):
-    """Blocking calls have run: finish now. Async ones return a Work."""
+def _finish(async_op, request, finish, *keep):
+    """A Work over the started operation, holding the buffers MPI uses (`keep`) until it
+    completes: returned with async_op, else waited for. Collectives always start as MPI's
+    non-blocking ones, because MPI never matches a non-blocking collective with a blocking
+    one: a rank calling all_reduce and another all_reduce(async_op=True) must meet."""
+    work = Work([request], finish, mpi(), keep=keep)
     if async_op:
-        return Work([request_or_none], finish, mpi())
-    if finish is not None:
-        finish()
+        return work
+    work.wait()
     return None
 
 
@@ -105,20 +108,14 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     mop, avg = _mpi_op(op)
     buf, back = _buffer(tensor)
     finish = _chain(_divider(buf, g.size()) if avg else None, back)
-    if async_op:
-        return _finish(True, g.comm.Iallreduce(MPI.IN_PLACE, buf, op=mop), finish)
-    g.comm.Allreduce(MPI.IN_PLACE, buf, op=mop)
-    return _finish(False, None, finish)
+    return _finish(async_op, g.comm.Iallreduce(MPI.IN_PLACE, buf, op=mop), finish, buf)
 
 
 def broadcast(tensor, src=0, group=None, async_op=False, group_src=None):
     g = _group(group)
     root = group_src if group_src is not None else g.group_rank(src, "src")
     buf, back = _buffer(tensor)
-    if async_op:
-        return _finish(True, g.comm.Ibcast(buf, root=root), back)
-    g.comm.Bcast(buf, root=root)
-    return _finish(False, None, back)
+    return _finish(async_op, g.comm.Ibcast(buf, root=root), back, buf)
 
 
 def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -130,10 +127,8 @@ def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, async_op=False, group_dst
     at_root = g.rank() == root
     finish = _chain(_divider(buf, g.size()) if avg and at_root else None, back)
     send, recv = (MPI.IN_PLACE, buf) if at_root else (buf, None)
-    if async_op:
-        return _finish(True, g.comm.Ireduce(send, recv, op=mop, root=root), finish)
-    g.comm.Reduce(send, recv, op=mop, root=root)
-    return _finish(False, None, finish)
+    req = g.comm.Ireduce(send, recv, op=mop, root=root)
+    return _finish(async_op, req, finish, buf)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -149,10 +144,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
         raise TypeError("all_gather_into_tensor: input and output dtypes differ")
     inp, _ = _buffer(input_tensor, "input_tensor")
     out, back = _buffer(output_tensor, "output_tensor")
-    if async_op:
-        return _finish(True, g.comm.Iallgather(inp, out), back)
-    g.comm.Allgather(inp, out)
-    return _finish(False, None, back)
+    return _finish(async_op, g.comm.Iallgather(inp, out), back, inp, out)
 
 
 def _check_list(tensors, n, like, what):
@@ -179,10 +171,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     inp, _ = _buffer(tensor)
     out = np.empty((g.size(),) + inp.shape, inp.dtype)
     finish = _scatter_into(out, tensor_list)
-    if async_op:
-        return _finish(True, g.comm.Iallgather(inp, out), finish)
-    g.comm.Allgather(inp, out)
-    return _finish(False, None, finish)
+    return _finish(async_op, g.comm.Iallgather(inp, out), finish, inp, out)
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -198,10 +187,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     inp, _ = _buffer(input, "input")
     out, back = _buffer(output, "output")
     finish = _chain(_divider(out, g.size()) if avg else None, back)
-    if async_op:
-        return _finish(True, g.comm.Ireduce_scatter_block(inp, out, op=mop), finish)
-    g.comm.Reduce_scatter_block(inp, out, op=mop)
-    return _finish(False, None, finish)
+    req = g.comm.Ireduce_scatter_block(inp, out, op=mop)
+    return _finish(async_op, req, finish, inp, out)
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -211,10 +198,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     inp = np.stack([t.detach().numpy() for t in input_list])
     out, back = _buffer(output, "output")
     finish = _chain(_divider(out, g.size()) if avg else None, back)
-    if async_op:
-        return _finish(True, g.comm.Ireduce_scatter_block(inp, out, op=mop), finish)
-    g.comm.Reduce_scatter_block(inp, out, op=mop)
-    return _finish(False, None, finish)
+    req = g.comm.Ireduce_scatter_block(inp, out, op=mop)
+    return _finish(async_op, req, finish, inp, out)
 
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False, group_dst=None):
@@ -230,10 +215,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False, group_ds
         finish = _scatter_into(out, gather_list)
     elif gather_list:
         raise ValueError("gather: only the destination rank passes gather_list")
-    if async_op:
-        return _finish(True, g.comm.Igather(inp, out, root=root), finish)
-    g.comm.Gather(inp, out, root=root)
-    return _finish(False, None, finish)
+    return _finish(async_op, g.comm.Igather(inp, out, root=root), finish, inp, out)
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False, group_src=None):
@@ -249,10 +231,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False, group_
                                                                           copy=False)
     elif scatter_list:
         raise ValueError("scatter: only the source rank passes scatter_list")
-    if async_op:
-        return _finish(True, g.comm.Iscatter(inp, out, root=root), back)
-    g.comm.Scatter(inp, out, root=root)
-    return _finish(False, None, back)
+    return _finish(async_op, g.comm.Iscatter(inp, out, root=root), back, inp, out)
 
 
 def send(tensor, dst, group=None, tag=0):
@@ -264,7 +243,8 @@ def send(tensor, dst, group=None, tag=0):
 def isend(tensor, dst, group=None, tag=0):
     g = _group(group)
     buf, _ = _buffer(tensor)
-    return Work([g.comm.Isend(buf, dest=g.group_rank(dst, "dst"), tag=tag)], None, mpi())
+    return Work([g.comm.Isend(buf, dest=g.group_rank(dst, "dst"), tag=tag)], None, mpi(),
+                keep=(buf,))
 
 
 def recv(tensor, src=None, group=None, tag=0):
@@ -286,12 +266,9 @@ def irecv(tensor, src=None, group=None, tag=0):
     buf, back = _buffer(tensor)
     req = g.comm.Irecv(buf, source=MPI.ANY_SOURCE if src is None else
                        g.group_rank(src, "src"), tag=tag)
-    return Work([req], back, MPI)
+    return Work([req], back, MPI, keep=(buf,))
 
 
 def barrier(group=None, async_op=False, device_ids=None):
     g = _group(group)
-    if async_op:
-        return Work([g.comm.Ibarrier()], None, mpi())
-    g.comm.Barrier()
-    return None
+    return _finish(async_op, g.comm.Ibarrier(), None)

@@ -116,7 +116,11 @@ def _abort_job_on_uncaught_exception():
 
 
 def destroy_process_group(group=None):
+    """Completes the pending operations (their buffers stay in use until then), then
+    frees the group's communicator."""
     global _world
+    from .work import drain
+    drain()
     if group is None or group is _world:
         if _world is not None:
             _world.comm.Free()

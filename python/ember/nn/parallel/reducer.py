@@ -104,7 +104,9 @@ class Reducer:
             from mpi4py import MPI
             self.step.used_local = used
             self.step.used_global = np.zeros_like(used)
-            self.step.used_req = self.comm.Iallreduce(used, self.step.used_global, op=MPI.MAX)
+            from ...distributed.work import Work
+            req = self.comm.Iallreduce(used, self.step.used_global, op=MPI.MAX)
+            self.step.used_work = Work([req], None, MPI, keep=(used, self.step.used_global))
             for i in range(len(self.params)):
                 if not used[i]:
                     self.step.ready_unused(i)
@@ -161,7 +163,7 @@ class _Step:
             b.work = None
         self.next_bucket = 0
         self.launched = False
-        self.used_req = None
+        self.used_work = None            # the all-reduce of the used flags
         reducer.last_ready_times = []
         reducer.last_ready_at = {}
         reducer.last_works = []
@@ -217,7 +219,7 @@ class _Step:
         from ...distributed.work import Work
         from mpi4py import MPI
         req = self.r.comm.Iallreduce(MPI.IN_PLACE, b.buffer, op=MPI.SUM)
-        b.work = Work([req], None, MPI)
+        b.work = Work([req], None, MPI, keep=(b.buffer,))
         self.r.last_works.append(b.work)
 
     def finish(self, current):
@@ -229,8 +231,8 @@ class _Step:
             if b.work is not None:
                 b.work.wait()
         used = None
-        if self.used_req is not None:
-            self.used_req.Wait()
+        if self.used_work is not None:
+            self.used_work.wait()
             used = self.used_global
         r.last_wait = time.perf_counter() - t0
         r.step = None
