@@ -124,6 +124,9 @@ int em_cache_init(void);
  * converted, while a compiled function they call turns its own capture on. */
 int em_capture_swap_state(PyObject *state, PyObject **old);
 
+/* ModuleCall (module_call.c): OptimizedModule.__call__ in C; adds the type to m. */
+int em_module_call_init(PyObject *m);
+
 /* CompiledFrame (compiled_frame.c): a cache hit's call with the frame's argument
  * slots and the sources its guard program resolved. */
 extern PyTypeObject em_CompiledFrame_Type;

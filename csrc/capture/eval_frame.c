@@ -917,7 +917,8 @@ em_capture_init(PyObject *module)
     if (em_cache_init() < 0 || PyType_Ready(&CaptureState_Type) < 0 ||
         PyModule_AddObjectRef(m, "CaptureState", (PyObject *)&CaptureState_Type) < 0 ||
         PyType_Ready(&FastCall_Type) < 0 ||
-        PyModule_AddObjectRef(m, "FastCall", (PyObject *)&FastCall_Type) < 0)
+        PyModule_AddObjectRef(m, "FastCall", (PyObject *)&FastCall_Type) < 0 ||
+        em_module_call_init(m) < 0)
         goto error;
 #endif
     if (PyModule_AddObject(module, "_capture", m) < 0)

@@ -260,6 +260,54 @@ def test_hooks_added_to_a_compiled_module_later_run_as_eager():
     assert seen == [(4, 2)]
 
 
+def _count_slow_calls(compiled):
+    """Puts a counting spy in front of the Python method that the C call of compiled's
+    class falls back to; returns the list that counts."""
+    from ember.capture import _hook
+    from ember.capture.config import config
+    cls = type(compiled)
+    slow = cls.__dict__["__call__"].__wrapped__
+    calls = []
+
+    def spy(self, *args, **kwargs):
+        calls.append(1)
+        return slow(self, *args, **kwargs)
+    cls.__call__ = _hook.ModuleCall(spy, config)
+    return calls
+
+
+@pytest.mark.skipif(not ember.capture._hook.available, reason="the frame hook's build")
+def test_a_compiled_module_call_runs_in_c_and_falls_back_where_python_must(monkeypatch):
+    """OptimizedModule.__call__ is C (_hook.ModuleCall): a cache hit of a module without
+    hooks runs no Python method of ember's; fullgraph and strict mode (which re-check
+    fallen-back code), positional and keyword arguments, and hooks behave as the Python
+    method did."""
+    lin = ember.nn.Linear(3, 2)
+    x = T(4, 3)
+    compiled = ember.compile(lin, backend="eager")
+    saved = type(compiled).__dict__["__call__"]
+    try:
+        calls = _count_slow_calls(compiled)
+        close(compiled(x), lin(x))
+        close(compiled(input=x), lin(x))
+        close(compiled.forward(x), lin(x))
+        assert calls == []
+        seen = []
+        h = lin.register_forward_hook(lambda m, inp, out: seen.append(1))
+        close(compiled(x), lin(x))
+        h.remove()
+        assert seen == [1, 1] and calls == []     # the hook ran in both calls
+        monkeypatch.setattr(ember.compiler.config, "strict", True)
+        close(compiled(x), lin(x))
+        assert calls == [1]
+        monkeypatch.setattr(ember.compiler.config, "strict", False)
+        full = ember.compile(lin, backend="eager", fullgraph=True)
+        close(full(x), lin(x))
+        assert calls == [1, 1]
+    finally:
+        type(compiled).__call__ = saved
+
+
 def test_a_module_with_its_own_call_is_called_through_it():
     class Doubling(ember.nn.Module):
         def forward(self, x):

@@ -184,6 +184,10 @@ def optimized_module_class():
             object.__setattr__(self, "_ember_plain_call",
                                type(mod).__call__ is Module.__call__ and
                                type(mod)._call_impl is Module._call_impl)
+            # what the C call (_hook.ModuleCall) reads: (module, callback, plain,
+            # fullgraph)
+            object.__setattr__(self, "_ember_call",
+                               (mod, callback, self._ember_plain_call, bool(ctx.fullgraph)))
 
         def __call__(self, *args, **kwargs):
             mod = self._ember_mod
@@ -205,6 +209,8 @@ def optimized_module_class():
             finally:
                 _hook.set_state(prev)
 
+        if _hook.ModuleCall is not None:     # the same in C, with this as its slow path
+            __call__ = _hook.ModuleCall(__call__, config)
         forward = __call__
 
         def __getattr__(self, name):
