@@ -24,7 +24,7 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, Upsample,
                       UpsamplingBilinear2d, UpsamplingNearest2d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 from .activation import (CELU, SELU, Hardshrink, Hardsigmoid, Hardswish, PReLU, Softshrink,
                          Softsign, Tanhshrink, Threshold)
 from .distance import CosineSimilarity, PairwiseDistance
@@ -56,7 +56,7 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
            "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
            "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d",
-           "ZeroPad2d", "ZeroPad3d",
+           "ZeroPad2d", "ZeroPad3d", "EmbeddingBag",
            "SELU", "CELU", "Hardsigmoid", "Hardswish", "Softsign", "Tanhshrink", "Softshrink",
            "Hardshrink", "Threshold", "PReLU", "CosineSimilarity", "PairwiseDistance",
            "Softmax2d", "Dropout3d", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
