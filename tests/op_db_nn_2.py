@@ -130,3 +130,195 @@ add(OpInfo("embedding_bag", _bag_samples, _ref_embedding_bag, dtypes=FLOATS, red
                            RuntimeError,
                            r"padding_idx must be within the number of embeddings, -5 through "
                            r"4, but got 5", "padding_idx")]))
+
+
+# ------------------------------------------------------------------ ctc_loss
+
+
+def _ctc_labels(tg, b, tl, starts):
+    t = np.asarray(tg)
+    return [int(v) for v in (t.reshape(-1)[starts[b]:starts[b] + tl[b]] if t.ndim == 1
+                             else t[b, :tl[b]])]
+
+
+def _ctc_paths(lp, b, Tb, labels, blank):
+    """Every alignment of Tb frames that collapses (repeats merged, blanks dropped) to
+    labels, with its probability: the definition, enumerated."""
+    C = lp.shape[2]
+    for path in itertools.product(range(C), repeat=Tb):
+        merged = [c for i, c in enumerate(path) if i == 0 or c != path[i - 1]]
+        if [c for c in merged if c != blank] == labels:
+            yield path, math.prod(math.exp(lp[t, b, c]) for t, c in enumerate(path))
+
+
+def _ctc_starts(tl):
+    return [sum(tl[:b]) for b in range(len(tl))]
+
+
+def _ref_ctc_alpha(lp, b, Tb, labels, blank, S2, T):
+    """alpha in probability space: the summed probability of the prefixes of the extended
+    labels (blank, l1, blank, ..., blank) ending in state s after t + 1 frames."""
+    ext = [blank]
+    for c in labels:
+        ext += [c, blank]
+    S = len(ext)
+    out = np.full((T, S2), -math.inf)
+    a = [math.exp(lp[0, b, ext[s]]) if s < 2 else 0.0 for s in range(S)] if Tb else []
+    for t in range(Tb):
+        if t:
+            prev = a
+            a = []
+            for s in range(S):
+                terms = [prev[s]] + ([prev[s - 1]] if s else []) + \
+                    ([prev[s - 2]] if s >= 2 and ext[s] != blank and ext[s] != ext[s - 2]
+                     else [])
+                a.append(math.fsum(terms) * math.exp(lp[t, b, ext[s]]))
+        out[t, :S] = [math.log(v) if v > 0 else -math.inf for v in a]
+    return out
+
+
+def _ref_ctc(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    lp = _f(log_probs)
+    T, N, _ = lp.shape
+    tl, starts = list(target_lengths), _ctc_starts(list(target_lengths))
+    S2 = 2 * max(tl, default=0) + 1
+    nll, alpha = np.zeros(N), np.zeros((N, T, S2))
+    for b in range(N):
+        labels = _ctc_labels(targets, b, tl, starts)
+        p = math.fsum(pr for _, pr in _ctc_paths(lp, b, input_lengths[b], labels, blank))
+        nll[b] = -math.log(p) if p > 0 else math.inf
+        alpha[b] = _ref_ctc_alpha(lp, b, input_lengths[b], labels, blank, S2, T)
+    return nll, alpha
+
+
+def _ref_ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha,
+                      blank, zero_infinity=False):
+    """exp(lp) minus the posterior probability that frame t emits class c (the paths
+    through c at t over all paths), times grad; zero past the input length."""
+    lp, g = _f(log_probs), _f(grad)
+    T, N, C = lp.shape
+    tl, starts = list(target_lengths), _ctc_starts(list(target_lengths))
+    out = np.zeros((T, N, C))
+    for b in range(N):
+        Tb = input_lengths[b]
+        paths = list(_ctc_paths(lp, b, Tb, _ctc_labels(targets, b, tl, starts), blank))
+        total = math.fsum(pr for _, pr in paths)
+        if total == 0 and zero_infinity:
+            continue
+        for t in range(Tb):
+            for c in range(C):
+                occ = math.fsum(pr for path, pr in paths if path[t] == c)
+                post = occ / total if total > 0 else math.nan
+                out[t, b, c] = (math.exp(lp[t, b, c]) - post) * g[b]
+    return out
+
+
+def _log_probs(dtype, rng, T, N, C):
+    x = make((T, N, C), dtype, rng, -2, 2)
+    if dtype not in ("float32", "float64"):
+        return x
+    return ember.from_numpy(x.numpy().astype(np.float64)).log_softmax(2).to(x.dtype)
+
+
+def _ctc_cases(dtype, rng):
+    """(args, desc): padded and concatenated targets, repeated labels, an empty target, a
+    short input, blank not 0, an impossible alignment"""
+    return [
+        ((_log_probs(dtype, rng, 5, 2, 3), _I([[1, 2], [2, 2]]), [5, 4], [2, 2]), {},
+         "padded, a repeated label"),
+        ((_log_probs(dtype, rng, 4, 3, 3), _I([1, 2, 1, 2], "int32"), [4, 3, 2], [2, 0, 2]),
+         {}, "concatenated int32, an empty target"),
+        ((_log_probs(dtype, rng, 4, 1, 3), _I([[0, 1]]), [4], [2]), {"blank": 2},
+         "blank 2"),
+        ((_log_probs(dtype, rng, 3, 2, 3), _I([[1, 1], [1, 2]]), [2, 3], [2, 2]),
+         {"zero_infinity": True}, "impossible alignment, zero_infinity"),
+    ]
+
+
+def _ctc_samples(dtype, rng):
+    # torch 2.13 reads strided concatenated targets at the wrong offsets (sample b starts
+    # at its position, not position * stride): that sample stays contiguous here and
+    # tests/test_ctc_loss.py checks ember's strided targets against contiguous ones
+    return [Sample(a, k, desc=d, grad=False, noncontig=a[1].ndim != 1)
+            for a, k, d in _ctc_cases(dtype, rng)]
+
+
+def _ctc_backward_samples(dtype, rng):
+    out = []
+    for a, k, d in _ctc_cases(dtype, rng):
+        blank, zi = k.get("blank", 0), k.get("zero_infinity", False)
+        lp = a[0]
+        if lp.dtype in (ember.float32, ember.float64):
+            nll, alpha = ember._ctc_loss(*a, blank, zi)
+        else:        # the kernel refuses the dtype before it reads these
+            nll = alpha = ember.zeros(a[0].shape[1])
+        grad = make((lp.shape[1],), "float64" if lp.dtype is ember.float64 else "float32",
+                    rng, 0.5, 2).to(nll.dtype)
+        out.append(Sample((grad,) + a + (nll, alpha, blank, zi), desc=d, grad=False,
+                          noncontig=False))
+    return out
+
+
+def _ctc_errors():
+    lp = _T(4, 2, 3)
+    return [
+        ErrorSample((_T(4, 2, 3, dtype="float16"), _I([[1], [1]]), [4, 4], [1, 1]), {},
+                    NotImplementedError, r"\"ctc_loss_cpu\" not implemented for 'Half'", "half"),
+        ErrorSample((lp, _T(2, 1), [4, 4], [1, 1]), {}, RuntimeError,
+                    r"'targets' to have scalar type Int.*FloatTensor", "float targets"),
+        ErrorSample((_T(4, 3), _I([[1], [1]]), [4, 4], [1, 1]), {}, RuntimeError,
+                    r"Expected 3-dimensional tensor, but got 2-dimensional.*'log_probs'", "2-d"),
+        ErrorSample((lp, _I([[1], [1]]), [4, 4], [1, 1], 3), {}, RuntimeError,
+                    r"blank must be in label range", "blank"),
+        ErrorSample((lp, _I([[1], [1]]), [4], [1, 1]), {}, RuntimeError,
+                    r"input_lengths must be of size batch_size", "input_lengths"),
+        ErrorSample((lp, _I([[1], [1]]), [4, 4], [1]), {}, RuntimeError,
+                    r"target_lengths must be of size batch_size", "target_lengths"),
+        ErrorSample((lp, _I([[1], [1]]), [5, 4], [1, 1]), {}, RuntimeError,
+                    r"Expected input_lengths to have value at most 4, but got value 5", "long"),
+        ErrorSample((lp, _I([[1], [1]]), [4, -1], [1, 1]), {}, RuntimeError,
+                    r"input_lengths to have value at least 0, but got value -1", "negative"),
+        ErrorSample((lp, _I([[1], [1]]), [4, 4], [2, 1]), {}, RuntimeError,
+                    r"size at least 2 at dimension 1, but got size 1 for argument #2 'targets'",
+                    "short targets"),
+        ErrorSample((lp, _I([1, 1, 1]), [4, 4], [1, 1]), {}, RuntimeError,
+                    r"Expected tensor to have size 2 at dimension 0, but got size 3", "concat"),
+        ErrorSample((lp, _I([[1], [1]]), [4, 4], [1, -1]), {}, RuntimeError,
+                    r"target_lengths to have value at least 0", "negative target length")]
+
+
+_CTC_GRAD = ("PyTorch's gradient of the CTC loss is exp(log_probs) minus the posteriors, the "
+             "derivative through the log_softmax that made log_probs, not for log_probs "
+             "themselves: tests/test_ctc_loss.py gradchecks ctc_loss(log_softmax(x)) for x")
+add(OpInfo("_ctc_loss", _ctc_samples, _ref_ctc, dtypes=("float32", "float64"),
+           reduction=True, grad_elsewhere=_CTC_GRAD,
+           # torch leaves log_alpha uninitialised outside each sample's frames and states
+           torch_fn=lambda torch, *a, **k: torch._ctc_loss(*a, **k)[:1], errors=_ctc_errors))
+add(OpInfo("_ctc_loss_backward", _ctc_backward_samples, _ref_ctc_backward,
+           dtypes=("float32", "float64"), reduction=True,
+           # (torch's backward trusts its arguments: the forward's checks are tested there)
+           torch_fn=lambda torch, *a, **k: torch.ops.aten._ctc_loss_backward(*a, **k)))
+
+
+def _ref_ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
+                  zero_infinity=False):
+    nll, _ = _ref_ctc(log_probs, targets, input_lengths, target_lengths, blank)
+    if zero_infinity:
+        nll = np.where(np.isinf(nll), 0.0, nll)
+    if reduction == 1:
+        return np.array(math.fsum(nll / np.maximum(np.array(target_lengths), 1)) / len(nll))
+    if reduction == 2:
+        return np.array(math.fsum(nll))
+    return nll
+
+
+def _ctc_loss_samples(dtype, rng):
+    out = []
+    for (a, k, d), red in zip(_ctc_cases(dtype, rng), (0, 1, 2, 1)):
+        out.append(Sample(a, dict(k, reduction=red), desc=f"{d}, reduction {red}", grad=False,
+                          noncontig=a[1].ndim != 1))
+    return out
+
+
+add(OpInfo("ctc_loss.IntList", _ctc_loss_samples, _ref_ctc_loss, dtypes=("float32", "float64"),
+           reduction=True, grad_elsewhere=_CTC_GRAD))

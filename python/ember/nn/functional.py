@@ -991,6 +991,16 @@ def _warn_size(input, target, stacklevel=4):
                       stacklevel=stacklevel)
 
 
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False):
+    """The connectionist temporal classification loss (ember.ctc_loss): log_probs (T, N, C)
+    or (T, C), targets padded (N, S) or concatenated, lengths as tensors or int lists."""
+    if reduction not in _REDUCTION:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _O().ctc_loss(log_probs, targets, input_lengths, target_lengths, blank,
+                         _REDUCTION[reduction], zero_infinity)
+
+
 def _pointwise_loss(name, mean_by_weight, input, target, size_average, reduce, reduction,
                     weight, *extra):
     """The loss op; with weight, the unreduced loss times weight, reduced ('mean' divides

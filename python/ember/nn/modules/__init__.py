@@ -30,6 +30,7 @@ from .activation import (CELU, SELU, Hardshrink, Hardsigmoid, Hardswish, PReLU, 
 from .distance import CosineSimilarity, PairwiseDistance
 from .activation import Softmax2d
 from .dropout import Dropout3d
+from .loss import CTCLoss
 from .loss import (CosineEmbeddingLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
                    MultiLabelSoftMarginLoss, PoissonNLLLoss, SoftMarginLoss, TripletMarginLoss)
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder,
@@ -56,7 +57,7 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
            "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
            "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d",
-           "ZeroPad2d", "ZeroPad3d", "EmbeddingBag",
+           "ZeroPad2d", "ZeroPad3d", "EmbeddingBag", "CTCLoss",
            "SELU", "CELU", "Hardsigmoid", "Hardswish", "Softsign", "Tanhshrink", "Softshrink",
            "Hardshrink", "Threshold", "PReLU", "CosineSimilarity", "PairwiseDistance",
            "Softmax2d", "Dropout3d", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
