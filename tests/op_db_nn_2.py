@@ -322,3 +322,122 @@ def _ctc_loss_samples(dtype, rng):
 
 add(OpInfo("ctc_loss.IntList", _ctc_loss_samples, _ref_ctc_loss, dtypes=("float32", "float64"),
            reduction=True, grad_elsewhere=_CTC_GRAD))
+
+
+# ------------------------------------------------------------------ grid_sampler, affine_grid
+
+
+def _ref_source(g, size, padding_mode, align_corners):
+    c = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+    if padding_mode == 1:
+        c = min(max(c, 0.0), size - 1.0)
+    elif padding_mode == 2:
+        lo, hi = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+        if hi == lo:
+            c = 0.0
+        else:
+            span = hi - lo
+            while c < lo or c > hi:        # fold at the ends until inside
+                c = 2 * lo - c if c < lo else 2 * hi - c
+        c = min(max(c, 0.0), size - 1.0)
+    return c
+
+
+def _ref_grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    """Each output point of a 4-d input: its source position per axis, then the four
+    neighbours weighted by distance (or the nearest, ties to even); zeros outside."""
+    x, g = _f(input), _f(grid)
+    N, C, H, W = x.shape
+    _, Ho, Wo, _ = g.shape
+    out = np.zeros((N, C, Ho, Wo))
+    for n, i, j in itertools.product(range(N), range(Ho), range(Wo)):
+        cx = _ref_source(g[n, i, j, 0], W, padding_mode, align_corners)
+        cy = _ref_source(g[n, i, j, 1], H, padding_mode, align_corners)
+        if interpolation_mode == 1:
+            taps = [(np.round(cy), np.round(cx), 1.0)]
+        else:
+            y0, x0 = math.floor(cy), math.floor(cx)
+            taps = [(y0 + a, x0 + b, (1 - abs(cy - y0 - a)) * (1 - abs(cx - x0 - b)))
+                    for a in (0, 1) for b in (0, 1)]
+        for yy, xx, w in taps:
+            if 0 <= yy < H and 0 <= xx < W:
+                out[n, :, i, j] += w * x[n, :, int(yy), int(xx)]
+    return out
+
+
+def _grid_samples(dtype, rng):
+    def mk(*s, lo=-2.0, hi=2.0):
+        return make(s, dtype, rng, lo, hi)
+    out = []
+    for mode, pad, ac in itertools.product((0, 1), (0, 1, 2), (False, True)):
+        out.append(Sample((mk(2, 2, 4, 5), mk(2, 3, 2, 2, lo=-1.4, hi=1.4), mode, pad, ac),
+                          desc=f"mode {mode}, padding {pad}, align_corners {ac}",
+                          grad=mode == 0))
+    out.append(Sample((mk(1, 1, 1, 3), mk(1, 2, 2, 2, lo=-1.2, hi=1.2), 0, 2, True),
+                      desc="height 1, reflection"))
+    return out
+
+
+def _grid_errors():
+    return [
+        ErrorSample((_T(1, 1, 2, 2), _T(1, 2, 2, 2, dtype="float64"), 0, 0, False), {},
+                    RuntimeError, r"grid_sampler\(\): expected input and grid to have same "
+                    r"dtype", "dtype"),
+        ErrorSample((_T(1, 1, 2), _T(1, 2, 2), 0, 0, False), {}, RuntimeError,
+                    r"grid_sampler\(\): expected 4D or 5D input", "rank"),
+        ErrorSample((_T(2, 1, 2, 2), _T(1, 2, 2, 2), 0, 0, False), {}, RuntimeError,
+                    r"grid_sampler\(\): expected grid and input to have same batch size", "N"),
+        ErrorSample((_T(1, 1, 2, 2), _T(1, 2, 2, 3), 0, 0, False), {}, RuntimeError,
+                    r"grid_sampler\(\): expected grid to have size 2 in last dimension", "d"),
+        ErrorSample((_T(1, 1, 0, 2), _T(1, 2, 2, 2), 0, 0, False), {}, RuntimeError,
+                    r"grid_sampler\(\): expected input to have non-empty spatial", "empty")]
+
+
+add(OpInfo("grid_sampler", _grid_samples, _ref_grid_sampler, dtypes=("float32", "float64"),
+           composite_grad=True, errors=_grid_errors))
+add(OpInfo("grid_sampler_2d", _grid_samples, _ref_grid_sampler, dtypes=("float32", "float64"),
+           composite_grad=True,
+           torch_fn=lambda torch, *a, **k: torch.grid_sampler_2d(*a, **k)))
+
+
+def _ref_affine_grid(theta, size, align_corners):
+    th = _f(theta)
+    N, sp = size[0], list(size[2:])
+    d = len(sp)
+
+    def base(n):
+        if n <= 1:
+            return np.zeros(n)
+        if align_corners:
+            return np.array([-1 + 2 * i / (n - 1) for i in range(n)])
+        return np.array([(2 * i + 1) / n - 1 for i in range(n)])
+    axes = [base(n) for n in reversed(sp)]
+    out = np.zeros([N] + sp + [d])
+    for n in range(N):
+        for pos in itertools.product(*[range(s) for s in sp]):
+            v = [axes[k][pos[d - 1 - k]] for k in range(d)] + [1.0]
+            out[(n,) + pos] = [math.fsum(th[n, r, c] * v[c] for c in range(d + 1))
+                               for r in range(d)]
+    return out
+
+
+def _affine_samples(dtype, rng):
+    def th(*s):
+        return make(s, dtype, rng, -1.5, 1.5)
+    out = [Sample((th(2, 2, 3), [2, 3, 4, 5], False), desc="2-d"),
+           Sample((th(1, 3, 4), [1, 2, 2, 3, 4], False), desc="3-d"),
+           Sample((th(1, 3, 4), [1, 1, 3, 2, 2], True), desc="3-d, align_corners")]
+    if dtype not in ("float16", "bfloat16"):   # torch's half unit grid: "tensor_cpu" refuses
+        out.append(Sample((th(2, 2, 3), [2, 1, 3, 1], True),
+                          desc="2-d, align_corners, unit width"))
+    return out
+
+
+# compared with F.affine_grid: torch's op also makes (meaningless) integer grids, which
+# ember refuses as F.affine_grid does
+add(OpInfo("affine_grid_generator", _affine_samples, _ref_affine_grid, dtypes=FLOATS,
+           composite_grad=True, reduction=True,
+           torch_fn=lambda torch, *a, **k: torch.nn.functional.affine_grid(*a, **k),
+           errors=lambda: [ErrorSample((_T(2, 2, 3, dtype="int64"), [2, 3, 4, 5], False), {},
+                                       ValueError, r"Expected theta to have floating point",
+                                       "int theta")]))
