@@ -20,7 +20,7 @@
  *
  * Everything is computed in log space in double (float32 inputs read and their results
  * rounded once); log_alpha is -inf outside each sample's frames and states. The backward
- * recomputes alpha in double rather than reading the saved (maybe float32) log_alpha.
+ * reads the saved loss and log_alpha (as PyTorch's) and keeps two rows of beta.
  * Samples are the units of work on the pool, each computed alone, so results are the same
  * at every thread count.
  */
@@ -41,7 +41,7 @@ typedef struct {
     Py_ssize_t T, N, C, S2;        /* S2: log_alpha's last size */
     Py_ssize_t blank;
     bool zero_infinity;
-    void *nll, *la;                /* forward results */
+    void *nll, *la;                /* forward: its results; backward: the saved ones */
     const double *grad;            /* backward: the loss's gradient per sample */
     void *gx;                      /* backward result (T, N, C) */
     int failed;                    /* set when a sample's scratch could not be allocated */
@@ -54,24 +54,29 @@ lp_at(const ctc_ctx *p, Py_ssize_t t, Py_ssize_t b, Py_ssize_t c)
     return p->f32 ? (double)((const float *)p->lp)[i] : ((const double *)p->lp)[i];
 }
 
-/* the label of sample b's extended state s */
-static inline Py_ssize_t
-label(const ctc_ctx *p, Py_ssize_t b, Py_ssize_t s)
+/* sample b's extended labels (blank, l1, blank, ..., lL, blank) into ext and, per state,
+ * whether it may be entered from two states back (a label unlike the one before it) */
+static void
+extend(const ctc_ctx *p, Py_ssize_t b, Py_ssize_t *ext, char *skip)
 {
-    if (s % 2 == 0)
-        return p->blank;
-    Py_ssize_t i = p->tg_start[b] + s / 2;
-    return p->tg64 ? (Py_ssize_t)((const int64_t *)p->tg)[i]
-                   : (Py_ssize_t)((const int32_t *)p->tg)[i];
+    Py_ssize_t S = 2 * p->tl[b] + 1;
+    for (Py_ssize_t s = 0; s < S; s++) {
+        Py_ssize_t i = p->tg_start[b] + s / 2;
+        ext[s] = s % 2 == 0 ? p->blank
+                            : p->tg64 ? (Py_ssize_t)((const int64_t *)p->tg)[i]
+                                      : (Py_ssize_t)((const int32_t *)p->tg)[i];
+        skip[s] = s >= 2 && s % 2 == 1 && ext[s] != ext[s - 2];
+    }
 }
 
+/* log(exp(a) + exp(b)) and of three terms: one exp per term but the largest */
 static inline double
 lse2(double a, double b)
 {
-    double m = a > b ? a : b;
+    double m = a > b ? a : b, o = a > b ? b : a;
     if (m == -INFINITY)
         return -INFINITY;
-    return m + log(exp(a - m) + exp(b - m));
+    return m + log1p(exp(o - m));
 }
 
 static inline double
@@ -84,35 +89,65 @@ lse3(double a, double b, double c)
     return m + log(exp(a - m) + exp(b - m) + exp(c - m));
 }
 
-/* whether state s may be entered from s - 2 (a label unlike the one two states back) */
-static inline bool
-skips(const ctc_ctx *p, Py_ssize_t b, Py_ssize_t s)
+/* frame t's log-probabilities of sample b's extended labels */
+static void
+gather_frame(const ctc_ctx *p, Py_ssize_t t, Py_ssize_t b, const Py_ssize_t *ext, Py_ssize_t S,
+             double *lpx)
 {
-    return s >= 2 && s % 2 == 1 && label(p, b, s) != label(p, b, s - 2);
+    for (Py_ssize_t s = 0; s < S; s++)
+        lpx[s] = lp_at(p, t, b, ext[s]);
 }
 
-/* alpha (Tb rows of S states, Tb = input length) of sample b into a; the negative log
- * likelihood returned */
+/* alpha (Tb rows of S states, Tb = input length) of sample b into a (scratch lpx of S);
+ * the negative log likelihood returned */
 static double
-forward_sample(const ctc_ctx *p, Py_ssize_t b, double *a)
+forward_sample(const ctc_ctx *p, Py_ssize_t b, const Py_ssize_t *ext, const char *skip,
+               double *lpx, double *a)
 {
     Py_ssize_t Tb = p->il[b], S = 2 * p->tl[b] + 1;
     if (Tb == 0)
         return p->tl[b] == 0 ? 0.0 : INFINITY;
+    gather_frame(p, 0, b, ext, S, lpx);
     for (Py_ssize_t s = 0; s < S; s++)
-        a[s] = s < 2 ? lp_at(p, 0, b, label(p, b, s)) : -INFINITY;
+        a[s] = s < 2 ? lpx[s] : -INFINITY;
     for (Py_ssize_t t = 1; t < Tb; t++) {
         const double *prev = a + (t - 1) * S;
         double *cur = a + t * S;
-        for (Py_ssize_t s = 0; s < S; s++) {
-            double v = prev[s];
-            if (s >= 1)
-                v = skips(p, b, s) ? lse3(v, prev[s - 1], prev[s - 2]) : lse2(v, prev[s - 1]);
-            cur[s] = v == -INFINITY ? v : v + lp_at(p, t, b, label(p, b, s));
+        gather_frame(p, t, b, ext, S, lpx);
+        cur[0] = prev[0] + lpx[0];
+        for (Py_ssize_t s = 1; s < S; s++) {
+            double v = skip[s] ? lse3(prev[s], prev[s - 1], prev[s - 2])
+                               : lse2(prev[s], prev[s - 1]);
+            cur[s] = v + lpx[s];
         }
     }
     const double *last = a + (Tb - 1) * S;
     return -(S >= 2 ? lse2(last[S - 1], last[S - 2]) : last[S - 1]);
+}
+
+/* per-sample scratch: ext and skip (S each), lpx (S) and the rows (cells doubles) */
+typedef struct {
+    Py_ssize_t *ext;
+    char *skip;
+    double *lpx, *rows;
+} ctc_scratch;
+
+static int
+scratch_new(ctc_scratch *w, Py_ssize_t S, size_t cells)
+{
+    w->ext = malloc(sizeof(Py_ssize_t) * (size_t)S);
+    w->skip = malloc((size_t)S);
+    w->lpx = malloc(sizeof(double) * ((size_t)S + cells));
+    w->rows = w->lpx ? w->lpx + S : NULL;
+    return w->ext && w->skip && w->lpx ? 0 : -1;
+}
+
+static void
+scratch_free(ctc_scratch *w)
+{
+    free(w->ext);
+    free(w->skip);
+    free(w->lpx);
 }
 
 static void
@@ -121,15 +156,17 @@ forward_range(void *c, int64_t lo, int64_t hi)
     ctc_ctx *p = c;
     for (int64_t b = lo; b < hi; b++) {
         Py_ssize_t Tb = p->il[b], S = 2 * p->tl[b] + 1;
-        double *a = malloc(sizeof(double) * (size_t)(Tb > 0 ? Tb : 1) * (size_t)S);
-        if (a == NULL) {
+        ctc_scratch w;
+        if (scratch_new(&w, S, (size_t)(Tb > 0 ? Tb : 1) * (size_t)S) < 0) {
+            scratch_free(&w);
             p->failed = 1;
             return;
         }
-        double nll = forward_sample(p, b, a);
+        extend(p, b, w.ext, w.skip);
+        double nll = forward_sample(p, b, w.ext, w.skip, w.lpx, w.rows);
         for (Py_ssize_t t = 0; t < p->T; t++)
             for (Py_ssize_t s = 0; s < p->S2; s++) {
-                double v = t < Tb && s < S ? a[t * S + s] : -INFINITY;
+                double v = t < Tb && s < S ? w.rows[t * S + s] : -INFINITY;
                 Py_ssize_t i = (b * p->T + t) * p->S2 + s;
                 if (p->f32)
                     ((float *)p->la)[i] = (float)v;
@@ -140,8 +177,16 @@ forward_range(void *c, int64_t lo, int64_t hi)
             ((float *)p->nll)[b] = (float)nll;
         else
             ((double *)p->nll)[b] = nll;
-        free(a);
+        scratch_free(&w);
     }
+}
+
+/* the saved log_alpha of sample b at (t, s) and its saved loss */
+static inline double
+alpha_at(const ctc_ctx *p, Py_ssize_t b, Py_ssize_t t, Py_ssize_t s)
+{
+    Py_ssize_t i = (b * p->T + t) * p->S2 + s;
+    return p->f32 ? (double)((const float *)p->la)[i] : ((const double *)p->la)[i];
 }
 
 static void
@@ -150,55 +195,60 @@ backward_range(void *c, int64_t lo, int64_t hi)
     ctc_ctx *p = c;
     for (int64_t b = lo; b < hi; b++) {
         Py_ssize_t Tb = p->il[b], S = 2 * p->tl[b] + 1, C = p->C;
-        size_t cells = (size_t)(Tb > 0 ? Tb : 1) * (size_t)S;
-        double *a = malloc(sizeof(double) * (2 * cells + (size_t)C));
-        if (a == NULL) {
+        ctc_scratch w;
+        /* rows: beta (two rows, S each) and the per-class sums (C) */
+        if (scratch_new(&w, S, 2 * (size_t)S + (size_t)C) < 0) {
+            scratch_free(&w);
             p->failed = 1;
             return;
         }
-        double *be = a + cells, *lcab = be + cells;
-        double nll = forward_sample(p, b, a), g = p->grad[b];
-        bool zero = p->zero_infinity && nll == INFINITY;
-        if (!zero && Tb > 0) {
-            double *last = be + (Tb - 1) * S;
-            for (Py_ssize_t s = 0; s < S; s++)
-                last[s] = s >= S - 2 ? lp_at(p, Tb - 1, b, label(p, b, s)) : -INFINITY;
-            for (Py_ssize_t t = Tb - 2; t >= 0; t--) {
-                const double *next = be + (t + 1) * S;
-                double *cur = be + t * S;
-                for (Py_ssize_t s = 0; s < S; s++) {
-                    double v = next[s];
-                    if (s + 1 < S)
-                        v = s + 2 < S && skips(p, b, s + 2) ? lse3(v, next[s + 1], next[s + 2])
-                                                            : lse2(v, next[s + 1]);
-                    cur[s] = v == -INFINITY ? v : v + lp_at(p, t, b, label(p, b, s));
-                }
+        extend(p, b, w.ext, w.skip);
+        double *next = w.rows, *cur = next + S, *lcab = cur + S;
+        double nll = p->f32 ? (double)((const float *)p->nll)[b] : ((const double *)p->nll)[b];
+        double g = p->grad[b];
+        bool zero = Tb == 0 || (p->zero_infinity && nll == INFINITY);
+        /* frames past the input length (and every frame of a zeroed sample) get 0 */
+        for (Py_ssize_t t = zero ? 0 : Tb; t < p->T; t++)
+            for (Py_ssize_t k = 0; k < C; k++) {
+                Py_ssize_t i = (t * p->N + b) * C + k;
+                if (p->f32)
+                    ((float *)p->gx)[i] = 0.0f;
+                else
+                    ((double *)p->gx)[i] = 0.0;
             }
-        }
-        for (Py_ssize_t t = 0; t < p->T; t++) {
-            bool live = !zero && t < Tb;
-            if (live) {
-                for (Py_ssize_t k = 0; k < C; k++)
-                    lcab[k] = -INFINITY;
-                for (Py_ssize_t s = 0; s < S; s++) {
-                    Py_ssize_t k = label(p, b, s);
-                    lcab[k] = lse2(lcab[k], a[t * S + s] + be[t * S + s]);
-                }
+        for (Py_ssize_t t = zero ? -1 : Tb - 1; t >= 0; t--) {
+            /* beta at frame t, from the frame after it */
+            gather_frame(p, t, b, w.ext, S, w.lpx);
+            for (Py_ssize_t s = 0; s < S; s++) {
+                double v;
+                if (t == Tb - 1)
+                    v = s >= S - 2 ? 0.0 : -INFINITY;
+                else if (s + 2 < S && w.skip[s + 2])
+                    v = lse3(next[s], next[s + 1], next[s + 2]);
+                else
+                    v = s + 1 < S ? lse2(next[s], next[s + 1]) : next[s];
+                cur[s] = v + w.lpx[s];
+            }
+            for (Py_ssize_t k = 0; k < C; k++)
+                lcab[k] = -INFINITY;
+            for (Py_ssize_t s = 0; s < S; s++) {
+                Py_ssize_t k = w.ext[s];
+                lcab[k] = lse2(lcab[k], alpha_at(p, b, t, s) + cur[s]);
             }
             for (Py_ssize_t k = 0; k < C; k++) {
-                double v = 0.0;
-                if (live) {
-                    double lp = lp_at(p, t, b, k);
-                    v = (exp(lp) - exp(lcab[k] + nll - lp)) * g;
-                }
+                double lp = lp_at(p, t, b, k);
+                double v = (exp(lp) - exp(lcab[k] + nll - lp)) * g;
                 Py_ssize_t i = (t * p->N + b) * C + k;
                 if (p->f32)
                     ((float *)p->gx)[i] = (float)v;
                 else
                     ((double *)p->gx)[i] = v;
             }
+            double *tmp = next;
+            next = cur;
+            cur = tmp;
         }
-        free(a);
+        scratch_free(&w);
     }
 }
 
@@ -396,21 +446,30 @@ k_ctc_loss_backward(em_Op *op, PyObject **args)
     ctc_ctx p = {0};
     Py_ssize_t *lens = NULL;
     em_Tensor *gx = NULL;
-    PyArrayObject *hl = NULL, *ht = NULL, *hg = NULL;
+    PyArrayObject *hl = NULL, *ht = NULL, *hg = NULL, *hn = NULL, *ha = NULL;
     int zi = PyObject_IsTrue(args[8]);
     if (zi < 0 || read_args(lp, args[2], args[3], args[4], args[7], &p, &lens) < 0)
         return NULL;
-    if (g->ndim != 1 || g->sizes[0] != p.N) {
-        PyErr_Format(PyExc_RuntimeError, "_ctc_loss_backward: expected grad of shape [%zd], "
-                     "got %s", p.N, em_tshape(g));
+    em_Tensor *nll = (em_Tensor *)args[5], *la = (em_Tensor *)args[6];
+    Py_ssize_t lsz[3] = {p.N, p.T, p.S2};
+    if (g->ndim != 1 || g->sizes[0] != p.N || nll->ndim != 1 || nll->sizes[0] != p.N ||
+        nll->dtype != lp->dtype || la->ndim != 3 || la->dtype != lp->dtype ||
+        la->sizes[0] != p.N || la->sizes[1] != p.T || la->sizes[2] != p.S2) {
+        PyErr_Format(PyExc_RuntimeError, "_ctc_loss_backward: expected grad and "
+                     "neg_log_likelihood of shape [%zd] and log_alpha of shape %s (of "
+                     "log_probs' dtype), got %s, %s and %s", p.N, em_shape_s(3, lsz),
+                     em_tshape(g), em_tshape(nll), em_tshape(la));
         goto error;
     }
-    bool meta = em_meta_of(lp) || em_is_meta(tg) || em_is_meta(g);
+    bool meta = em_meta_of(lp) || em_is_meta(tg) || em_is_meta(g) || em_is_meta(nll) ||
+                em_is_meta(la);
     if ((gx = em_empty(3, lp->sizes, lp->dtype, meta)) == NULL)
         goto error;
     if (!meta) {
         p.zero_infinity = zi;
-        if ((p.lp = data_of(lp, &hl)) == NULL || (p.tg = data_of(tg, &ht)) == NULL)
+        if ((p.lp = data_of(lp, &hl)) == NULL || (p.tg = data_of(tg, &ht)) == NULL ||
+            (p.nll = (void *)data_of(nll, &hn)) == NULL ||
+            (p.la = (void *)data_of(la, &ha)) == NULL)
             goto error;
         hg = (PyArrayObject *)PyArray_FromAny((PyObject *)g->array,
                                               PyArray_DescrFromType(NPY_DOUBLE), 1, 1,
@@ -426,12 +485,16 @@ k_ctc_loss_backward(em_Op *op, PyObject **args)
     Py_XDECREF(hl);
     Py_XDECREF(ht);
     Py_XDECREF(hg);
+    Py_XDECREF(hn);
+    Py_XDECREF(ha);
     PyMem_Free(lens);
     return (PyObject *)gx;
 error:
     Py_XDECREF(hl);
     Py_XDECREF(ht);
     Py_XDECREF(hg);
+    Py_XDECREF(hn);
+    Py_XDECREF(ha);
     PyMem_Free(lens);
     Py_XDECREF(gx);
     return NULL;

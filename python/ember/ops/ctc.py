@@ -5,7 +5,8 @@ Prims with C kernels (csrc/kernels/ctc.c), PyTorch's names and schemas:
 - _ctc_loss(log_probs (T, N, C), targets, input_lengths, target_lengths, blank,
   zero_infinity) -> (neg_log_likelihood (N,), log_alpha (N, T, 2 max(target_lengths) + 1)):
   the forward recursion over the blank-extended label sequence in log space, in double;
-- _ctc_loss_backward: beta from the end and PyTorch's gradient, exp(lp) minus the
+- _ctc_loss_backward: beta from the end (with the saved loss and log_alpha) and PyTorch's
+  gradient, exp(lp) minus the
   posterior occupancy of each class (the gradient through the log_softmax that made
   log_probs), zero past each input length and, with zero_infinity, for infinite losses.
   It has no derivative (PyTorch's neither).
@@ -105,10 +106,13 @@ op("_ctc_loss(Tensor log_probs, Tensor targets, int[] input_lengths, int[] targe
 
 def _ctc_backward_meta(entry, args):
     g, log_probs, targets, input_lengths, target_lengths, nll, log_alpha, blank, zi = args
-    T, N, C, _ = _ctc_check(log_probs, targets, input_lengths, target_lengths, blank)
-    if g.ndim != 1 or g.shape[0] != N:
-        raise RuntimeError(f"_ctc_loss_backward: expected grad of shape [{N}], got "
-                           f"{list(g.shape)}")
+    T, N, C, longest = _ctc_check(log_probs, targets, input_lengths, target_lengths, blank)
+    want = [N, T, 2 * longest + 1]
+    if list(g.shape) != [N] or list(nll.shape) != [N] or nll.dtype is not log_probs.dtype or \
+            list(log_alpha.shape) != want or log_alpha.dtype is not log_probs.dtype:
+        raise RuntimeError(f"_ctc_loss_backward: expected grad and neg_log_likelihood of shape "
+                           f"[{N}] and log_alpha of shape {want} (of log_probs' dtype), got "
+                           f"{list(g.shape)}, {list(nll.shape)} and {list(log_alpha.shape)}")
     return M.meta_tensor((T, N, C), log_probs.dtype)
 
 
@@ -117,8 +121,8 @@ op("_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, int[] inpu
    "bool zero_infinity=False) -> Tensor", CUSTOM, "ctc_loss_backward", prim=True,
    lower=extern, method=False, meta=_ctc_backward_meta,
    doc="The gradient of _ctc_loss for log_probs (PyTorch's: exp(log_probs) minus each "
-       "class's posterior occupancy, times grad; alpha recomputed in double, beta from the "
-       "end); no derivative of its own.")
+       "class's posterior occupancy, times grad; the saved log_alpha, beta from the end); "
+       "no derivative of its own.")
 
 
 def _lengths(v):
