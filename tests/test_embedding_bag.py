@@ -135,3 +135,25 @@ def test_module_matches_torch():
     pre = ember.nn.EmbeddingBag.from_pretrained(ember.ones(3, 2), mode="sum")
     assert not pre.weight.requires_grad
     np.testing.assert_array_equal(_np(pre(ember.tensor([[0, 1]]))), [[2.0, 2.0]])
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_compiled_bags_equal_eager(backend, mode):
+    from ember.capture import counters
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((10, 4)).astype(np.float32)
+
+    def f(W, i, o):
+        return ember.nn.functional.embedding_bag(i, W, o, mode=mode, padding_idx=3)
+    ember.compiler.reset()
+    before = sum(counters["backend_fallback"].values())
+    outs = []
+    for fn in (ember.compile(f, backend=backend), f):
+        W = ember.from_numpy(w.copy()).requires_grad_()
+        y = fn(W, ember.tensor([1, 2, 4, 3, 4, 3, 2, 9]), ember.tensor([0, 3, 3]))
+        (y * y).sum().backward()
+        outs.append((_np(y), _np(W.grad)))
+    assert sum(counters["backend_fallback"].values()) == before
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

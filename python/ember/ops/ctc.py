@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .. import _C
 from ..compiler.lowerings import extern
 from . import api as O
@@ -142,8 +140,11 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduct
     if zero_infinity:
         nll = O.where(nll == math.inf, O.zeros((), dtype=nll.dtype), nll)
     if reduction == 1:
-        per = np.maximum(np.array(tl, dtype=np.float64), 1.0).astype(nll.dtype.numpy_dtype)
-        return (nll / _C.from_numpy(per)).mean()
+        per = O.full((len(tl),), 1.0, dtype=nll.dtype)      # the lengths, as graph values
+        for b, n in enumerate(tl):
+            if n > 1:
+                per = O.select_scatter(per, O.full((), float(n), dtype=nll.dtype), 0, b)
+        return (nll / per).mean()
     if reduction == 2:
         return nll.sum()
     return nll if batched else nll.squeeze(0)
