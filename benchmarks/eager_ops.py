@@ -181,6 +181,11 @@ def nn_cases(libs=None):
     table, tokens = f32(4096, 64), rng.integers(0, 4096, (64, 1024))
     big = f32(2048, 2048)
     q, k, v = f32(8, 4, 128, 32), f32(8, 4, 128, 32), f32(8, 4, 128, 32)
+    running = {}
+
+    def bn_running(L, a, g, b):       # BatchNorm2d's training call: updates the buffers
+        rm, rv = running.setdefault(L.__name__, (L.zeros(32), L.ones(32)))
+        return L.nn.functional.batch_norm(a, rm, rv, g, b, training=True)
     specs = [
         ("linear", (x, w, bias), lambda L, a, b, c: L.nn.functional.linear(a, b, c)),
         ("softmax", (x,), lambda L, a: a.softmax(-1)),
@@ -201,6 +206,8 @@ def nn_cases(libs=None):
         ("batch_norm (train)", (img, kw[:, 0, 0, 0].copy(), kw[:, 1, 0, 0].copy()),
          lambda L, a, g, b: L.nn.functional.batch_norm(
              a, None, None, g, b, training=True)),
+        ("batch_norm (train, running stats)",
+         (img, kw[:, 0, 0, 0].copy(), kw[:, 1, 0, 0].copy()), bn_running),
     ]
     out = []
     for name, arrays, fn in specs:

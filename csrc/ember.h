@@ -366,6 +366,7 @@ extern const em_KernelEntry em_nn_kernels[];     /* nn.c: decomposed nn ops, lin
 extern const em_KernelEntry em_conv_kernels[];   /* conv.c: convolution */
 extern const em_KernelEntry em_pool_kernels[];   /* pool.c: max pooling */
 extern const em_KernelEntry em_attention_kernels[]; /* attention.c: fused attention */
+extern const em_KernelEntry em_ctc_kernels[];       /* ctc.c: the CTC loss and its gradient */
 /* nn.c: the eager result of an op that is its decomposition (entry.decompose, grad off);
  * C kernels of nn ops fall back to it for the cases they do not cover. */
 PyObject *em_decomposed_kernel(em_Op *op, PyObject **args);

@@ -2017,6 +2017,7 @@ for _info in _SAMPLERS:
 
 # the linear-algebra and nn ops (mm ... convolution, pooling, losses): tests/op_db_nn.py
 import op_db_nn  # noqa: E402,F401
+import op_db_nn_2  # noqa: E402,F401  (embedding_bag, grid sampling, ctc_loss)
 
 # ---------------------------------------------------------------- reductions, part 2
 # (prod, min family, var/std, norm, logsumexp, softmax, cumulative, all/any, sort, topk)

@@ -12,7 +12,7 @@ NAMESPACES = {"torch": "ember", "torch.nn": "ember.nn",
               "torch.nn.functional": "ember.nn.functional", "Tensor": None}
 
 # the fraction of the stored names ember has (measured; raise it as names are added)
-FLOOR = 0.646   # 0.636 before torch.special/fft names (1155 -> 1173 of 1815)
+FLOOR = 0.652   # 0.646 before embedding_bag, ctc_loss, grid sampling (1173 -> 1185 of 1815; 0.636 before special/fft)
 
 
 def stored_names():

@@ -1,7 +1,8 @@
-"""batch_norm's eager C forward (nn_grad.c, em_batch_norm_kernel): evaluation and training
-without running statistics, for contiguous float32/float64 inputs; values and gradients
-as torch's, identical at 1 and 2 threads, and every other case (strided or empty
-inputs, running statistics to update, half dtypes) left to the decomposition."""
+"""batch_norm's eager C forward (batch_norm.c, em_batch_norm_kernel): evaluation, training
+without running statistics and training that updates them (in the same pass), for
+contiguous float32/float64 inputs; values, running statistics and gradients as torch's,
+identical at 1 and 2 threads, and every other case (strided or empty inputs, half
+dtypes, one value per channel) left to the decomposition."""
 import numpy as np
 import pytest
 
@@ -54,12 +55,13 @@ def _inputs(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(16, 32, 8, 8), (5, 7, 9), (4, 3), (2, 3, 0, 4)])
-@pytest.mark.parametrize("mode", ["eval", "train, no running stats", "train, affine off"])
+@pytest.mark.parametrize("mode", ["eval", "train, no running stats", "train, affine off",
+                                  "train, running stats"])
 @pytest.mark.parametrize("strided", [False, True])
 def test_values_and_gradients_match_torch(dtype, shape, mode, strided, decompositions):
     x, w, b, rm, rv, g = _inputs(shape, dtype)
     training = mode != "eval"
-    if training:
+    if training and mode != "train, running stats":
         rm = rv = None
     if mode == "train, affine off":
         w = b = None
@@ -79,17 +81,43 @@ def test_values_and_gradients_match_torch(dtype, shape, mode, strided, decomposi
     assert fused_calls == (1 if strided or 0 in shape else 0)
 
 
-def test_running_statistics_updates_and_half_dtypes_take_the_decomposition(decompositions):
+def test_running_statistics_update_in_c_and_half_dtypes_take_the_decomposition(decompositions):
     x, w, b, rm, rv, g = _inputs((8, 4, 5), np.float32)
     got = _run(ember, x, w, b, rm, rv, True, g)
-    assert len(decompositions) == 1
+    assert len(decompositions) == 0
     want = _run(torch, x, w, b, rm, rv, True, g)
     for u, v in zip(got, want):
         np.testing.assert_allclose(u, v, rtol=2e-4, atol=2e-5)
+    # the C update agrees with the decomposition's (a strided input takes it)
+    dec = _run(ember, x, w, b, rm, rv, True, g, strided=True)
+    assert len(decompositions) == 1
+    for u, v in zip(got, dec):
+        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-6)
     decompositions.clear()
     h = ember.from_numpy(x.astype(np.float16))
     ember.nn.functional.batch_norm(h, None, None, training=True)
     assert len(decompositions) == 1
+
+
+def test_batchnorm_layer_training_steps_track_torch():
+    """BatchNorm2d in training over several steps: outputs, running statistics,
+    num_batches_tracked and gradients as torch's (momentum 0.1 and None)."""
+    rng = np.random.default_rng(5)
+    for momentum in (0.1, None):
+        layers = [lib.nn.BatchNorm2d(6, momentum=momentum) for lib in (ember, torch)]
+        for step in range(4):
+            x = (rng.standard_normal((4, 6, 5, 5)) * (step + 1) + step).astype(np.float32)
+            outs = []
+            for lib, layer in zip((ember, torch), layers):
+                X = lib.from_numpy(x.copy()).requires_grad_()
+                y = layer(X)
+                (y * y).sum().backward()
+                outs.append([y.detach().numpy(), X.grad.numpy(), layer.weight.grad.numpy(),
+                             layer.running_mean.numpy(), layer.running_var.numpy(),
+                             layer.num_batches_tracked.numpy()])
+                layer.zero_grad()
+            for u, v in zip(*outs):
+                np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-4)
 
 
 def test_empty_training_batch_leaves_running_statistics_as_torch():
@@ -108,7 +136,8 @@ def test_identical_at_one_and_two_threads_and_run_to_run():
         for threads in (1, 2, 2):
             ember.set_num_threads(threads)
             outs.append(_run(ember, x, w, b, rm, rv, False, g) +
-                        _run(ember, x, w, b, None, None, True, g))
+                        _run(ember, x, w, b, None, None, True, g) +
+                        _run(ember, x, w, b, rm, rv, True, g))
     finally:
         ember.set_num_threads(before)
     for other in outs[1:]:

@@ -357,3 +357,23 @@ def test_meta_tensors_index_by_shape():
     assert tuple(x[0, ember.tensor([1, 2])].shape) == (2, 4)
     with pytest.raises(NotImplementedError):
         x[ember.ones(2, 3, dtype=ember.bool)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [0, 1, 2])
+def test_index_add_rows_match_ufunc_at_bit_for_bit(dtype, d):
+    """index_add's C row loop (contiguous float operands) adds in ufunc.at's order:
+    repeated and negative indices give NumPy's bits."""
+    rng = np.random.default_rng(d)
+    x = rng.standard_normal((4, 5, 6)).astype(dtype)
+    shape = list(x.shape)
+    shape[d] = 9
+    src = rng.standard_normal(shape).astype(dtype)
+    for idx in (rng.integers(-x.shape[d], x.shape[d], 9),
+                rng.integers(0, 2, 9).astype(np.int32)):
+        got = ember.from_numpy(x).index_add(d, ember.from_numpy(idx), ember.from_numpy(src))
+        want = x.copy()
+        key = [slice(None)] * 3
+        key[d] = idx
+        np.add.at(want, tuple(key), src)
+        np.testing.assert_array_equal(got.numpy(), want)

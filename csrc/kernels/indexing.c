@@ -1216,6 +1216,46 @@ k_index_select(em_Op *op, PyObject **args)
     return em_finish(out, st);
 }
 
+/* index_add's common case without NumPy's ufunc.at: out and src C-contiguous float32 or
+ * float64 of one dtype, the index int64 or int32 (in range, negatives wrapped): each
+ * slice src[.., i, ..] added into out[.., index[i], ..] in the order of i, the order
+ * ufunc.at adds them, so the same results. 0 when it ran, 1 when the case is not this. */
+static int
+index_add_rows(em_Tensor *out, em_Tensor *src, em_Tensor *index, int d)
+{
+    if (out->dtype != src->dtype || (out->dtype != EM_FLOAT32 && out->dtype != EM_FLOAT64) ||
+        !PyArray_IS_C_CONTIGUOUS(out->array) || !PyArray_IS_C_CONTIGUOUS(src->array) ||
+        !PyArray_IS_C_CONTIGUOUS(index->array) ||
+        (index->dtype != EM_INT64 && index->dtype != EM_INT32))
+        return 1;
+    Py_ssize_t outer = 1, inner = 1, size = out->sizes[d], n = index->numel;
+    for (int k = 0; k < d; k++)
+        outer *= out->sizes[k];
+    for (int k = d + 1; k < out->ndim; k++)
+        inner *= out->sizes[k];
+    const void *ix = PyArray_DATA(index->array);
+    bool f32 = out->dtype == EM_FLOAT32, i64 = index->dtype == EM_INT64;
+    char *o = PyArray_DATA(out->array);
+    const char *v = PyArray_DATA(src->array);
+    size_t item = f32 ? sizeof(float) : sizeof(double);
+    for (Py_ssize_t a = 0; a < outer; a++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t k = i64 ? (Py_ssize_t)((const int64_t *)ix)[i]
+                               : (Py_ssize_t)((const int32_t *)ix)[i];
+            if (k < 0)
+                k += size;
+            char *dst = o + (size_t)((a * size + k) * inner) * item;
+            const char *from = v + (size_t)((a * n + i) * inner) * item;
+            if (f32)
+                for (Py_ssize_t j = 0; j < inner; j++)
+                    ((float *)dst)[j] += ((const float *)from)[j];
+            else
+                for (Py_ssize_t j = 0; j < inner; j++)
+                    ((double *)dst)[j] += ((const double *)from)[j];
+        }
+    return 0;
+}
+
 /* index_add(self, dim, index, source, *, alpha=1) */
 static PyObject *
 k_index_add(em_Op *op, PyObject **args)
@@ -1275,6 +1315,8 @@ k_index_add(em_Op *op, PyObject **args)
         PyObject *ins[2] = {(PyObject *)out, (PyObject *)scaled};
         st = em_ufunc_call(em_np.add, ins, 2, out->array, EM_UNDEFINED, EM_UNDEFINED);
     }
+    else if (st == 0 && index_add_rows(out, scaled, index, (int)d) == 0)
+        st = 0;
     else if (st == 0) {
         PyObject *iflat = flat_index(index);
         PyObject *key = iflat ? PyTuple_New(d + 1) : NULL;

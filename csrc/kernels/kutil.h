@@ -184,8 +184,11 @@ void em_conv_dot_f32(int64_t m, int64_t n, int64_t P, const float *G, int64_t ld
                      const float *X, int64_t ldx, float *C, int64_t ldc, int acc);
 /* conv.c: _C._grad_conv_weight (registered with nn_grad.c's functions) */
 PyObject *em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
-/* nn_grad.c: batch_norm's forward (_native_batch_norm_legit_functional's kernel) */
+/* batch_norm.c: batch_norm's forward (_native_batch_norm_legit_functional's kernel) and
+ * the per-channel statistics it saves and the fused backward (nn_grad.c) recomputes */
 PyObject *em_batch_norm_kernel(em_Op *op, PyObject **args);
+void em_bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize_t c,
+                    bool f32, double eps, double *mean, double *var, double *rstd);
 /* nn_grad.c: adds the fused eager gradients (_C._grad_*) to the module. */
 int em_nn_grad_init(PyObject *module);
 

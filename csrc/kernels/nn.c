@@ -10,7 +10,7 @@
  * by the runtime's blocked BLAS calls on the pool (em_blas_matmul, as linalg.c's
  * matmul) or NumPy's matmul, with the decomposition's checks and result.
  *
- * "batch_norm_functional": nn_grad.c's em_batch_norm_kernel.
+ * "batch_norm_functional": batch_norm.c's em_batch_norm_kernel.
  *
  * "embedding": the rows of the weight picked by the indices (NumPy's take).
  *

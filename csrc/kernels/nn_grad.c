@@ -11,8 +11,8 @@
  * sizes, and every reduction adds in a fixed order, so results are identical at every
  * thread count.
  *
- * batch_norm's eager forward (em_batch_norm_kernel) lives here too, beside its backward,
- * whose per-channel statistics it shares.
+ * batch_norm's backward recomputes the statistics as its forward (batch_norm.c,
+ * em_bn_stats_of) computed them.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=fast")
@@ -803,9 +803,7 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 /* The gradients of training-mode batch normalisation of a contiguous (N, C, *) tensor:
  * channel c's values are N runs of S contiguous elements. Channels are the units of
- * work (each computed alone, in a fixed order). (The forward stays the decomposition:
- * its statistics must round as the compiled graphs' do, which update the same running
- * statistics.) */
+ * work (each computed alone, in a fixed order). */
 typedef struct {
     const void *x, *g, *w;
     void *gx, *gw, *gb;
@@ -813,43 +811,11 @@ typedef struct {
     double eps;
 } bn_ctx;
 
-/* channel c's mean, biased variance and rstd (sums in double; float32 runs in
- * em_lane_sum_f32's lanes) of the contiguous (N, C, S) x: what the forward kernel
- * saves and the backward recomputes */
-static void
-bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize_t c, bool f32,
-            double eps, double *mean, double *var, double *rstd)
-{
-    double s = 0.0, q = 0.0, cnt = (double)(N * S);
-    for (Py_ssize_t n = 0; n < N; n++) {
-        Py_ssize_t off = (n * C + c) * S;
-        if (f32)
-            s += em_lane_sum_f32((const float *)x + off, S, 0.0f, 0);
-        else
-            for (Py_ssize_t i = 0; i < S; i++)
-                s += ((const double *)x)[off + i];
-    }
-    double m = s / cnt;
-    for (Py_ssize_t n = 0; n < N; n++) {
-        Py_ssize_t off = (n * C + c) * S;
-        if (f32)
-            q += em_lane_sum_f32((const float *)x + off, S, (float)m, 1);
-        else
-            for (Py_ssize_t i = 0; i < S; i++) {
-                double d = ((const double *)x)[off + i] - m;
-                q += d * d;
-            }
-    }
-    *mean = m;
-    *var = q / cnt;
-    *rstd = 1.0 / sqrt(q / cnt + eps);
-}
-
 static void
 bn_stats(const bn_ctx *p, Py_ssize_t c, bool f32, double *mean, double *rstd)
 {
     double var;
-    bn_stats_of(p->x, p->N, p->C, p->S, c, f32, p->eps, mean, &var, rstd);
+    em_bn_stats_of(p->x, p->N, p->C, p->S, c, f32, p->eps, mean, &var, rstd);
 }
 
 EM_CLONES static void
@@ -984,194 +950,6 @@ error:
     Py_XDECREF(gx);
     Py_XDECREF(gw);
     Py_XDECREF(gb);
-    return NULL;
-}
-
-/* ------------------------------------------------------------------ batch_norm (forward) */
-
-/* The forward of _native_batch_norm_legit_functional (batch_norm's op) for contiguous
- * float32/float64 (N, C, *) inputs whose weight, bias and running statistics (each
- * optional) are contiguous (C,) tensors of the input's dtype, when it writes no running
- * statistics: evaluation (the running statistics normalise) and training without them
- * (the batch's mean and rstd, as the fused backward recomputes them: sums in double in a
- * fixed order). y = ((x - mean) rstd) w + b. Channels are the units of work, each
- * computed alone, so results are identical at every thread count and run to run. */
-typedef struct {
-    const void *x, *w, *b, *rm, *rv;
-    void *y;
-    double *mean, *var, *rstd;     /* per channel (training: computed; eval: given) */
-    Py_ssize_t N, C, S;
-    double eps;
-    bool training;
-} bnf_ctx;
-
-EM_CLONES static void
-bnf_channel_f32(const bnf_ctx *p, Py_ssize_t c)
-{
-    float mean, rstd;
-    if (p->training) {
-        bn_stats_of(p->x, p->N, p->C, p->S, c, true, p->eps, &p->mean[c], &p->var[c],
-                    &p->rstd[c]);
-        mean = (float)p->mean[c];
-        rstd = (float)p->rstd[c];
-    }
-    else {
-        mean = ((const float *)p->rm)[c];
-        rstd = (float)(1.0 / sqrt((double)((const float *)p->rv)[c] + p->eps));
-    }
-    float w = p->w ? ((const float *)p->w)[c] : 1.0f, b = p->b ? ((const float *)p->b)[c] : 0.0f;
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
-        const float *restrict x = (const float *)p->x + off;
-        float *restrict y = (float *)p->y + off;
-        for (Py_ssize_t i = 0; i < p->S; i++)
-            y[i] = (x[i] - mean) * rstd * w + b;
-    }
-    p->mean[c] = mean;
-    p->rstd[c] = rstd;
-}
-
-static void
-bnf_channel_f64(const bnf_ctx *p, Py_ssize_t c)
-{
-    double mean, rstd;
-    if (p->training)
-        bn_stats_of(p->x, p->N, p->C, p->S, c, false, p->eps, &mean, &p->var[c], &rstd);
-    else {
-        mean = ((const double *)p->rm)[c];
-        rstd = 1.0 / sqrt(((const double *)p->rv)[c] + p->eps);
-    }
-    double w = p->w ? ((const double *)p->w)[c] : 1.0, b = p->b ? ((const double *)p->b)[c] : 0.0;
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
-        const double *restrict x = (const double *)p->x + off;
-        double *restrict y = (double *)p->y + off;
-        for (Py_ssize_t i = 0; i < p->S; i++)
-            y[i] = (x[i] - mean) * rstd * w + b;
-    }
-    p->mean[c] = mean;
-    p->rstd[c] = rstd;
-}
-
-static void
-bnf_range32(void *c, int64_t a, int64_t b)
-{
-    for (int64_t k = a; k < b; k++)
-        bnf_channel_f32(c, k);
-}
-
-static void
-bnf_range64(void *c, int64_t a, int64_t b)
-{
-    for (int64_t k = a; k < b; k++)
-        bnf_channel_f64(c, k);
-}
-
-/* a (C,) vector of x's dtype (or None) for the forward: its data, or NULL; *ok false
- * when o does not fit */
-static const void *
-bnf_vector(PyObject *o, em_Tensor *x, bool *ok)
-{
-    if (o == Py_None)
-        return NULL;
-    if (!em_Tensor_Check(o) || em_is_meta((em_Tensor *)o) || !bn_vector(o, x)) {
-        *ok = false;
-        return NULL;
-    }
-    return PyArray_DATA(((em_Tensor *)o)->array);
-}
-
-/* A new (C,) tensor of dtype dt holding the C doubles v (src not NULL: a copy of src's
- * C values of dtype dt). */
-static em_Tensor *
-bnf_channels(Py_ssize_t C, em_dtype_t dt, const double *v, const void *src)
-{
-    em_Tensor *t = em_empty(1, &C, dt, false);
-    if (t == NULL)
-        return NULL;
-    void *d = PyArray_DATA(t->array);
-    if (src != NULL)
-        memcpy(d, src, (size_t)C * (dt == EM_FLOAT32 ? sizeof(float) : sizeof(double)));
-    else
-        for (Py_ssize_t c = 0; c < C; c++) {
-            if (dt == EM_FLOAT32)
-                ((float *)d)[c] = (float)v[c];
-            else
-                ((double *)d)[c] = v[c];
-        }
-    return t;
-}
-
-/* _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
- * training, momentum, eps) -> (output, mean, rstd, new_running_mean, new_running_var):
- * the cases above here, the decomposition otherwise (errors included). */
-PyObject *
-em_batch_norm_kernel(em_Op *op, PyObject **args)
-{
-    em_Tensor *x = (em_Tensor *)args[0];
-    int training = PyObject_IsTrue(args[5]);
-    double eps = PyFloat_AsDouble(args[7]);
-    if (training < 0 || PyErr_Occurred())
-        return NULL;
-    bool ok = em_tls.mode != EM_MODE_META && em_Tensor_Check(args[0]) &&
-              plain(args[0], x->dtype) && x->ndim >= 2 && x->numel > 0;
-    const void *w = NULL, *b = NULL, *rm = NULL, *rv = NULL;
-    if (ok) {
-        w = bnf_vector(args[1], x, &ok);
-        b = bnf_vector(args[2], x, &ok);
-        rm = bnf_vector(args[3], x, &ok);
-        rv = bnf_vector(args[4], x, &ok);
-    }
-    Py_ssize_t N = ok ? x->sizes[0] : 0, C = ok ? x->sizes[1] : 0;
-    Py_ssize_t S = ok ? x->numel / (N * C) : 0;
-    /* the decomposition raises for missing running statistics in evaluation; running
-     * statistics come in pairs. Training that updates running statistics takes the
-     * decomposition too: the statistics it writes must round exactly as a compiled
-     * graph's (aot_eager runs the decomposition's prims) that updates the same buffers. */
-    if (!ok || (rm == NULL) != (rv == NULL) || (training ? N * S <= 1 || rm != NULL
-                                                          : rm == NULL))
-        return em_decomposed_kernel(op, args);
-    em_Tensor *y = NULL, *tm = NULL, *tr = NULL, *nm = NULL, *nv = NULL;
-    double *st = malloc(sizeof(double) * 3 * (size_t)C);
-    if (st == NULL)
-        return PyErr_NoMemory();
-    bnf_ctx c = {PyArray_DATA(x->array), w, b, rm, rv, NULL, st, st + C, st + 2 * C, N, C, S,
-                 eps, training != 0};
-    if ((y = empty_like_c(x)) == NULL)
-        goto error;
-    c.y = PyArray_DATA(y->array);
-    if (run(x->dtype == EM_FLOAT32 ? bnf_range32 : bnf_range64, &c, C, 1,
-            x->numel >= PARALLEL_FROM) < 0)
-        goto error;
-    if ((tm = bnf_channels(C, x->dtype, c.mean, NULL)) == NULL ||
-        (tr = bnf_channels(C, x->dtype, c.rstd, NULL)) == NULL)
-        goto error;
-    if (!training) {
-        nm = bnf_channels(C, x->dtype, NULL, rm);
-        nv = nm ? bnf_channels(C, x->dtype, NULL, rv) : NULL;
-    }
-    else {
-        Py_ssize_t zero = 0;
-        nm = em_empty(1, &zero, x->dtype, false);
-        nv = nm ? em_empty(1, &zero, x->dtype, false) : NULL;
-    }
-    if (nv == NULL)
-        goto error;
-    free(st);
-    PyObject *r = PyTuple_Pack(5, y, tm, tr, nm, nv);
-    Py_DECREF(y);
-    Py_DECREF(tm);
-    Py_DECREF(tr);
-    Py_DECREF(nm);
-    Py_DECREF(nv);
-    return r;
-error:
-    free(st);
-    Py_XDECREF(y);
-    Py_XDECREF(tm);
-    Py_XDECREF(tr);
-    Py_XDECREF(nm);
-    Py_XDECREF(nv);
     return NULL;
 }
 

@@ -9,6 +9,7 @@ from . import products, pointwise_composites, arranging  # noqa: F401
 from . import factorizations  # noqa: F401
 from . import complex  # noqa: F401
 from . import special_functions, spectral  # noqa: F401
+from . import embedding_bag, sampling, ctc  # noqa: F401
 from . import autocast_lists
 from . import api
 from .. import prims as _prims

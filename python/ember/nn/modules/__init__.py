@@ -24,12 +24,13 @@ from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d,
                       AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d, Upsample,
                       UpsamplingBilinear2d, UpsamplingNearest2d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 from .activation import (CELU, SELU, Hardshrink, Hardsigmoid, Hardswish, PReLU, Softshrink,
                          Softsign, Tanhshrink, Threshold)
 from .distance import CosineSimilarity, PairwiseDistance
 from .activation import Softmax2d
 from .dropout import Dropout3d
+from .loss import CTCLoss
 from .loss import (CosineEmbeddingLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
                    MultiLabelSoftMarginLoss, PoissonNLLLoss, SoftMarginLoss, TripletMarginLoss)
 from .transformer import (MultiheadAttention, Transformer, TransformerDecoder,
@@ -56,7 +57,7 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
            "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
            "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d",
-           "ZeroPad2d", "ZeroPad3d",
+           "ZeroPad2d", "ZeroPad3d", "EmbeddingBag", "CTCLoss",
            "SELU", "CELU", "Hardsigmoid", "Hardswish", "Softsign", "Tanhshrink", "Softshrink",
            "Hardshrink", "Threshold", "PReLU", "CosineSimilarity", "PairwiseDistance",
            "Softmax2d", "Dropout3d", "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
