@@ -25,6 +25,7 @@ from ..ops import meta as M
 from . import fusion
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
+from .symbolic import any_symbolic
 from .values import (HALF, BufferValue, LoweringError, PointwiseValue, broadcast_index,
                      depth_of, domain_index, is_value, layout_strides, op_math, refinement)
 
@@ -457,8 +458,8 @@ def _column_block_dim(a, kept):
     """The kept dim an outer reduction puts outermost so that threads can split it, or
     None: one that is not the innermost in memory (its blocks are whole rows of
     output columns), the one with the largest stride, on inputs large enough to split."""
-    if len(kept) < 2 or math.prod(a.shape) < fusion.PARALLEL_MIN:
-        return None
+    if len(kept) < 2 or any_symbolic(a.shape) or math.prod(a.shape) < fusion.PARALLEL_MIN:
+        return None         # (symbolic sizes: one kernel, whose rows the runtime splits)
     strides = layout_strides(a)
     cands = [d for d in kept if a.shape[d] > 1]
     if len(cands) < 2:
@@ -475,6 +476,8 @@ def _partials(sizes, kept_points):
     output, on one thread). The count depends on the shape only, never on the thread
     count: results are the same on any number of threads. Not split where the
     partials would be more than an eighth of the input (few rows per block)."""
+    if any_symbolic(sizes):
+        return 0            # symbolic sizes: the shape is not known until the call
     points = math.prod(sizes)
     if points < fusion.PARALLEL_MIN or not sizes or sizes[0] < 2:
         return 0
