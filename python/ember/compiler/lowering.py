@@ -206,7 +206,11 @@ class GraphLowering:
                 self.lower_output(node)
             else:
                 raise LoweringError(f"node {node.format_node()}")
-        return plan.verify(epilogue.fuse(rows.merge(self.out)))
+        merged = rows.merge(self.out)
+        if self.sizes is not None:
+            # (GEMM epilogues cut products into bands of rows fixed when compiled)
+            return plan.verify(merged)
+        return plan.verify(epilogue.fuse(merged))
 
     def lower_output(self, node):
         """The graph's outputs, each laid out as eager lays it out (the strides traced

@@ -373,10 +373,18 @@ def finish(lowered, sizes, size_inputs):
         if isinstance(s, KernelStep):
             steps.append(kernel_step(s))
         elif isinstance(s, MatmulStep):
-            raise SymbolicLoweringUnsupported("a matrix product over symbolic sizes")
+            # BLAS with the call's dimensions (blas.c reads them from the views)
+            if s.epilogues:
+                raise SymbolicLoweringUnsupported("GEMM epilogues over symbolic sizes")
+            steps.append(MatmulStep(s.kind, view(s.a), view(s.b), s.out))
         elif isinstance(s, ExternStep):
-            raise SymbolicLoweringUnsupported(f"an extern step ({s.name}) over symbolic "
-                                              "sizes")
+            # the eager kernel on this call's tensors (its other arguments are constants:
+            # a size argument would be a graph value, which extern refuses); its results'
+            # shapes are checked against the evaluated ones. Counted: not a kernel yet.
+            from ..capture.exc import counters
+            counters["llvm_dynamic_extern"][s.name] += 1
+            steps.append(ExternStep(s.kind, s.fn, tuple(view(v) for v in s.views),
+                                    s.slots, s.name))
         else:
             raise SymbolicLoweringUnsupported(f"step {s!r}")
     outputs = []
