@@ -90,6 +90,11 @@ def _run(fn, make, sizes=SIZES, backward=True, externs=False):
     return graphs
 
 
+def _causal_arange(x):
+    i = ember.arange(x.shape[-1])
+    return x.masked_fill(~(i[:, None] >= i[None, :]), float("-inf")).softmax(-1)
+
+
 FAMILIES = {
     "elementwise": (lambda x, y: (x * 2 + y).relu() - x.exp() * y.sigmoid(),
                     lambda n: (_p(n, 7), _p(n, 7))),
@@ -121,6 +126,15 @@ FAMILIES = {
             lambda n: (_p(n, 16), _p(16, 32), _p(32), _p(32, 4))),
     "attention": (lambda q, k, v: ((q @ k.transpose(-1, -2)) * 0.25).softmax(-1) @ v,
                   lambda n: (_p(3, n, 8), _p(3, n, 8), _p(3, n, 8))),
+    # causal masks from arange / tril of a symbolic length (iota against a size
+    # argument), and slicing with a symbolic bound (the capture's guard x.size(0) >=
+    # y.size(0) is a fact the lowering's bounds use)
+    "causal_arange": (_causal_arange, lambda n: (_p(3, n, n),)),
+    "causal_tril": (lambda x: x.masked_fill(
+        ember.tril(ember.ones(x.shape[-1], x.shape[-1])) == 0, float("-inf")).softmax(-1),
+        lambda n: (_p(3, n, n),)),
+    "symbolic_bound": (lambda x, y: x[:y.shape[0]] * y + x[y.shape[0]:2 * y.shape[0]],
+                       lambda n: (_p(2 * n + 1, 4), _p(n, 4))),
     # (layer_norm over a symbolic last dim recompiles in capture on a stride guard,
     # with aot_eager too: x.stride(0) == s1 fails; not a backend matter)
 }
@@ -198,6 +212,7 @@ def test_a_graph_writing_into_its_inputs_compiles_per_size_counted():
 
 
 def test_size_int_answers_only_what_holds_at_every_size():
+    from ember.fx import sym_expr as se
     from ember.fx.shape_env import ShapeEnv
     env = ShapeEnv()
     s0 = env.create_symbol(5, "x.size(0)")
@@ -213,6 +228,11 @@ def test_size_int_answers_only_what_holds_at_every_size():
     with pytest.raises(symbolic.SymbolicLoweringUnsupported):
         float(a)
     assert (a - a) == 0 and type(a - a) is int
+    # a relation the capture guards is a fact: s0 <= s1 decides s0*s0 - 1 < s0*s1
+    assert env.evaluate(se.relation("<=", s0.expr, s1.expr))
+    sizes = symbolic.Sizes(env)
+    a, b = sizes.size(s0), sizes.size(s1)
+    assert a <= b and not (a > b) and a * a - 1 < a * b
 
 
 def test_same_results_with_avx2_vectors():

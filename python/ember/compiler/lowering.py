@@ -176,12 +176,10 @@ class GraphLowering:
             return val
         value = self.buffers.add_input(val, f"input {node.name}")
         if self.sizes is not None:
+            # (its strides are expressions too: the runtime evaluates them and copies an
+            # input laid out otherwise, as for fixed sizes)
             for d, n in enumerate(value.shape):
                 self.sizes.bind(n, value.ref.index, d)
-            if any(isinstance(st, symbolic.SizeInt) for st in value.strides) and \
-                    tuple(value.strides) != tuple(M.contiguous_strides(value.shape)):
-                raise symbolic.SymbolicLoweringUnsupported(
-                    f"input {node.name} with symbolic strides that are not contiguous")
         return value
 
     def run(self):

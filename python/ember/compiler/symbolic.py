@@ -37,15 +37,16 @@ class SymbolicLoweringUnsupported(LoweringError):
 class SizeInt(int):
     """A size: its value at the captured sizes (the int) and its expression."""
 
-    def __new__(cls, hint, expr, ranges):
+    def __new__(cls, hint, expr, ranges, facts=()):
         v = int.__new__(cls, hint)
         v.expr = expr
         v.ranges = ranges
+        v.facts = facts
         return v
 
     # ---------------------------------------------------------- arithmetic
     def _make(self, hint, expr):
-        return make(hint, expr, self.ranges)
+        return make(hint, expr, self.ranges, self.facts)
 
     def __add__(self, o):
         return self._make(int(self) + int(o), self.expr + _expr(o)) if _intlike(o) \
@@ -111,7 +112,7 @@ class SizeInt(int):
         if not _intlike(o):
             return NotImplemented
         rel = se.relation(op, self.expr, _expr(o))
-        value = decide(rel, self.ranges)
+        value = decide(rel, self.ranges, self.facts)
         if value is None:
             raise SymbolicLoweringUnsupported(
                 f"the lowering compares sizes: {rel} depends on the sizes")
@@ -154,11 +155,51 @@ class SizeInt(int):
         raise SymbolicLoweringUnsupported(f"the size {self} would be stored as a constant")
 
 
-def decide(rel, ranges):
-    """The relation's truth for every size the ranges admit, or None: interval
-    arithmetic (Rel.static_value), else the bounds of the polynomial with each symbol
-    shifted to its lower bound (s = lo + t, t >= 0: with every coefficient of the t's
-    of one sign, the constant bounds the polynomial from that side)."""
+def decide(rel, ranges, facts=()):
+    """The relation's truth for every size the ranges and facts (relations the capture's
+    guards hold on every call) admit, or None: interval arithmetic (Rel.static_value),
+    else the bounds of the polynomial with each symbol shifted to its lower bound (s =
+    lo + t, t >= 0: with every coefficient of the t's of one sign, the constant bounds
+    the polynomial from that side), else a fact that implies it or its negation."""
+    value = _decide(rel, ranges)
+    if value is not None or not facts:
+        return value
+    for want, answer in ((rel, True), (rel.negate(), False)):
+        if want.op == "!=":
+            continue
+        for f in facts:
+            if _implies(f, want, ranges):
+                return answer
+    return None
+
+
+def _le_forms(rel):
+    """rel as `e <= 0` relations (integers: e < 0 is e + 1 <= 0; e == 0 is two)."""
+    if rel.op == "<=":
+        return [rel.expr]
+    if rel.op == "<":
+        return [rel.expr + 1]
+    if rel.op == "==":
+        return [rel.expr, -rel.expr]
+    return []
+
+
+def _implies(fact, rel, ranges):
+    """Whether fact implies rel for every size: each `r <= 0` of rel is at most some
+    `f <= 0` of fact, or f times a positive symbol (r - s*f <= 0 decided by the
+    ranges: a bound on rows times a row's stride bounds an index)."""
+    fs = _le_forms(fact)
+    if not fs:
+        return False
+    rs = _le_forms(rel)
+    pos = [se.Expr.atom(s) for s in set().union(*(r.symbols() for r in rs))
+           if s in ranges and ranges[s][0] >= 1]
+    cands = [f * m for f in fs for m in [se.Expr.const(1)] + pos]
+    return bool(rs) and all(
+        any(_decide(se.Rel("<=", r - f), ranges) is True for f in cands) for r in rs)
+
+
+def _decide(rel, ranges):
     value = rel.static_value(ranges)
     if value is not None:
         return value
@@ -192,11 +233,11 @@ def _expr(o):
     return o.expr if isinstance(o, SizeInt) else se.Expr.const(int(o))
 
 
-def make(hint, expr, ranges):
+def make(hint, expr, ranges, facts=()):
     """A SizeInt, or a plain int for a constant expression."""
     if expr.is_const():
         return int(expr.value)
-    return SizeInt(hint, expr, ranges)
+    return SizeInt(hint, expr, ranges, facts)
 
 
 def same_sizes(a, b):
@@ -227,10 +268,10 @@ def sym_minmax(fn):
     def run(a, b):
         if not (isinstance(a, SizeInt) or isinstance(b, SizeInt)):
             return (min if fn == "min" else max)(a, b)
-        r = a.ranges if isinstance(a, SizeInt) else b.ranges
+        s = a if isinstance(a, SizeInt) else b
         f = se.minimum if fn == "min" else se.maximum
         hint = (min if fn == "min" else max)(int(a), int(b))
-        return make(hint, f(_expr(a), _expr(b), r), r)
+        return make(hint, f(_expr(a), _expr(b), s.ranges), s.ranges, s.facts)
     return run
 
 
@@ -244,13 +285,15 @@ class Sizes:
         self.env = env
         self.ranges = env.ranges()
         self.hints = env.hints()
+        # the relations the capture's (and AOT's) guards check on every call
+        self.facts = tuple(g.rel for g in env.guards)
         self.binds = {}              # Symbol -> (input, dim); dim -1: a size input
 
     def size(self, v):
         """A SymInt (or int) as a SizeInt (or int)."""
         if isinstance(v, SymInt):
             e = self.env.simplify(v.expr)
-            return make(se.evaluate(e, self.hints), e, self.ranges)
+            return make(se.evaluate(e, self.hints), e, self.ranges, self.facts)
         if isinstance(v, SizeInt) or not _intlike(v):
             return v
         return int(v)
