@@ -638,7 +638,9 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     backends that compile fixed sizes once per size (sym_sizes.specializing), each
     compilation with the same fallback; aot_eager traces it symbolically (one graph
     for every size), and compiles it per size only where it cannot (counted in
-    counters["aot_dynamic_fallback"])."""
+    counters["aot_dynamic_fallback"]); so does a backend with a `symbolic` variant
+    (llvm: kernels taking sizes as arguments, counted in
+    counters["llvm_dynamic_fallback"])."""
     example_inputs = [value for _, _, value in out.inputs]
     from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     backend = split_backend(ctx.backend)
