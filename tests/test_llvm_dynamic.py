@@ -135,6 +135,10 @@ FAMILIES = {
         lambda n: (_p(3, n, n),)),
     "symbolic_bound": (lambda x, y: x[:y.shape[0]] * y + x[y.shape[0]:2 * y.shape[0]],
                        lambda n: (_p(2 * n + 1, 4), _p(n, 4))),
+    # cat: one kernel per tensor into its slice (offsets of symbolic sizes)
+    "cat": (lambda x, y: (ember.cat([x, y], 0) * ember.cat([y, x], 0)).sum(0) +
+            ember.cat([x, y * 2], 1).sum(0)[:4],
+            lambda n: (_p(n, 4), _p(n, 4))),
     # (layer_norm over a symbolic last dim recompiles in capture on a stride guard,
     # with aot_eager too: x.stride(0) == s1 fails; not a backend matter)
 }
@@ -147,9 +151,6 @@ def test_one_llvm_graph_serves_every_size(family):
 
 
 EXTERN_FAMILIES = {
-    "cat": (lambda x, y: (ember.cat([x, y], 0) * ember.cat([y, x], 0)).sum(0) +
-            ember.cat([x, y], 1).sum(0)[:4],
-            lambda n: (_p(n, 4), _p(n, 4))),
     "embedding": (lambda idx, w: F.embedding(idx, w) * 2,
                   lambda n: (ember.randint(0, 20, (n, 3)), _p(20, 6))),
     "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx),
@@ -161,7 +162,7 @@ EXTERN_FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(EXTERN_FAMILIES))
 def test_extern_steps_run_inside_one_symbolic_graph(family):
-    """Not kernels yet: cat and indexing run their eager kernels as extern steps of the
+    """Not kernels yet: indexing runs its eager kernels as extern steps of the
     one symbolic plan (on the call's tensors, results checked against the evaluated
     shapes), counted in counters["llvm_dynamic_extern"]; still one graph for every
     size."""

@@ -371,6 +371,37 @@ def lower_slice_scatter(ctx, node, val, a, src, dim=0, start=None, end=None, ste
     return out
 
 
+@lowering
+def lower_cat(ctx, node, val, tensors, dim=0):
+    """One kernel per tensor, each storing it (or computing it: a pointwise value is
+    fused) into its slice of a new buffer along dim; legacy empty 1-D tensors are
+    skipped, as eager skips them."""
+    shape = tuple(val.shape)
+    nd = len(shape)
+    if nd == 0:
+        raise LoweringError("cat of 0-d tensors")
+    d = M.wrap_dim(dim, nd)
+    out = ctx.new_buffer(val.dtype, shape)
+    offset = 0
+    index = domain_index(nd)
+    for t in (ctx.arg(x) for x in tensors):
+        if not is_value(t):
+            raise LoweringError(f"cat of {t!r}")
+        if len(t.shape) == 1 and nd != 1 and t.shape[0] == 0:
+            continue
+        if len(t.shape) != nd:
+            raise LoweringError("cat of tensors of different ranks")
+        if math.prod(t.shape) != 0:
+            dst = out.restrided(tuple(t.shape), tuple(out.strides),
+                                offset * out.strides[d])
+            kb = ctx.kernel(tuple(t.shape), 0, "cat")
+            reg = t.load(kb, index)
+            kb.store(dst, dst.at(index, nd), kb.cast(reg, val.dtype))
+            ctx.add_kernel(kb)
+        offset = offset + t.shape[d]
+    return out
+
+
 # ------------------------------------------------------------------ reductions and BLAS
 
 
