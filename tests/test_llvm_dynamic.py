@@ -107,6 +107,9 @@ FAMILIES = {
               lambda n: (_p(n, 8),)),
     # a transposed (non-contiguous) view of the input, read with symbolic strides
     "noncontiguous": (lambda x: x.t() * 3 + x.t().sin(), lambda n: (_p(n, 5),)),
+    # a non-contiguous argument (capture keeps its sizes) beside a symbolic one
+    "noncontiguous_arg": (lambda x, w: x @ w + x.sum(1, keepdim=True) * w.sum(0),
+                          lambda n: (_p(n, 6), _p(5, 6).detach().t())),
     "both_dims": (lambda x: (x * x).tanh() + 1, lambda n: (_p(n, n + 1),)),
     # reductions over a symbolic dim (a mean divides by the size argument)
     "reductions": (lambda x: x.sum(0) + x.mean(0) * 3 + x.amax(0) - x.var(0) +
