@@ -248,3 +248,34 @@ def test_same_results_with_avx2_vectors():
                         f"{__file__}::test_one_llvm_graph_serves_every_size"],
                        env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_threads_calling_one_symbolic_graph_at_different_sizes():
+    """A symbolic graph writes the call's sizes into its decoded plan: calls from two
+    threads at different sizes run one at a time (a lock per graph), each right."""
+    import threading
+    fn = lambda x: (x * 2).exp().sum(1) + x.softmax(1).amax(1)     # noqa: E731
+    cf = ember.compile(fn, backend="llvm", dynamic=True)
+    with ember.no_grad():
+        cf(ember.randn(3, 5))
+        cf(ember.randn(4, 6))
+    errors = []
+
+    def work(rows, cols):
+        try:
+            for _ in range(20):
+                x = ember.randn(rows, cols)
+                with ember.no_grad():
+                    y = cf(x)
+                if not ember.allclose(y, fn(x), rtol=1e-4, atol=1e-5):
+                    errors.append((rows, cols))
+        except Exception as e:   # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=s) for s in ((300, 700), (900, 130))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert counters["stats"]["size_specializations"] == 0
+    assert not counters["llvm_dynamic_fallback"]
