@@ -10,6 +10,9 @@
 
 /* One instruction of the loop IR, decoded and checked (registers defined before use,
  * operands of the dtype it computes in, a dtype it computes in). */
+/* the most size arguments a symbolic kernel takes */
+#define EM_MAX_SYM_ARGS 32
+
 typedef struct {
     em_ir_t op;
     em_dtype_t dtype;        /* what it computes in; load, store, fold: its buffer's */
@@ -18,10 +21,14 @@ typedef struct {
     int param;               /* load, store, fold: the buffer */
     Py_ssize_t offset;       /* load, store, fold: the index, offset + coeffs . i */
     Py_ssize_t coeffs[EM_MAX_DIMS];
+    /* a symbolic kernel's size argument standing for the offset / a coefficient, or -1 */
+    int offset_sym;
+    int coeff_sym[EM_MAX_DIMS];
     em_reduction_t reduction;   /* fold */
     int dim;                 /* iota */
     double fvalue;           /* const, floating dtypes */
     long long ivalue;        /* const, integer and bool dtypes */
+    int value_sym;           /* const: size argument k as its value (converted), or -1 */
     int nargs;               /* how many registers it reads */
     char fn[16];             /* call: the libm function (with its f for float32) */
 } em_instr;
@@ -34,6 +41,11 @@ typedef struct {
     LLVMTypeRef i64;
     int ndim, nreduce;
     Py_ssize_t sizes[EM_MAX_DIMS];
+    /* a symbolic kernel ([dynamic]): dim d's size is size argument size_sym[d] (or -1:
+     * sizes[d]); its nsyms int64 size arguments, read once at entry, are symv */
+    int size_sym[EM_MAX_DIMS];
+    int nsyms;
+    LLVMValueRef symv[EM_MAX_SYM_ARGS];
     int nparams;
     em_dtype_t *ptype;       /* per buffer */
     LLVMValueRef *ptr;

@@ -285,6 +285,8 @@ em_cg_expr(em_cg *g, const em_instr *ins)
     const int *a = ins->args;
     switch (em_ir_info[ins->op].form) {
     case EM_FORM_CONST:
+        if (ins->value_sym >= 0)
+            return convert(g, g->symv[ins->value_sym], EM_INT64, t);
         if (em_is_float(t))
             return LLVMConstReal(ty, ins->fvalue);
         return LLVMConstInt(ty, (unsigned long long)ins->ivalue, 1);

@@ -3,7 +3,12 @@
  * A kernel spec is the plain tuple python/ember/compiler/loop_ir.py's Kernel.spec()
  * makes:
  *
- *     (sizes, nreduce, params, instrs)
+ *     (sizes, nreduce, params, instrs[, nsyms])
+ *
+ * A symbolic kernel ([dynamic]) takes nsyms int64 size arguments: any size, index
+ * coefficient or offset may be a one-element tuple (k,) standing for size argument k,
+ * read at entry from the int64 array args[nparams] (the runtime evaluates them from
+ * the call's sizes); its loops then run to that bound (none when it is 0).
  *
  * sizes: the iteration domain, outer to inner; the last `nreduce` dims are reduced.
  * params: the dtype code of each pointer argument. The function is
@@ -115,9 +120,30 @@ in_domain(em_domain_t d, em_dtype_t t)
     }
 }
 
+/* An integer of a spec: an int, or (k,) for size argument k (*sym = k, else -1). */
+static int
+decode_int(em_cg *g, PyObject *o, Py_ssize_t *value, int *sym)
+{
+    *sym = -1;
+    *value = 0;
+    if (PyTuple_Check(o)) {
+        long k = PyTuple_GET_SIZE(o) == 1 ? PyLong_AsLong(PyTuple_GET_ITEM(o, 0)) : -1;
+        if (PyErr_Occurred())
+            return -1;
+        if (k < 0 || k >= g->nsyms) {
+            PyErr_SetString(PyExc_ValueError, "ember JIT: bad size argument");
+            return -1;
+        }
+        *sym = (int)k;
+        return 0;
+    }
+    *value = PyLong_AsSsize_t(o);
+    return *value == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* A load's, store's or fold's buffer and index coefficients. */
 static int
-decode_address(em_cg *g, PyObject *coeffs, em_instr *ins)
+decode_address(em_cg *g, PyObject *coeffs, PyObject *offset, em_instr *ins)
 {
     if (ins->param < 0 || ins->param >= g->nparams) {
         PyErr_Format(PyExc_ValueError, "ember JIT: bad parameter %d", ins->param);
@@ -129,12 +155,10 @@ decode_address(em_cg *g, PyObject *coeffs, em_instr *ins)
                         "ember JIT: index coefficients do not match the domain");
         return -1;
     }
-    for (int d = 0; d < g->ndim; d++) {
-        ins->coeffs[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(coeffs, d));
-        if (ins->coeffs[d] == -1 && PyErr_Occurred())
+    for (int d = 0; d < g->ndim; d++)
+        if (decode_int(g, PyTuple_GET_ITEM(coeffs, d), &ins->coeffs[d], &ins->coeff_sym[d]) < 0)
             return -1;
-    }
-    return 0;
+    return decode_int(g, offset, &ins->offset, &ins->offset_sym);
 }
 
 /* Operand k of ins: a register defined before, holding the dtype ins computes in
@@ -191,7 +215,7 @@ decode_function(em_instr *ins, PyObject *fn)
 static int
 decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
 {
-    PyObject *name, *coeffs = NULL, *reduction = NULL, *value = NULL;
+    PyObject *name, *coeffs = NULL, *offset = NULL, *reduction = NULL, *value = NULL;
     int dtype = EM_UNDEFINED, ok, *a = ins->args;
     if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) < 1) {
         PyErr_SetString(PyExc_ValueError, "ember JIT: malformed instruction");
@@ -204,18 +228,19 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
     int nargs = em_form_operands[info->form];
     ins->op = (em_ir_t)code;
     ins->dst = -1;
+    ins->value_sym = -1;
     switch (info->form) {
     case EM_FORM_LOAD:
-        ok = PyArg_ParseTuple(tup, "OiiO!n;ember JIT: malformed load", &name, &ins->dst,
-                              &ins->param, &PyTuple_Type, &coeffs, &ins->offset);
+        ok = PyArg_ParseTuple(tup, "OiiO!O;ember JIT: malformed load", &name, &ins->dst,
+                              &ins->param, &PyTuple_Type, &coeffs, &offset);
         break;
     case EM_FORM_STORE:
-        ok = PyArg_ParseTuple(tup, "OiO!ni;ember JIT: malformed store", &name, &ins->param,
-                              &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        ok = PyArg_ParseTuple(tup, "OiO!Oi;ember JIT: malformed store", &name, &ins->param,
+                              &PyTuple_Type, &coeffs, &offset, &a[0]);
         break;
     case EM_FORM_FOLD:
-        ok = PyArg_ParseTuple(tup, "OiOO!ni;ember JIT: malformed fold", &name, &ins->param,
-                              &reduction, &PyTuple_Type, &coeffs, &ins->offset, &a[0]);
+        ok = PyArg_ParseTuple(tup, "OiOO!Oi;ember JIT: malformed fold", &name, &ins->param,
+                              &reduction, &PyTuple_Type, &coeffs, &offset, &a[0]);
         break;
     case EM_FORM_CONST:
         ok = PyArg_ParseTuple(tup, "OiiO;ember JIT: malformed const", &name, &ins->dst,
@@ -253,7 +278,7 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
     if (!ok)
         return -1;
     if (coeffs != NULL) {
-        if (decode_address(g, coeffs, ins) < 0)
+        if (decode_address(g, coeffs, offset, ins) < 0)
             return -1;
     }
     else {
@@ -286,6 +311,16 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         if (decode_function(ins, value) < 0)
             return -1;
     }
+    else if (value != NULL && PyTuple_Check(value)) {
+        /* a symbolic kernel's size argument as a value (a mean's count), converted */
+        Py_ssize_t unused;
+        if (info->form != EM_FORM_CONST || ins->dtype == EM_BOOL ||
+            decode_int(g, value, &unused, &ins->value_sym) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "ember JIT: a size argument as a value");
+            return -1;
+        }
+    }
     else if (value != NULL) {
         if (em_is_float(ins->dtype))
             ins->fvalue = PyFloat_AsDouble(value);
@@ -317,9 +352,10 @@ static int
 decode_spec(em_cg *g, PyObject *spec)
 {
     PyObject *sizes, *params, *instrs;
-    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "O!iO!O!", &PyTuple_Type, &sizes,
+    g->nsyms = 0;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "O!iO!O!|i", &PyTuple_Type, &sizes,
                                                   &g->nreduce, &PyTuple_Type, &params,
-                                                  &PyTuple_Type, &instrs)) {
+                                                  &PyTuple_Type, &instrs, &g->nsyms)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "ember JIT: a kernel spec is (sizes, nreduce, "
                                              "params, instrs)");
@@ -328,15 +364,14 @@ decode_spec(em_cg *g, PyObject *spec)
     if (init_code_tables() < 0)
         return -1;
     g->ndim = (int)PyTuple_GET_SIZE(sizes);
-    if (g->ndim > EM_MAX_DIMS || g->nreduce < 0 || g->nreduce > g->ndim) {
+    if (g->ndim > EM_MAX_DIMS || g->nreduce < 0 || g->nreduce > g->ndim ||
+        g->nsyms < 0 || g->nsyms > EM_MAX_SYM_ARGS) {
         PyErr_SetString(PyExc_ValueError, "ember JIT: bad domain");
         return -1;
     }
-    for (int d = 0; d < g->ndim; d++) {
-        g->sizes[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, d));
-        if (g->sizes[d] == -1 && PyErr_Occurred())
+    for (int d = 0; d < g->ndim; d++)
+        if (decode_int(g, PyTuple_GET_ITEM(sizes, d), &g->sizes[d], &g->size_sym[d]) < 0)
             return -1;
-    }
     g->nparams = (int)PyTuple_GET_SIZE(params);
     g->ninstrs = PyTuple_GET_SIZE(instrs);
     g->nregs = (int)g->ninstrs + 1;
@@ -374,13 +409,16 @@ decode_spec(em_cg *g, PyObject *spec)
 static LLVMValueRef
 address(em_cg *g, const em_instr *ins)
 {
-    LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)ins->offset, 1);
+    LLVMValueRef idx = ins->offset_sym >= 0 ? g->symv[ins->offset_sym]
+                                            : LLVMConstInt(g->i64, (unsigned long long)ins->offset, 1);
     for (int d = 0; d < g->ndim; d++) {
         Py_ssize_t c = ins->coeffs[d];
-        if (c == 0)
-            continue;
         LLVMValueRef term = g->iv[d];
-        if (c != 1)
+        if (ins->coeff_sym[d] >= 0)
+            term = LLVMBuildNSWMul(g->B, term, g->symv[ins->coeff_sym[d]], "");
+        else if (c == 0)
+            continue;
+        else if (c != 1)
             term = LLVMBuildMul(g->B, term, LLVMConstInt(g->i64, (unsigned long long)c, 1), "");
         idx = LLVMBuildAdd(g->B, idx, term, "");
     }
@@ -613,7 +651,10 @@ emit_loop(em_cg *g, int d)
     bool ranged = d == 0 && g->split;
     LLVMValueRef lo = ranged ? g->start : LLVMConstInt(g->i64, 0, 0);
     LLVMValueRef hi = ranged ? g->end
+                             : g->size_sym[d] >= 0 ? g->symv[g->size_sym[d]]
                              : LLVMConstInt(g->i64, (unsigned long long)g->sizes[d], 0);
+    /* a size argument may be 0: the loop is entered only below its bound */
+    ranged = ranged || g->size_sym[d] >= 0;
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->B);
     LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->C, g->fn, "loop");
     LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "done");
@@ -679,7 +720,8 @@ emit_dim(em_cg *g, int d)
     bool first_reduced = g->nreduce > 0 && d == g->ndim - g->nreduce;
     if (first_reduced && init_accumulators(g) < 0)
         return -1;
-    if (g->sizes[d] > 0 && d == g->ndim - 1 && g->trig_split) {
+    bool some = g->sizes[d] > 0 || g->size_sym[d] >= 0;
+    if (some && d == g->ndim - 1 && g->trig_split) {
         /* the innermost loop with sin and cos right below 2^25 only, and again with the
          * whole functions (the kernel is pointwise and reads no buffer it writes, so
          * running it twice gives the same values) if an argument was larger: the
@@ -701,7 +743,7 @@ emit_dim(em_cg *g, int d)
         LLVMBuildBr(g->B, cont);
         LLVMPositionBuilderAtEnd(g->B, cont);
     }
-    else if (g->sizes[d] > 0 && emit_loop(g, d) < 0)
+    else if (some && emit_loop(g, d) < 0)
         return -1;
     if (first_reduced)
         store_accumulators(g);
@@ -735,7 +777,7 @@ static bool
 nonreduced_empty(em_cg *g)
 {
     for (int d = 0; d < g->ndim - g->nreduce; d++)
-        if (g->sizes[d] == 0)
+        if (g->sizes[d] == 0 && g->size_sym[d] < 0)
             return true;
     return false;
 }
@@ -760,8 +802,9 @@ build_functions(em_cg *g, const char *name)
      * point unpacks args and calls it (always inlined, which turns noalias into scoped
      * alias metadata) */
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(g->C), 0);
-    LLVMTypeRef *ptys = PyMem_Calloc(g->nparams + 3, sizeof(LLVMTypeRef));
-    LLVMValueRef *cargs = PyMem_Calloc(g->nparams + 3, sizeof(LLVMValueRef));
+    int np = g->nparams + 2 + g->nsyms;      /* buffers, start, end, size arguments */
+    LLVMTypeRef *ptys = PyMem_Calloc(np + 1, sizeof(LLVMTypeRef));
+    LLVMValueRef *cargs = PyMem_Calloc(np + 1, sizeof(LLVMValueRef));
     if (ptys == NULL || cargs == NULL) {
         PyMem_Free(ptys);
         PyMem_Free(cargs);
@@ -770,13 +813,13 @@ build_functions(em_cg *g, const char *name)
     }
     for (int i = 0; i < g->nparams; i++)
         ptys[i] = LLVMPointerType(em_cg_mem_type(g, g->ptype[i]), 0);
-    ptys[g->nparams] = g->i64;
-    ptys[g->nparams + 1] = g->i64;
+    for (int i = g->nparams; i < np; i++)
+        ptys[i] = g->i64;
     char body_name[160];
     snprintf(body_name, sizeof body_name, "%s.body", name);
     LLVMTypeRef void_t = LLVMVoidTypeInContext(g->C);
     g->fn = LLVMAddFunction(g->M, body_name,
-                            LLVMFunctionType(void_t, ptys, (unsigned)g->nparams + 2, 0));
+                            LLVMFunctionType(void_t, ptys, (unsigned)np, 0));
     LLVMSetLinkage(g->fn, LLVMInternalLinkage);
     add_fn_attr(g, g->fn, LLVMAttributeFunctionIndex, "nounwind");
     add_fn_attr(g, g->fn, LLVMAttributeFunctionIndex, "alwaysinline");
@@ -787,6 +830,8 @@ build_functions(em_cg *g, const char *name)
     }
     g->start = LLVMGetParam(g->fn, (unsigned)g->nparams);
     g->end = LLVMGetParam(g->fn, (unsigned)g->nparams + 1);
+    for (int k = 0; k < g->nsyms; k++)
+        g->symv[k] = LLVMGetParam(g->fn, (unsigned)(g->nparams + 2 + k));
     LLVMTypeRef outer_params[3] = {LLVMPointerType(i8p, 0), g->i64, g->i64};
     LLVMValueRef outer = LLVMAddFunction(g->M, name,
                                          LLVMFunctionType(void_t, outer_params, 3, 0));
@@ -800,8 +845,20 @@ build_functions(em_cg *g, const char *name)
     }
     cargs[g->nparams] = LLVMGetParam(outer, 1);
     cargs[g->nparams + 1] = LLVMGetParam(outer, 2);
-    LLVMBuildCall2(g->B, LLVMGlobalGetValueType(g->fn), g->fn, cargs,
-                   (unsigned)g->nparams + 2, "");
+    if (g->nsyms > 0) {
+        /* the size arguments: int64s at args[nparams] */
+        LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)g->nparams, 0);
+        LLVMValueRef slot = LLVMBuildInBoundsGEP2(g->B, i8p, LLVMGetParam(outer, 0), &idx,
+                                                  1, "");
+        LLVMValueRef vals = LLVMBuildBitCast(g->B, LLVMBuildLoad2(g->B, i8p, slot, ""),
+                                             LLVMPointerType(g->i64, 0), "");
+        for (int k = 0; k < g->nsyms; k++) {
+            LLVMValueRef kk = LLVMConstInt(g->i64, (unsigned long long)k, 0);
+            cargs[g->nparams + 2 + k] = LLVMBuildLoad2(
+                g->B, g->i64, LLVMBuildInBoundsGEP2(g->B, g->i64, vals, &kk, 1, ""), "");
+        }
+    }
+    LLVMBuildCall2(g->B, LLVMGlobalGetValueType(g->fn), g->fn, cargs, (unsigned)np, "");
     LLVMBuildRetVoid(g->B);
     PyMem_Free(cargs);
     PyMem_Free(ptys);

@@ -30,9 +30,29 @@
  *                                     (made contiguous) in the buffer slots; kind
  *                                     "seed" (the Philox seed of the call's random
  *                                     draws) runs the same way
- * outputs: views, or None for an output with no value (a gradient that is None)
+ * outputs: views, or None for an output with no value (a gradient that is None), or
+ *          ("sym", e): the int value of size expression e
  * A ref is ("in", i) or ("buf", j); a view is (ref, sizes, strides, offset), in
  * elements of the ref's dtype.
+ *
+ * A symbolic plan ([dynamic], compiler/symbolic.py) has a fifth record,
+ *
+ *     (binds, exprs, size_inputs, schedule)
+ *
+ * binds:   per symbol, (input, dim): its value is that input's size at dim, or the
+ *          input itself (an int) when dim is -1
+ * exprs:   size expressions as postfix programs over the symbols, flat (op, arg)
+ *          pairs: 0 push symbol arg, 1 push constant arg, 2 add, 3 mul, 4 floordiv,
+ *          5 mod, 6 min, 7 max (Python's floor semantics, overflow checked)
+ * size_inputs: the inputs that are ints (sizes), not tensors
+ * schedule: (PARALLEL_MIN, CHUNK_POINTS, CHUNK_MIN_POINTS, MIN_CHUNKS) of fusion.py
+ * Then any size, stride or offset of the plan, and a kernel step's outer, may be a
+ * one-element tuple (e,): expression e's value on this call. A kernel step with size
+ * arguments ends with (syms, points): the expressions its kernel takes (passed as an
+ * int64 array at args[nrefs]) and its domain's points; its chunk is -1 and its
+ * threading and chunks are decided per call from the sizes, as fusion.schedule does.
+ * Each call binds the symbols from its inputs, evaluates the expressions and writes
+ * them into the decoded plan (one call at a time: a lock per symbolic graph).
  *
  * The plan is decoded into the C structs below (and checked) once, when the graph is
  * built; a call only reads them.
@@ -76,6 +96,12 @@ typedef struct {
 
 typedef enum { STEP_KERNEL, STEP_MATMUL, STEP_EXTERN } step_kind_t;
 
+/* A field of the decoded plan that is size expression `expr` on each call. */
+typedef struct {
+    Py_ssize_t *field;
+    int expr;
+} patch_t;
+
 typedef struct step {
     step_kind_t kind;
     /* kernel */
@@ -85,6 +111,13 @@ typedef struct step {
     Py_ssize_t outer, chunk;
     bool parallel, may_parallel;     /* may_parallel: as the plan made it (never racy) */
     bool small;                      /* its refs hold at most SMALL_ELEMENTS in all */
+    /* a symbolic kernel step: the expressions of its size arguments, their values on
+     * this call, and its domain's points (sched: scheduled per call) */
+    int nsyms;
+    int *syms;
+    int64_t *symvals;
+    Py_ssize_t points;
+    bool sched;
     /* matmul: buffer out = a @ b, split as `how` says (EM_GEMM_*), then its nep
      * epilogues (kernel steps, each reading `band` rows of the product per outer index) */
     view_t a, b;
@@ -112,6 +145,17 @@ typedef struct {
     view_t *outputs;
     bool *output_none;
     chunk_t *chunks;
+    /* a symbolic plan: see the top of the file */
+    bool symbolic;
+    int nsymbols, nexprs, npatches, maxpatches;
+    int *bind_input, *bind_dim;
+    int64_t *symbol_vals, *vals;
+    int *prog_start, *prog_len;      /* per expression: its pairs in progs */
+    int64_t *progs;
+    patch_t *patches;
+    bool *size_input;
+    int *output_sym;                 /* per output: its expression, or -1 */
+    Py_ssize_t sched[4];
 } plan_t;
 
 static void *
@@ -153,6 +197,37 @@ check_index(Py_ssize_t i, int limit, const char *what)
     return i >= 0 && i < limit ? 0 : bad_plan(what);
 }
 
+/* An int of the plan, or (e,) in a symbolic plan: expression e's value, written into
+ * *field on each call. */
+static int
+decode_size(plan_t *p, PyObject *o, Py_ssize_t *field)
+{
+    if (!PyTuple_Check(o)) {
+        *field = PyLong_AsSsize_t(o);
+        return *field == -1 && PyErr_Occurred() ? -1 : 0;
+    }
+    Py_ssize_t e = PyTuple_GET_SIZE(o) == 1 ? PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 0)) : -1;
+    if (PyErr_Occurred())
+        return -1;
+    if (!p->symbolic || e < 0 || e >= p->nexprs)
+        return bad_plan("a size expression");
+    if (p->npatches == p->maxpatches) {
+        int n = p->maxpatches ? 2 * p->maxpatches : 64;
+        patch_t *more = plan_alloc(p, n, sizeof(patch_t));
+        if (more == NULL)
+            return -1;
+        if (p->npatches)
+            memcpy(more, p->patches, sizeof(patch_t) * p->npatches);
+        p->patches = more;
+        p->maxpatches = n;
+    }
+    p->patches[p->npatches].field = field;
+    p->patches[p->npatches].expr = (int)e;
+    p->npatches++;
+    *field = 0;
+    return 0;
+}
+
 /* sizes (and strides, unless NULL): tuples of ints */
 static int
 decode_dims(plan_t *p, PyObject *sizes, PyObject *strides, dims_t *d)
@@ -165,11 +240,12 @@ decode_dims(plan_t *p, PyObject *sizes, PyObject *strides, dims_t *d)
         return -1;
     d->strides = strides != NULL ? d->sizes + n : NULL;
     for (int k = 0; k < n; k++) {
-        d->sizes[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, k));
-        if (strides != NULL)
-            d->strides[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, k));
+        if (decode_size(p, PyTuple_GET_ITEM(sizes, k), &d->sizes[k]) < 0 ||
+            (strides != NULL &&
+             decode_size(p, PyTuple_GET_ITEM(strides, k), &d->strides[k]) < 0))
+            return -1;
     }
-    return PyErr_Occurred() ? -1 : 0;
+    return 0;
 }
 
 static int
@@ -190,13 +266,13 @@ decode_ref(const plan_t *p, PyObject *ref, ref_t *r)
 static int
 decode_view(plan_t *p, PyObject *view, view_t *v)
 {
-    PyObject *ref, *sizes, *strides;
+    PyObject *ref, *sizes, *strides, *offset;
     if (!PyTuple_Check(view) ||
-        !PyArg_ParseTuple(view, "OO!O!n;CompiledGraph: a view is (ref, sizes, strides, "
+        !PyArg_ParseTuple(view, "OO!O!O;CompiledGraph: a view is (ref, sizes, strides, "
                           "offset)", &ref, &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
-                          &v->offset))
+                          &offset))
         return PyErr_Occurred() ? -1 : bad_plan("a view");
-    if (decode_ref(p, ref, &v->ref) < 0)
+    if (decode_ref(p, ref, &v->ref) < 0 || decode_size(p, offset, &v->offset) < 0)
         return -1;
     return decode_dims(p, sizes, strides, &v->dims);
 }
@@ -222,7 +298,8 @@ decode_views(plan_t *p, PyObject *views, int *n, view_t **out)
 static int
 decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
 {
-    PyObject *kind, *refs, *views, *slots, *a, *b, *rest;
+    PyObject *kind, *refs, *views, *slots, *a, *b, *rest, *outer, *syms = NULL;
+    PyObject *points = NULL;
     int parallel, k;
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 ||
         !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
@@ -231,11 +308,30 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
     if (PyUnicode_CompareWithASCIIString(kind, "kernel") == 0) {
         s->kind = STEP_KERNEL;
         s->chunk = 0;
-        if (!PyArg_ParseTuple(t, "OiO!np|On;CompiledGraph: a kernel step is (kind, k, refs, "
-                              "outer, parallel, ir, chunk)", &kind, &k, &PyTuple_Type, &refs,
-                              &s->outer, &parallel, &rest, &s->chunk) ||
-            check_index(k, nkernels, "a kernel step") < 0)
+        if (!PyArg_ParseTuple(t, "OiO!Op|OnO!O;CompiledGraph: a kernel step is (kind, k, refs, "
+                              "outer, parallel, ir, chunk, syms, points)", &kind, &k,
+                              &PyTuple_Type, &refs, &outer, &parallel, &rest, &s->chunk,
+                              &PyTuple_Type, &syms, &points) ||
+            check_index(k, nkernels, "a kernel step") < 0 ||
+            decode_size(p, outer, &s->outer) < 0)
             return -1;
+        s->nsyms = syms != NULL ? (int)PyTuple_GET_SIZE(syms) : 0;
+        s->sched = s->chunk < 0;
+        if (s->sched && (!p->symbolic || points == NULL ||
+                         decode_size(p, points, &s->points) < 0))
+            return PyErr_Occurred() ? -1 : bad_plan("a symbolic kernel step");
+        if (s->nsyms > 0) {
+            s->syms = plan_alloc(p, s->nsyms, sizeof(int));
+            s->symvals = plan_alloc(p, s->nsyms, sizeof(int64_t));
+            if (s->syms == NULL || s->symvals == NULL)
+                return -1;
+            for (int j = 0; j < s->nsyms; j++) {
+                Py_ssize_t e = PyLong_AsSsize_t(PyTuple_GET_ITEM(syms, j));
+                if ((e == -1 && PyErr_Occurred()) || check_index(e, p->nexprs, "a size argument") < 0)
+                    return -1;
+                s->syms[j] = (int)e;
+            }
+        }
         s->fn = kernels[k];
         s->parallel = s->may_parallel = parallel;
         s->nrefs = (int)PyTuple_GET_SIZE(refs);
@@ -252,7 +348,7 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
                 numel *= d->sizes[k];
             elements += numel;
         }
-        s->small = elements <= SMALL_ELEMENTS;
+        s->small = elements <= SMALL_ELEMENTS && !s->sched;
         return 0;
     }
     if (PyUnicode_CompareWithASCIIString(kind, "matmul") == 0) {
@@ -278,7 +374,7 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
             step_t *ep = &s->eps[e];
             if (decode_step(p, PyTuple_GET_ITEM(eps, e), kernels, nkernels, ep) < 0)
                 return -1;
-            if (ep->kind != STEP_KERNEL || ep->outer <= 0 || rows % ep->outer != 0)
+            if (ep->kind != STEP_KERNEL || ep->sched || ep->outer <= 0 || rows % ep->outer != 0)
                 return bad_plan("an epilogue");
             ep->band = rows / ep->outer;
         }
@@ -307,13 +403,89 @@ decode_step(plan_t *p, PyObject *t, kernel_fn *kernels, int nkernels, step_t *s)
     return bad_plan("a step of an unknown kind");
 }
 
+/* The symbolic record (binds, exprs, size_inputs, schedule). */
+static int
+decode_symbolic(plan_t *p, PyObject *sym, int ninputs)
+{
+    PyObject *binds, *exprs, *size_inputs;
+    if (!PyArg_ParseTuple(sym, "O!O!O!(nnnn);CompiledGraph: a symbolic record is (binds, "
+                          "exprs, size_inputs, schedule)", &PyTuple_Type, &binds, &PyTuple_Type,
+                          &exprs, &PyTuple_Type, &size_inputs, &p->sched[0], &p->sched[1],
+                          &p->sched[2], &p->sched[3]))
+        return -1;
+    if (p->sched[1] <= 0 || p->sched[2] <= 0 || p->sched[3] <= 0)
+        return bad_plan("a schedule");
+    p->symbolic = true;
+    p->nsymbols = (int)PyTuple_GET_SIZE(binds);
+    p->nexprs = (int)PyTuple_GET_SIZE(exprs);
+    p->bind_input = plan_alloc(p, 2 * p->nsymbols, sizeof(int));
+    p->symbol_vals = plan_alloc(p, p->nsymbols, sizeof(int64_t));
+    p->vals = plan_alloc(p, p->nexprs, sizeof(int64_t));
+    p->prog_start = plan_alloc(p, 2 * p->nexprs, sizeof(int));
+    p->size_input = plan_alloc(p, ninputs, sizeof(bool));
+    if (!p->bind_input || !p->symbol_vals || !p->vals || !p->prog_start || !p->size_input)
+        return -1;
+    p->bind_dim = p->bind_input + p->nsymbols;
+    p->prog_len = p->prog_start + p->nexprs;
+    for (int k = 0; k < p->nsymbols; k++) {
+        int i, d;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(binds, k), "ii;CompiledGraph: a bind is "
+                              "(input, dim)", &i, &d) ||
+            check_index(i, ninputs, "a bind") < 0 || d < -1 || d >= EM_MAX_DIMS)
+            return PyErr_Occurred() ? -1 : bad_plan("a bind");
+        p->bind_input[k] = i;
+        p->bind_dim[k] = d;
+    }
+    Py_ssize_t total = 0;
+    for (int e = 0; e < p->nexprs; e++) {
+        PyObject *prog = PyTuple_GET_ITEM(exprs, e);
+        if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) % 2 != 0 ||
+            PyTuple_GET_SIZE(prog) == 0)
+            return bad_plan("a size expression");
+        p->prog_start[e] = (int)total;
+        p->prog_len[e] = (int)(PyTuple_GET_SIZE(prog) / 2);
+        total += PyTuple_GET_SIZE(prog);
+    }
+    if ((p->progs = plan_alloc(p, total, sizeof(int64_t))) == NULL)
+        return -1;
+    for (int e = 0; e < p->nexprs; e++) {
+        PyObject *prog = PyTuple_GET_ITEM(exprs, e);
+        int depth = 0;
+        for (int k = 0; k < p->prog_len[e]; k++) {
+            int64_t op = PyLong_AsLongLong(PyTuple_GET_ITEM(prog, 2 * k));
+            int64_t arg = PyLong_AsLongLong(PyTuple_GET_ITEM(prog, 2 * k + 1));
+            if (PyErr_Occurred())
+                return -1;
+            if (op < 0 || op > 7 || (op == 0 && (arg < 0 || arg >= p->nsymbols)))
+                return bad_plan("a size expression");
+            depth += op <= 1 ? 1 : -1;
+            if (depth < 1 || depth > 64)
+                return bad_plan("a size expression");
+            p->progs[p->prog_start[e] + 2 * k] = op;
+            p->progs[p->prog_start[e] + 2 * k + 1] = arg;
+        }
+        if (depth != 1)
+            return bad_plan("a size expression");
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(size_inputs); k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(size_inputs, k));
+        if ((i == -1 && PyErr_Occurred()) || check_index(i, ninputs, "a size input") < 0)
+            return -1;
+        p->size_input[i] = true;
+    }
+    return 0;
+}
+
 static int
 decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
 {
-    PyObject *inputs, *bufs, *steps, *outputs, *sizes, *strides, *dtype;
-    if (!PyArg_ParseTuple(plan, "O!O!O!O!;CompiledGraph: a plan is (inputs, buffers, "
-                          "steps, outputs)", &PyTuple_Type, &inputs, &PyTuple_Type, &bufs,
-                          &PyTuple_Type, &steps, &PyTuple_Type, &outputs))
+    PyObject *inputs, *bufs, *steps, *outputs, *sizes, *strides, *dtype, *sym = NULL;
+    if (!PyArg_ParseTuple(plan, "O!O!O!O!|O!;CompiledGraph: a plan is (inputs, buffers, "
+                          "steps, outputs[, symbolic])", &PyTuple_Type, &inputs, &PyTuple_Type,
+                          &bufs, &PyTuple_Type, &steps, &PyTuple_Type, &outputs,
+                          &PyTuple_Type, &sym))
+        return -1;
+    if (sym != NULL && decode_symbolic(p, sym, (int)PyTuple_GET_SIZE(inputs)) < 0)
         return -1;
     p->ninputs = (int)PyTuple_GET_SIZE(inputs);
     p->nbufs = (int)PyTuple_GET_SIZE(bufs);
@@ -325,6 +497,9 @@ decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
     p->outputs = plan_alloc(p, p->noutputs, sizeof(view_t));
     p->output_none = plan_alloc(p, p->noutputs, sizeof(bool));
     if (!p->inputs || !p->bufs || !p->steps || !p->outputs || !p->output_none)
+        return -1;
+    p->output_sym = plan_alloc(p, p->noutputs, sizeof(int));
+    if (p->output_sym == NULL)
         return -1;
     for (int i = 0; i < p->ninputs; i++) {
         PyObject *t = PyTuple_GET_ITEM(inputs, i);
@@ -352,6 +527,16 @@ decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
     for (int i = 0; i < p->noutputs; i++) {
         PyObject *o = PyTuple_GET_ITEM(outputs, i);
         p->output_none[i] = o == Py_None;
+        p->output_sym[i] = -1;
+        if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 &&
+            PyUnicode_Check(PyTuple_GET_ITEM(o, 0))) {
+            Py_ssize_t e = PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 1));
+            if ((e == -1 && PyErr_Occurred()) || !p->symbolic ||
+                check_index(e, p->nexprs, "a size output") < 0)
+                return PyErr_Occurred() ? -1 : bad_plan("a size output");
+            p->output_sym[i] = (int)e;
+            continue;
+        }
         if (o != Py_None && decode_view(p, o, &p->outputs[i]) < 0)
             return -1;
     }
@@ -377,6 +562,7 @@ typedef struct {
      * nothing else holds it any more (refcount 1), so large intermediates are not
      * mapped and page-faulted in afresh on every call */
     PyObject **pool;
+    PyThread_type_lock lock;    /* a symbolic graph: one call at a time (it writes its plan) */
 } CompiledGraph;
 
 static double
@@ -507,6 +693,14 @@ make_buffer(CompiledGraph *self, int j)
 {
     const buffer_t *b = &self->p.bufs[j];
     PyObject *arr = self->pool[j];
+    if (arr != NULL && Py_REFCNT(arr) == 1 && self->p.symbolic &&
+        (PyArray_NDIM((PyArrayObject *)arr) != b->dims.ndim ||
+         memcmp(PyArray_DIMS((PyArrayObject *)arr), b->dims.sizes,
+                sizeof(Py_ssize_t) * b->dims.ndim) != 0)) {
+        self->pool[j] = NULL;           /* last call's sizes: not this call's */
+        Py_DECREF(arr);
+        arr = NULL;
+    }
     if (arr != NULL && Py_REFCNT(arr) == 1) {
         em_Tensor *t = em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
         self->pool[j] = NULL;
@@ -539,7 +733,7 @@ static void **
 kernel_args(const step_t *s, PyObject *const *inputs, em_Tensor **bufs, void **small)
 {
     void **args = small;
-    if (s->nrefs > 16 && (args = PyMem_Malloc(sizeof(void *) * s->nrefs)) == NULL) {
+    if (s->nrefs + 1 > 16 && (args = PyMem_Malloc(sizeof(void *) * (s->nrefs + 1))) == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -552,6 +746,7 @@ kernel_args(const step_t *s, PyObject *const *inputs, em_Tensor **bufs, void **s
         }
         args[i] = PyArray_DATA(t->array);
     }
+    args[s->nrefs] = s->symvals;         /* a symbolic kernel's size arguments */
     return args;
 }
 
@@ -710,6 +905,110 @@ error:
     return -1;
 }
 
+/* A size expression's value: its postfix program over the call's symbols. */
+static int
+eval_expr(const plan_t *p, int e, int64_t *out)
+{
+    int64_t stack[64];
+    int n = 0;
+    const int64_t *prog = p->progs + p->prog_start[e];
+    for (int k = 0; k < p->prog_len[e]; k++) {
+        int64_t op = prog[2 * k], arg = prog[2 * k + 1];
+        if (op == 0 || op == 1) {
+            stack[n++] = op == 0 ? p->symbol_vals[arg] : arg;
+            continue;
+        }
+        int64_t b = stack[--n], a = stack[--n], r;
+        bool bad = false;
+        switch (op) {
+        case 2: bad = __builtin_add_overflow(a, b, &r); break;
+        case 3: bad = __builtin_mul_overflow(a, b, &r); break;
+        case 4:
+        case 5:
+            if (b == 0 || (a == INT64_MIN && b == -1)) {
+                bad = true;
+                r = 0;
+                break;
+            }
+            r = op == 4 ? a / b : a % b;
+            if (op == 4 && (a % b != 0) && ((a < 0) != (b < 0)))
+                r -= 1;                       /* floor */
+            if (op == 5 && r != 0 && ((r < 0) != (b < 0)))
+                r += b;
+            break;
+        case 6: r = a < b ? a : b; break;
+        default: r = a > b ? a : b; break;
+        }
+        if (bad) {
+            PyErr_SetString(PyExc_OverflowError, "compiled graph: a size expression "
+                            "overflows or divides by zero");
+            return -1;
+        }
+        stack[n++] = r;
+    }
+    *out = stack[0];
+    return 0;
+}
+
+/* A symbolic graph's sizes for this call: the symbols from the inputs, the
+ * expressions, written into the plan, and the kernel steps' schedules. */
+static int
+bind_sizes(plan_t *p, PyObject *const *args)
+{
+    for (int k = 0; k < p->nsymbols; k++) {
+        PyObject *a = args[p->bind_input[k]];
+        int d = p->bind_dim[k];
+        int64_t v;
+        if (d < 0) {
+            v = PyLong_AsLongLong(a);
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+        }
+        else {
+            if (!em_Tensor_Check(a) || ((em_Tensor *)a)->ndim <= d) {
+                PyErr_Format(PyExc_TypeError, "compiled graph: input %d must be a tensor "
+                             "of more than %d dims", p->bind_input[k], d);
+                return -1;
+            }
+            v = ((em_Tensor *)a)->sizes[d];
+        }
+        p->symbol_vals[k] = v;
+    }
+    for (int e = 0; e < p->nexprs; e++)
+        if (eval_expr(p, e, &p->vals[e]) < 0)
+            return -1;
+    for (int k = 0; k < p->npatches; k++)
+        *p->patches[k].field = (Py_ssize_t)p->vals[p->patches[k].expr];
+    for (int i = 0; i < p->nsteps; i++) {
+        step_t *s = &p->steps[i];
+        if (s->kind != STEP_KERNEL || !s->sched)
+            continue;
+        for (int j = 0; j < s->nsyms; j++)
+            s->symvals[j] = p->vals[s->syms[j]];
+        /* fusion.schedule, at this call's sizes */
+        Py_ssize_t outer = s->outer, points = s->points;
+        if (outer < 0 || points < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "compiled graph: a negative size");
+            return -1;
+        }
+        s->parallel = s->may_parallel && outer > 1 && points >= p->sched[0];
+        Py_ssize_t per_index = outer > 0 ? points / outer : 0, target = p->sched[1];
+        if (s->parallel) {
+            target = points / p->sched[3];
+            if (target > p->sched[1])
+                target = p->sched[1];
+            if (target < p->sched[2])
+                target = p->sched[2];
+        }
+        Py_ssize_t chunk = per_index ? (target + per_index - 1) / per_index : outer;
+        if (chunk < 1)
+            chunk = 1;
+        s->chunk = chunk < outer ? chunk : outer;
+        s->small = !s->parallel && points <= SMALL_ELEMENTS && s->chunk >= outer;
+    }
+    return 0;
+}
+
 /* Runs the graph; its outputs [0, split) in a new tuple (the result), and with
  * rest != NULL the others in *rest (a new tuple): a compiled forward's outputs and
  * the values it saves, made as two tuples (aot_function.c). */
@@ -725,17 +1024,30 @@ run_graph(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs, int spli
     }
     if (self->tune != NULL && run_tune(self, args, nargs) < 0)
         return NULL;
+    if (self->lock != NULL && !PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
     PyObject *small_in[16], **inputs = small_in;
     em_Tensor *small_buf[32], **bufs = small_buf;
     PyObject *result = NULL;
     int nin = 0, nbuf = 0;
-    if (p->ninputs > 16 && (inputs = PyMem_Malloc(sizeof(PyObject *) * nargs)) == NULL)
-        return PyErr_NoMemory();
+    if (p->ninputs > 16 && (inputs = PyMem_Malloc(sizeof(PyObject *) * nargs)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (p->symbolic && bind_sizes((plan_t *)p, args) < 0)
+        goto done;
     if (p->nbufs > 32 && (bufs = PyMem_Malloc(sizeof(em_Tensor *) * p->nbufs)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (; nin < nargs; nin++) {
+        if (p->symbolic && p->size_input[nin]) {
+            inputs[nin] = Py_NewRef(args[nin]);     /* a size: read by bind_sizes */
+            continue;
+        }
         inputs[nin] = (PyObject *)conform_input(args[nin], &p->inputs[nin], nin);
         if (inputs[nin] == NULL)
             goto done;
@@ -763,6 +1075,8 @@ run_graph(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs, int spli
             Py_INCREF(Py_None);
             t = Py_None;
         }
+        else if (p->output_sym[o] >= 0)
+            t = PyLong_FromLongLong(p->vals[p->output_sym[o]]);
         else
             t = (PyObject *)view_tensor(&p->outputs[o], inputs, bufs);
         if (t == NULL) {
@@ -792,6 +1106,8 @@ done:
         PyMem_Free(inputs);
     if (bufs != small_buf)
         PyMem_Free(bufs);
+    if (self->lock != NULL)
+        PyThread_release_lock(self->lock);
     return result;
 }
 
@@ -830,6 +1146,8 @@ graph_dealloc(CompiledGraph *self)
         PyMem_Free(self->pool);
     }
     plan_free(&self->p);
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
     Py_XDECREF(self->module);
     Py_XDECREF(self->plan);
     Py_XDECREF(self->matmul);
@@ -883,6 +1201,7 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->pool = NULL;
     self->tune = NULL;
     self->keep = NULL;
+    self->lock = NULL;
     int nkernels = (int)PyTuple_GET_SIZE(addresses);
     self->kernels = PyMem_Calloc(nkernels + 1, sizeof(kernel_fn));
     self->matmul = PyObject_GetAttrString(em_numpy, "matmul");
@@ -905,6 +1224,10 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     self->pool = PyMem_Calloc(self->p.nbufs + 1, sizeof(PyObject *));
+    if (self->p.symbolic && (self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     if (self->pool == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();

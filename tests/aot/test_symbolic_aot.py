@@ -126,14 +126,15 @@ def test_one_forward_and_backward_serve_every_size(family):
     _run(fn, make, *sizes)
 
 
-def test_mlp_training_over_many_batch_sizes_compiles_twice():
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_mlp_training_over_many_batch_sizes_compiles_twice(backend):
     """dynamic=None: a static graph, then one symbolic graph whose forward and backward
     serve every later batch size; gradients equal eager's at every size."""
     ember.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     ref = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     ref.load_state_dict(mlp.state_dict())
-    cm = ember.compile(mlp, backend="aot_eager")
+    cm = ember.compile(mlp, backend=backend)
     specialized = None
     for n in SIZES:
         x = ember.randn(n, 16)
@@ -149,9 +150,12 @@ def test_mlp_training_over_many_batch_sizes_compiles_twice():
     assert counters["stats"]["calls_captured"] == 2
     assert specialized == 0 and counters["stats"]["size_specializations"] == 0
     assert not counters["aot_dynamic_fallback"] and not counters["dynamic_fallback"]
+    # llvm: one plan serving every batch size (compiler/symbolic.py)
+    assert not counters["llvm_dynamic_fallback"], dict(counters["llvm_dynamic_fallback"])
 
 
-def test_gpt_training_step_with_varying_batch_and_length():
+@pytest.mark.parametrize("backend", ["aot_eager", "llvm"])
+def test_gpt_training_step_with_varying_batch_and_length(backend):
     """The zoo GPT trained under dynamic=True with batch and sequence length changing
     every step: one graph, the loss and every parameter's gradient equal to eager's."""
     from ember.models.gpt import GPT, GPTConfig
@@ -160,7 +164,7 @@ def test_gpt_training_step_with_varying_batch_and_length():
                     dropout=0.0)
     m, ref = GPT(cfg), GPT(cfg)
     ref.load_state_dict(m.state_dict())
-    cm = ember.compile(m, backend="aot_eager", dynamic=True)
+    cm = ember.compile(m, backend=backend, dynamic=True)
     for b, t in ((2, 5), (3, 7), (4, 16), (2, 33), (5, 9), (3, 64)):
         idx = ember.randint(0, 65, (b, t))
         tgt = ember.randint(0, 65, (b, t))
@@ -176,6 +180,7 @@ def test_gpt_training_step_with_varying_batch_and_length():
     assert _graphs(cm) == 1, _reasons(cm)
     assert counters["stats"]["size_specializations"] == 0
     assert not counters["aot_dynamic_fallback"], dict(counters["aot_dynamic_fallback"])
+    assert not counters["llvm_dynamic_fallback"], dict(counters["llvm_dynamic_fallback"])
 
 
 def _recording_aot(monkeypatch):

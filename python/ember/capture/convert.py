@@ -638,7 +638,9 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
     backends that compile fixed sizes once per size (sym_sizes.specializing), each
     compilation with the same fallback; aot_eager traces it symbolically (one graph
     for every size), and compiles it per size only where it cannot (counted in
-    counters["aot_dynamic_fallback"])."""
+    counters["aot_dynamic_fallback"]); so does a backend with a `symbolic` variant
+    (llvm: kernels taking sizes as arguments, counted in
+    counters["llvm_dynamic_fallback"])."""
     example_inputs = [value for _, _, value in out.inputs]
     from ..nn.parallel.compiled import split_backend   # DDP: one graph per bucket
     backend = split_backend(ctx.backend)
@@ -672,6 +674,23 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
             compiled = backend(gm, example_inputs)
         except SymbolicAOTUnsupported as e:
             counters["aot_dynamic_fallback"][str(e)] += 1
+        else:
+            _mark_skip(compiled)
+            return compiled
+    symbolic_backend = getattr(ctx.backend, "symbolic", None)
+    if has_symbols(gm) and symbolic_backend is not None and backend is ctx.backend and \
+            writes_into_inputs(gm):
+        # (AOT's write-back of a symbolic graph raises on its calls, which then run
+        # eagerly, as aot_eager's do: per size until that is fixed)
+        counters["llvm_dynamic_fallback"]["the graph writes into its inputs"] += 1
+    elif has_symbols(gm) and symbolic_backend is not None and backend is ctx.backend:
+        # the LLVM backend: kernels taking sizes as arguments, one plan for every size;
+        # a graph it cannot compile so is compiled per size below, counted
+        from ..aot import SymbolicAOTUnsupported
+        try:
+            compiled = symbolic_backend(gm, example_inputs)
+        except SymbolicAOTUnsupported as e:
+            counters["llvm_dynamic_fallback"][str(e)] += 1
         else:
             _mark_skip(compiled)
             return compiled

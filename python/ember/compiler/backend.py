@@ -20,7 +20,8 @@ from ..capture.config import config
 from ..capture.exc import counters
 from . import autotune, graph_cache
 from .jit import JitModule
-from .lowering import lower
+from .lowering import lower, lower_symbolic, symbolic_env
+from .symbolic import SymbolicLoweringUnsupported
 
 _warned = set()
 
@@ -40,12 +41,20 @@ recent = collections.deque(maxlen=32)
 class CompiledLLVMGraph:
     """A graph compiled by the LLVM backend: the loop IR, the JIT module, the plan."""
 
-    def __init__(self, graph, name, tune=False):
-        self.lowered = lower(graph, name)
+    def __init__(self, graph, name, tune=False, symbolic=False):
+        # symbolic: a graph with size inputs, one plan for every size (symbolic.py)
+        self.symbolic = symbolic
+        if symbolic:
+            if tune:
+                raise SymbolicLoweringUnsupported("max-autotune times fixed sizes")
+            self.lowered, plan = lower_symbolic(graph, name)
+        else:
+            self.lowered = lower(graph, name)
+            plan = self.lowered.plan()
+        self.plan = plan
         specs = tuple(k.spec() for k in self.lowered.kernels)
         self.module = JitModule(specs, name) if specs else None
         addresses = self.module.addresses if self.module is not None else ()
-        plan = self.lowered.plan()
         self.run = _C.CompiledGraph(self.module, addresses, plan)
         if tune:            # mode="max-autotune": the first call times the schedules
             autotune.install(self.run, self.module, plan, name)
@@ -83,18 +92,21 @@ class CompiledLLVMGraph:
         return "\n".join(lines)
 
 
-def llvm_compiler(graph, name, made=None, tune=False):
+def llvm_compiler(graph, name, made=None, tune=False, strict_symbolic=False):
     """fw/bw compiler for aot_compile: the LLVM path, or eager ops if it cannot. made, a
-    list, gets the CompiledLLVMGraph (None when it fell back); tune: max-autotune."""
+    list, gets the CompiledLLVMGraph (None when it fell back); tune: max-autotune. A
+    graph with symbolic sizes compiles one plan for every size; with strict_symbolic
+    what cannot raises (the caller compiles per size instead), else it runs eagerly."""
+    symbolic = symbolic_env(graph) is not None
     try:
-        compiled = CompiledLLVMGraph(graph, name, tune)
+        compiled = CompiledLLVMGraph(graph, name, tune, symbolic=symbolic)
         recent.append(compiled)
         if made is not None:
             made.append(compiled)
         return compiled.run
     except Exception as e:   # noqa: BLE001 - lowering or LLVM failure: run eagerly
         strict = config.strict or os.environ.get("EMBER_STRICT") == "1"
-        if strict:
+        if strict or (symbolic and strict_symbolic):
             raise
         reason = f"{type(e).__name__}: {e}"
         counters["llvm_fallback"][reason] += 1
@@ -139,6 +151,28 @@ def llvm(gm, example_inputs, tune=False):
 
 
 register_backend("inductor", llvm)      # torch's name for its default backend
+
+
+def llvm_symbolic(gm, example_inputs):
+    """Backend "llvm" for a captured graph with size inputs: AOT autograd traces it
+    symbolically and both graphs compile to one plan for every size (symbolic.py).
+    Raises SymbolicAOTUnsupported (the caller compiles per size) when the trace or a
+    graph's lowering is not symbolic; backward variants made later that cannot be run
+    eagerly instead, with the usual warning."""
+    code = getattr(gm, "meta", {}).get("code")
+    name = code.co_name if code else "graph"
+    during = [True]
+
+    def compiler(graph, gname):
+        return llvm_compiler(graph, gname, strict_symbolic=during[0])
+
+    fn = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                     name=name)
+    during[0] = False
+    return fn
+
+
+llvm.symbolic = llvm_symbolic
 
 
 def llvm_autotuned(gm, example_inputs):

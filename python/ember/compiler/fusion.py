@@ -19,6 +19,7 @@ import math
 
 from .. import _C
 from .loop_ir import Affine, Form, Kernel, Op, Param, Stmt
+from .symbolic import SizeInt, SymbolicLoweringUnsupported, any_symbolic
 from .values import HALF, PointwiseValue
 
 INLINE_LIMIT = 24          # pointwise ops a value may cost before several users realize it
@@ -84,6 +85,14 @@ class KernelBuilder:
         return self.loads[key]
 
     def const(self, value, dtype):
+        if isinstance(value, SizeInt):
+            # a size as a value (a mean's count): the kernel's size argument, converted
+            if dtype is _C.bool:
+                raise SymbolicLoweringUnsupported(f"the size {value} as a bool")
+            key = ("const", value.expr, dtype)
+            if key not in self.loads:
+                self.loads[key] = self.emit(Op.CONST, dtype, value=value)
+            return self.loads[key]
         if dtype.is_floating_point:
             value = float(value)
         elif dtype is _C.bool:
@@ -180,6 +189,10 @@ def schedule(kernel):
     outer = kernel.sizes[0] if split else 1
     # threads split dim 0; accumulating along it would race
     racy = any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts)
+    if any_symbolic(kernel.sizes):
+        # a symbolic kernel: the runtime decides threads and chunks from the call's
+        # sizes, as below (compiled_graph.c bind_sizes); chunk -1
+        return outer, split and not racy, -1
     points = math.prod(kernel.sizes)
     parallel = split and outer > 1 and not racy and points >= PARALLEL_MIN
     per_index = points // outer if outer else 0

@@ -36,6 +36,8 @@ SMALL = 4096
 
 def options(spec):
     """(new pass manager pipeline, code generation level) for a kernel spec."""
+    if any(isinstance(n, tuple) for n in spec[0]):       # sizes known per call
+        return LEAN, CODEGEN_DEFAULT
     points = math.prod(spec[0])
     return LEAN, CODEGEN_NONE if points <= SMALL else CODEGEN_DEFAULT
 

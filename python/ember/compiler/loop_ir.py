@@ -267,7 +267,7 @@ class Stmt:
             return "phase"
         return f"{d}{self.op} {dt} {regs}"
 
-    def spec(self):
+    def spec(self, args=None):
         """The instruction as csrc/jit reads it: its name, then by form
             load     dst, param, coeffs, offset
             store    param, coeffs, offset, src
@@ -277,19 +277,31 @@ class Stmt:
             select   dst, dtype, c, a, b         call   dst, dtype, fn, a[, b]
             random   dst, dtype, seed, offset, index
             phase    (no fields)
-        (dtypes as their codes)."""
+        (dtypes as their codes). In a symbolic kernel (args: its size arguments, expression
+        -> k) a symbolic coefficient or offset is (k,) (compiler/symbolic.py)."""
         form, name = self.op.form, self.op.value
         if form is Form.PHASE:
             return (name,)
+        coeffs = offset = None
+        if self.index is not None:
+            coeffs, offset = self.index.coeffs, self.index.offset
+            if args:
+                from .symbolic import spec_int
+                coeffs = tuple(spec_int(c, args) for c in coeffs)
+                offset = spec_int(offset, args)
         if form is Form.LOAD:
-            return (name, self.dst, self.param, self.index.coeffs, self.index.offset)
+            return (name, self.dst, self.param, coeffs, offset)
         if form is Form.STORE:
-            return (name, self.param, self.index.coeffs, self.index.offset, self.args[0])
+            return (name, self.param, coeffs, offset, self.args[0])
         if form is Form.FOLD:
-            return (name, self.param, str(self.value), self.index.coeffs,
-                    self.index.offset, self.args[0])
+            return (name, self.param, str(self.value), coeffs, offset, self.args[0])
         if form in (Form.CONST, Form.IOTA):
-            return (name, self.dst, self.dtype._code, self.value)
+            value = self.value
+            if args and form is Form.CONST:
+                from .symbolic import spec_int
+                if not isinstance(value, (float, bool)):
+                    value = spec_int(value, args)
+            return (name, self.dst, self.dtype._code, value)
         if form is Form.CALL:
             return (name, self.dst, self.dtype._code, self.value) + tuple(self.args)
         return (name, self.dst, self.dtype._code) + tuple(self.args)
@@ -302,6 +314,16 @@ class KernelSpec(NamedTuple):
     nreduce: int
     params: tuple
     instrs: tuple
+
+
+class SymKernelSpec(NamedTuple):
+    """A symbolic kernel ([dynamic], symbolic.py): a KernelSpec whose sizes,
+    coefficients and offsets may be (k,), its size argument k of nsyms."""
+    sizes: tuple
+    nreduce: int
+    params: tuple
+    instrs: tuple
+    nsyms: int
 
 
 @dataclass
@@ -320,6 +342,13 @@ class Kernel:
         return head + f" ({params})\n" + "".join(f"  {s}\n" for s in self.stmts)
 
     def spec(self) -> KernelSpec:
+        from .symbolic import kernel_size_args, spec_int
+        sym = kernel_size_args(self)
+        if sym:
+            args = {v.expr: k for k, v in enumerate(sym)}
+            return SymKernelSpec(tuple(spec_int(n, args) for n in self.sizes),
+                                 self.nreduce, tuple(p.dtype._code for p in self.params),
+                                 tuple(s.spec(args) for s in self.stmts), len(sym))
         return KernelSpec(tuple(self.sizes), self.nreduce,
                           tuple(p.dtype._code for p in self.params),
                           tuple(s.spec() for s in self.stmts))

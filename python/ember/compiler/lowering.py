@@ -15,7 +15,7 @@ import operator
 from .. import _C
 from .. import fx
 from ..ops import meta as M
-from . import epilogue, fusion, plan, rows
+from . import epilogue, fusion, plan, rows, symbolic
 from .buffers import BufferPlan
 from .conv_fold import fold_conv_affine
 from .fusion import KernelBuilder
@@ -32,9 +32,13 @@ __all__ = ["GraphLowering", "LoweringError", "lower"]
 class GraphLowering:
     """The lowering of one graph, and the building blocks op lowerings use."""
 
-    def __init__(self, graph, name):
+    def __init__(self, graph, name, sizes=None):
         self.graph = graph
         self.name = name
+        # a symbolic graph ([dynamic]): its symbols (symbolic.Sizes); sizes are SizeInts
+        self.sizes = sizes
+        self.size_inputs = []
+        self._sized = {}
         self.out = Lowered()
         self.buffers = BufferPlan(self.out)
         self.env = {}
@@ -150,13 +154,44 @@ class GraphLowering:
 
     # -------------------------------------------------- the graph
 
+    def val(self, node):
+        """node's meta value; in a symbolic graph with SizeInts for its SymInts."""
+        val = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if self.sizes is None:
+            return val
+        if node not in self._sized:
+            self._sized[node] = _sized(val, self.sizes)
+        return self._sized[node]
+
+    def placeholder(self, node):
+        val = self.val(node)
+        if self.sizes is not None and not isinstance(val, _C.Tensor):
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise LoweringError(f"input {node.name} is a {type(val).__name__}")
+            i = len(self.out.inputs)            # a size input (an int on each call)
+            self.out.inputs.append(plan.InputSpec((), ()))
+            self.buffers.input_extents.append(0)
+            self.size_inputs.append(i)
+            self.sizes.bind(val, i, -1)
+            return val
+        value = self.buffers.add_input(val, f"input {node.name}")
+        if self.sizes is not None:
+            # (its strides are expressions too: the runtime evaluates them and copies an
+            # input laid out otherwise, as for fixed sizes)
+            for d, n in enumerate(value.shape):
+                self.sizes.bind(n, value.ref.index, d)
+        return value
+
     def run(self):
         users = {n: len(n.users) for n in self.graph.nodes}
         must = fusion.must_realize(self.graph)
         for node in self.graph.nodes:
             if node.op == "placeholder":
-                self.env[node] = self.buffers.add_input(node.meta["val"],
-                                                        f"input {node.name}")
+                self.env[node] = self.placeholder(node)
+            elif node.op == "call_function" and self.sizes is not None and \
+                    node.target in symbolic.SIZE_FUNCTIONS:
+                self.env[node] = symbolic.SIZE_FUNCTIONS[node.target](
+                    *[self.arg(a) for a in node.args])
             elif node.op == "call_function":
                 val = self.env[node] = self.lower_node(node)
                 if fusion.worth_storing(val, node, users[node], must):
@@ -169,7 +204,11 @@ class GraphLowering:
                 self.lower_output(node)
             else:
                 raise LoweringError(f"node {node.format_node()}")
-        return plan.verify(epilogue.fuse(rows.merge(self.out)))
+        merged = rows.merge(self.out)
+        if self.sizes is not None:
+            # (GEMM epilogues cut products into bands of rows fixed when compiled)
+            return plan.verify(merged)
+        return plan.verify(epilogue.fuse(merged))
 
     def lower_output(self, node):
         """The graph's outputs, each laid out as eager lays it out (the strides traced
@@ -177,18 +216,24 @@ class GraphLowering:
         next frame), so a compiled result keeps eager's."""
         outs = node.args[0]
         for o in outs:
-            if o is not None and isinstance(self.env[o], PointwiseValue):
+            if isinstance(o, fx.Node) and isinstance(self.env[o], PointwiseValue):
                 v = self.env[o]
                 fusion.mark_realize(v)
-                want = _eager_strides(o)
+                want = _eager_strides(self.val(o))
                 if want is not None and v.realized is None and v.view_base is None:
                     v.layout = want
         for o in outs:
             if o is None:
                 self.out.outputs.append(None)
                 continue
-            b = self.realize(self.env[o])
-            want = _eager_strides(o, contiguous=True)
+            v = self.env[o] if isinstance(o, fx.Node) else o
+            if not is_value(v):
+                if self.sizes is None or not isinstance(v, int):
+                    raise LoweringError(f"output {v!r}")
+                self.out.outputs.append(v)          # a size (symbolic.finish)
+                continue
+            b = self.realize(v)
+            want = _eager_strides(self.val(o), contiguous=True)
             if want is not None and b.ref[0] == "buf" and not _same_layout(b, want):
                 b = self.copy_to_layout(b, want)
             self.out.outputs.append(b.view())
@@ -218,7 +263,7 @@ class GraphLowering:
         if not isinstance(target, _C.Op):
             raise LoweringError(f"call of {target!r}")
         entry = target.entry
-        val = node.meta.get("val")
+        val = self.val(node)
         if isinstance(val, _C.Tensor):
             check_dtype(val.dtype, entry.name)
         lower = entry.lower if entry.lower is not None else extern
@@ -271,12 +316,49 @@ def lower(graph, name="graph") -> Lowered:
     return GraphLowering(graph, name).run()
 
 
-def _eager_strides(node, contiguous=False):
-    """The dense strides eager gives node's value when they are not contiguous, or
-    whatever they are with contiguous=True (a buffer laid out otherwise, such as a
-    convolution's channel-major output or the interior of a padded buffer, is copied
-    into them); None for values that are not dense tensors."""
-    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+def lower_symbolic(graph, name="graph"):
+    """(Lowered, its plan tuple) of a prim graph with symbolic sizes (symbolic.py): one
+    plan for every size; raises SymbolicLoweringUnsupported where it cannot."""
+    env = symbolic_env(graph)
+    gl = GraphLowering(graph, name, symbolic.Sizes(env))
+    lowered = gl.run()
+    return lowered, symbolic.finish(lowered, gl.sizes, gl.size_inputs)
+
+
+def symbolic_env(graph):
+    """The ShapeEnv of a graph's symbolic meta values, or None."""
+    from ..fx.shape_env import SymInt
+    from ..fx.sym_fake import SymFake
+    for n in graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, SymInt):
+            return v.env
+        if isinstance(v, SymFake):
+            for d in tuple(v._sym_shape) + tuple(v._sym_strides):
+                if isinstance(d, SymInt):
+                    return d.env
+    return None
+
+
+def _sized(val, sizes):
+    """A meta value with SizeInts for its SymInts (a SymFake made again with them)."""
+    from ..fx.shape_env import SymInt
+    from ..fx.sym_fake import SymFake
+    if isinstance(val, SymFake):
+        return SymFake.make(tuple(sizes.size(n) for n in val._sym_shape),
+                            tuple(sizes.size(n) for n in val._sym_strides), val.dtype)
+    if isinstance(val, (tuple, list)):
+        return type(val)(_sized(v, sizes) for v in val)
+    if isinstance(val, SymInt):
+        return sizes.size(val)
+    return val
+
+
+def _eager_strides(val, contiguous=False):
+    """The dense strides eager gives a value (its meta value val) when they are not
+    contiguous, or whatever they are with contiguous=True (a buffer laid out otherwise,
+    such as a convolution's channel-major output or the interior of a padded buffer, is
+    copied into them); None for values that are not dense tensors."""
     if not isinstance(val, _C.Tensor):
         return None
     shape, strides = tuple(val.shape), tuple(val.stride())

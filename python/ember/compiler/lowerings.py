@@ -25,6 +25,7 @@ from ..ops import meta as M
 from . import fusion
 from .loop_ir import LIBM, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
+from .symbolic import any_symbolic
 from .values import (HALF, BufferValue, LoweringError, PointwiseValue, broadcast_index,
                      depth_of, domain_index, is_value, layout_strides, op_math, refinement)
 
@@ -370,6 +371,37 @@ def lower_slice_scatter(ctx, node, val, a, src, dim=0, start=None, end=None, ste
     return out
 
 
+@lowering
+def lower_cat(ctx, node, val, tensors, dim=0):
+    """One kernel per tensor, each storing it (or computing it: a pointwise value is
+    fused) into its slice of a new buffer along dim; legacy empty 1-D tensors are
+    skipped, as eager skips them."""
+    shape = tuple(val.shape)
+    nd = len(shape)
+    if nd == 0:
+        raise LoweringError("cat of 0-d tensors")
+    d = M.wrap_dim(dim, nd)
+    out = ctx.new_buffer(val.dtype, shape)
+    offset = 0
+    index = domain_index(nd)
+    for t in (ctx.arg(x) for x in tensors):
+        if not is_value(t):
+            raise LoweringError(f"cat of {t!r}")
+        if len(t.shape) == 1 and nd != 1 and t.shape[0] == 0:
+            continue
+        if len(t.shape) != nd:
+            raise LoweringError("cat of tensors of different ranks")
+        if math.prod(t.shape) != 0:
+            dst = out.restrided(tuple(t.shape), tuple(out.strides),
+                                offset * out.strides[d])
+            kb = ctx.kernel(tuple(t.shape), 0, "cat")
+            reg = t.load(kb, index)
+            kb.store(dst, dst.at(index, nd), kb.cast(reg, val.dtype))
+            ctx.add_kernel(kb)
+        offset = offset + t.shape[d]
+    return out
+
+
 # ------------------------------------------------------------------ reductions and BLAS
 
 
@@ -457,8 +489,8 @@ def _column_block_dim(a, kept):
     """The kept dim an outer reduction puts outermost so that threads can split it, or
     None: one that is not the innermost in memory (its blocks are whole rows of
     output columns), the one with the largest stride, on inputs large enough to split."""
-    if len(kept) < 2 or math.prod(a.shape) < fusion.PARALLEL_MIN:
-        return None
+    if len(kept) < 2 or any_symbolic(a.shape) or math.prod(a.shape) < fusion.PARALLEL_MIN:
+        return None         # (symbolic sizes: one kernel, whose rows the runtime splits)
     strides = layout_strides(a)
     cands = [d for d in kept if a.shape[d] > 1]
     if len(cands) < 2:
@@ -475,6 +507,8 @@ def _partials(sizes, kept_points):
     output, on one thread). The count depends on the shape only, never on the thread
     count: results are the same on any number of threads. Not split where the
     partials would be more than an eighth of the input (few rows per block)."""
+    if any_symbolic(sizes):
+        return 0            # symbolic sizes: the shape is not known until the call
     points = math.prod(sizes)
     if points < fusion.PARALLEL_MIN or not sizes or sizes[0] < 2:
         return 0

@@ -11,7 +11,8 @@ and prints them with their __str__ (the loop IR text, profiles).
              block of the product's rows right after BLAS computes it, epilogue.py),
              ExternStep (kind "extern", or "seed": the seed of the kernels' random
              draws for this call, compiler/random_draws.py)
-    outputs: View, or None for an output with no value (a gradient that is None)
+    outputs: View, or None for an output with no value (a gradient that is None), or
+             in a symbolic graph a size (an int; symbolic.SymOutput in the plan tuple)
 
 Lowered prints as the steps' text and verify() checks it.
 """
@@ -87,6 +88,11 @@ class KernelStep(NamedTuple):
     parallel: bool
     ir: Kernel
     chunk: int = 0
+    # a symbolic kernel ([dynamic], symbolic.py): chunk -1, the size expressions its
+    # kernel takes (indices into the plan's table) and its domain's points; the runtime
+    # decides its threads and chunks on each call (parallel: whether it may)
+    syms: tuple = ()
+    points: object = 0
 
     def __str__(self):
         return str(self.ir).rstrip()
@@ -273,6 +279,6 @@ def verify(lowered: Lowered):
     if kernels != len(lowered.kernels):
         raise PlanError(f"{len(lowered.kernels) - kernels} kernels are never run")
     for o in lowered.outputs:
-        if o is not None:
+        if isinstance(o, View):     # (else None, or a size of a symbolic graph)
             read(o.ref, "return")
     return lowered

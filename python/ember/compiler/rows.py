@@ -31,6 +31,7 @@ from dataclasses import replace
 from . import fusion
 from .loop_ir import Form, Kernel, Op, Param, Stmt, verify
 from .plan import KernelStep, StepKind
+from .symbolic import any_symbolic, same_sizes
 
 ROW_MAX_POINTS = 1 << 16      # a row of float32 in 256 KB: it stays in L2 between phases
 MIN_ROWS = 8
@@ -61,7 +62,7 @@ def _writes(k):
 def _joins(run, nreduce, k):
     """Whether kernel k can join the run (a list of kernels) as its next phase."""
     first = run[0]
-    if tuple(k.sizes) != tuple(first.sizes) or _rows_of(k) is None:
+    if not same_sizes(k.sizes, first.sizes) or _rows_of(k) is None:
         return False
     if k.nreduce and nreduce and k.nreduce != nreduce:
         return False
@@ -90,6 +91,10 @@ def _worth(run, nreduce):
     rows = 1
     for n in sizes[:kept]:
         rows *= n
+    if any_symbolic(sizes):
+        # symbolic sizes ([dynamic]): one row kernel at every size (the limits are for
+        # speed; a row kernel computes what the separate kernels do at any size)
+        return kept >= 1
     return kept >= 1 and row <= ROW_MAX_POINTS and rows >= MIN_ROWS
 
 

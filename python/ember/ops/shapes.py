@@ -9,7 +9,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
-from ..compiler.lowerings import extern
+from ..compiler.lowerings import lower_cat
 from .registry import CUSTOM, RECOMPUTE_CHEAP, op
 
 
@@ -67,7 +67,7 @@ def _cat_backward(g, out, tensors, dim):
 
 
 op("cat(Tensor[] tensors, int dim=0) -> Tensor", CUSTOM, "cat", prim=True, method=False,
-   lower=extern, recompute=RECOMPUTE_CHEAP,
+   lower=lower_cat, recompute=RECOMPUTE_CHEAP,
    aliases=("concat", "concatenate"), meta=_cat_meta, backward=_cat_backward,
    doc="The tensors joined along dim (PyTorch's promotion; 1-D empty tensors are "
        "skipped).")
