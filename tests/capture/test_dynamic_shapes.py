@@ -262,6 +262,23 @@ def test_a_size_used_as_a_python_constant_is_specialised():
     assert any("s0 == 4" in r for r in _reasons(cf)), _reasons(cf)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sizes_inside_a_tuple_seen_by_isinstance_len_and_type_stay_symbolic(backend):
+    """isinstance(), len() and type() of a tuple holding sizes read no size's value
+    (they read every argument as a constant first: F.layer_norm(x, (x.shape[-1],)) went
+    through isinstance and specialised the width, 8 recompiles then eager)."""
+    def f(x, w, b):
+        shape = (x.shape[-1],)
+        assert isinstance(shape, (tuple, list)) and len(shape) == 1 and type(shape) is tuple
+        return F.layer_norm(x, shape, w, b)
+
+    cf = ember.compile(f, backend=backend, dynamic=True)
+    for d in range(2, 14):
+        x, w, b = ember.randn(3, d), ember.randn(d), ember.randn(d)
+        _same(cf(x, w, b), f(x, w, b))
+    assert _graphs(cf) == 1, _reasons(cf)
+
+
 def test_parameters_and_buffers_stay_static_under_dynamic_true():
     lin = nn.Linear(6, 3)
     cm = ember.compile(lin, backend="eager", dynamic=True)

@@ -1025,7 +1025,6 @@ class Translator:
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
-        consts = constant_args(args, kwargs)
         if fn is _C.get_default_dtype and not args and not kwargs:
             # a constant of the capture, as the default dtype the ops' fake runs use
             return ConstVar(fn())
@@ -1090,6 +1089,9 @@ class Translator:
             return DictVar(kwargs)
         if fn is print:
             raise Unsupported("print() inside a compiled function")
+        # the Python values of the arguments, read only here: reading a size as a
+        # constant specialises it, which len(), isinstance() and the rest above never need
+        consts = constant_args(args, kwargs)
         if isinstance(fn, type) and issubclass(fn, BaseException) and consts is not None:
             # an exception about to be raised: made for real, so the reason names it
             return ObjectVar(fn(*consts[0], **consts[1]))
