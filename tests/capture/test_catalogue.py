@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import ember
-from catalogue import CASES, MODULES, make_namespace, stored_counts
+from catalogue import CASES, MODULES, explain_case, make_namespace, stored_counts, torch_counts
 from catalogue.coverage import CLASSES
 from ember.capture import _hook, counters
 
@@ -112,8 +112,7 @@ def test_case_captures_and_matches_eager(case):
         assert_same(g, w)
     assert_same((args, kwargs), (args_e, kwargs_e))
     assert_same(ns.get("LOG"), ns_e.get("LOG"))
-    ns, args, kwargs = make_namespace(ember, case)
-    out = ember.capture.explain(ns["fn"])(*args, **kwargs)
+    out = explain_case(ember, ember.capture.explain, case)
     assert out.graph_count <= case.graphs and out.graph_break_count <= case.breaks
 
 
@@ -135,20 +134,9 @@ def test_every_case_has_a_stored_count():
 
 def test_torch_explain_agrees_with_stored_counts(torch):
     """The stored counts are torch's: re-check them (one test, one torch import)."""
-    import torch._dynamo
-    wrong = {}
-    for case in CASES:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        mode = torch.is_grad_enabled()
-        try:
-            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        finally:
-            torch.set_grad_enabled(mode)
-        if (out.graph_count, out.graph_break_count) != (case.graphs, case.breaks):
-            wrong[case.name] = (out.graph_count, out.break_reasons)
-    torch._dynamo.reset()
-    assert wrong == {}
+    got = torch_counts(torch, CASES)
+    assert {c.name: got[c.name] for c in CASES
+            if got[c.name][:2] != (c.graphs, c.breaks)} == {}
 
 
 def test_builtin_max_of_tensors_requiring_grad_breaks_and_keeps_eagers_gradients():

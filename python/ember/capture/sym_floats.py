@@ -15,6 +15,9 @@ bits (tests/capture/test_dynamic_floats.py checks every dtype). Every other use 
 branch, a comparison, int(), an op's non-tensor argument, arithmetic on Python values,
 a return) reads `.value`, which adds the value's EQUALS guard: specialised, as before.
 A value the frame only moves is fetched again and needs no guard at all (ValueVar).
+Unary minus of one is a derived FloatVar; tensor methods and ops that are those
+operators (`x.mul(s)`, `x.add_(s)`, `ember.div(x, s)`, no keyword arguments) take the
+same path as the operator (`call`).
 """
 from __future__ import annotations
 
@@ -130,6 +133,51 @@ def _float_arith(fn, a, b):
         return None
     values = [p._value if isinstance(p, FloatVar) else p for p in operands]
     return FloatVar(fn(*values), None, None, (fn, operands))
+
+
+def negative(a):
+    """-s of a dynamic float: a derived FloatVar (the sign flipped exactly), or None."""
+    if isinstance(a, FloatVar) and a.unread():
+        return FloatVar(-a._value, None, None, (operator.neg, [a]))
+    return None
+
+
+# tensor methods that are a binary operator (the same op, the same bits as eager's
+# `x * s`): x.mul(s), x.add(s), x.div(s), x.pow(s), ... and their in-place forms
+_METHODS = {"add": operator.add, "sub": operator.sub, "subtract": operator.sub,
+            "mul": operator.mul, "multiply": operator.mul, "div": operator.truediv,
+            "divide": operator.truediv, "true_divide": operator.truediv,
+            "pow": operator.pow, "add_": operator.iadd, "sub_": operator.isub,
+            "mul_": operator.imul, "div_": operator.itruediv,
+            "true_divide_": operator.itruediv, "pow_": operator.ipow}
+
+
+def _op_functions():
+    """ember.mul(x, s) and the like, by the op's handle (the op table's registry)."""
+    from ..ops import api as O
+    return {O.add: operator.add, O.sub: operator.sub, O.mul: operator.mul,
+            O.div: operator.truediv, O.pow: operator.pow}
+
+
+def call(tx, target, args, kwargs, method):
+    """x.mul(s) (method: target is the name) or ember.mul(x, s) (an op) with a dynamic
+    float and a tensor and no keyword arguments: the binary operator's graph op
+    (`binary`), or None (specialised)."""
+    if kwargs or len(args) != 2 or not any(isinstance(a, FloatVar) for a in args):
+        return None
+    if method:
+        fn = _METHODS.get(target)
+    else:
+        try:
+            fn = _op_functions().get(target)
+        except TypeError:           # (an unhashable target)
+            return None
+    if fn is None:
+        return None
+    a, b = args
+    if not isinstance(a, TensorVar) and not isinstance(b, TensorVar):
+        return None
+    return binary(tx, fn, a, b)
 
 
 def binary(tx, fn, a, b):
