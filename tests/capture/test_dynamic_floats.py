@@ -349,3 +349,32 @@ def test_method_with_keywords_specialises_as_eager():
     for s in (0.5, 1.5, 2.5):
         identical(compiled(x, s), forward(x, s))
     assert counters["stats"]["frames_fallback"] == 0
+
+
+def clamped(x, s):
+    return max(s, 0.5) * x + min(0.25, s, 2.0) * x, x * max(s, float("nan"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_min_of_a_dynamic_float_and_floats_stay_dynamic(backend):
+    """max(s, 0.5) of a dynamic float and float constants is a derived float (the
+    where chain over float64, CPython's order: a NaN first is kept, ties keep the
+    earlier item), so new values of s do not compile again."""
+    compiled = ember.compile(clamped, backend=backend)
+    x = ember.arange(4, dtype=ember.float32) + 1
+    for s in (0.1, 0.7, 3.0, 0.5, -0.0, 0.3, 1.9, float("nan")):
+        identical(compiled(x, s), clamped(x, s))
+    assert recompiles() == 1
+    assert counters["stats"]["frames_fallback"] == 0
+
+
+def max_with_int(x, s):
+    return max(s, 1) * x
+
+
+def test_max_of_a_dynamic_float_and_an_int_specialises():
+    # max(s, 1) is the int 1 or the float s by the data: its value is read
+    compiled = ember.compile(max_with_int, backend="eager")
+    x = ember.arange(3)
+    for s in (0.5, 1.5, 2.5, 0.25):
+        identical(compiled(x, s), max_with_int(x, s))

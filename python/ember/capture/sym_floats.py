@@ -77,7 +77,10 @@ class FloatVar(ConstVar):
                 fn, operands = self._parts
                 args = [p.graph_input(tx) if isinstance(p, FloatVar) else ConstVar(p)
                         for p in operands]
-                self._input = tx.call_op(fn, args, {})
+                if fn in (max, min):
+                    self._input = _where_chain(tx, fn, args)
+                else:
+                    self._input = tx.call_op(fn, args, {})
         return self._input
 
     def __repr__(self):
@@ -133,6 +136,38 @@ def _float_arith(fn, a, b):
         return None
     values = [p._value if isinstance(p, FloatVar) else p for p in operands]
     return FloatVar(fn(*values), None, None, (fn, operands))
+
+
+def _where_chain(tx, fn, args):
+    """CPython's max()/min() over 0-d float64 values: the first item, each later one
+    taken when it compares greater (less), as where(b > current, b, current) (NaN and
+    signed zeros as CPython's: a NaN is taken only first, ties keep the earlier)."""
+    from ..ops import api as O
+    compare = operator.gt if fn is max else operator.lt
+    current = args[0]
+    for item in args[1:]:
+        taken = tx.call_op(compare, [item, current], {})
+        current = tx.call_op(O.where, [taken, item, current], {})
+    return current
+
+
+def min_max(fn, args):
+    """max(s, 0.5, ...) / min(...) of dynamic floats and float constants: a derived
+    FloatVar (a float either way, the graph's where chain over float64), or None
+    (an int or another value among the items: the result's type could depend on the
+    data; specialised)."""
+    items = []
+    for v in args:
+        if isinstance(v, FloatVar):
+            if not v.unread():
+                return None
+            items.append(v)
+        elif isinstance(v, ConstVar) and type(v.value) is float:
+            items.append(v.value)
+        else:
+            return None
+    values = [p._value if isinstance(p, FloatVar) else p for p in items]
+    return FloatVar(fn(*values), None, None, (fn, items))
 
 
 def negative(a):

@@ -1032,6 +1032,11 @@ class Translator:
             r = self.sym_binary(fn, *args)
             if r is not None:
                 return r
+        if fn in (min, max) and not kwargs and len(args) >= 2 and \
+                any(isinstance(a, FloatVar) for a in args):
+            r = sym_floats.min_max(fn, args)       # max(s, 0.5) of a dynamic float
+            if r is not None:
+                return r
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
