@@ -139,24 +139,32 @@ def test_torch_explain_agrees_with_stored_counts(torch):
             if got[c.name][:2] != (c.graphs, c.breaks)} == {}
 
 
-def test_builtin_max_of_tensors_requiring_grad_breaks_and_keeps_eagers_gradients():
-    """max(a, b) of one-element tensors is a where() in the graph only when no item
-    requires grad: eager's backward reaches the item taken alone (the other's .grad
-    stays None), which a graph op cannot know; so that breaks, counted, and the
-    gradients are eager's, None included."""
+def test_builtin_max_of_tensors_requiring_grad_keeps_eagers_gradients():
+    """max(a, b) of one-element tensors requiring grad: eager's backward reaches the
+    item taken alone (the other's .grad stays None), which a graph op cannot know; so
+    the call is run by the frame program on the graph's outputs where it leaves the
+    frame (`max(...) * 3` returned: no break), and breaks where a tensor op needs it;
+    the gradients are eager's, None included."""
     def h(x, y):
         return max(x.sum(), y.sum()) * 3
+
+    def g(x, y, w):
+        return w * max(x.sum(), y.sum())
     for backend in ("eager", "aot_eager", "llvm"):
-        ember.compiler.reset()
-        x1 = ember.tensor([1.0, 2.0], requires_grad=True)
-        y1 = ember.tensor([0.5, 0.25], requires_grad=True)
-        x2, y2 = (t.detach().clone().requires_grad_() for t in (x1, y1))
-        h(x1, y1).backward()
-        ember.compile(h, backend=backend)(x2, y2).backward()
-        assert y1.grad is None and y2.grad is None
-        np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
-        assert any("requires grad" in r for r in counters["graph_break"])
-        assert counters["stats"]["frames_fallback"] == 0
+        for fn, breaks in ((h, 0), (g, 1)):
+            ember.compiler.reset()
+            counters.clear()
+            x1 = ember.tensor([1.0, 2.0], requires_grad=True)
+            y1 = ember.tensor([0.5, 0.25], requires_grad=True)
+            x2, y2 = (t.detach().clone().requires_grad_() for t in (x1, y1))
+            extra = (ember.ones(2),) if fn is g else ()
+            fn(x1, y1, *extra).sum().backward()
+            ember.compile(fn, backend=backend)(x2, y2, *extra).sum().backward()
+            assert y1.grad is None and y2.grad is None
+            np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
+            assert counters["stats"]["graph_breaks"] == breaks, dict(counters["graph_break"])
+            assert breaks == 0 or any("requires grad" in r for r in counters["graph_break"])
+            assert counters["stats"]["frames_fallback"] == 0
 
 
 def test_builtin_max_of_larger_tensors_raises_as_eager():

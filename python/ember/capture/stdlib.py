@@ -733,10 +733,11 @@ def min_max_of_tensors(tx, fn, args):
     later one that compares greater (less), so the result is a chain of
     where(b > current, b, current): the value, the dtype and the shape are those of the
     item eager returns, in the graph (TorchDynamo makes a graph op too). Items of other
-    sizes (eager's comparison raises), mixed with Python numbers (the result's type
-    would depend on the data), of other dtypes or shapes, or requiring grad under grad
-    mode (eager's gradient reaches the item taken alone: which inputs get a .grad would
-    depend on the data) break, counted, and CPython runs its own max."""
+    sizes (eager's comparison raises) break, counted, and CPython runs its own max.
+    Mixed with Python numbers (the result's type would depend on the data), of other
+    dtypes or shapes, or requiring grad under grad mode (eager's gradient reaches the
+    item taken alone: which inputs get a .grad would depend on the data) it is a
+    MinMaxVar, decided where it is used."""
     items = list(args) if len(args) > 1 else args[0].unpack(tx)
     if not any(isinstance(i, TensorVar) for i in items):
         if len(args) == 1 and all(i.is_constant() for i in items):
@@ -750,15 +751,14 @@ def min_max_of_tensors(tx, fn, args):
         f = i.fake
         if f.numel() != 1:
             raise Unsupported(f"{name} of {f.numel()} elements (needs its data)")
-        if f.dtype != first.dtype or tuple(f.shape) != tuple(first.shape) or \
-                f.requires_grad != first.requires_grad:
-            raise Unsupported(f"{name} over tensors of other dtypes, shapes or "
-                              "requires_grad (needs its data)")
-    if first.requires_grad and _C.is_grad_enabled():
-        # eager's backward reaches the item taken alone: the others' .grad stays None,
-        # where a graph op would give them zeros
-        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
-                          "depends on the data)")
+    if any(i.fake.dtype != first.dtype or tuple(i.fake.shape) != tuple(first.shape) or
+           i.fake.requires_grad != first.requires_grad for i in items) or \
+            first.requires_grad and _C.is_grad_enabled():
+        # the item taken shows: its dtype or shape, or (requiring grad) which inputs
+        # eager's backward reaches (the others' .grad stays None, where a graph op
+        # would give them zeros): the call itself, run by the frame program where it
+        # leaves the frame, unsupported where a graph op would need it
+        return MinMaxVar(fn, items)
     from ..ops import api as O
     compare = operator.gt if fn is max else operator.lt
     current = items[0]
@@ -806,9 +806,9 @@ def _apply_min(items):
 
 
 class MinMaxVar(VariableTracker):
-    """Builtin max()/min() of one-element tensors and Python numbers. CPython's result is
-    the item taken, a tensor or a number depending on the data, so it is kept as the
-    call itself: where it leaves the frame (returned, stored, passed across a graph
+    """Builtin max()/min() of one-element tensors and Python numbers (or of tensors of
+    other dtypes or shapes, or requiring grad). CPython's result is the item taken, a
+    tensor or a number depending on the data, so it is kept as the call itself: where it leaves the frame (returned, stored, passed across a graph
     break) the frame program calls max()/min() on the real values after the graph
     (`deferred_call`: eager's result, type, identity and autograd included); where it
     goes into + - * / with a tensor on which the type cannot show (`_number_blind`),

@@ -102,7 +102,8 @@ CLASSES = {
         "builtin_max_min_of_two_tensors", "builtin_max_of_reductions",
         "builtin_max_over_tensor_rows", "builtin_min_over_a_list_of_losses",
         "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
-        "builtin_max_norm_floor"],
+        "builtin_max_norm_floor", "builtin_max_of_losses_requiring_grad_returned",
+        "builtin_max_of_reductions_of_two_dtypes"],
     "max()/min() of a tensor and a Python number": [
         "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
         "builtin_max_norm_floor", "builtin_max_of_float_argument_scales_parameter",

@@ -427,6 +427,15 @@ def fn(x):
     b = min(s, 0.5) - 1
     return a, b, x * max(s, 1.0)
 """, "T(3)"),
+    Case("builtin_max_of_losses_requiring_grad_returned", """
+def fn(x, y):
+    a, b = (x * x).sum(), (y * y).mean()
+    return max(a, b), min(a, b) * 0.5
+""", "T(3).requires_grad_(), T(3).requires_grad_()"),
+    Case("builtin_max_of_reductions_of_two_dtypes", """
+def fn(x, y):
+    return max(x.sum(), y.double().sum()), min(x.mean(), y.double().mean(), 0.0)
+""", "T(3), T(3)"),
     Case("builtin_max_of_tensor_and_number_in_branch", """
 def fn(x):
     m = max(x.abs().sum(), 0.5)
