@@ -11,6 +11,7 @@ import pytest
 import ember
 from ember.capture import counters
 
+from catalogue import explain_case, torch_counts  # noqa: F401 - the tests import it here
 from test_catalogue import assert_same, flatten, make_namespace
 
 
@@ -88,29 +89,6 @@ def check_second_call(case, capsys, converts_again=False):
 
 
 def check_explain_counts(case):
-    ns, args, kwargs = make_namespace(ember, case)
-    mode = ember.is_grad_enabled()
-    try:
-        out = ember.capture.explain(ns["fn"])(*args, **kwargs)
-    finally:
-        ember.set_grad_enabled(mode)
+    out = explain_case(ember, ember.capture.explain, case)
     assert (out.graph_count, out.graph_break_count) == (case.graphs, case.breaks), out
     assert re.search(case.reason, out.break_reasons[0])
-
-
-def torch_counts(torch, cases):
-    """{case name: torch 2.13 explain's (graph_count, graph_break_count)} for the same
-    sources, computed here (never taken from ember)."""
-    import torch._dynamo
-    counts = {}
-    for case in cases:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        mode = torch.is_grad_enabled()
-        try:
-            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        finally:
-            torch.set_grad_enabled(mode)
-        counts[case.name] = (out.graph_count, out.graph_break_count)
-    torch._dynamo.reset()
-    return counts

@@ -27,7 +27,14 @@ NEW_CASES = [
     "exit_swallows_keyerror_of_a_lookup", "contextlib_suppress_python_error",
     "frozen_dataclass_constructed_in_forward", "frozen_dataclass_returned",
     "own_setattr_logs_writes", "slots_object_made_and_mutated",
-    "object_made_mutated_and_stored"]
+    "object_made_mutated_and_stored", "builtin_max_of_float_argument_scales_parameter",
+    "contextmanager_catches_lookup_error_of_block",
+    "contextmanager_finally_then_outer_except", "contextmanager_swallows_raise_in_block",
+    "tensor_of_a_list_of_reductions", "tensor_of_nested_indexed_elements",
+    "tensor_of_reductions_with_dtypes",
+    "builtin_max_of_reduction_and_number_times_attribute",
+    "builtin_max_min_of_tensor_and_number_returned",
+    "builtin_max_of_tensor_and_number_scaled_by_number"]
 BACKENDS = ("eager", "aot_eager", "llvm")
 
 
@@ -70,26 +77,67 @@ def _compare(fn, *args, backend="eager"):
 
 # ------------------------------------------------------------------ max() / min()
 
-def test_max_of_tensor_and_number_escaping_breaks_and_keeps_the_type():
-    """The result goes out as is: a number or the tensor, by the data; so it breaks."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_of_tensor_and_number_escaping_keeps_the_type_without_a_break(backend):
+    """The result goes out as is: a number or the tensor, by the data; the frame
+    program calls max()/min() on the graph's outputs after the graph (no break), also
+    after `* 2` or a comparison with a number."""
     def fn(x):
-        return max(x.sum(), 0.5), min(x.sum(), 100)
+        return max(x.sum(), 0.5), min(x.sum(), 100), max(x.sum(), 0.5) * 2, \
+            min(x.sum(), 0.5) > 0
+    for x in (ember.tensor([1.0, 2.0]), ember.tensor([-1.0, -2.0])):
+        ember.compiler.reset()
+        got, want = _compare(fn, x, backend=backend)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        assert [float(v) for v in got] == [float(v) for v in want]
+        assert counters["stats"]["graph_breaks"] == 0
+        assert counters["stats"]["frames_fallback"] == 0
+
+
+def test_max_of_tensor_and_number_in_a_branch_breaks_at_the_branch():
+    """`if max(s, 0.5) > 1:` depends on the data: one break, at the branch (as torch's),
+    with the value rebuilt for CPython."""
+    def fn(x):
+        m = max(x.sum(), 0.5)
+        if m > 1:
+            return x * 2
+        return x - m
     for x in (ember.tensor([1.0, 2.0]), ember.tensor([-1.0, -2.0])):
         ember.compiler.reset()
         got, want = _compare(fn, x)
-        assert [type(v) for v in got] == [type(v) for v in want]
-        assert [float(v) for v in got] == [float(v) for v in want]
-        assert counters["stats"]["graph_breaks"] >= 1
-        assert any("Python values" in r for r in counters["graph_break"])
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert counters["stats"]["graph_breaks"] == 1
+        assert counters["stats"]["frames_fallback"] == 0
 
 
-def test_max_of_tensor_and_number_times_a_constant_breaks():
-    """`max(s, 0.5) * 2` is a float or a tensor by the data: no graph op."""
-    def fn(x):
-        return max(x.sum(), 0.5) * 2
-    got, want = _compare(fn, ember.tensor([-3.0, 1.0]))
-    assert type(got) is type(want) is float and got == want
-    assert counters["stats"]["graph_breaks"] == 1
+def test_max_of_a_tensor_and_a_number_returned_is_eagers_item_with_gradients():
+    """max(t, 0.5) returned with t requiring grad: eager's item (the number, or the
+    tensor with its autograd history) by the data, with no break, and eager's
+    gradients (None where eager's backward does not reach)."""
+    def h(x):
+        return max(x.sum(), 0.5), min(x.sum(), 0.5) * 3
+
+    for backend in ("eager", "aot_eager"):
+        for data in ([1.0, 2.0], [-1.0, 0.25]):
+            ember.compiler.reset()
+            counters.clear()
+            x1 = ember.tensor(data, requires_grad=True)
+            x2 = x1.detach().clone().requires_grad_()
+            want = h(x1)
+            got = ember.compile(h, backend=backend)(x2)
+            assert [type(v) for v in got] == [type(v) for v in want]
+            assert counters["stats"]["graph_breaks"] == 0
+            assert counters["stats"]["frames_fallback"] == 0
+            for g, w in zip(got, want):
+                if isinstance(w, ember.Tensor):
+                    assert g.item() == w.item() and g.requires_grad == w.requires_grad
+                    g.backward()
+                    w.backward()
+                else:
+                    assert g == w
+            assert (x1.grad is None) == (x2.grad is None)
+            if x1.grad is not None:
+                np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
 
 
 def test_max_of_number_and_tensor_requiring_grad_breaks_with_eagers_gradients():
@@ -160,15 +208,15 @@ def test_tensor_of_sizes_under_dynamic_shapes_follows_the_size():
     assert counters["stats"]["frames_fallback"] == 0
 
 
-@pytest.mark.parametrize("data, reason", [
-    ("[x.sum(), 1.0]", "holding tensors"),
-    ("[[1, 2], [3]]", "raised"),
-    ("[1, 300]", "raised"),
+@pytest.mark.parametrize("data, dtype, reason", [
+    ("[x, x]", "None", "raised ValueError: only one element"),
+    ("[x.argmax(), 200]", "ember.uint8", "holding tensors into ember.uint8"),
+    ("[[1, 2], [3]]", "None", "raised"),
+    ("[1, 300]", "ember.uint8", "raised"),
 ])
-def test_tensor_data_that_capture_cannot_make_breaks_and_matches_eager(data, reason):
+def test_tensor_data_that_capture_cannot_make_breaks_and_matches_eager(data, dtype, reason):
     ns = {"ember": ember}
-    exec(f"def fn(x):\n    return x * 2, ember.tensor({data}, dtype="
-         f"{'ember.uint8' if '300' in data else 'None'})\n", ns)
+    exec(f"def fn(x):\n    return x * 2, ember.tensor({data}, dtype={dtype})\n", ns)
     fn = ns["fn"]
     x = ember.ones(2)
     try:
@@ -181,6 +229,51 @@ def test_tensor_data_that_capture_cannot_make_breaks_and_matches_eager(data, rea
         got = ember.compile(fn, backend="eager")(x)
         assert_same(got, want)
     assert any(reason in r for r in counters["graph_break"]), dict(counters["graph_break"])
+
+
+TENSOR_DTYPES = [ember.float16, ember.bfloat16, ember.float32, ember.float64,
+                 ember.int64, ember.int32, ember.uint8, ember.bool]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("target", [None, ember.float16, ember.bfloat16, ember.float32,
+                                    ember.float64, ember.int64], ids=str)
+@pytest.mark.parametrize("dtype", TENSOR_DTYPES, ids=str)
+def test_tensor_of_data_holding_tensors_is_eagers_bits(dtype, target, backend):
+    """ember.tensor([t0, 2.5, t1[1:2]], dtype=target) with one-element tensors of every
+    dtype: a graph op (no break) whose dtype, shape and bits are eager's (.item(),
+    one NumPy array, one cast), detached; conversions the graph cannot make exactly
+    (floats into int64) break, eager raising or converting."""
+    def fn(x, y):
+        return ember.tensor([[x.sum(), 2.5], [y[0], y[1:2]]], dtype=target), \
+            ember.tensor([x.max(), y[0]], dtype=target)
+
+    x = (ember.arange(3, dtype=ember.float64) * 1.37 - 0.6).to(dtype).requires_grad_(
+        dtype.is_floating_point)
+    y = ember.tensor([3.3, -0.7, 1.0]).to(dtype)
+    want = fn(x, y)
+    ember.compiler.reset()
+    counters.clear()
+    got = ember.compile(fn, backend=backend)(x, y)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and not g.requires_grad
+        assert g.numpy().tobytes() == w.numpy().tobytes()
+    # (floats into int64: the break's live views of y cannot cross it, so the frame
+    # runs whole in CPython, counted)
+    floats_into_int = target is ember.int64        # (2.5 is in the data)
+    assert counters["stats"]["graph_breaks"] + counters["stats"]["frames_fallback"] == \
+        (1 if floats_into_int else 0), dict(counters["graph_break"])
+
+
+def test_as_tensor_of_a_list_of_reductions_is_a_new_tensor_per_call():
+    def fn(a, b):
+        return ember.as_tensor([a.sum(), b.sum()], dtype=ember.float64)
+    compiled = ember.compile(fn, backend="eager")
+    a, b = ember.ones(3), ember.arange(4.0)
+    r1, r2 = compiled(a, b), compiled(a, b)
+    assert r1 is not r2 and r1.dtype == ember.float64
+    np.testing.assert_array_equal(r1.numpy(), [3.0, 6.0])
+    assert counters["stats"]["graph_breaks"] == 0
 
 
 def test_tensor_requiring_grad_made_inside_breaks():
@@ -219,11 +312,10 @@ def test_generator_left_suspended_inside_try_is_not_captured_and_runs_its_finall
     assert any("left suspended" in r for r in counters["unsupported"])
 
 
-def test_contextmanager_whose_block_raises_is_exact():
-    """contextmanager's __exit__ throws the exception into the generator, which the
-    interpreter does not do: the frame would break at the instruction that raised, but
-    the generator, suspended inside its try, cannot cross a break, so the frame runs in
-    CPython (counted): __exit__, the handler and the finally block as in eager."""
+def test_contextmanager_whose_block_raises_is_captured_whole():
+    """contextmanager's __exit__ throws the exception into the generator: the
+    interpreter raises it in the generator's frame at its yield, where its `except`
+    and `finally` handle it (as CPython's throw()); one graph, no break, as torch."""
     log = []
 
     @contextlib.contextmanager
@@ -239,14 +331,79 @@ def test_contextmanager_whose_block_raises_is_exact():
         with scope():
             x = x + d["missing"]
         return x * 2
-    want = fn(ember.ones(2), {})
-    eager_log, log[:] = list(log), []
-    got = ember.compile(fn, backend="eager")(ember.ones(2), {})
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
-    assert log == eager_log == ["caught", "finally"]
-    assert counters["stats"]["frames_fallback"] == 1
-    assert any("leaving a `with` block (__exit__:" in r and "left suspended" in r
-               for r in counters["unsupported"]), dict(counters["unsupported"])
+    for backend in BACKENDS:
+        ember.compiler.reset()
+        counters.clear()
+        log[:] = []
+        want = fn(ember.ones(2), {})
+        eager_log, log[:] = list(log), []
+        compiled = ember.compile(fn, backend=backend)
+        got = compiled(ember.ones(2), {})
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert log == eager_log == ["caught", "finally"]
+        assert counters["stats"]["frames_fallback"] == 0
+        assert counters["stats"]["graph_breaks"] == 0
+        assert len(compiled._ember_compile_context.graphs) == 1
+        log[:] = []
+        compiled(ember.ones(2), {})                      # a cache hit: the same effects
+        assert log == eager_log
+
+
+def test_exception_the_contextmanager_lets_out_raises_as_eager():
+    """The generator's finally runs and the exception goes on out of the frame: the
+    frame runs in CPython (counted), eager's exception and effects."""
+    log = []
+
+    @contextlib.contextmanager
+    def scope():
+        try:
+            yield
+        finally:
+            log.append("finally")
+
+    def lookup(x, d):
+        with scope():
+            x = x + d["missing"]
+        return x
+
+    def raising(x):
+        with scope():
+            x = x + 1
+            raise ValueError("v")
+        return x
+    for fn, args in ((lookup, (ember.ones(2), {})), (raising, (ember.ones(2),))):
+        ember.compiler.reset()
+        counters.clear()
+        log[:] = []
+        with pytest.raises((KeyError, ValueError)) as want:
+            fn(*args)
+        eager_log, log[:] = list(log), []
+        with pytest.raises(want.type) as got:
+            ember.compile(fn, backend="eager")(*args)
+        assert str(got.value) == str(want.value)
+        assert log == eager_log == ["finally"]
+
+
+def test_throw_into_a_generator_that_yields_again_raises_as_eager():
+    """A contextmanager whose generator catches the exception and yields again:
+    contextlib raises RuntimeError("generator didn't stop after throw()")."""
+    @contextlib.contextmanager
+    def stubborn():
+        try:
+            yield
+        except ValueError:
+            yield
+
+    def fn(x):
+        with stubborn():
+            x = x + 1
+            raise ValueError("v")
+        return x
+    with pytest.raises(RuntimeError) as want:
+        fn(ember.ones(2))
+    with pytest.raises(RuntimeError) as got:
+        ember.compile(fn, backend="eager")(ember.ones(2))
+    assert str(got.value) == str(want.value)
 
 
 def test_exit_reading_the_traceback_is_not_captured():

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import ember
-from catalogue import CASES, MODULES, make_namespace, stored_counts
+from catalogue import CASES, MODULES, explain_case, make_namespace, stored_counts, torch_counts
 from catalogue.coverage import CLASSES
 from ember.capture import _hook, counters
 
@@ -112,8 +112,7 @@ def test_case_captures_and_matches_eager(case):
         assert_same(g, w)
     assert_same((args, kwargs), (args_e, kwargs_e))
     assert_same(ns.get("LOG"), ns_e.get("LOG"))
-    ns, args, kwargs = make_namespace(ember, case)
-    out = ember.capture.explain(ns["fn"])(*args, **kwargs)
+    out = explain_case(ember, ember.capture.explain, case)
     assert out.graph_count <= case.graphs and out.graph_break_count <= case.breaks
 
 
@@ -135,40 +134,37 @@ def test_every_case_has_a_stored_count():
 
 def test_torch_explain_agrees_with_stored_counts(torch):
     """The stored counts are torch's: re-check them (one test, one torch import)."""
-    import torch._dynamo
-    wrong = {}
-    for case in CASES:
-        torch._dynamo.reset()
-        ns, args, kwargs = make_namespace(torch, case)
-        mode = torch.is_grad_enabled()
-        try:
-            out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-        finally:
-            torch.set_grad_enabled(mode)
-        if (out.graph_count, out.graph_break_count) != (case.graphs, case.breaks):
-            wrong[case.name] = (out.graph_count, out.break_reasons)
-    torch._dynamo.reset()
-    assert wrong == {}
+    got = torch_counts(torch, CASES)
+    assert {c.name: got[c.name] for c in CASES
+            if got[c.name][:2] != (c.graphs, c.breaks)} == {}
 
 
-def test_builtin_max_of_tensors_requiring_grad_breaks_and_keeps_eagers_gradients():
-    """max(a, b) of one-element tensors is a where() in the graph only when no item
-    requires grad: eager's backward reaches the item taken alone (the other's .grad
-    stays None), which a graph op cannot know; so that breaks, counted, and the
-    gradients are eager's, None included."""
+def test_builtin_max_of_tensors_requiring_grad_keeps_eagers_gradients():
+    """max(a, b) of one-element tensors requiring grad: eager's backward reaches the
+    item taken alone (the other's .grad stays None), which a graph op cannot know; so
+    the call is run by the frame program on the graph's outputs where it leaves the
+    frame (`max(...) * 3` returned: no break), and breaks where a tensor op needs it;
+    the gradients are eager's, None included."""
     def h(x, y):
         return max(x.sum(), y.sum()) * 3
+
+    def g(x, y, w):
+        return w * max(x.sum(), y.sum())
     for backend in ("eager", "aot_eager", "llvm"):
-        ember.compiler.reset()
-        x1 = ember.tensor([1.0, 2.0], requires_grad=True)
-        y1 = ember.tensor([0.5, 0.25], requires_grad=True)
-        x2, y2 = (t.detach().clone().requires_grad_() for t in (x1, y1))
-        h(x1, y1).backward()
-        ember.compile(h, backend=backend)(x2, y2).backward()
-        assert y1.grad is None and y2.grad is None
-        np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
-        assert any("requires grad" in r for r in counters["graph_break"])
-        assert counters["stats"]["frames_fallback"] == 0
+        for fn, breaks in ((h, 0), (g, 1)):
+            ember.compiler.reset()
+            counters.clear()
+            x1 = ember.tensor([1.0, 2.0], requires_grad=True)
+            y1 = ember.tensor([0.5, 0.25], requires_grad=True)
+            x2, y2 = (t.detach().clone().requires_grad_() for t in (x1, y1))
+            extra = (ember.ones(2),) if fn is g else ()
+            fn(x1, y1, *extra).sum().backward()
+            ember.compile(fn, backend=backend)(x2, y2, *extra).sum().backward()
+            assert y1.grad is None and y2.grad is None
+            np.testing.assert_array_equal(x2.grad.numpy(), x1.grad.numpy())
+            assert counters["stats"]["graph_breaks"] == breaks, dict(counters["graph_break"])
+            assert breaks == 0 or any("requires grad" in r for r in counters["graph_break"])
+            assert counters["stats"]["frames_fallback"] == 0
 
 
 def test_builtin_max_of_larger_tensors_raises_as_eager():

@@ -208,7 +208,7 @@ def test_explain_counts(case, capsys):
 
 def test_torch_counts(torch, capsys):
     """torch 2.13's explain of the same sources gives the counts recorded."""
-    got = torch_counts(torch, CASES)
+    got = {name: c[:2] for name, c in torch_counts(torch, CASES).items()}
     assert {c.name: got[c.name] for c in CASES
             if got[c.name] != (c.torch or (c.graphs, c.breaks))} == {}
 

@@ -5,7 +5,8 @@
     python tests/capture/write_catalogue_counts.py NAME ...   # only these cases
 
 Each case's source text runs with `torch` bound to PyTorch, and
-torch._dynamo.explain(fn)(*args, **kwargs).graph_count is its count; the counts come from
+torch._dynamo.explain(fn)(*args, **kwargs).graph_count is its count (catalogue.torch_counts,
+the helper the break-case tests use too); the counts come from
 PyTorch only, never from Ember. A case whose explain reports graph breaks (or raises) is
 listed and makes the script exit 1, unless the case is marked torch_breaks (a construct
 torch breaks on too): its entry is then [graph_count, graph_break_count].
@@ -19,20 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from catalogue import CASES, make_namespace  # noqa: E402
+from catalogue import CASES, torch_counts  # noqa: E402
 from catalogue.case import COUNTS_FILE  # noqa: E402
-
-
-def torch_count(torch, case):
-    """(graph_count, break reasons) of torch._dynamo.explain on the case."""
-    torch._dynamo.reset()
-    ns, args, kwargs = make_namespace(torch, case)
-    mode = torch.is_grad_enabled()
-    try:
-        out = torch._dynamo.explain(ns["fn"])(*args, **kwargs)
-    finally:
-        torch.set_grad_enabled(mode)
-    return out.graph_count, [str(r.reason) for r in out.break_reasons]
 
 
 def main(argv=None):
@@ -41,20 +30,21 @@ def main(argv=None):
     p.add_argument("--write", action="store_true", help="rewrite counts.json")
     opts = p.parse_args(argv)
     import torch
-    import torch._dynamo
 
     stored = {}
     if os.path.exists(COUNTS_FILE):
         with open(COUNTS_FILE) as f:
             stored = json.load(f)
     cases = [c for c in CASES if not opts.names or c.name in opts.names]
+    errors = {}
+    explained = torch_counts(torch, cases, errors)
     counts, bad = {}, {}
     for case in cases:
-        try:
-            n, reasons = torch_count(torch, case)
-        except Exception as e:   # noqa: BLE001 - reported, not stored
+        if case.name in errors:
+            e = errors[case.name]
             bad[case.name] = f"raised {type(e).__name__}: {e}"[:300]
             continue
+        n, _, reasons = explained[case.name]
         if reasons and not case.torch_breaks:
             bad[case.name] = f"{n} graphs, breaks: {reasons}"[:300]
             continue
@@ -65,7 +55,6 @@ def main(argv=None):
         mark = "" if stored.get(case.name) == counts[case.name] else \
             f"   (stored {stored.get(case.name)})"
         print(f"{case.name}: {counts[case.name]}{mark}")
-    torch._dynamo.reset()
     for name, why in bad.items():
         print(f"NOT WHOLE {name}: {why}")
     if opts.write:

@@ -165,6 +165,11 @@ class ProgramBuilder:
             return self._add(("call1", _method_getter(vt.name), self.value(vt.obj)), vt)
         if vt.is_constant():
             return self._add(("const", vt.as_constant()), vt)
+        deferred = getattr(vt, "deferred_call", None)
+        if deferred is not None:       # max(t, 0.5) returned (stdlib.MinMaxVar)
+            fn, items = deferred
+            args = self._add(("tuple", tuple(self.value(i) for i in items)))
+            return self._add(("call1", fn, args), vt)
         rebuild = getattr(vt, "rebuild", None)
         if rebuild is not None:        # a grad-mode block's __exit__ (stdlib._ExitVar)
             return self._add(("const", rebuild()), vt)

@@ -28,6 +28,7 @@ from .. import _C, fx
 from . import tensor_data
 from .exc import Unsupported
 from .source import AttrSource
+from .sym_floats import FloatVar
 from .variables import (BoundMethodVar, BuiltinVar, ConstVar, DictVar, FunctionVar,
                         IteratorVar, ListVar, ModuleVar, ObjectVar, OpVar, PythonModuleVar,
                         SequenceVar, TensorVar, TupleVar, VariableTracker, _MISSING,
@@ -60,6 +61,38 @@ class LazyIteratorVar(IteratorVar):
         while (v := self.next()) is not None:
             out.append(v)
         return out
+
+    def getattr(self, tx, name):
+        if name == "throw" and self.frame is not None:
+            return GeneratorThrowVar(self)
+        return super().getattr(tx, name)
+
+
+class GeneratorThrowVar(VariableTracker):
+    """gen.throw(...) of a generator function's frame (contextlib's __exit__ for an
+    exception leaving the block): the exception is raised in the frame at the yield it
+    is suspended at, and goes to the frame's handler there (its `except`/`finally`), as
+    CPython's throw() does; the next value the frame yields is throw()'s result, its
+    return is StopIteration, an exception it lets out comes out of throw(). A frame not
+    started or finished raises it at once, as a real generator."""
+
+    def __init__(self, gen):
+        self.gen = gen
+
+    def call(self, tx, args, kwargs):
+        from .symbolic import PyException
+        exc = args[1] if len(args) >= 2 and not kwargs else \
+            args[0] if len(args) == 1 and not kwargs else None
+        if not isinstance(exc, ObjectVar) or not isinstance(exc.value, BaseException) \
+                or len(args) >= 2 and not (args[0].is_constant() and
+                                           args[0].as_constant() is type(exc.value)):
+            raise Unsupported("generator.throw() with these arguments")
+        try:
+            return self.gen.it.throw(PyException(exc))
+        except StopIteration as stop:
+            # the frame returned: StopIteration with its return value
+            value = stop.value.as_constant() if stop.value is not None else None
+            raise PyException.of(StopIteration(value)) from None
 
 
 def make_iter(tx, v):
@@ -700,10 +733,11 @@ def min_max_of_tensors(tx, fn, args):
     later one that compares greater (less), so the result is a chain of
     where(b > current, b, current): the value, the dtype and the shape are those of the
     item eager returns, in the graph (TorchDynamo makes a graph op too). Items of other
-    sizes (eager's comparison raises), mixed with Python numbers (the result's type
-    would depend on the data), of other dtypes or shapes, or requiring grad under grad
-    mode (eager's gradient reaches the item taken alone: which inputs get a .grad would
-    depend on the data) break, counted, and CPython runs its own max."""
+    sizes (eager's comparison raises) break, counted, and CPython runs its own max.
+    Mixed with Python numbers (the result's type would depend on the data), of other
+    dtypes or shapes, or requiring grad under grad mode (eager's gradient reaches the
+    item taken alone: which inputs get a .grad would depend on the data) it is a
+    MinMaxVar, decided where it is used."""
     items = list(args) if len(args) > 1 else args[0].unpack(tx)
     if not any(isinstance(i, TensorVar) for i in items):
         if len(args) == 1 and all(i.is_constant() for i in items):
@@ -717,15 +751,14 @@ def min_max_of_tensors(tx, fn, args):
         f = i.fake
         if f.numel() != 1:
             raise Unsupported(f"{name} of {f.numel()} elements (needs its data)")
-        if f.dtype != first.dtype or tuple(f.shape) != tuple(first.shape) or \
-                f.requires_grad != first.requires_grad:
-            raise Unsupported(f"{name} over tensors of other dtypes, shapes or "
-                              "requires_grad (needs its data)")
-    if first.requires_grad and _C.is_grad_enabled():
-        # eager's backward reaches the item taken alone: the others' .grad stays None,
-        # where a graph op would give them zeros
-        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
-                          "depends on the data)")
+    if any(i.fake.dtype != first.dtype or tuple(i.fake.shape) != tuple(first.shape) or
+           i.fake.requires_grad != first.requires_grad for i in items) or \
+            first.requires_grad and _C.is_grad_enabled():
+        # the item taken shows: its dtype or shape, or (requiring grad) which inputs
+        # eager's backward reaches (the others' .grad stays None, where a graph op
+        # would give them zeros): the call itself, run by the frame program where it
+        # leaves the frame, unsupported where a graph op would need it
+        return MinMaxVar(fn, items)
     from ..ops import api as O
     compare = operator.gt if fn is max else operator.lt
     current = items[0]
@@ -737,68 +770,165 @@ def min_max_of_tensors(tx, fn, args):
 
 # BINARY_OP args whose result is the same for a number and a 0-d tensor of its value
 # (a dimensioned floating tensor on the other side): + - * / and their in-place forms
-_NUMBER_BLIND_OPS = {0, 5, 10, 11, 13, 18, 23, 24}
+_NUMBER_BLIND_FNS = {operator.add, operator.sub, operator.mul, operator.truediv,
+                     operator.iadd, operator.isub, operator.imul, operator.itruediv}
+_IN_PLACE = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
 
 
-def _number_blind_partner(tx, items):
-    """The dimensioned floating tensor the result of max()/min() over `items` (tensors
-    and Python numbers) goes straight into + - * / with, when the call's next
-    instructions are `<partner> OP result` or `result OP <partner>` (a local), and the
-    result of that op is then the same tensor whichever item is taken: a 0-d tensor or a
-    Python number of the same category does not change its dtype, a one-element tensor
-    of the partner's dtype and no more dimensions does not change it nor its shape.
-    Else None."""
-    code_ins = tx.instructions
-    at = tx.index_of.get(tx.offset)
-    if at is None or at + 2 >= len(code_ins):
-        return None
-    nxt, after = code_ins[at + 1], code_ins[at + 2]
-    partner = None
-    if nxt.opname == "BINARY_OP" and nxt.arg in _NUMBER_BLIND_OPS and tx.stack:
-        partner = tx.stack[-1]
-    elif nxt.opname == "LOAD_FAST" and after.opname == "BINARY_OP" and \
-            after.arg in _NUMBER_BLIND_OPS:
-        partner = tx.locals.get(nxt.argval)
+def _number_blind(partner, items):
+    """Whether `partner OP result` / `result OP partner` (+ - * /) gives the same tensor
+    whichever of `items` (one-element floating tensors and Python numbers) max()/min()
+    takes: the partner is a dimensioned floating tensor, a 0-d tensor or a Python
+    number of the same category does not change its dtype, a one-element tensor of the
+    partner's dtype and no more dimensions does not change it nor its shape."""
     if not isinstance(partner, TensorVar):
-        return None
+        return False
     p = partner.fake
     if p.ndim == 0 or not p.dtype.is_floating_point:
-        return None
+        return False
     for i in items:
         if isinstance(i, TensorVar):
             f = i.fake
-            if not f.dtype.is_floating_point or f.numel() != 1 or f.ndim > p.ndim or \
+            if not f.dtype.is_floating_point or f.ndim > p.ndim or \
                     f.ndim and f.dtype is not p.dtype:
-                return None
+                return False
         elif not (i.is_constant() and type(i.as_constant()) in (int, float)):
-            return None
-    return partner
+            return False
+    return True
+
+
+def _apply_max(items):
+    return max(*items)
+
+
+def _apply_min(items):
+    return min(*items)
+
+
+class MinMaxVar(VariableTracker):
+    """Builtin max()/min() of one-element tensors and Python numbers (or of tensors of
+    other dtypes or shapes, or requiring grad). CPython's result is the item taken, a
+    tensor or a number depending on the data, so it is kept as the call itself: where it leaves the frame (returned, stored, passed across a graph
+    break) the frame program calls max()/min() on the real values after the graph
+    (`deferred_call`: eager's result, type, identity and autograd included); where it
+    goes into + - * / with a tensor on which the type cannot show (`_number_blind`),
+    it is the graph's chain of where(b > current, b, current) (CPython's order: the
+    first maximal item), as TorchDynamo makes a graph op; any other use (a branch,
+    `.item()`, an op) is unsupported there and breaks at that instruction, CPython
+    running it on the rebuilt value."""
+
+    def __init__(self, fn, items):
+        self.fn = fn
+        self.items = items
+        self._versions = [i.fake._version for i in items if isinstance(i, TensorVar)]
+
+    def _unchanged(self):
+        """No item tensor was written in place since the call (eager compared the
+        values at the call)."""
+        now = [i.fake._version for i in self.items if isinstance(i, TensorVar)]
+        return now == self._versions
+
+    @property
+    def deferred_call(self):
+        """(function of a tuple, item VTs): the program's run-time call."""
+        if not self._unchanged():
+            raise Unsupported(f"{self.fn.__name__}() of a tensor written in place "
+                              "after the call")
+        return (_apply_max if self.fn is max else _apply_min), self.items
+
+    def graph_value(self, tx, partner, fn, left):
+        """The where chain for `self fn partner` (left) or `partner fn self`, or raise
+        Unsupported where the item taken would show."""
+        name = f"{self.fn.__name__}() of a tensor and Python values"
+        if fn not in _NUMBER_BLIND_FNS or left and fn in _IN_PLACE or \
+                not _number_blind(partner, self.items) or not self._unchanged():
+            raise Unsupported(f"{name} (its result's type depends on the data)")
+        tensors = [i for i in self.items if isinstance(i, TensorVar)]
+        if any(t.fake.requires_grad for t in tensors) and _C.is_grad_enabled():
+            raise Unsupported(f"{name} that requires grad (which item gets the "
+                              "gradient depends on the data)")
+        from ..ops import api as O
+        compare = operator.gt if self.fn is max else operator.lt
+        current = self.items[0]
+        for item in self.items[1:]:
+            if not isinstance(item, TensorVar) and not isinstance(current, TensorVar):
+                if compare(item.as_constant(), current.as_constant()):
+                    current = item
+                continue
+            taken = tx.call_op(compare, [item, current], {})
+            current = tx.call_op(O.where, [taken, item, current], {})
+        return current
+
+    def __repr__(self):
+        return f"MinMaxVar({self.fn.__name__}, {self.items})"
+
+
+_PURE_ARITH = {operator.add: "add", operator.sub: "sub", operator.mul: "mul",
+               operator.truediv: "truediv"}
+
+
+def _apply_binary(fn):
+    def apply(pair):
+        return fn(*pair)
+    apply.__name__ = apply.__qualname__ = f"apply_{fn.__name__}"
+    return apply
+
+
+_COMPARISONS = (operator.lt, operator.le, operator.eq, operator.ne, operator.gt,
+                operator.ge)
+_APPLY_BINARY = {fn: _apply_binary(fn) for fn in (*_PURE_ARITH, *_COMPARISONS)}
+
+
+class DeferredArithVar(VariableTracker):
+    """`max(t, 0.5) * 2`, `max(t, 0.5) > 1`: + - * / or a comparison of a MinMaxVar (or
+    of another such value) and a Python number, whose type, like the MinMaxVar's, depends on the data: run by the
+    frame program after the graph (eager's result); any other use is unsupported there
+    (breaks at that instruction)."""
+
+    def __init__(self, fn, a, b):
+        self.fn, self.a, self.b = fn, a, b
+
+    @property
+    def deferred_call(self):
+        for v in (self.a, self.b):
+            if isinstance(v, (MinMaxVar, DeferredArithVar)):
+                v.deferred_call          # (raises where that one cannot be rebuilt)
+        return _APPLY_BINARY[self.fn], (self.a, self.b)
+
+    def __repr__(self):
+        return f"DeferredArithVar({self.fn.__name__}, {self.a}, {self.b})"
+
+
+def min_max_binary(tx, fn, a, b):
+    """fn(a, b) where a or b is a MinMaxVar or DeferredArithVar: with a tensor, the
+    MinMaxVar's where chain (MinMaxVar.graph_value, else unsupported); with a Python
+    number (+ - * / and comparisons), a DeferredArithVar; else unsupported."""
+    left = isinstance(a, (MinMaxVar, DeferredArithVar))
+    mm, other = (a, b) if left else (b, a)
+    if isinstance(other, TensorVar):
+        if not isinstance(mm, MinMaxVar):
+            raise Unsupported(f"{mm} with a tensor (its type depends on the data)")
+        v = mm.graph_value(tx, other, fn, left)
+        return tx.binary(fn, v, other) if left else tx.binary(fn, other, v)
+    if (fn in _PURE_ARITH or fn in _COMPARISONS) and not isinstance(other, FloatVar) and other.is_constant() \
+            and type(other.as_constant()) in (int, float) and \
+            not (fn is operator.truediv and not left) and \
+            not (fn is operator.truediv and other.as_constant() == 0):
+        return DeferredArithVar(fn, a, b)
+    raise Unsupported(f"{mm} with {other} (its type depends on the data)")
 
 
 def _min_max_with_numbers(tx, fn, items, name):
-    """max()/min() of one-element tensors and Python numbers: CPython's result is the
-    item taken, a tensor or a number depending on the data. Only where that cannot
-    show, the result going straight into + - * / with a dimensioned floating tensor
-    (_number_blind_partner), is it a where() chain in the graph, as TorchDynamo makes
-    it; elsewhere, as when an item requires grad under grad mode, it breaks."""
-    if _number_blind_partner(tx, items) is None:
-        raise Unsupported(f"{name} and Python values (its result's type depends on the "
-                          "data)")
-    tensors = [i for i in items if isinstance(i, TensorVar)]
-    if any(t.fake.requires_grad for t in tensors) and _C.is_grad_enabled():
-        raise Unsupported(f"{name} that requires grad (which item gets the gradient "
-                          "depends on the data)")
-    from ..ops import api as O
-    compare = operator.gt if fn is max else operator.lt
-    current = items[0]
-    for item in items[1:]:
-        if not isinstance(item, TensorVar) and not isinstance(current, TensorVar):
-            if compare(item.as_constant(), current.as_constant()):
-                current = item
-            continue
-        taken = tx.call_op(compare, [item, current], {})
-        current = tx.call_op(O.where, [taken, item, current], {})
-    return current
+    """max()/min() of one-element tensors and Python numbers: a MinMaxVar (the call,
+    made a graph op or run by the frame program where it is used). Items of more
+    elements break here (eager's comparison raises)."""
+    for i in items:
+        if isinstance(i, TensorVar) and i.fake.numel() != 1:
+            raise Unsupported(f"{name} of {i.fake.numel()} elements (needs its data)")
+        if not isinstance(i, (TensorVar, FloatVar)) and not (
+                i.is_constant() and type(i.as_constant()) in (int, float, bool)):
+            raise Unsupported(f"{name} and {i}")
+    return MinMaxVar(fn, items)
 
 
 # ------------------------------------------------------------------ grad mode, `with`
@@ -1045,3 +1175,6 @@ def before_with(tx, cm):
         if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
             return BoundMethodVar(exit_, cm), BoundMethodVar(enter, cm).call(tx, [], {})
     raise Unsupported(f"`with` over {cm}")
+
+
+DEFERRED = (MinMaxVar, DeferredArithVar)

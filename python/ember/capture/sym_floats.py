@@ -15,6 +15,9 @@ bits (tests/capture/test_dynamic_floats.py checks every dtype). Every other use 
 branch, a comparison, int(), an op's non-tensor argument, arithmetic on Python values,
 a return) reads `.value`, which adds the value's EQUALS guard: specialised, as before.
 A value the frame only moves is fetched again and needs no guard at all (ValueVar).
+Unary minus of one is a derived FloatVar; tensor methods and ops that are those
+operators (`x.mul(s)`, `x.add_(s)`, `ember.div(x, s)`, no keyword arguments) take the
+same path as the operator (`call`).
 """
 from __future__ import annotations
 
@@ -74,7 +77,10 @@ class FloatVar(ConstVar):
                 fn, operands = self._parts
                 args = [p.graph_input(tx) if isinstance(p, FloatVar) else ConstVar(p)
                         for p in operands]
-                self._input = tx.call_op(fn, args, {})
+                if fn in (max, min):
+                    self._input = _where_chain(tx, fn, args)
+                else:
+                    self._input = tx.call_op(fn, args, {})
         return self._input
 
     def __repr__(self):
@@ -130,6 +136,83 @@ def _float_arith(fn, a, b):
         return None
     values = [p._value if isinstance(p, FloatVar) else p for p in operands]
     return FloatVar(fn(*values), None, None, (fn, operands))
+
+
+def _where_chain(tx, fn, args):
+    """CPython's max()/min() over 0-d float64 values: the first item, each later one
+    taken when it compares greater (less), as where(b > current, b, current) (NaN and
+    signed zeros as CPython's: a NaN is taken only first, ties keep the earlier)."""
+    from ..ops import api as O
+    compare = operator.gt if fn is max else operator.lt
+    current = args[0]
+    for item in args[1:]:
+        taken = tx.call_op(compare, [item, current], {})
+        current = tx.call_op(O.where, [taken, item, current], {})
+    return current
+
+
+def min_max(fn, args):
+    """max(s, 0.5, ...) / min(...) of dynamic floats and float constants: a derived
+    FloatVar (a float either way, the graph's where chain over float64), or None
+    (an int or another value among the items: the result's type could depend on the
+    data; specialised)."""
+    items = []
+    for v in args:
+        if isinstance(v, FloatVar):
+            if not v.unread():
+                return None
+            items.append(v)
+        elif isinstance(v, ConstVar) and type(v.value) is float:
+            items.append(v.value)
+        else:
+            return None
+    values = [p._value if isinstance(p, FloatVar) else p for p in items]
+    return FloatVar(fn(*values), None, None, (fn, items))
+
+
+def negative(a):
+    """-s of a dynamic float: a derived FloatVar (the sign flipped exactly), or None."""
+    if isinstance(a, FloatVar) and a.unread():
+        return FloatVar(-a._value, None, None, (operator.neg, [a]))
+    return None
+
+
+# tensor methods that are a binary operator (the same op, the same bits as eager's
+# `x * s`): x.mul(s), x.add(s), x.div(s), x.pow(s), ... and their in-place forms
+_METHODS = {"add": operator.add, "sub": operator.sub, "subtract": operator.sub,
+            "mul": operator.mul, "multiply": operator.mul, "div": operator.truediv,
+            "divide": operator.truediv, "true_divide": operator.truediv,
+            "pow": operator.pow, "add_": operator.iadd, "sub_": operator.isub,
+            "mul_": operator.imul, "div_": operator.itruediv,
+            "true_divide_": operator.itruediv, "pow_": operator.ipow}
+
+
+def _op_functions():
+    """ember.mul(x, s) and the like, by the op's handle (the op table's registry)."""
+    from ..ops import api as O
+    return {O.add: operator.add, O.sub: operator.sub, O.mul: operator.mul,
+            O.div: operator.truediv, O.pow: operator.pow}
+
+
+def call(tx, target, args, kwargs, method):
+    """x.mul(s) (method: target is the name) or ember.mul(x, s) (an op) with a dynamic
+    float and a tensor and no keyword arguments: the binary operator's graph op
+    (`binary`), or None (specialised)."""
+    if kwargs or len(args) != 2 or not any(isinstance(a, FloatVar) for a in args):
+        return None
+    if method:
+        fn = _METHODS.get(target)
+    else:
+        try:
+            fn = _op_functions().get(target)
+        except TypeError:           # (an unhashable target)
+            return None
+    if fn is None:
+        return None
+    a, b = args
+    if not isinstance(a, TensorVar) and not isinstance(b, TensorVar):
+        return None
+    return binary(tx, fn, a, b)
 
 
 def binary(tx, fn, a, b):

@@ -405,7 +405,13 @@ class Translator:
                     raise Unsupported(f"bytecode {ins.opname}")
                 if self.lazy and ins.opname == "YIELD_VALUE":
                     self.suspended_at = ins.offset
-                    yield self.pop()
+                    try:
+                        yield self.pop()
+                    except PyException as e:
+                        # thrown in (stdlib.GeneratorThrowVar): raised at the yield
+                        self.suspended_at = None
+                        ip = self.index_of[self._handle(ins, e)]
+                        continue
                     self.suspended_at = None
                     self.push(ConstVar(None))       # what send() sent: next() sends None
                     ip += 1
@@ -705,6 +711,10 @@ class Translator:
         """Records target(*args, **kwargs) (or args[0].<target>(...)) as a node, with its
         result computed on fake tensors."""
         name = target if method else getattr(target, "__name__", str(target))
+        if args and any(isinstance(a, FloatVar) for a in args):
+            r = sym_floats.call(self, target, args, kwargs, method)   # x.mul(s)
+            if r is not None:
+                return r
         if self.output.symbolic():
             # a symbolic position in x[p], x[p] = v, narrow: as slices (sym_indexing.py)
             from . import sym_indexing
@@ -1022,6 +1032,11 @@ class Translator:
             r = self.sym_binary(fn, *args)
             if r is not None:
                 return r
+        if fn in (min, max) and not kwargs and len(args) >= 2 and \
+                any(isinstance(a, FloatVar) for a in args):
+            r = sym_floats.min_max(fn, args)       # max(s, 0.5) of a dynamic float
+            if r is not None:
+                return r
         result = stdlib.call(self, fn, args, kwargs)
         if result is not stdlib.NOT_HANDLED:
             return result
@@ -1251,6 +1266,11 @@ class Translator:
     def store_attr(self, obj, name, value):
         """obj.name = value (DELETED: del obj.name), recorded for replay."""
         effects = self.output.side_effects
+        if name == "__traceback__" and isinstance(value, stdlib.TracebackVar) and \
+                isinstance(obj, ObjectVar) and isinstance(obj.value, BaseException):
+            # contextlib's __exit__ puts back the traceback the block's exception had
+            # (the one WITH_EXCEPT_START passed): the interpreter makes no tracebacks
+            return
         if stdlib.own_setattr(obj, value) is not None:
             # an object the frame made whose class has a Python __setattr__: inlined
             stdlib.own_setattr(obj, value).call(self, [ConstVar(name), value], {})
@@ -1430,6 +1450,8 @@ class Translator:
         self.push(self.binary(fn, a, b))
 
     def binary(self, fn, a, b):
+        if isinstance(a, stdlib.DEFERRED) or isinstance(b, stdlib.DEFERRED):
+            return stdlib.min_max_binary(self, fn, a, b)     # max(t, 0.5) * w
         if isinstance(a, (TensorVar, FloatVar)) or isinstance(b, (TensorVar, FloatVar)):
             r = sym_floats.binary(self, fn, a, b)
             if r is not None:
@@ -1589,6 +1611,12 @@ class Translator:
         self.push(self.unary(operator.invert, self.pop()))
 
     def unary(self, fn, a):
+        if isinstance(a, FloatVar) and fn in (operator.neg, operator.pos):
+            if fn is operator.pos:
+                return a                   # +s is s (a float's __pos__)
+            r = sym_floats.negative(a)
+            if r is not None:
+                return r
         if isinstance(a, SymVar) and fn in (operator.neg, operator.pos):
             return self.wrap_constant_result(fn(a.sym))
         if a.is_constant():
@@ -1604,7 +1632,9 @@ class Translator:
         b = self.pop()
         a = self.pop()
         fn = _COMPARE[ins.argval]
-        if (isinstance(a, SymVar) or isinstance(b, SymVar)) and \
+        if isinstance(a, stdlib.DEFERRED) or isinstance(b, stdlib.DEFERRED):
+            self.push(stdlib.min_max_binary(self, fn, a, b))    # max(t, 0.5) > 1
+        elif (isinstance(a, SymVar) or isinstance(b, SymVar)) and \
                 all(isinstance(v, SymVar) or isinstance(v, ConstVar) and
                     type(v.value) is int for v in (a, b)):
             # a relation between sizes: its truth at the captured sizes, guarded

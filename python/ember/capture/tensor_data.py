@@ -12,8 +12,17 @@ is the value eager stored (already converted to the dtype), except a symbolic si
 which the graph computes when the dtype is int64, float32 or float64 (which store any
 size exactly; in other dtypes the size is specialised, guarded).
 
-What it does not do (the call breaks, counted): data holding tensors (eager reads their
-values), requires_grad=True (a leaf made per call), pin_memory, data of more than
+One-element tensors inside the data (`ember.tensor([a.sum(), b.sum()])`, as TorchDynamo
+makes a graph op of it) are elements of the graph too: eager reads each by .item(),
+puts the Python values in one NumPy array (bool, int64 or float64) and casts that to
+the result's dtype; the graph detaches the tensor and casts it the same two ways
+(`_element_of_tensor`), into floating dtypes, or integers into an integer dtype that
+holds every element tensor's dtype (other conversions check or wrap values: they
+break). The dtype and shape come from eager's
+ember.tensor on zero tensors of the elements' dtypes and shapes.
+
+What it does not do (the call breaks, counted): ember.tensor(a tensor) (eager warns),
+data holding tensors into other dtypes, requires_grad=True (a leaf made per call), pin_memory, data of more than
 MAX_ELEMENTS elements (a node per element), a device other than the CPU.
 """
 from __future__ import annotations
@@ -39,9 +48,10 @@ def functions():
     return _FUNCTIONS
 
 
-def _plain(v, leaves):
-    """v's data as Python values (a symbolic size at its hint, unguarded), appending
-    the leaf VTs in row-major order."""
+def _plain(v, leaves, top=False):
+    """v's data as Python values (a symbolic size at its hint, unguarded; a tensor
+    inside a list as a zero tensor of its dtype and shape), appending the leaf VTs in
+    row-major order."""
     if isinstance(v, SymVar):
         leaves.append(v)
         return v.sym.hint
@@ -56,8 +66,51 @@ def _plain(v, leaves):
     if isinstance(v, (TupleVar, ListVar)):
         return [_plain(i, leaves) for i in v.items]
     if isinstance(v, TensorVar):
-        raise Unsupported("ember.tensor of data holding tensors (needs their values)")
+        if top:
+            raise Unsupported("ember.tensor of a tensor (eager warns: use "
+                              "clone().detach())")
+        f = v.fake
+        if f.dtype.is_complex:
+            raise Unsupported("ember.tensor of data holding complex tensors")
+        leaves.append(v)
+        # a stand-in of its dtype and shape: eager's ember.tensor on it gives the
+        # result's dtype and shape, and raises where eager's would (more than one
+        # element)
+        from .. import _tensor_new
+        return _tensor_new.tensor(0, dtype=f.dtype).expand(tuple(f.shape)).clone()
     raise Unsupported(f"ember.tensor of {type(v).__name__}")
+
+
+def _raw_dtype(plain, dtype, name, tensors):
+    """The dtype eager's values pass through: a tensor inside the data is read by
+    .item() (a bool, int or float), the Python values become one NumPy array (bool,
+    int64 or float64) and that is cast to the result's dtype. Into a floating dtype,
+    or from integers into int64, the graph's casts give the same values; others (a
+    float into an integer dtype, integers a range check of eager's could refuse) are
+    unsupported."""
+    from .. import _tensor_new
+    raw = _tensor_new.dtype_from_numpy(_tensor_new._to_numpy(plain).dtype)
+    if dtype.is_floating_point or dtype is raw:
+        return raw
+    if raw in (_C.bool, _C.int64) and dtype is not _C.bool and not dtype.is_complex and \
+            all(_C.promote_types(t.fake.dtype, dtype) is dtype for t in tensors):
+        # integers into an integer dtype holding every tensor's dtype: in range (eager's
+        # check passes), the casts exact
+        return raw
+    raise Unsupported(f"{name}() of data holding tensors into {dtype} (eager checks "
+                      "or converts their values)")
+
+
+def _element_of_tensor(tx, leaf, raw, dtype):
+    """A one-element tensor of the data as a 0-d element of the result: its value
+    (detached: eager reads it by .item()) through eager's casts."""
+    v = tx.call_op("detach", [leaf], {}, method=True)
+    if leaf.fake.ndim:
+        v = tx.call_op("reshape", [v, ConstVar(())], {}, method=True)
+    for d in (raw, dtype):
+        if v.fake.dtype is not d:
+            v = tx.call_op("to", [v, ConstVar(d)], {}, method=True)
+    return v
 
 
 def call(tx, fn, args, kwargs):
@@ -92,7 +145,7 @@ def call(tx, fn, args, kwargs):
             return data
         return tx.call_op("to", [data, ConstVar(dtype)], {}, method=True)
     leaves = []
-    plain = _plain(data, leaves)
+    plain = _plain(data, leaves, top=True)
     if len(leaves) > MAX_ELEMENTS:
         raise Unsupported(f"{fn.__name__}() of more than {MAX_ELEMENTS} elements")
     try:
@@ -106,8 +159,15 @@ def call(tx, fn, args, kwargs):
         return tx.call_op(ember.full, [ConstVar(shape), ConstVar(fill)],
                           {"dtype": ConstVar(dtype)})
     values = real.reshape(-1).tolist() if shape else [real.item()]
+    raw = None
+    if any(isinstance(leaf, TensorVar) for leaf in leaves):
+        raw = _raw_dtype(plain, dtype, fn.__name__,
+                         [leaf for leaf in leaves if isinstance(leaf, TensorVar)])
     elements = []
     for leaf, value in zip(leaves, values):
+        if isinstance(leaf, TensorVar):
+            elements.append(_element_of_tensor(tx, leaf, raw, dtype))
+            continue
         if isinstance(leaf, SymVar) and dtype in (_C.int64, _C.float32, _C.float64):
             v = leaf            # (any size fits these exactly)
         else:

@@ -77,3 +77,40 @@ def make_namespace(lib, case):
     args = eval(f"({case.args},)" if case.args != "()" else "()", ns)
     kwargs = eval(case.kwargs, ns)
     return ns, args, kwargs
+
+
+def explain_case(lib, explain, case):
+    """explain(fn)(*args, **kwargs) on case's fn in a new namespace of `lib` (ember with
+    ember.capture.explain, or PyTorch with torch._dynamo.explain), the grad mode put
+    back afterwards (a case may leave it changed)."""
+    ns, args, kwargs = make_namespace(lib, case)
+    mode = lib.is_grad_enabled()
+    try:
+        return explain(ns["fn"])(*args, **kwargs)
+    finally:
+        lib.set_grad_enabled(mode)
+
+
+def torch_counts(torch, cases, errors=None):
+    """{case name: (graph_count, graph_break_count, [break reasons])} of torch 2.13's
+    torch._dynamo.explain on each case's source run with `torch` bound to PyTorch (the
+    one place expected counts come from: never from ember). With `errors` (a dict), a
+    case whose explain raises is stored there (name: exception) and left out; without,
+    the exception propagates."""
+    import torch._dynamo
+    counts = {}
+    try:
+        for case in cases:
+            torch._dynamo.reset()
+            try:
+                out = explain_case(torch, torch._dynamo.explain, case)
+            except Exception as e:   # noqa: BLE001 - handed to the caller
+                if errors is None:
+                    raise
+                errors[case.name] = e
+                continue
+            counts[case.name] = (out.graph_count, out.graph_break_count,
+                                 [str(r.reason) for r in out.break_reasons])
+    finally:
+        torch._dynamo.reset()
+    return counts

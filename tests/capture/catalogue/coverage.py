@@ -102,13 +102,21 @@ CLASSES = {
         "builtin_max_min_of_two_tensors", "builtin_max_of_reductions",
         "builtin_max_over_tensor_rows", "builtin_min_over_a_list_of_losses",
         "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
-        "builtin_max_norm_floor"],
+        "builtin_max_norm_floor", "builtin_max_of_losses_requiring_grad_returned",
+        "builtin_max_of_reductions_of_two_dtypes"],
     "max()/min() of a tensor and a Python number": [
         "builtin_max_tensor_and_number_scales", "builtin_min_max_numbers_in_place",
-        "builtin_max_norm_floor"],
+        "builtin_max_norm_floor", "builtin_max_of_float_argument_scales_parameter",
+        "builtin_max_of_reduction_and_number_times_attribute",
+        "builtin_max_min_of_tensor_and_number_returned",
+        "builtin_max_of_tensor_and_number_scaled_by_number",
+        "builtin_max_of_tensor_and_number_in_branch"],
     "ember.tensor / ember.as_tensor of Python numbers, sizes and nested lists": [
         "tensor_of_python_numbers", "tensor_of_sizes", "tensor_of_nested_lists",
         "as_tensor_of_values_and_of_a_tensor"],
+    "ember.tensor of data holding one-element tensors": [
+        "tensor_of_a_list_of_reductions", "tensor_of_nested_indexed_elements",
+        "tensor_of_reductions_with_dtypes"],
     "no_grad()/enable_grad()/set_grad_enabled() blocks": [
         "no_grad_block", "enable_grad_inside_no_grad", "set_grad_enabled_false_block",
         "set_grad_enabled_from_flag", "nested_with_grad_blocks",
@@ -124,6 +132,9 @@ CLASSES = {
     "contextlib.contextmanager generators with try/finally or a `with` inside": [
         "contextmanager_try_finally", "contextmanager_with_block_inside",
         "contextmanager_try_except_nested"],
+    "exceptions thrown into a suspended contextmanager generator": [
+        "contextmanager_catches_lookup_error_of_block",
+        "contextmanager_finally_then_outer_except", "contextmanager_swallows_raise_in_block"],
     "__exit__ swallowing the block's exception": [
         "exit_returning_true_swallows_raise", "exit_swallows_keyerror_of_a_lookup",
         "contextlib_suppress_python_error"],

@@ -392,6 +392,57 @@ def fn(x):
     n = x.norm()
     return x / max(n, 1e-6), x / max(1e-6, n.detach())
 """, "T(2, 3)"),
+    Case("builtin_max_of_float_argument_scales_parameter", """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+    def forward(self, x, s):
+        return max(s, 0.5) * self.w + x * min(s, 2.0)
+net = Net()
+def fn(x, s):
+    return net(x, s)
+""", "T(3), 0.25"),
+    Case("builtin_max_of_reduction_and_number_times_attribute", """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+    def forward(self, x):
+        return max(x.abs().sum(), 0.5) * self.w, self.w * min(x.abs().sum(), 0.5)
+net = Net()
+def fn(x):
+    return net(x)
+""", "T(3)"),
+    Case("builtin_max_min_of_tensor_and_number_returned", """
+def fn(x):
+    s = x.abs().sum()
+    # eager returns the tensor from one and the number from the other
+    return max(s, -1.0), min(s, -1.0), max(0.5, x[0], x[1])
+""", "T(3)"),
+    Case("builtin_max_of_tensor_and_number_scaled_by_number", """
+def fn(x):
+    s = x.abs().sum()
+    a = max(s, 0.5) * 2
+    b = min(s, 0.5) - 1
+    return a, b, x * max(s, 1.0)
+""", "T(3)"),
+    Case("builtin_max_of_losses_requiring_grad_returned", """
+def fn(x, y):
+    a, b = (x * x).sum(), (y * y).mean()
+    return max(a, b), min(a, b) * 0.5
+""", "T(3).requires_grad_(), T(3).requires_grad_()"),
+    Case("builtin_max_of_reductions_of_two_dtypes", """
+def fn(x, y):
+    return max(x.sum(), y.double().sum()), min(x.mean(), y.double().mean(), 0.0)
+""", "T(3), T(3)"),
+    Case("builtin_max_of_tensor_and_number_in_branch", """
+def fn(x):
+    m = max(x.abs().sum(), 0.5)
+    if m > 1:
+        return x * 2
+    return x - 1
+""", "T(3)", torch_breaks=True),
     # ------------------------------------------------- ember.tensor / as_tensor of Python data
     Case("tensor_of_python_numbers", """
 def fn(x):
@@ -417,6 +468,21 @@ def fn(x):
     c = torch.as_tensor(x, dtype=torch.float64)
     return a * 2, b is x, c + a, torch.as_tensor([x.shape[0], 7])
 """, "T(3)"),
+    Case("tensor_of_a_list_of_reductions", """
+def fn(a, b):
+    stats = torch.tensor([a.sum(), b.sum(), a.mean()])
+    return stats * 2, torch.tensor([a.abs().max(), 1.5]) + b[:2]
+""", "T(3), T(3)"),
+    Case("tensor_of_nested_indexed_elements", """
+def fn(x):
+    return torch.tensor([[x[0], x[1]], [x[2], x[0]]]) @ x[:2]
+""", "T(3)"),
+    Case("tensor_of_reductions_with_dtypes", """
+def fn(a, b):
+    d = torch.tensor((a.sum(), b.mean()), dtype=torch.float64)
+    i = torch.tensor([a.argmax(), 3, b.argmin()])
+    return d + 1, i * 2, torch.tensor([a.sum(), 2], dtype=torch.float16)
+""", "T(3).requires_grad_(), T(4)"),
     # ------------------------------------------------- contextmanager with try / with inside
     Case("contextmanager_try_finally", """
 import contextlib
@@ -465,6 +531,63 @@ def fn(x):
             y = x + len(a + b)
     return y, a + b
 """, "T(3)"),
+    # ------------------------------------------------- exceptions thrown into a contextmanager
+    Case("contextmanager_catches_lookup_error_of_block", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def scope():
+    try:
+        yield
+    except KeyError as e:
+        LOG.append("caught " + str(e))
+    finally:
+        LOG.append("finally")
+def fn(x, d):
+    y = x * 2
+    with scope():
+        y = y + d["missing"]
+    return y * 2
+""", "T(3), {}"),
+    Case("contextmanager_finally_then_outer_except", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def scope(tag):
+    LOG.append("enter " + tag)
+    try:
+        yield tag
+    finally:
+        LOG.append("exit " + tag)
+def fn(x):
+    try:
+        with scope("a") as t:
+            x = x + 1
+            raise ValueError(t)
+    except ValueError as e:
+        LOG.append("handled " + str(e))
+        x = x * 3
+    return x
+""", "T(3)"),
+    Case("contextmanager_swallows_raise_in_block", """
+import contextlib
+LOG = []
+@contextlib.contextmanager
+def tolerant():
+    try:
+        yield
+    except (ValueError, IndexError) as e:
+        LOG.append(type(e).__name__)
+def fn(x, xs):
+    with tolerant():
+        x = x + 1
+        raise ValueError("v")
+    with tolerant():
+        x = x + xs[5]
+    with tolerant():
+        x = x * 2
+    return x
+""", "T(3), [1, 2]"),
     # ------------------------------------------------- __exit__ swallowing the block's exception
     Case("exit_returning_true_swallows_raise", """
 LOG = []
