@@ -188,3 +188,19 @@ em_refuse_complex(em_Op *op, PyObject *t)
                  op->name, op->name, em_dtype_torch_name(((em_Tensor *)t)->dtype));
     return -1;
 }
+
+int
+em_run_chunked(em_range_fn fn, void *ctx, int64_t items, int64_t unit)
+{
+    if (items <= 0)
+        return 0;
+    if (unit < 1)
+        unit = 1;
+    int64_t chunk = EM_POOL_CHUNK / unit > 0 ? EM_POOL_CHUNK / unit : 1;
+    double elems = (double)items * (double)unit;
+    if (elems >= EM_NOGIL_FROM)
+        return em_parallel_for(fn, ctx, items, chunk,
+                               elems >= EM_POOL_FROM && em_pool_threads() > 1);
+    fn(ctx, 0, items);
+    return 0;
+}

@@ -196,11 +196,9 @@ dense_array(PyObject *t)
 /* layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): float32/float64
  * inputs whose weight and bias (if any) share their dtype and have the normalized shape;
  * everything else (errors, meta, float16) takes the decomposition. */
-/* The rows of layer_norm's kernel go to the thread pool from LN_POOL_FROM elements, in
- * fixed chunks of whole rows (about LN_CHUNK elements): each row is normalised alone, so
- * the result is the same at any thread count. */
-#define LN_POOL_FROM 131072
-#define LN_CHUNK 32768
+/* The rows of layer_norm's kernel go to the thread pool in fixed chunks of whole rows
+ * (em_run_chunked): each row is normalised alone, so the result is the same at any
+ * thread count. */
 
 typedef struct {
     const void *x, *w, *b;
@@ -267,9 +265,7 @@ k_layer_norm(em_Op *op, PyObject **args)
     ln_job job = {PyArray_DATA(xa), wa ? PyArray_DATA(wa) : NULL,
                   ba ? PyArray_DATA(ba) : NULL, PyArray_DATA(out->array), n, eps,
                   x->dtype == EM_FLOAT32};
-    int64_t chunk = LN_CHUNK / n > 0 ? LN_CHUNK / n : 1;
-    int st = em_parallel_for(ln_range, &job, rows, chunk,
-                             x->numel >= LN_POOL_FROM && em_pool_threads() > 1);
+    int st = em_run_chunked(ln_range, &job, rows, n);
     Py_DECREF(xa);
     Py_XDECREF(wa);
     Py_XDECREF(ba);
@@ -317,12 +313,10 @@ cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_s
 CROSS_ENTROPY(double)
 
 /* The float32 case of the same: the rows' logsumexp and sum from cloops.c's vectorised
- * loop (into loss and a scratch row; on the pool from CE_POOL_FROM elements, in fixed
- * chunks of whole rows: each row's figures are the same at any thread count), then the
+ * loop (into loss and a scratch row; on the pool in fixed chunks of whole rows,
+ * em_run_chunked: each row's figures are the same at any thread count), then the
  * per-sample formula above. Called with the GIL held: the row of the first target out
  * of range (no exception), -1 done, -2 with an exception (a signal handler raised). */
-#define CE_POOL_FROM 131072     /* logits from which the rows go to the pool */
-#define CE_CHUNK 32768          /* logits per pool chunk (whole rows) */
 
 typedef struct {
     const float *x;
@@ -348,9 +342,7 @@ cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N
         if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
             return r;
     ce_ctx job = {x, loss, smoothing > 0 ? total : NULL, C};
-    int64_t chunk = CE_CHUNK / C > 0 ? CE_CHUNK / C : 1;
-    if (em_parallel_for(ce_lse_range, &job, N, chunk,
-                        N * C >= CE_POOL_FROM && em_pool_threads() > 1) < 0)
+    if (em_run_chunked(ce_lse_range, &job, N, C) < 0)
         return -2;
     for (Py_ssize_t r = 0; r < N; r++) {
         int64_t c = t[r];
