@@ -77,3 +77,25 @@ def test_empty_and_zero_sized():
         e, t = _pair(shape, "float32")
         r = e.transpose(-1, -2).contiguous()
         assert tuple(r.shape) == tuple(t.transpose(-1, -2).shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "int8"])
+def test_large_copies_on_the_pool_identical_at_one_and_two_threads(dtype):
+    """From 131072 elements the tiled copy's bands of 32 rows go to the pool in fixed
+    chunks at 2 threads (a 2-d transpose and a batched permute): the same bytes as at 1
+    thread and as torch."""
+    before = ember.get_num_threads()
+    cases = [((700, 300), lambda x: x.t()), ((3, 200, 330), lambda x: x.permute(0, 2, 1))]
+    for shape, view in cases:
+        e, t = _pair(shape, dtype, seed=3)
+        outs = []
+        try:
+            for threads in (1, 2):
+                ember.set_num_threads(threads)
+                jobs = ember._C._pool_jobs()
+                outs.append(view(e).contiguous().numpy())
+                assert ember._C._pool_jobs() - jobs == threads - 1
+        finally:
+            ember.set_num_threads(before)
+        want = view(t).contiguous().numpy()
+        assert outs[0].tobytes() == outs[1].tobytes() == want.tobytes()

@@ -32,7 +32,8 @@ int em_copy_into(em_Tensor *dst, PyObject *src);
 
 /* transpose_copy.c: src copied into the C-contiguous dst of its shape and dtype in
  * cache-sized tiles when src is a permuted dense layout whose unit-stride dim is not
- * the last one; 1 when it ran, 0 when the case is not this one. */
+ * the last one, on the thread pool in fixed chunks; 1 when it ran, 0 when the case is not
+ * this one, -1 with an exception (a signal handler raised meanwhile). */
 int em_transpose_copy(PyArrayObject *dst, PyArrayObject *src);
 
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */

@@ -12,7 +12,7 @@
  *
  * "batch_norm_functional": nn_grad.c's em_batch_norm_kernel.
  *
- * "embedding": the rows of the weight picked by the indices (NumPy's take).
+ * "embedding": the rows of the weight picked by the indices (copied on the pool).
  *
  * "layer_norm", "cross_entropy_loss": their common cases (float32/float64 rows; unweighted
  * (N, C) logits with class indices) in one C pass, statistics in double (float32
@@ -116,8 +116,25 @@ error:
     return NULL;
 }
 
+/* out's rows [a, b) = the weight's rows idx[a..b) (row bytes each) */
+typedef struct {
+    const char *w;
+    const int64_t *idx;
+    char *out;
+    size_t row;
+} gather_job;
+
+static void
+gather_range(void *c, int64_t a, int64_t b)
+{
+    gather_job *j = c;
+    for (int64_t i = a; i < b; i++)
+        memcpy(j->out + (size_t)i * j->row, j->w + (size_t)j->idx[i] * j->row, j->row);
+}
+
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): the rows of a 2-d
- * weight picked by int32/int64 indices (NumPy's take); meta calls, wrong arguments and
+ * weight picked by int32/int64 indices (a contiguous weight's rows copied on the pool in
+ * fixed chunks, em_run_chunked; else NumPy's take); meta calls, wrong arguments and
  * empty results take the decomposition, which raises PyTorch's errors. */
 static PyObject *
 k_embedding(em_Op *op, PyObject **args)
@@ -141,13 +158,30 @@ k_embedding(em_Op *op, PyObject **args)
             return NULL;
         }
     }
-    PyObject *arr = PyArray_TakeFrom(w->array, (PyObject *)ia, 0, NULL, NPY_RAISE);
-    Py_DECREF(ia);
-    if (arr == NULL)
+    if (!PyArray_IS_C_CONTIGUOUS(w->array) || em_check_ndim("embedding", idx->ndim + 1) < 0) {
+        PyObject *arr = PyErr_Occurred() ? NULL
+                        : PyArray_TakeFrom(w->array, (PyObject *)ia, 0, NULL, NPY_RAISE);
+        Py_DECREF(ia);
+        if (arr == NULL)
+            return NULL;
+        PyObject *out = (PyObject *)em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
+        Py_DECREF(arr);
+        return out;
+    }
+    /* a contiguous weight: rows copied in fixed chunks of whole rows on the pool */
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    memcpy(sizes, idx->sizes, sizeof(Py_ssize_t) * idx->ndim);
+    sizes[idx->ndim] = w->sizes[1];
+    em_Tensor *out = em_empty(idx->ndim + 1, sizes, w->dtype, false);
+    if (out == NULL) {
+        Py_DECREF(ia);
         return NULL;
-    PyObject *out = (PyObject *)em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
-    Py_DECREF(arr);
-    return out;
+    }
+    size_t row = (size_t)w->sizes[1] * (size_t)PyArray_ITEMSIZE(w->array);
+    gather_job job = {PyArray_BYTES(w->array), iv, PyArray_BYTES(out->array), row};
+    int st = em_run_chunked(gather_range, &job, n, w->sizes[1]);
+    Py_DECREF(ia);
+    return em_finish(out, st);
 }
 
 /* ------------------------------------------------------------------ layer_norm */

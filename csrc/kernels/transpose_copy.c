@@ -5,6 +5,8 @@
  * apart, missing the cache on every element. Here the copy is split into planes over
  * the destination's last dim and the dim whose source stride is one element; each
  * plane is copied in TILE x TILE blocks, so both sides of a block stay in the cache.
+ * Bands of TILE rows of the planes are the units of the thread pool's fixed chunks
+ * (em_run_chunked: a plain copy, the same bytes at any thread count).
  * Anything else (casts, overlap, byte-swapped or unaligned data, other layouts) is
  * left to NumPy.
  */
@@ -75,6 +77,39 @@ plane_uint32_t(uint32_t *restrict dst, const uint32_t *restrict src, Py_ssize_t 
 PLANE(uint32_t)
 #endif
 
+/* The copy in units of TILE rows (of dim p) of one plane: unit u is band u % bands of
+ * plane u / bands, the planes numbered over the outer dims in C order. */
+typedef struct {
+    char *s0, *d0;
+    Py_ssize_t R, C, dr, sc, bands;
+    npy_intp is;
+    int no;
+    npy_intp odims[EM_MAX_DIMS], oss[EM_MAX_DIMS], ods[EM_MAX_DIMS];
+} tcopy_job;
+
+static void
+tcopy_range(void *ctx, int64_t a, int64_t b)
+{
+    tcopy_job *j = ctx;
+    for (int64_t u = a; u < b; u++) {
+        int64_t plane = u / j->bands, r0 = (u % j->bands) * TILE;
+        Py_ssize_t rows = j->R - r0 < TILE ? j->R - r0 : TILE;
+        char *sp = j->s0 + r0 * j->is, *dp = j->d0 + r0 * j->dr * j->is;
+        for (int k = j->no - 1; k >= 0; k--) {
+            int64_t i = plane % j->odims[k];
+            plane /= j->odims[k];
+            sp += i * j->oss[k];
+            dp += i * j->ods[k];
+        }
+        switch (j->is) {
+        case 1: plane_uint8_t((void *)dp, (void *)sp, rows, j->C, j->dr, j->sc); break;
+        case 2: plane_uint16_t((void *)dp, (void *)sp, rows, j->C, j->dr, j->sc); break;
+        case 4: plane_uint32_t((void *)dp, (void *)sp, rows, j->C, j->dr, j->sc); break;
+        default: plane_uint64_t((void *)dp, (void *)sp, rows, j->C, j->dr, j->sc); break;
+        }
+    }
+}
+
 int
 em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
 {
@@ -107,36 +142,20 @@ em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
     char *d1 = d0 + PyArray_NBYTES(dst);
     if (s0 < d1 && d0 < s1)
         return 0;
-    /* the outer dims (all but p and last), walked with a counter */
-    int outer[EM_MAX_DIMS], no = 0;
-    npy_intp idx[EM_MAX_DIMS] = {0};
+    /* the outer dims (all but p and last) */
+    tcopy_job j = {.s0 = s0, .d0 = d0, .R = dims[p], .C = dims[last], .dr = ds[p] / is,
+                   .sc = ss[last] / is, .is = is, .no = 0};
     for (int d = 0; d < last; d++)
-        if (d != p)
-            outer[no++] = d;
-    Py_ssize_t R = dims[p], C = dims[last], dr = ds[p] / is, sc = ss[last] / is;
-    PyThreadState *ts = PyArray_NBYTES(dst) >= (1 << 16) ? PyEval_SaveThread() : NULL;
-    for (;;) {
-        char *sp = s0, *dp = d0;
-        for (int k = 0; k < no; k++) {
-            sp += idx[k] * ss[outer[k]];
-            dp += idx[k] * ds[outer[k]];
+        if (d != p) {
+            j.odims[j.no] = dims[d];
+            j.oss[j.no] = ss[d];
+            j.ods[j.no++] = ds[d];
         }
-        switch (is) {
-        case 1: plane_uint8_t((void *)dp, (void *)sp, R, C, dr, sc); break;
-        case 2: plane_uint16_t((void *)dp, (void *)sp, R, C, dr, sc); break;
-        case 4: plane_uint32_t((void *)dp, (void *)sp, R, C, dr, sc); break;
-        default: plane_uint64_t((void *)dp, (void *)sp, R, C, dr, sc); break;
-        }
-        int k = no - 1;
-        for (; k >= 0; k--) {
-            if (++idx[k] < dims[outer[k]])
-                break;
-            idx[k] = 0;
-        }
-        if (k < 0)
-            break;
-    }
-    if (ts != NULL)
-        PyEval_RestoreThread(ts);
-    return 1;
+    int64_t planes = 1;
+    for (int k = 0; k < j.no; k++)
+        planes *= j.odims[k];
+    j.bands = (j.R + TILE - 1) / TILE;
+    /* units of TILE rows of one plane, in fixed chunks (em_run_chunked): a copy, so any
+     * split gives the same bytes */
+    return em_run_chunked(tcopy_range, &j, planes * j.bands, TILE * j.C) < 0 ? -1 : 1;
 }
