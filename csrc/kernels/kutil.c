@@ -58,6 +58,8 @@ em_copy_into(em_Tensor *dst, PyObject *src)
         return -1;
     }
     int r = converts ? 0 : em_transpose_copy(dst->array, (PyArrayObject *)arr);
+    if (r == 0 && !converts)
+        r = em_strided_copy(dst->array, (PyArrayObject *)arr);
     r = r < 0 ? -1 : r > 0 ? 0 : PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
     Py_DECREF(arr);
     if (converts && em_errstate_restore(token) < 0)

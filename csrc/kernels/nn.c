@@ -133,8 +133,9 @@ gather_range(void *c, int64_t a, int64_t b)
 }
 
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): the rows of a 2-d
- * weight picked by int32/int64 indices (a contiguous weight's rows copied on the pool in
- * fixed chunks, em_run_chunked; else NumPy's take); meta calls, wrong arguments and
+ * weight picked by int32/int64 indices (from EM_POOL_FROM elements at 2 threads or more,
+ * a contiguous weight's rows copied on the pool in fixed chunks, em_run_chunked; else
+ * NumPy's take); meta calls, wrong arguments and
  * empty results take the decomposition, which raises PyTorch's errors. */
 static PyObject *
 k_embedding(em_Op *op, PyObject **args)
@@ -158,7 +159,11 @@ k_embedding(em_Op *op, PyObject **args)
             return NULL;
         }
     }
-    if (!PyArray_IS_C_CONTIGUOUS(w->array) || em_check_ndim("embedding", idx->ndim + 1) < 0) {
+    /* NumPy's take on one thread (measured no slower than a row loop), rows of a
+     * contiguous weight copied on the pool when it has threads for them */
+    if (!PyArray_IS_C_CONTIGUOUS(w->array) || em_pool_threads() < 2 ||
+        (double)n * (double)w->sizes[1] < EM_POOL_FROM ||
+        em_check_ndim("embedding", idx->ndim + 1) < 0) {
         PyObject *arr = PyErr_Occurred() ? NULL
                         : PyArray_TakeFrom(w->array, (PyObject *)ia, 0, NULL, NPY_RAISE);
         Py_DECREF(ia);
@@ -168,7 +173,7 @@ k_embedding(em_Op *op, PyObject **args)
         Py_DECREF(arr);
         return out;
     }
-    /* a contiguous weight: rows copied in fixed chunks of whole rows on the pool */
+    /* rows copied in fixed chunks of whole rows (a copy: the same at any thread count) */
     Py_ssize_t sizes[EM_MAX_DIMS];
     memcpy(sizes, idx->sizes, sizeof(Py_ssize_t) * idx->ndim);
     sizes[idx->ndim] = w->sizes[1];

@@ -110,21 +110,45 @@ tcopy_range(void *ctx, int64_t a, int64_t b)
     }
 }
 
+/* A copy these loops take: dst C-contiguous, of src's shape and dtype (aligned, native
+ * byte order, items of 1, 2, 4 or 8 bytes, no objects). */
+static bool
+plain_pair(PyArrayObject *dst, PyArrayObject *src)
+{
+    int nd = PyArray_NDIM(dst);
+    npy_intp is = PyArray_ITEMSIZE(dst);
+    return nd == PyArray_NDIM(src) && PyArray_IS_C_CONTIGUOUS(dst) &&
+           PyArray_EquivTypes(PyArray_DESCR(dst), PyArray_DESCR(src)) &&
+           PyArray_DESCR(dst)->type_num < NPY_OBJECT && PyArray_ISALIGNED(src) &&
+           PyArray_ISALIGNED(dst) && PyArray_ISNOTSWAPPED(src) &&
+           PyArray_ISNOTSWAPPED(dst) && (is == 1 || is == 2 || is == 4 || is == 8) &&
+           memcmp(PyArray_DIMS(dst), PyArray_DIMS(src), sizeof(npy_intp) * nd) == 0;
+}
+
+/* The source's extent (non-negative strides only) does not meet the destination's. */
+static bool
+apart(PyArrayObject *dst, PyArrayObject *src)
+{
+    const npy_intp *dims = PyArray_DIMS(src), *ss = PyArray_STRIDES(src);
+    const char *s0 = PyArray_BYTES(src), *s1 = s0 + PyArray_ITEMSIZE(src);
+    const char *d0 = PyArray_BYTES(dst), *d1 = d0 + PyArray_NBYTES(dst);
+    for (int d = 0; d < PyArray_NDIM(src); d++) {
+        if (ss[d] < 0)
+            return false;
+        s1 += ss[d] * (dims[d] - 1);
+    }
+    return !(s0 < d1 && d0 < s1);
+}
+
 int
 em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
 {
     int nd = PyArray_NDIM(dst);
     npy_intp is = PyArray_ITEMSIZE(dst);
-    if (nd < 2 || nd != PyArray_NDIM(src) || !PyArray_IS_C_CONTIGUOUS(dst) ||
-        !PyArray_EquivTypes(PyArray_DESCR(dst), PyArray_DESCR(src)) ||
-        PyArray_DESCR(dst)->type_num >= NPY_OBJECT || !PyArray_ISALIGNED(src) ||
-        !PyArray_ISALIGNED(dst) || !PyArray_ISNOTSWAPPED(src) || !PyArray_ISNOTSWAPPED(dst) ||
-        (is != 1 && is != 2 && is != 4 && is != 8))
+    if (nd < 2 || !plain_pair(dst, src))
         return 0;
     const npy_intp *dims = PyArray_DIMS(dst), *ss = PyArray_STRIDES(src);
     const npy_intp *ds = PyArray_STRIDES(dst);
-    if (memcmp(dims, PyArray_DIMS(src), sizeof(npy_intp) * nd) != 0)
-        return 0;
     int last = nd - 1, p = -1;
     /* the source's unit-stride dim, before the last one; the last dim read far apart */
     for (int d = 0; d < last; d++)
@@ -132,16 +156,9 @@ em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
             p = d;
     if (p < 0 || dims[p] < 8 || dims[last] < 8 || ss[last] % is != 0 || ss[last] <= is)
         return 0;
-    /* the source's extent (non-negative strides only) must not meet the destination's */
-    char *s0 = PyArray_BYTES(src), *s1 = s0 + is, *d0 = PyArray_BYTES(dst);
-    for (int d = 0; d < nd; d++) {
-        if (ss[d] < 0)
-            return 0;
-        s1 += ss[d] * (dims[d] - 1);
-    }
-    char *d1 = d0 + PyArray_NBYTES(dst);
-    if (s0 < d1 && d0 < s1)
+    if (!apart(dst, src))
         return 0;
+    char *s0 = PyArray_BYTES(src), *d0 = PyArray_BYTES(dst);
     /* the outer dims (all but p and last) */
     tcopy_job j = {.s0 = s0, .d0 = d0, .R = dims[p], .C = dims[last], .dr = ds[p] / is,
                    .sc = ss[last] / is, .is = is, .no = 0};
@@ -158,4 +175,93 @@ em_transpose_copy(PyArrayObject *dst, PyArrayObject *src)
     /* units of TILE rows of one plane, in fixed chunks (em_run_chunked): a copy, so any
      * split gives the same bytes */
     return em_run_chunked(tcopy_range, &j, planes * j.bands, TILE * j.C) < 0 ? -1 : 1;
+}
+
+/* ------------------------------------------------------------------ other strided copies
+ *
+ * A same-dtype copy of any other layout (slices with steps, permutes keeping the last
+ * dim, broadcasts) into a C-contiguous destination, from EM_NOGIL_FROM elements: the
+ * destination's rows (its last dim) are the units of em_run_chunked's fixed chunks, each
+ * read along the source's strides (one memcpy when the source's row is contiguous). */
+typedef struct {
+    const char *s0;
+    char *d0;
+    int outer;                     /* dims before the last */
+    npy_intp dims[EM_MAX_DIMS], ss[EM_MAX_DIMS];
+    npy_intp is, n, sl;            /* item size, row length, source's last stride (bytes) */
+} scopy_job;
+
+#define ROW(T)                                                                           \
+static void                                                                              \
+row_##T(T *restrict d, const char *s, npy_intp n, npy_intp sl)                           \
+{                                                                                        \
+    for (npy_intp i = 0; i < n; i++)                                                     \
+        d[i] = *(const T *)(s + i * sl);                                                 \
+}
+
+ROW(uint8_t)
+ROW(uint16_t)
+ROW(uint32_t)
+ROW(uint64_t)
+
+static void
+scopy_range(void *ctx, int64_t a, int64_t b)
+{
+    scopy_job *j = ctx;
+    npy_intp idx[EM_MAX_DIMS];
+    const char *sp = j->s0;
+    int64_t r = a;
+    for (int k = j->outer - 1; k >= 0; k--) {
+        idx[k] = r % j->dims[k];
+        r /= j->dims[k];
+        sp += idx[k] * j->ss[k];
+    }
+    char *dp = j->d0 + a * j->n * j->is;
+    for (int64_t u = a; u < b; u++, dp += j->n * j->is) {
+        if (j->sl == j->is)
+            memcpy(dp, sp, (size_t)(j->n * j->is));
+        else
+            switch (j->is) {
+            case 1: row_uint8_t((void *)dp, sp, j->n, j->sl); break;
+            case 2: row_uint16_t((void *)dp, sp, j->n, j->sl); break;
+            case 4: row_uint32_t((void *)dp, sp, j->n, j->sl); break;
+            default: row_uint64_t((void *)dp, sp, j->n, j->sl); break;
+            }
+        for (int k = j->outer - 1; k >= 0; k--) {
+            sp += j->ss[k];
+            if (++idx[k] < j->dims[k])
+                break;
+            sp -= j->ss[k] * j->dims[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+int
+em_strided_copy(PyArrayObject *dst, PyArrayObject *src)
+{
+    int nd = PyArray_NDIM(dst);
+    npy_intp is = PyArray_ITEMSIZE(dst);
+    if (nd < 1 || PyArray_SIZE(dst) < EM_NOGIL_FROM || !plain_pair(dst, src) ||
+        !apart(dst, src))
+        return 0;
+    const npy_intp *dims = PyArray_DIMS(dst), *ss = PyArray_STRIDES(src);
+    const char *s0 = PyArray_BYTES(src);
+    char *d0 = PyArray_BYTES(dst);
+    scopy_job j = {.s0 = s0, .d0 = d0, .outer = nd - 1, .is = is, .n = dims[nd - 1],
+                   .sl = ss[nd - 1]};
+    /* trailing dims the source reads as one run join the row, up to EM_POOL_CHUNK
+     * elements (short rows cost a call each; longer ones would leave too few units) */
+    while (j.outer > 0 && ss[j.outer - 1] == j.sl * j.n &&
+           j.n * dims[j.outer - 1] <= EM_POOL_CHUNK) {
+        j.n *= dims[j.outer - 1];
+        j.outer--;
+    }
+    int64_t rows = 1;
+    for (int d = 0; d < j.outer; d++) {
+        j.dims[d] = dims[d];
+        j.ss[d] = ss[d];
+        rows *= dims[d];
+    }
+    return em_run_chunked(scopy_range, &j, rows, j.n) < 0 ? -1 : 1;
 }
