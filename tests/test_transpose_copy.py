@@ -109,23 +109,26 @@ def test_large_copies_on_the_pool_identical_at_one_and_two_threads(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "bool", "complex64"])
 def test_other_strided_copies_on_the_pool_identical_at_one_and_two_threads(dtype):
-    """Layouts the tiled copy does not take (a permute keeping the last dim, steps, a
-    broadcast, a plain clone) copy the destination's rows on the pool in fixed chunks
-    from 131072 elements: the same bytes at 1 and 2 threads and as torch; small ones stay
-    with NumPy."""
+    """Layouts the tiled copy does not take whose last dim is contiguous (a permute
+    keeping the last dim, row slices, a broadcast, a plain clone) copy the destination's
+    rows on the pool in fixed chunks from 131072 elements: the same bytes at 1 and 2
+    threads and as torch; small ones and a step along the last dim stay with NumPy."""
     for shape, view in [((64, 40, 96), lambda x: x.permute(1, 0, 2)),
-                        ((600, 1400), lambda x: x[::2, 1::3]),
+                        ((600, 1400), lambda x: x[::2, 100:1300]),
                         ((1, 900), lambda x: x.expand(400, 900)),
                         ((5, 7, 3, 2000), lambda x: x[:, :, ::2].permute(1, 0, 2, 3)),
+                        ((1, 150000), lambda x: x.t()),
                         ((250, 800), lambda x: x)]:
         _same_bytes_on_the_pool(shape, dtype, view)
     before = ember.get_num_threads()
     ember.set_num_threads(2)
     try:
         jobs = ember._C._pool_jobs()
-        e, t = _pair((50, 60), dtype)
-        np.testing.assert_array_equal(e[::2].contiguous().numpy(),
-                                      t[::2].contiguous().numpy())
+        for shape, view in [((50, 60), lambda x: x[::2]),
+                            ((600, 1400), lambda x: x[::2, 1::3])]:
+            e, t = _pair(shape, dtype)
+            np.testing.assert_array_equal(view(e).contiguous().numpy(),
+                                          view(t).contiguous().numpy())
         assert ember._C._pool_jobs() == jobs
     finally:
         ember.set_num_threads(before)

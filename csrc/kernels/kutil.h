@@ -35,8 +35,9 @@ int em_copy_into(em_Tensor *dst, PyObject *src);
  * the last one, on the thread pool in fixed chunks; 1 when it ran, 0 when the case is not
  * this one, -1 with an exception (a signal handler raised meanwhile). */
 int em_transpose_copy(PyArrayObject *dst, PyArrayObject *src);
-/* The same for any other same-dtype layout into a C-contiguous dst of at least
- * EM_NOGIL_FROM elements: its rows on the pool in fixed chunks (1, 0 or -1 as above). */
+/* The same for another same-dtype layout whose last dim is contiguous into a
+ * C-contiguous dst of at least EM_NOGIL_FROM elements: its rows on the pool in fixed
+ * chunks (1, 0 or -1 as above). */
 int em_strided_copy(PyArrayObject *dst, PyArrayObject *src);
 
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
