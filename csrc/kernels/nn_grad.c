@@ -799,45 +799,44 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     int64_t start1[1] = {M};
     emb_ctx c = {PyArray_DATA(g->array), iv, NULL, start1, PyArray_DATA(out->array), D, V, V,
                  g->dtype == EM_FLOAT32};
-    int64_t *order = NULL, *start = NULL, blocks = 1;
+    int64_t *order = NULL, *start = NULL, *fill = NULL, blocks = 1;
     double work = (double)(M + V) * (double)D;
     if (work >= EM_POOL_FROM && em_pool_threads() > 1 && V > 1) {
         c.vc = (V + EMB_CHUNKS - 1) / EMB_CHUNKS;
         blocks = (V + c.vc - 1) / c.vc;
         order = PyMem_Malloc(sizeof(int64_t) * (size_t)M);
         start = PyMem_Calloc((size_t)blocks + 1, sizeof(int64_t));
-        if (order == NULL || start == NULL) {
-            PyMem_Free(order);
-            PyMem_Free(start);
-            Py_DECREF(out);
-            return PyErr_NoMemory();
+        fill = PyMem_Malloc(sizeof(int64_t) * (size_t)blocks);
+        if (order == NULL || start == NULL || fill == NULL) {
+            PyErr_NoMemory();
+            goto error;
         }
         for (Py_ssize_t i = 0; i < M; i++)
             start[iv[i] / c.vc + 1]++;
         for (int64_t b = 0; b < blocks; b++)
             start[b + 1] += start[b];
-        int64_t *fill = PyMem_Malloc(sizeof(int64_t) * (size_t)blocks);
-        if (fill == NULL) {
-            PyMem_Free(order);
-            PyMem_Free(start);
-            Py_DECREF(out);
-            return PyErr_NoMemory();
-        }
         memcpy(fill, start, sizeof(int64_t) * (size_t)blocks);
         for (Py_ssize_t i = 0; i < M; i++)
             order[fill[iv[i] / c.vc]++] = i;
-        PyMem_Free(fill);
         c.order = order;
         c.start = start;
     }
     /* blocks of whole rows, each about an equal share of the work */
-    int st = em_run_chunked(emb_range, &c, blocks, (int64_t)(work / (double)blocks) + 1);
+    if (em_run_chunked(emb_range, &c, blocks, (int64_t)(work / (double)blocks) + 1) < 0)
+        goto error;
     PyMem_Free(order);
     PyMem_Free(start);
-    if (st == 0 && pad >= 0 && pad < V)
+    PyMem_Free(fill);
+    if (pad >= 0 && pad < V)
         memset((char *)PyArray_DATA(out->array) + pad * D * PyArray_ITEMSIZE(out->array), 0,
                (size_t)D * PyArray_ITEMSIZE(out->array));
-    return em_finish(out, st);
+    return (PyObject *)out;
+error:
+    PyMem_Free(order);
+    PyMem_Free(start);
+    PyMem_Free(fill);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ batch_norm (backward) */
