@@ -5,6 +5,7 @@ throughput. Same thread count, dtype (float32) and inputs on every side; warm-up
 excluded; each figure is the median of >= 20 timed runs.
 
     python benchmarks/eager_ops.py [--threads 1] [--runs 25] [--only nn]
+    python benchmarks/eager_ops.py --only embedding,transpose   (those nn rows alone)
 
 Aims ([foundation], [eager]): per-op overhead on 16 elements within 1.5x of PyTorch
 eager's; large elementwise ops and matmul within 1.2x of NumPy.
@@ -70,6 +71,10 @@ import ember  # noqa: E402
 # Ember's worker imports torch too (the zoo's ember models take torch's weights) but
 # runs none of its kernels while timing.
 torch = _harness.try_torch()
+
+# --only with names other than "nn": the nn rows whose names start with one of them,
+# alone (no zoo or small-tensor tables).
+NN_ONLY = [w for w in args.only.split(",") if w and w != "nn"]
 
 
 def cases(n_small=16, big=(2048, 2048)):
@@ -303,7 +308,8 @@ def nn_case_list(libs=None):
         for pass_, i in (("fwd", 0), ("fwd+bwd", 1)):
             fe = sides["ember"][i] if "ember" in sides else None
             ft = sides["torch"][i] if "torch" in sides else None
-            if (fe or ft) is not None:
+            if (fe or ft) is not None and (
+                    not NN_ONLY or any(name.startswith(w) for w in NN_ONLY)):
                 cases.append((name, pass_, fe, ft))
     return cases
 
@@ -326,7 +332,7 @@ def worker_main():
 
 
 def tables():
-    return ("nn", "zoo")
+    return ("nn",) if NN_ONLY else ("nn", "zoo")
 
 
 def separate_tables():
@@ -429,11 +435,13 @@ def main():
     if torch is not None and SEPARATE:
         missed = separate_tables()
         nn_table(missed["nn"])
-        zoo_table(missed["zoo"])
+        if not NN_ONLY:
+            zoo_table(missed["zoo"])
     elif torch is not None:
         nn_table()
-        zoo_table()
-    if args.only == "nn":
+        if not NN_ONLY:
+            zoo_table()
+    if args.only == "nn" or NN_ONLY:
         return
     print(f"# median of {args.runs} runs, microseconds per call\n")
     head = (f"{'op':<22}{'size':>5} {'ember':>10} {'numpy':>10} {'torch':>10} "

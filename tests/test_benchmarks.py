@@ -40,6 +40,17 @@ def test_eager_ops_separate_processes_at_two_threads():
     assert "# nn ops at 2 thread(s):" in out
 
 
+def test_eager_ops_only_names_nn_rows():
+    """--only with op names times those nn rows alone (no other op, no zoo or
+    small-tensor table)."""
+    pytest.importorskip("torch")
+    out = _run("eager_ops.py", "--quick", "--only", "embedding,transpose")
+    rows = [ln.split()[0] for ln in out.splitlines()
+            if ln.rstrip().endswith(("met", "MISSED")) and not ln.startswith("#")]
+    assert rows and set(rows) == {"embedding", "transpose+contiguous"}
+    assert "GPT" not in out and "large elementwise" not in out
+
+
 def test_eager_ops_interleaved_flag_keeps_one_process():
     pytest.importorskip("torch")
     out = _run("eager_ops.py", "--quick", "--threads", "2", "--only", "nn",

@@ -85,3 +85,27 @@ def test_other_layouts_and_dtypes_take_numpy():
     ia = rng.integers(-5, 5, (6, 4))
     np.testing.assert_array_equal(
         ember.from_numpy(ia).matmul(ember.from_numpy(ia.T.copy())).numpy(), ia @ ia.T)
+
+
+def test_small_products_leave_blas_threads_alone():
+    """A product below POOL_GEMM_MIN multiply-adds is single-threaded in BLAS anyway:
+    it does not set BLAS's threads to 1 and back (two library calls a product); a large
+    one does, and both give the same values at 1 and 2 threads."""
+    if _C._blas_info() is None:
+        pytest.skip("no BLAS found")
+    rng = np.random.default_rng(4)
+    small = [rng.standard_normal(s).astype(np.float32) for s in ((32, 48), (48, 40))]
+    large = [rng.standard_normal(s).astype(np.float32) for s in ((256, 128), (128, 96))]
+
+    def product(a, b):
+        return ember.from_numpy(a).matmul(ember.from_numpy(b)).numpy()
+
+    def switches(a, b):
+        before = _C._blas_thread_switches()
+        out = product(a, b)
+        return _C._blas_thread_switches() - before, out
+    n_small, out_small = _threads(2, lambda: switches(*small))
+    n_large, out_large = _threads(2, lambda: switches(*large))
+    assert (n_small, n_large) == (0, 1)
+    np.testing.assert_array_equal(out_small, _threads(1, lambda: product(*small)))
+    np.testing.assert_array_equal(out_large, _threads(1, lambda: product(*large)))

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
@@ -21,6 +20,8 @@ from ember import nn
 from ember.capture.config import config
 from ember.compiler import graph_cache, kernel_cache
 from ember.compiler.loop_ir import KernelSpec
+
+from cache_folders import refused_cache_folder
 
 
 @pytest.fixture
@@ -290,16 +291,8 @@ def test_a_spec_that_is_not_its_keys_is_never_compiled(cache_dir):
 def test_a_folder_others_can_write_is_refused(tmp_path, monkeypatch, mode):
     ember.compiler.reset()
     graph_cache.stats.clear()
-    path = tmp_path / "shared"
-    path.mkdir()
-    os.chmod(path, mode)
-    monkeypatch.setattr(config, "cache_dir", str(path))
-    monkeypatch.setattr(kernel_cache, "_warned", set())
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
+    with refused_cache_folder(tmp_path, monkeypatch, mode, "graphs"):
         train(make_model(), data())
-    assert any("writable by group or others" in str(x.message) for x in w)
-    assert not (path / "graphs").exists() or not list((path / "graphs").iterdir())
 
 
 def test_the_switch_turns_it_off(cache_dir, monkeypatch):

@@ -18,6 +18,8 @@ from ember.capture.config import config, default_cache_dir
 from ember.compiler import jit, kernel_cache
 from ember.compiler.backend import CompiledLLVMGraph
 
+from cache_folders import assert_nothing_stored, refused_cache_folder
+
 F32 = ember.float32._code
 
 
@@ -240,17 +242,13 @@ def test_an_unsound_entry_is_ignored_and_rebuilt(cache_dir, n, damage):
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o722])
 def test_a_folder_others_can_write_is_refused_with_one_warning(tmp_path, monkeypatch, mode):
-    path = tmp_path / "shared"
-    path.mkdir()
-    os.chmod(path, mode)
-    monkeypatch.setattr(config, "cache_dir", str(path))
-    with pytest.warns(RuntimeWarning, match="writable by group or others"):
+    with refused_cache_folder(tmp_path, monkeypatch, mode, "kernels") as path:
         kern = load(triad_spec(7001 + mode))
     np.testing.assert_array_equal(run_triad(kern, 7001 + mode), np.arange(7001 + mode) + 3.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load(triad_spec(7002 + mode))                    # warned once
-    assert not os.path.exists(path / "kernels") or not os.listdir(path / "kernels")
+    assert_nothing_stored(path, "kernels")
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a folder away")

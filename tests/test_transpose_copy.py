@@ -77,3 +77,58 @@ def test_empty_and_zero_sized():
         e, t = _pair(shape, "float32")
         r = e.transpose(-1, -2).contiguous()
         assert tuple(r.shape) == tuple(t.transpose(-1, -2).shape)
+
+
+def _same_bytes_on_the_pool(shape, dtype, view):
+    """view(x) made contiguous (cloned when it is already) at 1 and 2 threads: one pool
+    job at 2 threads, none at 1, the same bytes both times and as torch."""
+    e, t = _pair(shape, dtype, seed=3)
+    before, outs = ember.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            ember.set_num_threads(threads)
+            jobs = ember._C._pool_jobs()
+            v = view(e)
+            outs.append((v.clone() if v.is_contiguous() else v.contiguous()).numpy())
+            assert ember._C._pool_jobs() - jobs == threads - 1, (shape, threads)
+    finally:
+        ember.set_num_threads(before)
+    want = view(t).contiguous().numpy()
+    assert outs[0].tobytes() == outs[1].tobytes() == want.tobytes(), shape
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "int8"])
+def test_large_copies_on_the_pool_identical_at_one_and_two_threads(dtype):
+    """From 131072 elements the tiled copy's bands of 32 rows go to the pool in fixed
+    chunks at 2 threads (a 2-d transpose and a batched permute): the same bytes as at 1
+    thread and as torch."""
+    for shape, view in [((700, 300), lambda x: x.t()),
+                        ((3, 200, 330), lambda x: x.permute(0, 2, 1))]:
+        _same_bytes_on_the_pool(shape, dtype, view)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "bool", "complex64"])
+def test_other_strided_copies_on_the_pool_identical_at_one_and_two_threads(dtype):
+    """Layouts the tiled copy does not take whose last dim is contiguous (a permute
+    keeping the last dim, row slices, a broadcast, a plain clone) copy the destination's
+    rows on the pool in fixed chunks from 131072 elements: the same bytes at 1 and 2
+    threads and as torch; small ones and a step along the last dim stay with NumPy."""
+    for shape, view in [((64, 40, 96), lambda x: x.permute(1, 0, 2)),
+                        ((600, 1400), lambda x: x[::2, 100:1300]),
+                        ((1, 900), lambda x: x.expand(400, 900)),
+                        ((5, 7, 3, 2000), lambda x: x[:, :, ::2].permute(1, 0, 2, 3)),
+                        ((1, 150000), lambda x: x.t()),
+                        ((250, 800), lambda x: x)]:
+        _same_bytes_on_the_pool(shape, dtype, view)
+    before = ember.get_num_threads()
+    ember.set_num_threads(2)
+    try:
+        jobs = ember._C._pool_jobs()
+        for shape, view in [((50, 60), lambda x: x[::2]),
+                            ((600, 1400), lambda x: x[::2, 1::3])]:
+            e, t = _pair(shape, dtype)
+            np.testing.assert_array_equal(view(e).contiguous().numpy(),
+                                          view(t).contiguous().numpy())
+        assert ember._C._pool_jobs() == jobs
+    finally:
+        ember.set_num_threads(before)

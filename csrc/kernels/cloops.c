@@ -418,10 +418,6 @@ same_layout(const em_Tensor *t, const em_Tensor *out)
 }
 
 #define EM_CLOOP_MAX_IN 3
-#define EM_CLOOP_NOGIL 32768    /* elements from which the loop runs without the GIL */
-
-#define EM_CLOOP_CHUNK 32768    /* elements per pool chunk */
-#define EM_CLOOP_POOL 131072    /* elements from which the chunks go to the pool */
 
 /* A loop's elements [a, b) (every operand laid out alike: an element's offset is the
  * same in each), one pool chunk. */
@@ -495,20 +491,11 @@ em_cloop(const char *name, PyObject **ins, int nin, em_Tensor *out, const double
             goto done;
     }
     {
-        /* elementwise: the chunks (fixed multiples of EM_CLOOP_CHUNK) give the same
-         * results on any number of threads */
-        Py_ssize_t n = out->numel;
+        /* elementwise: the chunks (fixed multiples of EM_POOL_CHUNK elements) give the
+         * same results on any number of threads */
         cloop_job job = {e, ptrs, nin, PyArray_DATA(dst), params, compute == EM_FLOAT32};
-        if (n >= EM_CLOOP_POOL && em_pool_threads() > 1) {
-            if (em_parallel_for(cloop_range, &job, n, EM_CLOOP_CHUNK, 1) < 0)
-                goto done;
-        }
-        else {
-            PyThreadState *ts = n >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-            cloop_range(&job, 0, n);
-            if (ts != NULL)
-                PyEval_RestoreThread(ts);
-        }
+        if (em_run_chunked(cloop_range, &job, out->numel, 1) < 0)
+            goto done;
     }
     if (dst != out->array && PyArray_CopyInto(out->array, dst) < 0)
         goto done;
@@ -728,9 +715,8 @@ softmax_range(void *ctx, int64_t a, int64_t b)
 }
 
 /* softmax / log_softmax of a contiguous float32 or float64 tensor along its last dim
- * into out (same dtype, contiguous); rows on the pool (chunks of whole rows, about
- * EM_CLOOP_CHUNK elements, each row computed alone: the same results at any thread
- * count) from EM_CLOOP_POOL elements. Returns 1 when done, 0 when the case is not this
+ * into out (same dtype, contiguous); rows on the pool (em_run_chunked: chunks of whole
+ * rows, each row computed alone, the same results at any thread count). Returns 1 when done, 0 when the case is not this
  * one (the caller computes another way), -1 with an exception (a signal handler
  * raised while the rows ran on the pool). */
 int
@@ -743,13 +729,5 @@ em_softmax_lastdim(em_Tensor *x, em_Tensor *out, int log_out)
     Py_ssize_t n = x->sizes[x->ndim - 1], rows = x->numel / n;
     softmax_job job = {PyArray_DATA(x->array), PyArray_DATA(out->array), n, log_out,
                        x->dtype == EM_FLOAT32};
-    if (x->numel >= EM_CLOOP_POOL && em_pool_threads() > 1) {
-        int64_t chunk = EM_CLOOP_CHUNK / n > 0 ? EM_CLOOP_CHUNK / n : 1;
-        return em_parallel_for(softmax_range, &job, rows, chunk, 1) < 0 ? -1 : 1;
-    }
-    PyThreadState *ts = x->numel >= EM_CLOOP_NOGIL ? PyEval_SaveThread() : NULL;
-    softmax_range(&job, 0, rows);
-    if (ts != NULL)
-        PyEval_RestoreThread(ts);
-    return 1;
+    return em_run_chunked(softmax_range, &job, rows, n) < 0 ? -1 : 1;
 }

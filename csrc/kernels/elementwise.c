@@ -289,17 +289,18 @@ run_cloop(em_Tensor *out, const char *loop, PyObject **ins, int nin, const doubl
     return em_finish(out, c < 0 ? -1 : 0);
 }
 
-/* Kernels of unary ops computed by one C loop: sigmoid, erf, gelu, silu, ... The loop
- * has the op's name unless given; params are the op's numbers. */
+/* Kernels of ops of nin tensor operands computed by one C loop: sigmoid, erf, gelu,
+ * silu, ..., special_zeta. The loop has the op's name unless given; params are the op's
+ * numbers. */
 static PyObject *
-unary_cloop(em_Op *op, PyObject **args, const char *loop, const double *params)
+cloop_kernel(em_Op *op, PyObject **args, int nin, const char *loop, const double *params)
 {
     em_dtype_t compute;
     bool done;
-    em_Tensor *out = elementwise_out(op, args, 1, &compute, &done);
+    em_Tensor *out = elementwise_out(op, args, nin, &compute, &done);
     if (done)
         return (PyObject *)out;
-    return run_cloop(out, loop != NULL ? loop : PyUnicode_AsUTF8(op->name), args, 1,
+    return run_cloop(out, loop != NULL ? loop : PyUnicode_AsUTF8(op->name), args, nin,
                      params);
 }
 
@@ -319,7 +320,7 @@ k_cloop(em_Op *op, PyObject **args)
     for (int i = 1; i < op->nparams; i++)
         if ((p[i - 1] = PyFloat_AsDouble(args[i])) == -1.0 && PyErr_Occurred())
             return NULL;
-    return unary_cloop(op, args, NULL, p);
+    return cloop_kernel(op, args, 1, NULL, p);
 }
 
 /* A binary op computed by the C loop named after it (special_zeta): both operands are
@@ -327,12 +328,7 @@ k_cloop(em_Op *op, PyObject **args)
 static PyObject *
 k_cloop_binary(em_Op *op, PyObject **args)
 {
-    em_dtype_t compute;
-    bool done;
-    em_Tensor *out = elementwise_out(op, args, 2, &compute, &done);
-    if (done)
-        return (PyObject *)out;
-    return run_cloop(out, PyUnicode_AsUTF8(op->name), args, 2, NULL);
+    return cloop_kernel(op, args, 2, NULL, NULL);
 }
 
 /* relu(x) = maximum(x, 0), NaN-propagating: a C loop for floats, the ufunc for integers. */
@@ -446,7 +442,7 @@ k_gelu(em_Op *op, PyObject **args)
                         "gelu(): approximate argument must be either none or tanh.");
         return NULL;
     }
-    return unary_cloop(op, args, tanh_ ? "gelu_tanh" : "gelu", NULL);
+    return cloop_kernel(op, args, 1, tanh_ ? "gelu_tanh" : "gelu", NULL);
 }
 
 /* nan_to_num(self, nan=None, posinf=None, neginf=None): floats through a C loop (the

@@ -57,9 +57,10 @@ em_copy_into(em_Tensor *dst, PyObject *src)
         Py_DECREF(arr);
         return -1;
     }
-    int r = !converts && em_transpose_copy(dst->array, (PyArrayObject *)arr)
-                ? 0
-                : PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
+    int r = converts ? 0 : em_transpose_copy(dst->array, (PyArrayObject *)arr);
+    if (r == 0 && !converts)
+        r = em_strided_copy(dst->array, (PyArrayObject *)arr);
+    r = r < 0 ? -1 : r > 0 ? 0 : PyArray_CopyInto(dst->array, (PyArrayObject *)arr);
     Py_DECREF(arr);
     if (converts && em_errstate_restore(token) < 0)
         r = -1;
@@ -187,4 +188,20 @@ em_refuse_complex(em_Op *op, PyObject *t)
     PyErr_Format(PyExc_NotImplementedError, "%U(): \"%U\" not implemented for '%s'",
                  op->name, op->name, em_dtype_torch_name(((em_Tensor *)t)->dtype));
     return -1;
+}
+
+int
+em_run_chunked(em_range_fn fn, void *ctx, int64_t items, int64_t unit)
+{
+    if (items <= 0)
+        return 0;
+    if (unit < 1)
+        unit = 1;
+    int64_t chunk = EM_POOL_CHUNK / unit > 0 ? EM_POOL_CHUNK / unit : 1;
+    double elems = (double)items * (double)unit;
+    if (elems >= EM_NOGIL_FROM)
+        return em_parallel_for(fn, ctx, items, chunk,
+                               elems >= EM_POOL_FROM && em_pool_threads() > 1);
+    fn(ctx, 0, items);
+    return 0;
 }

@@ -4,6 +4,7 @@
 #define EMBER_KUTIL_H
 
 #include "ember.h"
+#include "runtime/runtime.h"
 
 /* Whether a kernel computes geometry only (meta mode or a meta input). */
 static inline bool
@@ -31,8 +32,13 @@ int em_copy_into(em_Tensor *dst, PyObject *src);
 
 /* transpose_copy.c: src copied into the C-contiguous dst of its shape and dtype in
  * cache-sized tiles when src is a permuted dense layout whose unit-stride dim is not
- * the last one; 1 when it ran, 0 when the case is not this one. */
+ * the last one, on the thread pool in fixed chunks; 1 when it ran, 0 when the case is not
+ * this one, -1 with an exception (a signal handler raised meanwhile). */
 int em_transpose_copy(PyArrayObject *dst, PyArrayObject *src);
+/* The same for another same-dtype layout whose last dim is contiguous into a
+ * C-contiguous dst of at least EM_NOGIL_FROM elements: its rows on the pool in fixed
+ * chunks (1, 0 or -1 as above). */
+int em_strided_copy(PyArrayObject *dst, PyArrayObject *src);
 
 /* A tuple of ints (already converted by the binder) into out; n receives the length. */
 int em_int_list(PyObject *tup, Py_ssize_t *out, int *n, int max);
@@ -70,6 +76,18 @@ PyObject *em_numpy_generator(em_Op *op, PyObject **args);
 
 /* clone(t, memory_format=contiguous_format), dispatched. */
 PyObject *em_clone_contiguous(PyObject *t);
+
+/* Kernels' work on the thread pool (kutil.c): fn over `items` independent items
+ * (elements, rows, planes) of `unit` elements each, in fixed chunks of whole items of
+ * about EM_POOL_CHUNK elements; spread over the pool's threads from EM_POOL_FROM
+ * elements (when it has more than one), else in order on this thread (the GIL released
+ * from EM_NOGIL_FROM elements, signals checked between chunks). Each item is computed
+ * alone and the chunks do not depend on the thread count, so results are identical at
+ * any thread count. 0, or -1 with an exception (a signal handler raised). */
+#define EM_POOL_CHUNK 32768
+#define EM_POOL_FROM 131072
+#define EM_NOGIL_FROM 32768
+int em_run_chunked(em_range_fn fn, void *ctx, int64_t items, int64_t unit);
 
 /* cloops.c: name's C loop over ins into out (params: the op's scalars); 1 when it ran,
  * 0 when no loop fits (the caller computes otherwise), -1 with an exception. */

@@ -12,7 +12,7 @@
  *
  * "batch_norm_functional": batch_norm.c's em_batch_norm_kernel.
  *
- * "embedding": the rows of the weight picked by the indices (NumPy's take).
+ * "embedding": the rows of the weight picked by the indices (copied on the pool).
  *
  * "layer_norm", "cross_entropy_loss": their common cases (float32/float64 rows; unweighted
  * (N, C) logits with class indices) in one C pass, statistics in double (float32
@@ -116,8 +116,26 @@ error:
     return NULL;
 }
 
+/* out's rows [a, b) = the weight's rows idx[a..b) (row bytes each) */
+typedef struct {
+    const char *w;
+    const int64_t *idx;
+    char *out;
+    size_t row;
+} gather_job;
+
+static void
+gather_range(void *c, int64_t a, int64_t b)
+{
+    gather_job *j = c;
+    for (int64_t i = a; i < b; i++)
+        memcpy(j->out + (size_t)i * j->row, j->w + (size_t)j->idx[i] * j->row, j->row);
+}
+
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): the rows of a 2-d
- * weight picked by int32/int64 indices (NumPy's take); meta calls, wrong arguments and
+ * weight picked by int32/int64 indices (from EM_POOL_FROM elements at 2 threads or more,
+ * a contiguous weight's rows copied on the pool in fixed chunks, em_run_chunked; else
+ * NumPy's take); meta calls, wrong arguments and
  * empty results take the decomposition, which raises PyTorch's errors. */
 static PyObject *
 k_embedding(em_Op *op, PyObject **args)
@@ -141,13 +159,34 @@ k_embedding(em_Op *op, PyObject **args)
             return NULL;
         }
     }
-    PyObject *arr = PyArray_TakeFrom(w->array, (PyObject *)ia, 0, NULL, NPY_RAISE);
-    Py_DECREF(ia);
-    if (arr == NULL)
+    /* NumPy's take on one thread (measured no slower than a row loop), rows of a
+     * contiguous weight copied on the pool when it has threads for them */
+    if (!PyArray_IS_C_CONTIGUOUS(w->array) || em_pool_threads() < 2 ||
+        (double)n * (double)w->sizes[1] < EM_POOL_FROM ||
+        em_check_ndim("embedding", idx->ndim + 1) < 0) {
+        PyObject *arr = PyErr_Occurred() ? NULL
+                        : PyArray_TakeFrom(w->array, (PyObject *)ia, 0, NULL, NPY_RAISE);
+        Py_DECREF(ia);
+        if (arr == NULL)
+            return NULL;
+        PyObject *out = (PyObject *)em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
+        Py_DECREF(arr);
+        return out;
+    }
+    /* rows copied in fixed chunks of whole rows (a copy: the same at any thread count) */
+    Py_ssize_t sizes[EM_MAX_DIMS];
+    memcpy(sizes, idx->sizes, sizeof(Py_ssize_t) * idx->ndim);
+    sizes[idx->ndim] = w->sizes[1];
+    em_Tensor *out = em_empty(idx->ndim + 1, sizes, w->dtype, false);
+    if (out == NULL) {
+        Py_DECREF(ia);
         return NULL;
-    PyObject *out = (PyObject *)em_tensor_from_array((PyArrayObject *)arr, NULL, 0);
-    Py_DECREF(arr);
-    return out;
+    }
+    size_t row = (size_t)w->sizes[1] * (size_t)PyArray_ITEMSIZE(w->array);
+    gather_job job = {PyArray_BYTES(w->array), iv, PyArray_BYTES(out->array), row};
+    int st = em_run_chunked(gather_range, &job, n, w->sizes[1]);
+    Py_DECREF(ia);
+    return em_finish(out, st);
 }
 
 /* ------------------------------------------------------------------ layer_norm */
@@ -196,11 +235,9 @@ dense_array(PyObject *t)
 /* layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable): float32/float64
  * inputs whose weight and bias (if any) share their dtype and have the normalized shape;
  * everything else (errors, meta, float16) takes the decomposition. */
-/* The rows of layer_norm's kernel go to the thread pool from LN_POOL_FROM elements, in
- * fixed chunks of whole rows (about LN_CHUNK elements): each row is normalised alone, so
- * the result is the same at any thread count. */
-#define LN_POOL_FROM 131072
-#define LN_CHUNK 32768
+/* The rows of layer_norm's kernel go to the thread pool in fixed chunks of whole rows
+ * (em_run_chunked): each row is normalised alone, so the result is the same at any
+ * thread count. */
 
 typedef struct {
     const void *x, *w, *b;
@@ -267,9 +304,7 @@ k_layer_norm(em_Op *op, PyObject **args)
     ln_job job = {PyArray_DATA(xa), wa ? PyArray_DATA(wa) : NULL,
                   ba ? PyArray_DATA(ba) : NULL, PyArray_DATA(out->array), n, eps,
                   x->dtype == EM_FLOAT32};
-    int64_t chunk = LN_CHUNK / n > 0 ? LN_CHUNK / n : 1;
-    int st = em_parallel_for(ln_range, &job, rows, chunk,
-                             x->numel >= LN_POOL_FROM && em_pool_threads() > 1);
+    int st = em_run_chunked(ln_range, &job, rows, n);
     Py_DECREF(xa);
     Py_XDECREF(wa);
     Py_XDECREF(ba);
@@ -317,12 +352,10 @@ cross_entropy_##T(const T *x, const int64_t *t, double *loss, Py_ssize_t N, Py_s
 CROSS_ENTROPY(double)
 
 /* The float32 case of the same: the rows' logsumexp and sum from cloops.c's vectorised
- * loop (into loss and a scratch row; on the pool from CE_POOL_FROM elements, in fixed
- * chunks of whole rows: each row's figures are the same at any thread count), then the
+ * loop (into loss and a scratch row; on the pool in fixed chunks of whole rows,
+ * em_run_chunked: each row's figures are the same at any thread count), then the
  * per-sample formula above. Called with the GIL held: the row of the first target out
  * of range (no exception), -1 done, -2 with an exception (a signal handler raised). */
-#define CE_POOL_FROM 131072     /* logits from which the rows go to the pool */
-#define CE_CHUNK 32768          /* logits per pool chunk (whole rows) */
 
 typedef struct {
     const float *x;
@@ -348,9 +381,7 @@ cross_entropy_float(const float *x, const int64_t *t, double *loss, Py_ssize_t N
         if (t[r] != ignore && (t[r] < 0 || t[r] >= C))
             return r;
     ce_ctx job = {x, loss, smoothing > 0 ? total : NULL, C};
-    int64_t chunk = CE_CHUNK / C > 0 ? CE_CHUNK / C : 1;
-    if (em_parallel_for(ce_lse_range, &job, N, chunk,
-                        N * C >= CE_POOL_FROM && em_pool_threads() > 1) < 0)
+    if (em_run_chunked(ce_lse_range, &job, N, C) < 0)
         return -2;
     for (Py_ssize_t r = 0; r < N; r++) {
         int64_t c = t[r];

@@ -712,44 +712,54 @@ grad_cross_entropy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ embedding */
 
+/* The weight's rows are cut in EMB_CHUNKS fixed blocks (fewer when it has fewer rows);
+ * block c zeroes its rows, then adds into them the gradient rows whose index falls in
+ * it, in order (order[start[c]..start[c + 1]): a stable counting sort of the rows by
+ * block), so every element gets its additions in index order whatever thread runs the
+ * block. Without the pool the blocks are one (all rows in order: the same sums). */
+#define EMB_CHUNKS 64
+
 typedef struct {
     const void *g;
-    const int64_t *idx;
+    const int64_t *idx, *order, *start;
     void *out;
-    Py_ssize_t m, d;
+    Py_ssize_t d, vc, V;
+    bool f32;
 } emb_ctx;
 
-/* columns [a, b) of every row: out[idx[i], a:b] += g[i, a:b], i in order */
+#define EMB_ADD(T)                                                                       \
+static void                                                                              \
+emb_add_##T(const T *restrict g, const int64_t *idx, const int64_t *order, int64_t i0,   \
+            int64_t i1, T *restrict out, Py_ssize_t d)                                    \
+{                                                                                        \
+    for (int64_t k = i0; k < i1; k++) {                                                  \
+        int64_t i = order != NULL ? order[k] : k;                                        \
+        const T *gr = g + i * d;                                                         \
+        T *orow = out + idx[i] * d;                                                      \
+        for (Py_ssize_t j = 0; j < d; j++)                                               \
+            orow[j] += gr[j];                                                            \
+    }                                                                                    \
+}
+
+EMB_ADD(float)
+EMB_ADD(double)
+
+/* blocks [a, b) of the weight's rows */
 static void
-emb_range(void *c, int64_t a, int64_t b, bool f32)
+emb_range(void *c, int64_t a, int64_t b)
 {
     emb_ctx *p = c;
-    for (Py_ssize_t i = 0; i < p->m; i++) {
-        if (f32) {
-            const float *restrict gr = (const float *)p->g + i * p->d;
-            float *restrict orow = (float *)p->out + p->idx[i] * p->d;
-            for (int64_t j = a; j < b; j++)
-                orow[j] += gr[j];
-        }
-        else {
-            const double *restrict gr = (const double *)p->g + i * p->d;
-            double *restrict orow = (double *)p->out + p->idx[i] * p->d;
-            for (int64_t j = a; j < b; j++)
-                orow[j] += gr[j];
-        }
+    size_t isz = p->f32 ? sizeof(float) : sizeof(double);
+    for (int64_t blk = a; blk < b; blk++) {
+        int64_t v0 = blk * p->vc, v1 = v0 + p->vc < p->V ? v0 + p->vc : p->V;
+        memset((char *)p->out + (size_t)(v0 * p->d) * isz, 0, (size_t)((v1 - v0) * p->d) * isz);
+        int64_t i0 = p->order != NULL ? p->start[blk] : 0;
+        int64_t i1 = p->order != NULL ? p->start[blk + 1] : p->start[0];
+        if (p->f32)
+            emb_add_float(p->g, p->idx, p->order, i0, i1, p->out, p->d);
+        else
+            emb_add_double(p->g, p->idx, p->order, i0, i1, p->out, p->d);
     }
-}
-
-static void
-emb_range32(void *c, int64_t a, int64_t b)
-{
-    emb_range(c, a, b, true);
-}
-
-static void
-emb_range64(void *c, int64_t a, int64_t b)
-{
-    emb_range(c, a, b, false);
 }
 
 /* _grad_embedding(grad, indices, num_weights, padding_idx): the (num_weights, D)
@@ -782,21 +792,51 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     em_Tensor *out = em_empty(2, sz, g->dtype, false);
     if (out == NULL)
         return NULL;
-    memset(PyArray_DATA(out->array), 0, (size_t)PyArray_NBYTES(out->array));
-    if (M == 0 || D == 0)
+    if (M == 0 || D == 0 || V == 0) {
+        memset(PyArray_DATA(out->array), 0, (size_t)PyArray_NBYTES(out->array));
         return (PyObject *)out;
-    emb_ctx c = {PyArray_DATA(g->array), iv, PyArray_DATA(out->array), M, D};
-    /* columns split across the pool's threads (16-column multiples): each element adds
-     * its rows in index order whatever the split */
-    int threads = em_pool_threads();
-    int64_t chunk = (D + threads - 1) / threads;
-    chunk = (chunk + 15) / 16 * 16;
-    int st = run(g->dtype == EM_FLOAT32 ? emb_range32 : emb_range64, &c, D, chunk,
-                 g->numel >= PARALLEL_FROM);
-    if (st == 0 && pad >= 0 && pad < V)
+    }
+    int64_t start1[1] = {M};
+    emb_ctx c = {PyArray_DATA(g->array), iv, NULL, start1, PyArray_DATA(out->array), D, V, V,
+                 g->dtype == EM_FLOAT32};
+    int64_t *order = NULL, *start = NULL, *fill = NULL, blocks = 1;
+    double work = (double)(M + V) * (double)D;
+    if (work >= EM_POOL_FROM && em_pool_threads() > 1 && V > 1) {
+        c.vc = (V + EMB_CHUNKS - 1) / EMB_CHUNKS;
+        blocks = (V + c.vc - 1) / c.vc;
+        order = PyMem_Malloc(sizeof(int64_t) * (size_t)M);
+        start = PyMem_Calloc((size_t)blocks + 1, sizeof(int64_t));
+        fill = PyMem_Malloc(sizeof(int64_t) * (size_t)blocks);
+        if (order == NULL || start == NULL || fill == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        for (Py_ssize_t i = 0; i < M; i++)
+            start[iv[i] / c.vc + 1]++;
+        for (int64_t b = 0; b < blocks; b++)
+            start[b + 1] += start[b];
+        memcpy(fill, start, sizeof(int64_t) * (size_t)blocks);
+        for (Py_ssize_t i = 0; i < M; i++)
+            order[fill[iv[i] / c.vc]++] = i;
+        c.order = order;
+        c.start = start;
+    }
+    /* blocks of whole rows, each about an equal share of the work */
+    if (em_run_chunked(emb_range, &c, blocks, (int64_t)(work / (double)blocks) + 1) < 0)
+        goto error;
+    PyMem_Free(order);
+    PyMem_Free(start);
+    PyMem_Free(fill);
+    if (pad >= 0 && pad < V)
         memset((char *)PyArray_DATA(out->array) + pad * D * PyArray_ITEMSIZE(out->array), 0,
                (size_t)D * PyArray_ITEMSIZE(out->array));
-    return em_finish(out, st);
+    return (PyObject *)out;
+error:
+    PyMem_Free(order);
+    PyMem_Free(start);
+    PyMem_Free(fill);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ batch_norm (backward) */

@@ -201,9 +201,11 @@ out_geom(em_Tensor *self, const pool_params *p, em_dtype_t dtype, bool cl, em_Ge
 
 #define MAXPOOL(T, ISNAN)                                                                \
 static void                                                                              \
-maxpool_##T(const T *x, T *y, int64_t *idx, const pool_params *p, int64_t pl0,           \
+maxpool_##T(const void *xv, void *yv, int64_t *idx, const pool_params *p, int64_t pl0,   \
             int64_t pl1)                                                                 \
 {                                                                                        \
+    const T *x = xv;                                                                     \
+    T *y = yv;                                                                           \
     for (Py_ssize_t pl = pl0; pl < pl1; pl++) {                                          \
         const T *xp = x + pl * p->H * p->W;                                              \
         T *yp = y + pl * p->OH * p->OW;                                                  \
@@ -246,30 +248,28 @@ MAXPOOL(float, isnan)
 MAXPOOL(double, isnan)
 MAXPOOL(int64_t, NO_NAN)
 
-/* The forward runs on the thread pool from POOL_FROM input elements, in fixed chunks of
- * whole planes (about CHUNK_ELEMS input elements): planes are independent, so the
- * result is the same at any thread count. */
-#define POOL_FROM 131072
-#define CHUNK_ELEMS 32768
+/* The forward runs on the thread pool in fixed chunks of whole planes
+ * (em_run_chunked): planes are independent, so the result is the same at any thread
+ * count. */
+
+/* A job of whole planes [a, b): forward (in x, out y and idx) or backward (in the
+ * gradient, idx, out the input's gradient), in the compute type's loop. */
+typedef void (*planes_fn)(const void *in, void *out, int64_t *idx, const pool_params *p,
+                          int64_t pl0, int64_t pl1);
 
 typedef struct {
-    const void *x;
-    void *y;
+    const void *in;
+    void *out;
     int64_t *idx;
     const pool_params *p;
-    int npy;
-} maxpool_job;
+    planes_fn fn;
+} planes_job;
 
 static void
-maxpool_range(void *c, int64_t a, int64_t b)
+planes_range(void *c, int64_t a, int64_t b)
 {
-    maxpool_job *j = c;
-    if (j->npy == NPY_FLOAT)
-        maxpool_float(j->x, j->y, j->idx, j->p, a, b);
-    else if (j->npy == NPY_DOUBLE)
-        maxpool_double(j->x, j->y, j->idx, j->p, a, b);
-    else
-        maxpool_int64_t(j->x, j->y, j->idx, j->p, a, b);
+    planes_job *j = c;
+    j->fn(j->in, j->out, j->idx, j->p, a, b);
 }
 
 static PyArrayObject *
@@ -350,11 +350,11 @@ k_max_pool2d(em_Op *op, PyObject **args)
         const void *xd = PyArray_DATA(x);
         void *yd = PyArray_DATA(y);
         int64_t *id = PyArray_DATA(ix);
-        maxpool_job job = {xd, yd, id, &p, npy};
-        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
-        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
-        if (em_parallel_for(maxpool_range, &job, p.P, chunk,
-                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+        planes_job job = {xd, yd, id, &p,
+                          npy == NPY_FLOAT    ? maxpool_float
+                          : npy == NPY_DOUBLE ? maxpool_double
+                                              : maxpool_int64_t};
+        if (em_run_chunked(planes_range, &job, p.P, p.H * p.W) < 0)
             goto error;
         if (store(values, y) < 0 || store(indices, ix) < 0)
             goto error;
@@ -377,9 +377,11 @@ error:
 
 #define MAXPOOL_BACKWARD(T)                                                              \
 static void                                                                              \
-maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p,        \
+maxpool_backward_##T(const void *gv, void *giv, int64_t *idx, const pool_params *p,      \
                      int64_t pl0, int64_t pl1)                                           \
 {                                                                                        \
+    const T *g = gv;                                                                     \
+    T *gi = giv;                                                                         \
     Py_ssize_t hw = p->H * p->W, ohw = p->OH * p->OW;                                    \
     memset(gi + pl0 * hw, 0, sizeof(T) * (size_t)((pl1 - pl0) * hw));                   \
     for (Py_ssize_t pl = pl0; pl < pl1; pl++)                                            \
@@ -392,26 +394,6 @@ maxpool_backward_##T(const T *g, const int64_t *idx, T *gi, const pool_params *p
 
 MAXPOOL_BACKWARD(float)
 MAXPOOL_BACKWARD(double)
-
-/* The backward's planes (zeroed, then each gradient added at its index, in order) go to
- * the pool as the forward's do. */
-typedef struct {
-    const void *g;
-    const int64_t *idx;
-    void *gi;
-    const pool_params *p;
-    int npy;
-} maxpool_bwd_job;
-
-static void
-maxpool_bwd_range(void *c, int64_t a, int64_t b)
-{
-    maxpool_bwd_job *j = c;
-    if (j->npy == NPY_FLOAT)
-        maxpool_backward_float(j->g, j->idx, j->gi, j->p, a, b);
-    else
-        maxpool_backward_double(j->g, j->idx, j->gi, j->p, a, b);
-}
 
 /* Checks that t has self's pooled shape (PyTorch's check_dim_size messages). */
 static int
@@ -493,11 +475,11 @@ k_max_pool2d_backward(em_Op *op, PyObject **args)
     else if ((r = (PyArrayObject *)PyArray_EMPTY(3, dims, npy, 0)) == NULL)
         goto error;
     {
-        maxpool_bwd_job job = {PyArray_DATA(ga), PyArray_DATA(ia), PyArray_DATA(r), &p, npy};
-        Py_ssize_t plane = p.H * p.W > 0 ? p.H * p.W : 1;
-        int64_t chunk = CHUNK_ELEMS / plane > 0 ? CHUNK_ELEMS / plane : 1;
-        if (em_parallel_for(maxpool_bwd_range, &job, p.P, chunk,
-                            p.P * plane >= POOL_FROM && em_pool_threads() > 1) < 0)
+        /* the planes (zeroed, then each gradient added at its index, in order) go to
+         * the pool as the forward's do */
+        planes_job job = {PyArray_DATA(ga), PyArray_DATA(r), PyArray_DATA(ia), &p,
+                          npy == NPY_FLOAT ? maxpool_backward_float : maxpool_backward_double};
+        if (em_run_chunked(planes_range, &job, p.P, p.H * p.W) < 0)
             goto error;
     }
     if (store(out, r) < 0)

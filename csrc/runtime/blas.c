@@ -255,6 +255,7 @@ gemm_units(void *ctx, int64_t lo, int64_t hi)
 
 static Py_ssize_t pool_gemm_calls;     /* products run on the pool (_blas_pool_calls) */
 static Py_ssize_t epilogue_gemm_calls;  /* products that ran their epilogues by blocks */
+static Py_ssize_t blas_switches;        /* products that set BLAS's threads to 1 */
 
 static int64_t
 ceil_div(int64_t a, int64_t b)
@@ -271,6 +272,22 @@ ceil_div(int64_t a, int64_t b)
 #define KSPLIT_OUT (1 << 16)
 #define KSPLIT_MAX 16
 #define KSPLIT_ALIGN 256
+
+/* o[i] = the sum of the chunks' partials p[u mn + i], in chunk order */
+#define ADD_PARTIALS(T)                                                                  \
+static void                                                                              \
+add_partials_##T(T *o, const T *p, size_t mn, int64_t chunks)                            \
+{                                                                                        \
+    for (size_t i = 0; i < mn; i++) {                                                    \
+        T v = p[i];                                                                      \
+        for (int64_t u = 1; u < chunks; u++)                                             \
+            v += p[u * mn + i];                                                          \
+        o[i] = v;                                                                        \
+    }                                                                                    \
+}
+
+ADD_PARTIALS(float)
+ADD_PARTIALS(double)
 
 static int
 pool_gemm_ksplit(gemm_job_t *j, int how)
@@ -292,26 +309,10 @@ pool_gemm_ksplit(gemm_job_t *j, int how)
     int st = em_parallel_for(gemm_kchunks, j, chunks, 1, parallel);
     if (st == 0) {
         char *c = PyArray_BYTES(j->out->array);
-        if (j->t == EM_FLOAT32) {
-            float *o = (float *)c;
-            const float *p = (const float *)j->part;
-            for (size_t i = 0; i < mn; i++) {
-                float v = p[i];
-                for (int64_t u = 1; u < chunks; u++)
-                    v += p[u * mn + i];
-                o[i] = v;
-            }
-        }
-        else {
-            double *o = (double *)c;
-            const double *p = (const double *)j->part;
-            for (size_t i = 0; i < mn; i++) {
-                double v = p[i];
-                for (int64_t u = 1; u < chunks; u++)
-                    v += p[u * mn + i];
-                o[i] = v;
-            }
-        }
+        if (j->t == EM_FLOAT32)
+            add_partials_float((float *)c, (const float *)j->part, mn, chunks);
+        else
+            add_partials_double((double *)c, (const double *)j->part, mn, chunks);
     }
     free(j->part);
     return st;
@@ -343,6 +344,33 @@ epilogue_align(const gemm_job_t *j, int64_t batch)
     for (int e = 0; e < j->ep->n && align < j->m; e++)
         align = align / gcd(align, j->ep->band[e]) * j->ep->band[e];
     return align < j->m ? align : j->m;
+}
+
+/* BLAS's own threads set to 1 for the single-threaded calls of a product of `macs`
+ * multiply-adds a matrix: the count blas_restore_after puts back (0: nothing changed).
+ * Below POOL_GEMM_MIN a call is single-threaded already (OpenBLAS runs products of at
+ * most 4 x 65536 multiply-adds on the calling thread: its GEMM_MULTITHREAD_THRESHOLD
+ * times SMP_THRESHOLD_MIN), so the two library calls a product would cost are skipped. */
+static int
+blas_single_for(double macs)
+{
+    if (macs < POOL_GEMM_MIN)
+        return 0;
+    int threads = blas_threads;
+    if (threads == 0 && blas_get_threads != NULL)
+        threads = blas_get_threads();
+    if (threads == 1)
+        return 0;
+    blas_set_threads(1);
+    blas_switches++;
+    return threads > 0 ? threads : 1;
+}
+
+static void
+blas_restore_after(int threads)
+{
+    if (threads > 0)
+        blas_set_threads(threads);
 }
 
 static int
@@ -387,14 +415,9 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
     j->blocks = rblocks * ceil_div(j->n, j->cols);
     if (batch == 1 && !j->fold && j->blocks < per && (double)j->m * j->n <= KSPLIT_OUT &&
         j->k >= 2 * KSPLIT_ALIGN && macs >= 2.0 * GEMM_BLOCK_MACS) {
-        int threads = blas_threads;
-        if (threads == 0 && blas_get_threads != NULL)
-            threads = blas_get_threads();
-        if (threads != 1)
-            blas_set_threads(1);
+        int threads = blas_single_for(macs);
         int st = pool_gemm_ksplit(j, how);
-        if (threads != 1)
-            blas_set_threads(threads > 0 ? threads : 1);
+        blas_restore_after(threads);
         return st;
     }
     bool parallel = em_pool_threads() > 1 &&
@@ -411,14 +434,9 @@ pool_gemm(gemm_job_t *j, int64_t batch, int how)
         return -1;
     }
     pool_gemm_calls += parallel;
-    int threads = blas_threads;
-    if (threads == 0 && blas_get_threads != NULL)
-        threads = blas_get_threads();
-    if (threads != 1)
-        blas_set_threads(1);
+    int threads = blas_single_for(macs);
     int st = em_parallel_for(gemm_units, j, batch * j->blocks, 1, parallel);
-    if (threads != 1)
-        blas_set_threads(threads > 0 ? threads : 1);
+    blas_restore_after(threads);
     if (j->ep != NULL) {
         PyMem_RawFree(j->panel_done);
         j->ep->done = true;
@@ -523,11 +541,19 @@ blas_epilogue_calls(PyObject *self, PyObject *noargs)
     return PyLong_FromSsize_t(epilogue_gemm_calls);
 }
 
+static PyObject *
+blas_thread_switches(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromSsize_t(blas_switches);
+}
+
 static PyMethodDef blas_methods[] = {
     {"_set_blas", set_blas, METH_O, "_set_blas(path): use this library's cblas_?gemm."},
     {"_blas_info", blas_info, METH_NOARGS, "The gemm symbol compiled graphs call, or None."},
     {"_blas_pool_calls", blas_pool_calls, METH_NOARGS,
      "How many products of compiled graphs ran split across Ember's pool."},
+    {"_blas_thread_switches", blas_thread_switches, METH_NOARGS,
+     "How many products set BLAS's own threads to 1 around their single-threaded calls."},
     {"_blas_epilogue_calls", blas_epilogue_calls, METH_NOARGS,
      "How many products of compiled graphs ran their epilogues on each block of rows."},
     {NULL},
