@@ -71,6 +71,8 @@ def torch_gpt(cfg):
             self.register_buffer("k_cache", None, persistent=False)
             self.register_buffer("v_cache", None, persistent=False)
 
+        setup_cache = models.gpt.CausalSelfAttention.setup_cache
+
         def forward(self, x, pos=None):
             B, T, C = x.shape
             q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -118,15 +120,8 @@ def torch_gpt(cfg):
             self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
             self.transformer.wte.weight = self.lm_head.weight
 
-        def setup_cache(self, batch):
-            for b in self.transformer.h:
-                a = b.attn
-                shape = (batch, a.n_head, cfg.block_size, a.n_embd // a.n_head)
-                if a.k_cache is not None and tuple(a.k_cache.shape) == shape:
-                    a.k_cache.zero_()
-                    a.v_cache.zero_()
-                else:
-                    a.k_cache, a.v_cache = torch.zeros(shape), torch.zeros(shape)
+        # the cache layout and reuse are ember.models.GPT's own (D7): the same methods
+        setup_cache = models.GPT.setup_cache
 
         def forward(self, idx, targets=None, pos=None):
             B, T = idx.shape

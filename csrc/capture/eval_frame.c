@@ -84,6 +84,7 @@ static int hook_linked;                    /* our hook is installed, or chained 
 static _PyFrameEvalFunction previous_eval; /* what we pass frames to; NULL: default */
 
 static Py_ssize_t n_hits, n_misses, n_callbacks, n_fast_hits;
+static PyObject *frame_log;     /* list, or NULL: record_frames() */
 
 static PyObject *eval_frame_hook(PyThreadState *, _PyInterpreterFrame *, int);
 
@@ -103,7 +104,7 @@ static void
 hook_remove(void)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
-    if (!hook_linked)
+    if (!hook_linked || frame_log != NULL)      /* recording: stays until it stops */
         return;
     /* If another hook was installed over ours, it chains to us: stay linked
      * (passing everything through) rather than cut it off. When it removes
@@ -298,6 +299,8 @@ static PyObject *
 eval_frame_hook(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     PyCodeObject *code = frame->f_code;
+    if (frame_log != NULL && PyList_Append(frame_log, (PyObject *)code) < 0)
+        return NULL;
     if (throwflag || (code->co_flags & NOT_CONVERTIBLE) ||
         (code->co_flags & PLAIN_FUNCTION) != PLAIN_FUNCTION || tstate->tracing > 0 ||
         tstate->cframe->use_tracing || guards_running || frame->owner != FRAME_OWNED_BY_THREAD ||
@@ -688,6 +691,27 @@ counters(PyObject *self, PyObject *noargs)
                          "active_threads", active_threads);
 }
 
+/* record_frames(list or None) -> the previous one: while a list is set, the hook stays
+ * linked and the code of every frame evaluated is appended to it (tests: a cache hit
+ * runs no Python frame of ember's own; sys.setprofile would turn capture off). */
+static PyObject *
+record_frames(PyObject *self, PyObject *log)
+{
+    if (log != Py_None && !PyList_Check(log)) {
+        PyErr_SetString(PyExc_TypeError, "record_frames: a list or None");
+        return NULL;
+    }
+    PyObject *prev = frame_log != NULL ? frame_log : Py_NewRef(Py_None);
+    frame_log = log == Py_None ? NULL : Py_NewRef(log);
+    /* the hook is linked while recording, capture on or not (a compiled graph runs
+     * with capture off: its frames are recorded too) */
+    if (frame_log != NULL)
+        hook_install();
+    else if (active_threads == 0)
+        hook_remove();
+    return prev;
+}
+
 static PyObject *
 reset_counters(PyObject *self, PyObject *noargs)
 {
@@ -841,6 +865,9 @@ static PyMethodDef capture_methods[] = {
      "set_state(state) -> previous: this thread's capture state: None (off), RUN_ONLY "
      "(cached entries only) or a callback(frame_info, entries)."},
     {"get_state", get_state, METH_NOARGS, "get_state() -> this thread's capture state"},
+    {"record_frames", record_frames, METH_O,
+     "record_frames(list or None) -> previous: appends the code of every frame the hook "
+     "is given to the list (None: stop)."},
     {"stay_disabled", stay_disabled, METH_NOARGS,
      "stay_disabled(): from inside the callback, leave capture off on this thread "
      "when the callback returns or raises."},

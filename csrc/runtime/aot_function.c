@@ -25,6 +25,10 @@
  * with copy_ under grad mode when autograd followed the write (the input's history goes
  * on from this call's node, as from eager's in-place op), else as a plain copy; either
  * way the storage's version counter moves by `writes`, as eager's in-place ops move it.
+ * A mutation (index, writes, differentiable, in_graph) the graph did in place itself
+ * (python/ember/aot/inplace_writes.py: a write into a slice of the input) returns the
+ * input as its new value: nothing is copied, and the counter moves by the writes the
+ * graph's copy_ did not count.
  * aliases=((position, index, view), ...) are outputs that are views of such inputs: no
  * graph output, but view(input) once the new value is in, sharing the input's memory as
  * eager's result does. Before the forward runs: an input written into with autograd
@@ -41,6 +45,7 @@ typedef struct {
     Py_ssize_t index;         /* the input written into */
     Py_ssize_t writes;        /* in-place ops eager runs on it: version counter bumps */
     int differentiable;       /* autograd followed a write: copy_ under grad mode */
+    Py_ssize_t in_graph;      /* writes the graph did in place (its value is the input) */
 } Mutation;
 
 typedef struct {
@@ -512,7 +517,13 @@ write_back(em_Tensor *dst, PyObject *value, const Mutation *m, int grad)
         dst->storage->version += (uint64_t)(m->writes - 1);
         return 0;
     }
-    if (value != (PyObject *)dst && em_copy_into(dst, value) < 0)
+    if (value == (PyObject *)dst) {
+        /* written in place by the graph (python/ember/aot/inplace_writes.py): its
+         * copy_ moved the version counter already */
+        dst->storage->version += (uint64_t)(m->writes - m->in_graph);
+        return 0;
+    }
+    if (em_copy_into(dst, value) < 0)
         return -1;
     dst->storage->version += (uint64_t)m->writes;
     return 0;
@@ -624,8 +635,9 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
             goto done;
     }
     /* an output that is an input, or repeats another output, gets its own alias so
-     * that hanging the node from it leaves the other one alone */
-    for (Py_ssize_t i = 0; i < self->noutputs && !self->forward_grad; i++) {
+     * that hanging the node from it leaves the other one alone (not the new values of
+     * inputs written into: no output, and the input itself when written in place) */
+    for (Py_ssize_t i = 0; i < self->noutputs - self->nmut && !self->forward_grad; i++) {
         PyObject *o = PyTuple_GET_ITEM(outs, i);
         if (em_Tensor_Check(o) && seen_before(o, inputs, ninputs, outs, i)) {
             PyObject *a = (PyObject *)em_tensor_alias((em_Tensor *)o);
@@ -708,12 +720,13 @@ parse_mutations(AOTFunction *self, PyObject *spec)
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         Mutation *m = &self->mut[k];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnp:AOTFunction mutation",
-                              &m->index, &m->writes, &m->differentiable))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnp|n:AOTFunction mutation",
+                              &m->index, &m->writes, &m->differentiable, &m->in_graph))
             return -1;
-        if (m->index < 0 || m->writes < 1) {
+        if (m->index < 0 || m->writes < 1 || m->in_graph < 0 || m->in_graph > m->writes) {
             PyErr_SetString(PyExc_ValueError, "AOTFunction: a mutation is (input index >= 0, "
-                                              "writes >= 1, differentiable)");
+                                              "writes >= 1, differentiable[, 0 <= writes "
+                                              "done in the graph <= writes])");
             return -1;
         }
         self->nmut++;

@@ -30,11 +30,18 @@ from ..capture.backends import register_backend
 from ..capture.exc import counters
 from .decompose import PrimVerificationError, decompose, verify_prims
 from .grad_mode import turns_grad_on, with_grad_on
+from .inplace_writes import write_in_place, writes_in_place
 from .joint import JointGraph, trace_joint
 from .partition import log_graphs, log_mutations, partition, saved_bytes
 from .runtime import CompiledFunction, compiled_function
 from .sym_check import check_other_sizes
 from .variants import BackwardVariants
+
+
+def _in_place(joint, graph):
+    """joint with the mutations graph (a forward of it) now writes in place."""
+    first = joint.num_forward_outputs - len(joint.mutations)
+    return dataclasses.replace(joint, mutations=write_in_place(graph, joint.mutations, first))
 
 
 def _graph_fn(graph, name):
@@ -44,6 +51,9 @@ def _graph_fn(graph, name):
 def eager_compiler(graph, name):
     """Runs a prim graph with eager ops."""
     return _graph_fn(graph, name)
+
+
+eager_compiler.writes_in_place = True     # inplace_writes.py
 
 
 def aot_compile(gm, example_inputs, fw_compiler=eager_compiler, bw_compiler=eager_compiler,
@@ -80,6 +90,8 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
         if symbolic is not None:
             check_other_sizes(graph, _env_of(symbolic))
         _strip_grads(graph, joint.num_forward_outputs)
+        if writes_in_place(fw_compiler):
+            joint = _in_place(joint, graph)
         log_mutations(joint, name)
         fw = fw_compiler(graph, f"{name}_inference")
         if joint.mutations or joint.output_aliases:
@@ -109,7 +121,9 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
         record["num_saved"] = len(saved)
     log_graphs(fw, bw, saved, name)
     counters["aot_saved_bytes"][name] += sum(r[3] for r in saved_bytes(saved))
-    log_mutations(joint, name)
+    if writes_in_place(fw_compiler):
+        prim_joint = _in_place(prim_joint, fw)
+    log_mutations(prim_joint, name)
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \
         if joint.num_tangents > 1 else None

@@ -21,8 +21,11 @@ were, so the frame runs again eagerly from eager's starting state and writes onc
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import fx
 from .grad_mode import sets_grad_mode
+from .inplace_writes import write_in_place
 from .joint import trace_joint
 from .runtime import compiled_function
 
@@ -93,6 +96,10 @@ def eager_graph(gm, example_inputs):
     code = getattr(gm, "meta", {}).get("code")
     name = code.co_name if code else "graph"
     joint = trace_joint(gm, example_inputs, with_backward=False)
+    # a write into a slice of an input, in place (no copy of the whole input)
+    first = joint.num_forward_outputs - len(joint.mutations)
+    joint = dataclasses.replace(
+        joint, mutations=write_in_place(joint.graph, joint.mutations, first))
     fw = fx.GraphModule({}, joint.graph, class_name=f"{name}_functional").forward
     return compiled_function(joint, fw, None, name,
                              fallback=_aliased_inputs_fallback(gm, name), forward_grad=True)

@@ -40,9 +40,13 @@ class InputMutation:
     index: int               # the input written into
     writes: int              # in-place ops that wrote into it (version counter bumps)
     differentiable: bool     # autograd followed a write: copy_ under grad mode
+    in_graph: int = 0        # of the writes, those the graph did in place itself
+                             # (inplace_writes.py): its new value is the input
 
     def spec(self):
         """The tuple aot_function.c reads."""
+        if self.in_graph:
+            return (self.index, self.writes, self.differentiable, self.in_graph)
         return (self.index, self.writes, self.differentiable)
 
 
@@ -118,7 +122,8 @@ def split_aliases(outs, primals, mutations, node_of=None):
 def describe(mutations, aliases):
     """Readable lines (EMBER_LOGS=aot_graphs)."""
     lines = [f"  input {m.index}: {m.writes} write(s)"
-             f"{', differentiable' if m.differentiable else ''}" for m in mutations]
+             f"{', differentiable' if m.differentiable else ''}"
+             f"{', in place' if m.in_graph else ''}" for m in mutations]
     lines += [f"  output {a.position}: input {a.index} detached"
               if isinstance(a, DetachedInput) else
               f"  output {a.position}: a view of input {a.index} "

@@ -10,7 +10,7 @@ positions [pos, pos + T) in place (slice assignment) and attends over the prefix
 import math
 from dataclasses import dataclass
 
-from .. import arange, nn, no_grad, rand, where, zeros
+from .. import arange, nn, no_grad, rand, where
 from .. import cat as _cat
 from ..nn import functional as F
 
@@ -43,14 +43,15 @@ class CausalSelfAttention(nn.Module):
 
     def setup_cache(self, batch, block_size, dtype):
         """Preallocates the key and value caches: (batch, n_head, block_size, head size),
-        or clears the ones there are if of that shape and dtype."""
+        or clears the ones there are if of that shape and dtype. (Allocated with the
+        weights' own new_zeros: benchmarks/generate.py's torch twin runs this too.)"""
         shape = (batch, self.n_head, block_size, self.n_embd // self.n_head)
         for name in ("k_cache", "v_cache"):
             cache = getattr(self, name)
             if cache is not None and tuple(cache.shape) == shape and cache.dtype is dtype:
                 cache.zero_()           # (the same buffers: compiled code keeps them)
             else:
-                setattr(self, name, zeros(shape, dtype=dtype))
+                setattr(self, name, self.c_attn.weight.new_zeros(shape, dtype=dtype))
 
     def forward(self, x, pos=None):
         """pos=None: attention over x's own tokens. pos=p: x holds the tokens at positions
