@@ -142,7 +142,7 @@ def test_small_parallel_kernels_have_chunks_for_every_thread(n):
     not at all); results stay equal across thread counts."""
     x = ember.randn(n)
     f = lambda t: t.exp() * t.tanh()          # noqa: E731
-    cf = ember.compile(f, backend="llvm")
+    cf = ember.compile(f, backend="llvm", dynamic=False)   # the chunks of one size
     before = ember.get_num_threads()
     try:
         got = []

@@ -59,6 +59,7 @@
  */
 #include "runtime/runtime.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <structmember.h>
 #include <time.h>
@@ -563,7 +564,41 @@ typedef struct {
      * mapped and page-faulted in afresh on every call */
     PyObject **pool;
     PyThread_type_lock lock;    /* a symbolic graph: one call at a time (it writes its plan) */
+    unsigned long lock_forks;   /* fork_count when the lock was made */
 } CompiledGraph;
+
+/* fork() copies a lock another thread held at that moment, held for ever in the child
+ * (a DataLoader worker forked while a thread runs the graph): the child counts its
+ * forks and a graph made before the last one gets a new lock (the old one is left,
+ * as the thread that held it is not in this process). */
+static unsigned long fork_count;
+static int fork_handler_set;
+
+static void
+count_fork(void)
+{
+    fork_count++;
+}
+
+static int
+graph_lock_acquire(CompiledGraph *self)
+{
+    if (self->lock_forks != fork_count) {
+        PyThread_type_lock fresh = PyThread_allocate_lock();
+        if (fresh == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->lock = fresh;
+        self->lock_forks = fork_count;
+    }
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    return 0;
+}
 
 static double
 now_seconds(void)
@@ -1024,11 +1059,8 @@ run_graph(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs, int spli
     }
     if (self->tune != NULL && run_tune(self, args, nargs) < 0)
         return NULL;
-    if (self->lock != NULL && !PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(self->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
+    if (self->lock != NULL && graph_lock_acquire(self) < 0)
+        return NULL;
     PyObject *small_in[16], **inputs = small_in;
     em_Tensor *small_buf[32], **bufs = small_buf;
     PyObject *result = NULL;
@@ -1224,10 +1256,19 @@ graph_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     self->pool = PyMem_Calloc(self->p.nbufs + 1, sizeof(PyObject *));
+    if (self->p.symbolic && !fork_handler_set) {
+        if (pthread_atfork(NULL, NULL, count_fork) != 0) {
+            Py_DECREF(self);
+            PyErr_SetString(PyExc_RuntimeError, "compiled graph: pthread_atfork failed");
+            return NULL;
+        }
+        fork_handler_set = 1;
+    }
     if (self->p.symbolic && (self->lock = PyThread_allocate_lock()) == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    self->lock_forks = fork_count;
     if (self->pool == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();
