@@ -25,7 +25,11 @@ per element), compiled by Ember's JIT and measured in the same run, in the same 
 
 The JIT's vector width is printed (16 float32 lanes with AVX-512, 8 with AVX2); set
 EMBER_LLVM_FEATURES to the AVX2 features (python -m ember.verify lists them) to time the
-narrower path on an AVX-512 host.
+narrower path on an AVX-512 host. PyTorch is then held to AVX2 too, as on an AVX2 host
+(ATEN_CPU_CAPABILITY=avx2, for ATen and Inductor's C++ alike, with Inductor's cache in a
+folder of its own: its entries do not record the ISA, and an AVX-512 process loading an
+AVX2 entry, or the reverse, gave wrong results); EMBER_BENCH_TORCH_ISA=native leaves
+PyTorch at the host's ISA instead. The header says which.
 
 Targets, at the given --threads: a memory-bound kernel at least 1.3x torch.compile's
 speed or at 85% or more of the triad's bandwidth; the GEMM at least 0.9x the best BLAS
@@ -39,6 +43,29 @@ import _harness
 args = _harness.setup(__doc__)
 
 import math  # noqa: E402
+import os  # noqa: E402
+
+
+def narrow_torch_isa():
+    """With Ember forced below AVX-512 (EMBER_LLVM_FEATURES), PyTorch held to AVX2 as
+    on an AVX2 host: set before torch is imported. Returns the header's line."""
+    forced = os.environ.get("EMBER_LLVM_FEATURES")
+    if forced is None or "+avx512f" in forced:
+        return None
+    if os.environ.get("EMBER_BENCH_TORCH_ISA") == "native":
+        return "# PyTorch at the host's ISA (EMBER_BENCH_TORCH_ISA=native)"
+    if "ATEN_CPU_CAPABILITY" not in os.environ:
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        import getpass
+        import tempfile
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.rstrip(os.sep) + "_avx2"
+    return (f"# PyTorch held to ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} "
+            f"like Ember (Inductor cache {os.environ.get('TORCHINDUCTOR_CACHE_DIR', '-')})")
+
+
+TORCH_ISA = narrow_torch_isa()
 
 import numpy as np  # noqa: E402
 
@@ -180,7 +207,6 @@ def mode_line(title, moded, base):
 
 def vector_width():
     """The float32 lanes of the JIT's target (EMBER_LLVM_FEATURES overrides the host's)."""
-    import os
     feats = ember._C._jit_target()["features"]
     lanes = 16 if "+avx512f" in feats else 8 if "+avx2" in feats else 4
     forced = os.environ.get("EMBER_LLVM_FEATURES")
@@ -190,6 +216,8 @@ def vector_width():
 def main():
     _harness.print_env(args.threads, torch is not None)
     print(f"# Ember JIT: {vector_width()}")
+    if TORCH_ISA is not None and torch is not None:
+        print(TORCH_ISA)
     ember.set_num_threads(args.threads)
     runs = args.runs if not args.quick else 3
     print(f"# median of {runs} interleaved runs; load average at start "
