@@ -73,9 +73,10 @@ em_ir_erfcf(LLVMModuleRef M)
  * polynomial, scaled by 2^n last, as 2^(n + 64) 2^-64, so a subnormal result rounds once.
  * Negative x: 2 - erfc(|x|). Within 3.9 ulp (tools/fit_erfc.py's model; measured
  * 3.84 over 10^7 points, 4.20 over 10^8, by ember.compiler.vecmath_accuracy).
- * Speed: the loop is bound by one element's dependency chain, not by its ~55 vector
- * operations: exp(-hi) depends on z alone, so it runs beside the division and S
- * (the former form t exp(-z^2 + q(t)) put exp after both: half again the time);
+ * Speed: exp(-hi) depends on z alone, so it runs beside the division and S (the
+ * former form t exp(-z^2 + q(t)) put exp after both: half again the time, bound by
+ * that chain); now the ~50 vector operations bound the loop (two vectors per
+ * iteration gain nothing, docs/vecmath.md);
  * S is A(u) + u^6 B(u), two Horner chains of 6, exp's polynomial by Estrin's scheme.
  * Special values as libm's. */
 
