@@ -107,6 +107,16 @@ def test_kernels_benchmark_runs_only_the_listed_kernels():
     assert "layer_norm + gelu" not in out and "GEMM" not in out
 
 
+def test_kernels_benchmark_times_max_autotune_beside_the_default():
+    """--mode max-autotune: a line per kernel with the wall-time verdict and the CPU-time
+    ratio (what a loaded machine disturbs less)."""
+    out = _run("kernels.py", "--quick", "--no-torch", "--only", "softmax", "--mode",
+               "max-autotune")
+    line = [ln for ln in out.splitlines() if "mode=max-autotune at" in ln][0]
+    assert "(target: not slower)" in line and "[CPU time: " in line
+    assert line.rstrip().endswith("x]") and ("met" in line or "MISSED" in line)
+
+
 _AVX2 = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
 
 
