@@ -25,7 +25,11 @@ per element), compiled by Ember's JIT and measured in the same run, in the same 
 
 The JIT's vector width is printed (16 float32 lanes with AVX-512, 8 with AVX2); set
 EMBER_LLVM_FEATURES to the AVX2 features (python -m ember.verify lists them) to time the
-narrower path on an AVX-512 host.
+narrower path on an AVX-512 host. PyTorch is then held to AVX2 too, as on an AVX2 host
+(ATEN_CPU_CAPABILITY=avx2, for ATen and Inductor's C++ alike, with Inductor's cache in a
+folder of its own: its entries do not record the ISA, and an AVX-512 process loading an
+AVX2 entry, or the reverse, gave wrong results); EMBER_BENCH_TORCH_ISA=native leaves
+PyTorch at the host's ISA instead. The header says which.
 
 Targets, at the given --threads: a memory-bound kernel at least 1.3x torch.compile's
 speed or at 85% or more of the triad's bandwidth; the GEMM at least 0.9x the best BLAS
@@ -39,6 +43,29 @@ import _harness
 args = _harness.setup(__doc__)
 
 import math  # noqa: E402
+import os  # noqa: E402
+
+
+def narrow_torch_isa():
+    """With Ember forced below AVX-512 (EMBER_LLVM_FEATURES), PyTorch held to AVX2 as
+    on an AVX2 host: set before torch is imported. Returns the header's line."""
+    forced = os.environ.get("EMBER_LLVM_FEATURES")
+    if forced is None or "+avx512f" in forced:
+        return None
+    if os.environ.get("EMBER_BENCH_TORCH_ISA") == "native":
+        return "# PyTorch at the host's ISA (EMBER_BENCH_TORCH_ISA=native)"
+    if "ATEN_CPU_CAPABILITY" not in os.environ:
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        import getpass
+        import tempfile
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache.rstrip(os.sep) + "_avx2"
+    return (f"# PyTorch held to ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} "
+            f"like Ember (Inductor cache {os.environ.get('TORCHINDUCTOR_CACHE_DIR', '-')})")
+
+
+TORCH_ISA = narrow_torch_isa()
 
 import numpy as np  # noqa: E402
 
@@ -169,18 +196,20 @@ def cpu_medians(rows, runs):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def mode_line(title, moded, base):
-    """max-autotune's target: never slower than the default mode (5% for noise)."""
+def mode_line(title, moded, base, cpu=None):
+    """max-autotune's target: never slower than the default mode (5% for noise). cpu:
+    the CPU-time ratio too (default's CPU time / the mode's), which a loaded machine
+    disturbs less than wall time (the verdict stays the wall time's)."""
     ratio = base / moded
     ok = ratio >= 0.95 if args.mode == "max-autotune" else True
     return (f"{title}: mode={args.mode} at {ratio:.2f}x the default mode's speed"
             + (" (target: not slower)" if args.mode == "max-autotune" else "")
-            + f": {_harness.verdict(ok)}")
+            + f": {_harness.verdict(ok)}"
+            + ("" if cpu is None else f" [CPU time: {cpu:.2f}x]"))
 
 
 def vector_width():
     """The float32 lanes of the JIT's target (EMBER_LLVM_FEATURES overrides the host's)."""
-    import os
     feats = ember._C._jit_target()["features"]
     lanes = 16 if "+avx512f" in feats else 8 if "+avx2" in feats else 4
     forced = os.environ.get("EMBER_LLVM_FEATURES")
@@ -190,6 +219,8 @@ def vector_width():
 def main():
     _harness.print_env(args.threads, torch is not None)
     print(f"# Ember JIT: {vector_width()}")
+    if TORCH_ISA is not None and torch is not None:
+        print(TORCH_ISA)
     ember.set_num_threads(args.threads)
     runs = args.runs if not args.quick else 3
     print(f"# median of {runs} interleaved runs; load average at start "
@@ -236,7 +267,8 @@ def main():
         print("  first call: " + ", ".join(f"{k} {v * 1e3:.0f} ms"
                                             for k, v in compile_s.items()))
         if args.mode != "default":
-            line = mode_line(title, times[moded], base)
+            mcpu = cpu_medians([r for r in rows if r[0] in ("ember.compile", moded)], runs)
+            line = mode_line(title, times[moded], base, mcpu["ember.compile"] / mcpu[moded])
             print("  " + line)
             targets.append(line)
         cpu = None

@@ -118,6 +118,36 @@ def test_kernels_benchmark_runs_only_the_listed_kernels():
     assert "layer_norm + gelu" not in out and "GEMM" not in out
 
 
+def test_kernels_benchmark_times_max_autotune_beside_the_default():
+    """--mode max-autotune: a line per kernel with the wall-time verdict and the CPU-time
+    ratio (what a loaded machine disturbs less)."""
+    out = _run("kernels.py", "--quick", "--no-torch", "--only", "softmax", "--mode",
+               "max-autotune")
+    line = [ln for ln in out.splitlines() if "mode=max-autotune at" in ln][0]
+    assert "(target: not slower)" in line and "[CPU time: " in line
+    assert line.rstrip().endswith("x]") and ("met" in line or "MISSED" in line)
+
+
+_AVX2 = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
+
+
+def test_kernels_benchmark_holds_torch_to_avx2_with_ember(monkeypatch):
+    """With Ember forced to AVX2 (EMBER_LLVM_FEATURES), PyTorch is held to AVX2 too (as
+    on an AVX2 host), with Inductor's cache apart; EMBER_BENCH_TORCH_ISA=native opts out.
+    Inside the script torch is checked against NumPy in float64, so a cache entry of the
+    other ISA (which gave wrong results) would fail it."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("EMBER_LLVM_FEATURES", _AVX2)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    out = _run("kernels.py", "--quick", "--only", "softmax")
+    assert "8 float32 lanes (EMBER_LLVM_FEATURES forced)" in out
+    assert "# PyTorch held to ATEN_CPU_CAPABILITY=avx2 like Ember" in out
+    assert "_avx2)" in out and "torch.compile" in out
+    monkeypatch.setenv("EMBER_BENCH_TORCH_ISA", "native")
+    out = _run("kernels.py", "--quick", "--only", "softmax")
+    assert "# PyTorch at the host's ISA" in out
+
+
 def test_compile_time_benchmark_runs():
     out = _run("compile_time.py", "--quick", "--only", "mlp", "--ember-only")
     assert "MLP training step" in out and "ember.compile" in out

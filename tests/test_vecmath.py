@@ -199,3 +199,28 @@ def test_trig_runs_its_short_path_first_in_pointwise_kernels_only():
     # a reduction folds as it goes: its loop runs once, with the whole function
     ir = _ir(lambda t: t.sin().sum(), x)
     assert "em_sinf_small" not in ir and "em_sinf" in ir
+
+
+def _every_float(lo, hi):
+    """Every float32 of [lo, hi] (both of one sign)."""
+    a, b = sorted(np.abs(np.float32([lo, hi])).view(np.uint32))
+    x = np.arange(a, b + 1, dtype=np.uint32).view(np.float32)
+    return -x if lo < 0 else x
+
+
+def test_exp_underflows_and_overflows_where_libm_does():
+    """expf clamps x a little beyond its thresholds and lets the computed value round to 0
+    or overflow to inf (no selects): on every float near both ends, 0 exactly where the
+    exact exp is under half the smallest subnormal, inf exactly where it is over the
+    largest float, and within 2 ulp of it in between."""
+    x = np.concatenate([_every_float(-105.0, -103.0), _every_float(88.0, 90.0),
+                        np.float32([-np.inf, np.inf, -1e30, 1e30])])
+    y = ember.compile(lambda t: t.exp())(ember.from_numpy(x)).numpy()
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(np.float64))
+    smallest = np.float64(np.float32(1e-45))
+    assert np.array_equal(y == 0, exact < smallest / 2)
+    assert np.array_equal(np.isinf(y), exact > np.float64(np.finfo(np.float32).max))
+    ok = (y != 0) & np.isfinite(y)
+    ulp = np.spacing(np.abs(exact[ok]).astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(y[ok] - exact[ok]) / ulp) <= 2

@@ -160,9 +160,13 @@ em_ir_expf(LLVMModuleRef M)
     LLVMValueRef x = LLVMGetParam(v.fn, 0);
 #define F(c) LLVMConstReal(v.f32, (c))
 #define K32(c) LLVMConstInt(v.i32, (unsigned long long)(c), 1)
-    /* below lo, exp(x) rounds to 0 (it is under half the smallest subnormal); hi is the
-     * largest float whose exp is finite */
-    const double lo = -103.972084, hi = 88.72283;
+    /* below -103.972084, exp(x) rounds to 0 (it is under half the smallest subnormal);
+     * 88.72283 is the largest float whose exp is finite. x is clamped a little beyond
+     * them, where the computed value itself rounds to 0 (n = -150 and y <= 1: 2^-150 at
+     * most, a tie that rounds to even) or overflows to inf (n = 128, y > 1), so that no
+     * select is needed afterwards (the same bits as selecting 0 and inf: checked on
+     * every float of [-105, -103] and [88, 90]) */
+    const double lo = -104.0, hi = 88.8;
     LLVMValueRef c = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, lo), F(lo), x);
     c = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, c, hi), F(hi), c);
     LLVMValueRef n = em_vm_floor(&v, em_vm_fma(&v, c, F(1.44269504088896341), F(0.5)));
@@ -182,8 +186,6 @@ em_ir_expf(LLVMModuleRef M)
         LLVMValueRef bits = LLVMBuildShl(B, LLVMBuildAdd(B, half[k], K32(127), ""), K32(23), "");
         e = LLVMBuildFMul(B, e, LLVMBuildBitCast(B, bits, v.f32, ""), "");
     }
-    e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOLT, x, lo), F(0.0), e);
-    e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealOGT, x, hi), F(INFINITY), e);
     e = em_vm_select(&v, em_vm_fcmp(&v, LLVMRealUNO, x, 0.0), x, e);
 #undef F
 #undef K32
