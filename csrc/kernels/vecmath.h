@@ -74,7 +74,8 @@ em_expm1f(float x)
     p = p * x + 0.5f;
     float small = x + x * x * p;
     float big = em_expf(x) - 1.0f;
-    return fabsf(x) < 0.5f ? small : big;
+    /* x + x*x*p is +0 at x = -0: expm1(-0) is -0 (libm's and PyTorch's elu keep it) */
+    return x == 0.0f ? x : fabsf(x) < 0.5f ? small : big;
 }
 
 /* log(x) in float32: x = 2^e m with m in [sqrt(1/2), sqrt(2)), then

@@ -293,8 +293,20 @@ def _scatter_decompose(self, dim, index, src, reduce=None, include_self=True):
     if self.ndim == 0:
         return P.clone(_slice_to(src, index.shape) if reduce is None else P.add(self, src))
     d = M.wrap_dim(dim, self.ndim)
-    out = P.index_put(self, _coords(index, d), _slice_to(src, index.shape),
-                      reduce in ("add", "sum"))
+    src = _slice_to(src, index.shape)
+    if index.ndim > 63:
+        # index_put takes at most 63 index tensors: leave out dims of size 1 (a 64-d
+        # tensor has some besides d, and index and src are 1 there too)
+        ones = {a for a in range(self.ndim) if a != d and self.shape[a] == 1}
+
+        def squeezed(t):
+            return P.view(t, [t.shape[a] for a in range(t.ndim) if a not in ones])
+        flat = lambda t: squeezed(P.clone(t, memory_format="contiguous_format"))  # noqa: E731
+        nd = d - sum(a < d for a in ones)
+        out = P.index_put(flat(self), _coords(flat(index), nd), flat(src),
+                          reduce in ("add", "sum"))
+        return P.view(P.clone(out, memory_format="contiguous_format"), list(self.shape))
+    out = P.index_put(self, _coords(index, d), src, reduce in ("add", "sum"))
     return P.clone(out, memory_format="contiguous_format")
 
 
