@@ -1,4 +1,5 @@
-/* ModuleCall: OptimizedModule.__call__ (and .forward) in C.
+/* ModuleCall: OptimizedModule.__call__ (and .forward) in C; FunctionCall: what
+ * ember.compile(fn) returns, in C (below).
  *
  * ember.compile(module) returns an OptimizedModule; its call sets this thread's capture
  * state to the compile call's callback, calls the wrapped module (or its forward
@@ -185,6 +186,115 @@ static PyTypeObject ModuleCall_Type = {
     .tp_getset = module_call_getset,
 };
 
+/* ------------------------------------------------------------------ FunctionCall */
+
+/* FunctionCall(fn, callback, slow, config): what ember.compile(fn) returns, the same
+ * in C: capture state set to callback around fn(*args, **kwargs), so that a cache hit
+ * packs no argument tuple and runs no wrapper frame. slow (the Python wrapper) takes
+ * strict mode, which re-checks fallen-back code; fullgraph compiles keep slow itself. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn, *callback, *slow, *config, *dict;
+} FunctionCall;
+
+static PyObject *
+function_call_vectorcall(FunctionCall *self, PyObject *const *args, size_t nargsf,
+                         PyObject *kwnames)
+{
+    PyObject *strict = PyObject_GetAttr(self->config, s_strict), *old = NULL, *mine = NULL;
+    if (strict == NULL)
+        return NULL;
+    int is_strict = PyObject_IsTrue(strict);
+    Py_DECREF(strict);
+    if (is_strict != 0)
+        return is_strict < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf,
+                                                          kwnames);
+    if (em_capture_swap_state(self->callback, &old) < 0)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    if (em_capture_swap_state(old, &mine) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(mine);
+    Py_XDECREF(old);
+    return result;
+}
+
+static PyObject *
+function_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fn, *callback, *slow, *config;
+    if (!PyArg_ParseTuple(args, "OOOO:FunctionCall", &fn, &callback, &slow, &config))
+        return NULL;
+    if (!PyCallable_Check(fn) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "FunctionCall: fn and slow must be callable");
+        return NULL;
+    }
+    FunctionCall *self = (FunctionCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)function_call_vectorcall;
+    self->fn = Py_NewRef(fn);
+    self->callback = Py_NewRef(callback);
+    self->slow = Py_NewRef(slow);
+    self->config = Py_NewRef(config);
+    return (PyObject *)self;
+}
+
+static int
+function_call_traverse(FunctionCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    Py_VISIT(self->callback);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->config);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+function_call_clear(FunctionCall *self)
+{
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->callback);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->config);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+function_call_dealloc(FunctionCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    function_call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyGetSetDef function_call_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject FunctionCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ember._C._capture.FunctionCall",
+    .tp_basicsize = sizeof(FunctionCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "FunctionCall(fn, callback, slow, config): ember.compile(fn) in C; slow is "
+              "the Python wrapper it stands for.",
+    .tp_new = function_call_new,
+    .tp_dealloc = (destructor)function_call_dealloc,
+    .tp_traverse = (traverseproc)function_call_traverse,
+    .tp_clear = (inquiry)function_call_clear,
+    .tp_vectorcall_offset = offsetof(FunctionCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = module_call_descr_get,
+    .tp_dictoffset = offsetof(FunctionCall, dict),
+    .tp_getset = function_call_getset,
+};
+
 int
 em_module_call_init(PyObject *m)
 {
@@ -203,7 +313,9 @@ em_module_call_init(PyObject *m)
         }
     }
     if (PyType_Ready(&ModuleCall_Type) < 0 ||
-        PyModule_AddObjectRef(m, "ModuleCall", (PyObject *)&ModuleCall_Type) < 0)
+        PyModule_AddObjectRef(m, "ModuleCall", (PyObject *)&ModuleCall_Type) < 0 ||
+        PyType_Ready(&FunctionCall_Type) < 0 ||
+        PyModule_AddObjectRef(m, "FunctionCall", (PyObject *)&FunctionCall_Type) < 0)
         return -1;
     return 0;
 }

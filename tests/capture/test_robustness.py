@@ -308,6 +308,33 @@ def test_a_compiled_module_call_runs_in_c_and_falls_back_where_python_must(monke
         type(compiled).__call__ = saved
 
 
+@pytest.mark.skipif(not ember.capture._hook.available, reason="the frame hook's build")
+def test_a_compiled_function_is_called_from_c_and_strict_mode_takes_the_wrapper(
+        monkeypatch):
+    """ember.compile(fn) is a C callable (_hook.FunctionCall) keeping fn's name, doc and
+    wrapped function; it binds as a method; strict mode goes through the Python wrapper
+    (which re-checks fallen-back code), fullgraph returns that wrapper itself."""
+    def scaled(x, k=2.0):
+        "doc of scaled"
+        return x * k
+
+    c = ember.compile(scaled, backend="eager")
+    assert isinstance(c, ember.capture._hook.FunctionCall)
+    assert c.__name__ == "scaled" and c.__doc__ == "doc of scaled"
+    assert c.__wrapped__ is scaled and c._orig_fn is scaled
+    x = T(3)
+    close(c(x), x * 2.0)
+    close(c(x, k=3.0), x * 3.0)
+
+    class Holder:
+        f = ember.compile(lambda self, x: x + 1, backend="eager")
+    close(Holder().f(x), x + 1)
+    monkeypatch.setattr(ember.compiler.config, "strict", True)
+    close(c(x), x * 2.0)
+    assert not isinstance(ember.compile(scaled, backend="eager", fullgraph=True),
+                          ember.capture._hook.FunctionCall)
+
+
 def test_a_module_with_its_own_call_is_called_through_it():
     class Doubling(ember.nn.Module):
         def forward(self, x):

@@ -80,9 +80,11 @@ GuardProgram = _c.GuardProgram
 FrameInfo = _c.FrameInfo
 FastCall = getattr(_c, "FastCall", None)     # the hook's build only
 ModuleCall = getattr(_c, "ModuleCall", None)   # the hook's build only
+FunctionCall = getattr(_c, "FunctionCall", None)   # the hook's build only
 
 __all__ = [
     "available", "SKIP", "RUN_ONLY", "GuardProgram", "FrameInfo", "FastCall", "ModuleCall",
+    "FunctionCall",
     "CaptureUnavailable",
     "set_callback", "get_callback", "enable", "disable", "run_only", "set_state",
     "get_state", "is_enabled", "stay_disabled", "reset_code", "reset_all", "skip_code",

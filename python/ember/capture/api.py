@@ -142,7 +142,14 @@ def _wrap(fn, callback, ctx):
 
     compiled._ember_compile_context = ctx
     compiled._orig_fn = fn
-    return compiled
+    if _hook.FunctionCall is None or ctx.fullgraph:
+        return compiled
+    # the same in C (no argument tuple, no wrapper frame); strict mode takes compiled
+    fast = _hook.FunctionCall(fn, callback, compiled, config)
+    functools.update_wrapper(fast, fn)
+    fast._ember_compile_context = ctx
+    fast._orig_fn = fn
+    return fast
 
 
 def _fast(fn, callback, slow):

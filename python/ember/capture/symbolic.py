@@ -306,7 +306,8 @@ class _MetaMode:
 # the hook sees whenever a code object dies with capture on
 _DECODED = {}
 _DECODED_MAX = 4096
-_FAST_CALL = getattr(_C._capture, "FastCall", None)
+_COMPILED_CALLS = tuple(t for t in (getattr(_C._capture, "FastCall", None),
+                                     getattr(_C._capture, "FunctionCall", None)) if t)
 
 
 def _decoded(code):
@@ -616,8 +617,9 @@ class Translator:
             dv.default_factory = getattr(value, "default_factory", None)
             dv.items = {k: self.wrap(v, _dict_source(source, k)) for k, v in value.items()}
             return dv
-        if type(value) is _FAST_CALL:
-            # ember.compile(f, mode="reduce-overhead") called inside a compiled region
+        if type(value) in _COMPILED_CALLS:
+            # ember.compile(f) (C: FunctionCall, or FastCall for mode="reduce-overhead")
+            # called inside a compiled region: inline f itself
             self.guard("ID_MATCH", source, value)
             return FunctionVar(value._orig_fn, AttrSource(source, "_orig_fn")
                                if source is not None else None)
