@@ -9,8 +9,8 @@ with backend="eager" (the graph runs op by op: what is measured is the capture l
    one cat of all of them), under no_grad. Each figure is the median over >= 20 timed
    runs (the rows of a case take turns, warm-up excluded) in microseconds per call:
    eager, the captured graph alone (what the "eager" backend returned, called with the
-   graph's own inputs) and the compiled call; "added" is compiled minus graph, the
-   capture layer's cost: wrapper, frame hook, guards, input fetch and the code around
+   graph's own inputs) and the compiled call; "added" is compiled minus graph (the
+   median of the differences of runs taken in turn), the capture layer's cost: wrapper, frame hook, guards, input fetch and the code around
    the graph. (Compiled minus eager would credit capture with the Python attribute
    lookups of a module's parameters, which the compiled call does in C.)
 2. Capture time: the first call of a 12-layer GPT forward (ember.models.GPT and its
@@ -58,14 +58,22 @@ SIZES = (1, 10, 100)
 
 def interleaved_medians(rows, runs, inner):
     """Median seconds per call of each row; the rows' runs take turns, so that a change
-    in machine load affects every row alike."""
+    in machine load affects every row alike. Also, under "<a> - <b>" for each pair of
+    rows whose names end in "graph" and ".compile" of one library, the median of the
+    per-round differences (the added time; robust to load drifting between rounds)."""
     for _, fn in rows:                               # warm-up
         _harness.median_time(fn, 3, inner, warmup=0)
     samples = {name: [] for name, _ in rows}
     for _ in range(runs):
         for name, fn in rows:
             samples[name].append(_harness.median_time(fn, 1, inner, warmup=0))
-    return {name: statistics.median(s) for name, s in samples.items()}
+    out = {name: statistics.median(s) for name, s in samples.items()}
+    for lib in ("ember", "torch"):
+        a, b = f"{lib}.compile", f"{lib} graph"
+        if a in samples and b in samples:
+            out[f"{lib} added"] = statistics.median(
+                x - y for x, y in zip(samples[a], samples[b]))
+    return out
 
 
 # ------------------------------------------------------------------ 1. cache hits
@@ -159,7 +167,7 @@ def _no_grad(lib, fn, xs):
 def print_overhead(results, runs):
     print(f"\n# cache hits, backend='eager', no_grad; median of {runs} runs, microseconds "
           f"per call. graph: the captured graph alone, called with its inputs; added = "
-          f"compiled - graph (hook, guards, input fetch, the code around the graph)\n")
+          f"median of compiled - graph (hook, guards, input fetch, the code around the graph)\n")
     head = f"{'':<20}{'eager':>8}{'graph':>8}{'compiled':>9}{'added':>7}"
     if torch is not None:
         head += f"  |{'eager':>8}{'graph':>8}{'compiled':>9}{'added':>7}{'ratio':>8}"
@@ -167,11 +175,11 @@ def print_overhead(results, runs):
     print(head)
     ratios = []
     for case, t in results:
-        e_added = t["ember.compile"] - t["ember graph"]
+        e_added = t["ember added"]
         line = (f"{case:<20}{t['ember eager'] * 1e6:8.2f}{t['ember graph'] * 1e6:8.2f}"
                 f"{t['ember.compile'] * 1e6:9.2f}{e_added * 1e6:7.2f}")
         if torch is not None:
-            t_added = t["torch.compile"] - t["torch graph"]
+            t_added = t["torch added"]
             ratio = e_added / t_added if t_added > 0 else float("inf")
             ratios.append((case, ratio))
             line += (f"  |{t['torch eager'] * 1e6:8.2f}{t['torch graph'] * 1e6:8.2f}"

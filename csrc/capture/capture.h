@@ -124,6 +124,12 @@ int em_cache_init(void);
  * converted, while a compiled function they call turns its own capture on. */
 int em_capture_swap_state(PyObject *state, PyObject **old);
 
+/* A cache hit of Python function func without a frame for it (eval_frame.c): 1 with
+ * *result set (NULL and an exception on error) when it made the call, 0 when the
+ * caller must make the ordinary call. */
+int em_capture_call_cached(PyObject *func, PyObject *callback, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject **result);
+
 /* ModuleCall (module_call.c): OptimizedModule.__call__ in C; adds the type to m. */
 int em_module_call_init(PyObject *m);
 

@@ -351,13 +351,8 @@ eval_frame_hook(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag
 /* ------------------------------------------------------------------ FastCall */
 
 /* FastCall(func, callback, slow): what ember.compile(fn, mode="reduce-overhead")
- * returns. A call with positional arguments only, exactly the function's parameters,
- * made with capture off on this thread and no tracer, looks up the function's cache
- * entries itself (with this thread's state set to callback, as the hook would see it)
- * and calls a hit's CompiledFrame with the arguments: no Python wrapper frame, no
- * frame pushed for the function. Anything else (keywords, defaults to apply, a miss,
- * an entry that is not a CompiledFrame, capture already on, a tracer) calls slow,
- * the ordinary wrapper, which takes the hook's path. */
+ * returns: em_capture_call_cached (below) on every call, and slow, the ordinary
+ * wrapper taking the hook's path, for the calls it cannot make. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -367,29 +362,39 @@ typedef struct {
     PyObject *dict;
 } FastCall;
 
-static PyObject *
-fast_call_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf,
-                     PyObject *kwnames)
+/* The frameless cache hit that FastCall, FunctionCall and ModuleCall (module_call.c)
+ * try first: a call of func with positional arguments only, exactly its parameters,
+ * made with capture off on this thread and no tracer, looks up the function's cache
+ * entries itself (with this thread's state set to callback, as the hook would see it)
+ * and calls a hit's CompiledFrame with the arguments, pushing no frame for func. An
+ * error from the graph runs the frame eagerly (the CompiledFrame's on_error), so the
+ * caller sees eager's exception and traceback, as on the hook's path. Returns 1 with
+ * *result set (NULL with an exception set on error) when it made the call; 0 when the
+ * caller must make the ordinary call (keywords, defaults to apply, a miss, an entry
+ * that is not a CompiledFrame, capture already on, a tracer). */
+int
+em_capture_call_cached(PyObject *func, PyObject *callback, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject **result)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyFunctionObject *f = (PyFunctionObject *)self->func;
+    PyFunctionObject *f = (PyFunctionObject *)func;
     PyCodeObject *code = (PyCodeObject *)f->func_code;
     PyThreadState *tstate = PyThreadState_Get();
     em_CodeCache *cache;
-    if (kwnames != NULL || nargs != code->co_argcount || bound_slots(code) != nargs ||
+    *result = NULL;
+    if (nargs != code->co_argcount || bound_slots(code) != nargs ||
         (code->co_flags & NOT_CONVERTIBLE) ||
         (code->co_flags & PLAIN_FUNCTION) != PLAIN_FUNCTION || tstate->tracing > 0 ||
         tstate->cframe->use_tracing || guards_running ||
         PyThread_tss_get(&callback_key) != NULL ||
         (cache = em_cache_get(code)) == NULL || (cache->flags & EM_CACHE_SKIP) ||
         PyTuple_GET_SIZE(cache->entries) == 0)
-        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        return 0;
 
     PyObject *old, *mine;
-    if (swap_state(self->callback, &old) < 0)
-        return NULL;
+    if (swap_state(callback, &old) < 0)
+        return 1;
     em_GuardInputs in = {args, nargs, f->func_globals, f->func_builtins, f->func_closure};
-    PyObject *fn = NULL, *result = NULL;
+    PyObject *fn = NULL;
     em_Resolved resolved;
     guards_running++;
     int r = em_cache_lookup(code, &in, &fn, &resolved);
@@ -398,19 +403,29 @@ fast_call_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf,
     if (hit) {
         n_hits++;
         n_fast_hits++;
-        result = em_compiled_frame_call(fn, args, nargs, &resolved);
+        *result = em_compiled_frame_call(fn, args, nargs, &resolved);
     }
     em_resolved_clear(&resolved);
     Py_XDECREF(fn);
     /* back to capture off: the state this call set goes, as does its reference */
     if (swap_state(old, &mine) < 0) {
-        Py_XDECREF(result);
+        Py_CLEAR(*result);
         Py_XDECREF(old);
-        return NULL;
+        return 1;
     }
     Py_XDECREF(mine);
     Py_XDECREF(old);
-    if (r < 0 || hit)
+    return r < 0 || hit;
+}
+
+static PyObject *
+fast_call_vectorcall(FastCall *self, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    PyObject *result;
+    if (kwnames == NULL &&
+        em_capture_call_cached(self->func, self->callback, args,
+                               PyVectorcall_NARGS(nargsf), &result))
         return result;
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }

@@ -10,18 +10,58 @@
  * "_ember_call": (module, callback, plain) where plain says the module's class keeps
  * Module.__call__ and _call_impl. Calls that need the Python method (fullgraph or
  * ember.compiler.config.strict, which re-check fallen-back code; a missing entry) go to
- * `slow`, the Python method. */
+ * `slow`, the Python method.
+ *
+ * Both first try em_capture_call_cached (eval_frame.c): a cache hit of the function
+ * (or of the class's forward, when the module is plain and called with positional
+ * arguments) run with no frame pushed for it. */
 #include "capture.h"
+
+#if EM_CAPTURE_HOOK
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *slow;        /* the Python method: slow(self, *args, **kwargs) */
-    PyObject *config;      /* ember.capture.config: its `strict` is read per call */
 } ModuleCall;
 
-static PyObject *s_ember_call, *s_forward, *s_strict;
+static PyObject *s_ember_call, *s_forward;
 static PyObject *s_hook_names[5];
+
+/* ember.compiler.config.strict, set by its setter (set_strict below): read on every
+ * call, so a flag rather than an attribute lookup. */
+static int strict_mode;
+
+static PyObject *
+set_strict(PyObject *module, PyObject *flag)
+{
+    int v = PyObject_IsTrue(flag);
+    if (v < 0)
+        return NULL;
+    strict_mode = v;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef call_methods[] = {
+    {"set_strict", set_strict, METH_O,
+     "set_strict(flag): ember.compiler.config.strict, as the compiled calls read it"},
+    {NULL},
+};
+
+/* The class's forward when mod's call may skip Module.__call__ and its instance
+ * dict does not shadow forward: a Python function (borrowed), else NULL. */
+static PyObject *
+plain_forward(PyObject *mod)
+{
+    PyObject *fwd = _PyType_Lookup(Py_TYPE(mod), s_forward);
+    if (fwd == NULL || !PyFunction_Check(fwd))
+        return NULL;
+    PyObject **dictptr = _PyObject_GetDictPtr(mod);
+    if (dictptr != NULL && *dictptr != NULL &&
+        PyDict_GetItemWithError(*dictptr, s_forward) != NULL)
+        return NULL;
+    return PyErr_Occurred() ? NULL : fwd;
+}
 
 /* 1 when a hook dict (or _compiled_call_impl) of mod is set and non-empty. */
 static int
@@ -59,17 +99,9 @@ module_call_vectorcall(ModuleCall *self, PyObject *const *args, size_t nargsf,
     if (entry == NULL && PyErr_Occurred())
         return NULL;
     if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 ||
-        PyTuple_GET_ITEM(entry, 3) != Py_False ||
+        PyTuple_GET_ITEM(entry, 3) != Py_False || strict_mode ||
         nargs + nkw > (Py_ssize_t)(sizeof(small) / sizeof(small[0])))
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-    PyObject *strict = PyObject_GetAttr(self->config, s_strict);
-    if (strict == NULL)
-        return NULL;
-    int is_strict = PyObject_IsTrue(strict);
-    Py_DECREF(strict);
-    if (is_strict != 0)
-        return is_strict < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf,
-                                                          kwnames);
     PyObject *mod = PyTuple_GET_ITEM(entry, 0), *callback = PyTuple_GET_ITEM(entry, 1);
     int plain = PyTuple_GET_ITEM(entry, 2) == Py_True;
     if (plain) {
@@ -82,6 +114,13 @@ module_call_vectorcall(ModuleCall *self, PyObject *const *args, size_t nargsf,
     argv[0] = mod;
     for (Py_ssize_t i = 1; i < nargs + nkw; i++)
         argv[i] = args[i];
+    PyObject *fwd = plain && kwnames == NULL ? plain_forward(mod) : NULL;
+    if (fwd == NULL && PyErr_Occurred())
+        goto error;
+    if (fwd != NULL && em_capture_call_cached(fwd, callback, argv, nargs, &result)) {
+        Py_DECREF(entry);
+        return result;
+    }
     if (em_capture_swap_state(callback, &old) < 0)
         goto error;
     if (plain)
@@ -107,8 +146,8 @@ error:
 static PyObject *
 module_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *slow, *config;
-    if (!PyArg_ParseTuple(args, "OO:ModuleCall", &slow, &config))
+    PyObject *slow;
+    if (!PyArg_ParseTuple(args, "O:ModuleCall", &slow))
         return NULL;
     if (!PyCallable_Check(slow)) {
         PyErr_SetString(PyExc_TypeError, "ModuleCall: slow must be callable");
@@ -119,7 +158,6 @@ module_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     self->vectorcall = (vectorcallfunc)module_call_vectorcall;
     self->slow = Py_NewRef(slow);
-    self->config = Py_NewRef(config);
     return (PyObject *)self;
 }
 
@@ -127,7 +165,6 @@ static int
 module_call_traverse(ModuleCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->slow);
-    Py_VISIT(self->config);
     return 0;
 }
 
@@ -135,7 +172,6 @@ static int
 module_call_clear(ModuleCall *self)
 {
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->config);
     return 0;
 }
 
@@ -174,7 +210,7 @@ static PyTypeObject ModuleCall_Type = {
     .tp_basicsize = sizeof(ModuleCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "ModuleCall(slow, config): OptimizedModule.__call__ in C; slow is the "
+    .tp_doc = "ModuleCall(slow): OptimizedModule.__call__ in C; slow is the "
               "Python method it stands for.",
     .tp_new = module_call_new,
     .tp_dealloc = (destructor)module_call_dealloc,
@@ -188,31 +224,31 @@ static PyTypeObject ModuleCall_Type = {
 
 /* ------------------------------------------------------------------ FunctionCall */
 
-/* FunctionCall(fn, callback, slow, config): what ember.compile(fn) returns, the same
- * in C: capture state set to callback around fn(*args, **kwargs), so that a cache hit
- * packs no argument tuple and runs no wrapper frame. slow (the Python wrapper) takes
+/* FunctionCall(fn, callback, slow): what ember.compile(fn) returns, the same in C:
+ * capture state set to callback around fn(*args, **kwargs), so that a cache hit packs
+ * no argument tuple and runs no wrapper frame (nor, for a Python function called with
+ * its positional parameters, a frame of its own). slow (the Python wrapper) takes
  * strict mode, which re-checks fallen-back code; fullgraph compiles keep slow itself. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *fn, *callback, *slow, *config, *dict;
+    PyObject *fn, *callback, *slow, *dict;
 } FunctionCall;
 
 static PyObject *
 function_call_vectorcall(FunctionCall *self, PyObject *const *args, size_t nargsf,
                          PyObject *kwnames)
 {
-    PyObject *strict = PyObject_GetAttr(self->config, s_strict), *old = NULL, *mine = NULL;
-    if (strict == NULL)
-        return NULL;
-    int is_strict = PyObject_IsTrue(strict);
-    Py_DECREF(strict);
-    if (is_strict != 0)
-        return is_strict < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf,
-                                                          kwnames);
+    PyObject *old = NULL, *mine = NULL, *result;
+    if (strict_mode)
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    if (kwnames == NULL && PyFunction_Check(self->fn) &&
+        em_capture_call_cached(self->fn, self->callback, args, PyVectorcall_NARGS(nargsf),
+                               &result))
+        return result;
     if (em_capture_swap_state(self->callback, &old) < 0)
         return NULL;
-    PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     if (em_capture_swap_state(old, &mine) < 0)
         Py_CLEAR(result);
     Py_XDECREF(mine);
@@ -223,8 +259,8 @@ function_call_vectorcall(FunctionCall *self, PyObject *const *args, size_t nargs
 static PyObject *
 function_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *fn, *callback, *slow, *config;
-    if (!PyArg_ParseTuple(args, "OOOO:FunctionCall", &fn, &callback, &slow, &config))
+    PyObject *fn, *callback, *slow;
+    if (!PyArg_ParseTuple(args, "OOO:FunctionCall", &fn, &callback, &slow))
         return NULL;
     if (!PyCallable_Check(fn) || !PyCallable_Check(slow)) {
         PyErr_SetString(PyExc_TypeError, "FunctionCall: fn and slow must be callable");
@@ -237,7 +273,6 @@ function_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->fn = Py_NewRef(fn);
     self->callback = Py_NewRef(callback);
     self->slow = Py_NewRef(slow);
-    self->config = Py_NewRef(config);
     return (PyObject *)self;
 }
 
@@ -247,7 +282,6 @@ function_call_traverse(FunctionCall *self, visitproc visit, void *arg)
     Py_VISIT(self->fn);
     Py_VISIT(self->callback);
     Py_VISIT(self->slow);
-    Py_VISIT(self->config);
     Py_VISIT(self->dict);
     return 0;
 }
@@ -258,7 +292,6 @@ function_call_clear(FunctionCall *self)
     Py_CLEAR(self->fn);
     Py_CLEAR(self->callback);
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->config);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -282,7 +315,7 @@ static PyTypeObject FunctionCall_Type = {
     .tp_basicsize = sizeof(FunctionCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "FunctionCall(fn, callback, slow, config): ember.compile(fn) in C; slow is "
+    .tp_doc = "FunctionCall(fn, callback, slow): ember.compile(fn) in C; slow is "
               "the Python wrapper it stands for.",
     .tp_new = function_call_new,
     .tp_dealloc = (destructor)function_call_dealloc,
@@ -303,8 +336,7 @@ em_module_call_init(PyObject *m)
                                   "_backward_pre_hooks"};
     if (s_ember_call == NULL) {
         if ((s_ember_call = PyUnicode_InternFromString("_ember_call")) == NULL ||
-            (s_forward = PyUnicode_InternFromString("forward")) == NULL ||
-            (s_strict = PyUnicode_InternFromString("strict")) == NULL)
+            (s_forward = PyUnicode_InternFromString("forward")) == NULL)
             return -1;
         for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
             s_hook_names[i] = PyUnicode_InternFromString(hooks[i]);
@@ -315,7 +347,10 @@ em_module_call_init(PyObject *m)
     if (PyType_Ready(&ModuleCall_Type) < 0 ||
         PyModule_AddObjectRef(m, "ModuleCall", (PyObject *)&ModuleCall_Type) < 0 ||
         PyType_Ready(&FunctionCall_Type) < 0 ||
-        PyModule_AddObjectRef(m, "FunctionCall", (PyObject *)&FunctionCall_Type) < 0)
+        PyModule_AddObjectRef(m, "FunctionCall", (PyObject *)&FunctionCall_Type) < 0 ||
+        PyModule_AddFunctions(m, call_methods) < 0)
         return -1;
     return 0;
 }
+
+#endif /* EM_CAPTURE_HOOK */

@@ -264,7 +264,6 @@ def _count_slow_calls(compiled):
     """Puts a counting spy in front of the Python method that the C call of compiled's
     class falls back to; returns the list that counts."""
     from ember.capture import _hook
-    from ember.capture.config import config
     cls = type(compiled)
     slow = cls.__dict__["__call__"].__wrapped__
     calls = []
@@ -272,7 +271,7 @@ def _count_slow_calls(compiled):
     def spy(self, *args, **kwargs):
         calls.append(1)
         return slow(self, *args, **kwargs)
-    cls.__call__ = _hook.ModuleCall(spy, config)
+    cls.__call__ = _hook.ModuleCall(spy)
     return calls
 
 
@@ -306,6 +305,54 @@ def test_a_compiled_module_call_runs_in_c_and_falls_back_where_python_must(monke
         assert calls == [1, 1]
     finally:
         type(compiled).__call__ = saved
+
+
+@pytest.mark.skipif(not ember.capture._hook.available, reason="the frame hook's build")
+def test_a_cache_hit_pushes_no_frame_for_the_compiled_function_or_forward():
+    """In the default mode too, a cache hit of ember.compile(fn) called with its
+    positional parameters, and of a plain compiled module's forward, runs the compiled
+    frame straight from C (em_capture_call_cached): the frame hook sees no frame of fn
+    or forward. Keywords and defaults take the hook's path; an error in the graph runs
+    the frame eagerly, so the user's frame is in the traceback."""
+    from ember._C import _capture
+    from ember.capture import _hook
+
+    def take(x, i, k=2.0):
+        return (x * k)[i]
+
+    def frames(call):
+        log = []
+        _capture.record_frames(log)
+        try:
+            out = call()
+        finally:
+            _capture.record_frames(None)
+        return out, log
+
+    c = ember.compile(take, backend="eager")
+    x = ember.arange(4.0)
+    i = ember.tensor([1, 3])
+    assert c(x, i, 2.0).tolist() == [2.0, 6.0]
+    hits = _hook.counters()["fast_hits"]
+    out, log = frames(lambda: c(x, ember.tensor([0, 2]), 2.0))
+    assert out.tolist() == [0.0, 4.0] and take.__code__ not in log
+    assert _hook.counters()["fast_hits"] == hits + 1
+    out, log = frames(lambda: c(x, i, k=2.0))                  # a keyword: the hook
+    assert out.tolist() == [2.0, 6.0] and take.__code__ in log
+    out, log = frames(lambda: c(x, i))                         # a default: the hook
+    assert out.tolist() == [2.0, 6.0] and take.__code__ in log
+    with pytest.raises(IndexError) as err:
+        c(x, ember.tensor([0, 9]), 2.0)
+    assert any(e.name == "take" for e in err.traceback)
+
+    lin = ember.nn.Linear(3, 2)
+    m = ember.compile(lin, backend="eager")
+    y = T(4, 3)
+    close(m(y), lin(y))
+    forward = type(lin).forward.__code__
+    out, log = frames(lambda: m(y))
+    close(out, lin(y))
+    assert forward not in log
 
 
 @pytest.mark.skipif(not ember.capture._hook.available, reason="the frame hook's build")

@@ -145,7 +145,7 @@ def _wrap(fn, callback, ctx):
     if _hook.FunctionCall is None or ctx.fullgraph:
         return compiled
     # the same in C (no argument tuple, no wrapper frame); strict mode takes compiled
-    fast = _hook.FunctionCall(fn, callback, compiled, config)
+    fast = _hook.FunctionCall(fn, callback, compiled)
     functools.update_wrapper(fast, fn)
     fast._ember_compile_context = ctx
     fast._orig_fn = fn
@@ -217,7 +217,7 @@ def optimized_module_class():
                 _hook.set_state(prev)
 
         if _hook.ModuleCall is not None:     # the same in C, with this as its slow path
-            __call__ = _hook.ModuleCall(__call__, config)
+            __call__ = _hook.ModuleCall(__call__)
         forward = __call__
 
         def __getattr__(self, name):

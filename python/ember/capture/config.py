@@ -14,7 +14,8 @@ def default_cache_dir():
 
 class _Config:
     def __init__(self):
-        # raise instead of falling back to CPython or to a simpler backend
+        # raise instead of falling back to CPython or to a simpler backend (a property:
+        # the compiled calls in C read it as a flag)
         self.strict = os.environ.get("EMBER_STRICT", "") == "1"
         # entries per code object before it stops recompiling (torch: cache_size_limit)
         self.cache_size_limit = 8
@@ -41,6 +42,18 @@ class _Config:
         # numbers); True runs eager's kernels on eager's generator, so compiled results
         # equal eager's. Read when a graph is compiled (torch: fallback_random)
         self.fallback_random = False
+
+    @property
+    def strict(self):
+        return self._strict
+
+    @strict.setter
+    def strict(self, value):
+        self._strict = bool(value)
+        from .._C import _capture
+        set_strict = getattr(_capture, "set_strict", None)     # the hook's build only
+        if set_strict is not None:
+            set_strict(self._strict)
 
     def __repr__(self):
         return (f"config(strict={self.strict}, cache_size_limit={self.cache_size_limit}, "
