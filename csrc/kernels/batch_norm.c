@@ -57,8 +57,8 @@ em_bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize
  * writes, per channel, new_mean = (1 - momentum) running_mean + momentum mean and
  * new_var = (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
  * variance, n values per channel), computed in double and rounded once. Channels are the
- * units of work, each computed alone, so results are identical at every thread count and
- * run to run. */
+ * units of work (em_run_chunked's items), each computed alone, so results are identical
+ * at every thread count and run to run. */
 typedef struct {
     const void *x, *w, *b, *rm, *rv;
     void *y, *nm, *nv;             /* nm, nv: the new running statistics (or NULL) */

@@ -7,9 +7,9 @@
  * them with ops. The case applies only in eager mode with grad mode off (a backward
  * without create_graph: no gradient of the gradient is recorded, and no tracer has to
  * see the ops) and for real (not meta) contiguous float32/float64 operands of one
- * dtype. Large inputs run on the thread pool in chunks whose bounds depend only on the
- * sizes, and every reduction adds in a fixed order, so results are identical at every
- * thread count.
+ * dtype. Large inputs run on the thread pool (em_run_chunked, kutil.c) in chunks whose
+ * bounds depend only on the sizes, and every reduction adds in a fixed order, so results
+ * are identical at every thread count.
  *
  * batch_norm's backward recomputes the statistics as its forward (batch_norm.c,
  * em_bn_stats_of) computed them.
