@@ -275,3 +275,54 @@ def test_large_embedding_on_the_pool_identical_at_one_and_two_threads(dtype):
     want[7] = 0
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(g1, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gradients_and_batch_norm_use_the_kernels_pool_runner(dtype):
+    """Every fused gradient and batch_norm's forward run through em_run_chunked (kutil.c),
+    the kernels' one runner: one pool job at 2 threads from EM_POOL_FROM (131072)
+    elements, none just below it or at 1 thread, and the same bits at 1 and 2 threads."""
+    def calls(rows):
+        """each fused entry point on (rows, 64) operands (batch_norm: (rows / 8, 8, 64))"""
+        rng = np.random.default_rng(rows)
+        a = rng.standard_normal((rows, 64)).astype(dtype)
+        x, g = ember.from_numpy(a), ember.from_numpy(np.cos(a))
+        y = ember.from_numpy(np.exp(a) / np.exp(a).sum(-1, keepdims=True))
+        t = ember.from_numpy(rng.integers(0, 64, rows))
+        w = ember.from_numpy(np.linspace(0.5, 2, 64).astype(dtype))
+        x3, g3 = x.reshape(rows // 8, 8, 64), g.reshape(rows // 8, 8, 64)
+        w8 = ember.from_numpy(np.linspace(0.5, 2, 8).astype(dtype))
+        rm, rv = ember.zeros(8, dtype=x.dtype), ember.ones(8, dtype=x.dtype)
+        return {
+            "silu": lambda: _C._grad_pointwise(0, g, x),
+            "gelu": lambda: _C._grad_pointwise(1, g, x),
+            "softmax": lambda: _C._grad_softmax(g, y, False),
+            "log_softmax": lambda: _C._grad_softmax(g, y, True),
+            "layer_norm": lambda: _C._grad_layer_norm(g, x, 1, w, 1e-5, True, True, True),
+            "cross_entropy": lambda: _C._grad_cross_entropy(ember.tensor(1.0, dtype=x.dtype),
+                                                            x, t, 1, -100),
+            "batch_norm_grad": lambda: _C._grad_batch_norm_train(g3, x3, w8, 1e-5, True,
+                                                                 True, True),
+            "batch_norm": lambda: F.batch_norm(x3, rm, rv, w8, None, training=True),
+        }
+
+    def run(rows, threads):
+        ember.set_num_threads(threads)
+        out = {}
+        with ember.no_grad():
+            for name, f in calls(rows).items():
+                jobs = _C._pool_jobs()
+                r = f()
+                out[name] = (_C._pool_jobs() - jobs,
+                             [v.numpy() for v in (r if isinstance(r, tuple) else (r,))])
+        return out
+    before = ember.get_num_threads()
+    try:
+        for rows, pooled in ((2048, 1), (2040, 0)):        # 131072 and 130560 elements
+            one, two = run(rows, 1), run(rows, 2)
+            for name in one:
+                assert (one[name][0], two[name][0]) == (0, pooled), (name, rows)
+                for u, v in zip(one[name][1], two[name][1]):
+                    np.testing.assert_array_equal(u, v)
+    finally:
+        ember.set_num_threads(before)

@@ -36,12 +36,6 @@
 #endif
 #include "kernels/vecmath.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
-#define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EM_CLONES
-#endif
-
 /* Block sizes: a BR x BC score block, the packed K and V blocks and the accumulators
  * stay in L2 (about 100 KB in float32 at head dim 64). */
 enum { BR = 64, BC = 128 };

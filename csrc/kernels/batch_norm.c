@@ -18,40 +18,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
-#define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EM_CLONES
-#endif
-
-#define PARALLEL_FROM 65536        /* elements from which the pool is used */
-
-/* A real, C-contiguous tensor of dtype dt, float32 or float64. */
-static bool
-plain(PyObject *o, em_dtype_t dt)
-{
-    if (!em_Tensor_Check(o))
-        return false;
-    em_Tensor *t = (em_Tensor *)o;
-    return !em_is_meta(t) && t->dtype == dt && (dt == EM_FLOAT32 || dt == EM_FLOAT64) &&
-           PyArray_IS_C_CONTIGUOUS(t->array);
-}
-
-static em_Tensor *
-empty_like_c(em_Tensor *t)
-{
-    return em_empty(t->ndim, t->sizes, t->dtype, false);
-}
-
-/* Runs fn over n channels one at a time, on the pool when `big`. */
-static int
-run(em_range_fn fn, void *ctx, int64_t n, bool big)
-{
-    if (n == 0)
-        return 0;
-    return em_parallel_for(fn, ctx, n, 1, big && em_pool_threads() > 1);
-}
-
 /* Channel c's mean, biased variance and rstd (sums in double; float32 runs in
  * em_lane_sum_f32's lanes) of the contiguous (N, C, S) x: what the forward kernel
  * saves and the fused backward (nn_grad.c) recomputes. */
@@ -91,8 +57,8 @@ em_bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize
  * writes, per channel, new_mean = (1 - momentum) running_mean + momentum mean and
  * new_var = (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
  * variance, n values per channel), computed in double and rounded once. Channels are the
- * units of work, each computed alone, so results are identical at every thread count and
- * run to run. */
+ * units of work (em_run_chunked's items), each computed alone, so results are identical
+ * at every thread count and run to run. */
 typedef struct {
     const void *x, *w, *b, *rm, *rv;
     void *y, *nm, *nv;             /* nm, nv: the new running statistics (or NULL) */
@@ -129,67 +95,46 @@ bnf_stats(const bnf_ctx *p, Py_ssize_t c, bool f32, double *mean, double *rstd)
     }
 }
 
-EM_CLONES static void
-bnf_channel_f32(const bnf_ctx *p, Py_ssize_t c)
-{
-    double md, rd;
-    bnf_stats(p, c, true, &md, &rd);
-    float mean = (float)md, rstd = (float)rd;
-    float w = p->w ? ((const float *)p->w)[c] : 1.0f, b = p->b ? ((const float *)p->b)[c] : 0.0f;
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
-        const float *restrict x = (const float *)p->x + off;
-        float *restrict y = (float *)p->y + off;
-        for (Py_ssize_t i = 0; i < p->S; i++)
-            y[i] = (x[i] - mean) * rstd * w + b;
+/* The forward of channels [lo, hi) in T (float: the statistics rounded to float, as
+ * saved), one function per dtype. */
+#define BNF_RANGE(NAME, T)                                                               \
+    static void NAME(void *ctx, int64_t lo, int64_t hi)                                  \
+    {                                                                                    \
+        const bnf_ctx *p = ctx;                                                          \
+        for (Py_ssize_t c = lo; c < hi; c++) {                                           \
+            double md, rd;                                                               \
+            bnf_stats(p, c, sizeof(T) == sizeof(float), &md, &rd);                       \
+            T mean = (T)md, rstd = (T)rd;                                                \
+            T w = p->w ? ((const T *)p->w)[c] : (T)1, b = p->b ? ((const T *)p->b)[c] : (T)0; \
+            for (Py_ssize_t n = 0; n < p->N; n++) {                                      \
+                Py_ssize_t off = (n * p->C + c) * p->S;                                  \
+                const T *restrict x = (const T *)p->x + off;                             \
+                T *restrict y = (T *)p->y + off;                                         \
+                for (Py_ssize_t i = 0; i < p->S; i++)                                    \
+                    y[i] = (x[i] - mean) * rstd * w + b;                                 \
+            }                                                                            \
+            p->mean[c] = mean;                                                           \
+            p->rstd[c] = rstd;                                                           \
+        }                                                                                \
     }
-    p->mean[c] = mean;
-    p->rstd[c] = rstd;
-}
+EM_CLONES BNF_RANGE(bnf_range32, float)
+BNF_RANGE(bnf_range64, double)
 
-static void
-bnf_channel_f64(const bnf_ctx *p, Py_ssize_t c)
+bool
+em_bn_vector(PyObject *o, em_Tensor *x)
 {
-    double mean, rstd;
-    bnf_stats(p, c, false, &mean, &rstd);
-    double w = p->w ? ((const double *)p->w)[c] : 1.0, b = p->b ? ((const double *)p->b)[c] : 0.0;
-    for (Py_ssize_t n = 0; n < p->N; n++) {
-        Py_ssize_t off = (n * p->C + c) * p->S;
-        const double *restrict x = (const double *)p->x + off;
-        double *restrict y = (double *)p->y + off;
-        for (Py_ssize_t i = 0; i < p->S; i++)
-            y[i] = (x[i] - mean) * rstd * w + b;
-    }
-    p->mean[c] = mean;
-    p->rstd[c] = rstd;
-}
-
-static void
-bnf_range32(void *c, int64_t a, int64_t b)
-{
-    for (int64_t k = a; k < b; k++)
-        bnf_channel_f32(c, k);
-}
-
-static void
-bnf_range64(void *c, int64_t a, int64_t b)
-{
-    for (int64_t k = a; k < b; k++)
-        bnf_channel_f64(c, k);
+    return o == Py_None ||
+           (em_plain_float(o, x->dtype) && ((em_Tensor *)o)->ndim == 1 &&
+            ((em_Tensor *)o)->sizes[0] == x->sizes[1]);
 }
 
 /* a (C,) vector of x's dtype (or None): its data, or NULL; *ok false when o does not fit */
 static const void *
 bnf_vector(PyObject *o, em_Tensor *x, bool *ok)
 {
-    if (o == Py_None)
-        return NULL;
-    em_Tensor *t = (em_Tensor *)o;
-    if (!plain(o, x->dtype) || t->ndim != 1 || t->sizes[0] != x->sizes[1]) {
+    if (!em_bn_vector(o, x))
         *ok = false;
-        return NULL;
-    }
-    return PyArray_DATA(t->array);
+    return o == Py_None || !*ok ? NULL : PyArray_DATA(((em_Tensor *)o)->array);
 }
 
 /* A new (C,) tensor of dtype dt: the C doubles v rounded (v not NULL), a copy of src's C
@@ -226,7 +171,7 @@ em_batch_norm_kernel(em_Op *op, PyObject **args)
     if (training < 0 || PyErr_Occurred())
         return NULL;
     bool ok = em_tls.mode != EM_MODE_META && em_Tensor_Check(args[0]) &&
-              plain(args[0], x->dtype) && x->ndim >= 2 && x->numel > 0;
+              em_plain_float(args[0], x->dtype) && x->ndim >= 2 && x->numel > 0;
     const void *w = NULL, *b = NULL, *rm = NULL, *rv = NULL;
     if (ok) {
         w = bnf_vector(args[1], x, &ok);
@@ -247,7 +192,7 @@ em_batch_norm_kernel(em_Op *op, PyObject **args)
         return PyErr_NoMemory();
     bnf_ctx c = {PyArray_DATA(x->array), w, b, rm, rv, NULL, NULL, NULL, st, st + C, N, C, S,
                  eps, momentum, training != 0};
-    if ((y = empty_like_c(x)) == NULL)
+    if ((y = em_empty_contiguous(x)) == NULL)
         goto error;
     c.y = PyArray_DATA(y->array);
     if (training && rm != NULL) {        /* the new running statistics, filled per channel */
@@ -257,8 +202,7 @@ em_batch_norm_kernel(em_Op *op, PyObject **args)
         c.nm = PyArray_DATA(nm->array);
         c.nv = PyArray_DATA(nv->array);
     }
-    if (run(x->dtype == EM_FLOAT32 ? bnf_range32 : bnf_range64, &c, C,
-            x->numel >= PARALLEL_FROM) < 0)
+    if (em_run_chunked(x->dtype == EM_FLOAT32 ? bnf_range32 : bnf_range64, &c, C, N * S) < 0)
         goto error;
     if ((tm = bnf_channels(C, x->dtype, c.mean, NULL)) == NULL ||
         (tr = bnf_channels(C, x->dtype, c.rstd, NULL)) == NULL)

@@ -23,12 +23,6 @@
 #include "kernels/vecmath.h"
 #include "kernels/special.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
-#define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EM_CLONES
-#endif
-
 typedef void (*loop32_fn)(const float *const *in, float *restrict y, Py_ssize_t n,
                           const double *p);
 typedef void (*loop64_fn)(const double *const *in, double *restrict y, Py_ssize_t n,

@@ -89,6 +89,37 @@ lse3(double a, double b, double c)
     return m + log(exp(a - m) + exp(b - m) + exp(c - m));
 }
 
+/* value v into element i of p's float32 (f32) or float64 result at base */
+static inline void
+put(void *base, Py_ssize_t i, bool f32, double v)
+{
+    if (f32)
+        ((float *)base)[i] = (float)v;
+    else
+        ((double *)base)[i] = v;
+}
+
+/* One frame of the recursion, alpha's (d = -1: from the frame before) or beta's (d = 1:
+ * from the frame after) over the S states: to[s] = lpx[s] + logsumexp(from[s],
+ * from[s + d] when it is a state, from[s + 2d] when the state between may be skipped:
+ * skip[s] going forward, skip[s + 2] backward). */
+static void
+recursion_step(const double *from, double *to, const double *lpx, const char *skip,
+               Py_ssize_t S, Py_ssize_t d)
+{
+    for (Py_ssize_t s = 0; s < S; s++) {
+        Py_ssize_t s1 = s + d, s2 = s + 2 * d;
+        double v;
+        if (s2 >= 0 && s2 < S && skip[d < 0 ? s : s2])
+            v = lse3(from[s], from[s1], from[s2]);
+        else if (s1 >= 0 && s1 < S)
+            v = lse2(from[s], from[s1]);
+        else
+            v = from[s];
+        to[s] = v + lpx[s];
+    }
+}
+
 /* frame t's log-probabilities of sample b's extended labels */
 static void
 gather_frame(const ctc_ctx *p, Py_ssize_t t, Py_ssize_t b, const Py_ssize_t *ext, Py_ssize_t S,
@@ -111,15 +142,8 @@ forward_sample(const ctc_ctx *p, Py_ssize_t b, const Py_ssize_t *ext, const char
     for (Py_ssize_t s = 0; s < S; s++)
         a[s] = s < 2 ? lpx[s] : -INFINITY;
     for (Py_ssize_t t = 1; t < Tb; t++) {
-        const double *prev = a + (t - 1) * S;
-        double *cur = a + t * S;
         gather_frame(p, t, b, ext, S, lpx);
-        cur[0] = prev[0] + lpx[0];
-        for (Py_ssize_t s = 1; s < S; s++) {
-            double v = skip[s] ? lse3(prev[s], prev[s - 1], prev[s - 2])
-                               : lse2(prev[s], prev[s - 1]);
-            cur[s] = v + lpx[s];
-        }
+        recursion_step(a + (t - 1) * S, a + t * S, lpx, skip, S, -1);
     }
     const double *last = a + (Tb - 1) * S;
     return -(S >= 2 ? lse2(last[S - 1], last[S - 2]) : last[S - 1]);
@@ -165,18 +189,10 @@ forward_range(void *c, int64_t lo, int64_t hi)
         extend(p, b, w.ext, w.skip);
         double nll = forward_sample(p, b, w.ext, w.skip, w.lpx, w.rows);
         for (Py_ssize_t t = 0; t < p->T; t++)
-            for (Py_ssize_t s = 0; s < p->S2; s++) {
-                double v = t < Tb && s < S ? w.rows[t * S + s] : -INFINITY;
-                Py_ssize_t i = (b * p->T + t) * p->S2 + s;
-                if (p->f32)
-                    ((float *)p->la)[i] = (float)v;
-                else
-                    ((double *)p->la)[i] = v;
-            }
-        if (p->f32)
-            ((float *)p->nll)[b] = (float)nll;
-        else
-            ((double *)p->nll)[b] = nll;
+            for (Py_ssize_t s = 0; s < p->S2; s++)
+                put(p->la, (b * p->T + t) * p->S2 + s, p->f32,
+                    t < Tb && s < S ? w.rows[t * S + s] : -INFINITY);
+        put(p->nll, b, p->f32, nll);
         scratch_free(&w);
     }
 }
@@ -209,26 +225,16 @@ backward_range(void *c, int64_t lo, int64_t hi)
         bool zero = Tb == 0 || (p->zero_infinity && nll == INFINITY);
         /* frames past the input length (and every frame of a zeroed sample) get 0 */
         for (Py_ssize_t t = zero ? 0 : Tb; t < p->T; t++)
-            for (Py_ssize_t k = 0; k < C; k++) {
-                Py_ssize_t i = (t * p->N + b) * C + k;
-                if (p->f32)
-                    ((float *)p->gx)[i] = 0.0f;
-                else
-                    ((double *)p->gx)[i] = 0.0;
-            }
+            for (Py_ssize_t k = 0; k < C; k++)
+                put(p->gx, (t * p->N + b) * C + k, p->f32, 0.0);
         for (Py_ssize_t t = zero ? -1 : Tb - 1; t >= 0; t--) {
             /* beta at frame t, from the frame after it */
             gather_frame(p, t, b, w.ext, S, w.lpx);
-            for (Py_ssize_t s = 0; s < S; s++) {
-                double v;
-                if (t == Tb - 1)
-                    v = s >= S - 2 ? 0.0 : -INFINITY;
-                else if (s + 2 < S && w.skip[s + 2])
-                    v = lse3(next[s], next[s + 1], next[s + 2]);
-                else
-                    v = s + 1 < S ? lse2(next[s], next[s + 1]) : next[s];
-                cur[s] = v + w.lpx[s];
-            }
+            if (t == Tb - 1)
+                for (Py_ssize_t s = 0; s < S; s++)
+                    cur[s] = (s >= S - 2 ? 0.0 : -INFINITY) + w.lpx[s];
+            else
+                recursion_step(next, cur, w.lpx, w.skip, S, 1);
             for (Py_ssize_t k = 0; k < C; k++)
                 lcab[k] = -INFINITY;
             for (Py_ssize_t s = 0; s < S; s++) {
@@ -237,12 +243,8 @@ backward_range(void *c, int64_t lo, int64_t hi)
             }
             for (Py_ssize_t k = 0; k < C; k++) {
                 double lp = lp_at(p, t, b, k);
-                double v = (exp(lp) - exp(lcab[k] + nll - lp)) * g;
-                Py_ssize_t i = (t * p->N + b) * C + k;
-                if (p->f32)
-                    ((float *)p->gx)[i] = (float)v;
-                else
-                    ((double *)p->gx)[i] = v;
+                put(p->gx, (t * p->N + b) * C + k, p->f32,
+                    (exp(lp) - exp(lcab[k] + nll - lp)) * g);
             }
             double *tmp = next;
             next = cur;
@@ -376,12 +378,36 @@ error:
     return -1;
 }
 
+/* The arrays a kernel reads its operands' contiguous data from (new references, or
+ * NULL), released together. */
+enum { HOLD_LP, HOLD_TG, HOLD_NLL, HOLD_LA, HOLD_GRAD, N_HOLD };
+
 /* the contiguous NumPy data of t (a new reference in *hold) */
 static const char *
 data_of(em_Tensor *t, PyArrayObject **hold)
 {
     *hold = (PyArrayObject *)PyArray_GETCONTIGUOUS(t->array);
     return *hold == NULL ? NULL : PyArray_BYTES(*hold);
+}
+
+/* p's log_probs and targets (and zero_infinity zi), what both kernels read: 0, or -1
+ * with an exception */
+static int
+bind_inputs(ctc_ctx *p, em_Tensor *lp, em_Tensor *tg, int zi, PyArrayObject **hold)
+{
+    p->zero_infinity = zi;
+    if ((p->lp = data_of(lp, &hold[HOLD_LP])) == NULL ||
+        (p->tg = data_of(tg, &hold[HOLD_TG])) == NULL)
+        return -1;
+    return 0;
+}
+
+static void
+release(PyArrayObject **hold, Py_ssize_t *lens)
+{
+    for (int i = 0; i < N_HOLD; i++)
+        Py_XDECREF(hold[i]);
+    PyMem_Free(lens);
 }
 
 static int
@@ -405,7 +431,7 @@ k_ctc_loss(em_Op *op, PyObject **args)
     ctc_ctx p = {0};
     Py_ssize_t *lens = NULL;
     em_Tensor *nll = NULL, *la = NULL;
-    PyArrayObject *hl = NULL, *ht = NULL;
+    PyArrayObject *hold[N_HOLD] = {NULL};
     int zi = PyObject_IsTrue(args[5]);
     if (zi < 0 || read_args(lp, args[1], args[2], args[3], args[4], &p, &lens) < 0)
         return NULL;
@@ -415,25 +441,20 @@ k_ctc_loss(em_Op *op, PyObject **args)
         (la = em_empty(3, lsz, lp->dtype, meta)) == NULL)
         goto error;
     if (!meta) {
-        p.zero_infinity = zi;
-        if ((p.lp = data_of(lp, &hl)) == NULL || (p.tg = data_of(tg, &ht)) == NULL)
+        if (bind_inputs(&p, lp, tg, zi, hold) < 0)
             goto error;
         p.nll = PyArray_DATA(nll->array);
         p.la = PyArray_DATA(la->array);
         if (run(forward_range, &p) < 0)
             goto error;
     }
-    Py_XDECREF(hl);
-    Py_XDECREF(ht);
-    PyMem_Free(lens);
+    release(hold, lens);
     PyObject *r = PyTuple_Pack(2, nll, la);
     Py_DECREF(nll);
     Py_DECREF(la);
     return r;
 error:
-    Py_XDECREF(hl);
-    Py_XDECREF(ht);
-    PyMem_Free(lens);
+    release(hold, lens);
     Py_XDECREF(nll);
     Py_XDECREF(la);
     return NULL;
@@ -446,7 +467,7 @@ k_ctc_loss_backward(em_Op *op, PyObject **args)
     ctc_ctx p = {0};
     Py_ssize_t *lens = NULL;
     em_Tensor *gx = NULL;
-    PyArrayObject *hl = NULL, *ht = NULL, *hg = NULL, *hn = NULL, *ha = NULL;
+    PyArrayObject *hold[N_HOLD] = {NULL};
     int zi = PyObject_IsTrue(args[8]);
     if (zi < 0 || read_args(lp, args[2], args[3], args[4], args[7], &p, &lens) < 0)
         return NULL;
@@ -466,36 +487,24 @@ k_ctc_loss_backward(em_Op *op, PyObject **args)
     if ((gx = em_empty(3, lp->sizes, lp->dtype, meta)) == NULL)
         goto error;
     if (!meta) {
-        p.zero_infinity = zi;
-        if ((p.lp = data_of(lp, &hl)) == NULL || (p.tg = data_of(tg, &ht)) == NULL ||
-            (p.nll = (void *)data_of(nll, &hn)) == NULL ||
-            (p.la = (void *)data_of(la, &ha)) == NULL)
+        if (bind_inputs(&p, lp, tg, zi, hold) < 0 ||
+            (p.nll = (void *)data_of(nll, &hold[HOLD_NLL])) == NULL ||
+            (p.la = (void *)data_of(la, &hold[HOLD_LA])) == NULL)
             goto error;
-        hg = (PyArrayObject *)PyArray_FromAny((PyObject *)g->array,
-                                              PyArray_DescrFromType(NPY_DOUBLE), 1, 1,
-                                              NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_FORCECAST,
-                                              NULL);
-        if (hg == NULL)
+        hold[HOLD_GRAD] = (PyArrayObject *)PyArray_FromAny(
+            (PyObject *)g->array, PyArray_DescrFromType(NPY_DOUBLE), 1, 1,
+            NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_FORCECAST, NULL);
+        if (hold[HOLD_GRAD] == NULL)
             goto error;
-        p.grad = PyArray_DATA(hg);
+        p.grad = PyArray_DATA(hold[HOLD_GRAD]);
         p.gx = PyArray_DATA(gx->array);
         if (run(backward_range, &p) < 0)
             goto error;
     }
-    Py_XDECREF(hl);
-    Py_XDECREF(ht);
-    Py_XDECREF(hg);
-    Py_XDECREF(hn);
-    Py_XDECREF(ha);
-    PyMem_Free(lens);
+    release(hold, lens);
     return (PyObject *)gx;
 error:
-    Py_XDECREF(hl);
-    Py_XDECREF(ht);
-    Py_XDECREF(hg);
-    Py_XDECREF(hn);
-    Py_XDECREF(ha);
-    PyMem_Free(lens);
+    release(hold, lens);
     Py_XDECREF(gx);
     return NULL;
 }

@@ -6,6 +6,14 @@
 #include "ember.h"
 #include "runtime/runtime.h"
 
+/* The clones of a kernel's hot loops for x86-64's AVX-512 and AVX2 levels (the
+ * loader picks the host's); nothing elsewhere or with EM_NO_CLONES. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
+#define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define EM_CLONES
+#endif
+
 /* Whether a kernel computes geometry only (meta mode or a meta input). */
 static inline bool
 em_meta_of(em_Tensor *t)
@@ -27,6 +35,25 @@ em_finish(em_Tensor *out, int st)
 em_Tensor *em_empty_like(em_Tensor *t, em_dtype_t dt, bool meta);
 /* A fresh contiguous tensor. */
 em_Tensor *em_empty(int ndim, const Py_ssize_t *sizes, em_dtype_t dt, bool meta);
+
+/* A fresh contiguous (real) tensor of t's shape and dtype. */
+static inline em_Tensor *
+em_empty_contiguous(em_Tensor *t)
+{
+    return em_empty(t->ndim, t->sizes, t->dtype, false);
+}
+
+/* Whether o is a real (not meta), C-contiguous tensor of dtype dt, float32 or float64:
+ * the operands the float kernels of batch_norm.c and nn_grad.c read directly. */
+static inline bool
+em_plain_float(PyObject *o, em_dtype_t dt)
+{
+    if (!em_Tensor_Check(o))
+        return false;
+    em_Tensor *t = (em_Tensor *)o;
+    return !em_is_meta(t) && t->dtype == dt && (dt == EM_FLOAT32 || dt == EM_FLOAT64) &&
+           PyArray_IS_C_CONTIGUOUS(t->array);
+}
 /* Copies (and casts) src (a Tensor, an array or a number) into dst, unless dst is meta. */
 int em_copy_into(em_Tensor *dst, PyObject *src);
 
@@ -205,6 +232,9 @@ PyObject *em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t n
 /* batch_norm.c: batch_norm's forward (_native_batch_norm_legit_functional's kernel) and
  * the per-channel statistics it saves and the fused backward (nn_grad.c) recomputes */
 PyObject *em_batch_norm_kernel(em_Op *op, PyObject **args);
+/* whether o (None allowed) is a per-channel vector for the (N, C, *) x: plain (above)
+ * of x's dtype, of shape (C,) */
+bool em_bn_vector(PyObject *o, em_Tensor *x);
 void em_bn_stats_of(const void *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize_t c,
                     bool f32, double eps, double *mean, double *var, double *rstd);
 /* nn_grad.c: adds the fused eager gradients (_C._grad_*) to the module. */

@@ -7,9 +7,9 @@
  * them with ops. The case applies only in eager mode with grad mode off (a backward
  * without create_graph: no gradient of the gradient is recorded, and no tracer has to
  * see the ops) and for real (not meta) contiguous float32/float64 operands of one
- * dtype. Large inputs run on the thread pool in chunks whose bounds depend only on the
- * sizes, and every reduction adds in a fixed order, so results are identical at every
- * thread count.
+ * dtype. Large inputs run on the thread pool (em_run_chunked, kutil.c) in chunks whose
+ * bounds depend only on the sizes, and every reduction adds in a fixed order, so results
+ * are identical at every thread count.
  *
  * batch_norm's backward recomputes the statistics as its forward (batch_norm.c,
  * em_bn_stats_of) computed them.
@@ -23,35 +23,16 @@
 #include <stdlib.h>
 #include "kernels/vecmath.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
-#define EM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EM_CLONES
-#endif
-
 #define INV_SQRT_2PI 0.39894228040143267794
 #define SQRT1_2 0.70710678118654752440
 #define SQRT_2_OVER_PI 0.79788456080286535588
 #define GELU_KAPPA 0.044715
-#define ELEMS_PER_CHUNK 32768      /* elementwise work per pool chunk */
-#define PARALLEL_FROM 65536        /* elements from which the pool is used */
 
 /* Whether a fused gradient may run at all: eager mode, grad mode off. */
 static bool
 fused_mode(void)
 {
     return em_tls.mode == EM_MODE_EAGER && !em_tls.grad_enabled;
-}
-
-/* A real, C-contiguous float32/float64 tensor (or NULL for None when may_be_none). */
-static bool
-plain(PyObject *o, em_dtype_t dt)
-{
-    if (!em_Tensor_Check(o))
-        return false;
-    em_Tensor *t = (em_Tensor *)o;
-    return !em_is_meta(t) && t->dtype == dt && (dt == EM_FLOAT32 || dt == EM_FLOAT64) &&
-           PyArray_IS_C_CONTIGUOUS(t->array);
 }
 
 static bool
@@ -65,21 +46,6 @@ same_shape(em_Tensor *a, em_Tensor *b)
     return true;
 }
 
-static em_Tensor *
-empty_like_c(em_Tensor *t)
-{
-    return em_empty(t->ndim, t->sizes, t->dtype, false);
-}
-
-/* Runs fn over n work items in chunks of `chunk`, on the pool when `big`. */
-static int
-run(em_range_fn fn, void *ctx, int64_t n, int64_t chunk, bool big)
-{
-    if (n == 0)
-        return 0;
-    return em_parallel_for(fn, ctx, n, chunk, big && em_pool_threads() > 1);
-}
-
 /* The common prologue of the fused gradients: x and its gradient g, both plain of x's
  * dtype and of one shape, in eager mode with grad mode off; x when the case applies,
  * NULL when it does not (no exception). */
@@ -89,25 +55,25 @@ fused_operands(PyObject *g, PyObject *x)
     if (!fused_mode() || !em_Tensor_Check(x))
         return NULL;
     em_Tensor *t = (em_Tensor *)x;
-    if (!plain(g, t->dtype) || !plain(x, t->dtype) || !same_shape((em_Tensor *)g, t))
+    if (!em_plain_float(g, t->dtype) || !em_plain_float(x, t->dtype) ||
+        !same_shape((em_Tensor *)g, t))
         return NULL;
     return t;
 }
 
 /* A new contiguous tensor like `like` (its data's address stored at *slot, inside the
- * job's context) filled by fn32 or fn64 (by like's dtype) over n work items in chunks
- * of `chunk`, on the pool from PARALLEL_FROM elements; NULL with an exception. */
+ * job's context) filled by fn32 or fn64 (by like's dtype) over n work items of `unit`
+ * elements each, by em_run_chunked; NULL with an exception. */
 static PyObject *
 run_into_new(em_Tensor *like, void **slot, em_range_fn fn32, em_range_fn fn64, void *ctx,
-             int64_t n, int64_t chunk)
+             int64_t n, int64_t unit)
 {
-    em_Tensor *out = empty_like_c(like);
+    em_Tensor *out = em_empty_contiguous(like);
     if (out == NULL || like->numel == 0)
         return (PyObject *)out;
     *slot = PyArray_DATA(out->array);
-    int st = run(like->dtype == EM_FLOAT32 ? fn32 : fn64, ctx, n, chunk,
-                 like->numel >= PARALLEL_FROM);
-    return em_finish(out, st);
+    return em_finish(out,
+                     em_run_chunked(like->dtype == EM_FLOAT32 ? fn32 : fn64, ctx, n, unit));
 }
 
 /* The three flags want_input, want_weight, want_bias from args[0..2]: 0, or -1 with an
@@ -263,19 +229,10 @@ grad_pointwise(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     pw_ctx c = {PyArray_DATA(((em_Tensor *)args[1])->array), PyArray_DATA(x->array), NULL,
                 kind};
-    return run_into_new(x, &c.y, pw_range32, pw_range64, &c, x->numel, ELEMS_PER_CHUNK);
+    return run_into_new(x, &c.y, pw_range32, pw_range64, &c, x->numel, 1);
 }
 
 /* ------------------------------------------------------------------ rows */
-
-/* The work of rows x n operands split in chunks of whole rows, about ELEMS_PER_CHUNK
- * elements each. */
-static int64_t
-rows_per_chunk(Py_ssize_t n)
-{
-    int64_t r = ELEMS_PER_CHUNK / (n > 0 ? n : 1);
-    return r > 0 ? r : 1;
-}
 
 typedef struct {
     const void *g, *y;
@@ -350,8 +307,7 @@ grad_softmax(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = y->sizes[y->ndim - 1];
     sm_ctx c = {PyArray_DATA(((em_Tensor *)args[0])->array), PyArray_DATA(y->array), NULL,
                 n, log};
-    return run_into_new(y, &c.out, sm_range32, sm_range64, &c, n ? y->numel / n : 0,
-                        rows_per_chunk(n));
+    return run_into_new(y, &c.out, sm_range32, sm_range64, &c, n ? y->numel / n : 0, n);
 }
 
 /* ------------------------------------------------------------------ layer_norm */
@@ -493,7 +449,7 @@ ln_range64(void *c, int64_t a, int64_t b)
 static em_Tensor *
 slab_total(const void *part, int64_t slabs, Py_ssize_t n, em_Tensor *like)
 {
-    em_Tensor *t = empty_like_c(like);
+    em_Tensor *t = em_empty_contiguous(like);
     if (t == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -524,7 +480,8 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     em_Tensor *g = (em_Tensor *)args[0], *x = fused_operands(args[0], args[1]);
     em_Tensor *w = args[3] == Py_None ? NULL : (em_Tensor *)args[3];
-    if (x == NULL || (w != NULL && !plain(args[3], x->dtype)) || k < 1 || k > x->ndim)
+    if (x == NULL || (w != NULL && !em_plain_float(args[3], x->dtype)) || k < 1 ||
+        k > x->ndim)
         Py_RETURN_NONE;
     Py_ssize_t n = 1;
     for (int d = x->ndim - (int)k; d < x->ndim; d++)
@@ -547,14 +504,14 @@ grad_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    if (want[0] && (gx = empty_like_c(x)) == NULL)
+    if (want[0] && (gx = em_empty_contiguous(x)) == NULL)
         goto error;
     ln_ctx c = {PyArray_DATA(g->array), PyArray_DATA(x->array),
                 w ? PyArray_DATA(w->array) : NULL, gx ? PyArray_DATA(gx->array) : NULL,
                 want[1] ? part : NULL, want[2] ? part + (want[1] ? slabs * n * item : 0) : NULL,
                 rows, slabs, n, eps};
-    if (run(x->dtype == EM_FLOAT32 ? ln_range32 : ln_range64, &c, slabs, 1,
-            x->numel >= PARALLEL_FROM) < 0)
+    if (em_run_chunked(x->dtype == EM_FLOAT32 ? ln_range32 : ln_range64, &c, slabs,
+                       x->numel / slabs) < 0)
         goto error;
     if (want[1] || want[2]) {
         em_Tensor *like = em_tensor_empty(&pg, false);
@@ -668,7 +625,8 @@ grad_cross_entropy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     em_Tensor *g = (em_Tensor *)args[0], *x = (em_Tensor *)args[1];
     em_Tensor *t = (em_Tensor *)args[2];
-    if (!plain(args[0], x->dtype) || !plain(args[1], x->dtype) || x->ndim != 2 ||
+    if (!em_plain_float(args[0], x->dtype) || !em_plain_float(args[1], x->dtype) ||
+        x->ndim != 2 ||
         em_is_meta(t) || t->dtype != EM_INT64 || t->ndim != 1 || t->sizes[0] != x->sizes[0] ||
         !PyArray_IS_C_CONTIGUOUS(t->array) || reduction < 0 || reduction > 2 ||
         (reduction == 0 ? g->ndim != 1 || g->sizes[0] != x->sizes[0] : g->ndim != 0) ||
@@ -705,7 +663,7 @@ grad_cross_entropy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         else if (x->dtype == EM_FLOAT32)
             c.s = (float)c.s;
     }
-    PyObject *out = run_into_new(x, &c.out, ce_range32, ce_range64, &c, N, rows_per_chunk(C));
+    PyObject *out = run_into_new(x, &c.out, ce_range32, ce_range64, &c, N, C);
     free(scale);
     return out;
 }
@@ -777,7 +735,7 @@ grad_embedding(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (!fused_mode() || !em_Tensor_Check(args[0]) || !em_Tensor_Check(args[1]))
         Py_RETURN_NONE;
     em_Tensor *g = (em_Tensor *)args[0], *ix = (em_Tensor *)args[1];
-    if (!plain(args[0], g->dtype) || em_is_meta(ix) || ix->dtype != EM_INT64 ||
+    if (!em_plain_float(args[0], g->dtype) || em_is_meta(ix) || ix->dtype != EM_INT64 ||
         !PyArray_IS_C_CONTIGUOUS(ix->array) || g->ndim != ix->ndim + 1 || V < 0)
         Py_RETURN_NONE;
     for (int d = 0; d < ix->ndim; d++)
@@ -948,15 +906,6 @@ bn_range64(void *c, int64_t a, int64_t b)
         bn_channel_f64(c, k);
 }
 
-/* the (C,) operand o (None allowed) of x's dtype, contiguous */
-static bool
-bn_vector(PyObject *o, em_Tensor *x)
-{
-    return o == Py_None ||
-           (plain(o, x->dtype) && ((em_Tensor *)o)->ndim == 1 &&
-            ((em_Tensor *)o)->sizes[0] == x->sizes[1]);
-}
-
 /* _grad_batch_norm_train(grad, input, weight, eps, want_input, want_weight, want_bias):
  * the gradients of training batch normalisation's output (statistics recomputed) as a
  * tuple (None for those not wanted); None when the case does not apply. */
@@ -970,11 +919,11 @@ grad_batch_norm_train(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (wanted(args + 4, want) < 0 || PyErr_Occurred())
         return NULL;
     em_Tensor *g = (em_Tensor *)args[0], *x = fused_operands(args[0], args[1]);
-    if (x == NULL || x->ndim < 2 || x->numel == 0 || !bn_vector(args[2], x))
+    if (x == NULL || x->ndim < 2 || x->numel == 0 || !em_bn_vector(args[2], x))
         Py_RETURN_NONE;
     Py_ssize_t N = x->sizes[0], C = x->sizes[1], S = x->numel / (N * C);
     em_Tensor *gx = NULL, *gw = NULL, *gb = NULL;
-    if ((want[0] && (gx = empty_like_c(x)) == NULL) ||
+    if ((want[0] && (gx = em_empty_contiguous(x)) == NULL) ||
         (want[1] && (gw = em_empty(1, &C, x->dtype, false)) == NULL) ||
         (want[2] && (gb = em_empty(1, &C, x->dtype, false)) == NULL))
         goto error;
@@ -982,8 +931,7 @@ grad_batch_norm_train(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                 args[2] == Py_None ? NULL : PyArray_DATA(((em_Tensor *)args[2])->array),
                 gx ? PyArray_DATA(gx->array) : NULL, gw ? PyArray_DATA(gw->array) : NULL,
                 gb ? PyArray_DATA(gb->array) : NULL, N, C, S, eps};
-    if (run(x->dtype == EM_FLOAT32 ? bn_range32 : bn_range64, &c, C, 1,
-            x->numel >= PARALLEL_FROM) < 0)
+    if (em_run_chunked(x->dtype == EM_FLOAT32 ? bn_range32 : bn_range64, &c, C, N * S) < 0)
         goto error;
     return grads_tuple(gx, gw, gb);
 error:

@@ -117,27 +117,36 @@ layout(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t rs, Py_ssize_t cs, int64_t *
     return -1;
 }
 
+/* c = op(a) @ op(b) + beta c, row-major, one BLAS call (float32 or float64; the sizes
+ * fit the library's integers). */
 static void
-gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const char *a, int64_t lda,
-     const char *b, int64_t ldb, char *c, int64_t ldc)
+gemm_beta(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *a,
+          int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
     int A = ta ? TRANS : NO_TRANS, B = tb ? TRANS : NO_TRANS;
     if (t == EM_FLOAT32) {
         if (ilp64)
-            ((sgemm64_t)sgemm)(ROW_MAJOR, A, B, m, n, k, 1.0f, (const float *)a, lda,
-                               (const float *)b, ldb, 0.0f, (float *)c, ldc);
+            ((sgemm64_t)sgemm)(ROW_MAJOR, A, B, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, c,
+                               ldc);
         else
-            ((sgemm32_t)sgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0f, (const float *)a,
-                               (int)lda, (const float *)b, (int)ldb, 0.0f, (float *)c, (int)ldc);
+            ((sgemm32_t)sgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
+                               (int)ldb, (float)beta, c, (int)ldc);
     }
     else {
         if (ilp64)
-            ((dgemm64_t)dgemm)(ROW_MAJOR, A, B, m, n, k, 1.0, (const double *)a, lda,
-                               (const double *)b, ldb, 0.0, (double *)c, ldc);
+            ((dgemm64_t)dgemm)(ROW_MAJOR, A, B, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
         else
-            ((dgemm32_t)dgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0, (const double *)a,
-                               (int)lda, (const double *)b, (int)ldb, 0.0, (double *)c, (int)ldc);
+            ((dgemm32_t)dgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b,
+                               (int)ldb, beta, c, (int)ldc);
     }
+}
+
+/* c = op(a) @ op(b) */
+static inline void
+gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const char *a, int64_t lda,
+     const char *b, int64_t ldb, char *c, int64_t ldc)
+{
+    gemm_beta(t, ta, tb, m, n, k, a, lda, b, ldb, 0.0, c, ldc);
 }
 
 /* A product split across Ember's thread pool: `batch` matrices (or one: the folded
@@ -580,23 +589,7 @@ em_blas_gemm(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, cons
         (!ilp64 && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || lda > INT32_MAX ||
                     ldb > INT32_MAX || ldc > INT32_MAX)))
         return false;
-    int A = ta ? TRANS : NO_TRANS, B = tb ? TRANS : NO_TRANS;
-    double beta = accumulate ? 1.0 : 0.0;
-    if (t == EM_FLOAT32) {
-        if (ilp64)
-            ((sgemm64_t)sgemm)(ROW_MAJOR, A, B, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, c,
-                               ldc);
-        else
-            ((sgemm32_t)sgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
-                               (int)ldb, (float)beta, c, (int)ldc);
-    }
-    else {
-        if (ilp64)
-            ((dgemm64_t)dgemm)(ROW_MAJOR, A, B, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
-        else
-            ((dgemm32_t)dgemm)(ROW_MAJOR, A, B, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b,
-                               (int)ldb, beta, c, (int)ldc);
-    }
+    gemm_beta(t, ta, tb, m, n, k, a, lda, b, ldb, accumulate ? 1.0 : 0.0, c, ldc);
     return true;
 }
 
