@@ -183,3 +183,34 @@ def test_gpt_cached_decode_compiles_once_for_every_position(batch):
     # and a second generation runs from the same graphs
     again = _decode(model, prompt, steps)
     assert ember.equal(again, ref) and _compiled() == jit[steps - 1]
+
+
+@pytest.mark.parametrize("backend", ["llvm", "aot_eager"])
+def test_an_output_viewing_the_written_input_at_a_symbolic_position(backend):
+    """An output that is a view of the input written into is made from the input on
+    each call (aot/mutation.py OutputAlias), its view steps' sizes evaluated from the
+    call's sizes: it used to replay the trace's symbolic sizes and raise (the call then
+    ran eagerly, with a warning)."""
+    import warnings
+
+    def fn(cache, x, pos):
+        cache[pos:pos + x.shape[0]] = x
+        return cache[pos], cache.narrow(0, 1, pos), (cache * 2).sum(0)
+    cf = ember.compile(fn, backend=backend, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (2, 3, 5, 9, 40):
+            c1, c2 = ember.zeros(64, W), ember.zeros(64, W)
+            x = ember.randn(3, W)
+            got, want = cf(c1, x, n), fn(c2, x, n)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and ember.allclose(a, b)
+            assert ember.equal(c1, c2)
+            # the views share the cache's memory, as eager's do
+            got[0].fill_(7.0)
+            got[1].mul_(0.0)
+            want[0].fill_(7.0)
+            want[1].mul_(0.0)
+            assert ember.equal(c1, c2)
+    assert len(cf._ember_compile_context.graphs) == 1
+    assert counters["stats"]["size_specializations"] == 0
