@@ -109,3 +109,33 @@ def test_small_products_leave_blas_threads_alone():
     assert (n_small, n_large) == (0, 1)
     np.testing.assert_array_equal(out_small, _threads(1, lambda: product(*small)))
     np.testing.assert_array_equal(out_large, _threads(1, lambda: product(*large)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("b_transposed", [False, True])
+@pytest.mark.parametrize("a_form", ["row", "strided row", "batch of rows"])
+def test_one_row_products_take_gemv_equal_across_thread_counts(a_form, b_transposed, dtype):
+    """A product with one output row per matrix (a decode step's Linear) runs as BLAS's
+    matrix-vector product (blas.c gemv_row, about 4x faster than its gemm there): equal to
+    float64, identical at 1 and 2 threads (blocks of columns on the pool)."""
+    rng = np.random.default_rng(3)
+    k, n = 1024, 700
+    w = rng.standard_normal((n, k) if b_transposed else (k, n)).astype(dtype)
+    if a_form == "row":
+        a = rng.standard_normal((1, k)).astype(dtype)
+    elif a_form == "strided row":
+        a = rng.standard_normal((k, 3)).astype(dtype)[:, 1:2].T     # stride 3 along k
+    else:
+        a = rng.standard_normal((5, 1, k)).astype(dtype)
+
+    def run():
+        eb = ember.from_numpy(w)
+        eb = eb.t() if b_transposed else eb
+        return ember.from_numpy(a).matmul(eb).numpy()
+    one = _threads(1, run)
+    two = [_threads(2, run) for _ in range(2)]
+    want = a.astype(np.float64) @ (w.T if b_transposed else w).astype(np.float64)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(one, want, rtol=tol, atol=tol * np.abs(want).max())
+    for t in two:
+        np.testing.assert_array_equal(one, t)

@@ -52,6 +52,8 @@ typedef struct {
     Py_ssize_t position;      /* in the outputs returned */
     Py_ssize_t index;         /* the input it is a view of */
     PyObject *view;           /* view(input) -> the output */
+    int sizes;                /* view(input, *inputs): its view steps read the call's
+                               * sizes (a symbolic graph's, python/ember/aot/mutation.py) */
 } OutputAlias;
 
 typedef struct {
@@ -550,7 +552,21 @@ with_aliases(AOTFunction *self, PyObject *outs, PyObject *const *inputs, Py_ssiz
                              self->alias[a].index, ninputs);
                 goto error;
             }
-            o = PyObject_CallOneArg(self->alias[a].view, inputs[self->alias[a].index]);
+            if (self->alias[a].sizes) {
+                PyObject *small[17], **args = small;
+                if (ninputs + 1 > 17 &&
+                    (args = PyMem_Malloc(sizeof(PyObject *) * (ninputs + 1))) == NULL) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                args[0] = inputs[self->alias[a].index];
+                memcpy(args + 1, inputs, sizeof(PyObject *) * ninputs);
+                o = PyObject_Vectorcall(self->alias[a].view, args, ninputs + 1, NULL);
+                if (args != small)
+                    PyMem_Free(args);
+            }
+            else
+                o = PyObject_CallOneArg(self->alias[a].view, inputs[self->alias[a].index]);
             a++;
             if (o == NULL)
                 goto error;
@@ -750,8 +766,8 @@ parse_aliases(AOTFunction *self, PyObject *spec)
     for (Py_ssize_t k = 0; k < n; k++) {
         OutputAlias *a = &self->alias[k];
         PyObject *view;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnO:AOTFunction alias",
-                              &a->position, &a->index, &view))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, k), "nnO|p:AOTFunction alias",
+                              &a->position, &a->index, &view, &a->sizes))
             return -1;
         if (a->position < 0 || a->index < 0 || !PyCallable_Check(view) ||
             (k > 0 && a->position <= self->alias[k - 1].position)) {

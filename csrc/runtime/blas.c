@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
@@ -24,8 +25,16 @@ typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, in
                           const float *, int, float, float *, int);
 typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
                           const double *, int, double, double *, int);
+typedef void (*sgemv64_t)(int, int, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*dgemv64_t)(int, int, int64_t, int64_t, double, const double *, int64_t,
+                          const double *, int64_t, double, double *, int64_t);
+typedef void (*sgemv32_t)(int, int, int, int, float, const float *, int, const float *, int,
+                          float, float *, int);
+typedef void (*dgemv32_t)(int, int, int, int, double, const double *, int, const double *,
+                          int, double, double *, int);
 
-static void *sgemm, *dgemm;
+static void *sgemm, *dgemm, *sgemv, *dgemv;
 static bool ilp64;
 static PyObject *blas_name;
 /* openblas_set_num_threads of that library, and the count ember.set_num_threads asked
@@ -57,23 +66,28 @@ set_blas(PyObject *self, PyObject *path)
     if (h == NULL)
         Py_RETURN_FALSE;
     static const struct {
-        const char *s, *d, *threads, *get_threads;
+        const char *s, *d, *threads, *get_threads, *sv, *dv;
         bool ilp64;
     } names[] = {
         {"scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "scipy_openblas_set_num_threads64_",
-         "scipy_openblas_get_num_threads64_", true},
+         "scipy_openblas_get_num_threads64_", "scipy_cblas_sgemv64_", "scipy_cblas_dgemv64_",
+         true},
         {"cblas_sgemm64_", "cblas_dgemm64_", "openblas_set_num_threads64_",
-         "openblas_get_num_threads64_", true},
+         "openblas_get_num_threads64_", "cblas_sgemv64_", "cblas_dgemv64_", true},
         {"scipy_cblas_sgemm", "scipy_cblas_dgemm", "scipy_openblas_set_num_threads",
-         "scipy_openblas_get_num_threads", false},
+         "scipy_openblas_get_num_threads", "scipy_cblas_sgemv", "scipy_cblas_dgemv", false},
         {"cblas_sgemm", "cblas_dgemm", "openblas_set_num_threads", "openblas_get_num_threads",
-         false},
+         "cblas_sgemv", "cblas_dgemv", false},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *s = dlsym(h, names[i].s), *d = dlsym(h, names[i].d);
         if (s != NULL && d != NULL) {
             sgemm = s;
             dgemm = d;
+            sgemv = dlsym(h, names[i].sv);
+            dgemv = dlsym(h, names[i].dv);
+            if (sgemv == NULL || dgemv == NULL)
+                sgemv = dgemv = NULL;
             ilp64 = names[i].ilp64;
             *(void **)&blas_set_threads = dlsym(h, names[i].threads);
             *(void **)&blas_get_threads = dlsym(h, names[i].get_threads);
@@ -117,12 +131,51 @@ layout(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t rs, Py_ssize_t cs, int64_t *
     return -1;
 }
 
+/* A product of one row, c (1 x n) = a (1 x k) op(b) (k x n) + beta c, as a matrix-vector
+ * product:
+ * y = op(b)^T x, b read as stored (rows n of k when transposed, else rows k of n). A
+ * KV-cache decode's Linear layers are all such products (one token), which BLAS's gemm
+ * runs about 4x slower than its gemv. Which routine a product takes depends on its
+ * shape alone (one output row per matrix), never on the thread count. */
+static void
+gemv_row(em_dtype_t t, int ta, int tb, int64_t n, int64_t k, const char *a, int64_t lda,
+         const char *b, int64_t ldb, double beta, char *c)
+{
+    int op = tb ? NO_TRANS : TRANS;
+    int64_t rows = tb ? n : k, cols = tb ? k : n, inc = ta ? lda : 1;
+    /* (BLAS may scale y by beta = 0 rather than overwrite it: no NaN of the buffer's
+     * last contents may survive) */
+    if (beta == 0.0)
+        memset(c, 0, (size_t)n * (t == EM_FLOAT32 ? sizeof(float) : sizeof(double)));
+    if (t == EM_FLOAT32) {
+        if (ilp64)
+            ((sgemv64_t)sgemv)(ROW_MAJOR, op, rows, cols, 1.0f, (const float *)b, ldb,
+                               (const float *)a, inc, (float)beta, (float *)c, 1);
+        else
+            ((sgemv32_t)sgemv)(ROW_MAJOR, op, (int)rows, (int)cols, 1.0f, (const float *)b,
+                               (int)ldb, (const float *)a, (int)inc, (float)beta, (float *)c,
+                               1);
+    }
+    else {
+        if (ilp64)
+            ((dgemv64_t)dgemv)(ROW_MAJOR, op, rows, cols, 1.0, (const double *)b, ldb,
+                               (const double *)a, inc, beta, (double *)c, 1);
+        else
+            ((dgemv32_t)dgemv)(ROW_MAJOR, op, (int)rows, (int)cols, 1.0, (const double *)b,
+                               (int)ldb, (const double *)a, (int)inc, beta, (double *)c, 1);
+    }
+}
+
 /* c = op(a) @ op(b) + beta c, row-major, one BLAS call (float32 or float64; the sizes
  * fit the library's integers). */
 static void
 gemm_beta(em_dtype_t t, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *a,
           int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
+    if (m == 1 && sgemv != NULL) {
+        gemv_row(t, ta, tb, n, k, a, lda, b, ldb, beta, c);
+        return;
+    }
     int A = ta ? TRANS : NO_TRANS, B = tb ? TRANS : NO_TRANS;
     if (t == EM_FLOAT32) {
         if (ilp64)

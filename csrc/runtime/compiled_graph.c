@@ -58,6 +58,7 @@
  * built; a call only reads them.
  */
 #include "runtime/runtime.h"
+#include "kernels/kutil.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -141,6 +142,7 @@ typedef struct chunk {
 typedef struct {
     int ninputs, nbufs, nsteps, noutputs;
     dims_t *inputs;
+    bool *input_written;             /* per input: a kernel writes into it */
     buffer_t *bufs;
     step_t *steps;
     view_t *outputs;
@@ -497,18 +499,23 @@ decode_plan(plan_t *p, PyObject *plan, kernel_fn *kernels, int nkernels)
     p->steps = plan_alloc(p, p->nsteps, sizeof(step_t));
     p->outputs = plan_alloc(p, p->noutputs, sizeof(view_t));
     p->output_none = plan_alloc(p, p->noutputs, sizeof(bool));
-    if (!p->inputs || !p->bufs || !p->steps || !p->outputs || !p->output_none)
+    p->input_written = plan_alloc(p, p->ninputs, sizeof(bool));
+    if (!p->inputs || !p->bufs || !p->steps || !p->outputs || !p->output_none ||
+        !p->input_written)
         return -1;
     p->output_sym = plan_alloc(p, p->noutputs, sizeof(int));
     if (p->output_sym == NULL)
         return -1;
     for (int i = 0; i < p->ninputs; i++) {
         PyObject *t = PyTuple_GET_ITEM(inputs, i);
+        int written = 0;
         if (!PyTuple_Check(t) ||
-            !PyArg_ParseTuple(t, "O!O!;CompiledGraph: an input is (sizes, strides)",
-                              &PyTuple_Type, &sizes, &PyTuple_Type, &strides) ||
+            !PyArg_ParseTuple(t, "O!O!|p;CompiledGraph: an input is (sizes, strides[, "
+                              "written])", &PyTuple_Type, &sizes, &PyTuple_Type, &strides,
+                              &written) ||
             decode_dims(p, sizes, strides, &p->inputs[i]) < 0)
             return PyErr_Occurred() ? -1 : bad_plan("an input");
+        p->input_written[i] = written;
     }
     for (int i = 0; i < p->nbufs; i++) {
         PyObject *t = PyTuple_GET_ITEM(bufs, i);
@@ -1096,6 +1103,13 @@ run_graph(CompiledGraph *self, PyObject *const *args, Py_ssize_t nargs, int spli
         if (self->step_seconds != NULL)
             self->step_seconds[s] += now_seconds() - t0;
     }
+    /* an input the kernels wrote into that arrived in another layout ran as a copy
+     * (conform_input): the copy goes back into it, all of it (the plan's writes are
+     * into the compiled layout) */
+    for (int i = 0; i < nin; i++)
+        if (p->input_written[i] && inputs[i] != args[i] &&
+            em_copy_into((em_Tensor *)args[i], inputs[i]) < 0)
+            goto done;
     result = PyTuple_New(split);
     if (result != NULL && rest != NULL &&
         (*rest = PyTuple_New(p->noutputs - split)) == NULL)

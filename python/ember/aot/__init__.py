@@ -38,10 +38,12 @@ from .sym_check import check_other_sizes
 from .variants import BackwardVariants
 
 
-def _in_place(joint, graph):
+def _in_place(joint, graph, compiler):
     """joint with the mutations graph (a forward of it) now writes in place."""
     first = joint.num_forward_outputs - len(joint.mutations)
-    return dataclasses.replace(joint, mutations=write_in_place(graph, joint.mutations, first))
+    bumps = writes_in_place(compiler) is True      # ("kernels": no version counter)
+    return dataclasses.replace(
+        joint, mutations=write_in_place(graph, joint.mutations, first, bumps))
 
 
 def _graph_fn(graph, name):
@@ -91,7 +93,7 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
             check_other_sizes(graph, _env_of(symbolic))
         _strip_grads(graph, joint.num_forward_outputs)
         if writes_in_place(fw_compiler):
-            joint = _in_place(joint, graph)
+            joint = _in_place(joint, graph, fw_compiler)
         log_mutations(joint, name)
         fw = fw_compiler(graph, f"{name}_inference")
         if joint.mutations or joint.output_aliases:
@@ -122,7 +124,7 @@ def _compile(gm, example_inputs, symbolic, fw_compiler, bw_compiler, name, recor
     log_graphs(fw, bw, saved, name)
     counters["aot_saved_bytes"][name] += sum(r[3] for r in saved_bytes(saved))
     if writes_in_place(fw_compiler):
-        prim_joint = _in_place(prim_joint, fw)
+        prim_joint = _in_place(prim_joint, fw, fw_compiler)
     log_mutations(prim_joint, name)
     # calls whose outputs get only some gradients run the backward of those alone
     variants = BackwardVariants(joint, prim_values, saved, bw_compiler, name) \

@@ -32,8 +32,12 @@ write has written the region, as eager's own in-place op would have at that poin
 the written value does not depend on the input, so running the program again (eagerly)
 writes the same values.
 
-Only for forward compilers that run the graph's ops as they are (`writes_in_place`
-set: aot_eager's and the eager backend's); the llvm plan gets the functional graph.
+For forward compilers that say they can (`writes_in_place` set): aot_eager's and the
+eager backend's, which run the graph's ops as they are (the copy_ moves the version
+counter: `in_graph` set), and the llvm backend's symbolic graphs ("kernels":
+compiler/lowering.py's write_into_input stores src into the input's memory in a kernel
+after every value computed from the old value, and moves no version counter, so the
+runtime moves it by all the writes).
 """
 from __future__ import annotations
 
@@ -120,10 +124,11 @@ def _refusal(graph, out, position, m, placeholder):
     return found
 
 
-def write_in_place(graph, mutations, first):
+def write_in_place(graph, mutations, first, bumps_versions=True):
     """Rewrites graph (whose outputs first + k are the new values of mutations[k]) so
     that the writes that can be are done in place; returns the mutations with `in_graph`
-    set for those (the version bumps the graph's copy_ does)."""
+    set for those (the version bumps the graph's copy_ does, unless not
+    bumps_versions: a compiled kernel's write moves no counter)."""
     if not mutations:
         return mutations
     if not _VIEW_OF:
@@ -142,17 +147,24 @@ def write_in_place(graph, mutations, first):
         with graph.inserting_before(inner):
             region = graph.call_function(_VIEW_OF[inner.target],
                                          (inner.args[0],) + tuple(inner.args[2:]))
-            graph.call_function(_C.Tensor.copy_, (region, src))
+            write = graph.call_function(_C.Tensor.copy_, (region, src))
+        # (the region has the shape of the value written into it: compilers lower it
+        # from its meta value)
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if val is not None:
+            region.meta["val"] = write.meta["val"] = val
         placeholder = placeholders[m.index]
         scatters[0].replace_all_uses_with(placeholder)
         for s in scatters:
             graph.erase_node(s)
         counters["aot_inplace_writes"]["in place"] += 1
-        result.append(dataclasses.replace(m, in_graph=1))
+        result.append(dataclasses.replace(m, in_graph=1 if bumps_versions else 0))
     graph.lint()
     return tuple(result)
 
 
 def writes_in_place(compiler):
-    """Whether a forward compiler runs the ops of its graph as they are."""
+    """Whether a forward compiler takes writes into slices of inputs as copy_ nodes:
+    True (it runs the ops of its graph as they are) or "kernels" (its kernels write,
+    moving no version counter)."""
     return getattr(compiler, "writes_in_place", False)

@@ -56,9 +56,80 @@ class OutputAlias:
     index: int               # the input it is a view of
     steps: tuple             # its view steps from that input (() : the input itself)
 
+    binds: tuple = ()        # a symbolic trace's: (symbol name, input, dim or -1)
+
     def spec(self):
-        """The tuple aot_function.c reads: (position, input index, view(input))."""
+        """The tuple aot_function.c reads: (position, input index, view(input)), or with
+        view steps reading sizes (a symbolic graph's slice at a symbolic position, ...)
+        (position, input index, view(input, *inputs), True): the steps' sizes are
+        evaluated from the call's inputs."""
+        if self.binds and _reads_sizes(self.steps):
+            return (self.position, self.index, _SizedView(self.steps, self.binds), True)
         return (self.position, self.index, functools.partial(view_replay.replay, self.steps))
+
+
+def _reads_sizes(value):
+    from ..fx.shape_env import SymInt
+    if isinstance(value, SymInt):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_reads_sizes(v) for v in value)
+    if isinstance(value, slice):
+        return _reads_sizes((value.start, value.stop, value.step))
+    return False
+
+
+class _SizedView:
+    """view(input, *inputs): the view steps with their sizes (expressions of the
+    trace's symbols) evaluated from the call's inputs."""
+
+    def __init__(self, steps, binds):
+        self.steps = steps
+        self.binds = binds
+
+    def __call__(self, x, *inputs):
+        values = {}
+        for name, i, d in self.binds:
+            v = inputs[i]
+            values[name] = int(v) if d < 0 else v.shape[d]
+        steps = tuple((s[0],) + tuple(_evaluated(a, values) for a in s[1:])
+                      for s in self.steps)
+        return view_replay.replay(steps, x)
+
+
+def _evaluated(value, values):
+    from ..fx import sym_expr as se
+    from ..fx.shape_env import SymInt
+    if isinstance(value, SymInt):
+        expr = value.expr
+        if not {s.name for s in expr.symbols()} <= set(values):
+            expr = value.env.simplify(expr)
+        return int(se.evaluate(expr, values))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_evaluated(v, values) for v in value)
+    if isinstance(value, slice):
+        return slice(*(_evaluated(v, values) for v in (value.start, value.stop, value.step)))
+    return value
+
+
+def size_binds(primals):
+    """(symbol name, input, dim or -1) for each symbol a trace's primals hold as a size
+    (SymFake dims, size inputs)."""
+    from ..fx.shape_env import SymInt
+    out, seen = [], set()
+
+    def add(n, i, d):
+        if isinstance(n, SymInt):
+            s = n.expr.as_symbol()
+            if s is not None and s.name not in seen:
+                seen.add(s.name)
+                out.append((s.name, i, d))
+    for i, p in enumerate(primals):
+        if isinstance(p, SymInt):
+            add(p, i, -1)
+        for d, n in enumerate(getattr(p, "_sym_shape", None) or ()):
+            add(n, i, d)
+    return tuple(out)
 
 
 def input_mutations(functional, primals, grad_fns, grad_on):
@@ -115,7 +186,7 @@ def split_aliases(outs, primals, mutations, node_of=None):
             from .trace import TraceError
             raise TraceError(f"output {pos} is a view of input {i}, which the program "
                              "writes into, but the view ops that made it are not known")
-        aliases.append(OutputAlias(pos, i, tuple(steps)))
+        aliases.append(OutputAlias(pos, i, tuple(steps), size_binds(primals)))
     return kept, aliases
 
 

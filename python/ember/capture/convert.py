@@ -678,12 +678,7 @@ def compile_graph(gm, out: OutputGraph, ctx: CompileContext, code):
             _mark_skip(compiled)
             return compiled
     symbolic_backend = getattr(ctx.backend, "symbolic", None)
-    if has_symbols(gm) and symbolic_backend is not None and backend is ctx.backend and \
-            writes_into_inputs(gm):
-        # (AOT's write-back of a symbolic graph raises on its calls, which then run
-        # eagerly, as aot_eager's do: per size until that is fixed)
-        counters["llvm_dynamic_fallback"]["the graph writes into its inputs"] += 1
-    elif has_symbols(gm) and symbolic_backend is not None and backend is ctx.backend:
+    if has_symbols(gm) and symbolic_backend is not None and backend is ctx.backend:
         # the LLVM backend: kernels taking sizes as arguments, one plan for every size;
         # a graph it cannot compile so is compiled per size below, counted
         from ..aot import SymbolicAOTUnsupported

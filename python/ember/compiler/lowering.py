@@ -248,6 +248,46 @@ class GraphLowering:
         self.add_kernel(kb)
         return out
 
+    def write_into_input(self, node):
+        """copy_(a view of an input, src) (aot/inplace_writes.py made it from a write into
+        a slice of the input): one kernel storing src into the input's own memory, the
+        input marked written (the runtime copies it back when it ran on a copy of it).
+        Every value still to be computed from the input's old value is computed first
+        (inplace_writes.py puts every read of the old value before the write; a fused
+        value would otherwise load it in a kernel after this one)."""
+        if len(node.args) != 2 or node.kwargs:
+            raise LoweringError("copy_ with options")
+        dst, src = (self.arg(a) for a in node.args)
+        if not isinstance(dst, BufferValue) or dst.ref.kind != "in":
+            raise LoweringError("copy_ into a value that is not a view of an input")
+        placeholder = [n for n in self.graph.nodes if n.op == "placeholder"][dst.ref.index]
+        seen, stack = set(), [placeholder]
+        while stack:
+            for u in stack.pop().users:
+                if u in seen or u is node or u not in self.env:
+                    continue
+                seen.add(u)
+                stack.append(u)
+                v = self.env[u]
+                if isinstance(v, PointwiseValue) and v.realized is None and (
+                        u in node.args or any(w not in self.env for w in u.users)):
+                    self.realize(v)
+        if isinstance(src, PointwiseValue) and src.realized is not None:
+            src = src.realized
+        nd = len(dst.shape)
+        kb = self.kernel(dst.shape, 0, "write")
+        index = domain_index(nd)
+        if is_value(src):
+            reg = kb.cast(src.load(kb, broadcast_index(index, dst.shape, src.shape)),
+                          dst.dtype)
+        else:
+            reg = kb.const(src, dst.dtype)
+        kb.store(dst, dst.at(index, nd), reg)
+        self.add_kernel(kb)
+        i = dst.ref.index
+        self.out.inputs[i] = self.out.inputs[i]._replace(written=True)
+        return dst
+
     def arg(self, a):
         if isinstance(a, fx.Node):
             return self.env[a]
@@ -260,6 +300,8 @@ class GraphLowering:
             if not isinstance(parts, tuple):
                 raise LoweringError("getitem of a value that is not a tuple")
             return parts[node.args[1]]
+        if target is _C.Tensor.copy_:
+            return self.write_into_input(node)
         if not isinstance(target, _C.Op):
             raise LoweringError(f"call of {target!r}")
         entry = target.entry

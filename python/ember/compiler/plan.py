@@ -64,9 +64,11 @@ class View(NamedTuple):
 
 class InputSpec(NamedTuple):
     """The layout a graph input is compiled for (an input laid out otherwise is copied
-    into it when dense)."""
+    into it when dense). written: a kernel writes into it (lowering.write_into_input;
+    the runtime copies such a copy back into the input after the call)."""
     sizes: tuple
     strides: tuple
+    written: bool = False
 
 
 class BufferSpec(NamedTuple):

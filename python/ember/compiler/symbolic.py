@@ -396,7 +396,8 @@ def finish(lowered, sizes, size_inputs):
     from . import fusion
     from .plan import (BufferSpec, ExternStep, InputSpec, KernelStep, MatmulStep, View)
     t = _Table(sizes)
-    inputs = tuple(InputSpec(t.ints(i.sizes), t.ints(i.strides)) for i in lowered.inputs)
+    inputs = tuple(InputSpec(t.ints(i.sizes), t.ints(i.strides), i.written)
+                   for i in lowered.inputs)
     buffers = tuple(BufferSpec(b.dtype, t.ints(b.sizes), b.extern) for b in lowered.buffers)
 
     def view(v):
