@@ -142,6 +142,21 @@ FAMILIES = {
     "cat": (lambda x, y: (ember.cat([x, y], 0) * ember.cat([y, x], 0)).sum(0) +
             ember.cat([x, y * 2], 1).sum(0)[:4],
             lambda n: (_p(n, 4), _p(n, 4))),
+    # indexing by tensors: gathered loads (loop IR bound + gather, wrapped and checked
+    # at run time), their gradients scattered (index_put with accumulate: scatter)
+    "embedding": (lambda idx, w: F.embedding(idx, w) * 2,
+                  lambda n: (ember.randint(0, 20, (n, 3)), _p(20, 6))),
+    "embedding_symbolic_rows": (lambda idx, w: F.embedding(idx, w).sum(1) + 1,
+                                lambda n: (ember.randint(0, n, (n, 3)), _p(n, 6))),
+    "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx.clamp(min=0)),
+                 lambda n: (_p(n, 4), ember.randint(-n, n, (n,)))),
+    "index_select_dim1": (lambda x, idx: x.index_select(1, idx).exp(),
+                          lambda n: (_p(3, n), ember.randint(0, n, (2 * n,)))),
+    "gather": (lambda x, idx: x.gather(1, idx) * x.sum(1, keepdim=True),
+               lambda n: (_p(n, 5), ember.randint(0, 5, (n, 3)))),
+    "index_two_tensors": (lambda x, i, j: x[i, :, j] + x[:, 1, j].sum(),
+                          lambda n: (_p(n, 3, 7), ember.randint(0, n, (n,)),
+                                     ember.randint(-7, 7, (n,)))),
     # (layer_norm over a symbolic last dim recompiles in capture on a stride guard,
     # with aot_eager too: x.stride(0) == s1 fails; not a backend matter)
 }
@@ -154,24 +169,71 @@ def test_one_llvm_graph_serves_every_size(family):
 
 
 EXTERN_FAMILIES = {
-    "embedding": (lambda idx, w: F.embedding(idx, w) * 2,
-                  lambda n: (ember.randint(0, 20, (n, 3)), _p(20, 6))),
-    "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx),
-                 lambda n: (_p(n, 4), ember.randint(0, n, (n,)))),
-    "cross_entropy": (lambda logits, t: F.cross_entropy(logits, t),
-                      lambda n: (_p(n, 10), ember.randint(0, 10, (n,)))),
+    # index_put without accumulate: which duplicate wins is eager's order
+    "index_put": (lambda x, idx, v: x.index_put((idx,), v * 2),
+                  lambda n: (_p(n, 4), ember.randint(0, n, (n,)), _p(n, 4))),
 }
 
 
 @pytest.mark.parametrize("family", sorted(EXTERN_FAMILIES))
 def test_extern_steps_run_inside_one_symbolic_graph(family):
-    """Not kernels yet: indexing runs its eager kernels as extern steps of the
-    one symbolic plan (on the call's tensors, results checked against the evaluated
-    shapes), counted in counters["llvm_dynamic_extern"]; still one graph for every
-    size."""
+    """Not kernels: index_put without accumulate runs its eager kernel as an extern
+    step of the one symbolic plan (on the call's tensors, results checked against the
+    evaluated shapes), counted in counters["llvm_dynamic_extern"]; still one graph
+    for every size."""
     fn, make = EXTERN_FAMILIES[family]
     _run(fn, make, SIZES[::7] + [127, 1000], externs=True)
     assert counters["llvm_dynamic_extern"]
+
+
+def test_gathered_loads_print_verify_and_check_their_indices():
+    """x[idx] is one kernel: `bound` wraps and checks each index value against the
+    dim's size (a size argument), `gather` loads at it; the verifier refuses a gather
+    by a register no bound checked. An index out of range raises eager's IndexError
+    from the kernel's error record (the graph itself, called directly), never reading
+    outside the buffer."""
+    from ember.compiler.loop_ir import LoopIRError, Stmt, verify
+    fn = lambda w, idx: w[idx] * 2      # noqa: E731
+    graphs = _run(fn, lambda n: (_p(n + 3, 5), ember.randint(-n, n, (n,))), [4, 9, 30])
+    k = graphs[0].lowered.kernels[0]
+    text = str(k)
+    assert "bound int64 %" in text and "gather p" in text, text
+    assert any(i[0] == "bound" and isinstance(i[3], tuple) for i in k.spec().instrs)
+    bad = [s for s in k.stmts if s.op == "gather"][0]
+    k.stmts = [s for s in k.stmts if s.op != "bound"]
+    with pytest.raises(LoopIRError):
+        verify(k)
+    assert isinstance(bad, Stmt)
+    # the error, as eager words it, from the compiled function and from the graph
+    def fixed(w, idx):
+        return w[idx] * 2
+    cf = ember.compile(fixed, backend="llvm", dynamic=False)
+    w = ember.randn(6, 5)
+    cf(w, ember.tensor([0, 1]))
+    g = list(B.recent)[-1]
+    assert not [s for s in g.lowered.steps if isinstance(s, ExternStep)]
+    for idx in ([0, 6], [-7, 1]):
+        with pytest.raises(IndexError) as eager:
+            fn(w, ember.tensor(idx))
+        with pytest.raises(IndexError) as compiled:
+            cf(w, ember.tensor(idx))
+        with pytest.raises(IndexError) as graph:
+            g(w, ember.tensor(idx))
+        assert str(eager.value) == str(compiled.value) == str(graph.value)
+    assert ember.equal(g(w, ember.tensor([-6, 5]))[0], fn(w, ember.tensor([0, 5])))
+
+
+def test_scattered_gradients_are_one_threaded_kernels():
+    """embedding's gradient is index_put with accumulate: a kernel copying the zeros,
+    then `scatter sum` into the rows in eager's order, on one thread (two points may
+    add into one row); the same at 1 and 2 threads, and equal to eager's bits."""
+    fn = lambda idx, w: F.embedding(idx, w) * 3      # noqa: E731
+    graphs = _run(fn, lambda n: (ember.randint(0, 7, (n, 4)), _p(7, 16)), [5, 300])
+    bw = graphs[1]
+    scatters = [s for s in bw.lowered.steps if isinstance(s, KernelStep) and
+                any(x.op == "scatter" for x in s.ir.stmts)]
+    assert scatters and all(not s.parallel for s in scatters)
+    assert "scatter sum p" in str(scatters[0])
 
 
 def test_kernels_print_their_size_arguments_and_verify():

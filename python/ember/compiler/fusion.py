@@ -61,7 +61,7 @@ class KernelBuilder:
         be of it (the verifier checks): convert them with cast() first."""
         op = Op(op)
         reg = None
-        if op.form not in (Form.STORE, Form.FOLD):
+        if op.form not in (Form.STORE, Form.FOLD, Form.SCATTER):
             reg = self.next_reg
             self.next_reg += 1
             self.reg_dtype[reg] = _C.bool if op.form is Form.COMPARE else dtype
@@ -188,7 +188,9 @@ def schedule(kernel):
     split = kernel.nreduce < len(kernel.sizes)
     outer = kernel.sizes[0] if split else 1
     # threads split dim 0; accumulating along it would race
-    racy = any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts)
+    # (a scatter's points may fold into one element whatever their dim 0)
+    racy = any((s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0) or s.op is Op.SCATTER
+               for s in kernel.stmts)
     if any_symbolic(kernel.sizes):
         # a symbolic kernel: the runtime decides threads and chunks from the call's
         # sizes, as below (compiled_graph.c bind_sizes); chunk -1

@@ -342,7 +342,9 @@ def kernel_size_args(kernel):
             for c in s.index.coeffs:
                 add(c)
             add(s.index.offset)
-        add(s.value)
+        for v in (s.value if isinstance(s.value, tuple) else (s.value,)):
+            for w in (v if isinstance(v, tuple) else (v,)):
+                add(w)      # (a bound's size, a gather's or scatter's strides)
     return list(seen.values())
 
 

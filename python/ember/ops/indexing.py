@@ -10,7 +10,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
-from ..compiler.lowerings import extern
+from ..compiler.lowerings import extern, lower_index, lower_index_put
 from .registry import CUSTOM, op
 
 def _is_tensor(x):
@@ -112,7 +112,8 @@ def _index_backward(g, out, self, indices):
     return (O.zeros(self.shape, dtype=g.dtype).index_put(indices, g, accumulate=True), None)
 
 
-op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True, lower=extern,
+op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True,
+   lower=lower_index,
    checks_values=True,
    method=False, function=False, meta=_index_meta, backward=_index_backward,
    doc="self[indices] for a tuple of index tensors (int64 / int32, or bool masks) and None "
@@ -149,7 +150,8 @@ def _check_values(entry, values, shape):
 
 
 op("index_put(Tensor self, Any indices, Tensor values, bool accumulate=False) -> Tensor",
-   CUSTOM, "index_put", prim=True, lower=extern, inplace_variant=True, meta=_index_put_meta,
+   CUSTOM, "index_put", prim=True, lower=lower_index_put, inplace_variant=True,
+   meta=_index_put_meta,
    checks_values=True,
    backward=lambda g, out, self, indices, values, accumulate: (
        g if accumulate else g.index_put(indices, O.zeros((), dtype=g.dtype)), None,
