@@ -341,3 +341,28 @@ def test_threads_calling_one_symbolic_graph_at_different_sizes():
     assert not errors, errors
     assert counters["stats"]["size_specializations"] == 0
     assert not counters["llvm_dynamic_fallback"]
+
+
+def test_outer_reductions_over_a_symbolic_dim_split_into_partials():
+    """A column sum over a symbolic number of rows is cut into SYM_PARTIALS blocks of
+    s0 // 8 rows (a kernel whose blocks threads may split: it folds each block into a
+    partial of its own), the s0 % 8 rows left into the last partial, then the partials
+    into the output: right at every size, those below 8 (no whole block) included. The
+    verifier decides its bounds by writing s0 = 8*q + r (symbolic._decide_quotients)."""
+    from ember.compiler.lowerings import SYM_PARTIALS
+    graphs = _run(lambda x: x.sum(0) * 2 + x.amax(0), lambda n: (_p(n, 6),),
+                  list(range(2, 20)) + [127, 1000])
+    fw = graphs[0].lowered
+    blocks = [s for s in fw.steps if isinstance(s, KernelStep) and
+              not symbolic.is_symbolic(s.ir.sizes[0]) and s.ir.sizes[0] == SYM_PARTIALS
+              and len(s.ir.sizes) == 3]
+    assert len(blocks) == 2 and all(s.parallel for s in blocks), str(fw)
+    assert "(s0//8)" in str(blocks[0])
+    rest = [s for s in fw.steps if isinstance(s, KernelStep) and
+            str(s.ir.sizes[0]) == "(s0 - 8*(s0//8))"]
+    assert len(rest) == 2 and not any(s.parallel for s in rest)
+    from ember.fx import sym_expr as se
+    s0 = se.Symbol("s0")
+    q = se.floordiv(se.Expr.atom(s0) * 2, 8)
+    rel = se.relation("<=", q * 8, se.Expr.atom(s0) * 2)
+    assert symbolic.decide(rel, {s0: (2, se.INF)}) is True

@@ -117,9 +117,13 @@ class KernelBuilder:
     def identity_dims(self, index):
         """The loop dim each index entry is, if index is a permutation of loop dims."""
         dims = []
+        # (a symbolic coefficient or offset is never the constant 0 or 1: SizeInts are
+        # not constants, and one such as s0 // 8 may be 0 at some sizes, so it is not
+        # compared)
         for a in index:
-            nz = [d for d, c in enumerate(a.coeffs) if c != 0]
-            if a.offset != 0 or len(nz) != 1 or a.coeffs[nz[0]] != 1:
+            nz = [d for d, c in enumerate(a.coeffs) if isinstance(c, SizeInt) or c != 0]
+            if isinstance(a.offset, SizeInt) or a.offset != 0 or len(nz) != 1 or \
+                    isinstance(a.coeffs[nz[0]], SizeInt) or a.coeffs[nz[0]] != 1:
                 return None
             dims.append(nz[0])
         if sorted(dims) != list(range(len(self.sizes))):

@@ -224,6 +224,13 @@ _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
                 Domain.NOT_BOOL: "in any dtype but bool"}
 
 
+def _known_zero(n):
+    """n is 0 (a symbolic size, a symbol of range >= 2 or an expression such as s0 // 8,
+    is not known to be: it is never compared)."""
+    from .symbolic import SizeInt
+    return not isinstance(n, SizeInt) and n == 0
+
+
 @dataclass(frozen=True)
 class Affine:
     coeffs: tuple
@@ -232,20 +239,25 @@ class Affine:
     def __str__(self):
         terms = []
         for d, c in enumerate(self.coeffs):
-            if c == 0:
+            if _known_zero(c):
                 continue
-            terms.append(f"i{d}" if c == 1 else f"{c}*i{d}")
-        if self.offset or not terms:
+            terms.append(f"i{d}" if _known_zero(c - 1) else f"{c}*i{d}")
+        if not _known_zero(self.offset) or not terms:
             terms.append(str(self.offset))
         return " + ".join(terms)
 
     def bounds(self, sizes):
+        """The lowest and highest element reached over a domain of sizes. (A symbolic
+        size that may be 0 counts as n - 1 = -1: its domain is then empty, and the
+        bounds only narrow, so no check fails on them.)"""
         lo = hi = self.offset
         for c, n in zip(self.coeffs, sizes):
-            if n == 0:
+            if _known_zero(n):
                 continue
-            lo += min(0, c) * (n - 1)
-            hi += max(0, c) * (n - 1)
+            if c >= 0:
+                hi += c * (n - 1)
+            else:
+                lo += c * (n - 1)
         return lo, hi
 
 
@@ -513,7 +525,8 @@ def _check_address(kernel, s, bounds=None):
     kept = kernel.sizes[:nd - kernel.nreduce]
     # an empty domain runs no statement, except that a reduce over empty reduced dims
     # still stores its identity at every point of the kept ones
-    if any(n == 0 for n in kept) or (0 in kernel.sizes and s.op is not Op.REDUCE):
+    if any(_known_zero(n) for n in kept) or (
+            any(_known_zero(n) for n in kernel.sizes) and s.op is not Op.REDUCE):
         lo = hi = 0
     if lo < 0 or (hi >= extent and extent > 0):
         raise LoopIRError(f"{kernel.name}: `{s}` reaches elements [{lo}, {hi}] of a "

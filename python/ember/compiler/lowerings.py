@@ -435,8 +435,10 @@ def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
             order = [lead] + reduced + [d for d in kept if d != lead]
             parts = 0
         else:
-            parts = _partials(tuple(a.shape[d] for d in order), math.prod(
-                a.shape[d] for d in kept))
+            sizes = tuple(a.shape[d] for d in order)
+            kept_points = math.prod(a.shape[d] for d in kept)
+            parts = _sym_partials(sizes, kept_points) if any_symbolic(sizes) else \
+                _partials(sizes, kept_points)
         if parts:
             _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op,
                                 acc_dtype, parts)
@@ -501,6 +503,21 @@ def _column_block_dim(a, kept):
     return lead
 
 
+SYM_PARTIALS = 8      # the partial results of an outer reduction over a symbolic dim
+
+
+def _sym_partials(sizes, kept_points):
+    """The partials an outer reduction whose outermost (reduced) dim is symbolic is
+    split into: SYM_PARTIALS blocks of sizes[0] // SYM_PARTIALS rows, the remaining rows
+    folded into the last one (a kernel of their own), whatever the sizes at a call, so
+    that the threads the runtime gives the first kernel split its blocks (the partials
+    cost 2 * SYM_PARTIALS points per output point more: little beside the input's rows
+    but at the smallest sizes)."""
+    if not sizes or not any_symbolic(sizes[:1]):
+        return 0
+    return SYM_PARTIALS
+
+
 def _partials(sizes, kept_points):
     """How many blocks of its outermost dim an outer reduction over domain `sizes`
     (reduced dims first) folds into partial results of their own, so that the blocks
@@ -530,6 +547,7 @@ def _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op, acc_dt
     nd = len(a.shape)
     sizes = [a.shape[d] for d in order]
     rows = sizes[0] // parts
+    rem = sizes[0] - parts * rows      # (symbolic sizes: the rows after the blocks)
     kept_shape = tuple(a.shape[d] for d in kept)
     partial = ctx.new_buffer(out.dtype, (parts,) + kept_shape)   # float32 for half types
     _fill(ctx, partial, op, acc_dtype)
@@ -550,6 +568,20 @@ def _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op, acc_dt
     reg = kb.cast(a.load(kb, index), acc_dtype)
     kb.store(partial, Affine(tuple(coeffs)), reg, Op.ACCUMULATE, op)
     ctx.add_kernel(kb)
+    if any_symbolic([rem]):
+        # the rows after the blocks, into the last partial (none when it divides)
+        kb = ctx.kernel(tuple([rem] + sizes[1:]), 0, "reduce")
+        index = [None] * nd
+        for pos, d in enumerate(order):
+            index[d] = Affine(tuple(1 if k == pos else 0 for k in range(nd)),
+                              parts * rows if pos == 0 else 0)
+        coeffs = [0] * nd
+        for k, d in enumerate(kept):
+            coeffs[order.index(d)] = partial.strides[k + 1]
+        reg = kb.cast(a.load(kb, index), acc_dtype)
+        kb.store(partial, Affine(tuple(coeffs), (parts - 1) * partial.strides[0]), reg,
+                 Op.ACCUMULATE, op)
+        ctx.add_kernel(kb)
     # the partials, folded into the output in block order
     _fill(ctx, out, op, acc_dtype)
     kb = ctx.kernel((parts,) + kept_shape, 0, "reduce")
