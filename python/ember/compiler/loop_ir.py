@@ -306,12 +306,13 @@ class Stmt:
         if form in (Form.GATHER, Form.SCATTER):
             strides = self.value if form is Form.GATHER else self.value[1]
             idx = self.args if form is Form.GATHER else self.args[1:]
-            terms = "".join(f" + {'' if st == 1 else f'{st}*'}%{a}"
-                            for st, a in zip(strides, idx))
+            terms = " + ".join(f"{'' if _known_zero(st - 1) else f'{st}*'}%{a}"
+                               for st, a in zip(strides, idx))
+            base = str(self.index)
+            at = terms if base == "0" else f"{base} + {terms}"
             if form is Form.SCATTER:
-                return (f"scatter {self.value[0]} p{self.param}[{self.index}{terms}] += "
-                        f"%{self.args[0]}")
-            return f"{d}gather p{self.param}[{self.index}{terms}]"
+                return f"scatter {self.value[0]} p{self.param}[{at}] += %{self.args[0]}"
+            return f"{d}gather p{self.param}[{at}]"
         dt = self.dtype._name if self.dtype is not None else ""
         if form is Form.CONST:
             return f"{d}const {dt} {self.value!r}"
