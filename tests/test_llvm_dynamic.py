@@ -366,3 +366,32 @@ def test_outer_reductions_over_a_symbolic_dim_split_into_partials():
     q = se.floordiv(se.Expr.atom(s0) * 2, 8)
     rel = se.relation("<=", q * 8, se.Expr.atom(s0) * 2)
     assert symbolic.decide(rel, {s0: (2, se.INF)}) is True
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_negative_indices_raise_where_eager_raises(dynamic):
+    """x[idx] wraps a negative index; index_select, embedding, gather and scatter_add
+    refuse one in eager, and their decompositions (the index prim, which wraps) make it
+    out of range (indexing.no_negative), so the compiled graph raises too and the
+    caller gets eager's exception, not a wrapped row."""
+    w = ember.randn(5, 3)
+    fns = {"index_select": lambda w, i: w.index_select(0, i),
+           "embedding": lambda w, i: F.embedding(i, w),
+           "gather": lambda w, i: w.gather(0, i.view(-1, 1).expand(-1, 3)),
+           "scatter_add": lambda w, i: w.scatter_add(0, i.view(-1, 1).expand(-1, 3),
+                                                     ember.ones(i.shape[0], 3)),
+           "getitem": lambda w, i: w[i]}
+    for name, fn in fns.items():
+        cf = ember.compile(fn, backend="llvm", dynamic=dynamic)
+        for good in ([1, 2], [4, 0, 3]):
+            _close(cf(w, ember.tensor(good)), fn(w, ember.tensor(good)), name)
+        bad = ember.tensor([1, -1])
+        if name == "getitem":
+            _close(cf(w, bad), fn(w, bad), name)
+            continue
+        with pytest.raises((IndexError, RuntimeError)) as eager:
+            fn(w, bad)
+        with pytest.raises(type(eager.value)) as compiled:
+            cf(w, bad)
+        assert str(compiled.value) == str(eager.value), name
+    assert not counters["runtime_fallback"], dict(counters["runtime_fallback"])

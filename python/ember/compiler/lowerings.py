@@ -716,9 +716,14 @@ def lower_index(ctx, node, val, a, indices):
                        value=strides)
 
     operands = geo.operands()
-    return PointwiseValue(shape, val.dtype, fn, 2 + sum(
+    value = PointwiseValue(shape, val.dtype, fn, 2 + sum(
         o.cost for o in operands if isinstance(o, PointwiseValue)), node,
         reads(operands, shape) | {src.ref}, depth_of(operands))
+    if not node.users:
+        # unused, still checked as eager checks (the graph keeps it: checks_values):
+        # a kernel of its own computes it
+        ctx.realize(value)
+    return value
 
 
 @lowering
