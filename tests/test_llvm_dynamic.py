@@ -142,6 +142,21 @@ FAMILIES = {
     "cat": (lambda x, y: (ember.cat([x, y], 0) * ember.cat([y, x], 0)).sum(0) +
             ember.cat([x, y * 2], 1).sum(0)[:4],
             lambda n: (_p(n, 4), _p(n, 4))),
+    # indexing by tensors: gathered loads (loop IR bound + gather, wrapped and checked
+    # at run time), their gradients scattered (index_put with accumulate: scatter)
+    "embedding": (lambda idx, w: F.embedding(idx, w) * 2,
+                  lambda n: (ember.randint(0, 20, (n, 3)), _p(20, 6))),
+    "embedding_symbolic_rows": (lambda idx, w: F.embedding(idx, w).sum(1) + 1,
+                                lambda n: (ember.randint(0, n, (n, 3)), _p(n, 6))),
+    "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx.clamp(min=0)),
+                 lambda n: (_p(n, 4), ember.randint(-n, n, (n,)))),
+    "index_select_dim1": (lambda x, idx: x.index_select(1, idx).exp(),
+                          lambda n: (_p(3, n), ember.randint(0, n, (2 * n,)))),
+    "gather": (lambda x, idx: x.gather(1, idx) * x.sum(1, keepdim=True),
+               lambda n: (_p(n, 5), ember.randint(0, 5, (n, 3)))),
+    "index_two_tensors": (lambda x, i, j: x[i, :, j] + x[:, 1, j].sum(),
+                          lambda n: (_p(n, 3, 7), ember.randint(0, n, (n,)),
+                                     ember.randint(-7, 7, (n,)))),
     # (layer_norm over a symbolic last dim recompiles in capture on a stride guard,
     # with aot_eager too: x.stride(0) == s1 fails; not a backend matter)
 }
@@ -154,24 +169,71 @@ def test_one_llvm_graph_serves_every_size(family):
 
 
 EXTERN_FAMILIES = {
-    "embedding": (lambda idx, w: F.embedding(idx, w) * 2,
-                  lambda n: (ember.randint(0, 20, (n, 3)), _p(20, 6))),
-    "indexing": (lambda x, idx: x[idx] * 2 + x.index_select(0, idx),
-                 lambda n: (_p(n, 4), ember.randint(0, n, (n,)))),
-    "cross_entropy": (lambda logits, t: F.cross_entropy(logits, t),
-                      lambda n: (_p(n, 10), ember.randint(0, 10, (n,)))),
+    # index_put without accumulate: which duplicate wins is eager's order
+    "index_put": (lambda x, idx, v: x.index_put((idx,), v * 2),
+                  lambda n: (_p(n, 4), ember.randint(0, n, (n,)), _p(n, 4))),
 }
 
 
 @pytest.mark.parametrize("family", sorted(EXTERN_FAMILIES))
 def test_extern_steps_run_inside_one_symbolic_graph(family):
-    """Not kernels yet: indexing runs its eager kernels as extern steps of the
-    one symbolic plan (on the call's tensors, results checked against the evaluated
-    shapes), counted in counters["llvm_dynamic_extern"]; still one graph for every
-    size."""
+    """Not kernels: index_put without accumulate runs its eager kernel as an extern
+    step of the one symbolic plan (on the call's tensors, results checked against the
+    evaluated shapes), counted in counters["llvm_dynamic_extern"]; still one graph
+    for every size."""
     fn, make = EXTERN_FAMILIES[family]
     _run(fn, make, SIZES[::7] + [127, 1000], externs=True)
     assert counters["llvm_dynamic_extern"]
+
+
+def test_gathered_loads_print_verify_and_check_their_indices():
+    """x[idx] is one kernel: `bound` wraps and checks each index value against the
+    dim's size (a size argument), `gather` loads at it; the verifier refuses a gather
+    by a register no bound checked. An index out of range raises eager's IndexError
+    from the kernel's error record (the graph itself, called directly), never reading
+    outside the buffer."""
+    from ember.compiler.loop_ir import LoopIRError, Stmt, verify
+    fn = lambda w, idx: w[idx] * 2      # noqa: E731
+    graphs = _run(fn, lambda n: (_p(n + 3, 5), ember.randint(-n, n, (n,))), [4, 9, 30])
+    k = graphs[0].lowered.kernels[0]
+    text = str(k)
+    assert "bound int64 %" in text and "gather p" in text, text
+    assert any(i[0] == "bound" and isinstance(i[3], tuple) for i in k.spec().instrs)
+    bad = [s for s in k.stmts if s.op == "gather"][0]
+    k.stmts = [s for s in k.stmts if s.op != "bound"]
+    with pytest.raises(LoopIRError):
+        verify(k)
+    assert isinstance(bad, Stmt)
+    # the error, as eager words it, from the compiled function and from the graph
+    def fixed(w, idx):
+        return w[idx] * 2
+    cf = ember.compile(fixed, backend="llvm", dynamic=False)
+    w = ember.randn(6, 5)
+    cf(w, ember.tensor([0, 1]))
+    g = list(B.recent)[-1]
+    assert not [s for s in g.lowered.steps if isinstance(s, ExternStep)]
+    for idx in ([0, 6], [-7, 1]):
+        with pytest.raises(IndexError) as eager:
+            fn(w, ember.tensor(idx))
+        with pytest.raises(IndexError) as compiled:
+            cf(w, ember.tensor(idx))
+        with pytest.raises(IndexError) as graph:
+            g(w, ember.tensor(idx))
+        assert str(eager.value) == str(compiled.value) == str(graph.value)
+    assert ember.equal(g(w, ember.tensor([-6, 5]))[0], fn(w, ember.tensor([0, 5])))
+
+
+def test_scattered_gradients_are_one_threaded_kernels():
+    """embedding's gradient is index_put with accumulate: a kernel copying the zeros,
+    then `scatter sum` into the rows in eager's order, on one thread (two points may
+    add into one row); the same at 1 and 2 threads, and equal to eager's bits."""
+    fn = lambda idx, w: F.embedding(idx, w) * 3      # noqa: E731
+    graphs = _run(fn, lambda n: (ember.randint(0, 7, (n, 4)), _p(7, 16)), [5, 300])
+    bw = graphs[1]
+    scatters = [s for s in bw.lowered.steps if isinstance(s, KernelStep) and
+                any(x.op == "scatter" for x in s.ir.stmts)]
+    assert scatters and all(not s.parallel for s in scatters)
+    assert "scatter sum p" in str(scatters[0])
 
 
 def test_kernels_print_their_size_arguments_and_verify():
@@ -282,3 +344,57 @@ def test_threads_calling_one_symbolic_graph_at_different_sizes():
     assert not errors, errors
     assert counters["stats"]["size_specializations"] == 0
     assert not counters["llvm_dynamic_fallback"]
+
+
+def test_outer_reductions_over_a_symbolic_dim_split_into_partials():
+    """A column sum over a symbolic number of rows is cut into SYM_PARTIALS blocks of
+    s0 // 8 rows (a kernel whose blocks threads may split: it folds each block into a
+    partial of its own), the s0 % 8 rows left into the last partial, then the partials
+    into the output: right at every size, those below 8 (no whole block) included. The
+    verifier decides its bounds by writing s0 = 8*q + r (symbolic._decide_quotients)."""
+    from ember.compiler.lowerings import SYM_PARTIALS
+    graphs = _run(lambda x: x.sum(0) * 2 + x.amax(0), lambda n: (_p(n, 6),),
+                  list(range(2, 20)) + [127, 1000])
+    fw = graphs[0].lowered
+    blocks = [s for s in fw.steps if isinstance(s, KernelStep) and
+              not symbolic.is_symbolic(s.ir.sizes[0]) and s.ir.sizes[0] == SYM_PARTIALS
+              and len(s.ir.sizes) == 3]
+    assert len(blocks) == 2 and all(s.parallel for s in blocks), str(fw)
+    assert "(s0//8)" in str(blocks[0])
+    rest = [s for s in fw.steps if isinstance(s, KernelStep) and
+            str(s.ir.sizes[0]) == "(s0 - 8*(s0//8))"]
+    assert len(rest) == 2 and not any(s.parallel for s in rest)
+    from ember.fx import sym_expr as se
+    s0 = se.Symbol("s0")
+    q = se.floordiv(se.Expr.atom(s0) * 2, 8)
+    rel = se.relation("<=", q * 8, se.Expr.atom(s0) * 2)
+    assert symbolic.decide(rel, {s0: (2, se.INF)}) is True
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_negative_indices_raise_where_eager_raises(dynamic):
+    """x[idx] wraps a negative index; index_select, embedding, gather and scatter_add
+    refuse one in eager, and their decompositions (the index prim, which wraps) make it
+    out of range (indexing.no_negative), so the compiled graph raises too and the
+    caller gets eager's exception, not a wrapped row."""
+    w = ember.randn(5, 3)
+    fns = {"index_select": lambda w, i: w.index_select(0, i),
+           "embedding": lambda w, i: F.embedding(i, w),
+           "gather": lambda w, i: w.gather(0, i.view(-1, 1).expand(-1, 3)),
+           "scatter_add": lambda w, i: w.scatter_add(0, i.view(-1, 1).expand(-1, 3),
+                                                     ember.ones(i.shape[0], 3)),
+           "getitem": lambda w, i: w[i]}
+    for name, fn in fns.items():
+        cf = ember.compile(fn, backend="llvm", dynamic=dynamic)
+        for good in ([1, 2], [4, 0, 3]):
+            _close(cf(w, ember.tensor(good)), fn(w, ember.tensor(good)), name)
+        bad = ember.tensor([1, -1])
+        if name == "getitem":
+            _close(cf(w, bad), fn(w, bad), name)
+            continue
+        with pytest.raises((IndexError, RuntimeError)) as eager:
+            fn(w, bad)
+        with pytest.raises(type(eager.value)) as compiled:
+            cf(w, bad)
+        assert str(compiled.value) == str(eager.value), name
+    assert not counters["runtime_fallback"], dict(counters["runtime_fallback"])

@@ -17,7 +17,7 @@ typedef struct {
     em_ir_t op;
     em_dtype_t dtype;        /* what it computes in; load, store, fold: its buffer's */
     int dst;                 /* the register it defines, or -1 */
-    int args[3];             /* the registers it reads: em_ir_info[op].form's operands */
+    int args[4];             /* the registers it reads: em_ir_info[op].form's operands */
     int param;               /* load, store, fold: the buffer */
     Py_ssize_t offset;       /* load, store, fold: the index, offset + coeffs . i */
     Py_ssize_t coeffs[EM_MAX_DIMS];
@@ -31,6 +31,11 @@ typedef struct {
     int value_sym;           /* const: size argument k as its value (converted), or -1 */
     int nargs;               /* how many registers it reads */
     char fn[16];             /* call: the libm function (with its f for float32) */
+    /* gather: the stride (or size argument, gstride_sym >= 0) each index register is
+     * multiplied by; bound: its size n is offset (offset_sym), its index tensor dim */
+    Py_ssize_t gstride[3];
+    int gstride_sym[3];
+    int gfirst;              /* gather: 0; scatter: 1 (args[0] is the value) */
 } em_instr;
 
 typedef struct {
@@ -84,6 +89,10 @@ typedef struct {
     int phase;               /* the phase being decoded */
     bool f16_native;         /* the target has F16C and AVX512F (vcvtph2ps zmm, ...) */
     bool bf16_native;        /* the target has AVX512_BF16 and AVX512VL (vcvtneps2bf16) */
+    /* bound instructions: the body takes one more argument, the int64[4] error record
+     * (flag, value, n, index tensor) it fills when an index value is out of range */
+    bool bounds;
+    LLVMValueRef err;
 } em_cg;
 
 LLVMTypeRef em_cg_mem_type(em_cg *g, em_dtype_t t);    /* in memory (bool: i8) */

@@ -35,6 +35,16 @@
  *     phase    (name,)   a row kernel's next phase: at each point of the kept dims the
  *              reduced dims' loops run once per phase, in order, each with its own
  *              instructions and reductions; a register lives in its phase
+ *     bound    (name, dst, dtype, n, k, a)   int64 a wrapped into [0, n) (a + n when
+ *              negative); a value outside [-n, n) reads as 0 and is recorded: the
+ *              largest and smallest such values are kept (integer max/min reductions,
+ *              which vectorise) and stored, when any, into the error record
+ *              {1, value, n, k} at args[nparams + 1] as the function returns (the
+ *              runtime raises IndexError)
+ *     gather   (name, dst, param, coeffs, offset, strides, a[, b[, c]])   a load at
+ *              the index plus stride_j * register_j (bound results)
+ *     scatter  (name, param, reduction, coeffs, offset, strides, v, a[, b[, c]])
+ *              an accumulate of v at such an index
  *
  * The spec is decoded into em_instr records first, and checked: registers defined
  * before use, every operand of the dtype its instruction computes in (cast is the only
@@ -171,10 +181,14 @@ check_operand(em_cg *g, const em_instr *ins, int k)
     int r = ins->args[k];
     em_dtype_t want = ins->op == EM_IR_CAST ? EM_UNDEFINED
                       : ins->op == EM_IR_SELECT && k == 0 ? EM_BOOL
-                      : em_ir_info[ins->op].form == EM_FORM_RANDOM ? EM_INT64 : ins->dtype;
+                      : em_ir_info[ins->op].form == EM_FORM_RANDOM ? EM_INT64
+                      : em_ir_info[ins->op].form == EM_FORM_GATHER ? EM_INT64
+                      : em_ir_info[ins->op].form == EM_FORM_SCATTER && k > 0 ? EM_INT64
+                      : ins->dtype;
     /* a fold into a float16 or bfloat16 buffer folds float32 values (rounded once, when
      * the result is stored) */
-    if (em_ir_info[ins->op].form == EM_FORM_FOLD && em_is_half(want))
+    if ((em_ir_info[ins->op].form == EM_FORM_FOLD ||
+         em_ir_info[ins->op].form == EM_FORM_SCATTER) && em_is_half(want))
         want = EM_FLOAT32;
     if (r < 0 || r >= g->nregs || g->rtype[r] == EM_UNDEFINED || g->rphase[r] != g->phase) {
         PyErr_Format(PyExc_ValueError, "ember JIT: register %d used before definition", r);
@@ -234,6 +248,56 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         ok = PyArg_ParseTuple(tup, "OiiO!O;ember JIT: malformed load", &name, &ins->dst,
                               &ins->param, &PyTuple_Type, &coeffs, &offset);
         break;
+    case EM_FORM_GATHER: {
+        PyObject *strides;
+        nargs = (int)PyTuple_GET_SIZE(tup) - 6;
+        ok = nargs >= 1 && nargs <= 3 &&
+             PyArg_ParseTuple(tup, "OiiO!OO!i|ii", &name, &ins->dst, &ins->param,
+                              &PyTuple_Type, &coeffs, &offset, &PyTuple_Type, &strides,
+                              &a[0], &a[1], &a[2]);
+        if (ok && PyTuple_GET_SIZE(strides) != nargs)
+            ok = 0;
+        for (int j = 0; ok && j < nargs; j++)
+            if (decode_int(g, PyTuple_GET_ITEM(strides, j), &ins->gstride[j],
+                           &ins->gstride_sym[j]) < 0)
+                return -1;
+        if (!ok && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "ember JIT: a gather adds 1 to 3 index "
+                                              "registers, each with its stride");
+        break;
+    }
+    case EM_FORM_SCATTER: {
+        PyObject *strides;
+        nargs = (int)PyTuple_GET_SIZE(tup) - 6;
+        ok = nargs >= 2 && nargs <= 4 &&
+             PyArg_ParseTuple(tup, "OiOO!OO!ii|ii", &name, &ins->param, &reduction,
+                              &PyTuple_Type, &coeffs, &offset, &PyTuple_Type, &strides,
+                              &a[0], &a[1], &a[2], &a[3]);
+        if (ok && PyTuple_GET_SIZE(strides) != nargs - 1)
+            ok = 0;
+        for (int j = 0; ok && j < nargs - 1; j++)
+            if (decode_int(g, PyTuple_GET_ITEM(strides, j), &ins->gstride[j],
+                           &ins->gstride_sym[j]) < 0)
+                return -1;
+        if (!ok && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "ember JIT: a scatter folds a value at 1 to 3 "
+                                              "index registers, each with its stride");
+        ins->gfirst = 1;
+        break;
+    }
+    case EM_FORM_BOUND: {
+        PyObject *n;
+        ok = PyArg_ParseTuple(tup, "OiiOii;ember JIT: malformed bound", &name, &ins->dst,
+                              &dtype, &n, &ins->dim, &a[0]);
+        if (ok && decode_int(g, n, &ins->offset, &ins->offset_sym) < 0)
+            return -1;
+        if (ok && dtype != EM_INT64) {
+            PyErr_SetString(PyExc_ValueError, "ember JIT: bound checks int64 values");
+            return -1;
+        }
+        g->bounds = true;
+        break;
+    }
     case EM_FORM_STORE:
         ok = PyArg_ParseTuple(tup, "OiO!Oi;ember JIT: malformed store", &name, &ins->param,
                               &PyTuple_Type, &coeffs, &offset, &a[0]);
@@ -301,7 +365,8 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
         if ((code = code_of(reduction_codes, reduction, "reduction")) < 0)
             return -1;
         ins->reduction = (em_reduction_t)code;
-        if (ins->op == EM_IR_ACCUMULATE && ins->dtype == EM_BOOL) {
+        if ((ins->op == EM_IR_ACCUMULATE || ins->op == EM_IR_SCATTER) &&
+            ins->dtype == EM_BOOL) {
             PyErr_SetString(PyExc_ValueError, "ember JIT: accumulate into a bool buffer");
             return -1;
         }
@@ -336,7 +401,8 @@ decode_instr(em_cg *g, PyObject *tup, em_instr *ins)
     for (int k = 0; k < nargs; k++)
         if (check_operand(g, ins, k) < 0)
             return -1;
-    if (info->form == EM_FORM_STORE || info->form == EM_FORM_FOLD)
+    if (info->form == EM_FORM_STORE || info->form == EM_FORM_FOLD ||
+        info->form == EM_FORM_SCATTER)
         return 0;
     if (ins->dst < 0 || ins->dst >= g->nregs || g->rtype[ins->dst] != EM_UNDEFINED) {
         PyErr_Format(PyExc_ValueError, "ember JIT: bad register %d", ins->dst);
@@ -422,6 +488,16 @@ address(em_cg *g, const em_instr *ins)
             term = LLVMBuildMul(g->B, term, LLVMConstInt(g->i64, (unsigned long long)c, 1), "");
         idx = LLVMBuildAdd(g->B, idx, term, "");
     }
+    em_form_t form = em_ir_info[ins->op].form;
+    if (form == EM_FORM_GATHER || form == EM_FORM_SCATTER) {
+        for (int j = 0; j + ins->gfirst < ins->nargs; j++) {
+            LLVMValueRef st = ins->gstride_sym[j] >= 0
+                ? g->symv[ins->gstride_sym[j]]
+                : LLVMConstInt(g->i64, (unsigned long long)ins->gstride[j], 1);
+            LLVMValueRef r = g->reg[ins->args[j + ins->gfirst]];
+            idx = LLVMBuildAdd(g->B, idx, LLVMBuildMul(g->B, r, st, ""), "");
+        }
+    }
     return LLVMBuildInBoundsGEP2(g->B, em_cg_mem_type(g, g->ptype[ins->param]),
                                  g->ptr[ins->param], &idx, 1, "");
 }
@@ -485,6 +561,16 @@ alloc_accumulators(em_cg *g)
 {
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
+        if (ins->op == EM_IR_BOUND) {
+            /* the largest and smallest out-of-range values seen (none yet) */
+            g->acc[k] = LLVMBuildAlloca(g->B, g->i64, "bad_hi");
+            g->nan_acc[k] = LLVMBuildAlloca(g->B, g->i64, "bad_lo");
+            LLVMBuildStore(g->B, LLVMConstInt(g->i64, (unsigned long long)INT64_MIN, 1),
+                           g->acc[k]);
+            LLVMBuildStore(g->B, LLVMConstInt(g->i64, (unsigned long long)INT64_MAX, 1),
+                           g->nan_acc[k]);
+            continue;
+        }
         if (ins->op != EM_IR_REDUCE)
             continue;
         em_dtype_t t = ins->dtype;
@@ -570,6 +656,74 @@ emit_reduce(em_cg *g, Py_ssize_t k, const em_instr *ins, LLVMValueRef v)
     return 0;
 }
 
+/* ------------------------------------------------------------------ indices */
+
+static LLVMValueRef
+bound_size(em_cg *g, const em_instr *ins)
+{
+    return ins->offset_sym >= 0 ? g->symv[ins->offset_sym]
+                                : LLVMConstInt(g->i64, (unsigned long long)ins->offset, 1);
+}
+
+/* A bound: the index value wrapped into [0, n), 0 where it is outside [-n, n) (and
+ * then folded into the instruction's largest and smallest bad values). */
+static LLVMValueRef
+emit_bound(em_cg *g, Py_ssize_t k, const em_instr *ins)
+{
+    LLVMValueRef v = g->reg[ins->args[0]], n = bound_size(g, ins);
+    LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0);
+    LLVMValueRef w = LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, v, zero, ""),
+                                     LLVMBuildAdd(g->B, v, n, ""), v, "");
+    LLVMValueRef bad = LLVMBuildICmp(g->B, LLVMIntUGE, w, n, "");
+    LLVMValueRef hi = LLVMBuildLoad2(g->B, g->i64, g->acc[k], "");
+    LLVMValueRef lo = LLVMBuildLoad2(g->B, g->i64, g->nan_acc[k], "");
+    LLVMValueRef ch = LLVMBuildSelect(
+        g->B, bad, v, LLVMConstInt(g->i64, (unsigned long long)INT64_MIN, 1), "");
+    LLVMValueRef cl = LLVMBuildSelect(
+        g->B, bad, v, LLVMConstInt(g->i64, (unsigned long long)INT64_MAX, 1), "");
+    LLVMBuildStore(g->B, LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntSGT, ch, hi, ""),
+                                         ch, hi, ""), g->acc[k]);
+    LLVMBuildStore(g->B, LLVMBuildSelect(g->B, LLVMBuildICmp(g->B, LLVMIntSLT, cl, lo, ""),
+                                         cl, lo, ""), g->nan_acc[k]);
+    return LLVMBuildSelect(g->B, bad, zero, w, "");
+}
+
+/* At the function's end: the first bound that saw a bad value fills the error record
+ * {1, value (its largest, else its smallest), n, index tensor}. */
+static void
+emit_bound_errors(em_cg *g)
+{
+    LLVMValueRef min = LLVMConstInt(g->i64, (unsigned long long)INT64_MIN, 1);
+    LLVMValueRef max = LLVMConstInt(g->i64, (unsigned long long)INT64_MAX, 1);
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->C, g->fn, "checked");
+    for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
+        const em_instr *ins = &g->instrs[k];
+        if (ins->op != EM_IR_BOUND)
+            continue;
+        LLVMValueRef hi = LLVMBuildLoad2(g->B, g->i64, g->acc[k], "");
+        LLVMValueRef lo = LLVMBuildLoad2(g->B, g->i64, g->nan_acc[k], "");
+        LLVMValueRef has_hi = LLVMBuildICmp(g->B, LLVMIntNE, hi, min, "");
+        LLVMValueRef found = LLVMBuildOr(g->B, has_hi,
+                                         LLVMBuildICmp(g->B, LLVMIntNE, lo, max, ""), "");
+        LLVMBasicBlockRef record = LLVMAppendBasicBlockInContext(g->C, g->fn, "bad_index");
+        LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(g->C, g->fn, "next");
+        LLVMBuildCondBr(g->B, found, record, next);
+        LLVMPositionBuilderAtEnd(g->B, record);
+        LLVMValueRef fields[4] = {
+            LLVMConstInt(g->i64, 1, 0), LLVMBuildSelect(g->B, has_hi, hi, lo, ""),
+            bound_size(g, ins), LLVMConstInt(g->i64, (unsigned long long)ins->dim, 0)};
+        for (int j = 3; j >= 0; j--) {       /* the flag last */
+            LLVMValueRef jj = LLVMConstInt(g->i64, (unsigned long long)j, 0);
+            LLVMBuildStore(g->B, fields[j],
+                           LLVMBuildInBoundsGEP2(g->B, g->i64, g->err, &jj, 1, ""));
+        }
+        LLVMBuildBr(g->B, done);
+        LLVMPositionBuilderAtEnd(g->B, next);
+    }
+    LLVMBuildBr(g->B, done);
+    LLVMPositionBuilderAtEnd(g->B, done);
+}
+
 /* ------------------------------------------------------------------ the body */
 
 static int
@@ -580,7 +734,11 @@ emit_body(em_cg *g)
         LLVMValueRef v, addr, cur;
         switch (em_ir_info[ins->op].form) {
         case EM_FORM_LOAD:
+        case EM_FORM_GATHER:
             g->reg[ins->dst] = emit_load(g, ins);
+            break;
+        case EM_FORM_BOUND:
+            g->reg[ins->dst] = emit_bound(g, k, ins);
             break;
         case EM_FORM_STORE:
             if (em_is_half(ins->dtype) && g->half_bits[ins->args[0]] != NULL) {
@@ -599,6 +757,9 @@ emit_body(em_cg *g)
                 break;
             }
             /* accumulate: buffer[index] = reduction(buffer[index], v) */
+            /* fallthrough */
+        case EM_FORM_SCATTER:       /* the same at a gathered index */
+            v = g->reg[ins->args[0]];
             addr = address(g, ins);
             cur = load_at(g, ins->dtype, addr);
             v = em_cg_combine(g, ins->reduction, ins->dtype, cur, v);
@@ -759,7 +920,7 @@ wants_trig_split(em_cg *g)
     for (Py_ssize_t k = 0; k < g->ninstrs; k++) {
         const em_instr *ins = &g->instrs[k];
         em_form_t form = em_ir_info[ins->op].form;
-        if (form == EM_FORM_FOLD)
+        if (form == EM_FORM_FOLD || form == EM_FORM_SCATTER)
             return false;
         if ((ins->op == EM_IR_SIN || ins->op == EM_IR_COS) && ins->dtype == EM_FLOAT32)
             trig = true;
@@ -802,7 +963,8 @@ build_functions(em_cg *g, const char *name)
      * point unpacks args and calls it (always inlined, which turns noalias into scoped
      * alias metadata) */
     LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(g->C), 0);
-    int np = g->nparams + 2 + g->nsyms;      /* buffers, start, end, size arguments */
+    /* buffers, start, end, size arguments[, the error record] */
+    int np = g->nparams + 2 + g->nsyms + (g->bounds ? 1 : 0);
     LLVMTypeRef *ptys = PyMem_Calloc(np + 1, sizeof(LLVMTypeRef));
     LLVMValueRef *cargs = PyMem_Calloc(np + 1, sizeof(LLVMValueRef));
     if (ptys == NULL || cargs == NULL) {
@@ -815,6 +977,8 @@ build_functions(em_cg *g, const char *name)
         ptys[i] = LLVMPointerType(em_cg_mem_type(g, g->ptype[i]), 0);
     for (int i = g->nparams; i < np; i++)
         ptys[i] = g->i64;
+    if (g->bounds)
+        ptys[np - 1] = LLVMPointerType(g->i64, 0);
     char body_name[160];
     snprintf(body_name, sizeof body_name, "%s.body", name);
     LLVMTypeRef void_t = LLVMVoidTypeInContext(g->C);
@@ -832,6 +996,8 @@ build_functions(em_cg *g, const char *name)
     g->end = LLVMGetParam(g->fn, (unsigned)g->nparams + 1);
     for (int k = 0; k < g->nsyms; k++)
         g->symv[k] = LLVMGetParam(g->fn, (unsigned)(g->nparams + 2 + k));
+    if (g->bounds)
+        g->err = LLVMGetParam(g->fn, (unsigned)(np - 1));
     LLVMTypeRef outer_params[3] = {LLVMPointerType(i8p, 0), g->i64, g->i64};
     LLVMValueRef outer = LLVMAddFunction(g->M, name,
                                          LLVMFunctionType(void_t, outer_params, 3, 0));
@@ -857,6 +1023,14 @@ build_functions(em_cg *g, const char *name)
             cargs[g->nparams + 2 + k] = LLVMBuildLoad2(
                 g->B, g->i64, LLVMBuildInBoundsGEP2(g->B, g->i64, vals, &kk, 1, ""), "");
         }
+    }
+    if (g->bounds) {
+        /* the error record: an int64[4] at args[nparams + 1] */
+        LLVMValueRef idx = LLVMConstInt(g->i64, (unsigned long long)g->nparams + 1, 0);
+        LLVMValueRef slot = LLVMBuildInBoundsGEP2(g->B, i8p, LLVMGetParam(outer, 0), &idx,
+                                                  1, "");
+        cargs[np - 1] = LLVMBuildBitCast(g->B, LLVMBuildLoad2(g->B, i8p, slot, ""),
+                                         LLVMPointerType(g->i64, 0), "");
     }
     LLVMBuildCall2(g->B, LLVMGlobalGetValueType(g->fn), g->fn, cargs, (unsigned)np, "");
     LLVMBuildRetVoid(g->B);
@@ -888,6 +1062,8 @@ em_codegen_kernel(LLVMModuleRef M, PyObject *spec, const char *name)
     alloc_accumulators(&g);
     if (!nonreduced_empty(&g) && emit_nest(&g, 0) < 0)
         goto done;
+    if (g.bounds)
+        emit_bound_errors(&g);
     LLVMBuildRetVoid(g.B);
     status = 0;
 done:

@@ -18,6 +18,9 @@ typedef enum {
     EM_FORM_CALL = 9,
     EM_FORM_RANDOM = 10,
     EM_FORM_PHASE = 11,
+    EM_FORM_BOUND = 12,
+    EM_FORM_GATHER = 13,
+    EM_FORM_SCATTER = 14,
     EM_NFORMS
 } em_form_t;
 
@@ -74,6 +77,9 @@ typedef enum {
     EM_IR_RAND = 41,
     EM_IR_RANDN = 42,
     EM_IR_PHASE = 43,
+    EM_IR_BOUND = 44,
+    EM_IR_GATHER = 45,
+    EM_IR_SCATTER = 46,
     EM_IR_NOPS
 } em_ir_t;
 
@@ -93,7 +99,7 @@ typedef struct {
 
 /* the registers an instruction of each form reads */
 static const int em_form_operands[EM_NFORMS] = {
-    0, 1, 1, 0, 0, 1, 2, 2, 3, -1, 3, 0,
+    0, 1, 1, 0, 0, 1, 2, 2, 3, -1, 3, 0, 1, -1, -1,
 };
 
 static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
@@ -141,6 +147,9 @@ static const em_ir_info_t em_ir_info[EM_IR_NOPS] = {
     {"rand", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
     {"randn", EM_FORM_RANDOM, EM_DOMAIN_FLOAT},
     {"phase", EM_FORM_PHASE, EM_DOMAIN_ANY},
+    {"bound", EM_FORM_BOUND, EM_DOMAIN_INTEGRAL},
+    {"gather", EM_FORM_GATHER, EM_DOMAIN_ANY},
+    {"scatter", EM_FORM_SCATTER, EM_DOMAIN_ANY},
 };
 
 static const char *const em_reduction_names[EM_NREDUCTIONS] = {

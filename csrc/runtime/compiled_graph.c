@@ -770,12 +770,13 @@ run_range(void *ctx, int64_t start, int64_t end)
     job->fn(job->args, start, end);
 }
 
-/* The data pointers of a kernel step's refs, into small (16) or a new array. */
+/* The data pointers of a kernel step's refs, into small (16) or a new array; then its
+ * size arguments and (set by run_kernel) its error record. */
 static void **
 kernel_args(const step_t *s, PyObject *const *inputs, em_Tensor **bufs, void **small)
 {
     void **args = small;
-    if (s->nrefs + 1 > 16 && (args = PyMem_Malloc(sizeof(void *) * (s->nrefs + 1))) == NULL) {
+    if (s->nrefs + 2 > 16 && (args = PyMem_Malloc(sizeof(void *) * (s->nrefs + 2))) == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -789,7 +790,24 @@ kernel_args(const step_t *s, PyObject *const *inputs, em_Tensor **bufs, void **s
         args[i] = PyArray_DATA(t->array);
     }
     args[s->nrefs] = s->symvals;         /* a symbolic kernel's size arguments */
+    args[s->nrefs + 1] = NULL;
     return args;
+}
+
+/* A kernel's gathered loads found an index value out of range (its error record
+ * {1, value, size, index tensor}, loop_ir `bound`, which only the index prim's lowering
+ * emits): eager's IndexError, in its words (csrc/kernels/indexing.c). */
+static int
+index_error(const int64_t *err)
+{
+    if (err[2] == 0)
+        PyErr_SetString(PyExc_IndexError,
+                        "index(): index is out of bounds for dimension with size 0");
+    else
+        PyErr_Format(PyExc_IndexError,
+                     "index(): index %lld is out of bounds for dimension %lld with size %lld",
+                     (long long)err[1], (long long)err[3], (long long)err[2]);
+    return -1;
 }
 
 static int
@@ -798,6 +816,8 @@ run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
     void *small[16], **args = kernel_args(s, inputs, bufs, small);
     if (args == NULL)
         return -1;
+    int64_t err[4] = {0, 0, 0, 0};
+    args[s->nrefs + 1] = err;
     int st = 0;
     if (s->small && (s->chunk <= 0 || s->chunk >= s->outer)) {
         if (s->outer > 0)
@@ -809,6 +829,8 @@ run_kernel(const step_t *s, PyObject *const *inputs, em_Tensor **bufs)
     }
     if (args != small)
         PyMem_Free(args);
+    if (st == 0 && err[0] != 0)
+        st = index_error(err);
     return st;
 }
 

@@ -44,9 +44,9 @@ def reads_writes(step):
             return refs, refs
         reads, writes = set(), set()
         for s in step.ir.stmts:
-            if s.op.form is Form.LOAD:
+            if s.op.form in (Form.LOAD, Form.GATHER):
                 reads.add(Ref(*step.ir.params[s.param].ref))
-            elif s.op.form in (Form.STORE, Form.FOLD):
+            elif s.op.form in (Form.STORE, Form.FOLD, Form.SCATTER):
                 writes.add(Ref(*step.ir.params[s.param].ref))
         return reads, writes
     if isinstance(step, MatmulStep):

@@ -61,7 +61,7 @@ class KernelBuilder:
         be of it (the verifier checks): convert them with cast() first."""
         op = Op(op)
         reg = None
-        if op.form not in (Form.STORE, Form.FOLD):
+        if op.form not in (Form.STORE, Form.FOLD, Form.SCATTER):
             reg = self.next_reg
             self.next_reg += 1
             self.reg_dtype[reg] = _C.bool if op.form is Form.COMPARE else dtype
@@ -117,9 +117,13 @@ class KernelBuilder:
     def identity_dims(self, index):
         """The loop dim each index entry is, if index is a permutation of loop dims."""
         dims = []
+        # (a symbolic coefficient or offset is never the constant 0 or 1: SizeInts are
+        # not constants, and one such as s0 // 8 may be 0 at some sizes, so it is not
+        # compared)
         for a in index:
-            nz = [d for d, c in enumerate(a.coeffs) if c != 0]
-            if a.offset != 0 or len(nz) != 1 or a.coeffs[nz[0]] != 1:
+            nz = [d for d, c in enumerate(a.coeffs) if isinstance(c, SizeInt) or c != 0]
+            if isinstance(a.offset, SizeInt) or a.offset != 0 or len(nz) != 1 or \
+                    isinstance(a.coeffs[nz[0]], SizeInt) or a.coeffs[nz[0]] != 1:
                 return None
             dims.append(nz[0])
         if sorted(dims) != list(range(len(self.sizes))):
@@ -188,7 +192,9 @@ def schedule(kernel):
     split = kernel.nreduce < len(kernel.sizes)
     outer = kernel.sizes[0] if split else 1
     # threads split dim 0; accumulating along it would race
-    racy = any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts)
+    # (a scatter's points may fold into one element whatever their dim 0)
+    racy = any((s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0) or s.op is Op.SCATTER
+               for s in kernel.stmts)
     if any_symbolic(kernel.sizes):
         # a symbolic kernel: the runtime decides threads and chunks from the call's
         # sizes, as below (compiled_graph.c bind_sizes); chunk -1

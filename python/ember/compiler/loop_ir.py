@@ -42,6 +42,23 @@ so the row is read from memory once and again from cache:
       %3 = sub float32 %1, %2
       store p2[1024*i0 + i1] = %3
 
+A gathered load reads a buffer at an index taken from another tensor (x[idx],
+index_select, embedding, gather): `bound` wraps and checks the index value against
+the size of the dim it indexes (n, a size argument in a symbolic kernel; @0 names
+the index tensor in the IndexError), and `gather` adds its result, times the dim's
+stride, to an affine index:
+
+    kernel k3 [s0, 64] (p0: int64 in1, p1: float32 in0, p2: float32 buf0)
+      %0 = load p0[i0]
+      %1 = bound int64 %0 < 1000 @0
+      %2 = gather p1[i1 + 64*%1]
+      store p2[64*i0 + i1] = %2
+
+and `scatter` folds a value into memory at such an index (its first register is the
+value, the others are index terms):
+
+    scatter sum p2[i1 + 64*%1] += %3
+
 The instruction set is closed: `Op` lists every instruction once, with its form (which
 operands it has, hence its text and its spec tuple) and the dtypes it computes in.
 csrc/jit/loop_ir.h is generated from it (loop_ir_header.py). Every kernel prints as
@@ -75,12 +92,18 @@ class Form(enum.Enum):
     CALL = "call"              # %d = call dtype fn(%a[, %b])   (fn: one of LIBM)
     RANDOM = "random"          # %d = op dtype %seed, %offset, %index   (all int64)
     PHASE = "phase"            # phase   (the reduced dims' loops run again from here)
+    BOUND = "bound"            # %d = bound int64 %a < n @k   (an index value, checked)
+    GATHER = "gather"          # %d = gather p[index + s*%a ...]   (%a: bound results)
+    SCATTER = "scatter"        # scatter <reduction> p[index + s*%a ...] += %v
 
 
 # the registers an instruction of each form reads (a call: its function's arity)
 OPERANDS = {Form.LOAD: 0, Form.STORE: 1, Form.FOLD: 1, Form.CONST: 0, Form.IOTA: 0,
             Form.UNARY: 1, Form.BINARY: 2, Form.COMPARE: 2, Form.SELECT: 3,
-            Form.CALL: -1, Form.RANDOM: 3, Form.PHASE: 0}
+            Form.CALL: -1, Form.RANDOM: 3, Form.PHASE: 0, Form.BOUND: 1,
+            Form.GATHER: -1, Form.SCATTER: -1}
+
+MAX_GATHERED = 3       # the registers a gather adds to its index, at most
 
 # The C math library's functions a `call` may name, with their arity: in float64 it
 # calls `fn`, in float32 `fn`f, per element (libm's own accuracy, not vectorised). The
@@ -155,6 +178,18 @@ class Op(enum.StrEnum):
     RANDN = "randn", Form.RANDOM, Domain.FLOAT
     # a row kernel's next phase: its reduced dims' loops run again (see the module text)
     PHASE = "phase", Form.PHASE
+    # indirect addressing ([dynamic] item 4: x[idx], index_select, embedding, gather):
+    # bound wraps an int64 index value v into [0, n) as eager's indexing does (v + n
+    # for v < 0) and checks it: a value outside [-n, n) is recorded (the kernel's
+    # error record: the runtime raises eager's IndexError after the kernel, naming
+    # index tensor k) and read as 0, so no load leaves its buffer; gather loads
+    # p[affine index + sum(stride_j * %a_j)] at registers bound defined
+    BOUND = "bound", Form.BOUND, Domain.INTEGRAL
+    GATHER = "gather", Form.GATHER
+    # folds %v into p at a gathered index, in memory, in the order of the domain's
+    # points (index_put with accumulate: embedding's and index_select's gradients); a
+    # kernel scattering runs on one thread (two points may fold into one element)
+    SCATTER = "scatter", Form.SCATTER
 
     def allows(self, dtype):
         """Whether the instruction computes in dtype."""
@@ -189,6 +224,13 @@ _DOMAIN_TEXT = {Domain.FLOAT: "only in floating dtypes",
                 Domain.NOT_BOOL: "in any dtype but bool"}
 
 
+def _known_zero(n):
+    """n is 0 (a symbolic size, a symbol of range >= 2 or an expression such as s0 // 8,
+    is not known to be: it is never compared)."""
+    from .symbolic import SizeInt
+    return not isinstance(n, SizeInt) and n == 0
+
+
 @dataclass(frozen=True)
 class Affine:
     coeffs: tuple
@@ -197,20 +239,25 @@ class Affine:
     def __str__(self):
         terms = []
         for d, c in enumerate(self.coeffs):
-            if c == 0:
+            if _known_zero(c):
                 continue
-            terms.append(f"i{d}" if c == 1 else f"{c}*i{d}")
-        if self.offset or not terms:
+            terms.append(f"i{d}" if _known_zero(c - 1) else f"{c}*i{d}")
+        if not _known_zero(self.offset) or not terms:
             terms.append(str(self.offset))
         return " + ".join(terms)
 
     def bounds(self, sizes):
+        """The lowest and highest element reached over a domain of sizes. (A symbolic
+        size that may be 0 counts as n - 1 = -1: its domain is then empty, and the
+        bounds only narrow, so no check fails on them.)"""
         lo = hi = self.offset
         for c, n in zip(self.coeffs, sizes):
-            if n == 0:
+            if _known_zero(n):
                 continue
-            lo += min(0, c) * (n - 1)
-            hi += max(0, c) * (n - 1)
+            if c >= 0:
+                hi += c * (n - 1)
+            else:
+                lo += c * (n - 1)
         return lo, hi
 
 
@@ -256,6 +303,16 @@ class Stmt:
         d = f"%{self.dst} = " if self.dst is not None else ""
         if form is Form.LOAD:
             return f"{d}load p{self.param}[{self.index}]"
+        if form in (Form.GATHER, Form.SCATTER):
+            strides = self.value if form is Form.GATHER else self.value[1]
+            idx = self.args if form is Form.GATHER else self.args[1:]
+            terms = " + ".join(f"{'' if _known_zero(st - 1) else f'{st}*'}%{a}"
+                               for st, a in zip(strides, idx))
+            base = str(self.index)
+            at = terms if base == "0" else f"{base} + {terms}"
+            if form is Form.SCATTER:
+                return f"scatter {self.value[0]} p{self.param}[{at}] += %{self.args[0]}"
+            return f"{d}gather p{self.param}[{at}]"
         dt = self.dtype._name if self.dtype is not None else ""
         if form is Form.CONST:
             return f"{d}const {dt} {self.value!r}"
@@ -265,6 +322,8 @@ class Stmt:
             return f"{d}call {dt} {self.value}({regs})"
         if form is Form.PHASE:
             return "phase"
+        if form is Form.BOUND:
+            return f"{d}bound {dt} {regs} < {self.value[0]} @{self.value[1]}"
         return f"{d}{self.op} {dt} {regs}"
 
     def spec(self, args=None):
@@ -277,6 +336,9 @@ class Stmt:
             select   dst, dtype, c, a, b         call   dst, dtype, fn, a[, b]
             random   dst, dtype, seed, offset, index
             phase    (no fields)
+            bound    dst, dtype, n, k, a
+            gather   dst, param, coeffs, offset, strides, a[, b[, c]]
+            scatter  param, reduction, coeffs, offset, strides, v, a[, b[, c]]
         (dtypes as their codes). In a symbolic kernel (args: its size arguments, expression
         -> k) a symbolic coefficient or offset is (k,) (compiler/symbolic.py)."""
         form, name = self.op.form, self.op.value
@@ -291,6 +353,17 @@ class Stmt:
                 offset = spec_int(offset, args)
         if form is Form.LOAD:
             return (name, self.dst, self.param, coeffs, offset)
+        if form in (Form.BOUND, Form.GATHER, Form.SCATTER):
+            from .symbolic import spec_int
+            ints = (lambda v: spec_int(v, args)) if args else int
+            if form is Form.BOUND:
+                return (name, self.dst, self.dtype._code, ints(self.value[0]),
+                        int(self.value[1]), self.args[0])
+            if form is Form.SCATTER:
+                return (name, self.param, str(self.value[0]), coeffs, offset,
+                        tuple(ints(v) for v in self.value[1])) + tuple(self.args)
+            return (name, self.dst, self.param, coeffs, offset,
+                    tuple(ints(v) for v in self.value)) + tuple(self.args)
         if form is Form.STORE:
             return (name, self.param, coeffs, offset, self.args[0])
         if form is Form.FOLD:
@@ -376,7 +449,16 @@ def _check_dtypes(kernel, s, defined):
         dt = kernel.params[s.param].dtype
         want(s.args[0], _C.float32 if dt in _HALF else dt, "value")
         return
-    if form is Form.LOAD:
+    if form is Form.SCATTER:
+        for a in s.args[1:]:
+            want(a, _C.int64, "index")
+        dt = kernel.params[s.param].dtype
+        want(s.args[0], _C.float32 if dt in _HALF else dt, "value")
+        return
+    if form is Form.GATHER:
+        for a in s.args:
+            want(a, _C.int64, "index")
+    if form in (Form.LOAD, Form.GATHER):
         if s.dtype is not None and s.dtype is not kernel.params[s.param].dtype:
             fail(f"loads {s.dtype._name} from a {kernel.params[s.param].dtype._name} "
                  "buffer")
@@ -392,6 +474,8 @@ def _check_dtypes(kernel, s, defined):
              "cast converts to it)")
     if form in (Form.CONST, Form.IOTA):
         return
+    if form is Form.BOUND and s.dtype is not _C.int64:
+        fail("checks int64 index values only")
     if form is Form.RANDOM:
         for a in s.args:
             want(a, _C.int64)
@@ -408,11 +492,13 @@ def _check_dtypes(kernel, s, defined):
 
 
 _DEFINES = {Form.LOAD, Form.CONST, Form.IOTA, Form.UNARY, Form.BINARY, Form.COMPARE,
-            Form.SELECT, Form.CALL, Form.RANDOM}
-_ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD}
+            Form.SELECT, Form.CALL, Form.RANDOM, Form.BOUND, Form.GATHER}
+_ADDRESSES = {Form.LOAD, Form.STORE, Form.FOLD, Form.GATHER, Form.SCATTER}
+_WRITES = (Form.STORE, Form.FOLD, Form.SCATTER)
 
 
-def _check_address(kernel, s):
+def _check_address(kernel, s, bounds=None):
+    """bounds: register -> the n of the `bound` defining it (a gather's index terms)."""
     nd = len(kernel.sizes)
     if not 0 <= s.param < len(kernel.params):
         raise LoopIRError(f"{kernel.name}: no parameter p{s.param} in `{s}`")
@@ -420,15 +506,34 @@ def _check_address(kernel, s):
         raise LoopIRError(f"{kernel.name}: index of rank {len(s.index.coeffs)} in a "
                           f"rank-{nd} domain: `{s}`")
     lo, hi = s.index.bounds(kernel.sizes)
+    if s.op.form in (Form.GATHER, Form.SCATTER):
+        scatter = s.op.form is Form.SCATTER
+        idx = s.args[1:] if scatter else s.args
+        strides = s.value[1] if scatter else s.value
+        if not 1 <= len(idx) <= MAX_GATHERED or len(strides) != len(idx) or (
+                scatter and s.value[0] not in _REDUCTIONS):
+            raise LoopIRError(f"{kernel.name}: `{s}` adds 1 to {MAX_GATHERED} index "
+                              "registers, each with its stride")
+        for st, a in zip(strides, idx):
+            if a not in bounds:
+                raise LoopIRError(f"{kernel.name}: `{s}` adds %{a}, which no `bound` "
+                                  "checked")
+            if bounds[a] == 0:       # every value is out of range: nothing is read
+                continue
+            lo += min(0, st) * (bounds[a] - 1)
+            hi += max(0, st) * (bounds[a] - 1)
     extent = kernel.params[s.param].extent
     kept = kernel.sizes[:nd - kernel.nreduce]
     # an empty domain runs no statement, except that a reduce over empty reduced dims
     # still stores its identity at every point of the kept ones
-    if any(n == 0 for n in kept) or (0 in kernel.sizes and s.op is not Op.REDUCE):
+    if any(_known_zero(n) for n in kept) or (
+            any(_known_zero(n) for n in kernel.sizes) and s.op is not Op.REDUCE):
         lo = hi = 0
     if lo < 0 or (hi >= extent and extent > 0):
         raise LoopIRError(f"{kernel.name}: `{s}` reaches elements [{lo}, {hi}] of a "
                           f"buffer of {extent}")
+    if s.op.form is Form.SCATTER and kernel.params[s.param].dtype is _C.bool:
+        raise LoopIRError(f"{kernel.name}: scatter into a bool buffer")
     if s.op.form is not Form.FOLD:
         return
     if s.value not in _REDUCTIONS:
@@ -447,7 +552,7 @@ def _check_written_loads(kernel, s, written):
     """A kernel reads a buffer it writes only where this point has written it: any other
     element may not be written yet (an earlier point of the loops, or another thread's
     part)."""
-    if s.param in written and s.index not in written[s.param]:
+    if s.param in written and (s.op is Op.GATHER or s.index not in written[s.param]):
         raise LoopIRError(f"{kernel.name}: `{s}` reads p{s.param}, which this kernel "
                           "writes, where this point has not written it")
 
@@ -464,8 +569,9 @@ def verify(kernel: Kernel):
     defined = {}
     ever = set()            # every register defined so far, in any phase
     # buffers the kernel writes -> the indices stored so far (a folded one: none)
-    written = {s.param: set() for s in kernel.stmts if s.op.form in (Form.STORE, Form.FOLD)}
-    folded = {s.param for s in kernel.stmts if s.op.form is Form.FOLD}
+    written = {s.param: set() for s in kernel.stmts if s.op.form in _WRITES}
+    folded = {s.param for s in kernel.stmts if s.op.form in (Form.FOLD, Form.SCATTER)}
+    bounds = {}             # register -> the n its `bound` checked against
     for s in kernel.stmts:
         form = s.op.form
         if form is Form.PHASE:
@@ -482,7 +588,8 @@ def verify(kernel: Kernel):
             continue
         if form is Form.CALL and s.value not in LIBM:
             raise LoopIRError(f"{kernel.name}: `{s}` calls a function not in LIBM")
-        n = LIBM[s.value] if form is Form.CALL else OPERANDS[form]
+        n = LIBM[s.value] if form is Form.CALL else len(s.args) if form in (
+            Form.GATHER, Form.SCATTER) else OPERANDS[form]
         if len(s.args) != n:
             raise LoopIRError(f"{kernel.name}: `{s}` takes {n} operand"
                               f"{'s' if n != 1 else ''}")
@@ -490,7 +597,12 @@ def verify(kernel: Kernel):
             if a not in defined:
                 raise LoopIRError(f"{kernel.name}: %{a} used before definition in `{s}`")
         if form in _ADDRESSES:
-            _check_address(kernel, s)
+            _check_address(kernel, s, bounds)
+        if form is Form.BOUND:
+            if not isinstance(s.value, tuple) or len(s.value) != 2 or s.value[0] < 0:
+                raise LoopIRError(f"{kernel.name}: `{s}` needs a size n >= 0 and the "
+                                  "index tensor's number")
+            bounds[s.dst] = s.value[0]
         if (s.dst is not None) != (form in _DEFINES):
             raise LoopIRError(f"{kernel.name}: `{s}` " + (
                 "defines no register" if form in _DEFINES else "defines a register"))
@@ -499,11 +611,11 @@ def verify(kernel: Kernel):
         if s.dst is not None:
             ever.add(s.dst)
         _check_dtypes(kernel, s, defined)
-        if form is Form.LOAD:
+        if form in (Form.LOAD, Form.GATHER):
             _check_written_loads(kernel, s, written)
         elif form is Form.STORE and s.param not in folded:
             written[s.param].add(s.index)
-        if form is Form.LOAD:
+        if form in (Form.LOAD, Form.GATHER):
             defined[s.dst] = kernel.params[s.param].dtype
         elif form is Form.COMPARE:
             defined[s.dst] = _C.bool

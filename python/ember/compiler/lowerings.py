@@ -23,11 +23,12 @@ import numpy as np
 from .. import _C
 from ..ops import meta as M
 from . import fusion
-from .loop_ir import LIBM, Affine, Op, Reduction
+from .loop_ir import LIBM, MAX_GATHERED, Affine, Op, Reduction
 from .plan import MatmulStep, StepKind
 from .symbolic import any_symbolic
 from .values import (HALF, BufferValue, LoweringError, PointwiseValue, broadcast_index,
-                     depth_of, domain_index, is_value, layout_strides, op_math, refinement)
+                     depth_of, domain_index, is_value, layout_strides, op_math, reads,
+                     refinement)
 
 
 class OpLowering:
@@ -434,8 +435,10 @@ def _reduce(ctx, val, a, dims, keepdim, op, acc_dtype):
             order = [lead] + reduced + [d for d in kept if d != lead]
             parts = 0
         else:
-            parts = _partials(tuple(a.shape[d] for d in order), math.prod(
-                a.shape[d] for d in kept))
+            sizes = tuple(a.shape[d] for d in order)
+            kept_points = math.prod(a.shape[d] for d in kept)
+            parts = _sym_partials(sizes, kept_points) if any_symbolic(sizes) else \
+                _partials(sizes, kept_points)
         if parts:
             _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op,
                                 acc_dtype, parts)
@@ -500,6 +503,21 @@ def _column_block_dim(a, kept):
     return lead
 
 
+SYM_PARTIALS = 8      # the partial results of an outer reduction over a symbolic dim
+
+
+def _sym_partials(sizes, kept_points):
+    """The partials an outer reduction whose outermost (reduced) dim is symbolic is
+    split into: SYM_PARTIALS blocks of sizes[0] // SYM_PARTIALS rows, the remaining rows
+    folded into the last one (a kernel of their own), whatever the sizes at a call, so
+    that the threads the runtime gives the first kernel split its blocks (the partials
+    cost 2 * SYM_PARTIALS points per output point more: little beside the input's rows
+    but at the smallest sizes)."""
+    if not sizes or not any_symbolic(sizes[:1]):
+        return 0
+    return SYM_PARTIALS
+
+
 def _partials(sizes, kept_points):
     """How many blocks of its outermost dim an outer reduction over domain `sizes`
     (reduced dims first) folds into partial results of their own, so that the blocks
@@ -529,6 +547,7 @@ def _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op, acc_dt
     nd = len(a.shape)
     sizes = [a.shape[d] for d in order]
     rows = sizes[0] // parts
+    rem = sizes[0] - parts * rows      # (symbolic sizes: the rows after the blocks)
     kept_shape = tuple(a.shape[d] for d in kept)
     partial = ctx.new_buffer(out.dtype, (parts,) + kept_shape)   # float32 for half types
     _fill(ctx, partial, op, acc_dtype)
@@ -549,6 +568,20 @@ def _split_outer_reduce(ctx, val, a, order, kept, mask, keepdim, out, op, acc_dt
     reg = kb.cast(a.load(kb, index), acc_dtype)
     kb.store(partial, Affine(tuple(coeffs)), reg, Op.ACCUMULATE, op)
     ctx.add_kernel(kb)
+    if any_symbolic([rem]):
+        # the rows after the blocks, into the last partial (none when it divides)
+        kb = ctx.kernel(tuple([rem] + sizes[1:]), 0, "reduce")
+        index = [None] * nd
+        for pos, d in enumerate(order):
+            index[d] = Affine(tuple(1 if k == pos else 0 for k in range(nd)),
+                              parts * rows if pos == 0 else 0)
+        coeffs = [0] * nd
+        for k, d in enumerate(kept):
+            coeffs[order.index(d)] = partial.strides[k + 1]
+        reg = kb.cast(a.load(kb, index), acc_dtype)
+        kb.store(partial, Affine(tuple(coeffs), (parts - 1) * partial.strides[0]), reg,
+                 Op.ACCUMULATE, op)
+        ctx.add_kernel(kb)
     # the partials, folded into the output in block order
     _fill(ctx, out, op, acc_dtype)
     kb = ctx.kernel((parts,) + kept_shape, 0, "reduce")
@@ -601,4 +634,128 @@ def lower_matmul(ctx, node, val, a, b):
     av, bv = ctx.realize(a), ctx.realize(b)
     out = ctx.new_buffer(val.dtype, tuple(val.shape))
     ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))
+    return out
+
+
+# ------------------------------------------------------------------ indexing
+
+
+class _Indexing:
+    """self[indices]'s geometry (as eager lays it out, ops/indexing.index_geometry): the
+    index tensors (entries: (dim, value)) broadcast to bshape, which replaces the
+    indexed dims where they are adjacent and goes first otherwise; `at` gives, at a
+    point of the result, the gathered address into src (a buffer value)."""
+
+    def __init__(self, ctx, shape, indices):
+        self.entries, cursor = [], 0
+        for t in indices:
+            t = ctx.arg(t)
+            if t is None:
+                cursor += 1
+                continue
+            if not is_value(t) or t.dtype not in (_C.int64, _C.int32):
+                raise LoweringError("index by a mask")
+            self.entries.append((cursor, t))
+            cursor += 1
+        if not self.entries or len(self.entries) > MAX_GATHERED:
+            raise LoweringError(f"index by {len(self.entries)} tensors")
+        self.bshape = tuple(M.broadcast_shapes(
+            "index", *[tuple(t.shape) for _, t in self.entries]))
+        dims = [d for d, _ in self.entries]
+        rest = [d for d in range(len(shape)) if d not in dims]
+        adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+        before = [d for d in rest if d < dims[0]] if adjacent else []
+        after = [d for d in rest if d not in before]
+        self.nbefore = len(before)
+        # the result's position of each dim of self not indexed
+        self.pos = {d: k for k, d in enumerate(before)}
+        self.pos.update({d: len(before) + len(self.bshape) + k for k, d in enumerate(after)})
+        self.shape = tuple(shape[d] for d in before) + self.bshape + tuple(
+            shape[d] for d in after)
+
+    def at(self, kb, src, index):
+        """(affine part, index registers, strides) of src at the result's point index."""
+        ndom = len(kb.sizes)
+        coeffs, off = [0] * ndom, src.offset
+        for d, p in self.pos.items():
+            off += index[p].offset * src.strides[d]
+            for j, c in enumerate(index[p].coeffs):
+                coeffs[j] += c * src.strides[d]
+        nb = len(self.bshape)
+        bidx = index[self.nbefore:self.nbefore + nb]
+        regs, strides = [], []
+        for k, (d, t) in enumerate(self.entries):
+            r = kb.cast(t.load(kb, broadcast_index(bidx, self.bshape, t.shape)), _C.int64)
+            regs.append(kb.emit(Op.BOUND, _C.int64, (r,), value=(src.shape[d], k)))
+            strides.append(src.strides[d])
+        return Affine(tuple(coeffs), off), tuple(regs), tuple(strides)
+
+    def operands(self):
+        return [t for _, t in self.entries]
+
+
+@lowering
+def lower_index(ctx, node, val, a, indices):
+    """self[indices] (the index prim: x[idx], index_select, embedding and gather lower
+    to it): a pointwise value whose every point gathers self at the index tensors'
+    values (loop IR `bound` and `gather`), fused into the kernels that read it. Each
+    index value is checked at run time: one out of range raises eager's IndexError
+    after the kernel. Boolean masks (a shape from the values) run eager's kernel."""
+    try:
+        geo = _Indexing(ctx, a.shape, indices)
+    except LoweringError:
+        return ctx.extern(node, val)
+    shape = tuple(val.shape)
+    if math.prod(shape) == 0:
+        return ctx.extern(node, val)
+    src = ctx.realize(a)
+
+    def fn(kb, index):
+        affine, regs, strides = geo.at(kb, src, index)
+        return kb.emit(Op.GATHER, src.dtype, regs, param=kb.param(src), index=affine,
+                       value=strides)
+
+    operands = geo.operands()
+    value = PointwiseValue(shape, val.dtype, fn, 2 + sum(
+        o.cost for o in operands if isinstance(o, PointwiseValue)), node,
+        reads(operands, shape) | {src.ref}, depth_of(operands))
+    if not node.users:
+        # unused, still checked as eager checks (the graph keeps it: checks_values):
+        # a kernel of its own computes it
+        ctx.realize(value)
+    return value
+
+
+@lowering
+def lower_index_put(ctx, node, val, a, indices, values, accumulate=False):
+    """index_put with accumulate (the gradient of indexing, index_select and
+    embedding: index_add, scatter_add): a kernel copies self into the result, a second
+    folds values into it at the gathered indices (loop IR `scatter`), point by point in
+    the order eager adds them, on one thread. Without accumulate (which element wins
+    among duplicates is eager's order) and with masks: eager's kernel."""
+    if not accumulate or not val.dtype.is_floating_point:
+        return ctx.extern(node, val)
+    try:
+        geo = _Indexing(ctx, a.shape, indices)
+    except LoweringError:
+        return ctx.extern(node, val)
+    shape = tuple(val.shape)
+    nd = len(shape)
+    out = ctx.new_buffer(val.dtype, shape)
+    kb = ctx.kernel(shape, 0, "pointwise")
+    index = domain_index(nd)
+    kb.store(out, out.at(index, nd), kb.cast(a.load(kb, broadcast_index(index, shape,
+                                                                          a.shape)),
+                                              val.dtype))
+    ctx.add_kernel(kb)
+    if math.prod(geo.shape) == 0:
+        return out
+    kb = ctx.kernel(geo.shape, 0, "scatter")
+    index = domain_index(len(geo.shape))
+    acc = op_math(val.dtype)
+    v = kb.cast(values.load(kb, broadcast_index(index, geo.shape, values.shape)), acc)
+    affine, regs, strides = geo.at(kb, out, index)
+    kb.emit(Op.SCATTER, args=(v,) + regs, param=kb.param(out), index=affine,
+            value=(Reduction.SUM, strides))
+    ctx.add_kernel(kb)
     return out

@@ -127,7 +127,7 @@ def _writes(kernel):
     """{ref: [(op, index), ...]} of what kernel stores or folds."""
     out = {}
     for s in kernel.stmts:
-        if s.op.form in (Form.STORE, Form.FOLD):
+        if s.op.form in (Form.STORE, Form.FOLD, Form.SCATTER):
             out.setdefault(tuple(kernel.params[s.param].ref), []).append((s.op, s.index))
     return out
 
@@ -145,6 +145,8 @@ def block_rows(kernel: Kernel, ref, n: int, rows: int, earlier=()):
         return None
     if any(s.op is Op.ACCUMULATE and s.index.coeffs[0] == 0 for s in kernel.stmts):
         return None
+    if any(s.op in (Op.GATHER, Op.BOUND) for s in kernel.stmts):
+        return None         # (rows read at values, and an error record it has no slot for)
     made = {}               # ref -> indices an earlier epilogue of this domain wrote
     for e in earlier:
         for r, ws in _writes(e).items():

@@ -45,7 +45,8 @@ _COSTLY = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIN, Op.COS, Op.ERF, Op.ERFC, O
 
 def _rows_of(k):
     """The kernel's (kept dims, points per row), or None if it cannot join a run."""
-    if any(s.op is Op.ACCUMULATE or s.op is Op.PHASE for s in k.stmts) or 0 in k.sizes:
+    if any(s.op in (Op.ACCUMULATE, Op.PHASE, Op.GATHER, Op.SCATTER) for s in k.stmts) or \
+            0 in k.sizes:
         return None
     return k.nreduce
 
@@ -54,7 +55,7 @@ def _writes(k):
     """ref -> the indices k stores or reduces into it."""
     out = {}
     for s in k.stmts:
-        if s.op.form in (Form.STORE, Form.FOLD):
+        if s.op.form in (Form.STORE, Form.FOLD, Form.SCATTER):
             out.setdefault(k.params[s.param].ref, set()).add(s.index)
     return out
 
@@ -227,7 +228,7 @@ def _live(phase):
 
 
 def _reads_writes(k):
-    reads = {k.params[s.param].ref for s in k.stmts if s.op is Op.LOAD}
+    reads = {k.params[s.param].ref for s in k.stmts if s.op in (Op.LOAD, Op.GATHER)}
     return reads, set(_writes(k))
 
 

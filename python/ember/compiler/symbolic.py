@@ -162,6 +162,8 @@ def decide(rel, ranges, facts=()):
     lo + t, t >= 0: with every coefficient of the t's of one sign, the constant bounds
     the polynomial from that side), else a fact that implies it or its negation."""
     value = _decide(rel, ranges)
+    if value is None:
+        value = _decide_quotients(rel, ranges)
     if value is not None or not facts:
         return value
     for want, answer in ((rel, True), (rel.negate(), False)):
@@ -171,6 +173,49 @@ def decide(rel, ranges, facts=()):
             if _implies(f, want, ranges):
                 return answer
     return None
+
+
+def _decide_quotients(rel, ranges):
+    """rel decided with each quotient a // d (d > 0 a constant) and remainder a % d
+    written through a new symbol r in [0, d - 1]: d * (a // d) = a - r and a % d = r, so
+    `e <= 0` becomes `d*e <= 0` with its (linear) quotient terms replaced; a split
+    reduction's rows, 8*((2*s0)//8) <= 2*s0, are decided so."""
+    e = rel.expr
+    ranges = dict(ranges)
+    done = set()
+    while True:
+        calls = [a for m in e.terms for a, _ in m
+                 if isinstance(a, se.Call) and a.fn in ("floordiv", "mod") and
+                 a.b.is_const() and a.b.value > 0 and (a.a, a.b) not in done]
+        if not calls:
+            break
+        num, den = calls[0].a, calls[0].b
+        d = den.value
+        done.add((num, den))
+        r = se.Symbol(f"r{len(done)}")
+        ranges[r] = (0, d - 1)
+        rem = se.Expr.atom(r)
+        out = se.Expr({})
+        for m, c in e.terms.items():
+            rest, kind = [], None
+            for atom, p in m:
+                if isinstance(atom, se.Call) and atom.a == num and atom.b == den:
+                    if kind is not None or p != 1:
+                        return None         # (a quotient squared, or times a remainder)
+                    kind = atom.fn
+                else:
+                    rest.append((atom, p))
+            term = se.Expr({tuple(rest): c})
+            if kind == "floordiv":
+                out = out + term * (num - rem)
+            elif kind == "mod":
+                out = out + term * rem * d
+            else:
+                out = out + term * d
+        e = out
+    if not done:
+        return None
+    return _decide(se.Rel(rel.op, e), ranges)
 
 
 def _le_forms(rel):
@@ -342,7 +387,9 @@ def kernel_size_args(kernel):
             for c in s.index.coeffs:
                 add(c)
             add(s.index.offset)
-        add(s.value)
+        for v in (s.value if isinstance(s.value, tuple) else (s.value,)):
+            for w in (v if isinstance(v, tuple) else (v,)):
+                add(w)      # (a bound's size, a gather's or scatter's strides)
     return list(seen.values())
 
 

@@ -10,7 +10,7 @@ from .. import _C
 from .. import prims as P
 from . import api as O
 from . import meta as M
-from ..compiler.lowerings import extern
+from ..compiler.lowerings import extern, lower_index, lower_index_put
 from .registry import CUSTOM, op
 
 def _is_tensor(x):
@@ -112,7 +112,8 @@ def _index_backward(g, out, self, indices):
     return (O.zeros(self.shape, dtype=g.dtype).index_put(indices, g, accumulate=True), None)
 
 
-op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True, lower=extern,
+op("index.Tensor(Tensor self, Any indices) -> Tensor", CUSTOM, "index", prim=True,
+   lower=lower_index,
    checks_values=True,
    method=False, function=False, meta=_index_meta, backward=_index_backward,
    doc="self[indices] for a tuple of index tensors (int64 / int32, or bool masks) and None "
@@ -149,7 +150,8 @@ def _check_values(entry, values, shape):
 
 
 op("index_put(Tensor self, Any indices, Tensor values, bool accumulate=False) -> Tensor",
-   CUSTOM, "index_put", prim=True, lower=extern, inplace_variant=True, meta=_index_put_meta,
+   CUSTOM, "index_put", prim=True, lower=lower_index_put, inplace_variant=True,
+   meta=_index_put_meta,
    checks_values=True,
    backward=lambda g, out, self, indices, values, accumulate: (
        g if accumulate else g.index_put(indices, O.zeros((), dtype=g.dtype)), None,
@@ -201,13 +203,24 @@ def _gather_meta(entry, args):
     return M.meta_tensor(index.shape, self.dtype)
 
 
+def no_negative(index):
+    """index with its negative values made out of range of any dim: the index prim wraps
+    [-n, 0) as x[idx] does, where gather, index_select and embedding refuse negative
+    indices, so their decompositions (what compiled graphs run) raise for them too (the
+    compiled graph's IndexError; capture then reruns the frame and raises eager's)."""
+    if index.dtype not in (_C.int64, _C.int32):
+        return index
+    low = -(1 << 63) if index.dtype is _C.int64 else -(1 << 31)
+    return P.where(P.lt(index, 0), P.full([], low, dtype=index.dtype), index)
+
+
 def _coords(index, d):
     """Index tensors that pick self[..., index[i], ...] at every position i of index: an
     iota per dim (index itself along d), broadcasting to index's shape."""
     out = []
     for a in range(index.ndim):
         if a == d:
-            out.append(index)
+            out.append(no_negative(index))
         else:
             shape = [1] * index.ndim
             shape[a] = index.shape[a]
@@ -433,7 +446,7 @@ def _index_select_decompose(self, dim, index):
     if self.ndim == 0:
         return P.clone(self)
     d = M.wrap_dim(dim, self.ndim)
-    r = P.index(self, (None,) * d + (P.view(index, [-1]),))
+    r = P.index(self, (None,) * d + (no_negative(P.view(index, [-1])),))
     return P.clone(r, memory_format="contiguous_format")
 
 

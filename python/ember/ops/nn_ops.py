@@ -1433,7 +1433,8 @@ def _one_hot_p(idx, n, dtype):
 
 def _embedding_decompose(weight, indices, padding_idx, scale_grad_by_freq, sparse):
     _embedding_check(weight, indices)
-    rows = P.index(weight, (_reshape_p(indices, [indices.numel()]),))   # (M, D), dense
+    from .indexing import no_negative
+    rows = P.index(weight, (no_negative(_reshape_p(indices, [indices.numel()])),))  # (M, D)
     return P.view(rows, list(indices.shape) + [weight.shape[1]])
 
 
