@@ -157,3 +157,32 @@ def test_compiled_bags_equal_eager(backend, mode):
     assert sum(counters["backend_fallback"].values()) == before
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_one_and_two_threads_give_the_same_bits(mode):
+    """Bags, weight-gradient column blocks and per-sample-weight gradients on the pool in
+    fixed chunks: the same bits at 1 and 2 threads."""
+    rng = np.random.default_rng(21)
+    w = rng.standard_normal((3000, 72)).astype(np.float32)
+    idx = rng.integers(0, 3000, 6000)
+    off = np.sort(rng.choice(6000, 600, replace=False))
+    off[0] = 0
+    psw = rng.standard_normal(6000).astype(np.float32) if mode == "sum" else None
+    res = []
+    prev = ember.get_num_threads()
+    try:
+        for n in (1, 2):
+            ember.set_num_threads(n)
+            W = ember.from_numpy(w.copy()).requires_grad_()
+            P = None if psw is None else ember.from_numpy(psw.copy()).requires_grad_()
+            y = ember.nn.functional.embedding_bag(
+                ember.from_numpy(idx), W, ember.from_numpy(off), mode=mode,
+                per_sample_weights=P, scale_grad_by_freq=mode == "mean")
+            (y * y).sum().backward()
+            res.append([y.detach().numpy(), W.grad.numpy()] +
+                       ([] if P is None else [P.grad.numpy()]))
+    finally:
+        ember.set_num_threads(prev)
+    for u, v in zip(*res):
+        assert u.tobytes() == v.tobytes()
