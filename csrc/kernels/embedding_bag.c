@@ -26,10 +26,21 @@
  * by positions, the weight's gradient by blocks of EB_COLS columns, each block's
  * positions in order; so results are the same at every thread count.
  */
+/* O3 (vectorised row loops) without contracting a * b + c: the results do not depend on
+ * the host's FMA; the clones only widen the vectors (element-wise, same results). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=off")
+#endif
 #include "kutil.h"
 #include "runtime/runtime.h"
 #include <math.h>
 #include <stdlib.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
+#define EB_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define EB_CLONES
+#endif
 
 #define EB_COLS 16
 enum { EB_SUM, EB_MEAN, EB_MAX };
@@ -77,10 +88,10 @@ bag_end(const eb_ctx *p, Py_ssize_t b)
 }
 
 #define EB_FORWARD(T)                                                                     \
-    static void forward_bag_##T(const eb_ctx *p, Py_ssize_t b)                            \
+    EB_CLONES static void forward_bag_##T(const eb_ctx *p, Py_ssize_t b)                  \
     {                                                                                     \
         const T *w = (const T *)p->w, *psw = (const T *)p->psw;                           \
-        T *out = (T *)p->out + b * p->D;                                                  \
+        T *restrict out = (T *)p->out + b * p->D;                                         \
         Py_ssize_t s = bag_start(p, b), e = bag_end(p, b), cnt = 0, D = p->D;             \
         for (Py_ssize_t j = 0; j < D; j++)                                                \
             out[j] = 0;                                                                   \
@@ -88,7 +99,7 @@ bag_end(const eb_ctx *p, Py_ssize_t b)
             Py_ssize_t r = ild(p->idx, p->idx64, i);                                      \
             if (r == p->pad)                                                              \
                 continue;                                                                 \
-            const T *row = w + r * D;                                                     \
+            const T *restrict row = w + r * D;                                            \
             if (p->mode == EB_MAX) {                                                      \
                 for (Py_ssize_t j = 0; j < D; j++)                                        \
                     if (cnt == 0 || row[j] > out[j]) {                                    \
@@ -146,7 +157,7 @@ kept(const eb_ctx *p, Py_ssize_t i, Py_ssize_t r)
 }
 
 #define EB_BACKWARD(T)                                                                    \
-    static void backward_cols_##T(const eb_ctx *p, Py_ssize_t j0, Py_ssize_t j1)          \
+    EB_CLONES static void backward_cols_##T(const eb_ctx *p, Py_ssize_t j0, Py_ssize_t j1) \
     {                                                                                     \
         const T *g = (const T *)p->g, *psw = (const T *)p->psw;                           \
         T *gw = (T *)p->gw;                                                               \
@@ -174,8 +185,8 @@ kept(const eb_ctx *p, Py_ssize_t i, Py_ssize_t r)
             }                                                                             \
             if (p->freq != NULL)                                                          \
                 sc /= (T)p->freq[r];                                                      \
-            const T *gr = g + b * D;                                                      \
-            T *dst = gw + r * D;                                                          \
+            const T *restrict gr = g + b * D;                                             \
+            T *restrict dst = gw + r * D;                                                 \
             for (Py_ssize_t j = j0; j < j1; j++)                                          \
                 dst[j] += gr[j] * sc;                                                     \
         }                                                                                 \

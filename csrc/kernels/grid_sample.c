@@ -31,10 +31,21 @@
  * block's points in order, the blocks' shares of grad_grid kept apart and added in
  * block order; so results are the same at every thread count.
  */
+/* O3 (vectorised row loops) without contracting a * b + c: the results do not depend on
+ * the host's FMA; the clones only widen the vectors (element-wise, same results). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "no-trapping-math", "no-math-errno", "fp-contract=off")
+#endif
 #include "kutil.h"
 #include "runtime/runtime.h"
 #include <math.h>
 #include <stdlib.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EM_NO_CLONES)
+#define GS_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GS_CLONES
+#endif
 
 enum { GS_BILINEAR, GS_NEAREST, GS_BICUBIC };
 enum { GS_ZEROS, GS_BORDER, GS_REFLECTION };
@@ -53,7 +64,6 @@ typedef struct {
     char *out, *gx, *gg;            /* results (contiguous) */
     double *part;                   /* backward: grad_grid shares (N, blocks, Q, d) */
     Py_ssize_t blocks;
-    bool want_gx, want_gg;
 } gs_ctx;
 
 typedef struct {
@@ -96,7 +106,7 @@ clip(double c, Py_ssize_t size, double *d)
 }
 
 /* c reflected into [twice_lo / 2, twice_hi / 2] about its ends; *d: +-1 */
-static double
+static inline double
 reflect(double c, double twice_lo, double twice_hi, double *d)
 {
     if (twice_lo == twice_hi) {
@@ -119,7 +129,7 @@ reflect(double c, double twice_lo, double twice_hi, double *d)
 }
 
 /* an axis position (or bicubic tap position) through the padding mode */
-static double
+static inline double
 padded(double c, Py_ssize_t size, int pad, bool align, double *d)
 {
     double d1 = 1, d2 = 1;
@@ -136,7 +146,7 @@ padded(double c, Py_ssize_t size, int pad, bool align, double *d)
 
 /* Keys' cubic convolution weights for the taps at -1, 0, 1, 2 from t in [0, 1) and
  * their derivatives for t */
-static void
+static inline void
 cubic(double t, double *w, double *dw)
 {
     const double A = -0.75;
@@ -151,9 +161,9 @@ cubic(double t, double *w, double *dw)
     dw[3] = -((3 * A * z - 10 * A) * z + 8 * A);
 }
 
-/* grid point (n, q)'s in-bounds corners */
-static void
-point(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt)
+/* grid point (n, q)'s in-bounds corners (with the weights' derivatives when want_dw) */
+static inline __attribute__((always_inline)) void
+point(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt, bool want_dw)
 {
     int nt[3];
     Py_ssize_t idx[3][GS_MAXTAPS];
@@ -203,13 +213,16 @@ point(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt)
     int total = 1, m = 0;
     for (int a = 0; a < p->d; a++)
         total *= nt[a];
+    int next[3] = {0, 0, 0};
     for (int k = 0; k < total; k++) {
-        int rest = k, tap[3];
+        int tap[3] = {next[0], next[1], next[2]};
         bool in = true;
-        for (int a = 0; a < p->d; a++) {
-            tap[a] = rest % nt[a];
-            rest /= nt[a];
+        for (int a = 0; a < p->d; a++)
             in = in && ok[a][tap[a]];
+        for (int a = 0; a < p->d; a++) {       /* the next corner: x fastest */
+            if (++next[a] < nt[a])
+                break;
+            next[a] = 0;
         }
         if (!in)
             continue;
@@ -219,7 +232,7 @@ point(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt)
             off += idx[a][tap[a]] * p->stride[a];
             wt *= w[a][tap[a]];
         }
-        for (int a = 0; a < p->d; a++) {
+        for (int a = 0; want_dw && a < p->d; a++) {
             double dv = dw[a][tap[a]];
             for (int b = 0; b < p->d; b++)
                 if (b != a)
@@ -233,60 +246,142 @@ point(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt)
     pt->n = m;
 }
 
-static void
+/* point() for 2-d bilinear and nearest without the general loops over axes and taps:
+ * the same corners in the same order (x fastest), the same products */
+static inline __attribute__((always_inline)) void
+point2(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt, bool want_dw)
+{
+    Py_ssize_t W = p->size[0], H = p->size[1];
+    double c[2];
+    for (int a = 0; a < 2; a++) {
+        Py_ssize_t size = p->size[a];
+        double g = ld(p->g, p->f32, (n * p->Q + q) * 2 + a), dc = 1;
+        double scale = p->align ? (double)(size - 1) / 2 : (double)size / 2;
+        double v = p->align ? (g + 1) / 2 * (double)(size - 1)
+                            : ((g + 1) * (double)size - 1) / 2;
+        if (p->pad != GS_ZEROS)
+            v = padded(v, size, p->pad, p->align, &dc);
+        pt->mult[a] = scale * dc;
+        c[a] = v;
+    }
+    int m = 0;
+    if (p->mode == GS_NEAREST) {
+        double rx = nearbyint(c[0]), ry = nearbyint(c[1]);
+        if (rx >= 0 && rx <= (double)(W - 1) && ry >= 0 && ry <= (double)(H - 1)) {
+            pt->off[0] = (Py_ssize_t)ry * W + (Py_ssize_t)rx;
+            pt->w[0] = 1;
+            pt->dw[0][0] = pt->dw[0][1] = 0;
+            m = 1;
+        }
+        pt->n = m;
+        return;
+    }
+    double x0 = floor(c[0]), y0 = floor(c[1]), tx = c[0] - x0, ty = c[1] - y0;
+    double wx[2] = {1 - tx, tx}, wy[2] = {1 - ty, ty}, dwv[2] = {-1, 1};
+    bool okx[2] = {x0 >= 0 && x0 <= (double)(W - 1), x0 + 1 >= 0 && x0 + 1 <= (double)(W - 1)};
+    bool oky[2] = {y0 >= 0 && y0 <= (double)(H - 1), y0 + 1 >= 0 && y0 + 1 <= (double)(H - 1)};
+    for (int j = 0; j < 2; j++) {
+        for (int i = 0; i < 2; i++) {
+            if (!(okx[i] && oky[j]))
+                continue;
+            pt->off[m] = ((Py_ssize_t)y0 + j) * W + (Py_ssize_t)x0 + i;
+            pt->w[m] = wx[i] * wy[j];
+            if (want_dw) {
+                pt->dw[m][0] = dwv[i] * wy[j];
+                pt->dw[m][1] = dwv[j] * wx[i];
+            }
+            m++;
+        }
+    }
+    pt->n = m;
+}
+
+/* the forward's channel loop for one point, in the input's type T */
+#define GS_FORWARD_POINT(T)                                                               \
+    static inline void forward_point_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q,            \
+                                  const gs_point *pt)                                     \
+    {                                                                                     \
+        const T *x = (const T *)p->x + n * p->C * p->S;                                   \
+        T *o = (T *)p->out + n * p->C * p->Q + q;                                         \
+        for (Py_ssize_t c = 0; c < p->C; c++) {                                           \
+            const T *plane = x + c * p->S;                                                \
+            double v = 0;                                                                 \
+            for (int k = 0; k < pt->n; k++)                                               \
+                v += pt->w[k] * (double)plane[pt->off[k]];                                \
+            o[c * p->Q] = (T)v;                                                           \
+        }                                                                                 \
+    }
+GS_FORWARD_POINT(float)
+GS_FORWARD_POINT(double)
+
+GS_CLONES static void
 forward_range(void *ctx, int64_t start, int64_t end)
 {
     const gs_ctx *p = ctx;
     gs_point pt;
     for (int64_t i = start; i < end; i++) {
         Py_ssize_t n = i / p->Q, q = i % p->Q;
-        point(p, n, q, &pt);
-        for (Py_ssize_t c = 0; c < p->C; c++) {
-            Py_ssize_t plane = (n * p->C + c) * p->S;
-            double v = 0;
-            for (int k = 0; k < pt.n; k++)
-                v += pt.w[k] * ld(p->x, p->f32, plane + pt.off[k]);
-            st(p->out, p->f32, (n * p->C + c) * p->Q + q, v);
-        }
+        if (p->d == 2 && p->mode != GS_BICUBIC)
+            point2(p, n, q, &pt, false);
+        else
+            point(p, n, q, &pt, false);
+        if (p->f32)
+            forward_point_float(p, n, q, &pt);
+        else
+            forward_point_double(p, n, q, &pt);
     }
 }
 
+/* one point's share of the channels c0 .. c1: grad_input scattered, grad_grid's sum
+ * (before the position's derivative) into acc; in the input's type T */
+#define GS_BACKWARD_POINT(T)                                                              \
+    static inline void backward_point_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q,           \
+                                   Py_ssize_t c0, Py_ssize_t c1, const gs_point *pt,      \
+                                   double *acc)                                           \
+    {                                                                                     \
+        const T *x = (const T *)p->x, *go = (const T *)p->go;                             \
+        T *gx = (T *)p->gx;                                                               \
+        for (Py_ssize_t c = c0; c < c1; c++) {                                            \
+            Py_ssize_t plane = (n * p->C + c) * p->S;                                     \
+            double g = (double)go[(n * p->C + c) * p->Q + q];                             \
+            for (int k = 0; k < pt->n; k++) {                                             \
+                Py_ssize_t at = plane + pt->off[k];                                       \
+                gx[at] = (T)((double)gx[at] + pt->w[k] * g);                              \
+                double xv = g * (double)x[at];                                            \
+                for (int a = 0; a < p->d; a++)                                            \
+                    acc[a] += xv * pt->dw[k][a];                                          \
+            }                                                                             \
+        }                                                                                 \
+    }
+GS_BACKWARD_POINT(float)
+GS_BACKWARD_POINT(double)
+
 /* items: (batch, channel block): grad_input of the block's planes (points in order) and
  * the block's share of grad_grid */
-static void
+GS_CLONES static void
 backward_range(void *ctx, int64_t start, int64_t end)
 {
     const gs_ctx *p = ctx;
     gs_point pt;
+    size_t el = p->f32 ? sizeof(float) : sizeof(double);
     for (int64_t i = start; i < end; i++) {
         Py_ssize_t n = i / p->blocks, blk = i % p->blocks;
         Py_ssize_t c0 = blk * GS_CB, c1 = c0 + GS_CB < p->C ? c0 + GS_CB : p->C;
-        if (p->want_gx) {
-            size_t el = p->f32 ? sizeof(float) : sizeof(double);
-            memset(p->gx + (size_t)((n * p->C + c0) * p->S) * el, 0,
-                   (size_t)((c1 - c0) * p->S) * el);
-        }
+        memset(p->gx + (size_t)((n * p->C + c0) * p->S) * el, 0,
+               (size_t)((c1 - c0) * p->S) * el);
         double *part = p->part + (n * p->blocks + blk) * p->Q * p->d;
         for (Py_ssize_t q = 0; q < p->Q; q++) {
-            point(p, n, q, &pt);
+            if (p->d == 2 && p->mode != GS_BICUBIC)
+                point2(p, n, q, &pt, true);
+            else
+                point(p, n, q, &pt, true);
             double acc[3] = {0, 0, 0};
-            for (Py_ssize_t c = c0; c < c1; c++) {
-                Py_ssize_t plane = (n * p->C + c) * p->S;
-                double go = ld(p->go, p->f32, (n * p->C + c) * p->Q + q);
-                for (int k = 0; k < pt.n; k++) {
-                    Py_ssize_t at = plane + pt.off[k];
-                    if (p->want_gx)
-                        st(p->gx, p->f32, at, ld(p->gx, p->f32, at) + pt.w[k] * go);
-                    if (p->want_gg) {
-                        double xv = go * ld(p->x, p->f32, at);
-                        for (int a = 0; a < p->d; a++)
-                            acc[a] += xv * pt.dw[k][a];
-                    }
-                }
-            }
-            if (p->want_gg)
-                for (int a = 0; a < p->d; a++)
-                    part[q * p->d + a] = acc[a] * pt.mult[a];
+            if (p->f32)
+                backward_point_float(p, n, q, c0, c1, &pt, acc);
+            else
+                backward_point_double(p, n, q, c0, c1, &pt, acc);
+            for (int a = 0; a < p->d; a++)
+                part[q * p->d + a] = acc[a] * pt.mult[a];
         }
     }
 }
@@ -441,7 +536,6 @@ k_grid_sampler_backward(em_Op *op, PyObject **args)
     PyArrayObject *hx = NULL, *hg = NULL, *ho = NULL, *sx = NULL, *sg = NULL;
     if (read_args(x, g, args[3], args[4], args[5], &p) < 0)
         return NULL;
-    p.want_gx = p.want_gg = true;
     bool shape_ok = go->ndim == x->ndim && go->dtype == x->dtype && go->sizes[0] == p.N &&
                     go->sizes[1] == p.C;
     for (int k = 1; shape_ok && k < g->ndim - 1; k++)
@@ -463,7 +557,7 @@ k_grid_sampler_backward(em_Op *op, PyObject **args)
         memset(p.gx, 0, (size_t)gx->numel * el);
         memset(p.gg, 0, (size_t)gg->numel * el);
     }
-    if (!meta && p.N * p.C * p.Q > 0 && (p.want_gx || p.want_gg)) {
+    if (!meta && p.N * p.C * p.Q > 0) {
         if ((p.x = em_float_data(x, &hx)) == NULL || (p.g = em_float_data(g, &hg)) == NULL ||
             (p.go = em_float_data(go, &ho)) == NULL)
             goto error;
@@ -476,7 +570,7 @@ k_grid_sampler_backward(em_Op *op, PyObject **args)
         }
         int rc = em_run_chunked(backward_range, &p, p.N * p.blocks,
                                 p.Q * (GS_CB * corners_of(&p) + 8));
-        if (rc == 0 && p.want_gg)
+        if (rc == 0)
             rc = em_run_chunked(grid_grad_range, &p, p.N * p.Q, p.blocks * p.d);
         PyMem_Free(p.part);
         if (rc < 0)

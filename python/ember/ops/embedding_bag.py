@@ -33,10 +33,6 @@ from .registry import CUSTOM, op
 _SUM, _MEAN, _MAX = 0, 1, 2
 
 
-def _has_data(t):
-    return not t.is_meta and _C._get_mode()[0] == _C.MODE_EAGER and t.numel() > 0
-
-
 def _legacy(t):
     return "torch." + torch_type(t.dtype) + "Tensor"
 
@@ -77,22 +73,8 @@ def _check(weight, indices, offsets, mode, per_sample_weights, padding_idx):
     if padding_idx is not None and not -V <= padding_idx < V:
         raise RuntimeError(f"padding_idx must be within the number of embeddings, {-V} through "
                            f"{V - 1}, but got {padding_idx}")
-    n = indices.numel()
-    if _has_data(offsets):
-        first, last = int(offsets[0]), int(offsets[-1])
-        if first != 0:
-            raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the "
-                               f"mini-batch has to start from position 0. However, got {first}")
-        if last > n:
-            raise RuntimeError(f"offsets[-1] can not be greater than input's length {n} but "
-                               f"got offsets[-1] of {last}")
-        if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
-            raise RuntimeError("embedding_bag: offsets must be non-decreasing")
-    if _has_data(indices):
-        lo, hi = int(indices.min()), int(indices.max())
-        if lo < 0 or hi >= V:
-            raise RuntimeError(f"embedding_bag: index {lo if lo < 0 else hi} is out of bounds "
-                               f"for a weight of {V} rows")
+    # the values (offsets[0] == 0, offsets[-1] <= n, non-decreasing, indices in range) are
+    # checked by the kernel (embedding_bag.c), with these messages
 
 
 def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=_MEAN,
