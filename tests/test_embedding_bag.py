@@ -186,3 +186,30 @@ def test_one_and_two_threads_give_the_same_bits(mode):
         ember.set_num_threads(prev)
     for u, v in zip(*res):
         assert u.tobytes() == v.tobytes()
+
+
+@pytest.mark.parametrize("cls", ["Embedding", "EmbeddingBag"])
+def test_embedding_tables_construct_as_torchs(cls):
+    """Embedding and EmbeddingBag share their table's construction (nn/modules/sparse.py):
+    padding_idx checks and messages, a negative padding_idx made non-negative and its row
+    zeroed, _weight's shape check, from_pretrained's freeze and 2-d check."""
+    for lib in (ember, torch):
+        C = getattr(lib.nn, cls)
+        for bad in (5, -6):
+            with pytest.raises(AssertionError, match="adding_idx must be within num_embeddings"):
+                C(5, 3, padding_idx=bad)
+        m = C(5, 3, padding_idx=-2)
+        assert m.padding_idx == 3 and float(m.weight[3].abs().sum()) == 0.0
+        with pytest.raises(AssertionError, match="Shape of weight does not match"):
+            C(5, 3, _weight=lib.zeros(4, 3))
+        with pytest.raises(AssertionError, match="expected to be 2-dimensional"):
+            C.from_pretrained(lib.zeros(4))
+        w = lib.from_numpy(np.arange(6.0).reshape(3, 2))
+        assert not C.from_pretrained(w).weight.requires_grad
+        assert C.from_pretrained(w, freeze=False).weight.requires_grad
+    msgs = []
+    for lib in (ember, torch):
+        with pytest.raises(AssertionError) as e:
+            getattr(lib.nn, cls)(5, 3, padding_idx=7)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]
