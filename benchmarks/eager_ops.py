@@ -12,7 +12,7 @@ eager's; large elementwise ops and matmul within 1.2x of NumPy.
 
 Aim ([eager-2]): every nn op of the nn table (linear, softmax, log_softmax, layer_norm,
 gelu, silu, cross_entropy, conv2d, max_pool2d, embedding, transpose+contiguous,
-attention; batch_norm too) within 1.5x of PyTorch eager at throughput sizes, forward
+attention; batch_norm, grid_sample and embedding_bag too) within 1.5x of PyTorch eager at throughput sizes, forward
 and forward + backward (the gradient of every floating input), and the zoo's GPT and
 ResNet eager training steps (benchmarks/models.py's sizes) within 1.5x, printed as met
 or MISSED per row at the run's thread count (run with --threads 1 and --threads 2).
@@ -186,6 +186,8 @@ def nn_cases(libs=None):
     table, tokens = f32(4096, 64), rng.integers(0, 4096, (64, 1024))
     big = f32(2048, 2048)
     q, k, v = f32(8, 4, 128, 32), f32(8, 4, 128, 32), f32(8, 4, 128, 32)
+    gimg, grid = f32(8, 16, 64, 64), rng.uniform(-1.1, 1.1, (8, 64, 64, 2)).astype(np.float32)
+    bag_table, bags = f32(10000, 64), rng.integers(0, 10000, (512, 20))
     running = {}
 
     def bn_running(L, a, g, b):       # BatchNorm2d's training call: updates the buffers
@@ -213,6 +215,10 @@ def nn_cases(libs=None):
              a, None, None, g, b, training=True)),
         ("batch_norm (train, running stats)",
          (img, kw[:, 0, 0, 0].copy(), kw[:, 1, 0, 0].copy()), bn_running),
+        ("grid_sample bilinear 8x16x64x64", (gimg, grid),
+         lambda L, a, g: L.nn.functional.grid_sample(a, g, align_corners=False)),
+        ("embedding_bag mean 512x20 of 10000x64", (bags, bag_table),
+         lambda L, i, t: L.nn.functional.embedding_bag(i, t, mode="mean")),
     ]
     out = []
     for name, arrays, fn in specs:

@@ -367,6 +367,8 @@ extern const em_KernelEntry em_conv_kernels[];   /* conv.c: convolution */
 extern const em_KernelEntry em_pool_kernels[];   /* pool.c: max pooling */
 extern const em_KernelEntry em_attention_kernels[]; /* attention.c: fused attention */
 extern const em_KernelEntry em_ctc_kernels[];       /* ctc.c: the CTC loss and its gradient */
+extern const em_KernelEntry em_grid_sample_kernels[]; /* grid_sample.c: grid_sampler_2d/3d */
+extern const em_KernelEntry em_embedding_bag_kernels[]; /* embedding_bag.c: bags of rows */
 /* nn.c: the eager result of an op that is its decomposition (entry.decompose, grad off);
  * C kernels of nn ops fall back to it for the cases they do not cover. */
 PyObject *em_decomposed_kernel(em_Op *op, PyObject **args);

@@ -65,6 +65,8 @@ def _ref_embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=
                                   for i in members)
         if mode == 1:
             out[b] /= len(members)
+    if include_last_offset and B > 0:
+        bag_of[off[B]:] = B - 1      # positions after the last offset: in no bag's sum
     if mode == 0:
         sizes_out, extra = np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64)
     elif mode == 1:
@@ -130,6 +132,133 @@ add(OpInfo("embedding_bag", _bag_samples, _ref_embedding_bag, dtypes=FLOATS, red
                            RuntimeError,
                            r"padding_idx must be within the number of embeddings, -5 through "
                            r"4, but got 5", "padding_idx")]))
+
+
+_BAG_PARAMS = ("scale_grad_by_freq", "mode", "sparse", "per_sample_weights",
+               "include_last_offset", "padding_idx")
+_BAG_DEFAULTS = (False, 0, False, None, False, None)
+
+
+def _prim_bag_args(s):
+    """embedding_bag's sample as _embedding_bag's nine arguments (padding_idx -1: none,
+    else non-negative)"""
+    vals = list(s.args[3:]) + list(_BAG_DEFAULTS[len(s.args) - 3:])
+    for k, v in s.kwargs.items():
+        vals[_BAG_PARAMS.index(k)] = v
+    w = s.args[0]
+    vals[5] = -1 if vals[5] is None else vals[5] % w.shape[0]
+    return tuple(s.args[:3]) + tuple(vals)
+
+
+def _prim_bag_samples(dtype, rng):
+    return [Sample(_prim_bag_args(s), desc=s.desc, grad=s.grad)
+            for s in _bag_samples(dtype, rng)]
+
+
+def _ref_prim_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                  per_sample_weights, include_last_offset, padding_idx):
+    return _ref_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                              per_sample_weights, include_last_offset,
+                              None if padding_idx == -1 else padding_idx)
+
+
+# torch's _embedding_bag (and its backward) read non-contiguous indices wrongly (its public
+# embedding_bag makes them contiguous first): they are given contiguous ones
+def _contiguous_ints(a):
+    return tuple(t.contiguous() if hasattr(t, "is_floating_point") and
+                 not t.is_floating_point() else t for t in a)
+
+
+add(OpInfo("_embedding_bag", _prim_bag_samples, _ref_prim_bag, dtypes=FLOATS, reduction=True,
+           torch_fn=lambda torch, *a, **k: torch._embedding_bag(*_contiguous_ints(a),
+                                                                **k)[:1]))
+
+
+def _bag_backward_cases(dtype, rng):
+    """(grad, forward arguments, forward results) per _embedding_bag sample with bags"""
+    out = []
+    if dtype not in FLOATS:      # (the forward refuses them)
+        return out
+    for s in _prim_bag_samples(dtype, rng):
+        a = s.args
+        if a[1].numel() == 0:
+            continue
+        res = ember._embedding_bag(*a)
+        grad = make(tuple(res[0].shape), dtype, rng, -1, 1)
+        out.append((grad, a, res, s.desc))
+    return out
+
+
+def _bag_backward_samples(dtype, rng):
+    return [Sample((g, a[1], a[2], r[1], r[2], r[3], a[0].shape[0], a[3], a[4], a[5], a[6],
+                    a[8]), desc=d, grad=False, noncontig=False)
+            for g, a, r, d in _bag_backward_cases(dtype, rng)]
+# (scale_grad_by_freq: torch's _embedding_bag_backward called directly scales by counts it
+# takes from its own offset2bag layout; tests/test_embedding_bag.py compares the gradient
+# through nn.functional.embedding_bag with torch's)
+
+
+def _counted(indices, offsets, B, padding_idx):
+    """per position: its bag, or None when it counts in no bag"""
+    idx = [int(v) for v in np.asarray(indices).reshape(-1)]
+    off = [int(v) for v in np.asarray(offsets)]
+    bags = []
+    for i, r in enumerate(idx):
+        b = max(k for k in range(B) if off[k] <= i)
+        end = off[b + 1] if b + 1 < len(off) else len(idx)
+        bags.append(None if r == padding_idx or i >= end else b)
+    return idx, bags
+
+
+def _ref_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+                      num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                      padding_idx=-1):
+    g = _f(grad)
+    B, D = g.shape
+    out = np.zeros((num_weights, D))
+    idx, bags = _counted(indices, offsets, B, padding_idx)
+    if mode == 2:
+        mi, size = np.asarray(maximum_indices), np.asarray(bag_size)
+        for b, j in itertools.product(range(B), range(D)):
+            if size[b] > 0:
+                out[mi[b, j], j] += g[b, j]
+        return out
+    psw = None if per_sample_weights is None else _f(per_sample_weights).reshape(-1)
+    for i, (r, b) in enumerate(zip(idx, bags)):
+        if b is None:
+            continue
+        scale = 1.0 if psw is None else psw[i]
+        if mode == 1:
+            scale /= max(sum(1 for v in bags if v == b), 1)
+        if scale_grad_by_freq:
+            scale /= idx.count(r)
+        out[r] += scale * g[b]
+    return out
+
+
+add(OpInfo("_embedding_bag_backward", _bag_backward_samples, _ref_bag_backward,
+           dtypes=FLOATS, reduction=True,
+           torch_fn=lambda torch, *a, **k: torch.ops.aten._embedding_bag_backward(
+               *_contiguous_ints(a[:9]), False, *a[10:], **k)))
+
+
+def _psw_backward_samples(dtype, rng):
+    return [Sample((g, a[0], a[1], a[2], r[1], 0, a[8]), desc=d, grad=False, noncontig=False)
+            for g, a, r, d in _bag_backward_cases(dtype, rng) if a[4] == 0]
+
+
+def _ref_psw_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    g, w = _f(grad), _f(weight)
+    idx, bags = _counted(indices, offsets, g.shape[0], padding_idx)
+    return np.array([0.0 if b is None else math.fsum(g[b] * w[r])
+                     for r, b in zip(idx, bags)])
+
+
+add(OpInfo("_embedding_bag_per_sample_weights_backward", _psw_backward_samples,
+           _ref_psw_backward, dtypes=FLOATS, reduction=True,
+           torch_fn=lambda torch, *a, **k:
+           torch.ops.aten._embedding_bag_per_sample_weights_backward(*_contiguous_ints(a),
+                                                                      **k)))
 
 
 # ------------------------------------------------------------------ ctc_loss
@@ -365,12 +494,31 @@ def _ref_grid_sampler(input, grid, interpolation_mode, padding_mode, align_corne
     return out
 
 
+def _grid_at(dtype, rng, shape, sizes, align_corners, lo, hi):
+    """A grid of shape in [lo, hi); for float16 and bfloat16 at quarter-pixel positions
+    (k + 1/4 or k + 3/4 of input sizes (x, y[, z])): ember computes the half types in
+    float32 where torch rounds each step to the type, so a position near a pixel (or
+    half-pixel, for nearest) could fall on another side; a quarter pixel away cannot."""
+    if dtype not in ("float16", "bfloat16"):
+        return make(shape, dtype, rng, lo, hi)
+    g = rng.uniform(lo, hi, shape)
+    for a, size in enumerate(sizes):
+        if align_corners and size == 1:
+            continue
+        c = (g[..., a] + 1) / 2 * (size - 1) if align_corners else \
+            ((g[..., a] + 1) * size - 1) / 2
+        c = np.floor(c) + rng.choice([0.25, 0.75], c.shape)
+        g[..., a] = 2 * c / (size - 1) - 1 if align_corners else (2 * c + 1) / size - 1
+    return ember.from_numpy(g).to(getattr(ember, dtype))
+
+
 def _grid_samples(dtype, rng):
     def mk(*s, lo=-2.0, hi=2.0):
         return make(s, dtype, rng, lo, hi)
     out = []
     for mode, pad, ac in itertools.product((0, 1), (0, 1, 2), (False, True)):
-        out.append(Sample((mk(2, 2, 4, 5), mk(2, 3, 2, 2, lo=-1.4, hi=1.4), mode, pad, ac),
+        grid = _grid_at(dtype, rng, (2, 3, 2, 2), (5, 4), ac, -1.4, 1.4)
+        out.append(Sample((mk(2, 2, 4, 5), grid, mode, pad, ac),
                           desc=f"mode {mode}, padding {pad}, align_corners {ac}",
                           grad=mode == 0))
     out.append(Sample((mk(1, 1, 1, 3), mk(1, 2, 2, 2, lo=-1.2, hi=1.2), 0, 2, True),
@@ -395,9 +543,139 @@ def _grid_errors():
 
 add(OpInfo("grid_sampler", _grid_samples, _ref_grid_sampler, dtypes=("float32", "float64"),
            composite_grad=True, errors=_grid_errors))
-add(OpInfo("grid_sampler_2d", _grid_samples, _ref_grid_sampler, dtypes=("float32", "float64"),
-           composite_grad=True,
+
+
+def _ref_pad(c, size, padding_mode, align_corners):
+    """a position (or a bicubic tap) through the padding mode, folding at the ends"""
+    if padding_mode == 1:
+        return min(max(c, 0.0), size - 1.0)
+    if padding_mode == 2:
+        lo, hi = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+        if hi == lo:
+            return 0.0
+        while c < lo or c > hi:
+            c = 2 * lo - c if c < lo else 2 * hi - c
+        return min(max(c, 0.0), size - 1.0)
+    return c
+
+
+def _keys(s, derivative=False):
+    """Keys' cubic convolution kernel (A = -0.75) at distance s, or its derivative"""
+    A, a = -0.75, abs(s)
+    sign = 1.0 if s >= 0 else -1.0
+    if a <= 1:
+        return sign * (3 * (A + 2) * a * a - 2 * (A + 3) * a) if derivative else \
+            (A + 2) * a ** 3 - (A + 3) * a * a + 1
+    if a < 2:
+        return sign * (3 * A * a * a - 10 * A * a + 8 * A) if derivative else \
+            A * a ** 3 - 5 * A * a * a + 8 * A * a - 4 * A
+    return 0.0
+
+
+def _ref_axis(g, size, mode, padding_mode, align_corners):
+    """One axis of a grid point: [(index or None outside, weight, d weight / d position)]
+    and d position / d grid coordinate (a central difference: the position is piecewise
+    linear in g)."""
+    def pos(v):
+        c = (v + 1) / 2 * (size - 1) if align_corners else ((v + 1) * size - 1) / 2
+        return c if mode == 2 else _ref_pad(c, size, padding_mode, align_corners)
+    c, h = pos(g), 2.0 ** -14
+    mult = (pos(g + h) - pos(g - h)) / (2 * h)
+
+    def at(i):
+        return int(i) if 0 <= i <= size - 1 else None
+    if mode == 1:
+        return [(at(np.round(c)), 1.0, 0.0)], mult
+    lo = math.floor(c)
+    t = c - lo
+    if mode == 0:
+        return [(at(lo), 1 - t, -1.0), (at(lo + 1), t, 1.0)], mult
+    return [(at(_ref_pad(float(lo - 1 + k), size, padding_mode, align_corners)),
+             _keys(t - (k - 1)), _keys(t - (k - 1), True)) for k in range(4)], mult
+
+
+def _ref_sample(input, grid, mode, padding_mode, align_corners, grad=None):
+    """grid_sampler of a 4-d or 5-d input from the definition (the sum over corners of
+    the products of the axes' weights); with grad, the gradients for input and grid."""
+    x, g = _f(input), _f(grid)
+    N, C = x.shape[:2]
+    sp = x.shape[2:]
+    d = len(sp)
+    outsp = g.shape[1:-1]
+    out = np.zeros((N, C) + outsp)
+    gx, gg = np.zeros(x.shape), np.zeros(g.shape)
+    go = None if grad is None else _f(grad)
+    for n in range(N):
+        for q in itertools.product(*[range(s) for s in outsp]):
+            axes = [_ref_axis(g[(n,) + q + (a,)], sp[d - 1 - a], mode, padding_mode,
+                              align_corners) for a in range(d)]      # x, y, z
+            for taps in itertools.product(*[ax[0] for ax in axes]):
+                if any(t[0] is None for t in taps):
+                    continue
+                where = tuple(taps[d - 1 - k][0] for k in range(d))   # (z,) y, x
+                wt = math.prod(t[1] for t in taps)
+                vals = x[(n, slice(None)) + where]
+                out[(n, slice(None)) + q] += wt * vals
+                if go is not None:
+                    gvec = go[(n, slice(None)) + q]
+                    gx[(n, slice(None)) + where] += wt * gvec
+                    for a in range(d):
+                        dw = taps[a][2] * math.prod(taps[b][1] for b in range(d) if b != a)
+                        gg[(n,) + q + (a,)] += axes[a][1] * dw * float(gvec @ vals)
+    return out if go is None else (gx, gg)
+
+
+def _ref_sampler_backward(grad, input, grid, mode, padding_mode, align_corners):
+    return _ref_sample(input, grid, mode, padding_mode, align_corners, grad)
+
+
+def _grid_samples_3d(dtype, rng):
+    def mk(*s, lo=-2.0, hi=2.0):
+        return make(s, dtype, rng, lo, hi)
+    return [Sample((mk(1, 2, 3, 4, 3), _grid_at(dtype, rng, (1, 2, 2, 3, 3), (3, 4, 3), ac,
+                                                -1.3, 1.3), mode, pad, ac),
+                   desc=f"mode {mode}, padding {pad}, align_corners {ac}", grad=mode == 0)
+            for mode, pad, ac in itertools.product((0, 1), (0, 1, 2), (False, True))]
+
+
+def _bicubic_samples(dtype, rng):
+    return [Sample((make((2, 2, 4, 5), dtype, rng, -2, 2),
+                    _grid_at(dtype, rng, (2, 3, 2, 2), (5, 4), ac, -1.3, 1.3), 2, pad, ac),
+                   desc=f"bicubic, padding {pad}, align_corners {ac}")
+            for pad, ac in itertools.product((0, 1, 2), (False, True))]
+
+
+def _grid_samples_2d_all(dtype, rng):
+    return _grid_samples(dtype, rng) + _bicubic_samples(dtype, rng)
+
+
+add(OpInfo("grid_sampler_2d", _grid_samples_2d_all, _ref_sample,
+           dtypes=("float32", "float64"), reduction=True,
            torch_fn=lambda torch, *a, **k: torch.grid_sampler_2d(*a, **k)))
+add(OpInfo("grid_sampler_3d", _grid_samples_3d, _ref_sample, dtypes=("float32", "float64"),
+           reduction=True, torch_fn=lambda torch, *a, **k: torch.grid_sampler_3d(*a, **k)))
+
+
+def _backward_samples(forward_samples):
+    def samples(dtype, rng):
+        out = []
+        for s in forward_samples(dtype, rng):
+            x, g = s.args[:2]
+            if s.args[2] == 2 and dtype in ("float16", "bfloat16"):
+                continue    # torch sums bicubic's 16 terms per channel in the half type
+            #               (bfloat16: 8 bits): its grid gradient is off by more than 0.1
+            grad = make(tuple(x.shape[:2]) + tuple(g.shape[1:-1]), dtype, rng, -1, 1)
+            out.append(Sample((grad,) + tuple(s.args), desc=s.desc, grad=False))
+        return out
+    return samples
+
+
+for _d, _samples in ((2, _grid_samples_2d_all), (3, _grid_samples_3d)):
+    add(OpInfo(f"grid_sampler_{_d}d_backward", _backward_samples(_samples),
+               _ref_sampler_backward, dtypes=("float32", "float64"), reduction=True,
+               torch_fn=lambda torch, *a, **k: torch.ops.aten.grid_sampler_2d_backward(
+                   *a, (True, True), **k) if a[1].ndim == 4 else
+               torch.ops.aten.grid_sampler_3d_backward(*a, (True, True), **k)))
 
 
 def _ref_affine_grid(theta, size, align_corners):

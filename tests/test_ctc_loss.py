@@ -147,3 +147,58 @@ def test_compiled_loss_and_gradient_equal_eager(backend):
     assert sum(counters["backend_fallback"].values()) == before
     for a, b in zip(*grads):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("form", ["int64 tensors", "int32 tensors", "tuples", "lists",
+                                  "2-d tensors"])
+def test_lengths_as_tensors_or_ints_in_both_entry_points(form):
+    """ctc_loss and _ctc_loss take the lengths as integer tensors (the .Tensor overloads)
+    or as ints in tuples or lists, with torch's values."""
+    x, tg, il, tl = _case(4)
+
+    def lengths(lib):
+        if form == "tuples":
+            return tuple(int(v) for v in il), tuple(int(v) for v in tl)
+        if form == "lists":
+            return [int(v) for v in il], [int(v) for v in tl]
+        dt = lib.int32 if form == "int32 tensors" else lib.int64
+        a, b = lib.tensor(il.tolist(), dtype=dt), lib.tensor(tl.tolist(), dtype=dt)
+        return (a.reshape(1, -1), b.reshape(1, -1)) if form == "2-d tensors" else (a, b)
+    got, want = ([_np(v) for v in (lib.nn.functional.ctc_loss(
+        lib.from_numpy(x).log_softmax(-1), lib.from_numpy(tg), *lengths(lib),
+        reduction="none"), lib._ctc_loss(lib.from_numpy(x).log_softmax(-1),
+                                         lib.from_numpy(tg), *lengths(lib))[0])]
+        for lib in (ember, torch))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["float input_lengths", "bool input_lengths",
+                                 "float target_lengths", "too many", "negative", "too long",
+                                 "negative target", "tensor and list", "float list"])
+def test_bad_lengths_raise_torchs_errors(bad):
+    x, tg, il, tl = _case(5, N=2)
+
+    def args(lib):
+        I, T = lib.tensor(il.tolist()), lib.tensor(tl.tolist())
+        return {"float input_lengths": (I.double(), T), "bool input_lengths": (I > 0, T),
+                "float target_lengths": (I, T.double()),
+                "too many": (lib.tensor(il.tolist() + [3]), T),
+                "negative": (lib.tensor([int(il[0]), -1]), T),
+                "too long": (lib.tensor([int(il[0]), 13]), T),
+                "negative target": ([int(v) for v in il], [int(tl[0]), -2]),
+                "tensor and list": (I, [int(v) for v in tl]),
+                "float list": ([float(v) for v in il], [int(v) for v in tl])}[bad]
+    errs = []
+    for lib in (ember, torch):
+        for call in (lambda: lib.nn.functional.ctc_loss(
+                         lib.from_numpy(x).log_softmax(-1), lib.from_numpy(tg), *args(lib)),
+                     lambda: lib._ctc_loss(lib.from_numpy(x).log_softmax(-1),
+                                           lib.from_numpy(tg), *args(lib))):
+            with pytest.raises(Exception) as e:
+                call()
+            errs.append(e.value)
+    for mine, theirs in zip(errs[:2], errs[2:]):
+        assert type(mine) is type(theirs), (mine, theirs)
+        if isinstance(theirs, RuntimeError):
+            assert str(theirs) in str(mine)

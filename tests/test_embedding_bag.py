@@ -157,3 +157,59 @@ def test_compiled_bags_equal_eager(backend, mode):
     assert sum(counters["backend_fallback"].values()) == before
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_one_and_two_threads_give_the_same_bits(mode):
+    """Bags, weight-gradient column blocks and per-sample-weight gradients on the pool in
+    fixed chunks: the same bits at 1 and 2 threads."""
+    rng = np.random.default_rng(21)
+    w = rng.standard_normal((3000, 72)).astype(np.float32)
+    idx = rng.integers(0, 3000, 6000)
+    off = np.sort(rng.choice(6000, 600, replace=False))
+    off[0] = 0
+    psw = rng.standard_normal(6000).astype(np.float32) if mode == "sum" else None
+    res = []
+    prev = ember.get_num_threads()
+    try:
+        for n in (1, 2):
+            ember.set_num_threads(n)
+            W = ember.from_numpy(w.copy()).requires_grad_()
+            P = None if psw is None else ember.from_numpy(psw.copy()).requires_grad_()
+            y = ember.nn.functional.embedding_bag(
+                ember.from_numpy(idx), W, ember.from_numpy(off), mode=mode,
+                per_sample_weights=P, scale_grad_by_freq=mode == "mean")
+            (y * y).sum().backward()
+            res.append([y.detach().numpy(), W.grad.numpy()] +
+                       ([] if P is None else [P.grad.numpy()]))
+    finally:
+        ember.set_num_threads(prev)
+    for u, v in zip(*res):
+        assert u.tobytes() == v.tobytes()
+
+
+@pytest.mark.parametrize("cls", ["Embedding", "EmbeddingBag"])
+def test_embedding_tables_construct_as_torchs(cls):
+    """Embedding and EmbeddingBag share their table's construction (nn/modules/sparse.py):
+    padding_idx checks and messages, a negative padding_idx made non-negative and its row
+    zeroed, _weight's shape check, from_pretrained's freeze and 2-d check."""
+    for lib in (ember, torch):
+        C = getattr(lib.nn, cls)
+        for bad in (5, -6):
+            with pytest.raises(AssertionError, match="adding_idx must be within num_embeddings"):
+                C(5, 3, padding_idx=bad)
+        m = C(5, 3, padding_idx=-2)
+        assert m.padding_idx == 3 and float(m.weight[3].abs().sum()) == 0.0
+        with pytest.raises(AssertionError, match="Shape of weight does not match"):
+            C(5, 3, _weight=lib.zeros(4, 3))
+        with pytest.raises(AssertionError, match="expected to be 2-dimensional"):
+            C.from_pretrained(lib.zeros(4))
+        w = lib.from_numpy(np.arange(6.0).reshape(3, 2))
+        assert not C.from_pretrained(w).weight.requires_grad
+        assert C.from_pretrained(w, freeze=False).weight.requires_grad
+    msgs = []
+    for lib in (ember, torch):
+        with pytest.raises(AssertionError) as e:
+            getattr(lib.nn, cls)(5, 3, padding_idx=7)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1]

@@ -107,3 +107,60 @@ def test_spatial_transformer_compiles_as_eager():
     want = stn(x, theta)
     got = ember.compile(stn, backend="aot_eager")(x, theta)
     np.testing.assert_allclose(_np(got), _np(want), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("padding_mode,align_corners", list(itertools.product(
+    ["zeros", "border", "reflection"], [False, True])))
+def test_bicubic_values_and_gradients_match_torch(dtype, padding_mode, align_corners):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 5, 6)).astype(dtype)
+    grid = rng.uniform(-1.3, 1.3, (2, 4, 3, 2)).astype(dtype)
+    outs = []
+    for lib in (ember, torch):
+        X = lib.from_numpy(x.copy()).requires_grad_()
+        G = lib.from_numpy(grid.copy()).requires_grad_()
+        y = lib.nn.functional.grid_sample(X, G, mode="bicubic", padding_mode=padding_mode,
+                                          align_corners=align_corners)
+        (y * y).sum().backward()
+        outs.append([_np(y), _np(X.grad), _np(G.grad)])
+    for u, v in zip(*outs):
+        assert u.dtype == v.dtype and u.shape == v.shape
+        if dtype == "float64":
+            np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
+        else:       # float32 sums of up to 16 terms per channel: rounding relative to the
+            #         largest values (ember's are computed in double and rounded once)
+            np.testing.assert_allclose(u, v, rtol=1e-5, atol=4e-6 * np.abs(v).max())
+
+
+def test_bicubic_refuses_5d_input_as_torch():
+    for lib in (ember, torch):
+        with pytest.raises(RuntimeError, match="bicubic interpolation only supports 4D"):
+            lib.nn.functional.grid_sample(lib.ones(1, 1, 2, 2, 2), lib.zeros(1, 1, 1, 1, 3),
+                                          mode="bicubic", align_corners=False)
+
+
+@pytest.mark.parametrize("nd,mode", [(4, "bilinear"), (4, "bicubic"), (5, "nearest"),
+                                     (5, "bilinear")])
+def test_one_and_two_threads_give_the_same_bits(nd, mode):
+    """Large enough for the pool (fixed chunks), with 20 channels: three channel blocks
+    of grad_input whose grad_grid shares are added in block order."""
+    rng = np.random.default_rng(12)
+    sp = (6, 20, 20) if nd == 5 else (40, 40)
+    x = rng.standard_normal((3, 20) + sp).astype(np.float32)
+    grid = rng.uniform(-1.1, 1.1, (3,) + sp + (nd - 2,)).astype(np.float32)
+    res = []
+    prev = ember.get_num_threads()
+    try:
+        for n in (1, 2):
+            ember.set_num_threads(n)
+            X = ember.from_numpy(x.copy()).requires_grad_()
+            G = ember.from_numpy(grid.copy()).requires_grad_()
+            y = ember.nn.functional.grid_sample(X, G, mode=mode, padding_mode="reflection",
+                                                align_corners=False)
+            (y * y).sum().backward()
+            res.append([_np(y), _np(X.grad), _np(G.grad)])
+    finally:
+        ember.set_num_threads(prev)
+    for u, v in zip(*res):
+        assert u.tobytes() == v.tobytes()

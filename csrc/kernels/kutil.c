@@ -205,3 +205,39 @@ em_run_chunked(em_range_fn fn, void *ctx, int64_t items, int64_t unit)
     fn(ctx, 0, items);
     return 0;
 }
+
+/* the contiguous NumPy data of t, float32 for a half type (a new reference in *hold) */
+const char *
+em_float_data(em_Tensor *t, PyArrayObject **hold)
+{
+    if (em_is_half(t->dtype))
+        *hold = (PyArrayObject *)PyArray_FromAny(
+            (PyObject *)t->array, PyArray_DescrFromType(NPY_FLOAT32), 0, 0,
+            NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_FORCECAST, NULL);
+    else
+        *hold = (PyArrayObject *)PyArray_GETCONTIGUOUS(t->array);
+    return *hold == NULL ? NULL : PyArray_BYTES(*hold);
+}
+
+/* where a kernel writes the (contiguous) result t: its data, or for a half type a float32
+ * scratch (*scratch, a new reference) that em_float_finish rounds into t */
+char *
+em_float_dest(em_Tensor *t, PyArrayObject **scratch)
+{
+    *scratch = NULL;
+    if (!em_is_half(t->dtype))
+        return PyArray_BYTES(t->array);
+    *scratch = (PyArrayObject *)PyArray_EMPTY(PyArray_NDIM(t->array), PyArray_DIMS(t->array),
+                                              NPY_FLOAT32, 0);
+    return *scratch == NULL ? NULL : PyArray_BYTES(*scratch);
+}
+
+int
+em_float_finish(em_Tensor *t, PyArrayObject **scratch)
+{
+    if (*scratch == NULL)
+        return 0;
+    int rc = em_copy_into(t, (PyObject *)*scratch);
+    Py_CLEAR(*scratch);
+    return rc;
+}

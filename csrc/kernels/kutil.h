@@ -101,6 +101,14 @@ PyObject *em_factory_finish(em_Op *op, PyObject **args, em_Tensor *t);
  * generator (random.c). New reference. */
 PyObject *em_numpy_generator(em_Op *op, PyObject **args);
 
+/* Float kernels that compute float16 and bfloat16 in float32 (kutil.c): t's contiguous
+ * data (float32 for a half type; a new reference in *hold); where to write the contiguous
+ * result t (its data, or for a half type a float32 scratch in *scratch); and the scratch
+ * rounded into t (released; 0 when there is none, or -1 with an exception). */
+const char *em_float_data(em_Tensor *t, PyArrayObject **hold);
+char *em_float_dest(em_Tensor *t, PyArrayObject **scratch);
+int em_float_finish(em_Tensor *t, PyArrayObject **scratch);
+
 /* clone(t, memory_format=contiguous_format), dispatched. */
 PyObject *em_clone_contiguous(PyObject *t);
 

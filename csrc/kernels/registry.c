@@ -5,7 +5,7 @@
 static const em_KernelEntry *families[] = {
     em_elementwise_kernels, em_reduction_kernels, em_view_kernels, em_linalg_kernels,
     em_factory_kernels, em_random_kernels, em_nn_kernels, em_conv_kernels, em_pool_kernels,
-    em_attention_kernels, em_ctc_kernels,
+    em_attention_kernels, em_ctc_kernels, em_grid_sample_kernels, em_embedding_bag_kernels,
     em_shape_kernels, em_indexing_kernels,
 };
 

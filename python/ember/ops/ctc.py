@@ -123,10 +123,27 @@ op("_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, int[] inpu
        "no derivative of its own.")
 
 
-def _lengths(v):
+def _lengths(v, name):
+    """Lengths given as an integer tensor (any shape: its values, read) or ints; a float or
+    bool tensor raises PyTorch's RuntimeError."""
     if isinstance(v, _C.Tensor):
+        if v.dtype.is_floating_point or v.is_complex() or v.dtype is _C.bool:
+            raise RuntimeError(f"{name} must be integral")
         return [int(x) for x in v.reshape(-1).tolist()]
     return [int(x) for x in v]
+
+
+def _ctc_loss_tensor(log_probs, targets, input_lengths, target_lengths, blank=0,
+                     zero_infinity=False):
+    return O._ctc_loss(log_probs, targets, _lengths(input_lengths, "input_lengths"),
+                       _lengths(target_lengths, "target_lengths"), blank, zero_infinity)
+
+
+op("_ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, "
+   "Tensor target_lengths, int blank=0, bool zero_infinity=False) -> (Tensor, Tensor)",
+   CUSTOM, "python", composite=True, method=False, impl=_ctc_loss_tensor,
+   doc="_ctc_loss with the lengths as integer tensors (their values are read; float or bool "
+       "lengths raise).")
 
 
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
@@ -135,7 +152,8 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduct
     if not batched:
         log_probs = log_probs.unsqueeze(1)
         targets = targets.unsqueeze(0)
-    il, tl = _lengths(input_lengths), _lengths(target_lengths)
+    il = _lengths(input_lengths, "input_lengths")
+    tl = _lengths(target_lengths, "target_lengths")
     nll, _ = O._ctc_loss(log_probs, targets, il, tl, blank, zero_infinity)
     if zero_infinity:
         nll = O.where(nll == math.inf, O.zeros((), dtype=nll.dtype), nll)

@@ -1,37 +1,36 @@
 """embedding_bag: sums, means or maxima of bags of embedding rows (torch.embedding_bag, the op
 behind nn.functional.embedding_bag and nn.EmbeddingBag).
 
-A composite over the index, index_add, scatter_reduce and gather ops, so autograd, the
-tracers and the compiler see only those: the gradient of the weight is the bag's gradient
-added into the rows each index picked (scaled by its per-sample weight, divided by the
-bag's size for the mean), and for the maximum it goes to the row that won each column
-(gather's backward), as PyTorch routes it through max_indices.
+embedding_bag is a composite that checks its arguments (PyTorch's messages) and calls the
+prim _embedding_bag, whose C kernel (csrc/kernels/embedding_bag.c) reduces the bags on the
+thread pool; its gradient is the prims _embedding_bag_backward (the weight's dense
+gradient: the bag's gradient added into the rows each index picked, scaled by its
+per-sample weight, divided by the bag's size for the mean, and for the maximum into the
+row that won each column, as PyTorch routes it through max_indices) and
+_embedding_bag_per_sample_weights_backward, PyTorch's names and schemas.
 
 Bags: the indices are one 1-d sequence cut at `offsets` (offsets[0] must be 0; with
 include_last_offset the last offset closes the last bag, as documented: indices after it
-count in no bag, where torch 2.13's CPU kernels disagree among the modes). The bag of index i (offset2bag) is the number of
-offsets after the first that are <= i: a cumulative sum of marks. padding_idx's entries
+count in no bag, where torch 2.13's CPU kernels disagree among the modes). The bag of
+index i (offset2bag) is the number of offsets after the first that are <= i. padding_idx's entries
 count in no bag (no value, no gradient, not in the mean's size); an empty bag is zeros.
 
 Results as torch.embedding_bag's: (output (B, D), offset2bag (n,), bag_size (B,),
 max_indices: (B, D) weight rows for the maximum, bag_size for the mean, zeros for the
 sum), the integer results of the indices' dtype (int64 when indices and offsets differ).
 scale_grad_by_freq divides each row's gradient by how often its index occurs in the
-input: the rows are written r.detach() + (r - r.detach()) / count, which has r's values
-exactly and that gradient.
+input (sum and mean).
 """
 from __future__ import annotations
 
 from .. import _C
+from ..compiler.lowerings import extern
 from . import api as O
+from . import meta as M
 from .linalg import torch_type
 from .registry import CUSTOM, op
 
 _SUM, _MEAN, _MAX = 0, 1, 2
-
-
-def _has_data(t):
-    return not t.is_meta and _C._get_mode()[0] == _C.MODE_EAGER and t.numel() > 0
 
 
 def _legacy(t):
@@ -74,86 +73,17 @@ def _check(weight, indices, offsets, mode, per_sample_weights, padding_idx):
     if padding_idx is not None and not -V <= padding_idx < V:
         raise RuntimeError(f"padding_idx must be within the number of embeddings, {-V} through "
                            f"{V - 1}, but got {padding_idx}")
-    n = indices.numel()
-    if _has_data(offsets):
-        first, last = int(offsets[0]), int(offsets[-1])
-        if first != 0:
-            raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the "
-                               f"mini-batch has to start from position 0. However, got {first}")
-        if last > n:
-            raise RuntimeError(f"offsets[-1] can not be greater than input's length {n} but "
-                               f"got offsets[-1] of {last}")
-        if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
-            raise RuntimeError("embedding_bag: offsets must be non-decreasing")
-    if _has_data(indices):
-        lo, hi = int(indices.min()), int(indices.max())
-        if lo < 0 or hi >= V:
-            raise RuntimeError(f"embedding_bag: index {lo if lo < 0 else hi} is out of bounds "
-                               f"for a weight of {V} rows")
+    # the values (offsets[0] == 0, offsets[-1] <= n, non-decreasing, indices in range) are
+    # checked by the kernel (embedding_bag.c), with these messages
 
 
 def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=_MEAN,
                    sparse=False, per_sample_weights=None, include_last_offset=False,
                    padding_idx=None):
     _check(weight, indices, offsets, mode, per_sample_weights, padding_idx)
-    V, D = weight.shape
-    idt = indices.dtype if indices.dtype is offsets.dtype else _C.int64
-    idx = indices.reshape(-1).to(_C.int64)
-    off = offsets.to(_C.int64)
-    n = idx.shape[0]
-    B = max(off.shape[0] - 1, 0) if include_last_offset else off.shape[0]
-    # offset2bag: how many of offsets[1:B] are <= position
-    marks = O.zeros((n + 1,), dtype=_C.int64).index_put(
-        (off[1:B],), O.ones((max(B - 1, 0),), dtype=_C.int64), accumulate=True)
-    bag = marks[:n].cumsum(0)
-    if B == 0:
-        out = O.zeros((0, D), dtype=weight.dtype)
-        empty = O.zeros((0,), dtype=idt)
-        return out, bag.to(idt), empty, O.zeros((0, D) if mode == _MAX else (0,), dtype=idt)
-    pad = None if padding_idx is None else padding_idx % V
-    keep = idx != pad if pad is not None else O.ones((n,), dtype=_C.bool)
-    if include_last_offset:     # the last offset closes the last bag (PyTorch's meaning)
-        keep = keep & (O.arange(n) < off[B])
-    counts = O.zeros((B,), dtype=_C.int64).index_add(0, bag, keep.to(_C.int64))
-    rows = weight.index_select(0, idx)                                   # (n, D)
-    if scale_grad_by_freq and _C.is_grad_enabled() and weight.requires_grad:
-        freq = O.zeros((V,), dtype=weight.dtype).index_add(
-            0, idx, O.ones((n,), dtype=weight.dtype)).index_select(0, idx)
-        fixed = rows.detach()
-        rows = fixed + (rows - fixed) / freq.unsqueeze(1)
-    if mode == _MAX:
-        import math
-        colbag = bag.unsqueeze(1).expand(n, D)
-        with _no_grad():
-            cand = O.where(keep.unsqueeze(1), rows.detach(), -math.inf)
-            top = O.full((B, D), -math.inf, dtype=weight.dtype).scatter_reduce(
-                0, colbag, cand, "amax")
-            hit = (cand == top.index_select(0, bag)) & keep.unsqueeze(1)
-            pos = O.where(hit, O.arange(n).unsqueeze(1), n)
-            first = O.full((B, D), n, dtype=_C.int64).scatter_reduce(0, colbag, pos, "amin")
-            none = first == n
-            ext = O.cat([idx, O.zeros((1,), dtype=_C.int64)])
-            max_indices = O.where(none, 0, ext.index_select(0, first.reshape(-1)).reshape(B, D))
-        out = weight.gather(0, max_indices)
-        out = O.where(none, O.zeros((), dtype=weight.dtype), out)
-        return out, bag.to(idt), counts.to(idt), max_indices.to(idt)
-    scale = keep.to(weight.dtype)
-    if per_sample_weights is not None:
-        scale = scale * per_sample_weights.reshape(-1)
-    out = O.zeros((B, D), dtype=weight.dtype).index_add(0, bag, rows * scale.unsqueeze(1))
-    if mode == _MEAN:
-        out = out / O.clamp(counts, min=1).to(weight.dtype).unsqueeze(1)
-        return out, bag.to(idt), counts.to(idt), counts.to(idt)
-    zeros = O.zeros((B,), dtype=idt)
-    return out, bag.to(idt), zeros, O.zeros((B,), dtype=idt)
-
-
-class _no_grad:
-    def __enter__(self):
-        self.prev = _C._set_grad_enabled(False)
-
-    def __exit__(self, *exc):
-        _C._set_grad_enabled(self.prev)
+    pad = -1 if padding_idx is None else padding_idx % weight.shape[0]
+    return O._embedding_bag(weight, indices.reshape(-1), offsets, scale_grad_by_freq, mode,
+                            sparse, per_sample_weights, include_last_offset, pad)
 
 
 op("embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, "
@@ -163,3 +93,71 @@ op("embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad
    doc="Bags of weight rows (indices cut at offsets) reduced by sum (0), mean (1) or max (2): "
        "(output, offset2bag, bag_size, max_indices); per_sample_weights scale the rows "
        "(sum only), padding_idx's entries count in no bag, empty bags are zeros.")
+
+
+def _idt(indices, offsets):
+    return indices.dtype if indices.dtype is offsets.dtype else _C.int64
+
+
+def _bag_meta(entry, args):
+    weight, indices, offsets, _sgbf, mode, _sparse, psw, last, pad = args
+    _check(weight, indices, offsets, mode, psw, None if pad == -1 else pad)
+    V, D = weight.shape
+    n = indices.numel()
+    B = max(offsets.shape[0] - 1, 0) if last else offsets.shape[0]
+    idt = _idt(indices, offsets)
+    return (M.meta_tensor((B, D), weight.dtype), M.meta_tensor((n,), idt),
+            M.meta_tensor((B,), idt), M.meta_tensor((B, D) if mode == _MAX else (B,), idt))
+
+
+def _bag_backward(grads, outs, weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                  per_sample_weights, include_last_offset, padding_idx):
+    g = grads[0]
+    if g is None:
+        return (None,) * 9
+    gw = O._embedding_bag_backward(g, indices, offsets, outs[1], outs[2], outs[3],
+                                   weight.shape[0], scale_grad_by_freq, mode, sparse,
+                                   per_sample_weights, padding_idx)
+    gp = None
+    if per_sample_weights is not None:
+        gp = O._embedding_bag_per_sample_weights_backward(
+            g, weight, indices, offsets, outs[1], mode, padding_idx).reshape(
+                per_sample_weights.shape)
+    return gw, None, None, None, None, None, gp, None, None
+
+
+op("_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, "
+   "bool scale_grad_by_freq=False, int mode=0, bool sparse=False, "
+   "Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) "
+   "-> (Tensor, Tensor, Tensor, Tensor)", CUSTOM, "embedding_bag", prim=True, lower=extern,
+   method=False, meta=_bag_meta, backward=_bag_backward,
+   doc="embedding_bag's kernel (csrc/kernels/embedding_bag.c: bags on the pool; sums in "
+       "the weight's dtype in index order); padding_idx -1 is none.")
+
+
+def _bag_backward_meta(entry, args):
+    g, indices, offsets, o2b, bag_size, max_indices, V = args[:7]
+    return M.meta_tensor((V, g.shape[1]), g.dtype)
+
+
+op("_embedding_bag_backward(Tensor grad, Tensor indices, Tensor offsets, Tensor offset2bag, "
+   "Tensor bag_size, Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, "
+   "int mode, bool sparse, Tensor? per_sample_weights, int padding_idx=-1) -> Tensor",
+   CUSTOM, "embedding_bag_backward", prim=True, lower=extern, method=False,
+   meta=_bag_backward_meta,
+   doc="The dense gradient of _embedding_bag's weight: each counted index's row gets its "
+       "bag's gradient (times its per-sample weight, over the bag's size for the mean, over "
+       "the index's count with scale_grad_by_freq); for the maximum each column's winner "
+       "(column blocks on the pool, positions in order).")
+
+
+def _psw_backward_meta(entry, args):
+    return M.meta_tensor((args[2].numel(),), args[0].dtype)
+
+
+op("_embedding_bag_per_sample_weights_backward(Tensor grad, Tensor weight, Tensor indices, "
+   "Tensor offsets, Tensor offset2bag, int mode, int padding_idx=-1) -> Tensor", CUSTOM,
+   "embedding_bag_psw_backward", prim=True, lower=extern, method=False,
+   meta=_psw_backward_meta,
+   doc="The gradient of _embedding_bag's per_sample_weights (mode sum): the dot product "
+       "of each counted index's weight row with its bag's gradient, 0 for the others.")

@@ -1,33 +1,37 @@
 """Sampling an image at arbitrary points: grid_sampler (torch.grid_sampler, the op behind
 nn.functional.grid_sample) and affine_grid_generator (behind nn.functional.affine_grid).
 
-Both are composites over elementwise ops, gather and matmul, so autograd differentiates
-them for the input and for the grid (or theta), and tracers see only those ops.
-
 grid_sampler(input (N, C, *in), grid (N, *out, d), interpolation_mode, padding_mode,
 align_corners), d = 2 (4-d input) or 3 (5-d): grid[..., 0] is the x (last, width)
-coordinate, grid[..., 1] y, grid[..., 2] z, in [-1, 1]. Each coordinate becomes a pixel
-position, (g + 1) / 2 (size - 1) with align_corners (the corner pixels' centres at +-1),
-else ((g + 1) size - 1) / 2 (the corners' edges at +-1), then padding_mode: border clips
-it to [0, size - 1]; reflection reflects it about the edges (about the centres of the
-border pixels with align_corners, their outer edges otherwise) and clips; zeros leaves it
-and reads 0 outside. Bilinear (trilinear for 5-d) takes the 2^d neighbours floor(c) and
-floor(c) + 1 weighted by the distances; nearest rounds half to even (as PyTorch's
-nearbyint). Each neighbour is one gather over the flattened spatial dims (an out-of-range
-neighbour gathers index 0 and is masked), so the input's gradient is gather's scatter-add
-and the grid's flows through the weights (zero for nearest, as in PyTorch).
+coordinate, grid[..., 1] y, grid[..., 2] z, in [-1, 1]. A composite that checks its
+arguments and calls the prim of its rank, grid_sampler_2d or grid_sampler_3d, whose C
+kernels (csrc/kernels/grid_sample.c, on the pool in fixed chunks) compute the samples
+and, in grid_sampler_2d/3d_backward, the gradients for the input and the grid (PyTorch's
+names and schemas, without the output mask: both gradients are computed). Each coordinate
+becomes a pixel position, (g + 1) / 2 (size - 1) with align_corners (the corner pixels'
+centres at +-1), else ((g + 1) size - 1) / 2 (the corners' edges at +-1), then
+padding_mode: border clips it to [0, size - 1]; reflection reflects it about the edges
+(about the centres of the border pixels with align_corners, their outer edges otherwise)
+and clips; zeros leaves it and reads 0 outside. Bilinear (trilinear for 5-d) takes the
+2^d neighbours floor(c) and floor(c) + 1 weighted by the distances; nearest rounds half
+to even (as PyTorch's nearbyint) and gives the grid a zero gradient; bicubic (4-d only)
+takes the 4 x 4 neighbours floor(c) - 1 .. floor(c) + 2 with Keys' cubic convolution
+weights (A = -0.75), the position itself unpadded and each neighbour's index passed
+through the padding mode, as PyTorch's.
 
 affine_grid_generator(theta (N, 2, 3) or (N, 3, 4), size, align_corners): the base grid
 of normalised pixel coordinates (x, y[, z], 1) times theta^T, one batched matmul; the
 base coordinates are linspace(-1, 1, n), scaled by (n - 1) / n without align_corners, 0
-for a size of 1. Bicubic sampling (mode 2) is not implemented (NotImplementedError).
+for a size of 1 (a composite).
 """
 from __future__ import annotations
 
 import math
 
 from .. import _C
+from ..compiler.lowerings import extern
 from . import api as O
+from . import meta as M
 from .linalg import torch_type
 from .registry import CUSTOM, op
 
@@ -36,6 +40,7 @@ _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 
 
 def _grid_check(input, grid, interpolation_mode, padding_mode):
+    """grid_sample.c's checks, in its order and words."""
     if input.dtype is not grid.dtype:
         raise RuntimeError(f"grid_sampler(): expected input and grid to have same dtype, but "
                            f"input has {torch_type(input.dtype)} and grid has "
@@ -63,95 +68,63 @@ def _grid_check(input, grid, interpolation_mode, padding_mode):
             padding_mode not in (_ZEROS, _BORDER, _REFLECTION):
         raise RuntimeError(f"grid_sampler(): unknown interpolation mode {interpolation_mode} "
                            f"or padding mode {padding_mode}")
-    if interpolation_mode == _BICUBIC:
-        if d == 3:
-            raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
-        raise NotImplementedError("grid_sampler(): bicubic interpolation is not implemented "
-                                  "in ember")
-
-
-def _reflect(c, twice_low, twice_high):
-    """c reflected into [twice_low / 2, twice_high / 2] about its ends."""
-    if twice_low == twice_high:
-        return c * 0
-    lo = twice_low / 2
-    span = (twice_high - twice_low) / 2
-    c = (c - lo).abs()
-    extra = O.fmod(c, span)
-    flips = (c / span).floor()
-    even = O.fmod(flips, 2.0) == 0
-    return O.where(even, extra + lo, span - extra + lo)
-
-
-def _source(g, size, padding_mode, align_corners):
-    """grid coordinates g (in [-1, 1]) as pixel positions along a dim of `size` pixels"""
-    c = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
-    if padding_mode == _BORDER:
-        c = O.clamp(c, 0, size - 1)
-    elif padding_mode == _REFLECTION:
-        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
-        c = O.clamp(c, 0, size - 1)
-    return c
+    if interpolation_mode == _BICUBIC and d == 3:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
 
 
 def _grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     _grid_check(input, grid, interpolation_mode, padding_mode)
-    N, C = input.shape[:2]
-    insp = list(input.shape[2:])                   # (D,) H, W
-    outsp = list(grid.shape[1:-1])
-    d = len(insp)
-    Q = math.prod(outsp)
-    flat = input.reshape(N, C, math.prod(insp))
-    g = grid.reshape(N, Q, d)
-    # coords[k]: positions along input dim (d - 1 - k): grid's component k is x, y, z
-    coords = [_source(g[:, :, k], insp[d - 1 - k], padding_mode, align_corners)
-              for k in range(d)]
-    strides = [math.prod(insp[d - k:]) for k in range(d)]    # x: 1, y: W, z: H*W
-    if interpolation_mode == _NEAREST:
-        # weight c * 0 + 1: 1, with the grid in the graph and a zero gradient (PyTorch's)
-        corners = [[(O.round(c.detach()), c * 0 + 1)] for c in coords]
-    else:
-        corners = []
-        for c in coords:
-            lo = c.floor()
-            w1 = c - lo
-            corners.append([(lo, 1 - w1), (lo + 1, w1)])
-    out = None
-    for pick in _product(corners):
-        index = None
-        valid = None
-        weight = None
-        for k, (pos, w) in enumerate(pick):
-            size = insp[d - 1 - k]
-            ok = (pos >= 0) & (pos <= size - 1)
-            valid = ok if valid is None else valid & ok
-            at = O.where(ok, pos, 0).to(_C.int64) * strides[k]
-            index = at if index is None else index + at
-            weight = w if weight is None else weight * w
-        vals = flat.gather(2, index.unsqueeze(1).expand(N, C, Q))
-        scale = O.where(valid, weight, 0)
-        term = vals * scale.unsqueeze(1)
-        out = term if out is None else out + term
-    return out.reshape([N, C] + outsp)
-
-
-def _product(lists):
-    if not lists:
-        return [()]
-    return [(a,) + rest for a in lists[0] for rest in _product(lists[1:])]
+    prim = O.grid_sampler_2d if input.ndim == 4 else O.grid_sampler_3d
+    return prim(input, grid, interpolation_mode, padding_mode, align_corners)
 
 
 op("grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
    "bool align_corners) -> Tensor", CUSTOM, "python", composite=True, method=False,
    impl=_grid_sampler,
    doc="input sampled at grid's normalised points: interpolation 0 bilinear (trilinear "
-       "for 5-d), 1 nearest; padding 0 zeros, 1 border, 2 reflection.")
-op("grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
-   "bool align_corners) -> Tensor", CUSTOM, "python", composite=True, method=False,
-   impl=_grid_sampler, doc="grid_sampler of a 4-d input.")
-op("grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
-   "bool align_corners) -> Tensor", CUSTOM, "python", composite=True, method=False,
-   impl=_grid_sampler, doc="grid_sampler of a 5-d input.")
+       "for 5-d), 1 nearest, 2 bicubic (4-d); padding 0 zeros, 1 border, 2 reflection.")
+
+
+def _sampler_meta(entry, args):
+    input, grid, mode, padding_mode = args[:4]
+    _grid_check(input, grid, mode, padding_mode)
+    return M.meta_tensor(tuple(input.shape[:2]) + tuple(grid.shape[1:-1]), input.dtype)
+
+
+def _sampler_backward_meta(entry, args):
+    grad, input, grid, mode, padding_mode = args[:5]
+    _grid_check(input, grid, mode, padding_mode)
+    want = tuple(input.shape[:2]) + tuple(grid.shape[1:-1])
+    if tuple(grad.shape) != want or grad.dtype is not input.dtype:
+        raise RuntimeError(f"grid_sampler backward: expected grad_output of shape "
+                           f"{list(want)} and input's dtype, got {list(grad.shape)}")
+    return (M.meta_tensor(tuple(input.shape), input.dtype),
+            M.meta_tensor(tuple(grid.shape), grid.dtype))
+
+
+def _sampler_backward_of(d):
+    def backward(grads, out, input, grid, interpolation_mode, padding_mode, align_corners):
+        g = grads[0] if isinstance(grads, (tuple, list)) else grads
+        if g is None:
+            return None, None, None, None, None
+        prim = O.grid_sampler_2d_backward if d == 2 else O.grid_sampler_3d_backward
+        gx, gg = prim(g, input, grid, interpolation_mode, padding_mode, align_corners)
+        return gx, gg, None, None, None
+    return backward
+
+
+for _d in (2, 3):
+    op(f"grid_sampler_{_d}d(Tensor input, Tensor grid, int interpolation_mode, "
+       f"int padding_mode, bool align_corners) -> Tensor", CUSTOM, "grid_sampler", prim=True,
+       lower=extern, method=False, meta=_sampler_meta, backward=_sampler_backward_of(_d),
+       doc=f"grid_sampler of a {_d + 2}-d input (csrc/kernels/grid_sample.c: in double, "
+           f"points on the pool).")
+    op(f"grid_sampler_{_d}d_backward(Tensor grad_output, Tensor input, Tensor grid, "
+       f"int interpolation_mode, int padding_mode, bool align_corners) -> (Tensor, Tensor)",
+       CUSTOM, "grid_sampler_backward", prim=True, lower=extern, method=False,
+       meta=_sampler_backward_meta,
+       doc=f"The gradients of grid_sampler_{_d}d for its input and its grid (PyTorch's "
+           f"op without the output mask).")
 
 
 def _base_coords(n, align_corners, dtype):

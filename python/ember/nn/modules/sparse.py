@@ -8,41 +8,32 @@ from ..parameter import Parameter
 from .module import Module
 
 
-class Embedding(Module):
-    """weight (num_embeddings, embedding_dim) ~ N(0, 1); the padding_idx row starts at zero
-    and gets no gradient."""
+class _EmbeddingTable(Module):
+    """What Embedding and EmbeddingBag share: the (num_embeddings, embedding_dim) weight
+    (N(0, 1), or a given _weight of that shape), padding_idx checked and made
+    non-negative, its row zeroed at reset, and from_pretrained's shape check."""
 
-    __constants__ = ["num_embeddings", "embedding_dim", "padding_idx", "max_norm",
-                     "norm_type", "scale_grad_by_freq", "sparse"]
+    _padding_word = "padding_idx"        # PyTorch's messages differ in its capital
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
-                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 _freeze=False, device=None, dtype=None):
-        super().__init__()
+    def _init_table(self, num_embeddings, embedding_dim, padding_idx, weight, freeze,
+                    device, dtype):
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         if padding_idx is not None:
-            if padding_idx > 0:
-                if padding_idx >= num_embeddings:
-                    raise AssertionError("Padding_idx must be within num_embeddings")
-            elif padding_idx < 0:
-                if padding_idx < -num_embeddings:
-                    raise AssertionError("Padding_idx must be within num_embeddings")
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError(f"{self._padding_word} must be within num_embeddings")
+            if padding_idx < 0:
                 padding_idx = num_embeddings + padding_idx
         self.padding_idx = padding_idx
-        self.max_norm = max_norm
-        self.norm_type = norm_type
-        self.scale_grad_by_freq = scale_grad_by_freq
-        self.sparse = sparse
-        if _weight is None:
+        if weight is None:
             self.weight = Parameter(empty((num_embeddings, embedding_dim), dtype=dtype,
-                                          device=device), requires_grad=not _freeze)
+                                          device=device), requires_grad=not freeze)
             self.reset_parameters()
         else:
-            if list(_weight.shape) != [num_embeddings, embedding_dim]:
+            if list(weight.shape) != [num_embeddings, embedding_dim]:
                 raise AssertionError("Shape of weight does not match num_embeddings and "
                                      "embedding_dim")
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
+            self.weight = Parameter(weight, requires_grad=not freeze)
 
     def reset_parameters(self):
         init.normal_(self.weight)
@@ -52,6 +43,33 @@ class Embedding(Module):
         if self.padding_idx is not None:
             with no_grad():
                 self.weight[self.padding_idx].fill_(0)
+
+    @staticmethod
+    def _pretrained_size(embeddings):
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        return tuple(embeddings.shape)
+
+
+class Embedding(_EmbeddingTable):
+    """weight (num_embeddings, embedding_dim) ~ N(0, 1); the padding_idx row starts at zero
+    and gets no gradient."""
+
+    _padding_word = "Padding_idx"
+
+    __constants__ = ["num_embeddings", "embedding_dim", "padding_idx", "max_norm",
+                     "norm_type", "scale_grad_by_freq", "sparse"]
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
+                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
+                 _freeze=False, device=None, dtype=None):
+        super().__init__()
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.sparse = sparse
+        self._init_table(num_embeddings, embedding_dim, padding_idx, _weight, _freeze,
+                         device, dtype)
 
     def forward(self, input):
         return F.embedding(input, self.weight, self.padding_idx, self.max_norm,
@@ -68,15 +86,13 @@ class Embedding(Module):
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
                         norm_type=2.0, scale_grad_by_freq=False, sparse=False):
-        if embeddings.ndim != 2:
-            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
-        rows, cols = embeddings.shape
+        rows, cols = cls._pretrained_size(embeddings)
         return cls(rows, cols, _weight=embeddings, _freeze=freeze, padding_idx=padding_idx,
                    max_norm=max_norm, norm_type=norm_type,
                    scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
 
-class EmbeddingBag(Module):
+class EmbeddingBag(_EmbeddingTable):
     """weight (num_embeddings, embedding_dim) ~ N(0, 1), reduced per bag by mode ('sum',
     'mean', 'max'); the padding_idx row starts at zero, counts in no bag and gets no
     gradient."""
@@ -89,41 +105,14 @@ class EmbeddingBag(Module):
                  scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
                  include_last_offset=False, padding_idx=None, device=None, dtype=None):
         super().__init__()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
-        if padding_idx is not None:
-            if padding_idx > 0:
-                if padding_idx >= num_embeddings:
-                    raise AssertionError("padding_idx must be within num_embeddings")
-            elif padding_idx < 0:
-                if padding_idx < -num_embeddings:
-                    raise AssertionError("padding_idx must be within num_embeddings")
-                padding_idx = num_embeddings + padding_idx
-        self.padding_idx = padding_idx
-        if _weight is None:
-            self.weight = Parameter(empty((num_embeddings, embedding_dim), dtype=dtype,
-                                          device=device))
-            self.reset_parameters()
-        else:
-            if list(_weight.shape) != [num_embeddings, embedding_dim]:
-                raise AssertionError("Shape of weight does not match num_embeddings and "
-                                     "embedding_dim")
-            self.weight = Parameter(_weight)
+        self._init_table(num_embeddings, embedding_dim, padding_idx, _weight, False, device,
+                         dtype)
         self.mode = mode
         self.sparse = sparse
         self.include_last_offset = include_last_offset
-
-    def reset_parameters(self):
-        init.normal_(self.weight)
-        self._fill_padding_idx_with_zero()
-
-    def _fill_padding_idx_with_zero(self):
-        if self.padding_idx is not None:
-            with no_grad():
-                self.weight[self.padding_idx].fill_(0)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
@@ -147,9 +136,7 @@ class EmbeddingBag(Module):
     def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
                         scale_grad_by_freq=False, mode="mean", sparse=False,
                         include_last_offset=False, padding_idx=None):
-        if embeddings.ndim != 2:
-            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
-        rows, cols = embeddings.shape
+        rows, cols = cls._pretrained_size(embeddings)
         bag = cls(rows, cols, _weight=embeddings, max_norm=max_norm, norm_type=norm_type,
                   scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse,
                   include_last_offset=include_last_offset, padding_idx=padding_idx)
