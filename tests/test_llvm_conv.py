@@ -9,6 +9,7 @@ import ember
 import ember.nn.functional as F
 from ember.capture import counters
 from ember.compiler import backend as llvm_backend
+from ember.compiler import conv as conv_lowering
 
 F64 = dict(rtol=1e-10, atol=1e-12)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -63,10 +64,12 @@ def _run(f, xs, compiled):
     return out, grads
 
 
+@pytest.mark.parametrize("eager_forward", [False, True], ids=["gemm", "eager_fwd"])
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
-def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom):
+def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_forward, monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_forward", eager_forward)
     want, want_g = _run(_conv(geom), _leaves(dtype, geom), False)
     llvm_backend.recent.clear()
     got, got_g = _run(_conv(geom), _leaves(dtype, geom), True)
@@ -76,13 +79,42 @@ def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom):
         assert a.stride() == b.stride()
     assert got.stride() == want.stride()
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
-    # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im, the
-    # weight's by the convolution of the input by the output's gradient (no index gather)
-    assert "extern" not in text, text
+    # forward: im2col + one GEMM (float32 with eager_forward: conv.c's kernel);
+    # backward: the input's gradient by GEMM + col2im, the weight's by the convolution of
+    # the input by the output's gradient (no index gather)
+    fwd = text.count("extern convolution")
+    assert fwd == (1 if eager_forward and dtype is ember.float32 else 0), text
+    assert text.count("extern") == fwd, text
     assert "im2col" in text and "col2im" in text, text
 
 
-def test_forward_is_an_im2col_kernel_and_one_gemm():
+def test_float32_forward_runs_the_eager_kernel_with_eager_bits():
+    """A float32 forward convolution is conv.c's kernel as an extern step (its input's
+    elementwise chain realized first, the bias added by the kernel): the output bit for
+    bit eager's, at 1 and 2 threads; the backward still lowers (GEMMs, col2im)."""
+    geom = (4, 16, 12, 12, 24, 3, 3, 1, 1, 1, True)
+    for threads in (1, 2):
+        ember.set_num_threads(threads)
+        ember.compiler.reset()
+        x, w, b = _leaves(ember.float32, geom, seed=threads)
+
+        def f(x, w, b):
+            return F.conv2d((x * 0.5).relu(), w, b, padding=1).relu()
+        want = f(x, w, b)
+        want_g = ember.autograd.grad(want.sum(), (x, w, b))
+        llvm_backend.recent.clear()
+        got = ember.compile(f, fullgraph=True)(x, w, b)
+        got_g = ember.autograd.grad(got.sum(), (x, w, b))
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        for a, c in zip(got_g, want_g):
+            np.testing.assert_allclose(a.numpy(), c.numpy(), **F32)
+        fwd, bwd = (str(c.lowered) for c in llvm_backend.recent)
+        assert "extern convolution" in fwd and "im2col" not in fwd, fwd
+        assert "extern" not in bwd and "col2im" in bwd, bwd
+
+
+def test_forward_is_an_im2col_kernel_and_one_gemm(monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_forward", False)
     geom = GEOMETRIES[1]
     x, w, b = (t.detach() for t in _leaves(ember.float32, geom))
     llvm_backend.recent.clear()
@@ -202,7 +234,10 @@ def _weight_is_scaled(graph):
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
+@pytest.mark.parametrize("eager_forward", [False, True], ids=["gemm", "eager_fwd"])
+def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias, eager_forward,
+                                                          monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_forward", eager_forward)
     m = _conv_bn(dtype, bias).eval()
     x = ember.tensor(np.random.default_rng(7).standard_normal((2, 3, 9, 9)), dtype=dtype)
     with ember.no_grad():
@@ -213,8 +248,10 @@ def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
     (graph,) = llvm_backend.recent
     assert _weight_is_scaled(graph), str(graph.lowered)
     # the output pass adds one shift per channel: no running statistics are read there
-    last = [s for s in graph.lowered.steps if s[0] == "kernel"][-1]
-    assert "sqrt" not in str(last.ir), str(last.ir)
+    # (the eager kernel, an extern step, adds the folded bias itself)
+    last = graph.lowered.steps[-1]
+    assert last[0] == "extern" or "sqrt" not in str(last.ir), str(graph.lowered)
+    assert (last[0] == "extern") == (eager_forward and dtype is ember.float32)
 
 
 def test_batchnorm_in_training_mode_is_not_folded():
