@@ -64,12 +64,12 @@ def _run(f, xs, compiled):
     return out, grads
 
 
-@pytest.mark.parametrize("eager_forward", [False, True], ids=["gemm", "eager_fwd"])
+@pytest.mark.parametrize("eager_float32", [False, True], ids=["gemm", "eager_f32"])
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
-def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_forward, monkeypatch):
-    monkeypatch.setattr(conv_lowering, "eager_forward", eager_forward)
+def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_float32, monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_float32", eager_float32)
     want, want_g = _run(_conv(geom), _leaves(dtype, geom), False)
     llvm_backend.recent.clear()
     got, got_g = _run(_conv(geom), _leaves(dtype, geom), True)
@@ -79,19 +79,20 @@ def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_forward, m
         assert a.stride() == b.stride()
     assert got.stride() == want.stride()
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
-    # forward: im2col + one GEMM (float32 with eager_forward: conv.c's kernel);
-    # backward: the input's gradient by GEMM + col2im, the weight's by the convolution of
-    # the input by the output's gradient (no index gather)
-    fwd = text.count("extern convolution")
-    assert fwd == (1 if eager_forward and dtype is ember.float32 else 0), text
-    assert text.count("extern") == fwd, text
-    assert "im2col" in text and "col2im" in text, text
+    # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im, the
+    # weight's by the convolution of the input by the output's gradient (no index
+    # gather); float32 with eager_float32: conv.c's kernel but for the weight's
+    eager = eager_float32 and dtype is ember.float32
+    assert text.count("extern convolution") == (2 if eager else 0), text
+    assert text.count("extern") == text.count("extern convolution"), text
+    assert "im2col" in text and ("col2im" in text) != eager, text
 
 
-def test_float32_forward_runs_the_eager_kernel_with_eager_bits():
-    """A float32 forward convolution is conv.c's kernel as an extern step (its input's
+def test_float32_convolutions_run_the_eager_kernel_with_eager_bits():
+    """A float32 convolution is conv.c's kernel as an extern step (its input's
     elementwise chain realized first, the bias added by the kernel): the output bit for
-    bit eager's, at 1 and 2 threads; the backward still lowers (GEMMs, col2im)."""
+    bit eager's, at 1 and 2 threads; in the backward the input's gradient (a transposed
+    convolution) is too, the weight's is lowered (im2col and a GEMM)."""
     geom = (4, 16, 12, 12, 24, 3, 3, 1, 1, 1, True)
     for threads in (1, 2):
         ember.set_num_threads(threads)
@@ -110,11 +111,12 @@ def test_float32_forward_runs_the_eager_kernel_with_eager_bits():
             np.testing.assert_allclose(a.numpy(), c.numpy(), **F32)
         fwd, bwd = (str(c.lowered) for c in llvm_backend.recent)
         assert "extern convolution" in fwd and "im2col" not in fwd, fwd
-        assert "extern" not in bwd and "col2im" in bwd, bwd
+        assert bwd.count("extern convolution") == 1 and "col2im" not in bwd, bwd
+        assert "im2col" in bwd, bwd
 
 
 def test_forward_is_an_im2col_kernel_and_one_gemm(monkeypatch):
-    monkeypatch.setattr(conv_lowering, "eager_forward", False)
+    monkeypatch.setattr(conv_lowering, "eager_float32", False)
     geom = GEOMETRIES[1]
     x, w, b = (t.detach() for t in _leaves(ember.float32, geom))
     llvm_backend.recent.clear()
@@ -234,10 +236,10 @@ def _weight_is_scaled(graph):
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("eager_forward", [False, True], ids=["gemm", "eager_fwd"])
-def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias, eager_forward,
+@pytest.mark.parametrize("eager_float32", [False, True], ids=["gemm", "eager_f32"])
+def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias, eager_float32,
                                                           monkeypatch):
-    monkeypatch.setattr(conv_lowering, "eager_forward", eager_forward)
+    monkeypatch.setattr(conv_lowering, "eager_float32", eager_float32)
     m = _conv_bn(dtype, bias).eval()
     x = ember.tensor(np.random.default_rng(7).standard_normal((2, 3, 9, 9)), dtype=dtype)
     with ember.no_grad():
@@ -251,7 +253,7 @@ def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias, eag
     # (the eager kernel, an extern step, adds the folded bias itself)
     last = graph.lowered.steps[-1]
     assert last[0] == "extern" or "sqrt" not in str(last.ir), str(graph.lowered)
-    assert (last[0] == "extern") == (eager_forward and dtype is ember.float32)
+    assert (last[0] == "extern") == (eager_float32 and dtype is ember.float32)
 
 
 def test_batchnorm_in_training_mode_is_not_folded():

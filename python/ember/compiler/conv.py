@@ -24,7 +24,8 @@ across threads by output channel, which never share an element); the interior of
 buffer is the result.
 
 Grouped, 1-d, channels-last and float16/bfloat16 convolutions run the eager kernel, and
-so do float32 forward convolutions while eager_forward is True (below).
+so do float32 convolutions other than a weight gradient's while eager_float32 is True
+(below).
 """
 from __future__ import annotations
 
@@ -37,14 +38,16 @@ from .values import BufferValue, PointwiseValue, depth_of, domain_index
 
 FLOATS = (_C.float32, _C.float64)
 
-# float32 forward convolutions run conv.c's kernel (im2col by blocks that stay in cache,
-# multiplied by the register-tiled loops of conv_loops.c) as an extern step: measured
-# faster than this module's whole-batch im2col + one BLAS GEMM at every shape of the zoo's
-# ResNet-style CNN at 1 thread (a 16-channel 32x32 layer of 16 images: 1.0 vs 1.8 ms CPU
-# time; the elementwise chain feeding it is then realized in a pass of its own). False
-# lowers them as below (the input's gradient, a transposed convolution, and the weight's,
-# a convolution narrower than its taps, always are).
-eager_forward = True
+# float32 convolutions and transposed convolutions (a forward's, an input gradient's)
+# run conv.c's kernel (im2col by blocks that stay in cache, multiplied by the
+# register-tiled loops of conv_loops.c; the transposed ones weight^T @ input by blocks,
+# then col2im) as an extern step: measured faster than this module's whole-batch im2col
+# (col2im) + one BLAS GEMM at every shape of the zoo's ResNet-style CNN at 1 thread (a
+# 16-channel 32x32 layer of 16 images: forward 1.0 vs 1.8 ms CPU time, transposed 1.4 vs
+# 2.2 ms; the elementwise chain feeding one is then realized in a pass of its own).
+# False lowers them as below. A weight gradient's convolution (narrower than its taps)
+# is always lowered.
+eager_float32 = True
 
 
 def _pair(v):
@@ -118,8 +121,8 @@ def lower_convolution(ctx, node, val, x, weight, bias, stride, padding, dilation
     if not _supported(node, val, x, weight, groups, dtype):
         return ctx.extern(node, val)
     geom = (_pair(stride), _pair(dilation), _pair(padding))
-    if eager_forward and dtype is _C.float32 and not transposed and \
-            val.shape[3] >= weight.shape[3]:
+    if eager_float32 and dtype is _C.float32 and (transposed or
+                                                  val.shape[3] >= weight.shape[3]):
         return ctx.extern(node, val)
     if transposed:
         out = _transposed(ctx, val, x, weight, geom)
