@@ -271,3 +271,30 @@ def test_batchnorm_in_training_mode_is_not_folded():
     want.sum().backward()
     for a, b in zip(m.parameters(), twin.parameters()):
         np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), **F64)
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
+                         ids=["float64", "float32"])
+def test_products_with_a_small_inner_dim_are_pointwise(dtype, tol):
+    """Adaptive average pooling's separable maps ((1, 4) @ (N, C, 4, 4), and in the
+    backward K = 1 outer products) and any product with K <= lowerings.SMALL_K are
+    pointwise values fused into their users: no BLAS call per matrix; results as eager's,
+    broadcast batch dims included."""
+    g = np.random.default_rng(9)
+    x = ember.tensor(g.standard_normal((3, 5, 4, 4)), dtype=dtype, requires_grad=True)
+    a = ember.tensor(g.standard_normal((2, 3, 4)), dtype=dtype)
+    b = ember.tensor(g.standard_normal((1, 4, 5)), dtype=dtype)
+    c = ember.tensor(g.standard_normal((7, 1)), dtype=dtype)
+
+    def f(x, a, b, c):
+        pooled = F.adaptive_avg_pool2d(x.relu(), 1).flatten(1).sin().sum()
+        return pooled + (a @ b).sum() + (c @ a[0, :1, :1]).cos().sum()
+    llvm_backend.recent.clear()
+    got = ember.compile(f, fullgraph=True)(x, a, b, c)
+    (gx,) = ember.autograd.grad(got, (x,))
+    want = f(x, a, b, c)
+    (wx,) = ember.autograd.grad(want, (x,))
+    np.testing.assert_allclose(got.item(), want.item(), **tol)
+    np.testing.assert_allclose(gx.numpy(), wx.numpy(), **tol)
+    text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
+    assert len(llvm_backend.recent) == 2 and "matmul" not in text, text
