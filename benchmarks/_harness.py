@@ -14,6 +14,10 @@ import time
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
+# The clock timed runs read: wall time, or with --cpu-time the process's CPU time (all its
+# threads together), which a loaded (shared) machine disturbs less at one thread.
+clock = time.perf_counter
+
 
 def setup(description: str, default_threads: int = 1):
     """Parses --threads/--runs/--quick; returns args. Pins threads for all libraries."""
@@ -28,7 +32,13 @@ def setup(description: str, default_threads: int = 1):
                    choices=("default", "reduce-overhead", "max-autotune"),
                    help="also time ember.compile in this mode, side by side with the "
                         "default mode (where offered)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time runs in process CPU time (all threads summed) instead of wall "
+                        "time: steadier on a loaded machine; compare like with like at 1 "
+                        "thread")
     args = p.parse_args()
+    global clock
+    clock = time.process_time if args.cpu_time else time.perf_counter
     if args.runs < 20 and not args.quick:
         p.error("--runs must be at least 20")
     want = str(args.threads)
@@ -45,10 +55,10 @@ def median_time(fn, runs: int = 25, inner: int = 1, warmup: int = 3) -> float:
             fn()
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(inner):
             fn()
-        times.append((time.perf_counter() - t0) / inner)
+        times.append((clock() - t0) / inner)
     return statistics.median(times)
 
 
@@ -73,6 +83,7 @@ def print_env(threads: int, with_torch: bool = True):
     from ember import _sysinfo
     blas = _sysinfo.blas()
     print(f"# {_sysinfo.cpu_name()}; {threads} thread(s) for every library; "
+          f"{'process CPU time' if clock is time.process_time else 'wall time'}; "
           f"Python {_sysinfo.python()}, NumPy {np.__version__}")
     print(f"# BLAS: {blas['name']} {blas['version']}, kernel {blas['kernel']}, "
           f"OPENBLAS_CORETYPE={blas['OPENBLAS_CORETYPE']}, "

@@ -84,6 +84,15 @@ def test_models_benchmark_zoo_runs_at_two_threads():
     assert "of 6 model workloads" in out
 
 
+def test_models_benchmark_times_cpu_and_names_the_blas_kernel():
+    """--cpu-time times the runs in process CPU time (said in the header), and the header
+    names the BLAS and the kernel (OpenBLAS core type) it runs."""
+    out = _run("models.py", "--quick", "--no-torch", "--cpu-time", "--only", "mlp")
+    assert "; process CPU time;" in out
+    assert "# BLAS: " in out and ", kernel " in out and "kernel unknown" not in out
+    assert "batch 4, training step" in out
+
+
 def test_models_benchmark_refuses_unknown_workloads():
     """--only picks workloads; an unknown one is refused by name."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))

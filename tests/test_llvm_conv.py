@@ -9,6 +9,7 @@ import ember
 import ember.nn.functional as F
 from ember.capture import counters
 from ember.compiler import backend as llvm_backend
+from ember.compiler import conv as conv_lowering
 
 F64 = dict(rtol=1e-10, atol=1e-12)
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -63,10 +64,12 @@ def _run(f, xs, compiled):
     return out, grads
 
 
+@pytest.mark.parametrize("eager_float32", [False, True], ids=["gemm", "eager_f32"])
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
-def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom):
+def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_float32, monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_float32", eager_float32)
     want, want_g = _run(_conv(geom), _leaves(dtype, geom), False)
     llvm_backend.recent.clear()
     got, got_g = _run(_conv(geom), _leaves(dtype, geom), True)
@@ -76,12 +79,44 @@ def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom):
         assert a.stride() == b.stride()
     assert got.stride() == want.stride()
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
-    # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im
-    assert "extern convolution" not in text, text
-    assert "im2col" in text and "col2im" in text, text
+    # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im, the
+    # weight's by the convolution of the input by the output's gradient (no index
+    # gather); float32 with eager_float32: conv.c's kernel but for the weight's
+    eager = eager_float32 and dtype is ember.float32
+    assert text.count("extern convolution") == (2 if eager else 0), text
+    assert text.count("extern") == text.count("extern convolution"), text
+    assert "im2col" in text and ("col2im" in text) != eager, text
 
 
-def test_forward_is_an_im2col_kernel_and_one_gemm():
+def test_float32_convolutions_run_the_eager_kernel_with_eager_bits():
+    """A float32 convolution is conv.c's kernel as an extern step (its input's
+    elementwise chain realized first, the bias added by the kernel): the output bit for
+    bit eager's, at 1 and 2 threads; in the backward the input's gradient (a transposed
+    convolution) is too, the weight's is lowered (im2col and a GEMM)."""
+    geom = (4, 16, 12, 12, 24, 3, 3, 1, 1, 1, True)
+    for threads in (1, 2):
+        ember.set_num_threads(threads)
+        ember.compiler.reset()
+        x, w, b = _leaves(ember.float32, geom, seed=threads)
+
+        def f(x, w, b):
+            return F.conv2d((x * 0.5).relu(), w, b, padding=1).relu()
+        want = f(x, w, b)
+        want_g = ember.autograd.grad(want.sum(), (x, w, b))
+        llvm_backend.recent.clear()
+        got = ember.compile(f, fullgraph=True)(x, w, b)
+        got_g = ember.autograd.grad(got.sum(), (x, w, b))
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+        for a, c in zip(got_g, want_g):
+            np.testing.assert_allclose(a.numpy(), c.numpy(), **F32)
+        fwd, bwd = (str(c.lowered) for c in llvm_backend.recent)
+        assert "extern convolution" in fwd and "im2col" not in fwd, fwd
+        assert bwd.count("extern convolution") == 1 and "col2im" not in bwd, bwd
+        assert "im2col" in bwd, bwd
+
+
+def test_forward_is_an_im2col_kernel_and_one_gemm(monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_float32", False)
     geom = GEOMETRIES[1]
     x, w, b = (t.detach() for t in _leaves(ember.float32, geom))
     llvm_backend.recent.clear()
@@ -192,15 +227,19 @@ def _conv_bn(dtype, bias):
 
 
 def _weight_is_scaled(graph):
-    """Whether a kernel of the graph multiplies the convolution weights (a fold)."""
+    """Whether a kernel of the graph multiplies the convolution weights (a fold; a
+    weight gradient's copy into eager's layout has the weights' sizes too, and no mul)."""
     return any(s[0] == "kernel" and list(s.ir.sizes) in ([6, 3, 3, 3], [4, 6, 1, 1])
-               for s in graph.lowered.steps)
+               and "= mul " in str(s.ir) for s in graph.lowered.steps)
 
 
 @pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
                          ids=["float64", "float32"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
+@pytest.mark.parametrize("eager_float32", [False, True], ids=["gemm", "eager_f32"])
+def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias, eager_float32,
+                                                          monkeypatch):
+    monkeypatch.setattr(conv_lowering, "eager_float32", eager_float32)
     m = _conv_bn(dtype, bias).eval()
     x = ember.tensor(np.random.default_rng(7).standard_normal((2, 3, 9, 9)), dtype=dtype)
     with ember.no_grad():
@@ -211,8 +250,10 @@ def test_batchnorm_folds_into_the_convolution_in_inference(dtype, tol, bias):
     (graph,) = llvm_backend.recent
     assert _weight_is_scaled(graph), str(graph.lowered)
     # the output pass adds one shift per channel: no running statistics are read there
-    last = [s for s in graph.lowered.steps if s[0] == "kernel"][-1]
-    assert "sqrt" not in str(last.ir), str(last.ir)
+    # (the eager kernel, an extern step, adds the folded bias itself)
+    last = graph.lowered.steps[-1]
+    assert last[0] == "extern" or "sqrt" not in str(last.ir), str(graph.lowered)
+    assert (last[0] == "extern") == (eager_float32 and dtype is ember.float32)
 
 
 def test_batchnorm_in_training_mode_is_not_folded():
@@ -230,3 +271,30 @@ def test_batchnorm_in_training_mode_is_not_folded():
     want.sum().backward()
     for a, b in zip(m.parameters(), twin.parameters()):
         np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), **F64)
+
+
+@pytest.mark.parametrize("dtype,tol", [(ember.float64, F64), (ember.float32, F32)],
+                         ids=["float64", "float32"])
+def test_products_with_a_small_inner_dim_are_pointwise(dtype, tol):
+    """Adaptive average pooling's separable maps ((1, 4) @ (N, C, 4, 4), and in the
+    backward K = 1 outer products) and any product with K <= lowerings.SMALL_K are
+    pointwise values fused into their users: no BLAS call per matrix; results as eager's,
+    broadcast batch dims included."""
+    g = np.random.default_rng(9)
+    x = ember.tensor(g.standard_normal((3, 5, 4, 4)), dtype=dtype, requires_grad=True)
+    a = ember.tensor(g.standard_normal((2, 3, 4)), dtype=dtype)
+    b = ember.tensor(g.standard_normal((1, 4, 5)), dtype=dtype)
+    c = ember.tensor(g.standard_normal((7, 1)), dtype=dtype)
+
+    def f(x, a, b, c):
+        pooled = F.adaptive_avg_pool2d(x.relu(), 1).flatten(1).sin().sum()
+        return pooled + (a @ b).sum() + (c @ a[0, :1, :1]).cos().sum()
+    llvm_backend.recent.clear()
+    got = ember.compile(f, fullgraph=True)(x, a, b, c)
+    (gx,) = ember.autograd.grad(got, (x,))
+    want = f(x, a, b, c)
+    (wx,) = ember.autograd.grad(want, (x,))
+    np.testing.assert_allclose(got.item(), want.item(), **tol)
+    np.testing.assert_allclose(gx.numpy(), wx.numpy(), **tol)
+    text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
+    assert len(llvm_backend.recent) == 2 and "matmul" not in text, text

@@ -631,6 +631,10 @@ def lower_matmul(ctx, node, val, a, b):
         out = ctx.new_buffer(_C.float32, tuple(val.shape))
         ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))
         return _rounded(out, val.dtype)
+    if len(a.shape) >= 2 and len(b.shape) >= 2 and not any_symbolic(
+            tuple(a.shape) + tuple(b.shape) + tuple(val.shape)) and \
+            a.shape[-1] <= SMALL_K and len(val.shape) == max(len(a.shape), len(b.shape)):
+        return _small_product(val, a, b)
     av, bv = ctx.realize(a), ctx.realize(b)
     out = ctx.new_buffer(val.dtype, tuple(val.shape))
     ctx.add_step(MatmulStep(StepKind.MATMUL, av.view(), bv.view(), out.ref.index))
@@ -759,3 +763,35 @@ def lower_index_put(ctx, node, val, a, indices, values, accumulate=False):
             value=(Reduction.SUM, strides))
     ctx.add_kernel(kb)
     return out
+
+
+# A product whose inner dim is at most this is a pointwise value (its K products added in
+# order), fused into what reads it, instead of a BLAS call per matrix: such a product reads
+# and writes more than it computes, and a batch of tiny ones (adaptive average pooling's
+# separable maps over a CNN's last 4x4 maps, (1, 4) @ (16, 128, 4, 4); their backward, a
+# K = 1 outer product per matrix) costs one BLAS call per matrix.
+SMALL_K = 4
+
+
+def _small_product(val, a, b):
+    shape = tuple(val.shape)
+    nd, K = len(shape), a.shape[-1]
+    batch = shape[:-2]
+    a_shape, b_shape = batch + (shape[-2], K), batch + (K, shape[-1])
+
+    def fn(kb, index):
+        acc = None
+        for k in range(K):
+            tap = Affine(tuple(0 for _ in range(len(kb.sizes))), k)
+            x = a.load(kb, broadcast_index(list(index[:-1]) + [tap], a_shape, a.shape))
+            y = b.load(kb, broadcast_index(list(index[:-2]) + [tap, index[-1]], b_shape,
+                                           b.shape))
+            term = kb.emit(Op.MUL, val.dtype, (kb.cast(x, val.dtype), kb.cast(y, val.dtype)))
+            acc = term if acc is None else kb.emit(Op.ADD, val.dtype, (acc, term))
+        return acc if acc is not None else kb.const(0, val.dtype)
+    return PointwiseValue(shape, val.dtype, fn, 2 * K, None,
+                          frozenset().union(*(
+                              {v.ref} if isinstance(v, BufferValue) else
+                              {v.realized.ref} if v.realized is not None else v.reads
+                              for v in (a, b))),
+                          depth_of([a, b]) + 1)

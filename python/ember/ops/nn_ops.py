@@ -252,6 +252,10 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
                                      .contiguous(), k[0], k[1], ss, pp, dd, groups)
         if fused is not None:
             return fused.reshape((Co, cig) + tuple(kshape))
+    if _C._get_mode()[0] == _C.MODE_TRACE and groups == 1 and nsp == 2:
+        gw = _weight_grad_as_convolution(inp, gout, kshape, s, p, d)
+        if gw is not None:
+            return gw
     cols = O.im2col(x4, list(k), list(dd), list(pp), list(ss))       # (N, Ci*K, OH*OW)
     K = k[0] * k[1]
     H = (x4.shape[2] + 2 * pp[0] - (dd[0] * (k[0] - 1) + 1)) // ss[0] + 1
@@ -269,6 +273,34 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     go = gout.reshape(N, groups, cog, L)
     co = cols.reshape(N, groups, cig * K, L).transpose(2, 3)
     return go.matmul(co).sum(0).reshape((Co, cig) + tuple(kshape))
+
+
+def _weight_grad_as_convolution(inp, gout, kshape, s, p, d):
+    """A 2-d, one-group weight gradient traced into a graph as one convolution prim: tap
+    (i, j) of gw[co, ci] sums gout[n, co, oh, ow] * inp[n, ci, i*d + oh*s - p, ...] over
+    (n, oh, ow), which is the convolution of inp^T (Ci, N, H, W) by gout^T (Co, N, OH,
+    OW) with stride and dilation trading places, (Ci, Co, kh, kw), transposed (and laid
+    out contiguously, as eager's gradient is: compiled, the GEMM wrote it so). The
+    compiler lowers it as its convolutions (im2col and one GEMM, compiler/conv.py), with
+    no index gather. Where the symmetric padding would give more taps than the kernel's
+    (a strided convolution, whose floor dropped input rows), the input is padded (or
+    cropped) to exactly the rows the taps reach instead, so no tap is computed to be
+    thrown away. None where the output would not cover the kernel."""
+    H, W = inp.shape[2], inp.shape[3]
+    OH, OW = gout.shape[2], gout.shape[3]
+    kh = (H + 2 * p[0] - s[0] * (OH - 1) - 1) // d[0] + 1
+    kw = (W + 2 * p[1] - s[1] * (OW - 1) - 1) // d[1] + 1
+    if kh < kshape[0] or kw < kshape[1]:
+        return None
+    x, pad = inp.transpose(0, 1), list(p)
+    if (kh, kw) != tuple(kshape):
+        # padded coordinates 0 .. (k-1)*d + (O-1)*s: p before, the rest after (< 0 crops)
+        reach = [(kshape[i] - 1) * d[i] + (gout.shape[2 + i] - 1) * s[i] + 1
+                 for i in range(2)]
+        x = O.pad(x, [p[1], reach[1] - p[1] - W, p[0], reach[0] - p[0] - H], "constant", 0.0)
+        pad = [0, 0]
+    return O.convolution(x, gout.transpose(0, 1), None, list(d), pad, list(s), False, [0, 0],
+                         1).transpose(0, 1).contiguous()
 
 
 def _convolution_backward(g, out, input, weight, bias, stride, padding, dilation,
