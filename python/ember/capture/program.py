@@ -11,7 +11,9 @@ that csrc/capture/compiled_frame.c decodes once into C structs.
                             module or tensor, which keeps its identity
     ("tuple", (j, ...))     a new tuple of values j, ...; ("list", ...) a new list
     ("dict", keys, (j, ...))  a new dict
-    ("call1", fn, j)        fn(value j): a named tuple or structseq from a tuple
+    ("call1", fn, j)        fn(value j): a named tuple or structseq from a tuple;
+                            side_effects.issue_warning: a warning the frame issued
+                            (first in the table)
 
 `effects` then run in order, every target and value already computed:
 
@@ -31,7 +33,7 @@ import operator
 import types
 
 from .exc import Unsupported
-from .side_effects import DELETED
+from .side_effects import DELETED, issue_warning
 from .variables import (SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
                         DictVar, FunctionVar, ListVar, ModuleVar, NewObjectVar, ObjectVar,
                         OpVar,
@@ -297,6 +299,8 @@ class ProgramBuilder:
 def build_program(ret, side_effects, sym=None):
     """(program, graph output nodes) for a frame returning VT ret."""
     b = ProgramBuilder(sym)
+    for w in side_effects.warnings:    # first: eager issued them inside the frame
+        b._add(("call1", issue_warning, b.const(w)))
     result = b.value(ret)
     effects = b.effects(side_effects)
     return (tuple(b.values), tuple(effects), result), b.outputs

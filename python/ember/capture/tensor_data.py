@@ -21,8 +21,11 @@ holds every element tensor's dtype (other conversions check or wrap values: they
 break). The dtype and shape come from eager's
 ember.tensor on zero tensors of the elements' dtypes and shapes.
 
-What it does not do (the call breaks, counted): ember.tensor(a tensor) (eager warns),
-data holding tensors into other dtypes, requires_grad=True (a leaf made per call), pin_memory, data of more than
+ember.tensor(a tensor) is its detached copy (clone, or to(dtype, copy=True)) in the
+graph, eager's UserWarning issued by the frame program on each call
+(side_effects.SideEffects.warn).
+
+What it does not do (the call breaks, counted): data holding tensors into other dtypes, requires_grad=True (a leaf made per call), pin_memory, data of more than
 MAX_ELEMENTS elements (a node per element), a device other than the CPU.
 """
 from __future__ import annotations
@@ -48,7 +51,7 @@ def functions():
     return _FUNCTIONS
 
 
-def _plain(v, leaves, top=False):
+def _plain(v, leaves):
     """v's data as Python values (a symbolic size at its hint, unguarded; a tensor
     inside a list as a zero tensor of its dtype and shape), appending the leaf VTs in
     row-major order."""
@@ -66,9 +69,6 @@ def _plain(v, leaves, top=False):
     if isinstance(v, (TupleVar, ListVar)):
         return [_plain(i, leaves) for i in v.items]
     if isinstance(v, TensorVar):
-        if top:
-            raise Unsupported("ember.tensor of a tensor (eager warns: use "
-                              "clone().detach())")
         f = v.fake
         if f.dtype.is_complex:
             raise Unsupported("ember.tensor of data holding complex tensors")
@@ -113,6 +113,19 @@ def _element_of_tensor(tx, leaf, raw, dtype):
     return v
 
 
+def _copy_of_tensor(tx, data, dtype):
+    """ember.tensor(t): eager warns (UserWarning, at the caller's line) and returns
+    t.detach().clone(), or .to(dtype, copy=True): the same ops in the graph, and the
+    warning issued again by the frame program on each call (SideEffects.warn), as
+    TorchDynamo keeps the call in its graph."""
+    from .. import _tensor_new
+    tx.output.side_effects.warn(_tensor_new.COPY_WARNING, UserWarning, tx)
+    v = tx.call_op("detach", [data], {}, method=True)
+    if dtype is None or dtype is data.fake.dtype:
+        return tx.call_op("clone", [v], {}, method=True)
+    return tx.call_op("to", [v, ConstVar(dtype)], {"copy": ConstVar(True)}, method=True)
+
+
 def call(tx, fn, args, kwargs):
     from .. import _tensor_new
     from ..ops import api as O  # noqa: F401 - (the ops module loads the op table)
@@ -144,8 +157,14 @@ def call(tx, fn, args, kwargs):
         if dtype is None or dtype is data.fake.dtype:
             return data
         return tx.call_op("to", [data, ConstVar(dtype)], {}, method=True)
+    if isinstance(data, TensorVar):
+        try:
+            _tensor_new._check_device(options.get("device"))
+        except RuntimeError as e:      # eager raises it: break, eager runs it
+            raise Unsupported(f"{fn.__name__}() raised RuntimeError: {e}") from None
+        return _copy_of_tensor(tx, data, dtype)
     leaves = []
-    plain = _plain(data, leaves, top=True)
+    plain = _plain(data, leaves)
     if len(leaves) > MAX_ELEMENTS:
         raise Unsupported(f"{fn.__name__}() of more than {MAX_ELEMENTS} elements")
     try:
