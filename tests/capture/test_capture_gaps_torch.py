@@ -396,3 +396,97 @@ def test_a_lookup_raising_inside_the_frame_is_caught_as_eager(torch):
         assert dict(counters["unsupported"]) == {}, fn.__name__
         assert counters["stats"]["graph_breaks"] == 0
         assert ember_explain(fn, *args) == torch_explain(torch, fn, *targs) == (1, 0)
+
+
+# ------------------------------------------------------------------ integers range-checked
+
+def narrowing(lib):
+    def fn(x):
+        return x * 2, lib.tensor([x.sum(), 3], dtype=lib.uint8), \
+            lib.tensor([[x.argmax(), -5], [x[0], 7]], dtype=lib.int8) + 1
+    return fn
+
+
+def test_tensor_of_integers_into_a_narrower_dtype_counts_as_torch(torch):
+    want = torch_explain(torch, narrowing(torch), torch.ones(3, dtype=torch.int64))
+    assert want == (1, 0)
+    assert ember_explain(narrowing(ember), ember.ones(3, dtype=ember.int64)) == want
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_of_integers_into_a_narrower_dtype_is_checked_as_eager(backend):
+    """Integer tensors' items into uint8/int8: eager raises RuntimeError out of range
+    (uint8 takes -255..255, negatives wrapping) and casts otherwise; the graph casts and
+    the frame program checks its int64 values after it, on every call (torch 2.13's
+    graph wraps 300 to 44 instead of raising)."""
+    fn = narrowing(ember)
+    compiled = ember.compile(fn, backend=backend)
+    for v in (50, -3, 100, -200, 255, -128, 20000, 7):
+        x = ember.full((3,), v, dtype=ember.int64)
+        try:
+            want = fn(x)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError) as got:
+                compiled(x)
+            assert str(got.value) == str(e)
+            continue
+        got = compiled(x)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            assert g.numpy().tobytes() == w.numpy().tobytes()
+    assert counters["stats"]["graph_breaks"] == 0
+    assert counters["stats"]["frames_fallback"] == 0
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+RANGE_SRC = """
+def writes_after(x, d):
+    t = torch.tensor([x.sum(), 3], dtype=torch.uint8)
+    x.add_(1)
+    return t
+
+
+def writes_before(x, d):
+    d["a"] = 1
+    return torch.tensor([x.sum(), 3], dtype=torch.uint8)
+
+
+def breaks_after(x, d):
+    t = torch.tensor([x.sum(), 3], dtype=torch.int16)
+    print("a break")
+    return t * 2
+"""
+
+
+@pytest.mark.parametrize("name", ["writes_after", "writes_before", "breaks_after"])
+def test_a_range_check_the_graph_cannot_follow_breaks_at_the_call(name, capsys):
+    """The check runs after the graph and before the frame's writes: where the graph
+    writes into an input after the call, or the frame writes outside it, eager's raise
+    would have stopped them, so the call breaks (counted) and eager runs it; a break
+    after the call keeps the check in the graph before it."""
+    ns = {"torch": ember}
+    exec(RANGE_SRC, ns)
+    fn = ns[name]
+    for v in (50, 300):
+        x1, x2 = ember.full((3,), v), ember.full((3,), v)
+        x1, x2 = x1.to(ember.int64), x2.to(ember.int64)
+        d1, d2 = {}, {}
+        try:
+            want, raised = fn(x1, d1), None
+        except RuntimeError as e:
+            raised = e
+        ember.compiler.reset()
+        counters.clear()
+        if raised is not None:
+            with pytest.raises(RuntimeError, match=str(raised)):
+                ember.compile(fn, backend="eager")(x2, d2)
+        else:
+            got = ember.compile(fn, backend="eager")(x2, d2)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_array_equal(x2.numpy(), x1.numpy())
+        assert d2 == d1
+        if name == "breaks_after":
+            assert list(counters["graph_break"]) == ["print() inside a compiled function"]
+        else:
+            assert any("eager checks" in r for r in counters["graph_break"])

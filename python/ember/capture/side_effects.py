@@ -41,12 +41,18 @@ class SideEffects:
         self.attrs = {}          # (id(vt), name) -> (vt, name, value VT | DELETED)
         self.globals_ = {}       # (id(globals dict), name) -> (dict, name, VT | DELETED)
         self.cells = []          # real cells whose contents changed (CellVar)
-        # warnings the frame issued (warnings.warn_explicit's arguments), in order
-        self.warnings = []
+        # what the frame program calls first, in the frame's order: ("warn",
+        # warnings.warn_explicit's arguments) and ("range_check", ...) (tensor_data.py)
+        self.calls = []
 
     def __bool__(self):
         return bool(self.mutated or self.attrs or self.globals_ or self.cells or
-                    self.warnings)
+                    self.calls)
+
+    def writes(self):
+        """Whether the frame writes anything outside it (containers, attributes,
+        globals, cells)."""
+        return bool(self.mutated or self.attrs or self.globals_ or self.cells)
 
     def warn(self, message, category, tx):
         """`warnings.warn(message, category, stacklevel=2)` called by a function that
@@ -59,8 +65,8 @@ class SideEffects:
         module = g.get("__name__", "<string>")
         if _warning_action(message, category, module, tx.lineno) == "error":
             raise Unsupported(f"a {category.__name__} the warning filters make an error")
-        self.warnings.append((message, category, tx.code.co_filename, tx.lineno, module,
-                              g.setdefault("__warningregistry__", {}), g))
+        self.calls.append(("warn", (message, category, tx.code.co_filename, tx.lineno,
+                                    module, g.setdefault("__warningregistry__", {}), g)))
 
     # ------------------------------------------------------------ one VT per object
 
@@ -158,7 +164,8 @@ class SideEffects:
         lines += [f"global {name} {'deleted' if v is DELETED else '= ' + repr(v)}"
                   for _, name, v, _ in self.globals_.values()]
         lines += [f"cell {_src(c)} = {c.content!r}" for c in self.cells]
-        lines += [f"warning {w[1].__name__} at {w[2]}:{w[3]}" for w in self.warnings]
+        lines += [f"warning {c[1][1].__name__} at {c[1][2]}:{c[1][3]}" if c[0] == "warn"
+                  else f"{c[0]} into {c[2]}" for c in self.calls]
         return lines
 
 
