@@ -121,6 +121,41 @@ def test_backward_frees_saved_tensors(backend):
     assert alive() is None, "the compiled backward kept its saved tensors"
 
 
+MODIFIED = "modified by an inplace operation"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_saved_value_written_in_place_after_the_call_raises_as_eager(backend):
+    """A tensor the compiled backward saved (here an input) written in place after the
+    call: eager's saved variable raises at backward; the compiled backward raised
+    nothing and read the new values (a wrong gradient; fuzz seed 12 #394). Every saved
+    tensor's version is checked (csrc/runtime/aot_function.c)."""
+    def square(v):
+        return v * v
+
+    def scaled(v):
+        return (v * 3.0).sin() * v
+
+    cases = ((square, lambda v, y: v.add_(1)), (scaled, lambda v, y: v.mul_(2)))
+    for f, write in cases:
+        ember.compiler.reset()
+        for run in (f, ember.compile(f, backend=backend)):
+            x = _leaf([0.5, -1.0, 2.0])
+            v = x * 1.0
+            y = run(v)
+            if run is not f:
+                _compiled(y)
+            write(v, y)
+            with pytest.raises(RuntimeError, match=MODIFIED):
+                y.sum().backward()
+            assert x.grad is None
+        # untouched, the same call's backward is eager's
+        xe, xc = _leaf([0.5, -1.0, 2.0]), _leaf([0.5, -1.0, 2.0])
+        f(xe * 1.0).sum().backward()
+        _compiled(ember.compile(f, backend=backend)(xc * 1.0)).sum().backward()
+        _same_grads([xc], [xe], TOL[ember.float64])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_create_graph_refuses_a_double_backward_instead_of_a_wrong_one(backend):
     """The compiled backward reads its saved values as constants: its gradients are

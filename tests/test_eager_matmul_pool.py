@@ -139,3 +139,30 @@ def test_one_row_products_take_gemv_equal_across_thread_counts(a_form, b_transpo
     np.testing.assert_allclose(one, want, rtol=tol, atol=tol * np.abs(want).max())
     for t in two:
         np.testing.assert_array_equal(one, t)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("a_shape, b_shape, b_batch", [
+    ((3, 4), (2, 4, 15), (1, 4, 15)),          # a 2-d, b's batch a zero-stride copy
+    ((3, 4), (1, 2, 4, 15), (1, 1, 4, 15)),
+    ((1, 3, 4), (5, 4, 6), (1, 4, 6)),         # a's size-1 batch, b expanded
+])
+def test_a_broadcast_matrix_times_a_zero_stride_batch_is_numpys(a_shape, b_shape, b_batch,
+                                                               dtype):
+    """b the same matrix for every batch (its batch dims expanded: stride 0) and a
+    broadcast over them: not one (batch * m) x k product, whose rows a does not have
+    (it read past a's memory: upsample_nearest3d of an input expanded over channels
+    gave garbage eagerly, fuzz seed 14 #477)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = np.broadcast_to(rng.standard_normal(b_batch).astype(dtype), b_shape)
+    got = ember.matmul(ember.from_numpy(a), ember.from_numpy(b).expand(*b_shape))
+    np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_upsample_nearest3d_of_an_input_expanded_over_channels():
+    base = np.random.default_rng(1).standard_normal((1, 1, 4, 3, 5))
+    x = ember.from_numpy(np.broadcast_to(base, (1, 2, 4, 3, 5)))
+    got = ember.upsample_nearest3d(x, [3, 7, 4])
+    want = ember.upsample_nearest3d(x.contiguous(), [3, 7, 4])
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

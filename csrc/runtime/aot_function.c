@@ -65,7 +65,12 @@ typedef struct {
     PyObject *needs_grad;     /* tuple of input indices */
     PyObject *tangent_meta;   /* tuple of (sizes, dtype) per differentiable output */
     Py_ssize_t ninputs;
+    uint64_t *versions;       /* per saved value: its storage's version as the call
+                               * returned (NO_VERSION: not a tensor), or NULL */
+    Py_ssize_t nversions;
 } AOTBackward;
+
+#define NO_VERSION UINT64_MAX
 
 typedef struct {
     PyObject_HEAD
@@ -251,6 +256,48 @@ index_at(PyObject *idx, Py_ssize_t i, Py_ssize_t n)
     return j;
 }
 
+/* A saved value (an input or an output of the call, or an intermediate) written in
+ * place since the call returned: eager's error, as its saved variables raise it (the
+ * backward would read the new values). */
+static int
+check_saved_version(AOTBackward *self, Py_ssize_t j, PyObject *v)
+{
+    if (self->versions == NULL || j >= self->nversions ||
+            self->versions[j] == NO_VERSION || !em_Tensor_Check(v))
+        return 0;
+    em_Tensor *t = (em_Tensor *)v;
+    if (t->storage->version == self->versions[j])
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "one of the variables needed for gradient computation "
+                 "has been modified by an inplace operation: [ember.%s %s], which is saved "
+                 "value %zd of CompiledFunctionBackward, is at version %llu; expected "
+                 "version %llu instead.", em_dtypes[t->dtype]->name, em_tshape(t), j,
+                 (unsigned long long)t->storage->version,
+                 (unsigned long long)self->versions[j]);
+    return -1;
+}
+
+/* Records the versions of the saved tensors as the call returns them. */
+static int
+record_saved_versions(AOTBackward *bw)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(bw->saved);
+    if (n == 0)
+        return 0;
+    bw->versions = PyMem_Malloc(sizeof(uint64_t) * n);
+    if (bw->versions == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    bw->nversions = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(bw->saved, i);
+        bw->versions[i] = em_Tensor_Check(v) ? ((em_Tensor *)v)->storage->version
+                                             : NO_VERSION;
+    }
+    return 0;
+}
+
 static PyObject *
 backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, PyObject *kw)
 {
@@ -302,6 +349,8 @@ backward_vectorcall(AOTBackward *self, PyObject *const *grads, size_t nargsf, Py
         if (j < 0)
             goto error;
         args[i] = PyTuple_GET_ITEM(saved, j);
+        if (check_saved_version(self, j, args[i]) < 0)
+            goto error;
     }
     for (Py_ssize_t i = 0; i < nt; i++) {
         Py_ssize_t k = tangent_idx ? index_at(tangent_idx, i, ngrads) : i;
@@ -360,6 +409,7 @@ backward_dealloc(AOTBackward *self)
     Py_XDECREF(self->saved);
     Py_XDECREF(self->needs_grad);
     Py_XDECREF(self->tangent_meta);
+    PyMem_Free(self->versions);
     PyObject_Free(self);
 }
 
@@ -681,6 +731,8 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
             goto done;
         }
         bw->vectorcall = (vectorcallfunc)backward_vectorcall;
+        bw->versions = NULL;
+        bw->nversions = 0;
         Py_INCREF(self->backward);
         bw->backward = self->backward;
         Py_INCREF(self->variants);
@@ -704,6 +756,9 @@ function_vectorcall(AOTFunction *self, PyObject *const *inputs, size_t nargsf, P
         if (write_back(dst, PyTuple_GET_ITEM(outs, first + k), &self->mut[k], grad) < 0)
             goto done;
     }
+    /* (after the write-backs: the graph's own writes are not the user's) */
+    if (bw != NULL && record_saved_versions(bw) < 0)
+        goto done;
     if (self->nmut > 0 || self->nalias > 0) {
         PyObject *user = PyTuple_GetSlice(outs, 0, first);
         Py_SETREF(outs, user);

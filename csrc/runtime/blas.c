@@ -559,6 +559,9 @@ em_blas_matmul_ep(em_Tensor *a, em_Tensor *b, em_Tensor *out, int how, em_epilog
             fold = a->sizes[da] == out->sizes[d] && a->strides[da] == expect;
             expect *= a->sizes[da];
         }
+        else if (out->sizes[d] != 1)
+            fold = false;   /* a broadcast along a batch of b's zero-stride copies: its
+                             * rows are not batch * m stacked ones */
     }
     gemm_job_t job = {a, b, out, out->dtype, ta, tb, itemsize, fold ? batch * m : m, n, k,
                       lda, ldb, 0, 0, 0, fold, 0, NULL, ep, NULL};

@@ -107,14 +107,16 @@ def _to_numpy(data):
         raise ValueError(f"expected a rectangular nested sequence of numbers: {e}") from None
 
 
+COPY_WARNING = ("To copy construct from a tensor, it is recommended to use "
+                "sourceTensor.clone().detach() rather than ember.tensor(sourceTensor).")
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of data (nested sequences, numbers, NumPy arrays and
     scalars, tensors of ember or of other libraries, objects with __array__)."""
     _check_device(device)
     if isinstance(data, _C.Tensor):
-        warnings.warn("To copy construct from a tensor, it is recommended to use "
-                      "sourceTensor.clone().detach() rather than ember.tensor(sourceTensor).",
-                      UserWarning, stacklevel=2)
+        warnings.warn(COPY_WARNING, UserWarning, stacklevel=2)
     data = _array_like(data)
     if isinstance(data, _C.Tensor):
         src = data.detach()

@@ -344,6 +344,26 @@ def test_a_backward_variant_checks_the_size_relations_it_assumed():
     assert counters["aot_dynamic_guards"]
 
 
+def test_a_backward_variant_reads_sizes_only_a_decomposition_needs():
+    """The gradient of only the second output, an unsqueeze: its backward's squeeze
+    decomposes to a view of the input's symbolic shape, which no op-level node of the
+    variant reads; the variant gets the size as a placeholder (aot/variants.py
+    _size_placeholders) instead of raising TraceError (fuzz seed 13 #85)."""
+    def f(x):
+        v = x.flipud().to(ember.float64)
+        return v, [v.unsqueeze(-2)]
+    compiled = ember.compile(f, backend="aot_eager", dynamic=True)
+    for n in (3, 5, 8):
+        xe = ember.randn(n, 4, requires_grad=True)
+        xc = xe.detach().clone().requires_grad_()
+        (_, [we]), (_, [wc]) = f(xe), compiled(xc)
+        g = ember.randn(*we.shape, dtype=ember.float64)
+        we.backward(g)
+        wc.backward(g)
+        _close(xc.grad, xe.grad, n)
+    assert _graphs(compiled) == 1
+
+
 def test_the_check_at_other_sizes_respects_the_guards():
     """The sizes the joint graph runs again at satisfy every guard (a length at its
     bound moves down) and differ from the captured ones; none when the guards pin

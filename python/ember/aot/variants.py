@@ -121,6 +121,8 @@ class BackwardVariants:
             fake = self.prim_values.get(node)
             if node not in tangent_nodes and isinstance(fake, _C.Tensor):
                 ph.meta["val"] = fake
+        if tracer.symbolic:
+            _size_placeholders(tracer)
         _hoist_placeholders(graph)
         graph.eliminate_dead_code()
         graph.lint()
@@ -169,6 +171,22 @@ class BackwardVariants:
                 "value the compiled forward does not save (the full backward does not "
                 "read it)")
         return i
+
+
+def _size_placeholders(tracer):
+    """A placeholder for every size symbol of the variant's tensor placeholders that
+    has none: the decomposition of an op the formulas call may read a size no op-level
+    node reads (squeeze's view to its input's shape; fuzz seed 13 #85)."""
+    for ph in list(tracer.outer.values()):
+        val = ph.meta.get("val")
+        if not isinstance(val, _C.Tensor):
+            continue
+        for d in tuple(val.shape) + tuple(val.stride()):
+            if not isinstance(d, SymInt):
+                continue
+            for sym in d.expr.symbols():
+                if se.Expr.atom(sym) not in tracer.sym.known:
+                    tracer._symbol_placeholder(sym)
 
 
 def _sized(compiled, prim, env, known, name):

@@ -22,6 +22,8 @@ def reset():
     _hook.reset_counters()
     counters.clear()
     reset_warnings()
+    from .tensor_data import refused_codes
+    refused_codes.clear()
 
 
 __all__ = ["compile", "reset", "explain", "counters", "config", "list_backends",

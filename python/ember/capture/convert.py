@@ -21,6 +21,7 @@ from .config import config
 from . import logs
 from .exc import BreakReason, CaptureError, Unsupported, counters
 from .guards import GuardSet
+from . import tensor_data
 from .program import build_program
 from .self_check import SelfCheckingFrame, call_args, copy_graph_module
 from . import dynamic
@@ -110,7 +111,14 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
             counters["dynamic_fallback"][e.reason] += 1
             dynamic.static_codes.add(code)
             out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
-        gm, getters, program = build_graph_module(out, ret, code)
+        try:
+            gm, getters, program = build_graph_module(out, ret, code)
+        except tensor_data.RangeCheckUnsafe:
+            # ember.tensor's range check cannot follow the graph here: captured again,
+            # the call breaks
+            tensor_data.refused_codes.add(code)
+            out, ret = trace_frame(frame_info, dynamic=ctx.dynamic)
+            gm, getters, program = build_graph_module(out, ret, code)
     except Unsupported as e:
         if ctx.strict():
             where = f" at {e.location}" if e.location else ""
@@ -121,7 +129,11 @@ def convert_frame(frame_info, entries, ctx: CompileContext):
         reason = e.reason
         if e.break_at is not None:
             try:
-                entry = compile_break(frame_info, e, ctx, t0)
+                try:
+                    entry = compile_break(frame_info, e, ctx, t0)
+                except tensor_data.RangeCheckUnsafe:
+                    tensor_data.refused_codes.add(code)     # (as above)
+                    entry = compile_break(frame_info, e, ctx, t0)
             except Unsupported as why:
                 reason = f"{e.reason} (graph break not resumable: {why.reason})"
             except Exception as bug:   # noqa: BLE001 - a converter bug: run in CPython
@@ -581,6 +593,7 @@ def _is_empty_cell(cell):
 
 def build_graph_module(out: OutputGraph, ret: VariableTracker, code):
     """Adds the output node; returns (GraphModule, input getters, frame program)."""
+    tensor_data.verify(out)
     program, outputs = build_program(ret, out.side_effects, out.sym)
     _guard_mutated_objects(out)
     graph = out.graph

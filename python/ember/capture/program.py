@@ -11,7 +11,10 @@ that csrc/capture/compiled_frame.c decodes once into C structs.
                             module or tensor, which keeps its identity
     ("tuple", (j, ...))     a new tuple of values j, ...; ("list", ...) a new list
     ("dict", keys, (j, ...))  a new dict
-    ("call1", fn, j)        fn(value j): a named tuple or structseq from a tuple
+    ("call1", fn, j)        fn(value j): a named tuple or structseq from a tuple;
+                            side_effects.issue_warning: a warning the frame issued,
+                            tensor_data.check_int_range: eager's range check of
+                            ember.tensor's integers (these first in the table)
 
 `effects` then run in order, every target and value already computed:
 
@@ -31,7 +34,7 @@ import operator
 import types
 
 from .exc import Unsupported
-from .side_effects import DELETED
+from .side_effects import DELETED, issue_warning
 from .variables import (SymVar, BoundMethodVar, BuiltinMethodVar, BuiltinVar, CellVar, ConstVar,
                         DictVar, FunctionVar, ListVar, ModuleVar, NewObjectVar, ObjectVar,
                         OpVar,
@@ -297,6 +300,13 @@ class ProgramBuilder:
 def build_program(ret, side_effects, sym=None):
     """(program, graph output nodes) for a frame returning VT ret."""
     b = ProgramBuilder(sym)
+    for call in side_effects.calls:    # first: eager made them inside the frame
+        if call[0] == "warn":
+            b._add(("call1", issue_warning, b.const(call[1])))
+        else:                          # ("range_check", raw elements, dtype, node)
+            from .tensor_data import check_int_range
+            args = [b.const(call[2])] + [b.value(v) for v in call[1]]
+            b._add(("call1", check_int_range, b._add(("tuple", tuple(args)))))
     result = b.value(ret)
     effects = b.effects(side_effects)
     return (tuple(b.values), tuple(effects), result), b.outputs

@@ -24,6 +24,7 @@ tensors' attributes, and an attribute created and deleted again by the frame.
 from __future__ import annotations
 
 import types
+import warnings
 from collections import defaultdict
 
 from .exc import Unsupported
@@ -40,9 +41,32 @@ class SideEffects:
         self.attrs = {}          # (id(vt), name) -> (vt, name, value VT | DELETED)
         self.globals_ = {}       # (id(globals dict), name) -> (dict, name, VT | DELETED)
         self.cells = []          # real cells whose contents changed (CellVar)
+        # what the frame program calls first, in the frame's order: ("warn",
+        # warnings.warn_explicit's arguments) and ("range_check", ...) (tensor_data.py)
+        self.calls = []
 
     def __bool__(self):
+        return bool(self.mutated or self.attrs or self.globals_ or self.cells or
+                    self.calls)
+
+    def writes(self):
+        """Whether the frame writes anything outside it (containers, attributes,
+        globals, cells)."""
         return bool(self.mutated or self.attrs or self.globals_ or self.cells)
+
+    def warn(self, message, category, tx):
+        """`warnings.warn(message, category, stacklevel=2)` called by a function that
+        tx's frame calls (eager attributes it to that frame's line): issued again by
+        the frame program on every call, after the graph, as eager's through the
+        frame's module's registry (so the filters' "default" and "once" actions
+        behave as eager's). A filter making it an error (an exception at the call)
+        is unsupported."""
+        g = tx.f_globals
+        module = g.get("__name__", "<string>")
+        if _warning_action(message, category, module, tx.lineno) == "error":
+            raise Unsupported(f"a {category.__name__} the warning filters make an error")
+        self.calls.append(("warn", (message, category, tx.code.co_filename, tx.lineno,
+                                    module, g.setdefault("__warningregistry__", {}), g)))
 
     # ------------------------------------------------------------ one VT per object
 
@@ -140,7 +164,25 @@ class SideEffects:
         lines += [f"global {name} {'deleted' if v is DELETED else '= ' + repr(v)}"
                   for _, name, v, _ in self.globals_.values()]
         lines += [f"cell {_src(c)} = {c.content!r}" for c in self.cells]
+        lines += [f"warning {c[1][1].__name__} at {c[1][2]}:{c[1][3]}" if c[0] == "warn"
+                  else f"{c[0]} into {c[2]}" for c in self.calls]
         return lines
+
+
+def _warning_action(text, category, module, lineno):
+    """The action of the first of warnings.filters matching the warning (as
+    warnings.warn_explicit chooses it), else the default action."""
+    import warnings
+    for action, msg, cat, mod, ln in warnings.filters:
+        if (msg is None or msg.match(text)) and issubclass(category, cat) and \
+                (mod is None or mod.match(module)) and (ln == 0 or ln == lineno):
+            return action
+    return warnings.defaultaction
+
+
+def issue_warning(args):
+    """The frame program's replay of one recorded warning (SideEffects.warn)."""
+    warnings.warn_explicit(*args)
 
 
 def _src(vt):

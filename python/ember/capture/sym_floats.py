@@ -40,11 +40,14 @@ class FloatVar(ConstVar):
     graph value (IEEE double, as Python computes it); reading its value specialises
     every dynamic float it was made from."""
 
-    def __init__(self, value, source, pending, parts=None):
+    def __init__(self, value, source, pending, parts=None, maybe_int=False):
         super().__init__(value, source, pending)
         self._input = None
         self._parts = parts
         self._read = False
+        # max(s, 1) and the like: the number is an int or a float by the data (the
+        # graph value is its float64 value either way)
+        self.maybe_int = maybe_int
 
     @property
     def value(self):
@@ -124,7 +127,7 @@ def _float_arith(fn, a, b):
     operands = []
     for v in (a, b):
         if isinstance(v, FloatVar):
-            if not v.unread():
+            if not v.unread() or v.maybe_int:
                 return None
             operands.append(v)
         else:
@@ -152,27 +155,38 @@ def _where_chain(tx, fn, args):
 
 
 def min_max(fn, args):
-    """max(s, 0.5, ...) / min(...) of dynamic floats and float constants: a derived
-    FloatVar (a float either way, the graph's where chain over float64), or None
-    (an int or another value among the items: the result's type could depend on the
-    data; specialised)."""
+    """max(s, 0.5, ...) / min(...) of dynamic floats and float or int constants: a
+    derived FloatVar (the graph's where chain over float64), or None (another value
+    among the items; specialised). With an int among the items (|i| <= 2**53, exact in
+    float64) the result is that int or a float by the data (`maybe_int`): its type
+    shows wherever it is used except in + - * / with a floating tensor, where eager
+    converts either to the tensor's dtype (the same bits), so every other use reads its
+    value (specialised, guarded)."""
     items = []
+    maybe_int = False
     for v in args:
         if isinstance(v, FloatVar):
             if not v.unread():
                 return None
+            maybe_int |= v.maybe_int
             items.append(v)
         elif isinstance(v, ConstVar) and type(v.value) is float:
             items.append(v.value)
+        elif isinstance(v, ConstVar) and type(v.value) is int and \
+                -_EXACT <= v.value <= _EXACT:
+            maybe_int = True
+            items.append(v.value)
         else:
             return None
+    if not any(isinstance(p, FloatVar) for p in items):
+        return None
     values = [p._value if isinstance(p, FloatVar) else p for p in items]
-    return FloatVar(fn(*values), None, None, (fn, items))
+    return FloatVar(fn(*values), None, None, (fn, items), maybe_int)
 
 
 def negative(a):
     """-s of a dynamic float: a derived FloatVar (the sign flipped exactly), or None."""
-    if isinstance(a, FloatVar) and a.unread():
+    if isinstance(a, FloatVar) and a.unread() and not a.maybe_int:
         return FloatVar(-a._value, None, None, (operator.neg, [a]))
     return None
 
@@ -227,6 +241,10 @@ def binary(tx, fn, a, b):
     if not isinstance(f, FloatVar) or not isinstance(t, TensorVar) or not f.unread():
         return None
     dtype = t.fake.dtype
+    if f.maybe_int and (not dtype.is_floating_point or pure is operator.pow):
+        # (an int times an integer tensor stays integer; x ** 2 and x ** 2.0 are
+        # computed differently)
+        return None
     if dtype.is_floating_point:
         compute = dtype
     elif dtype.is_complex or dtype == _C.bool or fn is not pure:

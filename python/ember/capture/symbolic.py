@@ -16,6 +16,7 @@ from __future__ import annotations
 import dis
 import inspect
 import operator
+import os
 import sys
 import types
 from collections import defaultdict
@@ -130,6 +131,10 @@ def _is_ember_file(filename: str) -> bool:
     from . import skip
     return skip.is_ember_internal(filename)
 
+
+# constants whose subscript is a plain lookup (raising KeyError/IndexError/TypeError
+# as eager does, with nothing else run): builtin containers and os.environ
+_PLAIN_SUBSCRIPTED = (dict, list, tuple, str, bytes, range, type(os.environ))
 
 class OutputGraph:
     """What a capture produces: the FX graph, its inputs (with sources) and the guards."""
@@ -1553,7 +1558,18 @@ class Translator:
         if isinstance(obj, ModuleVar) and key.is_constant():
             return obj.item(self, key.as_constant())
         if obj.is_constant() and key.is_constant():
-            return self.wrap_constant_result(obj.as_constant()[key.as_constant()])
+            c = obj.as_constant()
+            try:
+                value = c[key.as_constant()]
+            except Exception as e:   # noqa: BLE001 - eager raises it too
+                if type(c) in _PLAIN_SUBSCRIPTED and \
+                        type(e) in (KeyError, IndexError, TypeError):
+                    # (a missing key of a plain dict: os.environ.get's lookup, which
+                    # its caller catches)
+                    raise PyException.of(e) from None
+                raise Unsupported(f"subscript of a {type(c).__name__} raised {e!r}") \
+                    from None
+            return self.wrap_constant_result(value)
         raise Unsupported(f"subscript of {obj} with {key}")
 
     def STORE_SUBSCR(self, ins):

@@ -117,6 +117,9 @@ CLASSES = {
     "ember.tensor of data holding one-element tensors": [
         "tensor_of_a_list_of_reductions", "tensor_of_nested_indexed_elements",
         "tensor_of_reductions_with_dtypes"],
+    "ember.tensor of a tensor (a copy; eager's warning replayed)": [
+        "tensor_of_a_tensor_copies_it", "tensor_of_a_parameter_detaches_it",
+        "tensor_of_a_tensor_in_a_helper"],
     "no_grad()/enable_grad()/set_grad_enabled() blocks": [
         "no_grad_block", "enable_grad_inside_no_grad", "set_grad_enabled_false_block",
         "set_grad_enabled_from_flag", "nested_with_grad_blocks",

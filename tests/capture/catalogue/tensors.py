@@ -444,6 +444,28 @@ def fn(x):
     return x - 1
 """, "T(3)", torch_breaks=True),
     # ------------------------------------------------- ember.tensor / as_tensor of Python data
+    Case("tensor_of_a_tensor_copies_it", """
+def fn(x):
+    y = x * 2
+    z = torch.tensor(y)
+    z.add_(1)
+    return z, y, torch.tensor(x.t(), dtype=torch.float64)
+""", "T(2, 3)"),
+    Case("tensor_of_a_parameter_detaches_it", """
+lin = nn.Linear(3, 2)
+
+def fn(x):
+    w = torch.tensor(lin.weight)
+    return lin(x) + (x @ w.t()), w.requires_grad
+""", "T(4, 3)"),
+    Case("tensor_of_a_tensor_in_a_helper", """
+def snapshot(t):
+    return torch.tensor(t, dtype=torch.float32)
+
+def fn(x):
+    s = snapshot(x.sum(0))
+    return x - s, s
+""", "T(3, 2)"),
     Case("tensor_of_python_numbers", """
 def fn(x):
     return x + torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2), torch.tensor(True), \\
