@@ -161,9 +161,7 @@ def decide(rel, ranges, facts=()):
     else the bounds of the polynomial with each symbol shifted to its lower bound (s =
     lo + t, t >= 0: with every coefficient of the t's of one sign, the constant bounds
     the polynomial from that side), else a fact that implies it or its negation."""
-    value = _decide(rel, ranges)
-    if value is None:
-        value = _decide_quotients(rel, ranges)
+    value = _decide_any(rel, ranges)
     if value is not None or not facts:
         return value
     for want, answer in ((rel, True), (rel.negate(), False)):
@@ -173,6 +171,12 @@ def decide(rel, ranges, facts=()):
             if _implies(f, want, ranges):
                 return answer
     return None
+
+
+def _decide_any(rel, ranges):
+    """_decide, else _decide_quotients."""
+    value = _decide(rel, ranges)
+    return value if value is not None else _decide_quotients(rel, ranges)
 
 
 def _decide_quotients(rel, ranges):
@@ -241,7 +245,7 @@ def _implies(fact, rel, ranges):
            if s in ranges and ranges[s][0] >= 1]
     cands = [f * m for f in fs for m in [se.Expr.const(1)] + pos]
     return bool(rs) and all(
-        any(_decide(se.Rel("<=", r - f), ranges) is True for f in cands) for r in rs)
+        any(_decide_any(se.Rel("<=", r - f), ranges) is True for f in cands) for r in rs)
 
 
 def _decide(rel, ranges):
