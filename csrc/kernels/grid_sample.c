@@ -26,10 +26,11 @@
  *
  * Everything is computed in double (float32 inputs read and their results rounded
  * once; float16 and bfloat16 through float32 copies). On the pool (em_run_chunked,
- * fixed chunks): the forward and grad_grid by grid
- * points, each computed alone; grad_input by (batch, block of GS_CB channels), each
- * block's points in order, the blocks' shares of grad_grid kept apart and added in
- * block order; so results are the same at every thread count.
+ * fixed chunks): the forward and grad_grid by grid points, each computed alone (the
+ * forward in runs of GS_RUN points: their corners, then channel by channel); grad_input
+ * by (batch, block of GS_CB channels), each block's points in order (runs of GS_RUN
+ * points too), the blocks' shares of grad_grid kept apart and added in block order; so results are the same at every
+ * thread count.
  */
 /* O3 (vectorised row loops) without contracting a * b + c: the results do not depend on
  * the host's FMA; the clones only widen the vectors (element-wise, same results). */
@@ -51,7 +52,7 @@ enum { GS_BILINEAR, GS_NEAREST, GS_BICUBIC };
 enum { GS_ZEROS, GS_BORDER, GS_REFLECTION };
 #define GS_CB 8          /* channels per grad_input work item */
 #define GS_MAXTAPS 4
-#define GS_MAXCORNERS 64
+#define GS_MAXCORNERS 16      /* 4 x 4 (2-d bicubic); 8 for 3-d trilinear */
 
 typedef struct {
     bool f32;
@@ -296,73 +297,104 @@ point2(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q, gs_point *pt, bool want_dw)
     pt->n = m;
 }
 
-/* the forward's channel loop for one point, in the input's type T */
-#define GS_FORWARD_POINT(T)                                                               \
-    static inline void forward_point_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q,            \
-                                  const gs_point *pt)                                     \
+/* The forward over a run of up to GS_RUN consecutive points of one batch: their corners
+ * first, then channel by channel (each output row written in order, each input plane
+ * read while it is in cache); every output is the same sum over its corners in order. */
+#define GS_RUN 64
+typedef struct {
+    gs_point pt[GS_RUN];
+} gs_run;
+
+#define GS_FORWARD_RUN(T)                                                                 \
+    static inline void forward_run_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q0,      \
+                                       int len, const gs_run *r)                          \
     {                                                                                     \
         const T *x = (const T *)p->x + n * p->C * p->S;                                   \
-        T *o = (T *)p->out + n * p->C * p->Q + q;                                         \
+        T *o = (T *)p->out + n * p->C * p->Q + q0;                                        \
         for (Py_ssize_t c = 0; c < p->C; c++) {                                           \
             const T *plane = x + c * p->S;                                                \
-            double v = 0;                                                                 \
-            for (int k = 0; k < pt->n; k++)                                               \
-                v += pt->w[k] * (double)plane[pt->off[k]];                                \
-            o[c * p->Q] = (T)v;                                                           \
+            T *row = o + c * p->Q;                                                        \
+            for (int j = 0; j < len; j++) {                                               \
+                const Py_ssize_t *off = r->pt[j].off;                                     \
+                const double *w = r->pt[j].w;                                             \
+                double v;                                                                 \
+                if (r->pt[j].n == 4) { /* bilinear inside: the same sum, unrolled */         \
+                    v = w[0] * (double)plane[off[0]];                                     \
+                    v += w[1] * (double)plane[off[1]];                                    \
+                    v += w[2] * (double)plane[off[2]];                                    \
+                    v += w[3] * (double)plane[off[3]];                                    \
+                }                                                                         \
+                else {                                                                    \
+                    v = 0;                                                                \
+                    for (int k = 0; k < r->pt[j].n; k++)                                  \
+                        v += w[k] * (double)plane[off[k]];                                \
+                }                                                                         \
+                row[j] = (T)v;                                                            \
+            }                                                                             \
         }                                                                                 \
     }
-GS_FORWARD_POINT(float)
-GS_FORWARD_POINT(double)
+GS_FORWARD_RUN(float)
+GS_FORWARD_RUN(double)
 
 GS_CLONES static void
 forward_range(void *ctx, int64_t start, int64_t end)
 {
     const gs_ctx *p = ctx;
-    gs_point pt;
-    for (int64_t i = start; i < end; i++) {
-        Py_ssize_t n = i / p->Q, q = i % p->Q;
-        if (p->d == 2 && p->mode != GS_BICUBIC)
-            point2(p, n, q, &pt, false);
-        else
-            point(p, n, q, &pt, false);
+    gs_run run;
+    for (int64_t i = start; i < end;) {
+        Py_ssize_t n = i / p->Q, q0 = i % p->Q;
+        int len = 0;
+        while (len < GS_RUN && i < end && q0 + len < p->Q) {
+            if (p->d == 2 && p->mode != GS_BICUBIC)
+                point2(p, n, q0 + len, &run.pt[len], false);
+            else
+                point(p, n, q0 + len, &run.pt[len], false);
+            len++;
+            i++;
+        }
         if (p->f32)
-            forward_point_float(p, n, q, &pt);
+            forward_run_float(p, n, q0, len, &run);
         else
-            forward_point_double(p, n, q, &pt);
+            forward_run_double(p, n, q0, len, &run);
     }
 }
 
-/* one point's share of the channels c0 .. c1: grad_input scattered, grad_grid's sum
- * (before the position's derivative) into acc; in the input's type T */
-#define GS_BACKWARD_POINT(T)                                                              \
-    static inline void backward_point_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q,           \
-                                   Py_ssize_t c0, Py_ssize_t c1, const gs_point *pt,      \
-                                   double *acc)                                           \
+/* a run of len points' share of the channels c0 .. c1, channel by channel (each plane's
+ * additions in the points' order, as point by point): grad_input scattered, grad_grid's
+ * sums (before the positions' derivatives) into acc; in the input's type T */
+#define GS_BACKWARD_RUN(T)                                                                \
+    static inline void backward_run_##T(const gs_ctx *p, Py_ssize_t n, Py_ssize_t q0,     \
+                                        int len, Py_ssize_t c0, Py_ssize_t c1,            \
+                                        const gs_run *r, double (*acc)[3])                \
     {                                                                                     \
-        const T *x = (const T *)p->x, *go = (const T *)p->go;                             \
-        T *gx = (T *)p->gx;                                                               \
         for (Py_ssize_t c = c0; c < c1; c++) {                                            \
-            Py_ssize_t plane = (n * p->C + c) * p->S;                                     \
-            double g = (double)go[(n * p->C + c) * p->Q + q];                             \
-            for (int k = 0; k < pt->n; k++) {                                             \
-                Py_ssize_t at = plane + pt->off[k];                                       \
-                gx[at] = (T)((double)gx[at] + pt->w[k] * g);                              \
-                double xv = g * (double)x[at];                                            \
-                for (int a = 0; a < p->d; a++)                                            \
-                    acc[a] += xv * pt->dw[k][a];                                          \
+            const T *x = (const T *)p->x + (n * p->C + c) * p->S;                         \
+            const T *go = (const T *)p->go + (n * p->C + c) * p->Q + q0;                  \
+            T *gx = (T *)p->gx + (n * p->C + c) * p->S;                                   \
+            for (int j = 0; j < len; j++) {                                               \
+                const gs_point *pt = &r->pt[j];                                           \
+                double g = (double)go[j];                                                 \
+                for (int k = 0; k < pt->n; k++) {                                         \
+                    Py_ssize_t at = pt->off[k];                                           \
+                    gx[at] = (T)((double)gx[at] + pt->w[k] * g);                          \
+                    double xv = g * (double)x[at];                                        \
+                    for (int a = 0; a < p->d; a++)                                        \
+                        acc[j][a] += xv * pt->dw[k][a];                                   \
+                }                                                                         \
             }                                                                             \
         }                                                                                 \
     }
-GS_BACKWARD_POINT(float)
-GS_BACKWARD_POINT(double)
+GS_BACKWARD_RUN(float)
+GS_BACKWARD_RUN(double)
 
 /* items: (batch, channel block): grad_input of the block's planes (points in order) and
- * the block's share of grad_grid */
+ * the block's share of grad_grid, in runs of GS_RUN points */
 GS_CLONES static void
 backward_range(void *ctx, int64_t start, int64_t end)
 {
     const gs_ctx *p = ctx;
-    gs_point pt;
+    gs_run run;
+    double acc[GS_RUN][3];
     size_t el = p->f32 ? sizeof(float) : sizeof(double);
     for (int64_t i = start; i < end; i++) {
         Py_ssize_t n = i / p->blocks, blk = i % p->blocks;
@@ -370,18 +402,22 @@ backward_range(void *ctx, int64_t start, int64_t end)
         memset(p->gx + (size_t)((n * p->C + c0) * p->S) * el, 0,
                (size_t)((c1 - c0) * p->S) * el);
         double *part = p->part + (n * p->blocks + blk) * p->Q * p->d;
-        for (Py_ssize_t q = 0; q < p->Q; q++) {
-            if (p->d == 2 && p->mode != GS_BICUBIC)
-                point2(p, n, q, &pt, true);
-            else
-                point(p, n, q, &pt, true);
-            double acc[3] = {0, 0, 0};
+        for (Py_ssize_t q0 = 0; q0 < p->Q; q0 += GS_RUN) {
+            int len = p->Q - q0 < GS_RUN ? (int)(p->Q - q0) : GS_RUN;
+            for (int j = 0; j < len; j++) {
+                if (p->d == 2 && p->mode != GS_BICUBIC)
+                    point2(p, n, q0 + j, &run.pt[j], true);
+                else
+                    point(p, n, q0 + j, &run.pt[j], true);
+                acc[j][0] = acc[j][1] = acc[j][2] = 0;
+            }
             if (p->f32)
-                backward_point_float(p, n, q, c0, c1, &pt, acc);
+                backward_run_float(p, n, q0, len, c0, c1, &run, acc);
             else
-                backward_point_double(p, n, q, c0, c1, &pt, acc);
-            for (int a = 0; a < p->d; a++)
-                part[q * p->d + a] = acc[a] * pt.mult[a];
+                backward_run_double(p, n, q0, len, c0, c1, &run, acc);
+            for (int j = 0; j < len; j++)
+                for (int a = 0; a < p->d; a++)
+                    part[(q0 + j) * p->d + a] = acc[j][a] * run.pt[j].mult[a];
         }
     }
 }
