@@ -180,15 +180,14 @@ def verify(out):
     may write nothing outside it), and what the graph does after the call must be
     unobservable when eager raised instead (no writes, random draws or ops that raise
     on values)."""
-    marks = [c[3] for c in out.side_effects.calls if c[0] == "range_check"]
-    if not marks:
+    kinds = [c[0] for c in out.side_effects.calls]
+    if "range_check" not in kinds:
         return
-    if out.side_effects.writes() or \
-            any(c[0] == "warn" for c in out.side_effects.calls[
-                [c[0] for c in out.side_effects.calls].index("range_check"):]):
+    at = kinds.index("range_check")
+    if out.side_effects.writes() or "warn" in kinds[at:]:
         raise RangeCheckUnsafe("the frame writes outside it or warns after the check")
     after = False
-    first = marks[0]
+    first = out.side_effects.calls[at][3]
     for node in out.graph.nodes:
         if after and not _safe_after(node):
             raise RangeCheckUnsafe(f"{node.target} after the check")
