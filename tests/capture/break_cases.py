@@ -6,13 +6,12 @@ counters."""
 import dataclasses
 import re
 
-import pytest
-
 import ember
 from ember.capture import counters
 
 from catalogue import explain_case, torch_counts  # noqa: F401 - the tests import it here
 from test_catalogue import assert_same, flatten, make_namespace
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 
 @dataclasses.dataclass
@@ -28,14 +27,6 @@ class Case:
 
     def __str__(self):
         return self.name
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    counters.clear()
-    yield
-    ember.compiler.reset()
 
 
 def grad_flags(result):

@@ -4,10 +4,12 @@
 import pytest
 
 import ember
+from ember.capture import counters
 
 
 @pytest.fixture(autouse=True)
 def fresh_compiler():
     ember.compiler.reset()
+    counters.clear()
     yield
     ember.compiler.reset()

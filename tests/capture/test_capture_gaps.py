@@ -15,6 +15,7 @@ import ember
 from catalogue import CASES, make_namespace
 from ember.capture import _hook, counters
 from test_catalogue import assert_same
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -36,13 +37,6 @@ NEW_CASES = [
     "builtin_max_min_of_tensor_and_number_returned",
     "builtin_max_of_tensor_and_number_scaled_by_number"]
 BACKENDS = ("eager", "aot_eager", "llvm")
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def _case(name):

@@ -15,18 +15,11 @@ import pytest
 
 import ember
 from ember.capture import _hook, counters
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
 BACKENDS = ("eager", "aot_eager", "llvm")
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    counters.clear()
-    yield
-    ember.compiler.reset()
 
 
 def torch_explain(torch, fn, *args):

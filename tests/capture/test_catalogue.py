@@ -22,6 +22,7 @@ import ember
 from catalogue import CASES, MODULES, explain_case, make_namespace, stored_counts, torch_counts
 from catalogue.coverage import CLASSES
 from ember.capture import _hook, counters
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -58,13 +59,6 @@ def assert_same(got, want):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-6)
         else:
             assert same_type(a, b) and a == b, (a, b)
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def _structure(value):

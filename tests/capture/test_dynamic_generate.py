@@ -15,15 +15,9 @@ import pytest
 import ember
 from ember.capture import counters
 from ember.models.gpt import GPT, GPTConfig
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 BACKENDS = ["eager", "aot_eager", "llvm"]
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def _model(block_size=32):

@@ -20,18 +20,12 @@ import ember
 from ember._C import _capture
 from ember.capture.backends import register_backend
 from ember.models.gpt import GPT, GPTConfig
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 EMBER = os.path.dirname(ember.__file__)
 ENTRY = {("compiled", os.path.join("capture", "api.py")),
          ("__call__", os.path.join("nn", "modules", "module.py")),
          ("_call_impl", os.path.join("nn", "modules", "module.py"))}
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def _ember_frames(call, allowed=()):

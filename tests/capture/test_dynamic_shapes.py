@@ -14,15 +14,9 @@ import ember.nn as nn
 import ember.nn.functional as F
 from ember import _C
 from ember.capture import _hook, counters
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 BACKENDS = ["eager", "aot_eager", "llvm"]
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def _same(a, b):

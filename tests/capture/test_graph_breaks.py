@@ -14,7 +14,7 @@ import ember
 from ember.capture import CaptureError, _hook, counters
 
 from break_cases import (Case, check_explain_counts, check_matches_eager,  # noqa: F401
-                         check_second_call, fresh, torch_counts)
+                         check_second_call, fresh_compiler, torch_counts)
 from test_catalogue import assert_same, make_namespace
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")

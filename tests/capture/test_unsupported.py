@@ -17,6 +17,7 @@ from ember.capture import CaptureError, _hook, counters
 
 from catalogue import torch_counts
 from test_catalogue import assert_same, make_namespace
+from fresh_compiler import fresh_compiler  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.skipif(not _hook.available, reason="capture needs CPython 3.11")
 
@@ -63,13 +64,6 @@ def fn(x, strict=True):
     return y
 """, "T(3,)", r"raise statement reached: raise ValueError\('strict mode'\)", 5, None),
 ]
-
-
-@pytest.fixture(autouse=True)
-def fresh():
-    ember.compiler.reset()
-    yield
-    ember.compiler.reset()
 
 
 def eager_result(fn, args, kwargs):
