@@ -215,3 +215,20 @@ def test_an_output_viewing_the_written_input_at_a_symbolic_position(backend):
             assert ember.equal(c1, c2)
     assert len(cf._ember_compile_context.graphs) == 1
     assert counters["stats"]["size_specializations"] == 0
+
+
+def test_a_symbolic_graph_profile_report_prints_its_steps():
+    """profile_report labels steps with their views, whose symbolic strides and offsets
+    are printed as expressions (comparing them raised: a size-dependent decision)."""
+    def fn(cache, x, pos):
+        cache[:, pos] = x
+        return (cache[:, :pos + 1] @ cache[0, :pos + 1].t()).sum(-1)
+    cf = ember.compile(fn, backend="llvm", dynamic=True)
+    for n in (3, 4):
+        cf(ember.zeros(1, 130, W), ember.randn(1, W), n)
+    g = B.recent[-1]
+    assert g.symbolic
+    g.start_profile()
+    cf(ember.zeros(1, 130, W), ember.randn(1, W), 9)
+    report = g.profile_report()
+    assert "per call" in report and "matmul" in report

@@ -53,8 +53,15 @@ class View(NamedTuple):
     offset: int = 0
 
     def layout(self):
-        """'' for a contiguous view from element 0, else its strides and offset."""
-        if self.offset or self.strides != M.contiguous_strides(tuple(self.sizes)):
+        """'' for a contiguous view from element 0, else its strides and offset (a
+        symbolic view's compared as expressions: printing decides nothing by size)."""
+        from .symbolic import SymbolicLoweringUnsupported, is_symbolic, same_sizes
+        try:
+            plain = not is_symbolic(self.offset) and self.offset == 0 and same_sizes(
+                self.strides, M.contiguous_strides(tuple(self.sizes)))
+        except SymbolicLoweringUnsupported:
+            plain = False
+        if not plain:
             return f"(strides {list(self.strides)}, offset {self.offset})"
         return ""
 
