@@ -32,6 +32,7 @@ from . import api as O
 from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
+from ..compiler import conv as conv_lowering
 from ..compiler.conv import lower_convolution
 from ..compiler.lowerings import extern
 from ..compiler.pooling import (lower_max_pool2d_with_indices,
@@ -252,9 +253,9 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
                                      .contiguous(), k[0], k[1], ss, pp, dd, groups)
         if fused is not None:
             return fused.reshape((Co, cig) + tuple(kshape))
-    if _C._get_mode()[0] == _C.MODE_TRACE and inp.dtype is _C.float32 and \
-            gout.dtype is _C.float32 and not _C.is_grad_enabled() and \
-            _conv_out_size(x4.shape[2:], k, ss, pp, dd) == out_sp:
+    if _C._get_mode()[0] == _C.MODE_TRACE and conv_lowering.eager_weight_grad and \
+            nsp <= 2 and inp.dtype is _C.float32 and gout.dtype is _C.float32 and \
+            not _C.is_grad_enabled() and _conv_out_size(x4.shape[2:], k, ss, pp, dd) == out_sp:
         # traced where eager runs the blocked kernel above: the prim of that kernel (an
         # extern step compiled), eager's bits
         gw = O.convolution_weight_grad(x4, gout.unsqueeze(2) if nsp == 1 else gout, list(k),
