@@ -316,6 +316,76 @@ add(OpInfo("convolution", _conv_samples, _ref_convolution, reduction=True, dtype
            errors=_conv_errors))
 
 
+def _ref_convolution_weight_grad(x, go, kernel_size, stride, padding, dilation, groups):
+    """By the definition: tap (i, j) of w[co, ci] sums grad_output times the input
+    element that tap multiplies, over the samples and output positions."""
+    x, go = _f(x), _f(go)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_params(v, 2) for v in
+                                              (kernel_size, stride, padding, dilation))
+    N, C, H, W = x.shape
+    _, Co, OH, OW = go.shape
+    cig, cog = C // groups, Co // groups
+    xp = np.zeros((N, C, H + 2 * ph, W + 2 * pw))
+    xp[:, :, ph:ph + H, pw:pw + W] = x
+    out = np.zeros((Co, cig, kh, kw))
+    for co in range(Co):
+        g = co // cog
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cig:(g + 1) * cig, i * dh:i * dh + sh * (OH - 1) + 1:sh,
+                           j * dw:j * dw + sw * (OW - 1) + 1:sw]
+                out[co, :, i, j] = np.einsum("nchw,nhw->c", patch, go[:, co])
+    return out
+
+
+def _conv_weight_grad_samples(dtype, rng):
+    def mk(*s):
+        return make(s, dtype, rng, -2, 2)
+    S = Sample
+    return [
+        S((mk(2, 3, 5, 5), mk(2, 4, 3, 3), [3, 3], [1, 1], [0, 0], [1, 1], 1)),
+        S((mk(2, 3, 6, 7), mk(2, 4, 3, 4), [3, 3], [2, 2], [1, 1], [1, 1], 1),
+          desc="strided padded"),
+        S((mk(1, 4, 6, 5), mk(1, 6, 3, 7), [2, 3], [2, 1], [1, 2], [2, 1], 2),
+          desc="grouped strided dilated padded"),
+        S((mk(3, 3, 4, 4), mk(3, 3, 4, 4), [3, 3], [1], [1], [1], 3),
+          desc="depthwise, one value per param"),
+        S((mk(2, 2, 4, 4), mk(2, 3, 4, 4), [1, 1], [1, 1], [0, 0], [1, 1], 1), desc="1x1"),
+        S((mk(2, 3, 7, 6), mk(2, 2, 3, 2), [3, 3], [2, 2], [0, 0], [1, 1], 1),
+          desc="stride drops input rows"),
+    ] + ([S((mk(0, 3, 4, 4), mk(0, 2, 2, 2), [3, 3], [1, 1], [0, 0], [1, 1], 1),
+            desc="empty batch", grad=False)] if dtype in ("float32", "float64") else [])
+
+
+def _conv_weight_grad_errors():
+    def E(args, match, desc, exc=RuntimeError):
+        return ErrorSample(args, {}, exc, r"convolution_weight_grad\(\).*" + match, desc)
+    std = ([3, 3], [1, 1], [0, 0], [1, 1], 1)
+    return [
+        E((_T(1, 3, 5), _T(1, 2, 3, 3)) + std, r"4-d input", "rank"),
+        E((_T(1, 3, 5, 5), _T(1, 2, 4, 4)) + std, r"not the output", "sizes"),
+        E((_T(1, 3, 5, 5), _T(1, 2, 3, 3)) + std[:4] + (2,), r"not the output", "groups"),
+        E((_T(1, 3, 5, 5, dtype="int64"), _T(1, 2, 3, 3, dtype="int64")) + std,
+          r"float32 or float64", "dtype", NotImplementedError),
+    ]
+
+
+def _torch_conv_weight_grad(torch, x, go, k, s, p, d, g):
+    """PyTorch's convolution_backward, weight output only. Ember's prim is the float
+    kernel only (conv2d's backward traces it for float32 alone; other dtypes keep the
+    decomposition), so the dtypes torch also computes raise as Ember's do."""
+    if x.dtype not in (torch.float32, torch.float64):
+        raise NotImplementedError("float32 or float64 only")
+    w = torch.empty((go.shape[1], x.shape[1] // g) + tuple(k), dtype=x.dtype)
+    return torch.ops.aten.convolution_backward(go, x, w, None, s, p, d, False, [0, 0], g,
+                                               (False, True, False))[1]
+
+
+add(OpInfo("convolution_weight_grad", _conv_weight_grad_samples, _ref_convolution_weight_grad,
+           reduction=True, dtypes=("float32", "float64"), errors=_conv_weight_grad_errors,
+           torch_fn=_torch_conv_weight_grad))
+
+
 def _conv2d_samples(dtype, rng):
     def mk(*s):
         return make(s, dtype, rng, -2, 2)

@@ -2,6 +2,10 @@
 compiler/pooling.py): an im2col kernel and one GEMM per convolution, col2im for the
 input's gradient, results equal to eager's (float64 to 1e-10, float32 to the compiled
 models' tolerances), eager's output layouts, identical results at 1 and 2 threads."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -81,18 +85,22 @@ def test_conv2d_and_its_gradients_match_eager(dtype, tol, geom, eager_float32, m
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
     # forward: im2col + one GEMM; backward: the input's gradient by GEMM + col2im, the
     # weight's by the convolution of the input by the output's gradient (no index
-    # gather); float32 with eager_float32: conv.c's kernel but for the weight's
+    # gather); float32 with eager_float32: conv.c's kernel; a float32 weight gradient:
+    # conv.c's weight-gradient kernel (the convolution_weight_grad prim)
     eager = eager_float32 and dtype is ember.float32
-    assert text.count("extern convolution") == (2 if eager else 0), text
-    assert text.count("extern") == text.count("extern convolution"), text
-    assert "im2col" in text and ("col2im" in text) != eager, text
+    wgrad = dtype is ember.float32
+    assert text.count("extern convolution(") == (2 if eager else 0), text
+    assert text.count("extern convolution_weight_grad(") == (1 if wgrad else 0), text
+    assert text.count("extern") == 2 * eager + wgrad, text
+    assert ("im2col" in text) != eager and ("col2im" in text) != eager, text
 
 
 def test_float32_convolutions_run_the_eager_kernel_with_eager_bits():
     """A float32 convolution is conv.c's kernel as an extern step (its input's
     elementwise chain realized first, the bias added by the kernel): the output bit for
     bit eager's, at 1 and 2 threads; in the backward the input's gradient (a transposed
-    convolution) is too, the weight's is lowered (im2col and a GEMM)."""
+    convolution) is too, and so is the weight's (conv.c's weight-gradient kernel, the
+    convolution_weight_grad prim)."""
     geom = (4, 16, 12, 12, 24, 3, 3, 1, 1, 1, True)
     for threads in (1, 2):
         ember.set_num_threads(threads)
@@ -107,12 +115,13 @@ def test_float32_convolutions_run_the_eager_kernel_with_eager_bits():
         got = ember.compile(f, fullgraph=True)(x, w, b)
         got_g = ember.autograd.grad(got.sum(), (x, w, b))
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
-        for a, c in zip(got_g, want_g):
-            np.testing.assert_allclose(a.numpy(), c.numpy(), **F32)
+        for a, c in zip(got_g[:2], want_g[:2]):
+            np.testing.assert_array_equal(a.numpy(), c.numpy())
+        np.testing.assert_allclose(got_g[2].numpy(), want_g[2].numpy(), **F32)
         fwd, bwd = (str(c.lowered) for c in llvm_backend.recent)
-        assert "extern convolution" in fwd and "im2col" not in fwd, fwd
-        assert bwd.count("extern convolution") == 1 and "col2im" not in bwd, bwd
-        assert "im2col" in bwd, bwd
+        assert "extern convolution(" in fwd and "im2col" not in fwd, fwd
+        assert bwd.count("extern convolution(") == 1 and "col2im" not in bwd, bwd
+        assert bwd.count("extern convolution_weight_grad(") == 1 and "im2col" not in bwd, bwd
 
 
 def test_forward_is_an_im2col_kernel_and_one_gemm(monkeypatch):
@@ -298,3 +307,113 @@ def test_products_with_a_small_inner_dim_are_pointwise(dtype, tol):
     np.testing.assert_allclose(gx.numpy(), wx.numpy(), **tol)
     text = "\n".join(str(c.lowered) for c in llvm_backend.recent)
     assert len(llvm_backend.recent) == 2 and "matmul" not in text, text
+
+
+# ------------------------------------------------------------------ weight gradients
+
+# (N, Ci, H, W, Co, kh, kw, stride, padding, dilation, groups); kh None: a 1-d convolution
+WGRAD_GEOMETRIES = [
+    (4, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1),
+    (3, 8, 11, 10, 16, 3, 3, 2, 1, 1, 1),
+    (2, 6, 13, 12, 4, 3, 2, (2, 1), (0, 2), (2, 1), 1),
+    (2, 8, 9, 9, 12, 3, 3, 1, 1, 1, 4),
+    (2, 6, 8, 8, 6, 3, 3, 2, 1, 1, 6),
+    (16, 16, 8, 8, 32, 1, 1, 1, 0, 1, 1),
+    (3, 4, None, 20, 6, None, 5, 2, 2, 3, 2),
+]
+
+
+def _wgrad_case(geom, seed):
+    N, Ci, H, W, Co, kh, kw, s, p, d, groups = geom
+    g = np.random.default_rng(seed)
+    xs = (N, Ci, W) if H is None else (N, Ci, H, W)
+    ws = (Co, Ci // groups, kw) if kh is None else (Co, Ci // groups, kh, kw)
+    x = ember.tensor(g.standard_normal(xs), dtype=ember.float32, requires_grad=True)
+    w = ember.tensor(g.standard_normal(ws), dtype=ember.float32, requires_grad=True)
+    conv = F.conv1d if H is None else F.conv2d
+
+    def f(x, w):
+        return conv((x * 0.5).relu(), w, None, s, p, d, groups).relu()
+    return f, x, w
+
+
+def _weight_grads(geom, threads):
+    """(compiled, eager) gradients of (x, w), and the backward graph's lowered text."""
+    ember.set_num_threads(threads)
+    ember.compiler.reset()
+    f, x, w = _wgrad_case(geom, seed=threads)
+    out = f(x, w)
+    want = ember.autograd.grad((out * out).sum(), (x, w))
+    llvm_backend.recent.clear()
+    out = ember.compile(f, fullgraph=True)(x, w)
+    got = ember.autograd.grad((out * out).sum(), (x, w))
+    return got, want, str(llvm_backend.recent[-1].lowered)
+
+
+@pytest.mark.parametrize("geom", WGRAD_GEOMETRIES,
+                         ids=[str(i) for i in range(len(WGRAD_GEOMETRIES))])
+def test_float32_weight_gradient_runs_the_eager_kernel_with_eager_bits(geom):
+    """A float32 convolution's weight gradient is the convolution_weight_grad prim, an
+    extern step running conv.c's blocked weight-gradient kernel (eager's, for the
+    contiguous input and output gradient it is given): bit for bit eager's, strided,
+    padded, dilated, grouped, depthwise, 1x1 and 1-d, at 1 and 2 threads, and the same
+    bits at both."""
+    results = []
+    for threads in (1, 2):
+        got, want, bwd = _weight_grads(geom, threads)
+        assert bwd.count("extern convolution_weight_grad(") == 1, bwd
+        np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+        np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), **F32)
+        assert got[1].stride() == want[1].stride()
+        results.append(got[1].numpy())
+    f, x, w = _wgrad_case(geom, seed=0)
+    ember.set_num_threads(1)
+    ember.compiler.reset()
+    out = ember.compile(f, fullgraph=True)(x, w)
+    one = ember.autograd.grad((out * out).sum(), (w,))[0].numpy()
+    ember.set_num_threads(2)
+    ember.compiler.reset()
+    out = ember.compile(f, fullgraph=True)(x, w)
+    np.testing.assert_array_equal(ember.autograd.grad((out * out).sum(), (w,))[0].numpy(), one)
+
+
+def test_weight_gradient_prim_off_traces_the_convolution(monkeypatch):
+    """eager_weight_grad False: the weight gradient is the convolution prim lowered as
+    im2col + one GEMM (no extern weight-gradient step), equal to eager's to float32's
+    tolerance; float64 never traces the prim."""
+    geom = WGRAD_GEOMETRIES[1]
+    monkeypatch.setattr(conv_lowering, "eager_weight_grad", False)
+    got, want, bwd = _weight_grads(geom, 1)
+    assert "convolution_weight_grad" not in bwd and "im2col" in bwd, bwd
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), **F32)
+    monkeypatch.setattr(conv_lowering, "eager_weight_grad", True)
+    ember.compiler.reset()
+    x, w, _ = _leaves(ember.float64, GEOMETRIES[0])
+    llvm_backend.recent.clear()
+    out = ember.compile(lambda x, w: F.conv2d(x, w, padding=1), fullgraph=True)(x, w)
+    got = ember.autograd.grad(out.sum(), (w,))[0]
+    assert "convolution_weight_grad" not in str(llvm_backend.recent[-1].lowered)
+    want = ember.autograd.grad(F.conv2d(x, w, padding=1).sum(), (w,))[0]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **F64)
+
+
+_AVX2 = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
+
+
+@pytest.mark.skipif(os.environ.get("EMBER_LLVM_FEATURES") == _AVX2,
+                    reason="already running with AVX2 features")
+def test_weight_gradient_bits_with_avx2_loops():
+    """The weight-gradient tests again with EMBER_LLVM_FEATURES forcing AVX2, which
+    narrows conv.c's loops (and the JIT's vectors) alike: still eager's bits."""
+    env = dict(os.environ, EMBER_LLVM_FEATURES=_AVX2)
+    check = subprocess.run([sys.executable, "-c", "from ember import _C; "
+                            "print(_C._conv_loops_level())"], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0 and check.stdout.strip() in ("0", "1"), check.stderr
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"{__file__}::test_float32_weight_gradient_runs_the_eager_kernel_"
+                        "with_eager_bits",
+                        f"{__file__}::test_float32_convolutions_run_the_eager_kernel_with_"
+                        "eager_bits"],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

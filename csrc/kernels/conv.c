@@ -1094,6 +1094,93 @@ k_im2col(em_Op *op, PyObject **args)
     return (PyObject *)out;
 }
 
+/* The weight gradient of p's 2-d convolution of x (N, C, H, W) whose output's gradient
+ * is go (N, Cout, OH, OW), both C-contiguous of x's dtype (float32, or float64 with
+ * BLAS), into out (Cout, C/G, kh, kw) by the blocked loops above, units of images summed
+ * in order (so the bits do not depend on the threads): 0, or -1 with an exception. */
+static int
+grad_weight_blocked(const conv_params *p, em_dtype_t t, const char *xd, const char *gd,
+                    char *od)
+{
+    Py_ssize_t groups = p->G, Cig = p->C / groups, K = p->kh * p->kw, R = p->Cout * Cig * K;
+    int sz = t == EM_FLOAT32 ? 4 : 8;
+    if (R == 0)
+        return 0;
+    if (p->N == 0 || p->OH * p->OW == 0) {
+        memset(od, 0, (size_t)(R * sz));
+        return 0;
+    }
+    /* small float32 images go several to a unit of work (images_per_unit: one product
+     * per group, as deep as their positions, instead of one shallow product and one
+     * partial sum per image) */
+    Py_ssize_t ohw = p->OH * p->OW, imgs = images_per_unit(t, p->N, ohw);
+    Py_ssize_t units = (p->N + imgs - 1) / imgs;
+    char *part = malloc((size_t)(units * R * sz));
+    if (part == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (run_images(wgrad_images, p, t, xd, gd, part, Cig * K, imgs * ohw,
+                   (double)p->N * R * ohw, imgs) < 0) {
+        free(part);
+        return -1;
+    }
+    /* the units' sums added in order (float32's are (CK, Cout/G) per group:
+     * transposed on the way) */
+    if (sz == 4) {
+        Py_ssize_t Cog = p->Cout / groups, CK = Cig * K;
+        float *o = (float *)od;
+        for (Py_ssize_t n = 0; n < units; n++)
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                const float *q = (const float *)part + n * R + g * Cog * CK;
+                float *og = o + g * Cog * CK;
+                for (Py_ssize_t r = 0; r < CK; r++)
+                    for (Py_ssize_t co = 0; co < Cog; co++)
+                        og[co * CK + r] = n ? og[co * CK + r] + q[r * Cog + co] : q[r * Cog + co];
+            }
+    }
+    else {
+        double *o = (double *)od;
+        memcpy(od, part, (size_t)(R * sz));
+        for (Py_ssize_t n = 1; n < units; n++) {
+            const double *q = (const double *)part + n * R;
+            for (Py_ssize_t i = 0; i < R; i++)
+                o[i] += q[i];
+        }
+    }
+    free(part);
+    return 0;
+}
+
+/* The same in float64 by the definition, with no BLAS: per weight element, the sum over
+ * the samples and output positions of gradient times tap. */
+static void
+grad_weight_direct(const conv_params *p, const double *x, const double *go, double *out)
+{
+    Py_ssize_t Cig = p->C / p->G, Cog = p->Cout / p->G, ohw = p->OH * p->OW;
+    for (Py_ssize_t co = 0; co < p->Cout; co++)
+        for (Py_ssize_t ci = 0; ci < Cig; ci++)
+            for (Py_ssize_t i = 0; i < p->kh; i++)
+                for (Py_ssize_t j = 0; j < p->kw; j++) {
+                    double acc = 0.0;
+                    Py_ssize_t c = (co / Cog) * Cig + ci;
+                    for (Py_ssize_t n = 0; n < p->N; n++)
+                        for (Py_ssize_t oh = 0; oh < p->OH; oh++) {
+                            Py_ssize_t h = oh * p->sh + i * p->dh - p->ph;
+                            if (h < 0 || h >= p->H)
+                                continue;
+                            for (Py_ssize_t ow = 0; ow < p->OW; ow++) {
+                                Py_ssize_t w = ow * p->sw + j * p->dw - p->pw;
+                                if (w < 0 || w >= p->W)
+                                    continue;
+                                acc += go[(n * p->Cout + co) * ohw + oh * p->OW + ow] *
+                                       x[((n * p->C + c) * p->H + h) * p->W + w];
+                            }
+                        }
+                    out[((co * Cig + ci) * p->kh + i) * p->kw + j] = acc;
+                }
+}
+
 /* _C._grad_conv_weight(input, grad_output, kh, kw, stride, padding, dilation, groups):
  * the weight gradient (Cout, C/groups, kh, kw) of a 2-d convolution of input
  * (N, C, H, W) whose output's gradient is grad_output (N, Cout, OH, OW), by the blocked
@@ -1135,71 +1222,97 @@ em_grad_conv_weight(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     p.OW = (p.W + 2 * p.pw - ew) / p.sw + 1;
     if (p.OH != go->sizes[2] || p.OW != go->sizes[3])
         Py_RETURN_NONE;
-    Py_ssize_t Cig = p.C / groups, K = p.kh * p.kw, R = p.Cout * Cig * K;
-    Py_ssize_t wsz[4] = {p.Cout, Cig, p.kh, p.kw};
+    Py_ssize_t wsz[4] = {p.Cout, p.C / groups, p.kh, p.kw};
     em_Tensor *out = em_empty(4, wsz, x->dtype, false);
     if (out == NULL)
         return NULL;
-    int sz = x->dtype == EM_FLOAT32 ? 4 : 8;
-    if (R == 0)
-        return (PyObject *)out;
-    if (p.N == 0 || p.OH * p.OW == 0) {
-        memset(PyArray_DATA(out->array), 0, (size_t)(R * sz));
-        return (PyObject *)out;
-    }
-    /* small float32 images go several to a unit of work (images_per_unit: one product
-     * per group, as deep as their positions, instead of one shallow product and one
-     * partial sum per image) */
-    Py_ssize_t ohw = p.OH * p.OW, imgs = images_per_unit(x->dtype, p.N, ohw);
-    Py_ssize_t units = (p.N + imgs - 1) / imgs;
-    char *part = malloc((size_t)(units * R * sz));
-    if (part == NULL) {
-        Py_DECREF(out);
-        return PyErr_NoMemory();
-    }
-    if (run_images(wgrad_images, &p, x->dtype, PyArray_DATA(x->array), PyArray_DATA(go->array),
-                   part, Cig * K, imgs * ohw, (double)p.N * R * ohw, imgs) < 0) {
-        free(part);
+    if (grad_weight_blocked(&p, x->dtype, PyArray_DATA(x->array), PyArray_DATA(go->array),
+                            PyArray_DATA(out->array)) < 0) {
         Py_DECREF(out);
         return NULL;
     }
-    /* the units' sums added in order (float32's are (CK, Cout/G) per group:
-     * transposed on the way) */
-    char *od = PyArray_DATA(out->array);
-    if (sz == 4) {
-        Py_ssize_t Cog = p.Cout / groups, CK = Cig * K;
-        float *o = (float *)od;
-        for (Py_ssize_t n = 0; n < units; n++)
-            for (Py_ssize_t g = 0; g < groups; g++) {
-                const float *q = (const float *)part + n * R + g * Cog * CK;
-                float *og = o + g * Cog * CK;
-                for (Py_ssize_t r = 0; r < CK; r++)
-                    for (Py_ssize_t co = 0; co < Cog; co++)
-                        og[co * CK + r] = n ? og[co * CK + r] + q[r * Cog + co] : q[r * Cog + co];
-            }
-    }
-    else
-        memcpy(od, part, (size_t)(R * sz));
-    for (Py_ssize_t n = 1; n < p.N && sz == 8; n++) {
-        if (sz == 4) {
-            float *o = (float *)od;
-            const float *q = (const float *)part + n * R;
-            for (Py_ssize_t i = 0; i < R; i++)
-                o[i] += q[i];
-        }
-        else {
-            double *o = (double *)od;
-            const double *q = (const double *)part + n * R;
-            for (Py_ssize_t i = 0; i < R; i++)
-                o[i] += q[i];
-        }
-    }
-    free(part);
     return (PyObject *)out;
+}
+
+/* convolution_weight_grad(input, grad_output, kernel_size, stride, padding, dilation,
+ * groups): the prim of the same gradient (any layout; float32, float64), so a compiled
+ * graph runs it as an extern step with eager's bits. */
+static PyObject *
+k_convolution_weight_grad(em_Op *op, PyObject **args)
+{
+    em_Tensor *x = (em_Tensor *)args[0], *go = (em_Tensor *)args[1];
+    conv_params p = {0};
+    Py_ssize_t k[2], s[2], pd[2], d[2];
+    p.nsp = 2;
+    if (int_params(args[2], "kernel_size", 2, k) < 0 ||
+        int_params(args[3], "stride", 2, s) < 0 || int_params(args[4], "padding", 2, pd) < 0 ||
+        int_params(args[5], "dilation", 2, d) < 0)
+        return NULL;
+    p.G = PyLong_AsSsize_t(args[6]);
+    if (p.G == -1 && PyErr_Occurred())
+        return NULL;
+    if (x->ndim != 4 || go->ndim != 4) {
+        PyErr_Format(PyExc_RuntimeError, "convolution_weight_grad(): expected 4-d input and "
+                     "grad_output, got %s and %s", em_tshape(x), em_tshape(go));
+        return NULL;
+    }
+    if ((x->dtype != EM_FLOAT32 && x->dtype != EM_FLOAT64) || go->dtype != x->dtype) {
+        PyErr_Format(PyExc_NotImplementedError, "convolution_weight_grad(): expected float32 "
+                     "or float64 input and grad_output of one dtype");
+        return NULL;
+    }
+    p.N = x->sizes[0], p.C = x->sizes[1], p.H = x->sizes[2], p.W = x->sizes[3];
+    p.Cout = go->sizes[1];
+    p.kh = k[0], p.kw = k[1], p.sh = s[0], p.sw = s[1], p.ph = pd[0], p.pw = pd[1];
+    p.dh = d[0], p.dw = d[1];
+    bool ok = p.G > 0 && p.C % p.G == 0 && p.Cout % p.G == 0 && go->sizes[0] == p.N &&
+              p.kh > 0 && p.kw > 0 && p.sh > 0 && p.sw > 0 && p.ph >= 0 && p.pw >= 0 &&
+              p.dh > 0 && p.dw > 0;
+    Py_ssize_t eh = p.dh * (p.kh - 1) + 1, ew = p.dw * (p.kw - 1) + 1;
+    ok = ok && p.H + 2 * p.ph >= eh && p.W + 2 * p.pw >= ew;
+    if (ok) {
+        p.OH = (p.H + 2 * p.ph - eh) / p.sh + 1;
+        p.OW = (p.W + 2 * p.pw - ew) / p.sw + 1;
+        ok = p.OH == go->sizes[2] && p.OW == go->sizes[3];
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_RuntimeError, "convolution_weight_grad(): grad_output %s is not "
+                     "the output of a convolution of input %s by this geometry",
+                     em_tshape(go), em_tshape(x));
+        return NULL;
+    }
+    Py_ssize_t wsz[4] = {p.Cout, p.C / p.G, p.kh, p.kw};
+    bool meta = em_tls.mode == EM_MODE_META || em_is_meta(x) || em_is_meta(go);
+    em_Tensor *out = em_empty(4, wsz, x->dtype, meta);
+    if (out == NULL || meta || out->numel == 0)
+        return (PyObject *)out;
+    int npy = x->dtype == EM_FLOAT32 ? NPY_FLOAT : NPY_DOUBLE;
+    PyArrayObject *xa = NULL, *ga = NULL;
+    if ((xa = as_compute(x, npy)) == NULL || (ga = as_compute(go, npy)) == NULL)
+        goto error;
+    if (blocked_ok(x->dtype)) {
+        if (grad_weight_blocked(&p, x->dtype, PyArray_DATA(xa), PyArray_DATA(ga),
+                                PyArray_DATA(out->array)) < 0)
+            goto error;
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        grad_weight_direct(&p, PyArray_DATA(xa), PyArray_DATA(ga), PyArray_DATA(out->array));
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(xa);
+    Py_DECREF(ga);
+    return (PyObject *)out;
+error:
+    Py_XDECREF(xa);
+    Py_XDECREF(ga);
+    Py_DECREF(out);
+    return NULL;
 }
 
 const em_KernelEntry em_conv_kernels[] = {
     {"convolution", k_convolution},
     {"im2col", k_im2col},
+    {"convolution_weight_grad", k_convolution_weight_grad},
     {NULL, NULL},
 };

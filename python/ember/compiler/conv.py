@@ -25,7 +25,8 @@ buffer is the result.
 
 Grouped, 1-d, channels-last and float16/bfloat16 convolutions run the eager kernel, and
 so do float32 convolutions other than a weight gradient's while eager_float32 is True
-(below).
+(below). A float32 weight gradient is its own prim, convolution_weight_grad, run by
+eager's kernel (an extern step) while eager_weight_grad is True.
 """
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ FLOATS = (_C.float32, _C.float64)
 # False lowers them as below. A weight gradient's convolution (narrower than its taps)
 # is always lowered.
 eager_float32 = True
+
+# A float32 convolution's weight gradient is traced (ops/nn_ops._conv_weight_grad) as
+# the convolution_weight_grad prim, conv.c's blocked weight-gradient kernel (eager's),
+# an extern step here: eager's bits, and faster than the weight gradient as one
+# convolution prim lowered as above (im2col + one GEMM). False traces that convolution
+# instead (read at trace time: compiler.reset() after changing it).
+eager_weight_grad = True
 
 
 def _pair(v):

@@ -32,6 +32,7 @@ from . import api as O
 from . import meta as M
 from ._decomp import run_decomposition
 from .linalg import torch_type
+from ..compiler import conv as conv_lowering
 from ..compiler.conv import lower_convolution
 from ..compiler.lowerings import extern
 from ..compiler.pooling import (lower_max_pool2d_with_indices,
@@ -252,6 +253,14 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
                                      .contiguous(), k[0], k[1], ss, pp, dd, groups)
         if fused is not None:
             return fused.reshape((Co, cig) + tuple(kshape))
+    if _C._get_mode()[0] == _C.MODE_TRACE and conv_lowering.eager_weight_grad and \
+            nsp <= 2 and inp.dtype is _C.float32 and gout.dtype is _C.float32 and \
+            not _C.is_grad_enabled() and _conv_out_size(x4.shape[2:], k, ss, pp, dd) == out_sp:
+        # traced where eager runs the blocked kernel above: the prim of that kernel (an
+        # extern step compiled), eager's bits
+        gw = O.convolution_weight_grad(x4, gout.unsqueeze(2) if nsp == 1 else gout, list(k),
+                                       list(ss), list(pp), list(dd), groups)
+        return gw.reshape((Co, cig) + tuple(kshape))
     if _C._get_mode()[0] == _C.MODE_TRACE and groups == 1 and nsp == 2:
         gw = _weight_grad_as_convolution(inp, gout, kshape, s, p, d)
         if gw is not None:
@@ -273,6 +282,69 @@ def _conv_weight_grad(inp, gout, kshape, s, p, d, groups):
     go = gout.reshape(N, groups, cog, L)
     co = cols.reshape(N, groups, cig * K, L).transpose(2, 3)
     return go.matmul(co).sum(0).reshape((Co, cig) + tuple(kshape))
+
+
+def _conv_out_size(sp, k, s, p, d):
+    """The output size of a convolution of input size sp (2-d), or None where the
+    kernel is larger than the padded input."""
+    out = []
+    for i in range(2):
+        eff = d[i] * (k[i] - 1) + 1
+        if sp[i] + 2 * p[i] < eff:
+            return None
+        out.append((sp[i] + 2 * p[i] - eff) // s[i] + 1)
+    return tuple(out)
+
+
+def _weight_grad_geometry(args):
+    """(Co, Ci/G, kh, kw) of convolution_weight_grad's arguments, or RuntimeError."""
+    inp, gout, k, s, p, d, groups = args
+    k, s, p, d = (_expand_param(v, 2, name) for v, name in
+                  ((k, "kernel_size"), (s, "stride"), (p, "padding"), (d, "dilation")))
+    if inp.ndim != 4 or gout.ndim != 4:
+        raise RuntimeError(f"convolution_weight_grad(): expected 4-d input and grad_output, "
+                           f"got {_shape(inp)} and {_shape(gout)}")
+    if inp.dtype not in (_C.float32, _C.float64) or gout.dtype is not inp.dtype:
+        raise NotImplementedError("convolution_weight_grad(): expected float32 or float64 "
+                                  "input and grad_output of one dtype")
+    N, C, Co = inp.shape[0], inp.shape[1], gout.shape[1]
+    ok = (groups > 0 and C % groups == 0 and Co % groups == 0 and gout.shape[0] == N and
+          all(v > 0 for v in k + s + d) and all(v >= 0 for v in p))
+    if not ok or _conv_out_size(inp.shape[2:], k, s, p, d) != tuple(gout.shape[2:]):
+        raise RuntimeError(f"convolution_weight_grad(): grad_output {_shape(gout)} is not "
+                           f"the output of a convolution of input {_shape(inp)} by this "
+                           "geometry")
+    return (Co, C // groups) + tuple(k)
+
+
+def _convolution_weight_grad_meta(entry, args):
+    return M.meta_tensor(_weight_grad_geometry(args), args[0].dtype)
+
+
+def _convolution_weight_grad_backward(g, out, inp, gout, kernel_size, stride, padding,
+                                      dilation, groups):
+    """The weight gradient is bilinear in (input, grad_output): the gradient for the input
+    is the transposed convolution of grad_output by g, for grad_output the convolution of
+    the input by g."""
+    s, p, d = (list(_expand_param(v, 2, "")) for v in (stride, padding, dilation))
+    gi = gg = None
+    if inp.requires_grad:
+        opad = [inp.shape[2 + i] - ((gout.shape[2 + i] - 1) * s[i] - 2 * p[i] +
+                                    d[i] * (g.shape[2 + i] - 1) + 1) for i in range(2)]
+        gi = O.convolution(gout, g, None, s, p, d, True, opad, groups)
+    if gout.requires_grad:
+        gg = O.convolution(inp, g, None, s, p, d, False, [0, 0], groups)
+    return gi, gg
+
+
+op("convolution_weight_grad(Tensor input, Tensor grad_output, SymInt[] kernel_size, "
+   "SymInt[] stride, SymInt[] padding, SymInt[] dilation, SymInt groups) -> Tensor",
+   CUSTOM, "convolution_weight_grad", prim=True, method=False,
+   meta=_convolution_weight_grad_meta, lower=extern,
+   backward=_convolution_weight_grad_backward,
+   doc="The weight gradient (Co, Ci/groups, kh, kw) of a 2-d convolution of input "
+       "(N, Ci, H, W) whose output's gradient is grad_output (N, Co, OH, OW), float32 or "
+       "float64 (csrc/kernels/conv.c's blocked loops, eager's kernel for it).")
 
 
 def _weight_grad_as_convolution(inp, gout, kshape, s, p, d):
