@@ -657,6 +657,6 @@ def test_compiled_graph_reads_an_empty_input_in_another_layout():
     from ember.compiler.backend import CompiledLLVMGraph
     a = ember.randn(4, 0, 3).permute(2, 0, 1)
     g = CompiledLLVMGraph(decompose(trace_joint(lambda x: x * 2, [a]).graph), "empty")
-    assert g.run.plan[0][0] == ((3, 4, 0), tuple(a.stride()))
+    assert tuple(g.run.plan[0][0][:2]) == ((3, 4, 0), tuple(a.stride()))
     out = g(ember.randn(3, 4, 0))[0]                  # contiguous: another layout
     assert tuple(out.shape) == (3, 4, 0)
