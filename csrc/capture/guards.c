@@ -1033,6 +1033,17 @@ resolve(Eval *ev, int i, PyObject **out)
         return 1;
     }
     const Source *s = &ev->prog->sources[i];
+#if EM_DICT_MEMO
+    /* The common case first (a module's parameters and buffers): an item of a dict
+     * already resolved this call whose memo holds (set by dict_item for exact dicts
+     * only, so the memo's dict being the base says what the slow path would). */
+    if ((s->kind == SRC_DICT || s->kind == SRC_ITEM) && s->base >= 0 &&
+        s->memo_value != NULL && ev->vals[s->base] == s->memo_dict &&
+        ((PyDictObject *)s->memo_dict)->ma_version_tag == s->memo_version) {
+        *out = ev->vals[i] = Py_NewRef(s->memo_value);
+        return 1;
+    }
+#endif
     const em_GuardInputs *in = ev->in;
     PyObject *base = NULL, *v = NULL;
     if (s->base >= 0) {

@@ -43,3 +43,37 @@ def test_module_parameters_are_read_afresh_on_every_call():
     assert compiled(x).tolist() == [[1.0, 1.0]]
     lin.weight = ember.nn.Parameter(ember.ones(2, 2))     # a new object at the same path
     assert compiled(x).tolist() == [[3.0, 3.0]]
+
+
+def test_dict_items_read_through_the_memo_follow_every_change():
+    """Dict items (a dict argument, a module's _parameters) resolve through a memo of
+    (dict, version) and its fast path in guards.c resolve: a value written into the
+    same dict, another dict at the same source, and a parameter set through
+    _parameters are each read afresh."""
+    def f(d):
+        return d["a"] * 2 + d["b"]
+
+    compiled = ember.compile(f, backend="eager")
+    b = ember.ones(2)
+    d = {"a": ember.ones(2), "b": b}
+    compiled(d)
+    assert compiled(d).tolist() == [3.0, 3.0]
+    d["a"] = ember.full((2,), 2.0)                         # the same dict, a new version
+    assert compiled(d).tolist() == [5.0, 5.0]
+    other = {"a": ember.full((2,), 3.0), "b": b}           # another dict, same source
+    assert compiled(other).tolist() == [7.0, 7.0]
+    assert compiled(d).tolist() == [5.0, 5.0]
+    del d["a"]
+    d["a"] = ember.full((2,), 4.0)                         # removed and set again
+    d["b"], d["a"] = d["a"], d["b"]                          # keys kept, values swapped
+    assert compiled(d).tolist() == [6.0, 6.0]
+
+    lin = ember.nn.Linear(2, 2)
+    m = ember.compile(lin, backend="eager")
+    x = ember.ones(1, 2)
+    m(x)
+    m(x)
+    lin._parameters["weight"] = ember.nn.Parameter(ember.full((2, 2), 2.0))
+    with ember.no_grad():
+        lin.bias.fill_(0.0)
+    assert m(x).tolist() == [[4.0, 4.0]]
