@@ -36,6 +36,11 @@ def dead_gather(x, i):
     return x * 3
 
 
+def dead_gather_of_a_0d_tensor(x, i):
+    x.sum().gather(0, i)               # 0-d self: index values still checked (fuzz
+    return x * 3                       # seed 23 #833)
+
+
 def dead_integer_division(x, d):
     ember.tensor([6, 3]) // d          # noqa: B018
     return x + 1
@@ -46,6 +51,7 @@ CASES = [
     (dead_mask_assignment, (ember.tensor([True, False, False]), ember.ones(1)),
      (ember.tensor([True, False, False]), ember.ones(2))),
     (dead_gather, (ember.tensor([0, 2]),), (ember.tensor([0, 9]),)),
+    (dead_gather_of_a_0d_tensor, (ember.tensor(0),), (ember.tensor(5),)),
     (dead_integer_division, (ember.tensor([1, 2]),), (ember.tensor([1, 0]),)),
 ]
 

@@ -230,7 +230,9 @@ def _coords(index, d):
 
 def _gather_decompose(self, dim, index, sparse_grad):
     if self.ndim == 0:
-        return P.clone(self) if index.ndim == 0 else P.view(P.clone(self), [1])
+        # a 0-d self is one element along its one dim: its index values are checked too
+        r = P.index(P.view(self, [1]), (no_negative(P.view(index, [-1])),))
+        return P.view(r, list(index.shape))
     d = M.wrap_dim(dim, self.ndim)
     idx = index if index.ndim else P.view(index, [1])
     r = P.index(self, _coords(idx, d))
